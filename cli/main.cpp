@@ -1,0 +1,37 @@
+// qkvlab: one program, one subcommand per job. Exit status: 0 success, 1 a
+// check failed, 2 a usage error (one-line message on stderr).
+#include "cli/commands.hpp"
+#include "core/errors.hpp"
+
+#include <iostream>
+
+int main(int argc, char** argv) {
+  std::string command_line = argv[0];
+  for (int i = 1; i < argc; ++i) command_line += std::string(" ") + argv[i];
+
+  CLI::App app{"qkvlab: numerical checks of the theory of modern attention architectures"};
+  app.set_version_flag("--version", std::string("qkvlab ") + QKVLAB_VERSION);
+  app.require_subcommand(1);
+  auto verify = qkvlab::cli::add_verify_command(app, command_line);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "qkvlab: error: " << e.what() << " (see 'qkvlab --help')\n";
+    return 2;
+  }
+  try {
+    return verify();
+  } catch (const qkvlab::UsageError& e) {
+    std::cerr << "qkvlab: error: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "qkvlab: error: " << e.what() << "\n";
+    return 3;
+  }
+}

@@ -1,0 +1,245 @@
+// write_hdf5. Every HDF5 handle is owned by a small RAII wrapper and every
+// failing HDF5 call throws, so a single catch in write_hdf5 closes everything,
+// removes the temporary file and reports one line. Absent numbers are NaN,
+// HDF5's conventional missing value; every claim group holds all three
+// datasets, zero-length when it has no such records.
+#include <hdf5.h>
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <limits>
+#include <map>
+#include <stdexcept>
+#include <utility>
+
+#include "results/report.hpp"
+
+namespace qkvlab::results {
+namespace {
+
+// The innermost entry of HDF5's error stack says what actually went wrong.
+herr_t keep_innermost(unsigned n, const H5E_error2_t* error, void* data) {
+  if (n == 0 && error->desc) *static_cast<std::string*>(data) = error->desc;
+  return 0;
+}
+
+[[noreturn]] void fail(const std::string& what) {
+  std::string detail;
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, keep_innermost, &detail);
+  throw std::runtime_error(detail.empty() ? what : what + " (" + detail + ")");
+}
+
+void check(herr_t status, const std::string& what) {
+  if (status < 0) fail(what);
+}
+
+class Handle {
+ public:
+  using Closer = herr_t (*)(hid_t);
+  Handle(hid_t id, Closer closer, const std::string& what) : id_(id), closer_(closer) {
+    if (id_ < 0) fail(what);
+  }
+  Handle(Handle&& other) noexcept : id_(std::exchange(other.id_, -1)), closer_(other.closer_) {}
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+  Handle& operator=(Handle&&) = delete;
+  ~Handle() {
+    if (id_ >= 0) closer_(id_);
+  }
+  hid_t get() const { return id_; }
+  // Closes now and reports failure (for the file, whose close flushes).
+  void close(const std::string& what) { check(closer_(std::exchange(id_, -1)), what); }
+
+ private:
+  hid_t id_;
+  Closer closer_;
+};
+
+// Silences HDF5's automatic error printing for the lifetime of the guard.
+class QuietErrors {
+ public:
+  QuietErrors() {
+    H5Eget_auto2(H5E_DEFAULT, &func_, &data_);
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+  }
+  QuietErrors(const QuietErrors&) = delete;
+  QuietErrors& operator=(const QuietErrors&) = delete;
+  ~QuietErrors() { H5Eset_auto2(H5E_DEFAULT, func_, data_); }
+
+ private:
+  H5E_auto2_t func_ = nullptr;
+  void* data_ = nullptr;
+};
+
+// In-memory rows; strings point into the Report, which outlives the write.
+struct CheckRow {
+  const char* config;
+  const char* precision;
+  double rel_err, kappa, normalized_err, budget;
+  std::uint8_t pass;
+  const char* status;
+  const char* note;
+  double statistic, expected, std_err;
+};
+
+struct ControlRow {
+  const char* name;
+  const char* config;
+  const char* precision;
+  double rel_err;
+  std::uint8_t failed_as_expected;
+  const char* note;
+};
+
+struct LadderRow {
+  const char* config;
+  double slope;
+};
+
+struct ClaimRows {
+  std::vector<CheckRow> checks;
+  std::vector<ControlRow> controls;
+  std::vector<LadderRow> ladders;
+};
+
+double or_nan(std::optional<double> x) { return x.value_or(std::numeric_limits<double>::quiet_NaN()); }
+
+std::map<std::string, ClaimRows> rows_by_claim(const Report& report) {
+  std::map<std::string, ClaimRows> claims;
+  for (const CheckRecord& c : report.checks) {
+    claims[c.id].checks.push_back({c.config.c_str(), c.precision.c_str(), or_nan(c.rel_err), or_nan(c.kappa),
+                                   or_nan(c.normalized_err), c.budget, c.pass, c.status.c_str(), c.note.c_str(),
+                                   or_nan(c.statistic), or_nan(c.expected), or_nan(c.std_err)});
+  }
+  for (const ControlRecord& c : report.controls) {
+    claims[c.id].controls.push_back({c.name.c_str(), c.config.c_str(), c.precision.c_str(), or_nan(c.rel_err),
+                                     c.failed_as_expected, c.note.c_str()});
+  }
+  for (const LadderRecord& l : report.ladders) claims[l.id].ladders.push_back({l.config.c_str(), or_nan(l.slope)});
+  return claims;
+}
+
+Handle string_type() {
+  Handle type(H5Tcopy(H5T_C_S1), H5Tclose, "cannot create string type");
+  check(H5Tset_size(type.get(), H5T_VARIABLE), "cannot create string type");
+  check(H5Tset_cset(type.get(), H5T_CSET_UTF8), "cannot create string type");
+  return type;
+}
+
+struct Field {
+  const char* name;
+  std::size_t offset;
+  hid_t type;
+};
+
+Handle compound_type(std::size_t size, std::initializer_list<Field> fields) {
+  Handle type(H5Tcreate(H5T_COMPOUND, size), H5Tclose, "cannot create compound type");
+  for (const Field& f : fields) check(H5Tinsert(type.get(), f.name, f.offset, f.type), "cannot create compound type");
+  return type;
+}
+
+Handle check_type(hid_t str) {
+  const hid_t dbl = H5T_NATIVE_DOUBLE;
+  return compound_type(sizeof(CheckRow), {{"config", offsetof(CheckRow, config), str},
+                                          {"precision", offsetof(CheckRow, precision), str},
+                                          {"rel_err", offsetof(CheckRow, rel_err), dbl},
+                                          {"kappa", offsetof(CheckRow, kappa), dbl},
+                                          {"normalized_err", offsetof(CheckRow, normalized_err), dbl},
+                                          {"budget", offsetof(CheckRow, budget), dbl},
+                                          {"pass", offsetof(CheckRow, pass), H5T_NATIVE_UINT8},
+                                          {"status", offsetof(CheckRow, status), str},
+                                          {"note", offsetof(CheckRow, note), str},
+                                          {"statistic", offsetof(CheckRow, statistic), dbl},
+                                          {"expected", offsetof(CheckRow, expected), dbl},
+                                          {"std_err", offsetof(CheckRow, std_err), dbl}});
+}
+
+Handle control_type(hid_t str) {
+  return compound_type(sizeof(ControlRow),
+                       {{"name", offsetof(ControlRow, name), str},
+                        {"config", offsetof(ControlRow, config), str},
+                        {"precision", offsetof(ControlRow, precision), str},
+                        {"rel_err", offsetof(ControlRow, rel_err), H5T_NATIVE_DOUBLE},
+                        {"failed_as_expected", offsetof(ControlRow, failed_as_expected), H5T_NATIVE_UINT8},
+                        {"note", offsetof(ControlRow, note), str}});
+}
+
+Handle ladder_type(hid_t str) {
+  return compound_type(sizeof(LadderRow), {{"config", offsetof(LadderRow, config), str},
+                                           {"slope", offsetof(LadderRow, slope), H5T_NATIVE_DOUBLE}});
+}
+
+// The memory type without its padding, for the file.
+Handle packed(hid_t memory_type) {
+  Handle type(H5Tcopy(memory_type), H5Tclose, "cannot create file type");
+  check(H5Tpack(type.get()), "cannot create file type");
+  return type;
+}
+
+// Writes dataset `name` into the group of claim `id` (the id only labels errors).
+template <class Row>
+void write_dataset(hid_t group, const std::string& id, const char* name, hid_t memory_type,
+                   const std::vector<Row>& rows) {
+  const std::string label = id + "/" + name;
+  const hsize_t dims[1] = {rows.size()};
+  Handle space(H5Screate_simple(1, dims, nullptr), H5Sclose, "cannot create dataspace for " + label);
+  Handle file_type = packed(memory_type);
+  Handle set(H5Dcreate2(group, name, file_type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Dclose,
+             "cannot create dataset " + label);
+  if (!rows.empty()) {
+    check(H5Dwrite(set.get(), memory_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows.data()),
+          "cannot write dataset " + label);
+  }
+}
+
+void write_attribute(hid_t location, const char* name, hid_t type, const void* value) {
+  Handle space(H5Screate(H5S_SCALAR), H5Sclose, std::string("cannot create attribute ") + name);
+  Handle attribute(H5Acreate2(location, name, type, space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose,
+                   std::string("cannot create attribute ") + name);
+  check(H5Awrite(attribute.get(), type, value), std::string("cannot write attribute ") + name);
+}
+
+void write_string_attribute(hid_t location, const char* name, hid_t str, const std::string& value) {
+  const char* text = value.c_str();
+  write_attribute(location, name, str, &text);
+}
+
+void write_file(const std::string& file_name, const Report& report) {
+  Handle file(H5Fcreate(file_name.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose, "cannot create file");
+  {
+    const Handle str = string_type();
+    write_attribute(file.get(), "seed", H5T_NATIVE_UINT64, &report.seed);
+    write_string_attribute(file.get(), "command_line", str.get(), report.command_line);
+    write_string_attribute(file.get(), "version", str.get(), report.version);
+    const Handle checks = check_type(str.get()), controls = control_type(str.get()), ladders = ladder_type(str.get());
+    for (const auto& [id, rows] : rows_by_claim(report)) {
+      Handle group(H5Gcreate2(file.get(), id.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose,
+                   "cannot create group " + id);
+      write_dataset(group.get(), id, "checks", checks.get(), rows.checks);
+      write_dataset(group.get(), id, "controls", controls.get(), rows.controls);
+      write_dataset(group.get(), id, "ladders", ladders.get(), rows.ladders);
+    }
+  }
+  file.close("cannot close file");
+}
+
+}  // namespace
+
+void write_hdf5(const std::string& path, const Report& report) {
+  const std::string temp = path + ".tmp-" + std::to_string(::getpid());
+  try {
+    const QuietErrors quiet;
+    write_file(temp, report);
+    std::error_code error;
+    std::filesystem::rename(temp, path, error);
+    if (error) throw std::runtime_error("cannot rename temporary file (" + error.message() + ")");
+  } catch (const std::exception& e) {
+    std::error_code ignored;
+    std::filesystem::remove(temp, ignored);
+    throw std::runtime_error("cannot write HDF5 file " + path + ": " + e.what());
+  }
+}
+
+}  // namespace qkvlab::results

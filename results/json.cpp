@@ -1,0 +1,122 @@
+// write_json. A minimal writer: every value is turned into JSON text by a
+// small function, and an Object collects "name": value pairs into one line,
+// so each record sits on its own line. Non-finite or absent numbers are null.
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+
+#include "results/report.hpp"
+
+namespace qkvlab::results {
+namespace {
+
+std::string quote(std::string_view s) {
+  std::string out = "\"";
+  for (const char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (c < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else {
+      out += ch;
+    }
+  }
+  return out + '"';
+}
+
+// %.17g, through to_chars so the decimal point never depends on the locale.
+std::string number(double x) {
+  if (!std::isfinite(x)) return "null";
+  char buf[32];
+  const auto result = std::to_chars(buf, buf + sizeof buf, x, std::chars_format::general, 17);
+  return std::string(buf, result.ptr);
+}
+
+std::string number(std::optional<double> x) { return x ? number(*x) : "null"; }
+
+std::string boolean(bool b) { return b ? "true" : "false"; }
+
+class Object {
+ public:
+  Object& add(std::string_view name, const std::string& json) {
+    text_ += text_.empty() ? "{" : ", ";
+    text_ += quote(name) + ": " + json;
+    return *this;
+  }
+  std::string str() const { return text_.empty() ? "{}" : text_ + "}"; }
+
+ private:
+  std::string text_;
+};
+
+std::string to_json(const CheckRecord& c) {
+  Object o;
+  o.add("id", quote(c.id))
+      .add("config", quote(c.config))
+      .add("precision", quote(c.precision))
+      .add("rel_err", number(c.rel_err))
+      .add("kappa", number(c.kappa))
+      .add("normalized_err", number(c.normalized_err))
+      .add("budget", number(c.budget))
+      .add("pass", boolean(c.pass))
+      .add("status", quote(c.status))
+      .add("note", quote(c.note));
+  if (c.statistic) {
+    o.add("statistic", number(c.statistic)).add("expected", number(c.expected)).add("std_err", number(c.std_err));
+  }
+  return o.str();
+}
+
+std::string to_json(const ControlRecord& c) {
+  return Object()
+      .add("id", quote(c.id))
+      .add("name", quote(c.name))
+      .add("config", quote(c.config))
+      .add("precision", quote(c.precision))
+      .add("rel_err", number(c.rel_err))
+      .add("failed_as_expected", boolean(c.failed_as_expected))
+      .add("note", quote(c.note))
+      .str();
+}
+
+std::string to_json(const LadderRecord& l) {
+  return Object().add("id", quote(l.id)).add("config", quote(l.config)).add("slope", number(l.slope)).str();
+}
+
+std::string to_json(const Summary& s) {
+  return Object()
+      .add("checks", std::to_string(s.checks))
+      .add("passed", std::to_string(s.passed))
+      .add("controls", std::to_string(s.controls))
+      .add("controls_failed_as_expected", std::to_string(s.controls_failed_as_expected))
+      .add("ok", boolean(s.ok))
+      .str();
+}
+
+// "name": [ one record per line ]
+template <class Record>
+void write_array(std::ostream& out, std::string_view name, const std::vector<Record>& records) {
+  out << "  " << quote(name) << ": [";
+  for (std::size_t i = 0; i < records.size(); ++i) out << (i == 0 ? "\n    " : ",\n    ") << to_json(records[i]);
+  out << (records.empty() ? "],\n" : "\n  ],\n");
+}
+
+}  // namespace
+
+void write_json(std::ostream& out, const Report& report) {
+  out << "{\n";
+  out << "  \"seed\": " << std::to_string(report.seed) << ",\n";
+  out << "  \"version\": " << quote(report.version) << ",\n";
+  out << "  \"command_line\": " << quote(report.command_line) << ",\n";
+  write_array(out, "checks", report.checks);
+  write_array(out, "controls", report.controls);
+  write_array(out, "ladders", report.ladders);
+  out << "  \"summary\": " << to_json(report.summary()) << "\n";
+  out << "}\n";
+}
+
+}  // namespace qkvlab::results

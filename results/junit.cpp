@@ -1,0 +1,137 @@
+// write_junit. The whole document is built in memory, then written to a
+// temporary file that is renamed over the target, so a reader never sees a
+// half-written report. Suites are ordered by claim id.
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <sstream>
+#include <stdexcept>
+#include <system_error>
+
+#include "results/report.hpp"
+
+namespace qkvlab::results {
+namespace {
+
+// Escapes for text and attributes alike. Control characters that XML 1.0
+// cannot carry become U+FFFD.
+std::string xml(std::string_view s) {
+  std::string out;
+  for (const char ch : s) {
+    switch (ch) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&apos;"; break;
+      case '\t': out += "&#9;"; break;
+      case '\n': out += "&#10;"; break;
+      case '\r': out += "&#13;"; break;
+      default: out += static_cast<unsigned char>(ch) < 0x20 ? "\uFFFD" : std::string(1, ch);
+    }
+  }
+  return out;
+}
+
+std::string number(std::optional<double> x) {
+  if (!x) return "-";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2e", *x);
+  return buf;
+}
+
+struct Suite {
+  std::vector<const CheckRecord*> checks;
+  std::vector<const ControlRecord*> controls;
+  std::size_t failures() const {
+    std::size_t n = 0;
+    for (const CheckRecord* c : checks) n += c->pass ? 0 : 1;
+    for (const ControlRecord* c : controls) n += c->failed_as_expected ? 0 : 1;
+    return n;
+  }
+};
+
+std::map<std::string, Suite> suites_by_claim(const Report& report) {
+  std::map<std::string, Suite> suites;
+  for (const CheckRecord& c : report.checks) suites[c.id].checks.push_back(&c);
+  for (const ControlRecord& c : report.controls) suites[c.id].controls.push_back(&c);
+  return suites;
+}
+
+std::string check_failure(const CheckRecord& c) {
+  std::string message = "rel_err=" + number(c.rel_err) + " kappa=" + number(c.kappa) +
+                        " normalized_err=" + number(c.normalized_err) + " budget=" + number(c.budget) +
+                        " status=" + c.status;
+  if (c.statistic) {
+    message +=
+        " statistic=" + number(c.statistic) + " expected=" + number(c.expected) + " std_err=" + number(c.std_err);
+  }
+  return message;
+}
+
+// A testcase element; `failure` is empty when the case passed.
+void write_case(std::ostream& out, const std::string& classname, const std::string& name, const std::string& failure,
+                const std::string& note) {
+  out << "    <testcase classname=\"" << xml(classname) << "\" name=\"" << xml(name) << "\"";
+  if (failure.empty()) {
+    out << "/>\n";
+    return;
+  }
+  out << ">\n      <failure message=\"" << xml(failure) << "\">" << xml(note) << "</failure>\n    </testcase>\n";
+}
+
+void write_suite(std::ostream& out, const std::string& id, const Suite& suite) {
+  out << "  <testsuite name=\"" << xml(id) << "\" tests=\"" << suite.checks.size() + suite.controls.size()
+      << "\" failures=\"" << suite.failures() << "\">\n";
+  for (const CheckRecord* c : suite.checks) {
+    write_case(out, id, c->config + " [" + c->precision + "]", c->pass ? "" : check_failure(*c), c->note);
+  }
+  for (const ControlRecord* c : suite.controls) {
+    const std::string failure = c->failed_as_expected ? "" : "control did not fail: rel_err=" + number(c->rel_err);
+    write_case(out, id + ".controls", c->name + ": " + c->config + " [" + c->precision + "]", failure, c->note);
+  }
+  out << "  </testsuite>\n";
+}
+
+std::string junit_document(const Report& report) {
+  const Summary s = report.summary();
+  const std::size_t failures = (s.checks - s.passed) + (s.controls - s.controls_failed_as_expected);
+  std::ostringstream out;
+  out << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
+  out << "<testsuites name=\"qkvlab verify\" tests=\"" << s.checks + s.controls << "\" failures=\"" << failures
+      << "\">\n";
+  for (const auto& [id, suite] : suites_by_claim(report)) write_suite(out, id, suite);
+  out << "</testsuites>\n";
+  return out.str();
+}
+
+void write_text(const std::string& file_name, const std::string& text) {
+  std::FILE* file = std::fopen(file_name.c_str(), "wb");
+  if (!file) throw std::runtime_error("cannot create temporary file (" + std::generic_category().message(errno) + ")");
+  const bool written = std::fwrite(text.data(), 1, text.size(), file) == text.size();
+  const bool closed = std::fclose(file) == 0;
+  if (!written || !closed) {
+    throw std::runtime_error("cannot write temporary file (" + std::generic_category().message(errno) + ")");
+  }
+}
+
+}  // namespace
+
+void write_junit(const std::string& path, const Report& report) {
+  const std::string temp = path + ".tmp-" + std::to_string(::getpid());
+  try {
+    write_text(temp, junit_document(report));
+    std::error_code error;
+    std::filesystem::rename(temp, path, error);
+    if (error) throw std::runtime_error("cannot rename temporary file (" + error.message() + ")");
+  } catch (const std::exception& e) {
+    std::error_code ignored;
+    std::filesystem::remove(temp, ignored);
+    throw std::runtime_error("cannot write JUnit file " + path + ": " + e.what());
+  }
+}
+
+}  // namespace qkvlab::results

@@ -1,0 +1,111 @@
+// A claim: one statement of a paper, with the check that measures it and the
+// negative controls that must break it. A claim runs one configuration at one
+// precision and returns an Outcome; the runner (verify.hpp) sweeps
+// configurations and precisions and turns outcomes into a report.
+//
+// Identity claims report rel_err and κ and pass when e = rel_err/(u κ) ≤ budget.
+// Statistical claims report a statistic, its expected value and standard error
+// and pass when |statistic − expected| ≤ budget · std_err (budget = z-score).
+#pragma once
+
+#include "core/attention.hpp"
+#include "core/linalg.hpp"
+#include "core/rng.hpp"
+#include "core/types.hpp"
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace qkvlab::theory {
+
+// One point of a sweep. Claims ignore the dimensions they do not use.
+struct Config {
+  int d = 16, heads = 2, layers = 1, seq = 8;
+  Mask mask = Mask::causal;
+  std::string variant;  // claim-specific, e.g. "elim=K" or "layer=2"
+  int trial = 0;
+};
+
+// The dimensions a claim depends on: only these appear in its configurations.
+struct Dims {
+  bool heads = true, layers = false, seq = true, mask = true;
+};
+
+// A control's verdict: it must fail (rel_err ≥ control_threshold), or, for a
+// control that feeds a singular basis, the tool must detect it.
+inline constexpr double control_threshold = 1e-3;
+
+struct ControlOutcome {
+  std::string name;
+  std::optional<double> rel_err;
+  bool failed_as_expected = false;
+  std::string note;
+};
+
+ControlOutcome control_by_error(std::string name, double rel_err);
+ControlOutcome control_by_detection(std::string name, bool detected, double rel_err);
+
+struct Statistic {
+  double value, expected, std_err;
+};
+
+struct Outcome {
+  double rel_err = 0;
+  double kappa = 1;
+  bool singular = false;  // a change of basis was numerically singular
+  std::string note;
+  std::optional<Statistic> statistic;
+  std::vector<ControlOutcome> controls;
+};
+
+enum class Kind { identity, statistical };
+
+struct DefaultSweep {
+  std::vector<int> d, heads, layers, seq;
+};
+
+struct Claim {
+  std::string id;
+  std::string statement;  // one line, for --list and the ledger
+  Kind kind = Kind::identity;
+  Dims dims;
+  double budget = 1e3;
+  // Claim-specific variants of one configuration (e.g. which weight is eliminated).
+  std::function<std::vector<std::string>(const Config&)> variants;
+  // Claim-specific default lists, used where the user gives none.
+  DefaultSweep defaults;
+  // Runs one configuration at one precision; rng is the configuration's stream.
+  std::function<Outcome(const Config&, Precision, Rng&)> run;
+};
+
+// The registry, in ledger order.
+const std::vector<Claim>& all_claims();
+
+// Adapts a type with `template <class S> static Outcome run(const Config&, Rng&)`.
+template <class Impl> std::function<Outcome(const Config&, Precision, Rng&)> dispatch() {
+  return [](const Config& c, Precision p, Rng& rng) {
+    return with_scalar(p, [&]<class S>() { return Impl::template run<S>(c, rng); });
+  };
+}
+
+// Draws at the working precision: N(0, 1/fan_in) entries, drawn in double.
+template <class S> Mat<S> draw(Rng& rng, Eigen::Index rows, Eigen::Index cols, double stddev) {
+  return cast<S>(rng.gaussian(rows, cols, stddev));
+}
+
+// A Gaussian change of basis (entries N(0, 1/d)).
+template <class S> ChangeOfBasis<S> random_basis(Rng& rng, Eigen::Index d) {
+  return change_of_basis<S>(cast<S>(draw_basis(rng, d, 1.0 / std::sqrt(double(d)))));
+}
+
+// A basis whose last column is the first plus 10u times a random column:
+// cond ≈ 1/(10u) at the working precision, beyond the singular threshold.
+template <class S> Mat<S> near_singular(Rng& rng, Eigen::Index d) {
+  Mat<S> T = draw<S>(rng, d, d, 1.0 / std::sqrt(double(d)));
+  T.col(d - 1) = T.col(0) + S(10 * unit_roundoff<S>()) * draw<S>(rng, d, 1, 1.0);
+  return T;
+}
+
+}  // namespace qkvlab::theory

@@ -1,0 +1,13 @@
+// The registry of claims: each file registers its claims in ledger order.
+#pragma once
+
+#include "core/error_model.hpp"
+#include "theory/claim.hpp"
+
+namespace qkvlab::theory {
+
+void register_attention_claims(std::vector<Claim>& claims);
+void register_model_claims(std::vector<Claim>& claims);
+void register_scale_claims(std::vector<Claim>& claims);
+
+}  // namespace qkvlab::theory

@@ -1,0 +1,138 @@
+// Attention-level claims of seed 003 (§3, §4.1–4.2, Prop. 8.1): attention sees
+// X only through X W_Q, X W_K, X W_V; the reparametrization lemma; the
+// single-head two-matrix form; the block-diagonal freedom.
+#include "theory/claims.hpp"
+
+#include "core/reparametrize.hpp"
+
+namespace qkvlab::theory {
+namespace {
+
+template <class S> Mat<S> draw_input(Rng& rng, const Config& c) { return draw<S>(rng, c.seq, c.d, 1.0); }
+
+// qwe.obs3.1: SA(X; W) = F(X W_Q, X W_K, X W_V).
+struct Observation31 {
+  template <class S> static Outcome run(const Config& c, Rng& rng) {
+    const auto w = random_attention<S>(rng, c.d, c.heads);
+    const Mat<S> X = draw_input<S>(rng, c);
+    const Mat<S> Q = X * w.W_Q, K = X * w.W_K, V = X * w.W_V;
+    const Mat<S> standard = self_attention<S>(X, w, c.mask);
+    Outcome o;
+    o.rel_err = rel_err<S>(standard, attention_from_projections<S>(Q, K, V, c.heads, c.mask, w.scale()));
+    o.controls.push_back(control_by_error(
+        "query and key products swapped",
+        rel_err<S>(standard, attention_from_projections<S>(K, Q, V, c.heads, c.mask, w.scale()))));
+    if (c.heads > 1) {
+      const Eigen::Index dh = w.head_dim();
+      Mat<S> K_shifted(K.rows(), K.cols());
+      K_shifted << K.rightCols(K.cols() - dh), K.leftCols(dh);  // head h's keys from head h+1
+      o.controls.push_back(control_by_error(
+          "key head blocks misaligned",
+          rel_err<S>(standard, attention_from_projections<S>(Q, K_shifted, V, c.heads, c.mask, w.scale()))));
+    }
+    return o;
+  }
+};
+
+// qwe.lemma3.1: MHA(X T; T⁻¹W_Q, T⁻¹W_K, T⁻¹W_V, W_O) = MHA(X; W), with T the
+// eliminated weight (W_Q, W_K or W_V), whose reparametrized form is I.
+struct Lemma31 {
+  template <class W> static auto& eliminated(W& w, const std::string& v) {
+    return v == "elim=Q" ? w.W_Q : v == "elim=K" ? w.W_K : w.W_V;
+  }
+  template <class S> static Outcome run(const Config& c, Rng& rng) {
+    const auto w = random_attention<S>(rng, c.d, c.heads);
+    const Mat<S> X = draw_input<S>(rng, c);
+    const Mat<S> reference = mha<S>(X, w, c.mask);
+    const auto T = change_of_basis<S>(eliminated(w, c.variant));
+    Outcome o;
+    o.kappa = T.kappa;
+    o.singular = T.singular();
+    const auto r = reparametrize<S>(w, T);
+    const Mat<S> I = Mat<S>::Identity(c.d, c.d);
+    o.rel_err = std::max(rel_err<S>(reference, mha<S>(X * T.T, r, c.mask)), rel_err<S>(I, eliminated(r, c.variant)));
+
+    auto only_eliminated = w;  // T⁻¹ applied to the eliminated weight alone
+    eliminated(only_eliminated, c.variant) = eliminated(r, c.variant);
+    o.controls.push_back(control_by_error("T^-1 applied to the eliminated weight only",
+                                          rel_err<S>(reference, mha<S>(X * T.T, only_eliminated, c.mask))));
+
+    auto ns = w;
+    eliminated(ns, c.variant) = near_singular<S>(rng, c.d);
+    const auto T_ns = change_of_basis<S>(eliminated(ns, c.variant));
+    o.controls.push_back(control_by_detection(
+        "near-singular eliminated weight (cond ~ 1/(10u)) detected", T_ns.singular(),
+        rel_err<S>(mha<S>(X, ns, c.mask), mha<S>(X * T_ns.T, reparametrize<S>(ns, T_ns), c.mask))));
+    return o;
+  }
+};
+
+// qwe.prop4.1: one head depends on W_Q, W_K only through W_QK = W_Q W_Kᵀ and on
+// W_V, W_O only through W_VO = W_V W_O.
+template <class S> Mat<S> two_matrix_head(const Mat<S>& X, const AttentionWeights<S>& w, Mask mask) {
+  const Mat<S> W_QK = w.W_Q * w.W_K.transpose(), W_VO = w.W_V * w.W_O;
+  const Mat<S> logits = (X * W_QK * X.transpose()) / w.scale();
+  return softmax_rows<S>(logits, mask) * X * W_VO;
+}
+
+struct Proposition41 {
+  template <class S> static Outcome run(const Config& c, Rng& rng) {
+    auto w = random_attention<S>(rng, c.d, 1);
+    const Mat<S> X = draw_input<S>(rng, c);
+    Outcome o;
+    o.rel_err = rel_err<S>(mha<S>(X, w, c.mask), two_matrix_head<S>(X, w, c.mask));
+    w.heads = c.d % 2 == 0 ? 2 : c.d;  // the hypothesis "one head" dropped
+    auto merged = w;
+    merged.score_scale = to_double(w.scale());
+    o.controls.push_back(control_by_error("two-matrix form applied to " + std::to_string(w.heads) + " heads",
+                                          rel_err<S>(mha<S>(X, w, c.mask), two_matrix_head<S>(X, merged, c.mask))));
+    return o;
+  }
+};
+
+// qwe.prop4.2: SA(X; W_Q B, W_K B⁻ᵀ, W_V) = SA(X; W) for block-diagonal B.
+struct Proposition42 {
+  template <class S> static Outcome run(const Config& c, Rng& rng) {
+    const auto w = random_attention<S>(rng, c.d, c.heads);
+    const Mat<S> X = draw_input<S>(rng, c);
+    const Eigen::Index dh = w.head_dim();
+    std::vector<Mat<S>> blocks;
+    for (int h = 0; h < c.heads; ++h) blocks.push_back(cast<S>(draw_basis(rng, dh, 1.0 / std::sqrt(double(dh)))));
+    const auto B = change_of_basis<S>(block_diagonal<S>(blocks));
+    const Mat<S> reference = self_attention<S>(X, w, c.mask);
+    auto transformed = [&](const ChangeOfBasis<S>& b, bool keys) {
+      auto r = w;
+      r.W_Q = w.W_Q * b.T;
+      if (keys) r.W_K = w.W_K * b.T_inv.transpose();
+      return self_attention<S>(X, r, c.mask);
+    };
+    Outcome o;
+    o.kappa = B.kappa;
+    o.singular = B.singular();
+    o.rel_err = rel_err<S>(reference, transformed(B, true));
+    o.controls.push_back(control_by_error("B applied to W_Q only", rel_err<S>(reference, transformed(B, false))));
+    if (c.heads > 1)
+      o.controls.push_back(control_by_error(
+          "full (not block-diagonal) B",
+          rel_err<S>(reference, transformed(random_basis<S>(rng, c.d), true))));
+    return o;
+  }
+};
+
+std::vector<std::string> eliminated_weights(const Config&) { return {"elim=Q", "elim=K", "elim=V"}; }
+
+}  // namespace
+
+void register_attention_claims(std::vector<Claim>& claims) {
+  claims.push_back({"qwe.obs3.1", "attention sees X only through X W_Q, X W_K, X W_V (block notation, Prop. 8.1)",
+                    Kind::identity, Dims{}, default_budget, nullptr, {}, dispatch<Observation31>()});
+  claims.push_back({"qwe.lemma3.1",
+                    "MHA(X T; T^-1 W_Q, T^-1 W_K, T^-1 W_V, W_O) = MHA(X; W) for T = W_Q, W_K or W_V",
+                    Kind::identity, Dims{}, default_budget, eliminated_weights, {}, dispatch<Lemma31>()});
+  claims.push_back({"qwe.prop4.1", "one head depends on its weights only through W_QK = W_Q W_K^T and W_VO = W_V W_O",
+                    Kind::identity, Dims{.heads = false}, default_budget, nullptr, {}, dispatch<Proposition41>()});
+  claims.push_back({"qwe.prop4.2", "SA(X; W_Q B, W_K B^-T, W_V) = SA(X; W) for block-diagonal invertible B",
+                    Kind::identity, Dims{}, default_budget, nullptr, {}, dispatch<Proposition42>()});
+}
+
+}  // namespace qkvlab::theory

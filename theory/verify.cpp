@@ -1,0 +1,213 @@
+#include "theory/verify.hpp"
+
+#include "core/error_model.hpp"
+#include "core/errors.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <mutex>
+#include <thread>
+
+namespace qkvlab::theory {
+
+std::vector<const Claim*> select_claims(const std::vector<std::string>& ids) {
+  std::vector<const Claim*> selected;
+  for (const auto& arg : ids) {
+    bool matched = false;
+    for (const auto& c : all_claims())
+      if (c.id.starts_with(arg)) matched = true;
+    if (!matched) throw UsageError("unknown claim id or prefix '" + arg + "' (see 'qkvlab verify --list')");
+  }
+  for (const auto& c : all_claims()) {
+    bool wanted = ids.empty();
+    for (const auto& arg : ids) wanted = wanted || c.id.starts_with(arg);
+    if (wanted) selected.push_back(&c);
+  }
+  return selected;
+}
+
+namespace {
+
+void require_positive(const std::optional<std::vector<int>>& list, const char* option) {
+  if (!list) return;
+  if (list->empty()) throw UsageError(std::string(option) + ": the list is empty");
+  for (int v : *list)
+    if (v <= 0) throw UsageError(std::string(option) + ": sizes must be positive, got " + std::to_string(v));
+}
+
+const std::vector<int>& pick(const std::optional<std::vector<int>>& given, const std::vector<int>& claim_default,
+                             const std::vector<int>& global_default) {
+  if (given) return *given;
+  return claim_default.empty() ? global_default : claim_default;
+}
+
+}  // namespace
+
+void validate(const VerifyOptions& o) {
+  require_positive(o.d, "--d");
+  require_positive(o.heads, "--heads");
+  require_positive(o.layers, "--layers");
+  require_positive(o.seq, "--seq");
+  if (o.trials <= 0) throw UsageError("--trials: must be positive, got " + std::to_string(o.trials));
+  if (o.precisions.empty()) throw UsageError("--precision: the list is empty");
+  if (o.threads < 0) throw UsageError("--threads: must be non-negative");
+  for (const Claim* c : select_claims(o.ids)) {
+    if (!c->dims.heads) continue;
+    for (int d : pick(o.d, c->defaults.d, default_d)) {
+      if (d < 2) throw UsageError("--d: d must be at least 2, got " + std::to_string(d));
+      for (int h : pick(o.heads, c->defaults.heads, default_heads))
+        if (d % h != 0)
+          throw UsageError("d=" + std::to_string(d) + " is not divisible by heads=" + std::to_string(h) +
+                           " (needed by " + c->id + ")");
+    }
+  }
+}
+
+std::vector<Config> sweep(const Claim& claim, const VerifyOptions& o) {
+  const std::vector<int> one{1};
+  const auto& ds = pick(o.d, claim.defaults.d, default_d);
+  const auto& hs = claim.dims.heads ? pick(o.heads, claim.defaults.heads, default_heads) : one;
+  const auto& ls = claim.dims.layers ? pick(o.layers, claim.defaults.layers, default_layers) : one;
+  const auto& ns = claim.dims.seq ? pick(o.seq, claim.defaults.seq, default_seq) : one;
+  std::vector<Mask> masks{Mask::causal};
+  if (claim.dims.mask) masks.push_back(Mask::bidirectional);
+  std::vector<Config> out;
+  for (int d : ds)
+    for (int h : hs)
+      for (int l : ls)
+        for (int n : ns)
+          for (Mask m : masks) {
+            Config c{d, h, l, n, m, "", 0};
+            const auto variants = claim.variants ? claim.variants(c) : std::vector<std::string>{""};
+            for (const auto& v : variants)
+              for (int t = 0; t < o.trials; ++t) {
+                c.variant = v;
+                c.trial = t;
+                out.push_back(c);
+              }
+          }
+  return out;
+}
+
+std::string describe(const Claim& claim, const Config& c) {
+  std::string s = "d=" + std::to_string(c.d);
+  if (claim.dims.heads) s += " H=" + std::to_string(c.heads);
+  if (claim.dims.layers) s += " L=" + std::to_string(c.layers);
+  if (claim.dims.seq) s += " n=" + std::to_string(c.seq);
+  if (claim.dims.mask) s += std::string(" mask=") + mask_name(c.mask);
+  if (!c.variant.empty()) s += " " + c.variant;
+  return s + " trial=" + std::to_string(c.trial);
+}
+
+namespace {
+
+struct TaskResult {
+  std::vector<results::CheckRecord> checks;
+  std::vector<results::ControlRecord> controls;
+  std::optional<results::LadderRecord> ladder;
+};
+
+std::optional<double> finite(double x) { return std::isfinite(x) ? std::optional<double>(x) : std::nullopt; }
+
+results::CheckRecord check_record(const Claim& claim, const std::string& config, Precision p, const Outcome& o) {
+  results::CheckRecord r;
+  r.id = claim.id;
+  r.config = config;
+  r.precision = std::string(precision_name(p));
+  r.rel_err = finite(o.rel_err);
+  r.kappa = finite(o.kappa);
+  r.budget = claim.budget;
+  r.note = o.note;
+  if (o.statistic) {
+    r.statistic = o.statistic->value;
+    r.expected = o.statistic->expected;
+    r.std_err = o.statistic->std_err;
+    r.normalized_err = finite(std::abs(o.statistic->value - o.statistic->expected) / o.statistic->std_err);
+  } else {
+    r.normalized_err = normalized_error(o.rel_err, unit_roundoff(p), o.kappa);
+  }
+  if (o.singular) r.status = "singular";
+  else if (!r.rel_err || !r.normalized_err) r.status = "non_finite";
+  r.pass = r.status == "ok" && *r.normalized_err <= claim.budget;
+  return r;
+}
+
+TaskResult run_task(const Claim& claim, const Config& config, const VerifyOptions& o) {
+  TaskResult t;
+  const std::string where = describe(claim, config);
+  std::vector<LadderPoint> ladder;
+  const std::vector<Precision> stat_precision{Precision::f64};
+  for (Precision p : claim.kind == Kind::statistical ? stat_precision : o.precisions) {
+    Rng rng(o.seed, claim.id + "|" + where);  // the same draws at every precision
+    Outcome out;
+    try {
+      out = claim.run(config, p, rng);
+    } catch (const std::exception& e) {
+      out.rel_err = NAN;
+      out.note = std::string("error: ") + e.what();
+    }
+    auto rec = check_record(claim, where, p, out);
+    ladder.push_back({unit_roundoff(p), out.rel_err});
+    t.checks.push_back(rec);
+    for (const auto& c : out.controls)
+      t.controls.push_back({claim.id, c.name, where, rec.precision, c.rel_err, c.failed_as_expected, c.note});
+  }
+  if (claim.kind == Kind::identity) t.ladder = results::LadderRecord{claim.id, where, ladder_slope(ladder)};
+  return t;
+}
+
+// Work of one configuration, up to a constant: per layer, the products
+// n·d·(d + n) of attention and n·d·4d of the MLP.
+double estimated_cost(const Config& c) {
+  return double(c.layers) * c.seq * c.d * (5.0 * c.d + c.seq);
+}
+
+}  // namespace
+
+results::Report verify(const VerifyOptions& o) {
+  validate(o);
+  std::vector<std::pair<const Claim*, Config>> tasks;
+  for (const Claim* c : select_claims(o.ids))
+    for (const auto& config : sweep(*c, o)) tasks.emplace_back(c, config);
+
+  // Run the costliest tasks first so the last ones finish together.
+  std::vector<std::size_t> order(tasks.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return estimated_cost(tasks[a].second) > estimated_cost(tasks[b].second);
+  });
+  std::vector<TaskResult> done(tasks.size());
+  std::atomic<std::size_t> next{0}, finished{0};
+  std::mutex progress_mutex;
+  auto worker = [&] {
+    for (std::size_t k; (k = next++) < tasks.size();) {
+      const std::size_t i = order[k];
+      done[i] = run_task(*tasks[i].first, tasks[i].second, o);
+      const std::size_t count = ++finished;
+      if (o.progress) {
+        std::lock_guard lock(progress_mutex);
+        o.progress(count, tasks.size());
+      }
+    }
+  };
+  const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+  const std::size_t n_threads = std::min<std::size_t>(o.threads > 0 ? unsigned(o.threads) : hw, tasks.size());
+  std::vector<std::thread> pool;
+  for (std::size_t i = 1; i < n_threads; ++i) pool.emplace_back(worker);
+  worker();
+  for (auto& th : pool) th.join();
+
+  results::Report report;
+  report.seed = o.seed;
+  report.command_line = o.command_line;
+  report.version = QKVLAB_VERSION;
+  for (auto& t : done) {
+    report.checks.insert(report.checks.end(), t.checks.begin(), t.checks.end());
+    report.controls.insert(report.controls.end(), t.controls.begin(), t.controls.end());
+    if (t.ladder) report.ladders.push_back(*t.ladder);
+  }
+  return report;
+}
+
+}  // namespace qkvlab::theory

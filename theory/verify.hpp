@@ -1,0 +1,49 @@
+// `qkvlab verify`: selects claims by id or prefix, sweeps their configurations
+// over dimensions, trials and precisions, runs them on worker threads and
+// gathers a results::Report. Every (claim, configuration) draws from its own
+// named random stream and runs all its precisions in one task, so the numbers
+// are the same whatever the number of threads.
+#pragma once
+
+#include "results/report.hpp"
+#include "theory/claim.hpp"
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace qkvlab::theory {
+
+struct VerifyOptions {
+  std::vector<std::string> ids;  // ids or prefixes; empty selects every claim
+  std::uint64_t seed = 1;
+  int trials = 1;
+  // Sweep lists; absent means the default (the claim's own where it has one).
+  std::optional<std::vector<int>> d, heads, layers, seq;
+  std::vector<Precision> precisions{std::begin(all_precisions), std::end(all_precisions)};
+  int threads = 0;  // 0: one per hardware thread
+  std::string command_line;
+  std::function<void(std::size_t done, std::size_t total)> progress;  // may be empty
+};
+
+inline const std::vector<int> default_d{16, 32}, default_heads{1, 2, 4}, default_layers{1, 3}, default_seq{4, 16};
+
+// Claims matching any id or prefix, in registry order; throws UsageError naming
+// an argument that matches nothing.
+std::vector<const Claim*> select_claims(const std::vector<std::string>& ids);
+
+// Throws UsageError for zero or negative sizes, d not divisible by a head count,
+// non-positive trials, an empty precision list.
+void validate(const VerifyOptions& options);
+
+// A claim's configurations under the options (variants and trials included).
+std::vector<Config> sweep(const Claim& claim, const VerifyOptions& options);
+
+// The configuration as it appears in every output, e.g. "d=16 H=2 n=4 mask=causal elim=Q trial=0".
+std::string describe(const Claim& claim, const Config& config);
+
+results::Report verify(const VerifyOptions& options);
+
+}  // namespace qkvlab::theory
