@@ -6,6 +6,7 @@
 #include "core/errors.hpp"
 #include "theory/verify.hpp"
 
+#include <charconv>
 #include <filesystem>
 #include <iostream>
 #include <unistd.h>
@@ -32,6 +33,17 @@ void require_writable_dir(const std::string& path, const char* option) {
   if (!std::filesystem::is_directory(dir))
     throw UsageError(std::string(option) + ": directory " + dir.string() + " does not exist");
 }
+
+// CLI11's PositiveNumber prints its range as 0 to 1.8e308 in full: say it plainly.
+const CLI::Validator positive_integer(
+    [](std::string& value) -> std::string {
+      int n = 0;
+      const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+      if (ec != std::errc() || end != value.data() + value.size() || n <= 0)
+        return "must be a positive integer, got '" + value + "'";
+      return "";
+    },
+    "POSITIVE");
 
 void show_progress(std::size_t done, std::size_t total) {
   std::cerr << "\rqkvlab verify: " << done << "/" << total << " configurations" << (done == total ? "\n" : "")
@@ -84,7 +96,7 @@ Action add_verify_command(CLI::App& app, const std::string& command_line) {
   cmd->add_option("--junit", a->junit, "Also write a JUnit XML report to this file");
   cmd->add_option("--seed", a->options.seed, "Seed of every random draw")->capture_default_str();
   cmd->add_option("--trials", a->options.trials, "Independent draws per configuration")
-      ->check(CLI::PositiveNumber)
+      ->check(positive_integer)
       ->capture_default_str();
   auto list_option = [&](const char* name, std::vector<int>& target, const std::vector<int>& def, const char* what) {
     std::string shown;
@@ -92,7 +104,7 @@ Action add_verify_command(CLI::App& app, const std::string& command_line) {
     cmd->add_option(name, target, std::string(what) + " [default: " + shown + "]")
         ->delimiter(',')
         ->allow_extra_args(false)
-        ->check(CLI::PositiveNumber);
+        ->check(positive_integer);
   };
   list_option("--d", a->d, theory::default_d, "Model widths d, comma-separated");
   list_option("--heads", a->heads, theory::default_heads, "Head counts H (each must divide every d)");

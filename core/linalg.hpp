@@ -21,38 +21,39 @@ enum class BasisStatus { ok, singular };
 
 template <class S> struct ChangeOfBasis {
   Mat<S> T, T_inv;
-  double kappa = 1.0;  // cond_2(T); +inf when T is exactly singular
+  double kappa = 1.0;  // cond_2(T); +inf when the inverse iteration overflows
   BasisStatus status = BasisStatus::ok;
   bool singular() const { return status == BasisStatus::singular; }
 };
 
 // Largest eigenvalue of a symmetric positive semi-definite operator v ↦ apply(v),
-// by power iteration from a fixed start (deterministic).
-template <class S, class Apply> S top_eigenvalue(Eigen::Index d, Apply apply, int iterations = 60) {
+// by power iteration from a fixed start (deterministic). +inf when an iterate
+// overflows (the operator is numerically unbounded: an inverse of a singular T).
+template <class S, class Apply> double top_eigenvalue(Eigen::Index d, Apply apply, int iterations = 60) {
   Vec<S> v(d);
   for (Eigen::Index i = 0; i < d; ++i) v(i) = S(1) + S(i % 7) / S(10);  // not orthogonal to generic eigenvectors
   v.normalize();
-  S lambda = 0;
+  double lambda = 0;
   for (int it = 0; it < iterations; ++it) {
     Vec<S> w = apply(v);
-    lambda = v.dot(w);
-    const S norm = w.norm();
-    if (!(norm > S(0))) return lambda;
-    v = w / norm;
+    const double norm = to_double(S(w.norm()));
+    if (!std::isfinite(norm)) return std::numeric_limits<double>::infinity();
+    lambda = to_double(S(v.dot(w)));
+    if (norm == 0) return lambda;
+    v = w / S(norm);
   }
   return lambda;
 }
 
-// κ = cond_2(T), +inf if T is exactly singular or the solve is non-finite.
+// κ = cond_2(T) ≥ 1; +inf when the inverse iteration overflows.
 template <class S> double condition_number(const Mat<S>& T, const Eigen::PartialPivLU<Mat<S>>& lu) {
-  using std::sqrt;
   const Eigen::Index d = T.rows();
-  const S smax2 = top_eigenvalue<S>(d, [&](const Vec<S>& v) { return Vec<S>(T.transpose() * (T * v)); });
-  const S inv_smin2 = top_eigenvalue<S>(d, [&](const Vec<S>& v) {
+  const double smax2 = top_eigenvalue<S>(d, [&](const Vec<S>& v) { return Vec<S>(T.transpose() * (T * v)); });
+  const double inv_smin2 = top_eigenvalue<S>(d, [&](const Vec<S>& v) {
     return Vec<S>(lu.solve(Vec<S>(lu.transpose().solve(v))));
   });
-  const double kappa = to_double(sqrt(smax2 * inv_smin2));
-  return std::isfinite(kappa) ? kappa : std::numeric_limits<double>::infinity();
+  const double kappa = std::sqrt(smax2) * std::sqrt(inv_smin2);
+  return std::isfinite(kappa) ? std::max(1.0, kappa) : std::numeric_limits<double>::infinity();
 }
 
 // The threshold on κ·u beyond which a change of basis counts as singular.

@@ -5,13 +5,14 @@
 
 namespace qkvlab {
 
-namespace {
 std::uint64_t splitmix64(std::uint64_t& x) {
   std::uint64_t z = (x += 0x9e3779b97f4a7c15ULL);
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
   return z ^ (z >> 31);
 }
+
+namespace {
 std::uint64_t rotl(std::uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 }  // namespace
 
@@ -21,8 +22,10 @@ std::uint64_t stream_hash(std::string_view name) {
   return h;
 }
 
-Rng::Rng(std::uint64_t seed, std::string_view stream) {
-  std::uint64_t x = seed ^ rotl(stream_hash(stream), 17);
+Rng::Rng(std::uint64_t seed, std::string_view stream) : Rng(seed, stream_hash(stream)) {}
+
+Rng::Rng(std::uint64_t seed, std::uint64_t stream) {
+  std::uint64_t x = seed ^ rotl(stream, 17);
   for (auto& word : s_) word = splitmix64(x);
 }
 

@@ -15,7 +15,9 @@ namespace qkvlab {
 
 class Rng {
  public:
+  // A named stream is the numbered stream stream_hash(name).
   Rng(std::uint64_t seed, std::string_view stream);
+  explicit Rng(std::uint64_t seed, std::uint64_t stream = 0);
 
   std::uint64_t next_u64();
   double uniform();   // in [0, 1)
@@ -35,5 +37,9 @@ class Rng {
 
 // FNV-1a hash of a stream name, for keying streams.
 std::uint64_t stream_hash(std::string_view name);
+
+// splitmix64: advances the state by the golden-ratio increment and mixes it
+// (Vigna's reference; used to fill xoshiro's state).
+std::uint64_t splitmix64(std::uint64_t& state);
 
 }  // namespace qkvlab

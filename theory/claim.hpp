@@ -63,7 +63,7 @@ struct Outcome {
 enum class Kind { identity, statistical };
 
 struct DefaultSweep {
-  std::vector<int> d, heads, layers, seq;
+  std::vector<int> d = {}, heads = {}, layers = {}, seq = {};
 };
 
 struct Claim {

@@ -52,16 +52,15 @@ void validate(const VerifyOptions& o) {
   if (o.trials <= 0) throw UsageError("--trials: must be positive, got " + std::to_string(o.trials));
   if (o.precisions.empty()) throw UsageError("--precision: the list is empty");
   if (o.threads < 0) throw UsageError("--threads: must be non-negative");
-  for (const Claim* c : select_claims(o.ids)) {
-    if (!c->dims.heads) continue;
+  for (const Claim* c : select_claims(o.ids))
     for (int d : pick(o.d, c->defaults.d, default_d)) {
       if (d < 2) throw UsageError("--d: d must be at least 2, got " + std::to_string(d));
+      if (!c->dims.heads) continue;
       for (int h : pick(o.heads, c->defaults.heads, default_heads))
         if (d % h != 0)
           throw UsageError("d=" + std::to_string(d) + " is not divisible by heads=" + std::to_string(h) +
                            " (needed by " + c->id + ")");
     }
-  }
 }
 
 std::vector<Config> sweep(const Claim& claim, const VerifyOptions& o) {
@@ -127,6 +126,7 @@ results::CheckRecord check_record(const Claim& claim, const std::string& config,
   } else {
     r.normalized_err = normalized_error(o.rel_err, unit_roundoff(p), o.kappa);
   }
+  if (o.rel_err == 0 && r.note.empty()) r.note = "bitwise identical: both sides round the same operations";
   if (o.singular) r.status = "singular";
   else if (!r.rel_err || !r.normalized_err) r.status = "non_finite";
   r.pass = r.status == "ok" && *r.normalized_err <= claim.budget;

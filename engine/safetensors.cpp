@@ -1,0 +1,294 @@
+#include "engine/safetensors.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <fstream>
+#include <iterator>
+#include <stdexcept>
+
+#include "engine/json.hpp"
+
+namespace qkvlab::engine {
+namespace {
+
+constexpr std::uint64_t max_header_bytes = 100'000'000;  // the reference implementation's limit
+
+std::size_t dtype_size(DType dtype) { return dtype == DType::F32 ? 4 : 8; }
+const char* dtype_name(DType dtype) { return dtype == DType::F32 ? "F32" : "F64"; }
+
+// Little-endian integers of `bytes` width, whatever the host's byte order.
+void put_le(std::vector<std::uint8_t>& out, std::uint64_t value, int bytes) {
+  for (int k = 0; k < bytes; ++k) out.push_back(std::uint8_t(value >> (8 * k)));
+}
+
+std::uint64_t get_le(const std::uint8_t* in, int bytes) {
+  std::uint64_t value = 0;
+  for (int k = 0; k < bytes; ++k) value |= std::uint64_t(in[k]) << (8 * k);
+  return value;
+}
+
+// The order of the tensors' data: F64 before F32, then by name, so that every
+// tensor starts at a multiple of its element size (the data itself starts at a
+// multiple of 8) and can be read in place.
+std::vector<std::pair<const std::string*, const Tensor*>> data_order(const SafeTensors& file) {
+  std::vector<std::pair<const std::string*, const Tensor*>> order;
+  for (const auto& [name, tensor] : file.tensors) order.emplace_back(&name, &tensor);
+  std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
+    return dtype_size(a.second->dtype) > dtype_size(b.second->dtype);
+  });
+  return order;
+}
+
+std::string header_json(const SafeTensors& file) {
+  std::string json = "{";
+  if (!file.metadata.empty()) {
+    json += "\"__metadata__\":{";
+    for (const auto& [key, value] : file.metadata) json += json_quote(key) + ":" + json_quote(value) + ",";
+    json.back() = '}';
+    json += ",";
+  }
+  std::uint64_t offset = 0;
+  for (const auto& [name, tensor] : data_order(file)) {
+    std::string shape;
+    for (std::size_t k = 0; k < tensor->shape.size(); ++k) {
+      if (k > 0) shape += ',';
+      shape += std::to_string(tensor->shape[k]);
+    }
+    const std::uint64_t end = offset + tensor->data.size();
+    json += json_quote(*name) + ":{\"dtype\":\"" + dtype_name(tensor->dtype) + "\",\"shape\":[" + shape +
+            "],\"data_offsets\":[" + std::to_string(offset) + "," + std::to_string(end) + "]},";
+    offset = end;
+  }
+  if (json.size() > 1) json.pop_back();
+  return json + "}";
+}
+
+// Everything below throws std::runtime_error(reason); parse_safetensors
+// prefixes the source.
+[[noreturn]] void fail(const std::string& reason) { throw std::runtime_error(reason); }
+
+const Json& member(const Json& object, const std::string& key, const std::string& where) {
+  for (std::size_t k = 0; k < object.keys.size(); ++k)
+    if (object.keys[k] == key) return object.items[k];
+  fail(where + " has no " + json_quote(key));
+}
+
+// Number of bytes shape × dtype occupies, or a failure if it overflows.
+std::uint64_t byte_count(const std::vector<std::uint64_t>& shape, DType dtype, const std::string& name) {
+  std::uint64_t count = dtype_size(dtype);
+  for (std::uint64_t extent : shape) {
+    if (extent != 0 && count > UINT64_MAX / extent)
+      fail("tensor " + json_quote(name) + ": shape size overflows");
+    count *= extent;
+  }
+  return count;
+}
+
+struct Entry {
+  std::string name;
+  Tensor tensor;
+  std::uint64_t begin, end;
+};
+
+Entry parse_entry(const std::string& name, const Json& json) {
+  const std::string where = "tensor " + json_quote(name);
+  if (json.kind != Json::Kind::object) fail(where + " is not a JSON object");
+  for (const std::string& key : json.keys)
+    if (key != "dtype" && key != "shape" && key != "data_offsets")
+      fail(where + " has unknown key " + json_quote(key));
+  Entry entry{name, {}, 0, 0};
+  const Json& dtype = member(json, "dtype", where);
+  if (dtype.kind != Json::Kind::string) fail(where + ": dtype is not a string");
+  if (dtype.text == "F32")
+    entry.tensor.dtype = DType::F32;
+  else if (dtype.text == "F64")
+    entry.tensor.dtype = DType::F64;
+  else
+    fail(where + ": unsupported dtype " + json_quote(dtype.text) + ", expected \"F32\" or \"F64\"");
+  const Json& shape = member(json, "shape", where);
+  if (shape.kind != Json::Kind::array) fail(where + ": shape is not an array");
+  for (const Json& extent : shape.items)
+    entry.tensor.shape.push_back(json_to_u64(extent, where + ": a shape entry"));
+  const Json& offsets = member(json, "data_offsets", where);
+  if (offsets.kind != Json::Kind::array || offsets.items.size() != 2)
+    fail(where + ": data_offsets is not [begin, end]");
+  entry.begin = json_to_u64(offsets.items[0], where + ": data_offsets begin");
+  entry.end = json_to_u64(offsets.items[1], where + ": data_offsets end");
+  if (entry.begin > entry.end)
+    fail(where + ": data_offsets begin " + std::to_string(entry.begin) + " > end " +
+         std::to_string(entry.end));
+  const std::uint64_t bytes = byte_count(entry.tensor.shape, entry.tensor.dtype, name);
+  if (entry.end - entry.begin != bytes)
+    fail(where + ": dtype and shape need " + std::to_string(bytes) + " bytes but data_offsets span " +
+         std::to_string(entry.end - entry.begin));
+  return entry;
+}
+
+std::map<std::string, std::string> parse_metadata(const Json& json) {
+  if (json.kind != Json::Kind::object) fail("__metadata__ is not a JSON object");
+  std::map<std::string, std::string> metadata;
+  for (std::size_t k = 0; k < json.keys.size(); ++k) {
+    if (json.items[k].kind != Json::Kind::string)
+      fail("__metadata__ value for " + json_quote(json.keys[k]) + " is not a string");
+    metadata[json.keys[k]] = json.items[k].text;
+  }
+  return metadata;
+}
+
+// The entries sorted by offset must tile [0, data_size) exactly.
+void check_layout(std::vector<Entry>& entries, std::uint64_t data_size) {
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  std::uint64_t covered = 0;
+  const Entry* previous = nullptr;
+  for (const Entry& e : entries) {
+    if (e.end > data_size)
+      fail("file shorter than declared: tensor " + json_quote(e.name) + " ends at data byte " +
+           std::to_string(e.end) + " but only " + std::to_string(data_size) +
+           " data bytes follow the header");
+    if (e.begin < covered)
+      fail("data_offsets of tensors " + json_quote(previous->name) + " and " + json_quote(e.name) +
+           " overlap");
+    if (e.begin > covered) fail("gap in the data before tensor " + json_quote(e.name));
+    covered = e.end;
+    previous = &e;
+  }
+  if (covered != data_size)
+    fail(std::to_string(data_size - covered) + " trailing bytes after the last tensor's data");
+}
+
+SafeTensors parse(std::span<const std::uint8_t> bytes) {
+  if (bytes.size() < 8)
+    fail("file has " + std::to_string(bytes.size()) + " bytes, fewer than the 8-byte header length");
+  const std::uint64_t header_size = get_le(bytes.data(), 8);
+  if (header_size > bytes.size() - 8)
+    fail("bad header length " + std::to_string(header_size) + ": only " + std::to_string(bytes.size() - 8) +
+         " bytes follow it (corrupt or truncated file)");
+  if (header_size > max_header_bytes)
+    fail("bad header length " + std::to_string(header_size) + ": above the 100 MB limit");
+  const std::string_view text(reinterpret_cast<const char*>(bytes.data() + 8), header_size);
+  Json header;
+  try {
+    header = parse_json(text);
+  } catch (const std::runtime_error& e) {
+    fail(std::string("header is not valid JSON (") + e.what() + ")");
+  }
+  if (header.kind != Json::Kind::object) fail("header is not a JSON object");
+  SafeTensors file;
+  std::vector<Entry> entries;
+  for (std::size_t k = 0; k < header.keys.size(); ++k) {
+    if (header.keys[k] == "__metadata__")
+      file.metadata = parse_metadata(header.items[k]);
+    else
+      entries.push_back(parse_entry(header.keys[k], header.items[k]));
+  }
+  const std::span<const std::uint8_t> data = bytes.subspan(8 + header_size);
+  check_layout(entries, data.size());
+  for (Entry& e : entries) {
+    e.tensor.data.assign(data.begin() + e.begin, data.begin() + e.end);
+    file.tensors[e.name] = std::move(e.tensor);
+  }
+  return file;
+}
+
+}  // namespace
+
+std::vector<std::uint8_t> serialize_safetensors(const SafeTensors& file) {
+  for (const auto& [name, tensor] : file.tensors) {
+    require(name != "__metadata__", "safetensors: a tensor cannot be named __metadata__");
+    require(byte_count(tensor.shape, tensor.dtype, name) == tensor.data.size(),
+            "safetensors: tensor " + json_quote(name) + " has " + std::to_string(tensor.data.size()) +
+                " bytes, its dtype and shape need another number");
+  }
+  std::string header = header_json(file);
+  header.append((8 - header.size() % 8) % 8, ' ');
+  std::vector<std::uint8_t> bytes;
+  put_le(bytes, header.size(), 8);
+  bytes.insert(bytes.end(), header.begin(), header.end());
+  for (const auto& [name, tensor] : data_order(file))
+    bytes.insert(bytes.end(), tensor->data.begin(), tensor->data.end());
+  return bytes;
+}
+
+SafeTensors parse_safetensors(std::span<const std::uint8_t> bytes, const std::string& source) {
+  try {
+    return parse(bytes);
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error("safetensors: " + source + ": " + e.what());
+  }
+}
+
+void save_safetensors(const std::filesystem::path& path, const SafeTensors& file) {
+  const std::vector<std::uint8_t> bytes = serialize_safetensors(file);
+  std::filesystem::path temporary = path;
+  temporary += ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+    out.write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
+    out.close();
+    if (!out) {
+      std::error_code ignored;
+      std::filesystem::remove(temporary, ignored);
+      throw std::runtime_error("safetensors: cannot write " + temporary.string());
+    }
+  }
+  std::error_code error;
+  std::filesystem::rename(temporary, path, error);
+  if (error) {
+    std::error_code ignored;
+    std::filesystem::remove(temporary, ignored);
+    throw std::runtime_error("safetensors: cannot rename " + temporary.string() + " to " + path.string() +
+                             ": " + error.message());
+  }
+}
+
+SafeTensors load_safetensors(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("safetensors: cannot open " + path.string());
+  const std::vector<std::uint8_t> bytes{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  if (in.bad()) throw std::runtime_error("safetensors: cannot read " + path.string());
+  return parse_safetensors(bytes, path.string());
+}
+
+template <class S>
+Tensor to_tensor(const Mat<S>& M) {
+  using Bits = std::conditional_t<std::is_same_v<S, float>, std::uint32_t, std::uint64_t>;
+  Tensor tensor{std::is_same_v<S, float> ? DType::F32 : DType::F64,
+                {std::uint64_t(M.rows()), std::uint64_t(M.cols())},
+                {}};
+  tensor.data.reserve(M.size() * sizeof(S));
+  for (Eigen::Index i = 0; i < M.rows(); ++i)
+    for (Eigen::Index j = 0; j < M.cols(); ++j) put_le(tensor.data, std::bit_cast<Bits>(M(i, j)), sizeof(S));
+  return tensor;
+}
+
+template <class S>
+Mat<S> to_matrix(const Tensor& tensor, const std::string& name) {
+  using Bits = std::conditional_t<std::is_same_v<S, float>, std::uint32_t, std::uint64_t>;
+  const DType expected = std::is_same_v<S, float> ? DType::F32 : DType::F64;
+  if (tensor.dtype != expected)
+    throw std::runtime_error("tensor " + json_quote(name) + " is " + dtype_name(tensor.dtype) +
+                             ", expected " + dtype_name(expected));
+  if (tensor.shape.size() != 2)
+    throw std::runtime_error("tensor " + json_quote(name) + " has " + std::to_string(tensor.shape.size()) +
+                             " dimensions, expected 2");
+  if (byte_count(tensor.shape, tensor.dtype, name) != tensor.data.size())
+    throw std::runtime_error("tensor " + json_quote(name) + " has the wrong number of bytes for its shape");
+  const auto rows = Eigen::Index(tensor.shape[0]), cols = Eigen::Index(tensor.shape[1]);
+  Mat<S> M(rows, cols);
+  const std::uint8_t* in = tensor.data.data();
+  for (Eigen::Index i = 0; i < rows; ++i)
+    for (Eigen::Index j = 0; j < cols; ++j, in += sizeof(S))
+      M(i, j) = std::bit_cast<S>(Bits(get_le(in, sizeof(S))));
+  return M;
+}
+
+template Tensor to_tensor<float>(const Mat<float>&);
+template Tensor to_tensor<double>(const Mat<double>&);
+template Mat<float> to_matrix<float>(const Tensor&, const std::string&);
+template Mat<double> to_matrix<double>(const Tensor&, const std::string&);
+
+}  // namespace qkvlab::engine

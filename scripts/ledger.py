@@ -1,0 +1,48 @@
+#!/usr/bin/env python3
+"""Summarizes `qkvlab verify --format json` per claim id, as the verdict table of docs/claims.md.
+
+Usage: build/qkvlab verify --format json --quiet | python3 scripts/ledger.py
+"""
+import json
+import sys
+from collections import defaultdict
+
+
+def fmt(x):
+    return "-" if x is None else f"{x:.2g}"
+
+
+def main():
+    report = json.load(sys.stdin)
+    checks, controls, slopes = defaultdict(list), defaultdict(list), defaultdict(list)
+    for c in report["checks"]:
+        checks[c["id"]].append(c)
+    for c in report["controls"]:
+        controls[c["id"]].append(c)
+    for l in report["ladders"]:
+        if l["slope"] is not None:
+            slopes[l["id"]].append(l["slope"])
+    print(f"Seed {report['seed']}, qkvlab {report.get('version', '?')}.\n")
+    print("| id | checks passed | max e (float / double / long double / mp50) | ladder slope | controls failed | smallest control rel_err |")
+    print("|---|---|---|---|---|---|")
+    for cid, rows in checks.items():
+        passed = sum(r["pass"] for r in rows)
+        worst = {}
+        for r in rows:
+            e = r["normalized_err"]
+            if e is not None:
+                worst[r["precision"]] = max(worst.get(r["precision"], 0.0), e)
+        e_text = " / ".join(fmt(worst.get(p)) for p in ("float", "double", "long_double", "mp50"))
+        s = slopes[cid]
+        slope = f"{min(s):.3f} – {max(s):.3f}" if s else "- (bitwise equal)" if all(r["rel_err"] == 0 for r in rows) else "-"
+        ctl = controls[cid]
+        failed = sum(c["failed_as_expected"] for c in ctl)
+        errs = [c["rel_err"] for c in ctl if c["rel_err"] is not None]
+        print(f"| {cid} | {passed}/{len(rows)} | {e_text} | {slope} | {failed}/{len(ctl)} | {fmt(min(errs)) if errs else '-'} |")
+    s = report["summary"]
+    print(f"\nSummary: {s['passed']}/{s['checks']} checks passed, "
+          f"{s['controls_failed_as_expected']}/{s['controls']} controls failed as expected, ok = {str(s['ok']).lower()}.")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs the Debian packages qkvlab needs (only those missing; non-interactive,
+# idempotent), then configures and builds into build/. The program is build/qkvlab.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(
+  cmake make g++ pkg-config
+  libeigen3-dev libboost-dev libmpfr-dev libgmp-dev   # linear algebra, multiprecision
+  libhdf5-dev libcli11-dev                            # results files, command line
+  libgtest-dev python3 python3-h5py                   # tests read JSON, XML and HDF5 back
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
+cmake --build build -j"$(nproc)"

@@ -1,0 +1,363 @@
+// theory/: every registered claim at a small configuration and every
+// precision (its identity holds to the budget, its controls fail by a wide
+// margin, its error tracks u down the precision ladder), the statistical
+// claim, and the verify runner (selection, validation, reproducibility).
+#include "core/errors.hpp"
+#include "core/reparametrize.hpp"
+#include "theory/claims.hpp"
+#include "theory/verify.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace qkvlab::theory {
+namespace {
+
+constexpr std::uint64_t kSeed = 2024;
+
+const Claim& claim_by_id(const std::string& id) {
+  for (const auto& c : all_claims())
+    if (c.id == id) return c;
+  throw std::invalid_argument("no claim " + id);
+}
+
+std::vector<std::string> claim_ids(Kind kind) {
+  std::vector<std::string> ids;
+  for (const auto& c : all_claims())
+    if (c.kind == kind) ids.push_back(c.id);
+  return ids;
+}
+
+// The small configurations of a claim: d=8, 2 heads, 2 layers, 4 tokens,
+// both masks where the claim distinguishes them, each of its variants.
+std::vector<Config> small_configs(const Claim& claim) {
+  std::vector<Config> configs;
+  std::vector<Mask> masks{Mask::causal};
+  if (claim.dims.mask) masks.push_back(Mask::bidirectional);
+  for (Mask mask : masks) {
+    Config c;
+    c.d = 8, c.heads = 2, c.layers = 2, c.seq = 4, c.mask = mask;
+    const auto variants = claim.variants ? claim.variants(c) : std::vector<std::string>{""};
+    for (const auto& v : variants) {
+      c.variant = v;
+      configs.push_back(c);
+    }
+  }
+  return configs;
+}
+
+// One configuration at one precision, drawing from the stream verify() uses,
+// so every precision sees the same weights.
+Outcome run_claim(const Claim& claim, const Config& config, Precision p) {
+  Rng rng(kSeed, claim.id + "|" + describe(claim, config));
+  return claim.run(config, p, rng);
+}
+
+// A control fails either by a large error or by detecting a singular basis
+// (control_by_detection), in which case its error measures nothing.
+bool is_detection_control(const ControlOutcome& c) { return c.note == "singular basis detected"; }
+
+std::string gtest_name(std::string id) {
+  std::replace(id.begin(), id.end(), '.', '_');
+  return id;
+}
+
+// --- the registry ---------------------------------------------------------------------
+
+TEST(Registry, HoldsTheClaimsOfTheSpecInLedgerOrder) {
+  const std::vector<std::string> expected{"qwe.obs3.1", "qwe.lemma3.1", "qwe.prop4.1",  "qwe.prop4.2",
+                                          "qwe.thm4.1", "qwe.remark4",  "qwe.lemma8.5", "qwe.thm4.2",
+                                          "qwe.lemma8.6", "qwe.thm4.3", "qwe.scale8.2"};
+  std::vector<std::string> ids;
+  for (const auto& c : all_claims()) ids.push_back(c.id);
+  EXPECT_EQ(ids, expected);
+  // Every statistical claim has its own test below; a new one needs one too.
+  EXPECT_EQ(claim_ids(Kind::statistical), std::vector<std::string>{"qwe.scale8.2"});
+}
+
+// --- every identity claim ----------------------------------------------------------------
+
+class IdentityClaim : public ::testing::TestWithParam<std::string> {
+ protected:
+  const Claim& claim() const { return claim_by_id(GetParam()); }
+};
+
+TEST_P(IdentityClaim, HoldsWithinBudgetAndEveryControlFails) {
+  for (const Config& config : small_configs(claim())) {
+    for (Precision p : all_precisions) {
+      const std::string where = describe(claim(), config) + " [" + std::string(precision_name(p)) + "]";
+      const Outcome o = run_claim(claim(), config, p);
+      EXPECT_FALSE(o.singular) << where;
+      const auto e = normalized_error(o.rel_err, unit_roundoff(p), o.kappa);
+      ASSERT_TRUE(e.has_value()) << where << " rel_err " << o.rel_err << " kappa " << o.kappa;
+      EXPECT_LE(*e, claim().budget) << where << " rel_err " << o.rel_err << " kappa " << o.kappa;
+      ASSERT_FALSE(o.controls.empty()) << where;
+      for (const auto& c : o.controls) {
+        EXPECT_TRUE(c.failed_as_expected) << where << " control '" << c.name << "' " << c.note;
+        if (is_detection_control(c)) continue;
+        ASSERT_TRUE(c.rel_err.has_value()) << where << " control '" << c.name << "'";
+        EXPECT_GE(*c.rel_err, control_threshold) << where << " control '" << c.name << "'";
+      }
+    }
+  }
+}
+
+TEST_P(IdentityClaim, ErrorTracksUnitRoundoffDownThePrecisionLadder) {
+  for (const Config& config : small_configs(claim())) {
+    const std::string where = describe(claim(), config);
+    std::map<Precision, double> err;
+    std::vector<LadderPoint> points;
+    for (Precision p : all_precisions) {
+      err[p] = run_claim(claim(), config, p).rel_err;
+      points.push_back({unit_roundoff(p), err[p]});
+    }
+    // u falls by 2^115 ≈ 4e34 from double to mp50; an exact identity's error
+    // falls with it, an approximate one would plateau.
+    EXPECT_LE(err[Precision::mp50], 1e-20 * err[Precision::f64]) << where;
+    const auto slope = ladder_slope(points);
+    if (slope) {
+      EXPECT_GE(*slope, 0.8) << where;
+      EXPECT_LE(*slope, 1.2) << where;
+    } else {
+      // No slope means fewer than two precisions had a non-zero error: the two
+      // sides then agree bit for bit at double and beyond, which no
+      // approximate identity can do.
+      EXPECT_EQ(err[Precision::f64], 0.0) << where;
+      EXPECT_EQ(err[Precision::f80], 0.0) << where;
+      EXPECT_EQ(err[Precision::mp50], 0.0) << where;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllClaims, IdentityClaim, ::testing::ValuesIn(claim_ids(Kind::identity)),
+                         [](const auto& info) { return gtest_name(info.param); });
+
+// --- the statistical claim --------------------------------------------------------------
+
+TEST(Scale82, MonteCarloRatioAgreesWithTheAnalyticValue) {
+  const Claim& claim = claim_by_id("qwe.scale8.2");
+  Config config;
+  config.d = 64, config.heads = 4;
+  const Outcome o = run_claim(claim, config, Precision::f64);
+  ASSERT_TRUE(o.statistic.has_value());
+  const Statistic& s = *o.statistic;
+  EXPECT_DOUBLE_EQ(s.expected, 1.0 / (0.02 * std::sqrt(64.0)));  // 6.25
+  // The standard error must be small enough for the comparison to mean something.
+  EXPECT_GT(s.std_err, 0.0);
+  EXPECT_LT(s.std_err, 0.02 * s.expected);
+  EXPECT_LE(std::abs(s.value - s.expected), 4 * s.std_err) << s.value << " vs " << s.expected;
+  // The same z-test rejects both "nothing changes" (ratio 1) and the paper's rounded factor 2.
+  EXPECT_GT(std::abs(s.value - 1.0), 4 * s.std_err);
+  EXPECT_GT(std::abs(s.value - 2.0), 4 * s.std_err);
+  ASSERT_EQ(o.controls.size(), 1u);
+  EXPECT_TRUE(o.controls[0].failed_as_expected) << o.controls[0].name;
+  ASSERT_TRUE(o.controls[0].rel_err.has_value());
+  EXPECT_GE(*o.controls[0].rel_err, control_threshold);
+}
+
+// --- a singular basis is reported, not measured ----------------------------------------
+
+TEST(SingularBasis, Lemma31WithAnExactlySingularQueryWeightIsFlagged) {
+  Rng rng(kSeed, "singular W_Q");
+  auto w = random_attention<double>(rng, 8, 2);
+  const MatD X = rng.gaussian(4, 8);
+  w.W_Q.col(7) = w.W_Q.col(3);  // rank 7
+  const auto T = change_of_basis<double>(w.W_Q);
+  EXPECT_TRUE(T.singular());
+  // The reparametrized MHA through T⁻¹ is garbage: an error that would be
+  // reported as a failure of Lemma 3.1 if singularity went undetected ...
+  const double err = rel_err<double>(mha<double>(X, w, Mask::causal), mha<double>(X * T.T, reparametrize<double>(w, T),
+                                                                                   Mask::causal));
+  EXPECT_FALSE(err < control_threshold) << err;
+  // ... so no normalized error exists to compare with the budget.
+  EXPECT_FALSE(normalized_error(err, unit_roundoff<double>(), T.kappa).has_value()) << "kappa " << T.kappa;
+
+  // Control: the same weights with an invertible W_Q give a measurement that passes.
+  const auto w_ok = random_attention<double>(rng, 8, 2);
+  const auto T_ok = change_of_basis<double>(w_ok.W_Q);
+  ASSERT_FALSE(T_ok.singular());
+  const double ok_err = rel_err<double>(mha<double>(X, w_ok, Mask::causal),
+                                        mha<double>(X * T_ok.T, reparametrize<double>(w_ok, T_ok), Mask::causal));
+  const auto e = normalized_error(ok_err, unit_roundoff<double>(), T_ok.kappa);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_LE(*e, default_budget);
+}
+
+TEST(SingularBasis, VerifyReportsTheNearSingularControlAsDetected) {
+  VerifyOptions o;
+  o.ids = {"qwe.lemma3.1"};
+  o.seed = kSeed;
+  o.d = {8};
+  o.heads = {2};
+  o.seq = {4};
+  const auto report = verify(o);
+  std::size_t detected = 0;
+  for (const auto& c : report.controls)
+    if (c.name.find("near-singular") != std::string::npos) {
+      EXPECT_TRUE(c.failed_as_expected) << c.config << " [" << c.precision << "]";
+      EXPECT_EQ(c.note, "singular basis detected") << c.config << " [" << c.precision << "]";
+      ++detected;
+    }
+  // 2 masks × 3 eliminated weights × 4 precisions.
+  EXPECT_EQ(detected, 24u);
+}
+
+// --- verify(): selection and validation ----------------------------------------------------
+
+std::vector<std::string> selected_ids(const std::vector<std::string>& args) {
+  std::vector<std::string> ids;
+  for (const Claim* c : select_claims(args)) ids.push_back(c->id);
+  return ids;
+}
+
+TEST(SelectClaims, PrefixesSelectTheirFamilies) {
+  EXPECT_EQ(selected_ids({"qwe.thm4"}), (std::vector<std::string>{"qwe.thm4.1", "qwe.thm4.2", "qwe.thm4.3"}));
+  EXPECT_EQ(selected_ids({"qwe.lemma8"}), (std::vector<std::string>{"qwe.lemma8.5", "qwe.lemma8.6"}));
+  EXPECT_EQ(selected_ids({"qwe.remark4"}), std::vector<std::string>{"qwe.remark4"});
+  // Registry order, each claim once, whatever the order of the arguments.
+  EXPECT_EQ(selected_ids({"qwe.thm4.3", "qwe.obs", "qwe.thm4"}),
+            (std::vector<std::string>{"qwe.obs3.1", "qwe.thm4.1", "qwe.thm4.2", "qwe.thm4.3"}));
+  EXPECT_EQ(selected_ids({}).size(), all_claims().size());
+}
+
+TEST(SelectClaims, UnknownIdIsAUsageError) {
+  EXPECT_THROW(select_claims({"qwe.thm9"}), UsageError);
+  EXPECT_THROW(select_claims({"qwe.thm4.1", "nonsense"}), UsageError);
+  VerifyOptions o;
+  o.ids = {"qwe.nope"};
+  EXPECT_THROW(verify(o), UsageError);
+}
+
+VerifyOptions small_options() {
+  VerifyOptions o;
+  o.seed = kSeed;
+  o.d = {8};
+  o.heads = {2};
+  o.layers = {2};
+  o.seq = {4};
+  o.threads = 2;
+  return o;
+}
+
+TEST(Validate, AcceptsASmallSweep) { EXPECT_NO_THROW(validate(small_options())); }
+
+TEST(Validate, RejectsBadOptionsWithUsageError) {
+  struct Case {
+    const char* what;
+    void (*change)(VerifyOptions&);
+  };
+  const Case cases[] = {
+      {"d not divisible by heads", [](VerifyOptions& o) { o.d = {10}, o.heads = {4}; }},
+      {"one d of several not divisible", [](VerifyOptions& o) { o.d = {8, 12}, o.heads = {8}; }},
+      {"d = 0", [](VerifyOptions& o) { o.d = {0}; }},
+      {"d < 0", [](VerifyOptions& o) { o.d = {-8}; }},
+      {"heads = 0", [](VerifyOptions& o) { o.heads = {0}; }},
+      {"layers = 0", [](VerifyOptions& o) { o.layers = {0}; }},
+      {"layers < 0", [](VerifyOptions& o) { o.layers = {-1}; }},
+      {"seq = 0", [](VerifyOptions& o) { o.seq = {0}; }},
+      {"seq < 0", [](VerifyOptions& o) { o.seq = {4, -4}; }},
+      {"empty d list", [](VerifyOptions& o) { o.d = std::vector<int>{}; }},
+      {"trials = 0", [](VerifyOptions& o) { o.trials = 0; }},
+      {"trials < 0", [](VerifyOptions& o) { o.trials = -2; }},
+      {"no precision", [](VerifyOptions& o) { o.precisions.clear(); }},
+      {"unknown id", [](VerifyOptions& o) { o.ids = {"qwe.unknown"}; }},
+  };
+  for (const Case& c : cases) {
+    VerifyOptions o = small_options();
+    c.change(o);
+    EXPECT_THROW(validate(o), UsageError) << c.what;
+    EXPECT_THROW(verify(o), UsageError) << c.what;
+  }
+}
+
+TEST(Validate, RejectsDOfOneForEveryClaim) {
+  // d = 1 leaves nothing to check: one 1×1 head. qwe.prop4.1's control runs
+  // H = d heads for odd d, so at d = 1 it compares a computation with itself
+  // and cannot fail.
+  for (const auto& claim : all_claims()) {
+    VerifyOptions o = small_options();
+    o.ids = {claim.id};
+    o.d = {1};
+    o.heads = {1};
+    EXPECT_THROW(validate(o), UsageError) << claim.id;
+  }
+}
+
+// --- verify(): reproducibility ------------------------------------------------------------
+
+// Every number of a report, as bit patterns (absent numbers as a marker), in order.
+std::vector<std::uint64_t> report_bits(const results::Report& r) {
+  std::vector<std::uint64_t> bits;
+  auto add = [&](std::optional<double> x) { bits.push_back(x ? std::bit_cast<std::uint64_t>(*x) : ~0ULL); };
+  for (const auto& c : r.checks) add(c.rel_err), add(c.kappa), add(c.normalized_err);
+  for (const auto& c : r.controls) add(c.rel_err);
+  for (const auto& l : r.ladders) add(l.slope);
+  return bits;
+}
+
+std::vector<std::string> record_keys(const results::Report& r) {
+  std::vector<std::string> keys;
+  for (const auto& c : r.checks) keys.push_back(c.id + "|" + c.config + "|" + c.precision);
+  for (const auto& c : r.controls) keys.push_back(c.id + "|" + c.name + "|" + c.config + "|" + c.precision);
+  return keys;
+}
+
+class Reproducibility : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { first_ = verify(small_options()); }
+  static void TearDownTestSuite() { first_.reset(); }
+  static const results::Report& first() { return *first_; }
+
+ private:
+  static inline std::optional<results::Report> first_;
+};
+
+TEST_F(Reproducibility, SmallSweepOfEveryClaimPasses) {
+  const auto s = first().summary();
+  EXPECT_TRUE(s.ok);
+  EXPECT_EQ(s.passed, s.checks);
+  EXPECT_EQ(s.controls_failed_as_expected, s.controls);
+  // Every claim contributes records.
+  for (const auto& claim : all_claims())
+    EXPECT_TRUE(std::ranges::any_of(first().checks, [&](const auto& c) { return c.id == claim.id; })) << claim.id;
+}
+
+TEST_F(Reproducibility, SameSeedGivesBitIdenticalNumbers) {
+  const auto again = verify(small_options());
+  EXPECT_EQ(record_keys(again), record_keys(first()));
+  EXPECT_EQ(report_bits(again), report_bits(first()));
+}
+
+TEST_F(Reproducibility, ThreadCountDoesNotChangeAnyNumber) {
+  auto one_thread = small_options();  // first() ran on two threads
+  one_thread.threads = 1;
+  const auto serial = verify(one_thread);
+  EXPECT_EQ(record_keys(serial), record_keys(first()));
+  EXPECT_EQ(report_bits(serial), report_bits(first()));
+}
+
+TEST_F(Reproducibility, DifferentSeedGivesDifferentNumbers) {
+  auto other = small_options();
+  other.seed = kSeed + 1;
+  const auto report = verify(other);
+  ASSERT_EQ(record_keys(report), record_keys(first()));
+  const auto a = report_bits(report), b = report_bits(first());
+  std::size_t same = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) same += a[i] == b[i];
+  // A few numbers are seed-independent by construction (κ = 1 where nothing is
+  // inverted, errors that are exactly 0); the rest must change.
+  EXPECT_LT(same, a.size() / 4) << same << " of " << a.size() << " numbers unchanged";
+  EXPECT_TRUE(report.summary().ok);
+}
+
+}  // namespace
+}  // namespace qkvlab::theory

@@ -1,0 +1,354 @@
+// The qkvlab program, run as a user runs it: its exit status, stdout and
+// stderr, and the files it writes. JSON and JUnit are parsed by Python's
+// standard library, independently of the C++ writers.
+#include "theory/claim.hpp"
+
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct RunResult {
+  int status = -1;  // exit status; -1 when the process did not exit normally
+  std::string out, err;
+};
+
+// Single-quoted for the shell (the paths used here contain no quote).
+std::string quoted(const fs::path& p) {
+  std::string q = "'";
+  q += p.string();
+  q += '\'';
+  return q;
+}
+
+std::string read_file(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+void write_file(const fs::path& p, const std::string& text) { std::ofstream(p, std::ios::binary) << text; }
+
+std::size_t count_lines(const std::string& text) { return std::size_t(std::count(text.begin(), text.end(), '\n')); }
+
+std::vector<std::string> lines_of(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+// The integer after "name=" in a line of "name=value" pairs.
+long field(const std::string& line, const std::string& name) {
+  const auto at = line.find(name + "=");
+  if (at == std::string::npos) throw std::invalid_argument("no field " + name + " in: " + line);
+  return std::stol(line.substr(at + name.size() + 1));
+}
+
+std::string python() { return fs::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3"; }
+
+// Checks the JSON contract of `qkvlab verify --format json` and prints one
+// line of counts; on a violation prints what is wrong and exits 1.
+constexpr const char* kContractScript = R"py(
+import json, sys
+doc = json.load(open(sys.argv[1]))
+
+def fail(message):
+    print("CONTRACT VIOLATION: " + message)
+    sys.exit(1)
+
+def number(x): return isinstance(x, (int, float)) and not isinstance(x, bool)
+def maybe_number(x): return x is None or number(x)
+def text(x): return isinstance(x, str)
+def flag(x): return isinstance(x, bool)
+def count(x): return isinstance(x, int) and not isinstance(x, bool) and x >= 0
+def array(x): return isinstance(x, list)
+def obj(x): return isinstance(x, dict)
+
+def need(record, where, fields):
+    if not obj(record): fail(where + " is not an object")
+    for name, ok in fields.items():
+        if name not in record: fail(where + " lacks " + name)
+        if not ok(record[name]): fail(where + "." + name + " has the wrong type: " + repr(record[name]))
+
+need(doc, "document", {"seed": count, "checks": array, "controls": array, "ladders": array, "summary": obj})
+checks, controls, ladders, summary = doc["checks"], doc["controls"], doc["ladders"], doc["summary"]
+for i, c in enumerate(checks):
+    need(c, "checks[%d]" % i, {"id": text, "config": text, "precision": text, "rel_err": maybe_number,
+                               "kappa": maybe_number, "normalized_err": maybe_number, "budget": number, "pass": flag})
+for i, c in enumerate(controls):
+    need(c, "controls[%d]" % i, {"id": text, "name": text, "config": text, "precision": text,
+                                 "rel_err": maybe_number, "failed_as_expected": flag})
+for i, l in enumerate(ladders):
+    need(l, "ladders[%d]" % i, {"id": text, "config": text, "slope": maybe_number})
+need(summary, "summary", {"checks": count, "passed": count, "controls": count,
+                          "controls_failed_as_expected": count, "ok": flag})
+if summary["checks"] != len(checks): fail("summary.checks != number of checks")
+if summary["passed"] != sum(c["pass"] for c in checks): fail("summary.passed != passing checks")
+if summary["controls"] != len(controls): fail("summary.controls != number of controls")
+if summary["controls_failed_as_expected"] != sum(c["failed_as_expected"] for c in controls):
+    fail("summary.controls_failed_as_expected != controls that failed")
+if summary["ok"] != (len(checks) > 0 and summary["passed"] == len(checks)
+                     and summary["controls_failed_as_expected"] == len(controls)):
+    fail("summary.ok inconsistent with the counts")
+controlled = set((c["id"], c["config"], c["precision"]) for c in controls)
+uncontrolled = sum((c["id"], c["config"], c["precision"]) not in controlled for c in checks)
+with_statistic = sum(all(f in c for f in ("statistic", "expected", "std_err")) for c in checks)
+ids = ",".join(sorted(set(c["id"] for c in checks)))
+print("seed=%d checks=%d controls=%d ladders=%d uncontrolled=%d with_statistic=%d ok=%s ids=%s"
+      % (doc["seed"], len(checks), len(controls), len(ladders), uncontrolled, with_statistic, summary["ok"], ids))
+)py";
+
+// Prints "id precision statistic expected std_err" for each statistical record.
+constexpr const char* kStatisticScript = R"py(
+import json, sys
+for c in json.load(open(sys.argv[1]))["checks"]:
+    if "statistic" in c:
+        print(c["id"], c["precision"], repr(float(c["statistic"])), repr(float(c["expected"])), repr(float(c["std_err"])))
+)py";
+
+// Parses a JUnit file and prints its testcase and failure counts and suite names.
+constexpr const char* kJunitScript = R"py(
+import sys, xml.etree.ElementTree as ET
+root = ET.parse(sys.argv[1]).getroot()
+cases = list(root.iter("testcase"))
+failures = sum(1 for c in cases if c.find("failure") is not None)
+suites = ",".join(sorted(s.get("name") for s in root.iter("testsuite")))
+print("root=%s testcases=%d failures=%d suites=%s" % (root.tag, len(cases), failures, suites))
+)py";
+
+class Cli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string pattern = (fs::path(::testing::TempDir()) / "qkvlab_cli_XXXXXX").string();
+    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
+    dir_ = pattern;
+    outputs_ = dir_ / "outputs";
+    fs::create_directory(outputs_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // Runs a shell command, capturing stdout, stderr and the exit status.
+  RunResult shell(const std::string& command) const {
+    const fs::path err_file = dir_ / "stderr.txt";
+    RunResult r;
+    FILE* pipe = popen((command + " 2>" + quoted(err_file)).c_str(), "r");
+    if (!pipe) return r;
+    char buf[4096];
+    for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, pipe)) > 0;) r.out.append(buf, n);
+    const int raw = pclose(pipe);
+    r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+    r.err = read_file(err_file);
+    return r;
+  }
+
+  RunResult qkvlab(const std::string& args) const { return shell(quoted(QKVLAB_BINARY) + " " + args); }
+
+  RunResult run_python(const char* script, const fs::path& input) const {
+    const fs::path script_file = dir_ / "script.py";
+    write_file(script_file, script);
+    return shell(python() + " " + quoted(script_file) + " " + quoted(input));
+  }
+
+  // Saves text under the work directory (not under outputs_) and returns its path.
+  fs::path save(const std::string& name, const std::string& text) const {
+    write_file(dir_ / name, text);
+    return dir_ / name;
+  }
+
+  // The one line the contract script prints for a JSON document.
+  std::string contract_line(const std::string& json) const {
+    const RunResult r = run_python(kContractScript, save("report.json", json));
+    EXPECT_EQ(r.status, 0) << r.out << r.err;
+    return r.out;
+  }
+
+  fs::path dir_, outputs_;
+};
+
+constexpr const char* kProp4 = "verify --format json qwe.prop4 --d 8 --heads 2 --seq 4 --layers 1";
+
+// --- --list ---------------------------------------------------------------------------
+
+TEST_F(Cli, ListPrintsEveryClaimId) {
+  const RunResult r = qkvlab("verify --list");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto lines = lines_of(r.out);
+  const auto& claims = qkvlab::theory::all_claims();
+  ASSERT_EQ(lines.size(), claims.size()) << r.out;
+  for (std::size_t i = 0; i < claims.size(); ++i) {
+    EXPECT_EQ(lines[i].rfind(claims[i].id + " ", 0), 0u) << lines[i];
+    EXPECT_NE(lines[i].find(claims[i].statement), std::string::npos) << lines[i];
+  }
+}
+
+// --- JSON -----------------------------------------------------------------------------
+
+TEST_F(Cli, JsonOutputHasTheContractFields) {
+  const RunResult r = qkvlab(kProp4);
+  ASSERT_EQ(r.status, 0) << r.err;
+  // qwe.prop4 selects prop4.1 and prop4.2: 2 claims × 2 masks × 4 precisions.
+  EXPECT_EQ(contract_line(r.out),
+            "seed=1 checks=16 controls=24 ladders=4 uncontrolled=0 with_statistic=0 ok=True "
+            "ids=qwe.prop4.1,qwe.prop4.2\n");
+}
+
+TEST_F(Cli, ContractCheckerRejectsAMissingField) {
+  // Control for the test above: the checker notices one field gone.
+  const RunResult r = qkvlab(kProp4);
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::string broken = r.out;
+  const auto at = broken.find("\"kappa\": ");
+  ASSERT_NE(at, std::string::npos);
+  broken.erase(at, broken.find(", ", at) + 2 - at);
+  const RunResult check = run_python(kContractScript, save("broken.json", broken));
+  EXPECT_EQ(check.status, 1);
+  EXPECT_EQ(check.out, "CONTRACT VIOLATION: checks[0] lacks kappa\n");
+}
+
+TEST_F(Cli, StatisticalRecordCarriesStatisticExpectedAndStdErr) {
+  const RunResult r = qkvlab("verify --format json qwe.scale8.2 --d 64 --heads 4");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::string counts = contract_line(r.out);
+  EXPECT_EQ(field(counts, "checks"), 1) << counts;
+  EXPECT_EQ(field(counts, "with_statistic"), 1) << counts;
+  const RunResult stats = run_python(kStatisticScript, save("scale.json", r.out));
+  ASSERT_EQ(stats.status, 0) << stats.err;
+  std::istringstream in(stats.out);
+  std::string id, precision;
+  double statistic = 0, expected = 0, std_err = 0;
+  ASSERT_TRUE(in >> id >> precision >> statistic >> expected >> std_err) << stats.out;
+  EXPECT_EQ(id, "qwe.scale8.2");
+  EXPECT_EQ(precision, "double");
+  EXPECT_DOUBLE_EQ(expected, 6.25);  // 1 / (0.02 · sqrt(64))
+  EXPECT_GT(std_err, 0.0);
+  EXPECT_LE(std::abs(statistic - expected), 4 * std_err);
+}
+
+TEST_F(Cli, SameCommandTwiceGivesByteIdenticalJson) {
+  const std::string args = "verify --format json qwe.lemma3.1 qwe.thm4 --d 8 --heads 2 --seq 4 --layers 2";
+  const RunResult first = qkvlab(args), second = qkvlab(args);
+  ASSERT_EQ(first.status, 0) << first.err;
+  ASSERT_EQ(second.status, 0) << second.err;
+  EXPECT_GT(first.out.size(), 1000u);
+  EXPECT_EQ(first.out, second.out);
+}
+
+TEST_F(Cli, ThreadCountDoesNotChangeTheJson) {
+  const std::string args = "verify --format json qwe.lemma3.1 qwe.thm4 --d 8 --heads 2 --seq 4 --layers 2";
+  const RunResult one = qkvlab(args + " --threads 1"), two = qkvlab(args + " --threads 2");
+  ASSERT_EQ(one.status, 0) << one.err;
+  ASSERT_EQ(two.status, 0) << two.err;
+  // The documents may differ only in "command_line", which echoes the arguments.
+  const auto a = lines_of(one.out), b = lines_of(two.out);
+  ASSERT_EQ(a.size(), b.size());
+  std::size_t differing = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (a[i] == b[i]) continue;
+    ++differing;
+    EXPECT_EQ(a[i].rfind("  \"command_line\": ", 0), 0u) << a[i];
+  }
+  EXPECT_EQ(differing, 1u);
+}
+
+// --- table ---------------------------------------------------------------------------------
+
+TEST_F(Cli, TableHasPassRowsAndTheSummaryLine) {
+  const RunResult r = qkvlab("verify qwe.prop4.1 --d 8 --seq 4");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto lines = lines_of(r.out);
+  ASSERT_GE(lines.size(), 3u) << r.out;
+  EXPECT_EQ(lines.front().rfind("id ", 0), 0u) << lines.front();
+  std::size_t pass_rows = 0;
+  for (const auto& line : lines)
+    if (line.rfind("qwe.prop4.1 ", 0) == 0 && line.ends_with(" PASS")) ++pass_rows;
+  EXPECT_EQ(pass_rows, 8u) << r.out;  // 2 masks × 4 precisions
+  EXPECT_EQ(lines.back(), "qkvlab verify: 8/8 checks passed, 8/8 controls failed as expected \u2014 OK");
+}
+
+// --- report files -----------------------------------------------------------------------------
+
+TEST_F(Cli, WritesHdf5AndJunitFiles) {
+  const fs::path h5 = outputs_ / "report.h5", xml = outputs_ / "report.xml";
+  const RunResult r = qkvlab(std::string(kProp4) + " --out " + quoted(h5) + " --junit " + quoted(xml));
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::string counts = contract_line(r.out);
+
+  ASSERT_TRUE(fs::exists(h5));
+  EXPECT_EQ(read_file(h5).substr(0, 8), std::string("\x89HDF\r\n\x1a\n", 8));
+
+  ASSERT_TRUE(fs::exists(xml));
+  const RunResult junit = run_python(kJunitScript, xml);
+  ASSERT_EQ(junit.status, 0) << junit.out << junit.err;
+  const long cases = field(counts, "checks") + field(counts, "controls");
+  EXPECT_EQ(junit.out, "root=testsuites testcases=" + std::to_string(cases) +
+                           " failures=0 suites=qwe.prop4.1,qwe.prop4.2\n");
+
+  // Written by rename: no temporary file is left beside them.
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(outputs_)) names.push_back(entry.path().filename().string());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"report.h5", "report.xml"}));
+}
+
+// --- bad input ---------------------------------------------------------------------------------
+
+struct BadInput {
+  const char* name;
+  const char* args;                    // {out} and {junit} stand for report paths
+  std::vector<std::string> mentions;   // what the message must name
+};
+
+class CliBadInput : public Cli, public ::testing::WithParamInterface<BadInput> {};
+
+std::string substitute(std::string text, const std::string& key, const std::string& value) {
+  for (std::size_t at; (at = text.find(key)) != std::string::npos;) text.replace(at, key.size(), value);
+  return text;
+}
+
+TEST_P(CliBadInput, ExitsWithStatus2AndOneLineAndWritesNothing) {
+  const BadInput& c = GetParam();
+  std::string args = substitute(c.args, "{out}", quoted(outputs_ / "report.h5"));
+  args = substitute(args, "{junit}", quoted(outputs_ / "report.xml"));
+  args = substitute(args, "{missing}", quoted(outputs_ / "missing" / "report.h5"));
+  const RunResult r = qkvlab("verify " + args);
+  EXPECT_EQ(r.status, 2) << r.out << r.err;
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(count_lines(r.err), 1u) << r.err;
+  EXPECT_EQ(r.err.rfind("qkvlab: error: ", 0), 0u) << r.err;
+  for (const auto& m : c.mentions) EXPECT_NE(r.err.find(m), std::string::npos) << "'" << m << "' in: " << r.err;
+  EXPECT_TRUE(fs::is_empty(outputs_)) << "a file was written";
+}
+
+const BadInput kBadInputs[] = {
+    {"unknown_id", "qwe.nope --d 8 --seq 4 --out {out} --junit {junit}", {"qwe.nope"}},
+    {"heads_do_not_divide_d", "qwe.prop4.2 --d 10 --heads 4 --seq 4 --out {out} --junit {junit}",
+     {"d=10", "heads=4", "divisible"}},
+    {"zero_d", "qwe.prop4.1 --d 0 --seq 4 --out {out} --junit {junit}", {"--d", "positive integer, got '0'"}},
+    {"zero_seq", "qwe.prop4.1 --d 8 --seq 0 --out {out} --junit {junit}", {"--seq", "positive integer, got '0'"}},
+    {"zero_trials", "qwe.prop4.1 --d 8 --seq 4 --trials 0 --out {out} --junit {junit}", {"--trials", "positive integer, got '0'"}},
+    {"unknown_precision", "qwe.prop4.1 --d 8 --seq 4 --precision quad --out {out} --junit {junit}",
+     {"precision", "quad"}},
+    {"unknown_format", "qwe.prop4.1 --d 8 --seq 4 --format yaml --out {out} --junit {junit}", {"--format", "yaml"}},
+    {"out_in_missing_directory", "qwe.prop4.1 --d 8 --seq 4 --out {missing} --junit {junit}",
+     {"--out", "does not exist"}},
+};
+
+INSTANTIATE_TEST_SUITE_P(Cases, CliBadInput, ::testing::ValuesIn(kBadInputs),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+}  // namespace

@@ -1,0 +1,418 @@
+// Tests for results/: summary logic, the table, and the JSON, HDF5 and JUnit
+// writers. Files are checked by independent readers: Python's json and
+// xml.etree modules, and the HDF5 C API.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#if __has_include(<hdf5.h>)
+#include <hdf5.h>
+#else
+#include <hdf5/serial/hdf5.h>  // Debian keeps the serial headers here
+#endif
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <set>
+#include <sstream>
+
+#include "results/report.hpp"
+
+namespace fs = std::filesystem;
+using namespace qkvlab::results;
+
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+const std::string kTrickyNote = "say \"hi\"\nback\\slash\ttab\x01 & <tag> 'q'";
+
+CheckRecord check(std::string id, std::string config, std::string precision, std::optional<double> rel_err,
+                  std::optional<double> kappa, bool pass) {
+  CheckRecord c;
+  c.id = std::move(id);
+  c.config = std::move(config);
+  c.precision = std::move(precision);
+  c.rel_err = rel_err;
+  c.kappa = kappa;
+  c.pass = pass;
+  return c;
+}
+
+ControlRecord control(std::string name, std::string config, double rel_err, bool failed_as_expected) {
+  ControlRecord c;
+  c.id = "qwe.lemma3.1";
+  c.name = std::move(name);
+  c.config = std::move(config);
+  c.precision = "double";
+  c.rel_err = rel_err;
+  c.failed_as_expected = failed_as_expected;
+  return c;
+}
+
+LadderRecord ladder(std::string id, std::string config, std::optional<double> slope) {
+  LadderRecord l;
+  l.id = std::move(id);
+  l.config = std::move(config);
+  l.slope = slope;
+  return l;
+}
+
+// Two claims: qwe.lemma3.1 with two passing checks and two controls (one did
+// not fail), and a statistical qwe.scale8.2 that failed as singular.
+Report sample_report() {
+  Report r;
+  r.seed = std::numeric_limits<std::uint64_t>::max();  // not representable as a double
+  r.command_line = "qkvlab verify --claims \"qwe.*\"";
+  r.version = "0.1.0";
+  const std::string config = "d=32 H=4 n=8 mask=causal elim=Q trial=0";
+  r.checks = {check("qwe.lemma3.1", config, "double", 1.25e-16, 45.0, true),
+              check("qwe.lemma3.1", config, "long_double", 3e-19, 45.0, true),
+              check("qwe.scale8.2", "d=64 trials=1000", "double", std::nullopt, kNaN, false)};
+  r.checks[0].normalized_err = 0.5625;
+  r.checks[2].status = "singular";
+  r.checks[2].note = kTrickyNote;
+  r.checks[2].statistic = 1.5;
+  r.checks[2].expected = 1.0;
+  r.controls = {control("T^-1 applied to W_Q only", config, 0.75, true), control("no mask", config, 2e-16, false)};
+  r.controls[1].note = "identity still held";
+  r.ladders = {ladder("qwe.lemma3.1", config, 1.0), ladder("qwe.scale8.2", "d=64 trials=1000", std::nullopt)};
+  return r;
+}
+
+std::string python() { return fs::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3"; }
+
+struct Command {
+  int status;
+  std::string output;
+};
+
+Command run(const std::string& command) {
+  Command result{-1, ""};
+  std::FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
+  if (!pipe) return result;
+  char buf[4096];
+  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, pipe)) > 0;) result.output.append(buf, n);
+  result.status = ::pclose(pipe);
+  return result;
+}
+
+class ResultsFiles : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("qkvlab-results-test-" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // Runs a Python script on `file`; the script asserts, a failure prints why.
+  Command run_python(const std::string& script, const fs::path& file) {
+    const fs::path script_path = dir_ / "check.py";
+    std::ofstream(script_path) << script;
+    return run(python() + " '" + script_path.string() + "' '" + file.string() + "'");
+  }
+
+  // The directory holds exactly these names (nothing temporary left behind).
+  void expect_only(const std::set<std::string>& names) {
+    std::set<std::string> found;
+    for (const auto& entry : fs::directory_iterator(dir_)) found.insert(entry.path().filename().string());
+    EXPECT_EQ(found, names);
+  }
+
+  fs::path dir_;
+};
+
+// ---- summary ----
+
+TEST(Summary, CountsAndOk) {
+  Report r = sample_report();
+  r.checks[2].pass = true;
+  r.controls[1].failed_as_expected = true;
+  const Summary s = r.summary();
+  EXPECT_EQ(s.checks, 3u);
+  EXPECT_EQ(s.passed, 3u);
+  EXPECT_EQ(s.controls, 2u);
+  EXPECT_EQ(s.controls_failed_as_expected, 2u);
+  EXPECT_TRUE(s.ok);
+}
+
+TEST(Summary, FailingCheckIsNotOk) {
+  Report r = sample_report();
+  r.controls[1].failed_as_expected = true;
+  const Summary s = r.summary();
+  EXPECT_EQ(s.passed, 2u);
+  EXPECT_FALSE(s.ok);
+}
+
+TEST(Summary, ControlThatDidNotFailIsNotOk) {
+  Report r = sample_report();
+  r.checks[2].pass = true;
+  const Summary s = r.summary();
+  EXPECT_EQ(s.passed, s.checks);
+  EXPECT_EQ(s.controls_failed_as_expected, 1u);
+  EXPECT_FALSE(s.ok);
+}
+
+TEST(Summary, NoChecksIsNotOk) {
+  const Summary s = Report{}.summary();
+  EXPECT_EQ(s.checks, 0u);
+  EXPECT_FALSE(s.ok);
+}
+
+// ---- table ----
+
+std::vector<std::string> table_lines(const Report& r) {
+  std::ostringstream out;
+  print_table(out, r);
+  std::vector<std::string> lines;
+  std::istringstream in(out.str());
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+TEST(Table, RowsAreAlignedAndFitIn120Columns) {
+  const auto lines = table_lines(sample_report());
+  ASSERT_EQ(lines.size(), 6u);  // header, 3 rows, blank, summary
+  const std::size_t precision_column = lines[0].find("precision");
+  ASSERT_NE(precision_column, std::string::npos);
+  EXPECT_EQ(lines[1].find("double"), precision_column);
+  EXPECT_EQ(lines[2].find("long_double"), precision_column);
+  for (std::size_t i = 0; i < 3; ++i) EXPECT_LE(lines[i].size(), 120u) << lines[i];  // header, passing rows
+}
+
+TEST(Table, ShowsNumbersSlopeControlsAndResult) {
+  const auto lines = table_lines(sample_report());
+  EXPECT_NE(lines[1].find("1.25e-16"), std::string::npos) << lines[1];
+  EXPECT_NE(lines[1].find("1.00e+00"), std::string::npos) << lines[1];   // ladder slope
+  EXPECT_NE(lines[1].find("2.00e-16!"), std::string::npos) << lines[1];  // worst control, one did not fail
+  EXPECT_EQ(lines[1].substr(lines[1].size() - 4), "PASS");
+  EXPECT_EQ(lines[2].find('!'), std::string::npos) << lines[2];  // no controls at long_double
+  EXPECT_NE(lines[3].find("FAIL (singular)"), std::string::npos) << lines[3];
+  EXPECT_NE(lines[3].find(" - "), std::string::npos) << lines[3];  // absent rel_err
+}
+
+TEST(Table, SummaryLine) {
+  Report r = sample_report();
+  EXPECT_EQ(table_lines(r).back(), "qkvlab verify: 2/3 checks passed, 1/2 controls failed as expected \u2014 FAILED");
+  r.checks[2].pass = true;
+  r.controls[1].failed_as_expected = true;
+  EXPECT_EQ(table_lines(r).back(), "qkvlab verify: 3/3 checks passed, 2/2 controls failed as expected \u2014 OK");
+}
+
+// ---- JSON ----
+
+const char* const kJsonCheck = R"PY(
+import json, sys
+with open(sys.argv[1], encoding="utf-8") as f:
+    doc = json.load(f)
+assert list(doc) == ["seed", "version", "command_line", "checks", "controls", "ladders", "summary"], list(doc)
+assert doc["seed"] == 18446744073709551615, doc["seed"]
+assert doc["command_line"] == 'qkvlab verify --claims "qwe.*"'
+check_keys = ["id", "config", "precision", "rel_err", "kappa", "normalized_err", "budget", "pass", "status", "note"]
+stat_keys = check_keys + ["statistic", "expected", "std_err"]
+c = doc["checks"]
+assert len(c) == 3
+assert list(c[0]) == check_keys, list(c[0])
+assert list(c[2]) == stat_keys, list(c[2])
+assert c[0]["rel_err"] == 1.25e-16 and c[0]["pass"] is True and c[0]["budget"] == 1000.0
+assert c[2]["rel_err"] is None and c[2]["kappa"] is None and c[2]["std_err"] is None
+assert c[2]["statistic"] == 1.5 and c[2]["pass"] is False and c[2]["status"] == "singular"
+assert c[2]["note"] == "say \"hi\"\nback\\slash\ttab\x01 & <tag> 'q'", repr(c[2]["note"])
+ctl = doc["controls"]
+assert [list(x) for x in ctl] == [["id", "name", "config", "precision", "rel_err", "failed_as_expected", "note"]] * 2
+assert ctl[1]["failed_as_expected"] is False and ctl[1]["rel_err"] == 2e-16
+lad = doc["ladders"]
+assert [list(x) for x in lad] == [["id", "config", "slope"]] * 2
+assert lad[0]["slope"] == 1.0 and lad[1]["slope"] is None
+assert doc["summary"] == {"checks": 3, "passed": 2, "controls": 2, "controls_failed_as_expected": 1, "ok": False}
+)PY";
+
+TEST_F(ResultsFiles, JsonIsValidWithExactlyTheContractFields) {
+  const fs::path file = dir_ / "report.json";
+  std::ofstream(file) << [] {
+    std::ostringstream out;
+    write_json(out, sample_report());
+    return out.str();
+  }();
+  const Command check = run_python(kJsonCheck, file);
+  EXPECT_EQ(check.status, 0) << check.output;
+}
+
+TEST(Json, DoublesRoundTripAndNonFiniteIsNull) {
+  Report r;
+  r.checks = {check("a", "c", "double", 0.1, std::numeric_limits<double>::infinity(), true)};
+  r.checks[0].budget = kNaN;
+  std::ostringstream out;
+  write_json(out, r);
+  EXPECT_NE(out.str().find("\"rel_err\": 0.10000000000000001"), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find("\"kappa\": null"), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find("\"budget\": null"), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find("\"controls\": []"), std::string::npos) << out.str();
+}
+
+// ---- HDF5 ----
+
+// Owns one HDF5 id in the test's reads.
+class Id {
+ public:
+  Id(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
+  Id(const Id&) = delete;
+  Id& operator=(const Id&) = delete;
+  ~Id() {
+    if (id_ >= 0) close_(id_);
+  }
+  operator hid_t() const { return id_; }
+
+ private:
+  hid_t id_;
+  herr_t (*close_)(hid_t);
+};
+
+std::string read_string_attribute(hid_t file, const char* name) {
+  Id attribute(H5Aopen(file, name, H5P_DEFAULT), H5Aclose);
+  Id type(H5Tcopy(H5T_C_S1), H5Tclose);
+  H5Tset_size(type, H5T_VARIABLE);
+  H5Tset_cset(type, H5T_CSET_UTF8);
+  char* text = nullptr;
+  if (H5Aread(attribute, type, &text) < 0 || !text) return "<unreadable>";
+  std::string value = text;
+  H5free_memory(text);
+  return value;
+}
+
+hssize_t row_count(hid_t file, const char* dataset) {
+  Id set(H5Dopen2(file, dataset, H5P_DEFAULT), H5Dclose);
+  Id space(H5Dget_space(set), H5Sclose);
+  return H5Sget_simple_extent_npoints(space);
+}
+
+std::vector<double> read_double_field(hid_t file, const char* dataset, const char* field) {
+  Id set(H5Dopen2(file, dataset, H5P_DEFAULT), H5Dclose);
+  Id type(H5Tcreate(H5T_COMPOUND, sizeof(double)), H5Tclose);
+  H5Tinsert(type, field, 0, H5T_NATIVE_DOUBLE);
+  std::vector<double> values(static_cast<std::size_t>(row_count(file, dataset)));
+  if (H5Dread(set, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()) < 0) return {};
+  return values;
+}
+
+std::vector<std::string> read_string_field(hid_t file, const char* dataset, const char* field) {
+  Id set(H5Dopen2(file, dataset, H5P_DEFAULT), H5Dclose);
+  Id str(H5Tcopy(H5T_C_S1), H5Tclose);
+  H5Tset_size(str, H5T_VARIABLE);
+  H5Tset_cset(str, H5T_CSET_UTF8);
+  Id type(H5Tcreate(H5T_COMPOUND, sizeof(char*)), H5Tclose);
+  H5Tinsert(type, field, 0, str);
+  std::vector<char*> raw(static_cast<std::size_t>(row_count(file, dataset)), nullptr);
+  if (H5Dread(set, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, raw.data()) < 0) return {};
+  std::vector<std::string> values;
+  for (char* text : raw) {
+    values.emplace_back(text ? text : "<null>");
+    H5free_memory(text);
+  }
+  return values;
+}
+
+TEST_F(ResultsFiles, Hdf5RoundTrip) {
+  const fs::path file_path = dir_ / "report.h5";
+  write_hdf5(file_path.string(), sample_report());
+  expect_only({"report.h5"});
+
+  Id file(H5Fopen(file_path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+  ASSERT_GE(file, 0);
+  Id seed_attribute(H5Aopen(file, "seed", H5P_DEFAULT), H5Aclose);
+  std::uint64_t seed = 0;
+  ASSERT_GE(H5Aread(seed_attribute, H5T_NATIVE_UINT64, &seed), 0);
+  EXPECT_EQ(seed, std::numeric_limits<std::uint64_t>::max());
+  EXPECT_EQ(read_string_attribute(file, "command_line"), "qkvlab verify --claims \"qwe.*\"");
+  EXPECT_EQ(read_string_attribute(file, "version"), "0.1.0");
+
+  EXPECT_EQ(row_count(file, "qwe.lemma3.1/checks"), 2);
+  EXPECT_EQ(row_count(file, "qwe.lemma3.1/controls"), 2);
+  EXPECT_EQ(row_count(file, "qwe.lemma3.1/ladders"), 1);
+  EXPECT_EQ(row_count(file, "qwe.scale8.2/checks"), 1);
+  EXPECT_EQ(row_count(file, "qwe.scale8.2/controls"), 0);  // no controls: zero-length dataset
+
+  EXPECT_EQ(read_double_field(file, "qwe.lemma3.1/checks", "rel_err"), (std::vector<double>{1.25e-16, 3e-19}));
+  const auto missing = read_double_field(file, "qwe.scale8.2/checks", "rel_err");
+  ASSERT_EQ(missing.size(), 1u);
+  EXPECT_TRUE(std::isnan(missing[0]));
+  EXPECT_EQ(read_double_field(file, "qwe.scale8.2/checks", "statistic"), std::vector<double>{1.5});
+  EXPECT_EQ(read_string_field(file, "qwe.scale8.2/checks", "note"), std::vector<std::string>{kTrickyNote});
+  EXPECT_EQ(read_string_field(file, "qwe.lemma3.1/controls", "name"),
+            (std::vector<std::string>{"T^-1 applied to W_Q only", "no mask"}));
+}
+
+TEST_F(ResultsFiles, Hdf5ReplacesAnExistingFile) {
+  const fs::path file_path = dir_ / "report.h5";
+  std::ofstream(file_path) << "old";
+  write_hdf5(file_path.string(), sample_report());
+  Id file(H5Fopen(file_path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+  EXPECT_GE(file, 0);
+}
+
+TEST(Hdf5, UnwritablePathThrowsAndLeavesNoFile) {
+  const std::string path = "/nonexistent-dir/x.h5";
+  try {
+    write_hdf5(path, sample_report());
+    FAIL() << "no exception";
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("cannot write HDF5 file " + path + ": ", 0), 0u) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(path));
+}
+
+TEST_F(ResultsFiles, Hdf5FailedRenameRemovesTheTemporaryFile) {
+  fs::create_directories(dir_ / "taken" / "child");  // a non-empty directory cannot be replaced
+  EXPECT_THROW(write_hdf5((dir_ / "taken").string(), sample_report()), std::runtime_error);
+  expect_only({"taken"});
+}
+
+// ---- JUnit ----
+
+const char* const kJunitCheck = R"PY(
+import sys, xml.etree.ElementTree as ET
+root = ET.parse(sys.argv[1]).getroot()
+assert root.tag == "testsuites" and root.get("tests") == "5" and root.get("failures") == "2", root.attrib
+suites = root.findall("testsuite")
+assert [s.get("name") for s in suites] == ["qwe.lemma3.1", "qwe.scale8.2"]
+assert [(s.get("tests"), s.get("failures")) for s in suites] == [("4", "1"), ("1", "1")]
+cases = root.findall(".//testcase")
+assert len(cases) == 5 and len(root.findall(".//failure")) == 2
+assert cases[0].get("classname") == "qwe.lemma3.1"
+assert cases[0].get("name") == "d=32 H=4 n=8 mask=causal elim=Q trial=0 [double]"
+assert cases[3].get("classname") == "qwe.lemma3.1.controls"
+assert cases[3].get("name") == "no mask: d=32 H=4 n=8 mask=causal elim=Q trial=0 [double]"
+assert cases[3].find("failure").get("message").startswith("control did not fail: rel_err=2.00e-16")
+failure = cases[4].find("failure")
+assert "status=singular" in failure.get("message") and "statistic=1.50e+00" in failure.get("message")
+assert failure.text == "say \"hi\"\nback\\slash\ttab\ufffd & <tag> 'q'", repr(failure.text)
+)PY";
+
+TEST_F(ResultsFiles, JunitParsesWithCountsAndEscaping) {
+  const fs::path file = dir_ / "report.xml";
+  write_junit(file.string(), sample_report());
+  expect_only({"report.xml"});
+  const Command check = run_python(kJunitCheck, file);
+  EXPECT_EQ(check.status, 0) << check.output;
+}
+
+TEST(Junit, UnwritablePathThrowsAndLeavesNoFile) {
+  const std::string path = "/nonexistent-dir/x.xml";
+  try {
+    write_junit(path, sample_report());
+    FAIL() << "no exception";
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("cannot write JUnit file " + path + ": ", 0), 0u) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(path));
+}
+
+TEST_F(ResultsFiles, JunitFailedRenameRemovesTheTemporaryFile) {
+  fs::create_directories(dir_ / "taken" / "child");
+  EXPECT_THROW(write_junit((dir_ / "taken").string(), sample_report()), std::runtime_error);
+  expect_only({"taken"});
+}
+
+}  // namespace
