@@ -9,6 +9,7 @@ packages=(
   libeigen3-dev libboost-dev libmpfr-dev libgmp-dev   # linear algebra, multiprecision
   libhdf5-dev libcli11-dev                            # results files, command line
   libgtest-dev python3 python3-h5py                   # tests read JSON, XML and HDF5 back
+  libbenchmark-dev libopenblas-dev                    # bench/ (built on demand)
 )
 
 missing=()
