@@ -1,5 +1,6 @@
-// Each subcommand adds itself to the app and returns the action to run once the
-// command line has parsed; the action's return value is the exit status.
+// Each subcommand adds itself to the app and returns itself with the action to
+// run once the command line has parsed; the action's return value is the exit
+// status. A new subcommand: one file with add_NAME_command, one line in main.cpp.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -10,6 +11,11 @@ namespace qkvlab::cli {
 
 using Action = std::function<int()>;
 
-Action add_verify_command(CLI::App& app, const std::string& command_line);
+struct Command {
+  CLI::App* app;
+  Action run;
+};
+
+Command add_verify_command(CLI::App& app, const std::string& command_line);
 
 }  // namespace qkvlab::cli

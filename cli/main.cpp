@@ -12,7 +12,9 @@ int main(int argc, char** argv) {
   CLI::App app{"qkvlab: numerical checks of the theory of modern attention architectures"};
   app.set_version_flag("--version", std::string("qkvlab ") + QKVLAB_VERSION);
   app.require_subcommand(1);
-  auto verify = qkvlab::cli::add_verify_command(app, command_line);
+  const std::vector<qkvlab::cli::Command> commands{
+      qkvlab::cli::add_verify_command(app, command_line),
+  };
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -26,7 +28,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    return verify();
+    for (const auto& command : commands)
+      if (command.app->parsed()) return command.run();
+    return 2;  // unreachable: require_subcommand(1)
   } catch (const qkvlab::UsageError& e) {
     std::cerr << "qkvlab: error: " << e.what() << "\n";
     return 2;

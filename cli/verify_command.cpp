@@ -79,7 +79,7 @@ int run_verify(VerifyArgs& a) {
 
 }  // namespace
 
-Action add_verify_command(CLI::App& app, const std::string& command_line) {
+Command add_verify_command(CLI::App& app, const std::string& command_line) {
   auto a = std::make_shared<VerifyArgs>();
   a->options.command_line = command_line;
   auto* cmd = app.add_subcommand("verify", "Check the papers' claims numerically over random weights");
@@ -116,7 +116,7 @@ Action add_verify_command(CLI::App& app, const std::string& command_line) {
       ->allow_extra_args(false);
   cmd->add_option("--threads", a->options.threads, "Worker threads (0: one per core)")->capture_default_str();
   cmd->add_flag("--quiet", a->quiet, "No progress on stderr");
-  return [a] { return run_verify(*a); };
+  return {cmd, [a] { return run_verify(*a); }};
 }
 
 }  // namespace qkvlab::cli

@@ -10,15 +10,28 @@ namespace {
 
 template <class S> Mat<S> draw_input(Rng& rng, const Config& c) { return draw<S>(rng, c.seq, c.d, 1.0); }
 
-// qwe.obs3.1: SA(X; W) = F(X W_Q, X W_K, X W_V).
+// qwe.obs3.1: SA(X; W) = F(X W_Q, X W_K, X W_V). Two consequences are checked:
+// F, built from the three products alone, reproduces SA (bitwise: the same
+// operations); and when W_Q, W_K, W_V share a left null vector v (vᵀW = 0),
+// moving X along v (X + a vᵀ) leaves SA unchanged although X changes by O(1).
+template <class S> Mat<S> without_direction(const Mat<S>& W, const Vec<S>& v) {
+  return W - v * (v.transpose() * W);  // (I − v vᵀ) W, so vᵀW = 0 to rounding
+}
+
 struct Observation31 {
   template <class S> static Outcome run(const Config& c, Rng& rng) {
-    const auto w = random_attention<S>(rng, c.d, c.heads);
+    auto w = random_attention<S>(rng, c.d, c.heads);
+    const Vec<S> v = cast<S>(rng.gaussian(c.d, 1)).col(0).normalized();
+    for (Mat<S>* W : {&w.W_Q, &w.W_K, &w.W_V}) *W = without_direction<S>(*W, v);
     const Mat<S> X = draw_input<S>(rng, c);
+    const Mat<S> a = draw<S>(rng, c.seq, 1, 1.0), off_null = draw<S>(rng, 1, c.d, 1.0);
     const Mat<S> Q = X * w.W_Q, K = X * w.W_K, V = X * w.W_V;
     const Mat<S> standard = self_attention<S>(X, w, c.mask);
     Outcome o;
-    o.rel_err = rel_err<S>(standard, attention_from_projections<S>(Q, K, V, c.heads, c.mask, w.scale()));
+    o.rel_err = std::max(rel_err<S>(standard, attention_from_projections<S>(Q, K, V, c.heads, c.mask, w.scale())),
+                         rel_err<S>(standard, self_attention<S>(Mat<S>(X + a * v.transpose()), w, c.mask)));
+    o.controls.push_back(control_by_error("X moved along a direction outside the common null space",
+                                          rel_err<S>(standard, self_attention<S>(Mat<S>(X + a * off_null), w, c.mask))));
     o.controls.push_back(control_by_error(
         "query and key products swapped",
         rel_err<S>(standard, attention_from_projections<S>(K, Q, V, c.heads, c.mask, w.scale()))));
