@@ -1,6 +1,7 @@
 #include "engine/safetensors.hpp"
 
-#include <unistd.h>
+#include "core/atomic_file.hpp"
+
 
 #include <algorithm>
 #include <bit>
@@ -223,26 +224,8 @@ SafeTensors parse_safetensors(std::span<const std::uint8_t> bytes, const std::st
 
 void save_safetensors(const std::filesystem::path& path, const SafeTensors& file) {
   const std::vector<std::uint8_t> bytes = serialize_safetensors(file);
-  std::filesystem::path temporary = path;
-  temporary += ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    out.write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
-    out.close();
-    if (!out) {
-      std::error_code ignored;
-      std::filesystem::remove(temporary, ignored);
-      throw std::runtime_error("safetensors: cannot write " + temporary.string());
-    }
-  }
-  std::error_code error;
-  std::filesystem::rename(temporary, path, error);
-  if (error) {
-    std::error_code ignored;
-    std::filesystem::remove(temporary, ignored);
-    throw std::runtime_error("safetensors: cannot rename " + temporary.string() + " to " + path.string() +
-                             ": " + error.message());
-  }
+  write_bytes_atomically(path, "safetensors",
+                         std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
 }
 
 SafeTensors load_safetensors(const std::filesystem::path& path) {

@@ -4,7 +4,6 @@
 // HDF5's conventional missing value; every claim group holds all three
 // datasets, zero-length when it has no such records.
 #include <hdf5.h>
-#include <unistd.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -14,6 +13,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "core/atomic_file.hpp"
 #include "results/report.hpp"
 
 namespace qkvlab::results {
@@ -228,18 +228,10 @@ void write_file(const std::string& file_name, const Report& report) {
 }  // namespace
 
 void write_hdf5(const std::string& path, const Report& report) {
-  const std::string temp = path + ".tmp-" + std::to_string(::getpid());
-  try {
+  write_atomically(path, "HDF5", [&](const std::filesystem::path& temporary) {
     const QuietErrors quiet;
-    write_file(temp, report);
-    std::error_code error;
-    std::filesystem::rename(temp, path, error);
-    if (error) throw std::runtime_error("cannot rename temporary file (" + error.message() + ")");
-  } catch (const std::exception& e) {
-    std::error_code ignored;
-    std::filesystem::remove(temp, ignored);
-    throw std::runtime_error("cannot write HDF5 file " + path + ": " + e.what());
-  }
+    write_file(temporary.string(), report);
+  });
 }
 
 }  // namespace qkvlab::results

@@ -1,16 +1,12 @@
 // write_junit. The whole document is built in memory, then written to a
 // temporary file that is renamed over the target, so a reader never sees a
 // half-written report. Suites are ordered by claim id.
-#include <unistd.h>
 
-#include <cerrno>
-#include <cstdio>
-#include <filesystem>
 #include <map>
 #include <sstream>
 #include <stdexcept>
-#include <system_error>
 
+#include "core/atomic_file.hpp"
 #include "results/report.hpp"
 
 namespace qkvlab::results {
@@ -108,30 +104,10 @@ std::string junit_document(const Report& report) {
   return out.str();
 }
 
-void write_text(const std::string& file_name, const std::string& text) {
-  std::FILE* file = std::fopen(file_name.c_str(), "wb");
-  if (!file) throw std::runtime_error("cannot create temporary file (" + std::generic_category().message(errno) + ")");
-  const bool written = std::fwrite(text.data(), 1, text.size(), file) == text.size();
-  const bool closed = std::fclose(file) == 0;
-  if (!written || !closed) {
-    throw std::runtime_error("cannot write temporary file (" + std::generic_category().message(errno) + ")");
-  }
-}
-
 }  // namespace
 
 void write_junit(const std::string& path, const Report& report) {
-  const std::string temp = path + ".tmp-" + std::to_string(::getpid());
-  try {
-    write_text(temp, junit_document(report));
-    std::error_code error;
-    std::filesystem::rename(temp, path, error);
-    if (error) throw std::runtime_error("cannot rename temporary file (" + error.message() + ")");
-  } catch (const std::exception& e) {
-    std::error_code ignored;
-    std::filesystem::remove(temp, ignored);
-    throw std::runtime_error("cannot write JUnit file " + path + ": " + e.what());
-  }
+  write_bytes_atomically(path, "JUnit", junit_document(report));
 }
 
 }  // namespace qkvlab::results
