@@ -17,5 +17,6 @@ struct Command {
 };
 
 Command add_verify_command(CLI::App& app, const std::string& command_line);
+Command add_absorb_command(CLI::App& app, const std::string& command_line);
 
 }  // namespace qkvlab::cli

@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   const std::vector<qkvlab::cli::Command> commands{
       qkvlab::cli::add_verify_command(app, command_line),
+      qkvlab::cli::add_absorb_command(app, command_line),
   };
   try {
     app.parse(argc, argv);

@@ -1,6 +1,8 @@
 // The qkvlab program, run as a user runs it: its exit status, stdout and
 // stderr, and the files it writes. JSON and JUnit are parsed by Python's
 // standard library, independently of the C++ writers.
+#include "core/absorb.hpp"
+#include "core/npy.hpp"
 #include "theory/claim.hpp"
 
 #include <gtest/gtest.h>
@@ -350,5 +352,92 @@ const BadInput kBadInputs[] = {
 
 INSTANTIATE_TEST_SUITE_P(Cases, CliBadInput, ::testing::ValuesIn(kBadInputs),
                          [](const auto& info) { return std::string(info.param.name); });
+
+// --- absorb (qwe.thm8.4) -------------------------------------------------------------------
+
+// W1 (m×d) and a W2 (d×m) that is representable through J when asked.
+std::pair<qkvlab::MatD, qkvlab::MatD> absorb_pair(int d, int m, const std::vector<int>& J, bool representable) {
+  qkvlab::Rng rng(3, "cli absorb");
+  const qkvlab::MatD W_1 = rng.gaussian(m, d, 1 / std::sqrt(double(d)));
+  const qkvlab::MatD W_2 = rng.gaussian(d, m, 1 / std::sqrt(double(m)));
+  return {W_1, representable ? qkvlab::representable_w2<double>(W_1, W_2, J) : W_2};
+}
+
+TEST_F(Cli, AbsorbYesPrintsJAndWritesTheAbsorbedWeights) {
+  const std::vector<int> J{1, 2, 5, 6};
+  const auto [W_1, W_2] = absorb_pair(4, 8, J, true);
+  const fs::path w1 = save("W1.npy", qkvlab::npy_bytes(W_1, qkvlab::NpyDtype::f8, true));  // Fortran order
+  const fs::path w2 = save("W2.npy", qkvlab::npy_bytes(W_2));
+  const RunResult r = qkvlab("absorb " + quoted(w1) + " " + quoted(w2) + " --out-dir " + quoted(outputs_));
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_EQ(lines_of(r.out).at(0), "yes") << r.out;
+  EXPECT_NE(r.out.find("J = {1, 2, 5, 6}"), std::string::npos) << r.out;
+  const auto a1 = qkvlab::read_npy(outputs_ / "W1_absorbed.npy"), a2 = qkvlab::read_npy(outputs_ / "W2_absorbed.npy");
+  qkvlab::MatD expected = W_1;
+  for (int i : J) expected.row(i) = -W_1.row(i);
+  EXPECT_TRUE(a1.data == expected);  // sign flips are exact
+  EXPECT_TRUE(a2.data == W_2);
+  // The absorbed network is the skip network.
+  qkvlab::Rng rng(4, "x");
+  const qkvlab::MatD X = rng.gaussian(4, 16);
+  EXPECT_LE(qkvlab::rel_err<double>(qkvlab::skip_relu_mlp<double>(W_1, W_2, X),
+                                    qkvlab::relu_mlp<double>(a1.data, a2.data, X)),
+            1e-12);
+  const RunResult j = qkvlab("absorb --format json " + quoted(w1) + " " + quoted(w2) + " --out-dir " + quoted(dir_));
+  ASSERT_EQ(j.status, 0) << j.err;
+  const RunResult parsed = run_python(
+      "import json, sys\nd = json.load(open(sys.argv[1]))\nprint(d['verdict'], d['J'], len(d['written']))\n",
+      save("absorb.json", j.out));
+  EXPECT_EQ(parsed.out, "yes [1, 2, 5, 6] 2\n") << j.out << parsed.err;
+}
+
+TEST_F(Cli, AbsorbNoPrintsTheReasonAndWritesNothing) {
+  const auto [W_1, W_2] = absorb_pair(4, 8, {}, false);
+  const fs::path w1 = save("W1.npy", qkvlab::npy_bytes(W_1, qkvlab::NpyDtype::f4));
+  const fs::path w2 = save("W2.npy", qkvlab::npy_bytes(W_2, qkvlab::NpyDtype::f4));
+  const RunResult r = qkvlab("absorb " + quoted(w1) + " " + quoted(w2) + " --out-dir " + quoted(outputs_));
+  ASSERT_EQ(r.status, 0) << r.out << r.err;
+  EXPECT_EQ(lines_of(r.out).at(0), "no") << r.out;
+  EXPECT_NE(r.out.find("reason: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("relaxation residual: "), std::string::npos) << r.out;
+  EXPECT_TRUE(fs::is_empty(outputs_));
+}
+
+TEST_F(Cli, AbsorbUndecidedBeyondTheExactLimitExitsOne) {
+  const auto [W_1, W_2] = absorb_pair(2, 22, {}, false);  // m > d²: dependent, relaxation feasible
+  const fs::path w1 = save("W1.npy", qkvlab::npy_bytes(W_1)), w2 = save("W2.npy", qkvlab::npy_bytes(W_2));
+  const RunResult r = qkvlab("absorb " + quoted(w1) + " " + quoted(w2) + " --out-dir " + quoted(outputs_));
+  EXPECT_EQ(r.status, 1) << r.out << r.err;
+  EXPECT_EQ(lines_of(r.out).at(0), "undecided") << r.out;
+  EXPECT_TRUE(fs::is_empty(outputs_));
+}
+
+TEST_F(Cli, AbsorbMalformedInputIsAUsageErrorAndWritesNothing) {
+  const std::vector<int> J{0, 1, 2, 3};
+  const auto [W_1, W_2] = absorb_pair(4, 8, J, true);
+  const std::string good1 = qkvlab::npy_bytes(W_1), good2 = qkvlab::npy_bytes(W_2);
+  struct Case {
+    const char* what;
+    std::string w1, w2, mention;
+  };
+  const Case cases[] = {
+      {"truncated W1", good1.substr(0, good1.size() - 8), good2, "W1.npy: "},
+      {"bad magic W2", good1, "PK" + good2.substr(2), "W2.npy: "},
+      {"W2 not d x m", good1, qkvlab::npy_bytes(W_1), "W2.npy: "},
+      {"int dtype", good1, good2.substr(0, 10) + std::string(good2.substr(10)).replace(good2.find("<f8") - 10, 3, "<i8"), "W2.npy: "},
+  };
+  for (const Case& c : cases) {
+    const fs::path w1 = save("W1.npy", c.w1), w2 = save("W2.npy", c.w2);
+    const RunResult r = qkvlab("absorb " + quoted(w1) + " " + quoted(w2) + " --out-dir " + quoted(outputs_));
+    EXPECT_EQ(r.status, 2) << c.what << ": " << r.out << r.err;
+    EXPECT_EQ(r.out, "") << c.what;
+    EXPECT_EQ(count_lines(r.err), 1u) << c.what << ": " << r.err;
+    EXPECT_NE(r.err.find(c.mention), std::string::npos) << c.what << ": " << r.err;
+    EXPECT_TRUE(fs::is_empty(outputs_)) << c.what << ": a file was written";
+  }
+  const RunResult missing = qkvlab("absorb " + quoted(dir_ / "nope.npy") + " " + quoted(dir_ / "W2.npy"));
+  EXPECT_EQ(missing.status, 2) << missing.err;
+  EXPECT_NE(missing.err.find("nope.npy"), std::string::npos) << missing.err;
+}
 
 }  // namespace

@@ -23,6 +23,8 @@ const std::vector<Claim>& all_claims() {
     std::vector<Claim> c;
     register_attention_claims(c);
     register_model_claims(c);
+    register_norm_claims(c);
+    register_absorb_claims(c);
     register_scale_claims(c);
     return c;
   }();

@@ -8,6 +8,8 @@ namespace qkvlab::theory {
 
 void register_attention_claims(std::vector<Claim>& claims);
 void register_model_claims(std::vector<Claim>& claims);
+void register_norm_claims(std::vector<Claim>& claims);
+void register_absorb_claims(std::vector<Claim>& claims);
 void register_scale_claims(std::vector<Claim>& claims);
 
 }  // namespace qkvlab::theory

@@ -1,0 +1,137 @@
+// `qkvlab absorb W1.npy W2.npy`: is the skip ReLU MLP x ↦ x + W_2 σ(W_1 x)
+// (column vectors, W_1 m×d, W_2 d×m) a skipless ReLU MLP of the same width
+// (qwe.thm8.4, decided as in qwe.cor8.4.1)? On yes writes W1_absorbed.npy and
+// W2_absorbed.npy (each atomically) into --out-dir. Exit 0 on a decision (yes or
+// no), 1 when undecided, 2 on a usage error (nothing written).
+#include "cli/commands.hpp"
+#include "core/absorb.hpp"
+#include "core/errors.hpp"
+#include "core/npy.hpp"
+
+#include <charconv>
+#include <cmath>
+#include <filesystem>
+#include <iostream>
+#include <sstream>
+
+namespace qkvlab::cli {
+namespace {
+
+struct AbsorbArgs {
+  std::string w1, w2, out_dir = ".", format = "text";
+  int max_exact = 20;
+};
+
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (char ch : s) {
+    if (ch == '"' || ch == '\\') out += '\\';
+    if (static_cast<unsigned char>(ch) < 0x20) continue;
+    out += ch;
+  }
+  return out + "\"";
+}
+
+std::string json_number(double x) {
+  if (!std::isfinite(x)) return "null";
+  std::ostringstream s;
+  s.precision(17);
+  s << x;
+  return s.str();
+}
+
+std::string index_list(const std::vector<int>& J, const char* open, const char* close) {
+  std::string s = open;
+  for (std::size_t k = 0; k < J.size(); ++k) s += (k ? ", " : "") + std::to_string(J[k]);
+  return s + close;
+}
+
+int run_absorb(const AbsorbArgs& a) {
+  const NpyMatrix W_1 = read_npy(a.w1), W_2 = read_npy(a.w2);
+  const Eigen::Index m = W_1.data.rows(), d = W_1.data.cols();
+  if (m == 0 || d == 0) throw UsageError(a.w1 + ": W1 is empty (" + std::to_string(m) + "x" + std::to_string(d) + ")");
+  if (W_2.data.rows() != d || W_2.data.cols() != m)
+    throw UsageError(a.w2 + ": W2 must be " + std::to_string(d) + "x" + std::to_string(m) + " (d x m for W1 " +
+                     std::to_string(m) + "x" + std::to_string(d) + "), got " + std::to_string(W_2.data.rows()) + "x" +
+                     std::to_string(W_2.data.cols()));
+  if (!std::filesystem::is_directory(a.out_dir))
+    throw UsageError("--out-dir: directory " + a.out_dir + " does not exist");
+
+  AbsorbLimits limits;
+  limits.max_exact = a.max_exact;
+  const bool single = W_1.dtype == NpyDtype::f4 || W_2.dtype == NpyDtype::f4;
+  limits.unit_roundoff = single ? unit_roundoff<float>() : unit_roundoff<double>();
+  const AbsorbDecision dec = decide_absorption(W_1.data, W_2.data, limits);
+
+  std::vector<std::string> written;
+  if (dec.verdict == Verdict::yes) {
+    const std::filesystem::path dir(a.out_dir);
+    // Rows of W1 negated and W2 unchanged: exact in the inputs' own dtypes.
+    write_npy(dir / "W1_absorbed.npy", dec.absorbed->W_1, W_1.dtype);
+    write_npy(dir / "W2_absorbed.npy", dec.absorbed->W_2, W_2.dtype);
+    written = {(dir / "W1_absorbed.npy").string(), (dir / "W2_absorbed.npy").string()};
+  }
+
+  if (a.format == "json") {
+    std::cout << "{\"verdict\": " << json_string(verdict_name(dec.verdict)) << ", \"m\": " << m << ", \"d\": " << d
+              << ", \"J\": " << index_list(dec.J, "[", "]") << ", \"reason\": " << json_string(dec.reason)
+              << ", \"hypotheses_hold\": " << (dec.hypotheses_hold ? "true" : "false")
+              << ", \"hypothesis_failure\": " << json_string(dec.hypothesis_failure)
+              << ", \"independent\": " << (dec.independent ? "true" : "false")
+              << ", \"relaxation_residual\": " << json_number(dec.relaxation_residual)
+              << ", \"residual\": " << json_number(dec.residual) << ", \"tolerance\": " << json_number(dec.tolerance)
+              << ", \"subsets_searched\": " << dec.subsets_searched << ", \"written\": [";
+    for (std::size_t k = 0; k < written.size(); ++k) std::cout << (k ? ", " : "") << json_string(written[k]);
+    std::cout << "]}\n";
+  } else {
+    std::cout << verdict_name(dec.verdict) << "\n";
+    if (dec.verdict == Verdict::yes)
+      std::cout << "J = " << index_list(dec.J, "{", "}") << " (0-based rows of W1), |J| = " << dec.J.size()
+                << ", d = " << d << ", m = " << m << "\n"
+                << "||W2 P_J W1 + I||_F / ||I||_F = " << dec.residual << " (tolerance " << dec.tolerance << ")\n";
+    std::cout << "reason: " << dec.reason << "\n";
+    if (!dec.hypotheses_hold) std::cout << "hypothesis fails: " << dec.hypothesis_failure << "\n";
+    std::cout << "relaxation residual: " << dec.relaxation_residual << " (tolerance " << dec.tolerance << ")\n";
+    for (const auto& f : written) std::cout << "wrote " << f << "\n";
+  }
+  return dec.verdict == Verdict::undecided ? 1 : 0;
+}
+
+const CLI::Validator non_negative_integer(
+    [](std::string& value) -> std::string {
+      int n = 0;
+      const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+      if (ec != std::errc() || end != value.data() + value.size() || n < 0 || n > 30)
+        return "must be an integer from 0 to 30, got '" + value + "'";
+      return "";
+    },
+    "0..30");
+
+}  // namespace
+
+Command add_absorb_command(CLI::App& app, const std::string&) {
+  auto a = std::make_shared<AbsorbArgs>();
+  auto* cmd = app.add_subcommand(
+      "absorb", "Decide whether x + W2 relu(W1 x) is a skipless ReLU MLP of the same width (qwe.thm8.4)");
+  cmd->footer(
+      "W1 (m x d) and W2 (d x m) are 2-D .npy files, dtype <f8 or <f4, C or Fortran order (HDF5 not yet read).\n"
+      "The skip is absorbable iff W2 P_J W1 = -I for some J with |J| >= d (rows of W1 pairwise non-collinear,\n"
+      "non-zero; columns of W2 non-zero). Tolerance: 1e3 * u * ||W2||_F ||W1||_F, u of the inputs' dtype.\n"
+      "yes: prints J (0-based) and writes W1_absorbed.npy = (I - 2 P_J) W1 and W2_absorbed.npy = W2 to --out-dir.\n"
+      "no: prints the reason and the best real relaxation's residual.\n"
+      "undecided: the hypotheses fail and no J was found, or the rank-one matrices are dependent and m > --max-exact.\n"
+      "Exit status: 0 on a decision (yes or no), 1 undecided, 2 usage error (nothing written).");
+  cmd->add_option("W1", a->w1, "W1, m x d (.npy)")->required();
+  cmd->add_option("W2", a->w2, "W2, d x m (.npy)")->required();
+  cmd->add_option("--out-dir", a->out_dir, "Directory for W1_absorbed.npy and W2_absorbed.npy")->capture_default_str();
+  cmd->add_option("--format", a->format, "Output on stdout")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
+  cmd->add_option("--max-exact", a->max_exact,
+                  "Largest m searched exhaustively (2^m subsets) when the rank-one matrices are dependent")
+      ->check(non_negative_integer)
+      ->capture_default_str();
+  return {cmd, [a] { return run_absorb(*a); }};
+}
+
+}  // namespace qkvlab::cli
