@@ -86,8 +86,9 @@ Command add_verify_command(CLI::App& app, const std::string& command_line) {
   cmd->footer(
       "Claims are selected by id or prefix (qwe.thm4 selects qwe.thm4.1-4.3); none selects all.\n"
       "Each identity runs at every precision; its error normalized by u*kappa must stay within the budget,\n"
-      "and each negative control must fail (rel_err >= 1e-3). Statistical checks (qwe.scale8.2) run in double\n"
-      "and pass within 4 standard errors. Exit 0 iff all checks pass and all controls fail; 2 on a usage error.");
+      "and each negative control must fail (rel_err >= 1e-3). Statistical checks (qwe.scale8.2, qwe.sec8.3.1.*) run\n"
+      "in double and pass when |statistic - expected| <= budget * std_err (docs/claims.md).\n"
+      "Exit 0 iff all checks pass and all controls fail; 2 on a usage error.");
   cmd->add_option("ids", a->options.ids, "Claim ids or prefixes (see --list)");
   cmd->add_flag("--list", a->list, "Print every claim id with a one-line statement and exit");
   cmd->add_option("--format", a->format, "Output on stdout")

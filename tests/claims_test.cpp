@@ -79,12 +79,14 @@ TEST(Registry, HoldsTheClaimsOfTheSpecInLedgerOrder) {
   const std::vector<std::string> expected{"qwe.obs3.1", "qwe.lemma3.1", "qwe.prop4.1",  "qwe.prop4.2",
                                           "qwe.thm4.1", "qwe.remark4",  "qwe.lemma8.5", "qwe.thm4.2",
                                           "qwe.lemma8.6", "qwe.thm4.3", "qwe.lemma8.2", "qwe.thm8.3",
-                                          "qwe.remark5",  "qwe.thm8.4",   "qwe.cor8.4.1", "qwe.scale8.2"};
+                                          "qwe.remark5",  "qwe.sec8.3.1", "qwe.sec8.3.1.mp", "qwe.sec8.3.1.edge",
+                                          "qwe.sec8.3.1.defect", "qwe.thm8.4", "qwe.cor8.4.1", "qwe.scale8.2"};
   std::vector<std::string> ids;
   for (const auto& c : all_claims()) ids.push_back(c.id);
   EXPECT_EQ(ids, expected);
   // Every statistical claim has its own test below; a new one needs one too.
-  EXPECT_EQ(claim_ids(Kind::statistical), std::vector<std::string>{"qwe.scale8.2"});
+  EXPECT_EQ(claim_ids(Kind::statistical),
+            (std::vector<std::string>{"qwe.sec8.3.1.mp", "qwe.sec8.3.1.edge", "qwe.sec8.3.1.defect", "qwe.scale8.2"}));
 }
 
 // --- every identity claim ----------------------------------------------------------------
@@ -159,6 +161,55 @@ TEST(Scale82, MonteCarloRatioAgreesWithTheAnalyticValue) {
   EXPECT_TRUE(o.controls[0].failed_as_expected) << o.controls[0].name;
   ASSERT_TRUE(o.controls[0].rel_err.has_value());
   EXPECT_GE(*o.controls[0].rel_err, control_threshold);
+}
+
+// qwe.sec8.3.1.*: each passes its own rule |statistic - expected| <= budget * std_err
+// at a small configuration, and each control (a wrong law, no shrinkage, the worst
+// case) is rejected by the same rule.
+Statistic run_statistical(const std::string& id, int d, Outcome& o) {
+  Config config;
+  config.d = d;
+  o = run_claim(claim_by_id(id), config, Precision::f64);
+  EXPECT_TRUE(o.statistic.has_value()) << id << " " << o.note;
+  return o.statistic.value_or(Statistic{NAN, 0, 1});
+}
+
+void expect_controls_rejected(const Outcome& o, std::size_t count) {
+  ASSERT_EQ(o.controls.size(), count);
+  for (const auto& c : o.controls) {
+    EXPECT_TRUE(c.failed_as_expected) << c.name << " " << c.note;
+    ASSERT_TRUE(c.rel_err.has_value()) << c.name;
+    EXPECT_GE(*c.rel_err, control_threshold) << c.name;
+  }
+}
+
+TEST(Sec831, MarchenkoPasturKsDistanceIsAtTheRigidityScale) {
+  Outcome o;
+  const Statistic s = run_statistical("qwe.sec8.3.1.mp", 128, o);
+  EXPECT_EQ(s.expected, 0.0);
+  EXPECT_DOUBLE_EQ(s.std_err, std::log(128.0) / 128);  // the yardstick is log(d)/d, not a Monte-Carlo SE
+  EXPECT_GT(s.value, 0.0);
+  EXPECT_LE(s.value, claim_by_id("qwe.sec8.3.1.mp").budget * s.std_err) << o.note;
+  expect_controls_rejected(o, 2);
+}
+
+TEST(Sec831, EdgeExcessShrinksLikeDToMinusTwoThirds) {
+  Outcome o;
+  const Statistic s = run_statistical("qwe.sec8.3.1.edge", 512, o);
+  EXPECT_DOUBLE_EQ(s.expected, -2.0 / 3);
+  EXPECT_GT(s.std_err, 0.0);
+  EXPECT_LT(s.std_err, 0.1);  // small enough to tell -2/3 from 0
+  EXPECT_LE(std::abs(s.value - s.expected), 4 * s.std_err) << o.note;
+  expect_controls_rejected(o, 1);
+}
+
+TEST(Sec831, MeanSquaredMetricDefectIsTheFrobeniusNormOverD) {
+  Outcome o;
+  const Statistic s = run_statistical("qwe.sec8.3.1.defect", 32, o);
+  EXPECT_GT(s.std_err, 0.0);
+  EXPECT_LT(s.std_err, 0.02 * s.expected);
+  EXPECT_LE(std::abs(s.value - s.expected), 4 * s.std_err) << o.note;
+  expect_controls_rejected(o, 1);
 }
 
 // --- a singular basis is reported, not measured ----------------------------------------

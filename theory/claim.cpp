@@ -24,6 +24,7 @@ const std::vector<Claim>& all_claims() {
     register_attention_claims(c);
     register_model_claims(c);
     register_norm_claims(c);
+    register_rmt_claims(c);
     register_absorb_claims(c);
     register_scale_claims(c);
     return c;

@@ -9,6 +9,7 @@ namespace qkvlab::theory {
 void register_attention_claims(std::vector<Claim>& claims);
 void register_model_claims(std::vector<Claim>& claims);
 void register_norm_claims(std::vector<Claim>& claims);
+void register_rmt_claims(std::vector<Claim>& claims);
 void register_absorb_claims(std::vector<Claim>& claims);
 void register_scale_claims(std::vector<Claim>& claims);
 

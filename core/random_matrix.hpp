@@ -1,0 +1,120 @@
+// The metric defect of RMSNorm and the random-matrix picture (seed 003 §8.3.1;
+// spec theory-ln-relu.md, qwe.sec8.3.1). Column-vector convention: x ↦ A x.
+//
+// Metric defect. R(x) = ρ(‖x‖) x with ρ(r) = (r²/d + ε)^{−1/2} (core/normalize.hpp's
+// rms_norm) is radial, so for A = U Σ Vᵀ: R(A x) = U R(Σ Vᵀ x), and for u = Vᵀx
+//   R(Σ u) = s(u) Σ R(u),  s(u) = ρ(‖Σu‖)/ρ(‖u‖) = sqrt((‖u‖²/d + ε) / (m(u)² ‖u‖²/d + ε)),
+// with the metric defect m(u) = ‖Σu‖/‖u‖. Templated on the scalar type.
+//
+// Random matrices (double only: these are statistics, not identities). For A with
+// i.i.d. N(0, v/d) entries, square d×d, the squared singular values follow the
+// Marchenko–Pastur law with ratio 1 and scale v:
+//   p(x) = sqrt((4v − x) x) / (2π v x) on [0, 4v].
+// With x = 4v sin²θ, p(x) dx = (4/π) cos²θ dθ, so the distribution function is
+//   F(x) = (2θ + sin 2θ)/π,  θ = asin(sqrt(x/(4v)))   (closed form, no quadrature).
+// The largest singular value tends to the edge 2 sqrt(v) with fluctuations of
+// order d^{−2/3} (Tracy–Widom); top_singular_value computes it by Lanczos
+// (Spectra's SymEigsSolver on the operator w ↦ Aᵀ(A w), AᵀA never formed) and
+// reports its status instead of returning an unconverged number.
+#pragma once
+
+#include "core/types.hpp"
+
+#include <Spectra/SymEigsSolver.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+#include <vector>
+
+namespace qkvlab {
+
+// ρ(r) = (r²/d + ε)^{−1/2}, so that R(x) = ρ(‖x‖) x.
+template <class S> S rms_radial(const S& r, Eigen::Index d, double eps) {
+  using std::sqrt;
+  return S(1) / S(sqrt(S(r * r / S(d) + S(eps))));
+}
+
+// m(u) = ‖Σu‖/‖u‖ for Σ = diag(sigma).
+template <class S> S metric_defect(const Vec<S>& sigma, const Vec<S>& u) {
+  return S(sigma.cwiseProduct(u).norm() / u.norm());
+}
+
+// s(u) = sqrt((‖u‖²/d + ε) / (m(u)² ‖u‖²/d + ε)), written as the spec states it.
+template <class S> S defect_scale(const Vec<S>& sigma, const Vec<S>& u, double eps) {
+  using std::sqrt;
+  const S d = S(u.rows()), n2 = u.squaredNorm(), m = metric_defect<S>(sigma, u);
+  return S(sqrt(S((n2 / d + S(eps)) / (m * m * n2 / d + S(eps)))));
+}
+
+// Marchenko–Pastur, ratio 1, scale v: density and distribution function.
+inline double mp_density(double x, double v) {
+  if (!(x > 0) || !(x < 4 * v)) return 0;
+  return std::sqrt((4 * v - x) * x) / (2 * std::numbers::pi * v * x);
+}
+
+inline double mp_cdf(double x, double v) {
+  if (!(x > 0)) return 0;
+  if (!(x < 4 * v)) return 1;
+  const double theta = std::asin(std::sqrt(x / (4 * v)));
+  return (2 * theta + std::sin(2 * theta)) / std::numbers::pi;
+}
+
+// Kolmogorov–Smirnov distance sup_x |F_n(x) − F(x)| of the empirical
+// distribution of `samples` to the distribution function F.
+template <class Cdf> double ks_distance(std::vector<double> samples, Cdf F) {
+  std::sort(samples.begin(), samples.end());
+  const double n = double(samples.size());
+  double D = 0;
+  for (std::size_t i = 0; i < samples.size(); ++i) {
+    const double f = F(samples[i]);
+    D = std::max({D, f - double(i) / n, double(i + 1) / n - f});
+  }
+  return D;
+}
+
+// The squared singular values of A (eigenvalues of AᵀA, ascending), by a dense
+// symmetric eigensolver: their absolute error is u ‖A‖², enough for a distribution.
+inline std::vector<double> squared_singular_values(const MatD& A) {
+  const MatD G = A.transpose() * A;
+  const VecD ev = Eigen::SelfAdjointEigenSolver<MatD>(G, Eigen::EigenvaluesOnly).eigenvalues();
+  return std::vector<double>(ev.data(), ev.data() + ev.size());
+}
+
+// σ_max(A) by Lanczos on w ↦ Aᵀ(A w). ok is false when Spectra did not converge.
+struct TopSingularValue {
+  double sigma = NAN;
+  bool ok = false;
+  Eigen::Index matvecs = 0;  // products with AᵀA
+};
+
+inline TopSingularValue top_singular_value(const MatD& A, double tol = 1e-12) {
+  struct GramOp {
+    using Scalar = double;
+    const MatD& A;
+    mutable Eigen::Index count = 0;
+    Eigen::Index rows() const { return A.cols(); }
+    Eigen::Index cols() const { return A.cols(); }
+    void perform_op(const double* x, double* y) const {
+      ++count;
+      Eigen::Map<VecD>(y, A.cols()) = A.transpose() * (A * Eigen::Map<const VecD>(x, A.cols()));
+    }
+  };
+  GramOp op{A};
+  const Eigen::Index d = A.cols();
+  TopSingularValue r;
+  if (d < 3) {  // Spectra needs nev < ncv ≤ n
+    r.sigma = Eigen::JacobiSVD<MatD>(A).singularValues()(0), r.ok = true;
+    return r;
+  }
+  Spectra::SymEigsSolver<GramOp> eigs(op, 1, std::min<Eigen::Index>(d, 24));
+  eigs.init();
+  eigs.compute(Spectra::SortRule::LargestAlge, 1000, tol);
+  r.matvecs = op.count;
+  if (eigs.info() != Spectra::CompInfo::Successful) return r;
+  r.sigma = std::sqrt(std::max(0.0, eigs.eigenvalues()(0)));
+  r.ok = true;
+  return r;
+}
+
+}  // namespace qkvlab
