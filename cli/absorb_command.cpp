@@ -7,6 +7,7 @@
 #include "core/absorb.hpp"
 #include "core/errors.hpp"
 #include "core/npy.hpp"
+#include "results/hdf5_matrix.hpp"
 
 #include <charconv>
 #include <cmath>
@@ -46,8 +47,32 @@ std::string index_list(const std::vector<int>& J, const char* open, const char* 
   return s + close;
 }
 
+// A matrix from "FILE.npy" or "FILE.h5:DATASET", with the dtype it was stored in.
+NpyMatrix read_matrix(const std::string& argument) {
+  if (const auto where = results::parse_hdf5_location(argument)) {
+    const auto m = results::read_hdf5_matrix(*where);
+    return {m.data, m.single_precision ? NpyDtype::f4 : NpyDtype::f8, false};
+  }
+  return read_npy(argument);
+}
+
+// The absorbed weights in the inputs' format: W1_absorbed.npy and W2_absorbed.npy,
+// or absorbed.h5 with datasets W1 and W2 when the inputs were HDF5.
+std::vector<std::string> write_absorbed(const AbsorbArgs& a, const SkiplessMlp<double>& w, NpyDtype d1, NpyDtype d2) {
+  const std::filesystem::path dir(a.out_dir);
+  if (results::parse_hdf5_location(a.w1)) {
+    const auto path = (dir / "absorbed.h5").string();
+    results::write_hdf5_matrices(path, {{"W1", w.W_1}, {"W2", w.W_2}});
+    return {path + ":/W1", path + ":/W2"};
+  }
+  // Rows of W1 negated and W2 unchanged: exact in the inputs' own dtypes.
+  write_npy(dir / "W1_absorbed.npy", w.W_1, d1);
+  write_npy(dir / "W2_absorbed.npy", w.W_2, d2);
+  return {(dir / "W1_absorbed.npy").string(), (dir / "W2_absorbed.npy").string()};
+}
+
 int run_absorb(const AbsorbArgs& a) {
-  const NpyMatrix W_1 = read_npy(a.w1), W_2 = read_npy(a.w2);
+  const NpyMatrix W_1 = read_matrix(a.w1), W_2 = read_matrix(a.w2);
   const Eigen::Index m = W_1.data.rows(), d = W_1.data.cols();
   if (m == 0 || d == 0) throw UsageError(a.w1 + ": W1 is empty (" + std::to_string(m) + "x" + std::to_string(d) + ")");
   if (W_2.data.rows() != d || W_2.data.cols() != m)
@@ -64,13 +89,7 @@ int run_absorb(const AbsorbArgs& a) {
   const AbsorbDecision dec = decide_absorption(W_1.data, W_2.data, limits);
 
   std::vector<std::string> written;
-  if (dec.verdict == Verdict::yes) {
-    const std::filesystem::path dir(a.out_dir);
-    // Rows of W1 negated and W2 unchanged: exact in the inputs' own dtypes.
-    write_npy(dir / "W1_absorbed.npy", dec.absorbed->W_1, W_1.dtype);
-    write_npy(dir / "W2_absorbed.npy", dec.absorbed->W_2, W_2.dtype);
-    written = {(dir / "W1_absorbed.npy").string(), (dir / "W2_absorbed.npy").string()};
-  }
+  if (dec.verdict == Verdict::yes) written = write_absorbed(a, *dec.absorbed, W_1.dtype, W_2.dtype);
 
   if (a.format == "json") {
     std::cout << "{\"verdict\": " << json_string(verdict_name(dec.verdict)) << ", \"m\": " << m << ", \"d\": " << d
@@ -114,15 +133,17 @@ Command add_absorb_command(CLI::App& app, const std::string&) {
   auto* cmd = app.add_subcommand(
       "absorb", "Decide whether x + W2 relu(W1 x) is a skipless ReLU MLP of the same width (qwe.thm8.4)");
   cmd->footer(
-      "W1 (m x d) and W2 (d x m) are 2-D .npy files, dtype <f8 or <f4, C or Fortran order (HDF5 not yet read).\n"
+      "W1 (m x d) and W2 (d x m) are 2-D .npy files (dtype <f8 or <f4, C or Fortran order) or HDF5 datasets\n"
+      "named FILE.h5:DATASET (any float or integer type, row-major as h5py writes them).\n"
       "The skip is absorbable iff W2 P_J W1 = -I for some J with |J| >= d (rows of W1 pairwise non-collinear,\n"
       "non-zero; columns of W2 non-zero). Tolerance: 1e3 * u * ||W2||_F ||W1||_F, u of the inputs' dtype.\n"
-      "yes: prints J (0-based) and writes W1_absorbed.npy = (I - 2 P_J) W1 and W2_absorbed.npy = W2 to --out-dir.\n"
+      "yes: prints J (0-based) and writes W1_absorbed.npy = (I - 2 P_J) W1 and W2_absorbed.npy = W2 to --out-dir\n"
+      "(for HDF5 inputs: absorbed.h5 with datasets W1 and W2).\n"
       "no: prints the reason and the best real relaxation's residual.\n"
       "undecided: the hypotheses fail and no J was found, or the rank-one matrices are dependent and m > --max-exact.\n"
       "Exit status: 0 on a decision (yes or no), 1 undecided, 2 usage error (nothing written).");
-  cmd->add_option("W1", a->w1, "W1, m x d (.npy)")->required();
-  cmd->add_option("W2", a->w2, "W2, d x m (.npy)")->required();
+  cmd->add_option("W1", a->w1, "W1, m x d (.npy or FILE.h5:DATASET)")->required();
+  cmd->add_option("W2", a->w2, "W2, d x m (.npy or FILE.h5:DATASET)")->required();
   cmd->add_option("--out-dir", a->out_dir, "Directory for W1_absorbed.npy and W2_absorbed.npy")->capture_default_str();
   cmd->add_option("--format", a->format, "Output on stdout")
       ->check(CLI::IsMember({"text", "json"}))

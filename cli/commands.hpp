@@ -18,5 +18,7 @@ struct Command {
 
 Command add_verify_command(CLI::App& app, const std::string& command_line);
 Command add_absorb_command(CLI::App& app, const std::string& command_line);
+Command add_rmt_command(CLI::App& app, const std::string& command_line);
+Command add_lnorm_command(CLI::App& app, const std::string& command_line);
 
 }  // namespace qkvlab::cli

@@ -15,6 +15,8 @@ int main(int argc, char** argv) {
   const std::vector<qkvlab::cli::Command> commands{
       qkvlab::cli::add_verify_command(app, command_line),
       qkvlab::cli::add_absorb_command(app, command_line),
+      qkvlab::cli::add_rmt_command(app, command_line),
+      qkvlab::cli::add_lnorm_command(app, command_line),
   };
   try {
     app.parse(argc, argv);

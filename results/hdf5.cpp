@@ -14,64 +14,14 @@
 #include <utility>
 
 #include "core/atomic_file.hpp"
+#include "results/hdf5_handle.hpp"
 #include "results/report.hpp"
 
 namespace qkvlab::results {
 namespace {
 
-// The innermost entry of HDF5's error stack says what actually went wrong.
-herr_t keep_innermost(unsigned n, const H5E_error2_t* error, void* data) {
-  if (n == 0 && error->desc) *static_cast<std::string*>(data) = error->desc;
-  return 0;
-}
+using namespace hdf5;
 
-[[noreturn]] void fail(const std::string& what) {
-  std::string detail;
-  H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, keep_innermost, &detail);
-  throw std::runtime_error(detail.empty() ? what : what + " (" + detail + ")");
-}
-
-void check(herr_t status, const std::string& what) {
-  if (status < 0) fail(what);
-}
-
-class Handle {
- public:
-  using Closer = herr_t (*)(hid_t);
-  Handle(hid_t id, Closer closer, const std::string& what) : id_(id), closer_(closer) {
-    if (id_ < 0) fail(what);
-  }
-  Handle(Handle&& other) noexcept : id_(std::exchange(other.id_, -1)), closer_(other.closer_) {}
-  Handle(const Handle&) = delete;
-  Handle& operator=(const Handle&) = delete;
-  Handle& operator=(Handle&&) = delete;
-  ~Handle() {
-    if (id_ >= 0) closer_(id_);
-  }
-  hid_t get() const { return id_; }
-  // Closes now and reports failure (for the file, whose close flushes).
-  void close(const std::string& what) { check(closer_(std::exchange(id_, -1)), what); }
-
- private:
-  hid_t id_;
-  Closer closer_;
-};
-
-// Silences HDF5's automatic error printing for the lifetime of the guard.
-class QuietErrors {
- public:
-  QuietErrors() {
-    H5Eget_auto2(H5E_DEFAULT, &func_, &data_);
-    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
-  }
-  QuietErrors(const QuietErrors&) = delete;
-  QuietErrors& operator=(const QuietErrors&) = delete;
-  ~QuietErrors() { H5Eset_auto2(H5E_DEFAULT, func_, data_); }
-
- private:
-  H5E_auto2_t func_ = nullptr;
-  void* data_ = nullptr;
-};
 
 // In-memory rows; strings point into the Report, which outlives the write.
 struct CheckRow {

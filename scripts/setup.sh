@@ -11,6 +11,7 @@ packages=(
   libhdf5-dev libcli11-dev                            # results files, command line
   libgtest-dev python3 python3-h5py                   # tests read JSON, XML and HDF5 back
   libbenchmark-dev libopenblas-dev                    # bench/ (built on demand)
+  gnuplot-nox                                         # figures of qkvlab rmt and lnorm
 )
 
 missing=()

@@ -440,4 +440,90 @@ TEST_F(Cli, AbsorbMalformedInputIsAUsageErrorAndWritesNothing) {
   EXPECT_NE(missing.err.find("nope.npy"), std::string::npos) << missing.err;
 }
 
+// --- rmt and lnorm: numbers and figures --------------------------------------------------
+
+bool have_gnuplot() { return std::system("command -v gnuplot >/dev/null 2>&1") == 0; }
+
+// A CSV with a header and at least one row, every row as wide as the header and
+// every field a number (NaN and inf allowed); returns the number of data rows.
+std::size_t check_csv(const fs::path& p) {
+  const auto lines = lines_of(read_file(p));
+  EXPECT_GE(lines.size(), 2u) << p;
+  if (lines.empty()) return 0;
+  const auto width = std::count(lines[0].begin(), lines[0].end(), ',');
+  for (std::size_t i = 1; i < lines.size(); ++i) {
+    EXPECT_EQ(std::count(lines[i].begin(), lines[i].end(), ','), width) << p << " line " << i + 1;
+    std::istringstream fields(lines[i]);
+    for (std::string f; std::getline(fields, f, ',');) {
+      std::size_t used = 0;
+      EXPECT_NO_THROW(std::stod(f, &used)) << p << ": " << f;
+      EXPECT_EQ(used, f.size()) << p << ": " << f;
+    }
+  }
+  return lines.size() - 1;
+}
+
+void expect_hdf5(const fs::path& p) {
+  EXPECT_EQ(read_file(p).substr(0, 8), std::string("\x89HDF\r\n\x1a\n", 8)) << p;
+}
+
+TEST_F(Cli, RmtWritesNumbersAndFigures) {
+  const RunResult r = qkvlab("rmt --quiet --d-max 128 --seed 3 --out-dir " + quoted(outputs_));
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "");
+  expect_hdf5(outputs_ / "rmt.h5");
+  EXPECT_EQ(check_csv(outputs_ / "edge_excess.csv"), 2u);  // d = 64, 128
+  EXPECT_EQ(check_csv(outputs_ / "m2_spread.csv"), 2u);
+  EXPECT_GT(check_csv(outputs_ / "defect_scale.csv"), 10u);
+  EXPECT_GT(check_csv(outputs_ / "mp_histogram.csv"), 10u);
+  if (!have_gnuplot()) GTEST_SKIP() << "gnuplot not installed: figures not checked";
+  for (const char* name : {"defect_scale", "mp_histogram", "edge_excess", "m2_spread"})
+    for (const char* suffix : {".svg", ".png"}) {
+      const fs::path figure = outputs_ / (std::string(name) + suffix);
+      ASSERT_TRUE(fs::exists(figure)) << figure;
+      EXPECT_GT(fs::file_size(figure), 1000u) << figure;
+    }
+  for (const auto& entry : fs::directory_iterator(outputs_))
+    EXPECT_EQ(entry.path().string().find(".tmp-"), std::string::npos) << entry.path();
+}
+
+TEST_F(Cli, LnormWritesNumbersAndFigureAndIsNearLinearAtSmallScale) {
+  const RunResult r = qkvlab("lnorm --quiet --d 8 --out-dir " + quoted(outputs_));
+  ASSERT_EQ(r.status, 0) << r.err;
+  expect_hdf5(outputs_ / "lnorm.h5");
+  EXPECT_GT(check_csv(outputs_ / "lnorm.csv"), 10u);
+  const auto lines = lines_of(read_file(outputs_ / "lnorm.csv"));
+  ASSERT_GE(lines.size(), 3u);
+  EXPECT_EQ(lines[0].rfind("r,s,rel_err_held_out,", 0), 0u) << lines[0];
+  auto held_out = [](const std::string& line) {
+    std::istringstream in(line);
+    std::string f;
+    for (int i = 0; i < 3; ++i) std::getline(in, f, ',');
+    return std::stod(f);
+  };
+  EXPECT_LT(held_out(lines[1]), 1e-3) << "small inputs: f is near linear";
+  EXPECT_GT(held_out(lines.back()), 1e-2) << "large inputs: f is not linear";
+  if (!have_gnuplot()) GTEST_SKIP() << "gnuplot not installed: figures not checked";
+  EXPECT_GT(fs::file_size(outputs_ / "lnorm.svg"), 1000u);
+  EXPECT_GT(fs::file_size(outputs_ / "lnorm.png"), 1000u);
+}
+
+TEST_F(Cli, RmtAndLnormBadInputExit2AndWriteNothing) {
+  const fs::path missing = dir_ / "no_such_dir";
+  const std::string cases[] = {
+      "rmt --d-max 0 --out-dir " + quoted(outputs_),
+      "rmt --d-max 32 --out-dir " + quoted(outputs_),
+      "rmt --d-max 64 --out-dir " + quoted(missing),
+      "lnorm --d 0 --out-dir " + quoted(outputs_),
+      "lnorm --d 4 --out-dir " + quoted(missing),
+  };
+  for (const auto& args : cases) {
+    const RunResult r = qkvlab(args);
+    EXPECT_EQ(r.status, 2) << args << ": " << r.err;
+    EXPECT_EQ(count_lines(r.err), 1u) << args << ": " << r.err;
+    EXPECT_TRUE(fs::is_empty(outputs_)) << args << ": a file was written";
+    EXPECT_FALSE(fs::exists(missing)) << args << ": the missing directory was created";
+  }
+}
+
 }  // namespace

@@ -18,6 +18,8 @@
 #include <set>
 #include <sstream>
 
+#include "core/errors.hpp"
+#include "results/hdf5_matrix.hpp"
 #include "results/report.hpp"
 
 namespace fs = std::filesystem;
@@ -413,6 +415,58 @@ TEST_F(ResultsFiles, JunitFailedRenameRemovesTheTemporaryFile) {
   fs::create_directories(dir_ / "taken" / "child");
   EXPECT_THROW(write_junit((dir_ / "taken").string(), sample_report()), std::runtime_error);
   expect_only({"taken"});
+}
+
+// --- matrices in HDF5 files -------------------------------------------------------
+
+TEST(Hdf5Matrix, LocationNamesFileAndDataset) {
+  const auto a = parse_hdf5_location("dir/w.h5:net/W2");
+  ASSERT_TRUE(a.has_value());
+  EXPECT_EQ(a->file, "dir/w.h5");
+  EXPECT_EQ(a->dataset, "/net/W2");
+  EXPECT_FALSE(parse_hdf5_location("W1.npy").has_value());
+  EXPECT_FALSE(parse_hdf5_location("odd:name.npy").has_value());
+  EXPECT_THROW(parse_hdf5_location("w.h5:"), qkvlab::UsageError);
+}
+
+TEST(Hdf5Matrix, RoundTripIsExactAndRowMajor) {
+  const fs::path path = fs::temp_directory_path() / ("qkvlab_matrix_" + std::to_string(::getpid()) + ".h5");
+  qkvlab::MatD A(2, 3), B(3, 1);
+  A << 1, 2, 3, 4, 5, 6.000000000000001;
+  B << -0.1, 1e-300, 7;
+  write_hdf5_matrices(path.string(), {{"A", A}, {"B", B}});
+  const auto a = read_hdf5_matrix({path.string(), "/A"});
+  EXPECT_EQ(a.data, A);  // bit for bit
+  EXPECT_FALSE(a.single_precision);
+  EXPECT_EQ(read_hdf5_matrix({path.string(), "/B"}).data, B);
+  // Row-major on disk, as h5py reads it: the second stored value is A(0, 1).
+  double stored[6];
+  const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  const hid_t set = H5Dopen2(file, "/A", H5P_DEFAULT);
+  H5Dread(set, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, stored);
+  H5Dclose(set);
+  H5Fclose(file);
+  EXPECT_EQ(stored[1], 2.0);
+  fs::remove(path);
+}
+
+TEST(Hdf5Matrix, BadInputIsAUsageErrorNamingFileAndDataset) {
+  const fs::path path = fs::temp_directory_path() / ("qkvlab_matrix_bad_" + std::to_string(::getpid()) + ".h5");
+  qkvlab::MatD nan_matrix(1, 2);
+  nan_matrix << 1, kNaN;
+  write_hdf5_matrices(path.string(), {{"A", qkvlab::MatD::Ones(2, 2)}, {"N", nan_matrix}});
+  const auto message = [](const Hdf5Location& where) {
+    try {
+      read_hdf5_matrix(where);
+    } catch (const qkvlab::UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message({path.string(), "/missing"}).rfind(path.string() + ":/missing: no such dataset", 0), 0u);
+  EXPECT_EQ(message({path.string(), "/N"}), path.string() + ":/N: non-finite entry");
+  EXPECT_EQ(message({"/nonexistent/w.h5", "/A"}).rfind("/nonexistent/w.h5:/A: cannot open file", 0), 0u);
+  fs::remove(path);
 }
 
 }  // namespace

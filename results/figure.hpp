@@ -1,0 +1,56 @@
+// Numbers and figures for the plotting subcommands (qkvlab rmt, qkvlab lnorm).
+// A Table is named double columns of equal length. It is written as CSV (one
+// header line, %.17g) and, several tables at once, as an HDF5 file with one
+// group per table holding one 1-D double dataset per column; the root carries
+// the attributes seed (uint64) and command_line (string). A Figure is rendered
+// by running gnuplot on a generated script that reads the CSV, to SVG and PNG
+// (pngcairo, else png). Every file is written atomically (core/atomic_file.hpp).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace qkvlab::results {
+
+struct Column {
+  std::string name;
+  std::vector<double> values;
+};
+
+struct Table {
+  std::string name;  // HDF5 group name (no '/')
+  std::vector<Column> columns;
+  // Index of the column named `name`, 1-based as gnuplot counts; throws if absent.
+  int column_number(const std::string& name) const;
+};
+
+void write_csv(const std::filesystem::path& path, const Table& table);
+void write_tables_hdf5(const std::filesystem::path& path, const std::vector<Table>& tables, std::uint64_t seed,
+                       const std::string& command_line);
+
+// One curve: columns x and y of the figure's CSV, or, when `expression` is set, a
+// gnuplot function of x (e.g. "0.5*x**(-2.0/3)") drawn over the plotted range.
+struct Series {
+  std::string x, y, expression, title;
+  std::string style = "lines";  // gnuplot "with" clause: lines, points, linespoints, boxes, ...
+};
+
+struct Figure {
+  std::string title, xlabel, ylabel;
+  bool log_x = false, log_y = false;
+  std::vector<Series> series;
+  std::vector<std::string> extra;  // further gnuplot commands before `plot` (e.g. "set yrange [0:*]")
+};
+
+// True when `gnuplot` runs on this machine.
+bool gnuplot_available();
+
+// Renders `figure` from the table (already written to `csv`) into stem.svg and
+// stem.png. Returns false, having printed a one-line warning on stderr, when
+// gnuplot is missing; throws std::runtime_error when gnuplot fails.
+bool render_figure(const Figure& figure, const Table& table, const std::filesystem::path& csv,
+                   const std::filesystem::path& stem);
+
+}  // namespace qkvlab::results
