@@ -4,12 +4,12 @@
 // W2_absorbed.npy (each atomically) into --out-dir. Exit 0 on a decision (yes or
 // no), 1 when undecided, 2 on a usage error (nothing written).
 #include "cli/commands.hpp"
+#include "cli/validators.hpp"
 #include "core/absorb.hpp"
 #include "core/errors.hpp"
 #include "core/npy.hpp"
 #include "results/hdf5_matrix.hpp"
 
-#include <charconv>
 #include <cmath>
 #include <filesystem>
 #include <iostream>
@@ -116,16 +116,6 @@ int run_absorb(const AbsorbArgs& a) {
   return dec.verdict == Verdict::undecided ? 1 : 0;
 }
 
-const CLI::Validator non_negative_integer(
-    [](std::string& value) -> std::string {
-      int n = 0;
-      const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
-      if (ec != std::errc() || end != value.data() + value.size() || n < 0 || n > 30)
-        return "must be an integer from 0 to 30, got '" + value + "'";
-      return "";
-    },
-    "0..30");
-
 }  // namespace
 
 Command add_absorb_command(CLI::App& app, const std::string&) {
@@ -150,7 +140,7 @@ Command add_absorb_command(CLI::App& app, const std::string&) {
       ->capture_default_str();
   cmd->add_option("--max-exact", a->max_exact,
                   "Largest m searched exhaustively (2^m subsets) when the rank-one matrices are dependent")
-      ->check(non_negative_integer)
+      ->check(integer_in(0, 30))
       ->capture_default_str();
   return {cmd, [a] { return run_absorb(*a); }};
 }

@@ -3,10 +3,10 @@
 // JUnit reports. Exit 0 if and only if every check passes and every control
 // fails as expected, 1 otherwise, 2 on a usage error.
 #include "cli/commands.hpp"
+#include "cli/validators.hpp"
 #include "core/errors.hpp"
 #include "theory/verify.hpp"
 
-#include <charconv>
 #include <filesystem>
 #include <iostream>
 #include <unistd.h>
@@ -33,17 +33,6 @@ void require_writable_dir(const std::string& path, const char* option) {
   if (!std::filesystem::is_directory(dir))
     throw UsageError(std::string(option) + ": directory " + dir.string() + " does not exist");
 }
-
-// CLI11's PositiveNumber prints its range as 0 to 1.8e308 in full: say it plainly.
-const CLI::Validator positive_integer(
-    [](std::string& value) -> std::string {
-      int n = 0;
-      const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
-      if (ec != std::errc() || end != value.data() + value.size() || n <= 0)
-        return "must be a positive integer, got '" + value + "'";
-      return "";
-    },
-    "POSITIVE");
 
 void show_progress(std::size_t done, std::size_t total) {
   std::cerr << "\rqkvlab verify: " << done << "/" << total << " configurations" << (done == total ? "\n" : "")
