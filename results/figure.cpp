@@ -33,17 +33,6 @@ void check_shape(const Table& t) {
       throw std::runtime_error("table " + t.name + ": column " + c.name + " has a different length");
 }
 
-void string_attribute(hid_t object, const char* name, const std::string& value) {
-  Handle type(H5Tcopy(H5T_C_S1), H5Tclose, "cannot create string type");
-  check(H5Tset_size(type.get(), H5T_VARIABLE), "cannot create string type");
-  check(H5Tset_cset(type.get(), H5T_CSET_UTF8), "cannot create string type");
-  Handle space(H5Screate(H5S_SCALAR), H5Sclose, "cannot create dataspace");
-  Handle attr(H5Acreate2(object, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose,
-              std::string("cannot create attribute ") + name);
-  const char* text = value.c_str();
-  check(H5Awrite(attr.get(), type.get(), &text), std::string("cannot write attribute ") + name);
-}
-
 // Single-quoted for a gnuplot string (a quote inside is doubled).
 std::string gp_string(const std::string& s) {
   std::string q = "'";
@@ -110,13 +99,8 @@ void write_tables_hdf5(const std::filesystem::path& path, const std::vector<Tabl
     QuietErrors quiet;
     Handle file(H5Fcreate(temporary.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose,
                 "cannot create file");
-    {
-      Handle space(H5Screate(H5S_SCALAR), H5Sclose, "cannot create dataspace");
-      Handle attr(H5Acreate2(file.get(), "seed", H5T_STD_U64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose,
-                  "cannot create attribute seed");
-      check(H5Awrite(attr.get(), H5T_NATIVE_UINT64, &seed), "cannot write attribute seed");
-    }
-    string_attribute(file.get(), "command_line", command_line);
+    write_attribute(file.get(), "seed", H5T_NATIVE_UINT64, &seed);
+    write_string_attribute(file.get(), "command_line", string_type().get(), command_line);
     for (const auto& t : tables) {
       Handle group(H5Gcreate2(file.get(), t.name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose,
                    "cannot create group " + t.name);

@@ -71,13 +71,6 @@ std::map<std::string, ClaimRows> rows_by_claim(const Report& report) {
   return claims;
 }
 
-Handle string_type() {
-  Handle type(H5Tcopy(H5T_C_S1), H5Tclose, "cannot create string type");
-  check(H5Tset_size(type.get(), H5T_VARIABLE), "cannot create string type");
-  check(H5Tset_cset(type.get(), H5T_CSET_UTF8), "cannot create string type");
-  return type;
-}
-
 struct Field {
   const char* name;
   std::size_t offset;
@@ -142,18 +135,6 @@ void write_dataset(hid_t group, const std::string& id, const char* name, hid_t m
     check(H5Dwrite(set.get(), memory_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows.data()),
           "cannot write dataset " + label);
   }
-}
-
-void write_attribute(hid_t location, const char* name, hid_t type, const void* value) {
-  Handle space(H5Screate(H5S_SCALAR), H5Sclose, std::string("cannot create attribute ") + name);
-  Handle attribute(H5Acreate2(location, name, type, space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose,
-                   std::string("cannot create attribute ") + name);
-  check(H5Awrite(attribute.get(), type, value), std::string("cannot write attribute ") + name);
-}
-
-void write_string_attribute(hid_t location, const char* name, hid_t str, const std::string& value) {
-  const char* text = value.c_str();
-  write_attribute(location, name, str, &text);
 }
 
 void write_file(const std::string& file_name, const Report& report) {

@@ -66,4 +66,25 @@ class QuietErrors {
   void* data_ = nullptr;
 };
 
+// A variable-length UTF-8 string type (h5py reads it as str).
+inline Handle string_type() {
+  Handle type(H5Tcopy(H5T_C_S1), H5Tclose, "cannot create string type");
+  check(H5Tset_size(type.get(), H5T_VARIABLE), "cannot create string type");
+  check(H5Tset_cset(type.get(), H5T_CSET_UTF8), "cannot create string type");
+  return type;
+}
+
+// A scalar attribute of the given file type, written from memory of the same layout.
+inline void write_attribute(hid_t location, const char* name, hid_t type, const void* value) {
+  Handle space(H5Screate(H5S_SCALAR), H5Sclose, std::string("cannot create attribute ") + name);
+  Handle attribute(H5Acreate2(location, name, type, space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose,
+                   std::string("cannot create attribute ") + name);
+  check(H5Awrite(attribute.get(), type, value), std::string("cannot write attribute ") + name);
+}
+
+inline void write_string_attribute(hid_t location, const char* name, hid_t str, const std::string& value) {
+  const char* text = value.c_str();
+  write_attribute(location, name, str, &text);
+}
+
 }  // namespace qkvlab::results::hdf5

@@ -1,6 +1,7 @@
 #include "theory/claims.hpp"
 
 #include <cmath>
+#include <cstdio>
 
 namespace qkvlab::theory {
 
@@ -16,6 +17,19 @@ ControlOutcome control_by_detection(std::string name, bool detected, double rel_
   ControlOutcome c{std::move(name), std::nullopt, detected, detected ? "singular basis detected" : "NOT detected"};
   if (std::isfinite(rel_err)) c.rel_err = rel_err;
   return c;
+}
+
+MatD multiscale_inputs(Rng& rng, int d, int n) {
+  MatD X = rng.gaussian(d, n);
+  for (int j = 0; j < n; ++j)
+    X.col(j) *= std::pow(10.0, n == 1 ? 0.0 : -3.0 + 6.0 * j / (n - 1)) / X.col(j).norm();
+  return X;
+}
+
+std::string fmt(const char* format, double a, double b, double c, double d, double e) {
+  char buf[240];
+  std::snprintf(buf, sizeof buf, format, a, b, c, d, e);
+  return buf;
 }
 
 const std::vector<Claim>& all_claims() {

@@ -108,4 +108,18 @@ template <class S> Mat<S> near_singular(Rng& rng, Eigen::Index d) {
   return T;
 }
 
+// Column convention (§8.3 onwards): max_j ‖a_j − b_j‖ / ‖a_j‖ over the columns,
+// so that points of very different norms each count.
+template <class S> double max_column_rel_err(const Mat<S>& a, const Mat<S>& b) {
+  double e = 0;
+  for (Eigen::Index j = 0; j < a.cols(); ++j) e = std::max(e, rel_err<S>(a.col(j), b.col(j)));
+  return e;
+}
+
+// n Gaussian directions (columns) with norms 10^k, k spread evenly over [−3, 3].
+MatD multiscale_inputs(Rng& rng, int d, int n);
+
+// printf-style formatting of up to five numbers, for a check's one-line note.
+std::string fmt(const char* format, double a, double b = 0, double c = 0, double d = 0, double e = 0);
+
 }  // namespace qkvlab::theory

@@ -47,12 +47,6 @@ constexpr double boundary_s = 1e-4;  // 1 − r² of the boundary input (DyT: 1 
 constexpr double dyt_max = 4;
 constexpr double control_norm = 1.5;  // ‖A‖ of the controls that leave the image
 
-std::string fmt(const char* format, double a, double b = 0, double c = 0) {
-  char buf[160];
-  std::snprintf(buf, sizeof buf, format, a, b, c);
-  return buf;
-}
-
 // max_j ‖M‖_2 ‖v_j‖ / ‖M v_j‖: how much y = M v amplifies a relative error of v.
 template <class S> double matvec_condition(const Mat<S>& M, const Mat<S>& V) {
   const double norm = spectral_norm<double>(to_double(M)).norm;  // κ needs two digits, not 50
@@ -61,21 +55,6 @@ template <class S> double matvec_condition(const Mat<S>& M, const Mat<S>& V) {
   for (Eigen::Index j = 0; j < V.cols(); ++j)
     k = std::max(k, norm * to_double(S(V.col(j).norm())) / to_double(S(MV.col(j).norm())));
   return k;
-}
-
-// max_j ‖a_j − b_j‖ / ‖a_j‖ over the columns.
-template <class S> double max_column_rel_err(const Mat<S>& a, const Mat<S>& b) {
-  double e = 0;
-  for (Eigen::Index j = 0; j < a.cols(); ++j) e = std::max(e, rel_err<S>(a.col(j), b.col(j)));
-  return e;
-}
-
-// n Gaussian directions with norms 10^k, k spread evenly over [−3, 3].
-MatD multiscale_inputs(Rng& rng, int d, int n) {
-  MatD X = rng.gaussian(d, n);
-  for (int j = 0; j < n; ++j)
-    X.col(j) *= std::pow(10.0, n == 1 ? 0.0 : -3.0 + 6.0 * j / (n - 1)) / X.col(j).norm();
-  return X;
 }
 
 // The same directions rescaled for DyT: α‖x‖_∞ spread log-evenly over [1e-3, dyt_max].

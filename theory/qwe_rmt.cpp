@@ -63,26 +63,6 @@ constexpr int mp_draws = 4, mp_min_d = 64;
 constexpr int edge_points = 5, edge_min_d = 512, edge_draws_min = 32, edge_draws_work = 32768;
 constexpr int defect_samples = 4096;
 
-std::string fmt(const char* format, double a, double b = 0, double c = 0, double d = 0, double e = 0) {
-  char buf[240];
-  std::snprintf(buf, sizeof buf, format, a, b, c, d, e);
-  return buf;
-}
-
-// n Gaussian directions with norms 10^k, k spread evenly over [−3, 3].
-MatD multiscale_inputs(Rng& rng, int d, int n) {
-  MatD X = rng.gaussian(d, n);
-  for (int j = 0; j < n; ++j)
-    X.col(j) *= std::pow(10.0, n == 1 ? 0.0 : -3.0 + 6.0 * j / (n - 1)) / X.col(j).norm();
-  return X;
-}
-
-template <class S> double max_column_rel_err(const Mat<S>& a, const Mat<S>& b) {
-  double e = 0;
-  for (Eigen::Index j = 0; j < a.cols(); ++j) e = std::max(e, rel_err<S>(a.col(j), b.col(j)));
-  return e;
-}
-
 // A control of a statistical claim: the wrong expected value must be rejected by
 // the claim's own rule, |statistic − wrong| > budget · std_err. rel_err holds the
 // discrepancy |statistic − wrong|.
