@@ -3,7 +3,11 @@
 // (qwe.thm8.4, decided as in qwe.cor8.4.1)? On yes writes W1_absorbed.npy and
 // W2_absorbed.npy (each atomically) into --out-dir. Exit 0 on a decision (yes or
 // no), 1 when undecided, 2 on a usage error (nothing written).
+// `qkvlab absorb fit` (absorb_fit_command.cpp) is a subcommand of this one; W1 and
+// W2 are therefore optional to CLI11 and required here when no subcommand is given.
 #include "cli/commands.hpp"
+#include "engine/json.hpp"
+#include "cli/matrix_argument.hpp"
 #include "cli/validators.hpp"
 #include "core/absorb.hpp"
 #include "core/errors.hpp"
@@ -23,15 +27,6 @@ struct AbsorbArgs {
   int max_exact = 20;
 };
 
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (char ch : s) {
-    if (ch == '"' || ch == '\\') out += '\\';
-    if (static_cast<unsigned char>(ch) < 0x20) continue;
-    out += ch;
-  }
-  return out + "\"";
-}
 
 std::string json_number(double x) {
   if (!std::isfinite(x)) return "null";
@@ -45,15 +40,6 @@ std::string index_list(const std::vector<int>& J, const char* open, const char* 
   std::string s = open;
   for (std::size_t k = 0; k < J.size(); ++k) s += (k ? ", " : "") + std::to_string(J[k]);
   return s + close;
-}
-
-// A matrix from "FILE.npy" or "FILE.h5:DATASET", with the dtype it was stored in.
-NpyMatrix read_matrix(const std::string& argument) {
-  if (const auto where = results::parse_hdf5_location(argument)) {
-    const auto m = results::read_hdf5_matrix(*where);
-    return {m.data, m.single_precision ? NpyDtype::f4 : NpyDtype::f8, false};
-  }
-  return read_npy(argument);
 }
 
 // The absorbed weights in the inputs' format: W1_absorbed.npy and W2_absorbed.npy,
@@ -72,7 +58,7 @@ std::vector<std::string> write_absorbed(const AbsorbArgs& a, const SkiplessMlp<d
 }
 
 int run_absorb(const AbsorbArgs& a) {
-  const NpyMatrix W_1 = read_matrix(a.w1), W_2 = read_matrix(a.w2);
+  const NpyMatrix W_1 = read_matrix_argument(a.w1), W_2 = read_matrix_argument(a.w2);
   const Eigen::Index m = W_1.data.rows(), d = W_1.data.cols();
   if (m == 0 || d == 0) throw UsageError(a.w1 + ": W1 is empty (" + std::to_string(m) + "x" + std::to_string(d) + ")");
   if (W_2.data.rows() != d || W_2.data.cols() != m)
@@ -92,15 +78,15 @@ int run_absorb(const AbsorbArgs& a) {
   if (dec.verdict == Verdict::yes) written = write_absorbed(a, *dec.absorbed, W_1.dtype, W_2.dtype);
 
   if (a.format == "json") {
-    std::cout << "{\"verdict\": " << json_string(verdict_name(dec.verdict)) << ", \"m\": " << m << ", \"d\": " << d
-              << ", \"J\": " << index_list(dec.J, "[", "]") << ", \"reason\": " << json_string(dec.reason)
+    std::cout << "{\"verdict\": " << engine::json_quote(verdict_name(dec.verdict)) << ", \"m\": " << m << ", \"d\": " << d
+              << ", \"J\": " << index_list(dec.J, "[", "]") << ", \"reason\": " << engine::json_quote(dec.reason)
               << ", \"hypotheses_hold\": " << (dec.hypotheses_hold ? "true" : "false")
-              << ", \"hypothesis_failure\": " << json_string(dec.hypothesis_failure)
+              << ", \"hypothesis_failure\": " << engine::json_quote(dec.hypothesis_failure)
               << ", \"independent\": " << (dec.independent ? "true" : "false")
               << ", \"relaxation_residual\": " << json_number(dec.relaxation_residual)
               << ", \"residual\": " << json_number(dec.residual) << ", \"tolerance\": " << json_number(dec.tolerance)
               << ", \"subsets_searched\": " << dec.subsets_searched << ", \"written\": [";
-    for (std::size_t k = 0; k < written.size(); ++k) std::cout << (k ? ", " : "") << json_string(written[k]);
+    for (std::size_t k = 0; k < written.size(); ++k) std::cout << (k ? ", " : "") << engine::json_quote(written[k]);
     std::cout << "]}\n";
   } else {
     std::cout << verdict_name(dec.verdict) << "\n";
@@ -118,7 +104,7 @@ int run_absorb(const AbsorbArgs& a) {
 
 }  // namespace
 
-Command add_absorb_command(CLI::App& app, const std::string&) {
+Command add_absorb_command(CLI::App& app, const std::string& command_line) {
   auto a = std::make_shared<AbsorbArgs>();
   auto* cmd = app.add_subcommand(
       "absorb", "Decide whether x + W2 relu(W1 x) is a skipless ReLU MLP of the same width (qwe.thm8.4)");
@@ -131,9 +117,10 @@ Command add_absorb_command(CLI::App& app, const std::string&) {
       "(for HDF5 inputs: absorbed.h5 with datasets W1 and W2).\n"
       "no: prints the reason and the best real relaxation's residual.\n"
       "undecided: the hypotheses fail and no J was found, or the rank-one matrices are dependent and m > --max-exact.\n"
-      "Exit status: 0 on a decision (yes or no), 1 undecided, 2 usage error (nothing written).");
-  cmd->add_option("W1", a->w1, "W1, m x d (.npy or FILE.h5:DATASET)")->required();
-  cmd->add_option("W2", a->w2, "W2, d x m (.npy or FILE.h5:DATASET)")->required();
+      "Exit status: 0 on a decision (yes or no), 1 undecided, 2 usage error (nothing written).\n"
+      "Subcommand: 'qkvlab absorb fit' fits skipless MLPs to skip ones (qwe.cor8.4.1, empirical; see its --help).");
+  cmd->add_option("W1", a->w1, "W1, m x d (.npy or FILE.h5:DATASET); required unless a subcommand is given");
+  cmd->add_option("W2", a->w2, "W2, d x m (.npy or FILE.h5:DATASET); required unless a subcommand is given");
   cmd->add_option("--out-dir", a->out_dir, "Directory for W1_absorbed.npy and W2_absorbed.npy")->capture_default_str();
   cmd->add_option("--format", a->format, "Output on stdout")
       ->check(CLI::IsMember({"text", "json"}))
@@ -142,7 +129,14 @@ Command add_absorb_command(CLI::App& app, const std::string&) {
                   "Largest m searched exhaustively (2^m subsets) when the rank-one matrices are dependent")
       ->check(integer_in(0, 30))
       ->capture_default_str();
-  return {cmd, [a] { return run_absorb(*a); }};
+  const Command fit = add_absorb_fit_command(*cmd, command_line);
+  cmd->require_subcommand(0, 1);
+  return {cmd, [a, fit] {
+            if (fit.app->parsed()) return fit.run();
+            if (a->w1.empty()) throw UsageError("absorb: W1 is required (or 'qkvlab absorb fit')");
+            if (a->w2.empty()) throw UsageError("absorb: W2 is required");
+            return run_absorb(*a);
+          }};
 }
 
 }  // namespace qkvlab::cli

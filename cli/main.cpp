@@ -17,6 +17,8 @@ int main(int argc, char** argv) {
       qkvlab::cli::add_absorb_command(app, command_line),
       qkvlab::cli::add_rmt_command(app, command_line),
       qkvlab::cli::add_lnorm_command(app, command_line),
+      qkvlab::cli::add_transfer_command(app, command_line),
+      qkvlab::cli::add_icl_command(app, command_line, {qkvlab::cli::add_icl_theory_commands, qkvlab::cli::add_icl_train_commands}),
   };
   try {
     app.parse(argc, argv);

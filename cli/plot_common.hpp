@@ -1,4 +1,4 @@
-// Shared by the plotting subcommands (rmt, lnorm): output-directory checks,
+// Shared by the subcommands: output-directory checks,
 // progress on stderr, and log-spaced grids.
 #pragma once
 

@@ -3,13 +3,13 @@
 // JUnit reports. Exit 0 if and only if every check passes and every control
 // fails as expected, 1 otherwise, 2 on a usage error.
 #include "cli/commands.hpp"
+#include "cli/plot_common.hpp"
 #include "cli/validators.hpp"
 #include "core/errors.hpp"
 #include "theory/verify.hpp"
 
 #include <filesystem>
 #include <iostream>
-#include <unistd.h>
 
 namespace qkvlab::cli {
 namespace {
@@ -34,11 +34,6 @@ void require_writable_dir(const std::string& path, const char* option) {
     throw UsageError(std::string(option) + ": directory " + dir.string() + " does not exist");
 }
 
-void show_progress(std::size_t done, std::size_t total) {
-  std::cerr << "\rqkvlab verify: " << done << "/" << total << " configurations" << (done == total ? "\n" : "")
-            << std::flush;
-}
-
 int run_verify(VerifyArgs& a) {
   if (a.list) {
     print_list(std::cout);
@@ -56,7 +51,10 @@ int run_verify(VerifyArgs& a) {
   require_writable_dir(a.out, "--out");
   require_writable_dir(a.junit, "--junit");
   theory::validate(o);
-  if (!a.quiet && isatty(STDERR_FILENO)) o.progress = show_progress;
+  if (Progress::wanted(a.quiet))
+    o.progress = [show = Progress{"verify", true}](std::size_t done, std::size_t total) {
+      show("configurations", done, total);
+    };
 
   const auto report = theory::verify(o);
   if (a.format == "json") results::write_json(std::cout, report);

@@ -10,8 +10,8 @@ packages=(
   libspectra-dev                                      # Lanczos top singular values (qwe.sec8.3.1)
   libhdf5-dev libcli11-dev                            # results files, command line
   libgtest-dev python3 python3-h5py                   # tests read JSON, XML and HDF5 back
-  libbenchmark-dev libopenblas-dev                    # bench/ (built on demand)
-  gnuplot-nox                                         # figures of qkvlab rmt and lnorm
+  libbenchmark-dev libopenblas-dev                    # bench/ (built on demand); engine products (OpenBLAS)
+  gnuplot-nox                                         # figures of rmt, lnorm, transfer, icl
 )
 
 missing=()

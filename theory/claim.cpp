@@ -41,6 +41,7 @@ const std::vector<Claim>& all_claims() {
     register_rmt_claims(c);
     register_absorb_claims(c);
     register_scale_claims(c);
+    register_skipv1_claims(c);
     return c;
   }();
   return claims;

@@ -1,0 +1,61 @@
+// Float and double products through OpenBLAS (when QKVLAB_ENGINE_BLAS) or Eigen; see blas.hpp.
+#include "engine/blas.hpp"
+
+#include <algorithm>
+#include <type_traits>
+
+#if QKVLAB_ENGINE_BLAS
+#include <cblas.h>
+#endif
+
+namespace qkvlab::engine {
+
+#if QKVLAB_ENGINE_BLAS
+bool blas_enabled() { return true; }
+int blas_threads() { return openblas_get_num_threads(); }
+void set_blas_threads(int n) { openblas_set_num_threads(std::max(1, n)); }
+#else
+bool blas_enabled() { return false; }
+int blas_threads() { return 1; }
+void set_blas_threads(int) {}
+#endif
+
+namespace detail {
+namespace {
+
+template <class S>
+void blas_gemm(const Mat<S>& A, Op op_a, const Mat<S>& B, Op op_b, bool accumulate, Mat<S>& C) {
+  const Eigen::Index m = op_a == Op::none ? A.rows() : A.cols();
+  const Eigen::Index k = op_a == Op::none ? A.cols() : A.rows();
+  const Eigen::Index n = op_b == Op::none ? B.cols() : B.rows();
+#if QKVLAB_ENGINE_BLAS
+  if (m > 0 && n > 0 && k > 0) {
+    if (!accumulate) C.resize(m, n);
+    const auto ta = op_a == Op::none ? CblasNoTrans : CblasTrans;
+    const auto tb = op_b == Op::none ? CblasNoTrans : CblasTrans;
+    const int lda = int(A.rows()), ldb = int(B.rows()), ldc = int(m);
+    const S beta = accumulate ? S(1) : S(0);
+    if constexpr (std::is_same_v<S, float>)
+      cblas_sgemm(CblasColMajor, ta, tb, int(m), int(n), int(k), 1.0f, A.data(), lda, B.data(), ldb, beta, C.data(),
+                  ldc);
+    else
+      cblas_dgemm(CblasColMajor, ta, tb, int(m), int(n), int(k), 1.0, A.data(), lda, B.data(), ldb, beta, C.data(),
+                  ldc);
+    return;
+  }
+#endif
+  (void)m, (void)k, (void)n;
+  gemm<S>(A, op_a, B, op_b, accumulate, C);
+}
+
+}  // namespace
+
+void gemm(const Mat<float>& A, Op op_a, const Mat<float>& B, Op op_b, bool accumulate, Mat<float>& C) {
+  blas_gemm(A, op_a, B, op_b, accumulate, C);
+}
+void gemm(const Mat<double>& A, Op op_a, const Mat<double>& B, Op op_b, bool accumulate, Mat<double>& C) {
+  blas_gemm(A, op_a, B, op_b, accumulate, C);
+}
+
+}  // namespace detail
+}  // namespace qkvlab::engine

@@ -1,0 +1,241 @@
+// The checks of lemmas.hpp. Each check draws its prompts from its own stream
+// "icl/lemmas/<id>/<variant>" and its random weights from ".../weights".
+#include "synthetic/icl/lemmas.hpp"
+
+#include "core/errors.hpp"
+#include "synthetic/icl/monte_carlo.hpp"
+
+#include <cmath>
+
+namespace qkvlab::icl {
+namespace {
+
+struct RandomPoint {
+  MatD A, B;
+  ReducedWeights<double> r;
+};
+
+int copy_width(const Task& task, const LemmaOptions& o) {
+  if (o.a > task.d) throw UsageError("a must be at most d = " + std::to_string(task.d));
+  return o.a >= 0 ? o.a : task.d / 2;
+}
+
+RandomPoint random_point(const Task& task, int a, Rng& rng) {
+  const int d = task.d;
+  const double s = 1.0 / std::sqrt(double(d));
+  RandomPoint p{rng.gaussian(a, d, s), rng.gaussian(d - a, d, s), {}};
+  const MatD Aq = query_embedding<double>(p.A, d);
+  for (int h = 0; h < 2; ++h) {
+    p.r.W[h] = rng.gaussian(d, d, s);
+    p.r.M[h] = rng.gaussian(d, d, s) * Aq / (2.0 * task.n);
+  }
+  return p;
+}
+
+// The per-prompt pieces every check needs.
+struct PromptView {
+  MatD XXt, B, W_hat;  // B = Y Xᵀ, W_hat the form's predictor
+};
+
+PromptView view(const Prompt& p, const Task& task, Form form) {
+  PromptView v{p.X * p.X.transpose(), p.Y * p.X.transpose(), {}};
+  const double s = form == Form::ridge_sigma_typo ? task.sigma : task.sigma * task.sigma;
+  v.W_hat = predictor(form, v.B, task.prior_mean(), task.sigma, regularized_gram(v.XXt, s));
+  return v;
+}
+
+double dot(const MatD& a, const MatD& b) { return a.cwiseProduct(b).sum(); }
+
+LemmaResult result(std::string id, std::string variant, std::string statement, Estimate e, std::string note = "") {
+  if (!std::isfinite(e.value) || !std::isfinite(e.se)) throw NumericalError(id + ": statistic is not finite");
+  LemmaResult r{std::move(id), std::move(variant), std::move(statement), e, 0, false, std::move(note)};
+  r.z = e.se > 0 ? std::abs(e.value) / e.se : (e.value == 0 ? 0 : INFINITY);
+  r.holds = r.z <= lemma_budget;
+  return r;
+}
+
+std::string arch_name(Architecture a) { return a == Architecture::mha ? "k=1 (MHA)" : "k=2 (SkipV1)"; }
+
+template <class F> Estimate scalar_mc(const Task& task, const LemmaOptions& o, const std::string& stream, F f) {
+  return run_chunks(task, o.prompts, o.seed, stream, o.threads, 1, 0,
+                    [&](const Prompt& p, auto& out) { out(0) = f(p); })
+      .estimate(0);
+}
+
+LambdaSums lambda_sums(const Task& task, const LemmaOptions& o, const std::string& stream) {
+  const int d = task.d;
+  const Moments m = run_chunks(task, o.prompts, o.seed, stream, o.threads, 2 * d, 0, [&](const Prompt& p, auto& f) {
+    const PromptView v = view(p, task, o.form);
+    f.head(d) = v.W_hat.cwiseProduct(v.B).rowwise().sum();
+    f.tail(d) = v.B.rowwise().squaredNorm();
+  });
+  LambdaSums s{VecD(d), VecD(d)};
+  for (int i = 0; i < d; ++i) {
+    s.mean_den(i) = m.mean(d + i);
+    s.lambda(i) = m.mean(i) / s.mean_den(i);
+  }
+  return s;
+}
+
+// Runs a Λ-dependent per-prompt statistic f(v, p, λ, g) on one stream, both passes.
+template <class F> Estimate lambda_mc(const Task& task, const LemmaOptions& o, const std::string& stream, F stat) {
+  const LambdaSums lam = lambda_sums(task, o, stream);
+  return lambda_dependent(task, o.prompts, o.seed, stream, o.threads, lam, 1,
+                          [&](const Prompt& p, const VecD& lambda, auto& f, auto& g, auto& num, auto& den) {
+                            const PromptView v = view(p, task, o.form);
+                            num = v.W_hat.cwiseProduct(v.B).rowwise().sum();
+                            den = v.B.rowwise().squaredNorm();
+                            VecD grad(task.d);
+                            f(0) = stat(v, p, lambda, grad);
+                            g.row(0) = grad.transpose();
+                          })
+      .values[0];
+}
+
+}  // namespace
+
+double theorem_w0_scale(const Task& task) {
+  return task.sigma > 0 ? 1.5 * 2.0 * std::sqrt(double(task.d)) * task.sigma : 1.0;
+}
+
+LemmaResult check_lemma1(const Task& task, const LemmaOptions& o, Architecture arch) {
+  validate(task);
+  const std::string stream = std::string("icl/lemmas/lemma1/") + (arch == Architecture::mha ? "mha" : "skipv1");
+  Rng wrng(o.seed, stream + "/weights");
+  RandomPoint w = random_point(task, copy_width(task, o), wrng);
+  if (o.zero_weights) w.r.W = {MatD::Zero(task.d, task.d), MatD::Zero(task.d, task.d)};
+  const Estimate e = scalar_mc(task, o, stream, [&](const Prompt& p) {
+    const PromptView v = view(p, task, o.form);
+    const MatD U = reduced_map<double>(p.X, p.Y, w.A, w.B, w.r, arch);
+    return 2 * dot(U - v.W_hat, p.W - v.W_hat);
+  });
+  return result("skipv1.lemma1", arch_name(arch), "L_k = C + E||sum_h W^h G M^h - W_D||^2 at random weights", e,
+                std::string("form ") + form_name(o.form) + (o.zero_weights ? ", U = 0" : ""));
+}
+
+LemmaResult check_lemma2(const Task& task, const LemmaOptions& o, Architecture arch) {
+  validate(task);
+  const std::string stream = std::string("icl/lemmas/lemma2/") + (arch == Architecture::mha ? "mha" : "skipv1");
+  Rng wrng(o.seed, stream + "/weights");
+  const RandomPoint w = random_point(task, copy_width(task, o), wrng);
+  const Estimate e = scalar_mc(task, o, stream, [&](const Prompt& p) {
+    const PromptView v = view(p, task, o.form);
+    const MatD U = reduced_map<double>(p.X, p.Y, w.A, w.B, w.r, arch);
+    const MatD Um = reduced_map<double>(p.X, (-p.Y).eval(), w.A, w.B, w.r, arch);
+    return dot(v.W_hat - 0.5 * (U - Um), 0.5 * (U + Um));
+  });
+  return result("skipv1.lemma2", arch_name(arch), "cross term E<W_D - N_3, N_1 + N_2> = 0 at random weights", e,
+                std::string("form ") + form_name(o.form));
+}
+
+LemmaResult check_lemma3(const Task& task, const LemmaOptions& o, Lemma3Part part) {
+  validate(task);
+  const int d = task.d;
+  const std::string stream = std::string("icl/lemmas/lemma3/") + (part == Lemma3Part::t1 ? "t1" : "t2");
+  // a(D): the stack (m_1 … m_d) minus τ I, flattened; τ = Σ_i tr m_i / d².
+  auto anisotropic = [&](const Prompt& p, Eigen::Ref<VecD> a) {
+    const PromptView v = view(p, task, o.form);
+    MatD stack(d, d * d);
+    for (int i = 0; i < d; ++i)
+      stack.middleCols(i * d, d) = v.B.row(i).transpose() * (part == Lemma3Part::t1 ? v.B.row(i) : v.W_hat.row(i));
+    double tau = 0;
+    for (int i = 0; i < d; ++i) tau += stack.middleCols(i * d, d).trace();
+    tau /= double(d) * d;
+    for (int i = 0; i < d; ++i) stack.middleCols(i * d, d).diagonal().array() -= tau;
+    a.head(d * d * d) = stack.reshaped();
+    a(d * d * d) = tau;
+  };
+  LemmaOptions half = o;
+  half.prompts = std::max(2L, o.prompts / 2);
+  const Moments m2 = run_chunks(task, half.prompts, o.seed, stream + "/half2", o.threads, d * d * d + 1, 0,
+                                [&](const Prompt& p, auto& a) { anisotropic(p, a); });
+  const VecD abar = m2.sum.head(d * d * d) / double(m2.count);
+  const double tau = m2.mean(d * d * d), scale = double(d) * d * tau * tau;
+  const Estimate e = run_chunks(task, half.prompts, o.seed, stream + "/half1", o.threads, 1, 0,
+                                [&](const Prompt& p, auto& out) {
+                                  VecD a(d * d * d + 1);
+                                  anisotropic(p, a);
+                                  out(0) = a.head(d * d * d).dot(abar) / scale;
+                                })
+                         .estimate(0);
+  const double rel = std::sqrt(abar.squaredNorm() / scale);
+  return result("skipv1.lemma3", part == Lemma3Part::t1 ? "t1" : "t2",
+                part == Lemma3Part::t1 ? "E[X Y_i^T Y_i X^T] = t_1 I for every i (isotropy)"
+                                       : "E[X Y_i^T (W_D)_i] = t_2 I for every i (isotropy)",
+                e,
+                "squared relative anisotropy (unbiased split estimate); plug-in relative distance " +
+                    std::to_string(rel) + ", t = " + std::to_string(tau));
+}
+
+LemmaResult check_lemma4(const Task& task, const LemmaOptions& o) {
+  validate(task);
+  const int d = task.d;
+  const std::string stream = "icl/lemmas/lemma4";
+  // Point 0: head 1 W~ = (0, J), M~ = (J; 0)/n, head 2 zero, so h = J Y Xᵀ J / n with
+  // J = diag(1, −1, 0, …) (J = 1 when d = 1). Point 1: the origin (h = 0).
+  std::array<std::array<MatD, 2>, 2> Wt, Mt;  // [point][head]
+  MatD J = MatD::Zero(d, d);
+  J(0, 0) = 1;
+  if (d > 1) J(1, 1) = -1;
+  for (int k = 0; k < 2; ++k)
+    for (int h = 0; h < 2; ++h) Wt[k][h] = MatD::Zero(d, 2 * d), Mt[k][h] = MatD::Zero(2 * d, d);
+  Wt[0][0].rightCols(d) = J;
+  Mt[0][0].topRows(d) = J / double(task.n);
+  const Estimate e = lambda_mc(task, o, stream, [&](const PromptView& v, const Prompt&, const VecD& lambda, VecD& g) {
+    MatD Gp = MatD::Zero(2 * d, 2 * d);
+    Gp.topRightCorner(d, d) = v.B.transpose();
+    Gp.bottomLeftCorner(d, d) = v.B;
+    MatD dh = MatD::Zero(d, d);
+    for (int h = 0; h < 2; ++h) dh += Wt[0][h] * Gp * Mt[0][h] - Wt[1][h] * Gp * Mt[1][h];
+    g = 2 * v.B.cwiseProduct(dh).rowwise().sum();
+    return -2 * dot(v.W_hat - lambda.asDiagonal() * v.B, dh);
+  });
+  return result("skipv1.lemma4", "JYX^TJ/n vs 0",
+                "L~(W~,M~) - E||Lambda Y X^T - h||^2 is the same at h = J Y X^T J/n and h = 0", e,
+                std::string("form ") + form_name(o.form));
+}
+
+LemmaResult check_thm2(const Task& task, const LemmaOptions& o, Thm2Part part) {
+  validate(task);
+  const int d = task.d;
+  if (part == Thm2Part::skipv1) {
+    // The construction through the reduced SkipV1 map with Λ = I: K = (G_2^2 − ½ G_1), U = Λ K.
+    const MatD I = MatD::Identity(d, d), A = I, B(0, d);
+    ReducedWeights<double> r;
+    r.W = {-0.5 * I, I};
+    r.M = {I, I};
+    const Estimate e =
+        lambda_mc(task, o, "icl/lemmas/thm2/skipv1", [&](const PromptView& v, const Prompt& p, const VecD& lambda,
+                                                         VecD& g) {
+          const MatD K = reduced_map<double>(p.X, p.Y, A, B, r, Architecture::skipv1);
+          const MatD U = lambda.asDiagonal() * K, LB = lambda.asDiagonal() * v.B;
+          g = 2 * (U - p.W).cwiseProduct(K).rowwise().sum() + 2 * lambda.cwiseProduct(v.B.rowwise().squaredNorm());
+          return (U - p.W).squaredNorm() - (v.W_hat - p.W).squaredNorm() - v.W_hat.squaredNorm() + LB.squaredNorm();
+        });
+    return result("skipv1.thm2", "skipv1", "L_2 at the construction (a = d) = C + C_3", e,
+                  std::string("form ") + form_name(o.form));
+  }
+  const std::string stream = "icl/lemmas/thm2/mha";
+  Rng wrng(o.seed, stream + "/weights");
+  const RandomPoint w = random_point(task, copy_width(task, o), wrng);
+  const Estimate e = lambda_mc(task, o, stream, [&](const PromptView& v, const Prompt& p, const VecD& lambda, VecD& g) {
+    const MatD U = reduced_map<double>(p.X, p.Y, w.A, w.B, w.r, Architecture::mha);
+    const MatD Um = reduced_map<double>(p.X, (-p.Y).eval(), w.A, w.B, w.r, Architecture::mha);
+    const MatD odd = 0.5 * (U - Um), even = 0.5 * (U + Um);
+    g = 2 * v.B.cwiseProduct(odd).rowwise().sum();
+    return (U - p.W).squaredNorm() - (v.W_hat - p.W).squaredNorm() - even.squaredNorm() - v.W_hat.squaredNorm() +
+           2 * dot(lambda.asDiagonal() * v.B, odd) - odd.squaredNorm();
+  });
+  return result("skipv1.thm2", "mha", "L_1 = C + E||N_1+N_2||^2 + C_3 + E||Lambda Y X^T - N_3||^2 (MHA bound)", e,
+                std::string("form ") + form_name(o.form));
+}
+
+std::vector<LemmaResult> check_all_lemmas(const Task& task, const LemmaOptions& o) {
+  return {check_lemma1(task, o, Architecture::mha),     check_lemma1(task, o, Architecture::skipv1),
+          check_lemma2(task, o, Architecture::mha),     check_lemma2(task, o, Architecture::skipv1),
+          check_lemma3(task, o, Lemma3Part::t1),        check_lemma3(task, o, Lemma3Part::t2),
+          check_lemma4(task, o),                        check_thm2(task, o, Thm2Part::skipv1),
+          check_thm2(task, o, Thm2Part::mha)};
+}
+
+}  // namespace qkvlab::icl

@@ -1,0 +1,141 @@
+// Monte Carlo over prompts in chunks, deterministic in the thread count, and
+// the delta method for quantities that depend on the estimated Λ.
+//
+// A run draws `prompts` prompts in chunks of chunk_size; chunk j draws from
+// Rng(seed, stream + "/chunk/" + j). Each chunk accumulates the per-prompt
+// vectors f ∈ R^p (sums, sums of squares, and cross products of the first
+// `full` entries); chunks are merged in chunk order after all have run, so
+// the sums are bitwise the same for any number of threads.
+#pragma once
+
+#include "synthetic/icl/prompt.hpp"
+#include "synthetic/icl/theory.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <exception>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace qkvlab::icl {
+
+inline constexpr long chunk_size = 512;
+
+struct Moments {
+  long count = 0;
+  VecD sum, sumsq;
+  MatD cross;  // full × full
+
+  Moments(int p, int full) : sum(VecD::Zero(p)), sumsq(VecD::Zero(p)), cross(MatD::Zero(full, full)) {}
+  void add(const VecD& f) {
+    ++count;
+    sum += f;
+    sumsq += f.cwiseAbs2();
+    const Eigen::Index k = cross.rows();
+    if (k > 0) cross.selfadjointView<Eigen::Lower>().rankUpdate(f.head(k));
+  }
+  void merge(const Moments& o) {
+    count += o.count;
+    sum += o.sum;
+    sumsq += o.sumsq;
+    cross += o.cross;
+  }
+  double mean(int i) const { return sum(i) / double(count); }
+  // Sample covariance (N − 1) of entries i, j (both < full, or i == j).
+  double covariance(int i, int j) const {
+    const double n = double(count);
+    const double s = i == j ? sumsq(i) : cross(std::max(i, j), std::min(i, j));
+    return (s - sum(i) * sum(j) / n) / (n - 1);
+  }
+  Estimate estimate(int i) const { return {mean(i), std::sqrt(std::max(0.0, covariance(i, i)) / double(count))}; }
+};
+
+inline int thread_count(int requested) {
+  return requested > 0 ? requested : int(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+// per_prompt(const Prompt&, Eigen::Ref<VecD> f) fills f (size p) for one prompt.
+template <class PerPrompt>
+Moments run_chunks(const Task& task, long prompts, std::uint64_t seed, const std::string& stream, int threads, int p,
+                   int full, PerPrompt per_prompt) {
+  const long chunks = (prompts + chunk_size - 1) / chunk_size;
+  std::vector<Moments> parts(std::size_t(chunks), Moments(p, full));
+  std::atomic<long> next{0};
+  std::exception_ptr error;
+  std::atomic<bool> failed{false};
+  auto worker = [&] {
+    VecD f(p);
+    for (long j; !failed && (j = next++) < chunks;) {
+      try {
+        Rng rng(seed, stream + "/chunk/" + std::to_string(j));
+        const long count = std::min(chunk_size, prompts - j * chunk_size);
+        for (long k = 0; k < count; ++k) {
+          per_prompt(draw_prompt(task, rng), f);
+          parts[std::size_t(j)].add(f);
+        }
+      } catch (...) {
+        if (!failed.exchange(true)) error = std::current_exception();
+      }
+    }
+  };
+  const int n_threads = int(std::min<long>(thread_count(threads), chunks));
+  std::vector<std::thread> pool;
+  for (int i = 1; i < n_threads; ++i) pool.emplace_back(worker);
+  worker();
+  for (auto& t : pool) t.join();
+  if (error) std::rethrow_exception(error);
+  Moments total(p, full);
+  for (const auto& m : parts) total.merge(m);
+  return total;
+}
+
+// Λ's per-prompt sufficient statistics: num_i = (Û)_{i,:} B_{i,:}ᵀ and
+// den_i = ‖B_{i,:}‖², B = Y Xᵀ; λ_i = Σ num_i / Σ den_i.
+struct LambdaSums {
+  VecD lambda, mean_den;
+};
+
+// Quantities f_q(λ; D), q < Q, with gradients g_{q,i} = ∂f_q/∂λ_i, evaluated
+// at the estimated λ (a second pass over the same prompts, same streams).
+// Returns λ's estimates (delta method: SE of mean ψ_i, ψ_i = (num_i − λ_i den_i)/mean den_i)
+// and each f_q's with the influence f_q + Σ_i ḡ_{q,i} ψ_i.
+struct LambdaDependent {
+  std::vector<Estimate> lambda, values;
+};
+
+// per_prompt(const Prompt&, const VecD& lambda, Eigen::Ref<VecD> f, Eigen::Ref<MatD> g,
+//            Eigen::Ref<VecD> num, Eigen::Ref<VecD> den)
+template <class PerPrompt>
+LambdaDependent lambda_dependent(const Task& task, long prompts, std::uint64_t seed, const std::string& stream,
+                                 int threads, const LambdaSums& lam, int Q, PerPrompt per_prompt) {
+  const int d = task.d;
+  // Layout: f (Q), ψ (d) with full cross products; then g (Q·d, column-major) as sums only.
+  const int full = Q + d, p = full + Q * d;
+  const Moments m = run_chunks(task, prompts, seed, stream, threads, p, full, [&](const Prompt& pr, auto& out) {
+    VecD f(Q), num(d), den(d);
+    MatD g(Q, d);
+    per_prompt(pr, lam.lambda, f, g, num, den);
+    out.head(Q) = f;
+    out.segment(Q, d) = (num - lam.lambda.cwiseProduct(den)).cwiseQuotient(lam.mean_den);
+    out.tail(Q * d) = g.reshaped();
+  });
+  LambdaDependent r;
+  const double n = double(m.count);
+  for (int i = 0; i < d; ++i)
+    r.lambda.push_back({lam.lambda(i), std::sqrt(std::max(0.0, m.covariance(Q + i, Q + i)) / n)});
+  for (int q = 0; q < Q; ++q) {
+    VecD gbar(d);
+    for (int i = 0; i < d; ++i) gbar(i) = m.mean(full + i * Q + q);
+    double var = m.covariance(q, q);
+    for (int i = 0; i < d; ++i) {
+      var += 2 * gbar(i) * m.covariance(q, Q + i);
+      for (int j = 0; j < d; ++j) var += gbar(i) * gbar(j) * m.covariance(Q + i, Q + j);
+    }
+    r.values.push_back({m.mean(q), std::sqrt(std::max(0.0, var) / n)});
+  }
+  return r;
+}
+
+}  // namespace qkvlab::icl

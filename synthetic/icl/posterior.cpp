@@ -1,0 +1,35 @@
+#include "synthetic/icl/posterior.hpp"
+
+#include "core/errors.hpp"
+
+namespace qkvlab::icl {
+
+Regularized regularized_gram(const MatD& XXt, double s) {
+  Regularized r;
+  r.llt.compute(XXt + s * MatD::Identity(XXt.rows(), XXt.cols()));
+  if (r.llt.info() != Eigen::Success)
+    throw NumericalError("X X^T + sigma^2 I is singular (sigma = 0 needs n >= d)");
+  r.inverse = r.llt.solve(MatD::Identity(XXt.rows(), XXt.cols()));
+  return r;
+}
+
+MatD predictor(Form form, const MatD& YXt, const MatD& W0, double sigma, const Regularized& r) {
+  // (…)⁻¹ is symmetric, so M (…)⁻¹ = ((…)⁻¹ Mᵀ)ᵀ.
+  if (form == Form::posterior_mean) return (sigma * sigma * W0 + YXt) * r.inverse;
+  return YXt * r.inverse;
+}
+
+double irreducible_loss(int d, double sigma, const Regularized& r) {
+  return d * sigma * sigma * (1.0 + r.inverse.trace());
+}
+
+const char* form_name(Form form) {
+  switch (form) {
+    case Form::posterior_mean: return "posterior_mean";
+    case Form::ridge: return "ridge";
+    case Form::ridge_sigma_typo: return "ridge_sigma_typo";
+  }
+  return "?";
+}
+
+}  // namespace qkvlab::icl

@@ -1,0 +1,42 @@
+#include "synthetic/icl/prompt.hpp"
+
+#include "core/errors.hpp"
+
+#include <string>
+
+namespace qkvlab::icl {
+
+MatD Task::prior_mean() const { return W0.size() == 0 ? MatD::Zero(d, d) : W0; }
+
+void validate(const Task& task) {
+  if (task.d < 1) throw UsageError("d must be at least 1 (got " + std::to_string(task.d) + ")");
+  if (task.n < 1) throw UsageError("n must be at least 1 (got " + std::to_string(task.n) + ")");
+  if (!(task.sigma >= 0)) throw UsageError("sigma must be a non-negative number");
+  if (task.W0.size() != 0 && (task.W0.rows() != task.d || task.W0.cols() != task.d))
+    throw UsageError("W0 must be " + std::to_string(task.d) + "x" + std::to_string(task.d) + " (got " +
+                     std::to_string(task.W0.rows()) + "x" + std::to_string(task.W0.cols()) + ")");
+}
+
+Prompt draw_prompt(const Task& task, Rng& rng) {
+  const int d = task.d, n = task.n;
+  Prompt p;
+  p.W = task.prior_mean() + rng.gaussian(d, d);
+  p.X = rng.gaussian(d, n);
+  p.Y = p.W * p.X + rng.gaussian(d, n, task.sigma);
+  p.x_query = rng.gaussian(d, 1);
+  p.y_query = p.W * p.x_query + rng.gaussian(d, 1, task.sigma);
+  return p;
+}
+
+MatD prompt_tokens(const Prompt& p) {
+  const Eigen::Index d = p.X.rows(), n = p.X.cols();
+  MatD E(d, 2 * n + 1);
+  for (Eigen::Index i = 0; i < n; ++i) {
+    E.col(2 * i) = p.X.col(i);
+    E.col(2 * i + 1) = p.Y.col(i);
+  }
+  E.col(2 * n) = p.x_query;
+  return E;
+}
+
+}  // namespace qkvlab::icl

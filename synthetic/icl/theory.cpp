@@ -1,0 +1,163 @@
+// estimate_theory: the two passes described in theory.hpp. Pass 1 (stream
+// "icl/theory"): the Λ-independent quantities and Λ's sums; pass 2 (the same
+// prompts again): the Λ-dependent ones at the estimated Λ, with delta-method SEs.
+#include "synthetic/icl/theory.hpp"
+
+#include "core/errors.hpp"
+#include "synthetic/icl/construction.hpp"
+#include "synthetic/icl/monte_carlo.hpp"
+
+#include <Eigen/SVD>
+
+#include <chrono>
+#include <cmath>
+#include <ctime>
+
+namespace qkvlab::icl {
+namespace {
+
+const std::string theory_stream = "icl/theory";
+
+void validate(const Task& task, const TheoryOptions& o) {
+  icl::validate(task);
+  if (o.prompts < 2) throw UsageError("prompts must be at least 2 (got " + std::to_string(o.prompts) + ")");
+  if (o.threads < 0) throw UsageError("threads must be non-negative (0 = one per hardware thread)");
+}
+
+void require_finite(const Estimate& e, const std::string& what) {
+  if (!std::isfinite(e.value) || !std::isfinite(e.se)) throw NumericalError(what + " is not finite");
+}
+
+// Pass 1 layout: c, ‖Ŵ‖², loss (posterior, ridge), num (d), den (d), R_post (d²), R_ridge (d²).
+struct Pass1 {
+  int d;
+  int num() const { return 4; }
+  int den() const { return 4 + d; }
+  int r_post() const { return 4 + 2 * d; }
+  int r_ridge() const { return 4 + 2 * d + d * d; }
+  int size() const { return 4 + 2 * d + 2 * d * d; }
+};
+
+FormReport form_report(const Moments& m, int loss_index, int residual_offset, int d) {
+  FormReport f;
+  f.loss = m.estimate(loss_index);
+  double norm2 = 0, floor2 = 0;
+  for (int k = 0; k < d * d; ++k) {
+    const Estimate e = m.estimate(residual_offset + k);
+    norm2 += e.value * e.value;
+    floor2 += e.se * e.se;
+    f.residual_chi2 += e.se > 0 ? (e.value / e.se) * (e.value / e.se) : 0.0;
+  }
+  f.residual = {std::sqrt(norm2), std::sqrt(floor2)};
+  return f;
+}
+
+// Tail energy Σ_{j ≥ a} s_j² of K = Λ B for every a = 0 … d, and its gradient in λ:
+// ∂s_j/∂λ_i = u_{ij} (B_{i,:} v_j), so ∂(s_j²)/∂λ_i = 2 s_j u_{ij} (B_{i,:} v_j).
+void tail_energies(const MatD& LB, const MatD& B, Eigen::Ref<VecD> tail, Eigen::Ref<MatD> grad) {
+  const int d = int(LB.rows());
+  Eigen::BDCSVD<MatD> svd(LB, Eigen::ComputeFullU | Eigen::ComputeFullV);  // Jacobi below 16×16
+  const VecD& s = svd.singularValues();
+  const MatD BV = B * svd.matrixV();  // (B_{i,:} v_j)
+  tail.setZero();
+  grad.setZero();
+  for (int a = d - 1; a >= 0; --a) {
+    tail(a) = tail(a + 1) + s(a) * s(a);
+    grad.row(a) = grad.row(a + 1) + 2 * s(a) * svd.matrixU().col(a).cwiseProduct(BV.col(a)).transpose();
+  }
+}
+
+}  // namespace
+
+Theory estimate_theory(const Task& task, const TheoryOptions& options) {
+  validate(task, options);
+  const auto wall0 = std::chrono::steady_clock::now();
+  const std::clock_t cpu0 = std::clock();
+  const int d = task.d;
+  const double sigma = task.sigma;
+  const MatD W0 = task.prior_mean();
+  const Pass1 L{d};
+
+  const Moments m1 = run_chunks(task, options.prompts, options.seed, theory_stream, options.threads, L.size(), 0,
+                                [&](const Prompt& p, auto& f) {
+                                  const MatD XXt = p.X * p.X.transpose(), B = p.Y * p.X.transpose();
+                                  const Regularized r = regularized_gram(XXt, sigma * sigma);
+                                  const MatD W_hat = predictor(Form::posterior_mean, B, W0, sigma, r);
+                                  const MatD W_ridge = predictor(Form::ridge, B, W0, sigma, r);
+                                  f(0) = irreducible_loss(d, sigma, r);
+                                  f(1) = W_hat.squaredNorm();
+                                  f(2) = (W_hat - p.W).squaredNorm() + d * sigma * sigma;
+                                  f(3) = (W_ridge - p.W).squaredNorm() + d * sigma * sigma;
+                                  f.segment(L.num(), d) = W_hat.cwiseProduct(B).rowwise().sum();
+                                  f.segment(L.den(), d) = B.rowwise().squaredNorm();
+                                  f.segment(L.r_post(), d * d) = (W_hat - p.W).reshaped();
+                                  f.segment(L.r_ridge(), d * d) = (W_ridge - p.W).reshaped();
+                                });
+  LambdaSums lam{VecD(d), VecD(d)};
+  for (int i = 0; i < d; ++i) {
+    lam.mean_den(i) = m1.mean(L.den() + i);
+    if (!(lam.mean_den(i) > 0)) throw NumericalError("E||(Y X^T)_{i,:}||^2 is zero: lambda is undefined");
+    lam.lambda(i) = m1.mean(L.num() + i) / lam.mean_den(i);
+  }
+
+  // Pass 2 layout: C3, ‖ΛB‖², c_a (d+1), skipv1 (d+1), mha (d+1), gap (d+1).
+  const int A = d + 1, Q = 2 + 4 * A;
+  const int o_ca = 2, o_skip = 2 + A, o_mha = 2 + 2 * A, o_gap = 2 + 3 * A;
+  const LambdaDependent m2 = lambda_dependent(
+      task, options.prompts, options.seed, theory_stream, options.threads, lam, Q,
+      [&](const Prompt& p, const VecD& lambda, auto& f, auto& g, auto& num, auto& den) {
+        const MatD XXt = p.X * p.X.transpose(), B = p.Y * p.X.transpose();
+        const Regularized r = regularized_gram(XXt, sigma * sigma);
+        const MatD W_hat = predictor(Form::posterior_mean, B, W0, sigma, r);
+        const double c = irreducible_loss(d, sigma, r);
+        num = W_hat.cwiseProduct(B).rowwise().sum();
+        den = B.rowwise().squaredNorm();
+        const MatD LB = lambda.asDiagonal() * B, diff = W_hat - LB;
+        f(0) = diff.squaredNorm();
+        g.row(0) = -2 * diff.cwiseProduct(B).rowwise().sum().transpose();
+        f(1) = LB.squaredNorm();
+        g.row(1) = 2 * lambda.cwiseProduct(den).transpose();
+        tail_energies(LB, B, f.segment(o_ca, A), g.middleRows(o_ca, A));
+        for (int a = 0; a <= d; ++a) {
+          const MatD K = skipv1_construction_map(XXt, B, a), e = lambda.asDiagonal() * K - W_hat;
+          f(o_skip + a) = c + e.squaredNorm();
+          g.row(o_skip + a) = 2 * e.cwiseProduct(K).rowwise().sum().transpose();
+          if (a < d) {
+            f(o_mha + a) = c + f(0) + f(o_ca + a);
+            g.row(o_mha + a) = g.row(0) + g.row(o_ca + a);
+          } else {
+            f(o_mha + a) = c + W_hat.squaredNorm();
+            g.row(o_mha + a).setZero();
+          }
+          f(o_gap + a) = f(o_mha + a) - f(o_skip + a);
+          g.row(o_gap + a) = g.row(o_mha + a) - g.row(o_skip + a);
+        }
+      });
+
+  Theory t;
+  t.task = task;
+  t.options = options;
+  t.lambda = m2.lambda;
+  t.C = m1.estimate(0);
+  t.W_hat_sq = m1.estimate(1);
+  t.posterior = form_report(m1, 2, L.r_post(), d);
+  t.ridge = form_report(m1, 3, L.r_ridge(), d);
+  t.C3 = m2.values[0];
+  t.LambdaB_sq = m2.values[1];
+  for (int a = 0; a <= d; ++a) {
+    t.c_a.push_back(m2.values[std::size_t(o_ca + a)]);
+    t.skipv1_value.push_back(m2.values[std::size_t(o_skip + a)]);
+    t.mha_bound.push_back(m2.values[std::size_t(o_mha + a)]);
+    t.gap.push_back(m2.values[std::size_t(o_gap + a)]);
+  }
+  for (const auto& e : t.lambda) require_finite(e, "lambda");
+  for (const auto* v : {&t.c_a, &t.skipv1_value, &t.mha_bound, &t.gap})
+    for (const auto& e : *v) require_finite(e, "a bound");
+  for (const auto& e : {t.C, t.C3, t.W_hat_sq, t.LambdaB_sq, t.posterior.loss, t.ridge.loss})
+    require_finite(e, "a Monte Carlo estimate");
+  t.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+  t.cpu_seconds = double(std::clock() - cpu0) / CLOCKS_PER_SEC;
+  return t;
+}
+
+}  // namespace qkvlab::icl

@@ -1,0 +1,72 @@
+// The closed-form quantities of the SkipV1 theorem (icl-skipv1.md, Appendix A
+// of seed 000) by Monte Carlo over prompts, each with its standard error.
+// Column convention: tokens are columns; B_D = Y Xᵀ.
+//
+// What each estimate averages (N independent prompts D = (X, Y), W* drawn from
+// the prior; x_{n+1}, ε_{n+1} integrated in closed form, posterior.hpp):
+//   C                 c(D) = d σ² (1 + tr (X Xᵀ + σ² I)⁻¹)              (Rao–Blackwellized over W* | D)
+//   λ_i               Σ (Ŵ_D)_{i,:} B_{i,:}ᵀ / Σ ‖B_{i,:}‖²             (ratio of means)
+//   C_3               ‖Ŵ_D − Λ B_D‖²_F; with Λ at its in-sample optimum its mean equals
+//                     mean ‖Ŵ_D‖² − mean ‖Λ B_D‖² exactly (the paper's definition)
+//   c_a               Σ_{j>a} s_j(Λ B_D)² (Eckart–Young: ‖ΛB − R_a(ΛB)‖²), a = 0 … d
+//   mha_bound[a]      c(D) + ‖Ŵ_D − Λ B_D‖² + c_a-term for a < d (C + C_3 + c_a);
+//                     c(D) + ‖Ŵ_D‖² for a = d (B empty: N_3 = 0, L_1 ≥ C + E‖Ŵ_D‖²)
+//   skipv1_value[a]   c(D) + ‖Λ K_a − Ŵ_D‖², the SkipV1 loss L_2 at the paper's
+//                     construction W^1 = −½Λ, W^2 = Λ, W_Kᵀ W_Q = I, restricted to the
+//                     coordinate copying layer A = [I_a 0], B = [0 I_{d−a}] (so M^h =
+//                     diag(I_a, 0)); K_a = (G_2^2 − ½ G_{1,D}) diag(I_a, 0). At a = d this is
+//                     the paper's point (K_d = Y Xᵀ, L_2 = C + C_3); for a < d the paper
+//                     gives no SkipV1 point, and this restriction is an achieved value,
+//                     i.e. an upper bound on min L_2 at that a.
+//   gap[a]            mha_bound[a] − skipv1_value[a] (per-prompt difference).
+// Standard errors: sample SD / sqrt(N) of the per-prompt values. Quantities
+// that depend on the estimated Λ use the delta method: the per-prompt
+// influence f + Σ_i ḡ_i ψ_i with ψ_i = (num_i − λ_i den_i)/mean(den_i) and ḡ_i
+// the mean of ∂f/∂λ_i (for C_3 ḡ = 0 at the optimum). Prompts are drawn in
+// chunks of 512, chunk j from Rng(seed, "icl/theory/chunk/j"), and sums are
+// combined in chunk order, so results do not depend on the thread count.
+#pragma once
+
+#include "synthetic/icl/posterior.hpp"
+#include "synthetic/icl/prompt.hpp"
+
+#include <cstdint>
+#include <vector>
+
+namespace qkvlab::icl {
+
+struct Estimate {
+  double value = 0, se = 0;
+};
+
+struct TheoryOptions {
+  long prompts = 200000;
+  std::uint64_t seed = 1;
+  int threads = 0;  // 0 = hardware
+};
+
+// A predictor form's first-order residual R = E[(U x_{n+1} − y_{n+1}) x_{n+1}ᵀ]
+// = E[U − W*] (d×d) and its prediction loss E‖U x_{n+1} − y_{n+1}‖².
+struct FormReport {
+  Estimate residual;        // ‖R̂‖_F; se = sqrt(Σ se_ij²), the noise floor of ‖R̂‖_F when R = 0
+  double residual_chi2 = 0;  // Σ (R̂_ij / se_ij)²: ~ χ² with d² degrees of freedom when R = 0
+  Estimate loss;
+};
+
+struct Theory {
+  Task task;
+  TheoryOptions options;
+  std::vector<Estimate> lambda;  // λ_i, i = 1 … d (index 0 … d−1)
+  Estimate C, C3;
+  Estimate W_hat_sq;          // E‖Ŵ_D‖²_F
+  Estimate LambdaB_sq;        // E‖Λ Y Xᵀ‖²_F
+  std::vector<Estimate> c_a, skipv1_value, mha_bound, gap;  // indexed a = 0 … d
+  FormReport posterior, ridge;
+  double wall_seconds = 0, cpu_seconds = 0;  // both passes, all threads
+};
+
+// Throws UsageError for an invalid task or option, NumericalError when a
+// prompt's X Xᵀ + σ² I is singular or a value is not finite.
+Theory estimate_theory(const Task& task, const TheoryOptions& options);
+
+}  // namespace qkvlab::icl

@@ -1,0 +1,128 @@
+#include "synthetic/icl/train.hpp"
+
+#include "core/errors.hpp"
+#include "engine/optim.hpp"
+#include "engine/schedule.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <exception>
+#include <thread>
+
+namespace qkvlab::icl {
+
+void validate(const TrainConfig& c) {
+  if (c.steps < 1) throw UsageError("--steps must be at least 1 (got " + std::to_string(c.steps) + ")");
+  if (c.batch < 1) throw UsageError("--batch must be at least 1 (got " + std::to_string(c.batch) + ")");
+  if (!(c.lr > 0) || !std::isfinite(c.lr)) throw UsageError("--lr must be a positive number");
+  if (!(c.lr_floor >= 0 && c.lr_floor <= 1)) throw UsageError("the learning-rate floor must be in [0, 1]");
+  if (!(c.clip > 0)) throw UsageError("the gradient clip must be positive");
+  if (c.log_every < 1) throw UsageError("the logging interval must be at least 1");
+}
+
+Curve train_adam(const engine::Parameters<double>& params, const BatchLoss& batch_loss, const TrainConfig& config) {
+  validate(config);
+  engine::AdamW<double> adam;
+  const int warmup = std::min(config.warmup, config.steps / 10);
+  const engine::WarmupCosine schedule(config.lr, config.lr * config.lr_floor, warmup, config.steps);
+  Curve curve;
+  double window = 0;
+  int in_window = 0;
+  for (int step = 0; step < config.steps; ++step) {
+    engine::Tape<double> tape;
+    const engine::Var<double> loss = batch_loss(tape);
+    const double value = loss.value()(0, 0);
+    if (!std::isfinite(value))
+      throw NumericalError("training diverged: the batch loss is not finite at step " + std::to_string(step));
+    engine::zero_grad(params);
+    tape.backward(loss);
+    const double norm = engine::clip_grad_norm(params, config.clip);
+    if (!std::isfinite(norm))
+      throw NumericalError("training diverged: the gradient is not finite at step " + std::to_string(step));
+    adam.step(params, schedule(step));
+    window += value, ++in_window;
+    if (in_window == config.log_every || step + 1 == config.steps) {
+      curve.step.push_back(step + 1), curve.loss.push_back(window / in_window);
+      window = 0, in_window = 0;
+    }
+  }
+  return curve;
+}
+
+Curve train_on_fresh_prompts(const engine::Parameters<double>& params, const Task& task, Rng& data,
+                             const PromptLoss& loss, const TrainConfig& config) {
+  return train_adam(
+      params,
+      [&](engine::Tape<double>& tape) {
+        std::vector<Prompt> prompts;
+        prompts.reserve(std::size_t(config.batch));
+        for (int b = 0; b < config.batch; ++b) prompts.push_back(draw_prompt(task, data));
+        return loss(tape, prompts);
+      },
+      config);
+}
+
+LossEstimate estimate(std::vector<double> per_prompt) {
+  LossEstimate e;
+  const double n = double(per_prompt.size());
+  for (double v : per_prompt) e.mean += v / n;
+  double var = 0;
+  for (double v : per_prompt) var += (v - e.mean) * (v - e.mean);
+  e.se = n > 1 ? std::sqrt(var / (n - 1) / n) : 0.0;
+  if (!std::isfinite(e.mean) || !std::isfinite(e.se)) throw NumericalError("a held-out loss is not finite");
+  e.per_prompt = std::move(per_prompt);
+  return e;
+}
+
+LossEstimate paired_difference(const LossEstimate& a, const LossEstimate& b) {
+  if (a.per_prompt.size() != b.per_prompt.size()) throw std::invalid_argument("paired_difference: sizes differ");
+  std::vector<double> diff(a.per_prompt.size());
+  for (std::size_t i = 0; i < diff.size(); ++i) diff[i] = a.per_prompt[i] - b.per_prompt[i];
+  return estimate(std::move(diff));
+}
+
+LossEstimate held_out_loss(const Task& task, const Predictor& predict, int samples, std::uint64_t seed,
+                           const std::string& stream, int chunk) {
+  Rng rng(seed, stream);
+  std::vector<double> per_prompt;
+  per_prompt.reserve(std::size_t(samples));
+  for (int begin = 0; begin < samples; begin += chunk) {
+    std::vector<Prompt> prompts;
+    for (int i = begin; i < std::min(samples, begin + chunk); ++i) prompts.push_back(draw_prompt(task, rng));
+    // Prompt b with x_{n+1} = e_k is probe b d + k; its prediction is U(D_b) e_k.
+    const int d = task.d;
+    std::vector<Prompt> probes;
+    for (const Prompt& p : prompts)
+      for (int k = 0; k < d; ++k) {
+        probes.push_back(p);
+        probes.back().x_query = VecD::Unit(d, k);
+      }
+    const MatD u = predict(probes);
+    for (std::size_t b = 0; b < prompts.size(); ++b) {
+      const MatD U = u.middleRows(Eigen::Index(b) * d, d).transpose();
+      per_prompt.push_back((U - prompts[b].W).squaredNorm() + d * task.sigma * task.sigma);
+    }
+  }
+  return estimate(std::move(per_prompt));
+}
+
+void run_parallel(int jobs, int threads, const std::function<void(int)>& job) {
+  std::vector<std::exception_ptr> errors(std::size_t(std::max(jobs, 0)));
+  std::atomic<int> next{0};
+  auto worker = [&] {
+    for (int i = next++; i < jobs; i = next++) try {
+        job(i);
+      } catch (...) {
+        errors[std::size_t(i)] = std::current_exception();
+      }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < std::min(threads, jobs); ++t) pool.emplace_back(worker);
+  worker();
+  for (auto& t : pool) t.join();
+  for (const auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+}  // namespace qkvlab::icl

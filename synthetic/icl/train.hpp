@@ -1,0 +1,77 @@
+// Training and evaluation shared by the trained experiments of icl-skipv1.md
+// (icl train, sweep, anchor, depth): Adam on fresh batches with linear warmup
+// and cosine decay, gradient clipping by global norm, and the held-out loss
+// E‖ŷ − y_{n+1}‖² estimated on a large independent sample with its standard
+// error. Convention-free: models come in as callables.
+//
+// Determinism: a run's batches come from the Rng stream it is given and its
+// initial weights from another, so the numbers depend only on (seed, stream
+// names), never on how runs are spread over threads (run_parallel).
+#pragma once
+
+#include "engine/tape.hpp"
+#include "synthetic/icl/prompt.hpp"
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace qkvlab::icl {
+
+struct TrainConfig {
+  int steps = 2000;
+  int batch = 128;
+  double lr = 1e-2;        // peak learning rate
+  double lr_floor = 1e-2;  // final learning rate as a fraction of the peak
+  int warmup = 100;        // steps of linear warmup (capped at steps/10)
+  double clip = 10.0;      // global gradient-norm clip
+  int log_every = 50;      // one curve point per this many steps (mean training loss over them)
+};
+void validate(const TrainConfig& config);  // throws UsageError
+
+struct Curve {
+  std::vector<double> step, loss;  // step: last step of the window; loss: mean batch loss over it
+};
+
+// The loss on one fresh batch (the callable draws it from its own stream).
+using BatchLoss = std::function<engine::Var<double>(engine::Tape<double>&)>;
+
+// Adam (no weight decay) on `params`; throws NumericalError when a batch loss
+// or a gradient is not finite.
+Curve train_adam(const engine::Parameters<double>& params, const BatchLoss& batch_loss, const TrainConfig& config);
+
+// train_adam on fresh prompts: every step draws config.batch prompts from
+// `data` and loss(tape, prompts) is the batch's loss.
+using PromptLoss = std::function<engine::Var<double>(engine::Tape<double>&, const std::vector<Prompt>&)>;
+Curve train_on_fresh_prompts(const engine::Parameters<double>& params, const Task& task, Rng& data,
+                             const PromptLoss& loss, const TrainConfig& config);
+
+// Per-prompt losses ‖ŷ_b − y_b‖² and their mean and standard error.
+struct LossEstimate {
+  double mean = 0, se = 0;
+  std::vector<double> per_prompt;
+};
+LossEstimate estimate(std::vector<double> per_prompt);
+// Mean and standard error of the paired difference a − b (same prompts).
+LossEstimate paired_difference(const LossEstimate& a, const LossEstimate& b);
+
+// `samples` held-out prompts drawn from Rng(seed, stream) in chunks of `chunk`;
+// predict maps a chunk to its B × d predictions (rows ŷ_bᵀ).
+//
+// Every trained model here is linear in x_{n+1} given D = (X, Y): the query
+// token is no key/value source (P), so x_{n+1} enters only through the query
+// row, linearly (tested for each model). So ŷ = U(D) x_{n+1}, and each prompt
+// contributes the exact conditional expectation of its loss over (x_{n+1}, ε_{n+1}):
+//   E[‖U x_{n+1} − y_{n+1}‖² | W*, D] = ‖U − W*‖²_F + d σ²,
+// with U's columns read off as the predictions at x_{n+1} = e_1 … e_d (a
+// Rao–Blackwellized estimate of the same mean E‖ŷ − y_{n+1}‖², with a smaller
+// standard error).
+using Predictor = std::function<MatD(const std::vector<Prompt>&)>;
+LossEstimate held_out_loss(const Task& task, const Predictor& predict, int samples, std::uint64_t seed,
+                           const std::string& stream, int chunk = 2000);
+
+// Runs job(i) for i = 0 … jobs−1 on up to `threads` threads. Exceptions are rethrown (the first by index).
+void run_parallel(int jobs, int threads, const std::function<void(int)>& job);
+
+}  // namespace qkvlab::icl

@@ -1,0 +1,98 @@
+#include "synthetic/icl/train_experiment.hpp"
+
+#include "core/errors.hpp"
+
+#include <algorithm>
+#include <mutex>
+
+namespace qkvlab::icl {
+
+DecoderAccounting decoder_accounting(Variant v, FirstLayer first, int d) {
+  const long dd = long(d) * d;
+  const bool attention_first = first == FirstLayer::attention;
+  const long value_heads2 = v == Variant::mha ? 2 : v == Variant::skipv1 ? 1 : v == Variant::resformer ? 2 : 0;
+  const bool reads_first = v != Variant::mha;
+  DecoderAccounting a;
+  a.kv_cache_per_token = 2L * d + value_heads2 * d;            // layer 2 keys and own values
+  if (attention_first) a.kv_cache_per_token += 4L * d;         // layer 1 keys and values (V_1 reused)
+  else if (reads_first) a.kv_cache_per_token += d;             // the raw token E for the heads reading it
+  a.parameters = 2 * 2 * dd + value_heads2 * dd + 2 * dd + dd;  // layer 2 W_Q, W_K, W_V, W_O; H
+  if (attention_first) a.parameters += 2 * 2 * dd + 2 * dd + 2 * dd;
+  if (first == FirstLayer::copying_learned) a.parameters += dd;
+  return a;
+}
+
+void validate(const TrainExperimentConfig& c) {
+  validate(c.task);
+  validate(TwoLayerConfig{Variant::mha, c.first, c.task.d, c.task.n, c.a});
+  validate(c.train);
+  if (c.models.empty()) throw UsageError("--models needs at least one model");
+  if (c.restarts < 1) throw UsageError("--restarts must be at least 1");
+  if (c.eval_samples < 2) throw UsageError("--eval-samples must be at least 2");
+  if (c.theory_prompts < 2) throw UsageError("--theory-prompts must be at least 2");
+  if (c.threads < 1) throw UsageError("--threads must be at least 1");
+}
+
+TrainExperimentResult run_train_experiment(const TrainExperimentConfig& c,
+                                           const std::function<void(int, int)>& progress) {
+  validate(c);
+  TrainExperimentResult r;
+  r.config = c;
+  const Theory theory = estimate_theory(c.task, {c.theory_prompts, c.seed, c.threads});
+  r.C = theory.C;
+  if (c.first != FirstLayer::attention) r.theory = theory;
+  const int M = int(c.models.size());
+  r.runs.resize(std::size_t(M * c.restarts));
+  const std::string base = "icl/train/" + c.tag + "/";
+  std::mutex mutex;
+  int done = 0;
+  run_parallel(M * c.restarts, c.threads, [&](int i) {
+    TrainRun& run = r.runs[std::size_t(i)];
+    run.model = c.models[std::size_t(i / c.restarts)], run.restart = i % c.restarts;
+    const std::string r_tag = std::to_string(run.restart);
+    Rng init(c.seed, base + "init/" + variant_name(run.model) + "/" + r_tag), data(c.seed, base + "batches/" + r_tag);
+    TwoLayerModel model = make_two_layer_model({run.model, c.first, c.task.d, c.task.n, c.a}, init);
+    run.trained_parameters = long(model.params.count());
+    run.curve = train_on_fresh_prompts(
+        model.params.list(), c.task, data,
+        [&](engine::Tape<double>& tape, const std::vector<Prompt>& prompts) {
+          const TokenBatch batch = make_token_batch(prompts);
+          return squared_error_loss(model.predict(tape, batch), batch.target);
+        },
+        c.train);
+    run.loss = held_out_loss(
+        c.task,
+        [&](const std::vector<Prompt>& p) {
+          engine::Tape<double> tape;
+          return MatD(model.predict(tape, make_token_batch(p)).value());
+        },
+        c.eval_samples, c.seed, base + "eval");
+    std::lock_guard lock(mutex);
+    if (progress) progress(++done, M * c.restarts);
+  });
+  for (int m = 0; m < M; ++m) {
+    ModelSummary s;
+    s.model = c.models[std::size_t(m)];
+    s.accounting = decoder_accounting(s.model, c.first, c.task.d);
+    s.best = m * c.restarts, s.min = 1e300, s.max = -1e300;
+    for (int k = 0; k < c.restarts; ++k) {
+      const int i = m * c.restarts + k;
+      const double v = r.runs[std::size_t(i)].loss.mean;
+      if (v < r.runs[std::size_t(s.best)].loss.mean) s.best = i;
+      s.min = std::min(s.min, v), s.max = std::max(s.max, v), s.mean += v / c.restarts;
+    }
+    s.best_loss = r.runs[std::size_t(s.best)].loss.mean, s.best_se = r.runs[std::size_t(s.best)].loss.se;
+    if (r.theory && s.model == Variant::mha) s.reference = r.theory->mha_bound[std::size_t(c.a)];
+    if (r.theory && s.model == Variant::skipv1) s.reference = r.theory->skipv1_value[std::size_t(c.a)];
+    r.models.push_back(s);
+  }
+  const auto find = [&](Variant v) {
+    return std::find_if(r.models.begin(), r.models.end(), [v](const ModelSummary& s) { return s.model == v; });
+  };
+  if (find(Variant::mha) != r.models.end() && find(Variant::skipv1) != r.models.end())
+    r.skipv1_minus_mha = paired_difference(r.runs[std::size_t(find(Variant::skipv1)->best)].loss,
+                                           r.runs[std::size_t(find(Variant::mha)->best)].loss);
+  return r;
+}
+
+}  // namespace qkvlab::icl

@@ -1,0 +1,162 @@
+// qwe.exp8.4 — MLP basis transfer (spec theory-ln-relu.md; seed 003 §8.4, eqs. 13–15).
+//
+// A skip block x + M(x) seen in an input basis T_in and an output basis T_out becomes
+// x ↦ T_out T_in⁻¹ x + T_out M(T_in⁻¹ x). Can a skip MLP of the same width learn such a map?
+// The paper's target and model, in its column-vector convention:
+//     f*(x) = R x + V GELU(U x),   R d×d entries N(0, 1/d), U r×d N(0, 1/d), V d×r N(0, 1/r), r = 4d;
+//     f(x)  = x + W̃2 GELU(W̃1 x),  W̃1 r×d, W̃2 d×r.
+//
+// Here, the engine's row-vector convention: a batch X is n×d, one sample per row, and
+//     f*(X) = X Rᵀ + GELU(X Uᵀ) Vᵀ,   f(X) = X + GELU(X W1) W2   (W1 = W̃1ᵀ d×r, W2 = W̃2ᵀ r×d).
+// Target keeps the transposes (Target::R = Rᵀ, U = Uᵀ, V = Vᵀ), so f*(X) = X R + GELU(X U) V,
+// the form gpu/skip_mlp.hpp takes. GELU is the exact erf form; everything trains in float.
+//
+// Training: fresh x ~ N(0, I) every step; per batch the loss Σ‖f − f*‖² / Σ‖f*‖²; AdamW
+// (engine/optim.hpp), linear warmup then cosine decay to a floor (engine/schedule.hpp),
+// clipping at global gradient norm 3.0.
+//
+// Linear baseline: streaming ridge regression. Over chunks of samples accumulate, in double,
+//     G = Σ x xᵀ = XᵀX,   B = Σ x f*(x)ᵀ = XᵀY,   then  W = (G + λ n I)⁻¹ B,  f_lin(X) = X W.
+// For x ~ N(0, I) the best linear map is E[x f*(x)ᵀ] = Rᵀ + ½ Uᵀ Vᵀ (row form: R + ½ U V): by
+// Stein's lemma E[x GELU(uᵀx)] = u E[GELU'(uᵀx)], and E[GELU'(z)] = E[Φ(z)] + E[z φ(z)] = ½ for
+// symmetric z. population_linear_map() returns it; the ridge fit estimates it from samples.
+//
+// Evaluation on held-out samples: relative L2 error sqrt(Σ‖f − f*‖² / Σ‖f*‖²) and mean cosine
+// similarity (1/n) Σ cos(f(x), f*(x)), sums in double.
+//
+// Randomness: every draw comes from Rng(seed, "transfer/d=D/PURPOSE[/step=S]/chunk=C") (purposes
+// target, init, train, ridge, eval; chunks of kChunkRows samples), so numbers do not depend on
+// the number of threads.
+#pragma once
+
+#include "core/types.hpp"
+#include "engine/optim.hpp"
+#include "engine/safetensors.hpp"
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace qkvlab::transfer {
+
+using MatF = Mat<float>;
+
+// Samples are drawn in chunks of this many rows, each chunk from its own stream.
+inline constexpr int kChunkRows = 1024;
+
+// f*(X) = X R + GELU(X U) V, row form (R = Rᵀ, U = Uᵀ, V = Vᵀ of the paper).
+struct Target {
+  MatF R;  // d×d
+  MatF U;  // d×r
+  MatF V;  // r×d
+  int d() const { return int(R.rows()); }
+  int r() const { return int(U.cols()); }
+};
+
+// The skip MLP f(X) = X + GELU(X W1) W2.
+struct Mlp {
+  MatF W1;  // d×r
+  MatF W2;  // r×d
+};
+
+Target draw_target(int d, std::uint64_t seed);
+// W1 entries N(0, 1/d) and W2 entries N(0, 1/r): the target's scales, independent draws.
+Mlp init_mlp(int d, std::uint64_t seed);
+
+// GELU(Z) = Z Φ(Z) entrywise (exact erf form, engine/ops/activation.hpp's Φ).
+MatF gelu(const MatF& Z);
+MatF evaluate_target(const Target& target, const MatF& X);
+MatF evaluate_mlp(const Mlp& mlp, const MatF& X);
+// R + ½ U V (row form): the linear map minimizing E‖x W − f*(x)‖² for x ~ N(0, I).
+MatD population_linear_map(const Target& target);
+
+// `rows` samples x ~ N(0, I_d), drawn in double and rounded to float, chunk c of
+// kChunkRows rows from Rng(seed, stream + "/chunk=" + c); chunks drawn on `threads` threads.
+MatF draw_inputs(int d, Eigen::Index rows, std::uint64_t seed, const std::string& stream, int threads);
+
+// Streaming ridge regression. `target(X, chunk)` gives the outputs of the samples of one chunk.
+struct RidgeConfig {
+  std::int64_t samples = 500'000;
+  int chunk_rows = 8192;
+  // λ in (G + λ n I) W = B. G/n → I for x ~ N(0, I), so the system is well conditioned and λ
+  // only guards against a singular G; 1e-6 biases W by about 1e-6 relative, far below the
+  // sampling error ~ sqrt(d/n) of 500,000 samples.
+  double lambda = 1e-6;
+};
+using ChunkTarget = std::function<MatD(const MatF& X, std::int64_t chunk)>;
+// W (d×d, row form f_lin(X) = X W). Inputs come from Rng(seed, stream + "/chunk=" + c).
+MatD fit_ridge(int d, const ChunkTarget& target, const RidgeConfig& config, std::uint64_t seed,
+               const std::string& stream, int threads);
+
+struct Metrics {
+  double rel_l2 = 0;       // sqrt(Σ‖f − f*‖² / Σ‖f*‖²)
+  double mean_cosine = 0;  // (1/n) Σ cos(f(x), f*(x))
+};
+using Predictor = std::function<MatD(const MatF& X)>;
+// Metrics of `predict` against the target on `samples` held-out inputs (stream "transfer/d=D/eval").
+Metrics evaluate(const Target& target, const Predictor& predict, std::int64_t samples, std::uint64_t seed,
+                 int threads);
+
+struct TrainConfig {
+  std::int64_t steps = 2000;
+  int batch = 4096;
+  double lr = 1e-2;            // peak learning rate
+  double lr_floor = 1e-2;      // the cosine decays to lr · lr_floor
+  double warmup = 0.02;        // warmup steps as a fraction of steps
+  double weight_decay = 0.0;   // AdamW's decoupled weight decay
+  double clip_norm = 3.0;
+  bool cuda = false;           // train with gpu::SkipMlpTrainer
+  // Where to save (every checkpoint_every steps and at the end) and resume from; empty: none.
+  std::filesystem::path checkpoint_dir;
+  std::int64_t checkpoint_every = 500;
+};
+
+struct TransferConfig {
+  TrainConfig train;
+  RidgeConfig ridge;
+  std::int64_t eval_samples = 65'536;
+  std::uint64_t seed = 1;
+  int threads = 2;
+};
+
+struct TransferResult {
+  int d = 0;
+  Metrics mlp, linear;
+  double population_linear_rel_l2 = 0;  // the best linear map R + ½ U V, for comparison
+  double ridge_distance = 0;            // ‖W_ridge − (R + ½ U V)‖_F / ‖R + ½ U V‖_F
+  std::int64_t steps = 0;
+  std::int64_t resumed_from = 0;        // the step training resumed at (0: from scratch)
+  double final_loss = 0;                // mean training loss over the last 5% of steps run
+  double train_seconds = 0, ridge_seconds = 0, eval_seconds = 0;
+  std::vector<double> loss;             // the training loss of every step run
+};
+
+// Called after each training step with the step count done and the batch's loss.
+using StepObserver = std::function<void(std::int64_t step, double loss)>;
+
+// The whole experiment at one d: target, ridge baseline, MLP training, evaluation of both.
+TransferResult run_transfer(int d, const TransferConfig& config, const StepObserver& observe);
+
+// The CPU trainer: the engine's tape, ops and AdamW, with the interface of gpu::SkipMlpTrainer.
+class CpuSkipMlpTrainer {
+ public:
+  CpuSkipMlpTrainer(const Mlp& init, const Target& target, const TrainConfig& config);
+  // One step on X: forward, the loss Σ‖f − f*‖²/Σ‖f*‖² (before the update), backward,
+  // clipping, AdamW at learning rate lr.
+  float step(const MatF& X, float lr);
+  Mlp weights() const { return {W1_.value, W2_.value}; }
+  std::int64_t steps() const { return adamw_.steps; }  // AdamW steps taken (restored ones included)
+  // Parameters and AdamW state as engine/checkpoint.hpp stores them.
+  void save(engine::SafeTensors& file) const;
+  void restore(const engine::SafeTensors& file);
+
+ private:
+  const Target& target_;
+  engine::Parameter<float> W1_, W2_;
+  engine::AdamW<float> adamw_;
+  double clip_norm_;
+};
+
+}  // namespace qkvlab::transfer

@@ -1,0 +1,241 @@
+// The closed-form half of the SkipV1 in-context regression (icl-skipv1.md):
+// prompts, the token-level models against the reduced form, the posterior
+// mean against the ridge form, the Monte Carlo quantities, the lemma checks
+// with their controls, and `qkvlab icl theory|lemmas` as a user runs them.
+#include "synthetic/icl/construction.hpp"
+#include "synthetic/icl/lemmas.hpp"
+#include "synthetic/icl/models.hpp"
+#include "synthetic/icl/posterior.hpp"
+#include "synthetic/icl/theory.hpp"
+
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <algorithm>
+#include <filesystem>
+#include <unistd.h>
+#include <fstream>
+#include <string>
+
+namespace qkvlab::icl {
+namespace {
+
+Task task_with(double w0_scale, int d = 4, int n = 16) {
+  Task t{d, n, 0.5, {}};
+  t.W0 = w0_scale * MatD::Identity(d, d);
+  return t;
+}
+
+TEST(IclPrompt, TokensAlternateXAndYAndEndWithTheQuery) {
+  Rng rng(7, "prompt");
+  const Task t = task_with(0, 3, 5);
+  const Prompt p = draw_prompt(t, rng);
+  const MatD E = prompt_tokens(p);
+  ASSERT_EQ(E.rows(), 3);
+  ASSERT_EQ(E.cols(), 2 * 5 + 1);
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_EQ(E.col(2 * i), p.X.col(i));
+    EXPECT_EQ(E.col(2 * i + 1), p.Y.col(i));
+  }
+  EXPECT_EQ(E.col(10), p.x_query);
+  EXPECT_LT((p.Y - p.W * p.X).norm(), 10 * 0.5 * std::sqrt(15.0));  // noise of scale sigma
+}
+
+struct RandomModel {
+  Prompt p;
+  MatD A, B;
+  LayerTwo<double> w;
+};
+
+RandomModel random_model(int d, int n, int a, std::uint64_t seed) {
+  Rng rng(seed, "model");
+  RandomModel m{draw_prompt(task_with(0, d, n), rng), rng.gaussian(a, d), rng.gaussian(d - a, d), {}};
+  for (auto& h : m.w.heads) h = {rng.gaussian(d, d), rng.gaussian(d, d), rng.gaussian(d, d)};
+  m.w.H = rng.gaussian(d, d);
+  return m;
+}
+
+double rel(const VecD& a, const VecD& b) { return (a - b).norm() / a.norm(); }
+
+TEST(IclModels, ReducedFormEqualsTokenLevelAndEq3AsPrintedDoesNot) {
+  // a = 0 is excluded: the query token [A; 0] x_{n+1} is then 0 and both sides vanish.
+  for (int a : {1, 2, 4}) {
+    const RandomModel m = random_model(4, 6, a, 11 + a);
+    const MatD E = prompt_tokens(m.p);
+    const auto r = reduce<double>(m.w, m.A);
+    for (auto arch : {Architecture::mha, Architecture::skipv1}) {
+      const VecD reduced = reduced_prediction<double>(m.p.X, m.p.Y, m.p.x_query, m.A, m.B, r, arch);
+      EXPECT_LT(rel(reduced, token_prediction<double>(E, m.A, m.B, m.w, arch)), 1e-12) << "a=" << a;
+    }
+    const VecD skip = reduced_prediction<double>(m.p.X, m.p.Y, m.p.x_query, m.A, m.B, r, Architecture::skipv1);
+    EXPECT_GT(rel(skip, token_prediction<double>(E, m.A, m.B, m.w, Architecture::skipv1_eq3_as_printed)), 1e-3);
+  }
+}
+
+TEST(IclModels, ConstructionMapIsTheReducedSkipV1MapAtTheConstruction) {
+  const int d = 5;
+  for (int a = 0; a <= d; ++a) {
+    const RandomModel m = random_model(d, 7, a, 3);
+    const MatD A = coordinate_A<double>(d, a), B = coordinate_B<double>(d, a), I = MatD::Identity(d, d);
+    ReducedWeights<double> r;
+    r.W = {-0.5 * I, I};
+    r.M = {query_embedding<double>(A, d), query_embedding<double>(A, d)};
+    const MatD U = reduced_map<double>(m.p.X, m.p.Y, A, B, r, Architecture::skipv1);
+    const MatD K = skipv1_construction_map(m.p.X * m.p.X.transpose(), m.p.Y * m.p.X.transpose(), a);
+    EXPECT_LT((U - K).norm(), 1e-12 * U.norm() + 1e-300) << "a=" << a;
+    if (a == d) {
+      EXPECT_LT((K - m.p.Y * m.p.X.transpose()).norm(), 1e-12 * K.norm());
+    }
+  }
+}
+
+TEST(IclPosterior, PosteriorMeanIsRidgeOnlyWhenThePriorIsCentred) {
+  Rng rng(5, "posterior");
+  for (double c : {0.0, 3.0}) {
+    const Task t = task_with(c);
+    const Prompt p = draw_prompt(t, rng);
+    const MatD XXt = p.X * p.X.transpose(), B = p.Y * p.X.transpose();
+    const Regularized r = regularized_gram(XXt, 0.25);
+    const MatD post = predictor(Form::posterior_mean, B, t.prior_mean(), 0.5, r);
+    const MatD ridge = predictor(Form::ridge, B, t.prior_mean(), 0.5, r);
+    if (c == 0) EXPECT_LT((post - ridge).norm(), 1e-13 * post.norm());
+    else EXPECT_GT((post - ridge).norm(), 1e-2 * post.norm());
+    // The posterior mean solves (X Xᵀ + σ² I) Ŵᵀ = σ² W_0ᵀ + X Yᵀ.
+    EXPECT_LT(((XXt + 0.25 * MatD::Identity(4, 4)) * post.transpose() - 0.25 * t.prior_mean().transpose() -
+               p.X * p.Y.transpose())
+                  .norm(),
+              1e-10 * B.norm());
+  }
+}
+
+TEST(IclTheory, PosteriorMeanHasZeroFirstOrderResidualAndRidgeDoesNotUnderW0) {
+  const Theory t = estimate_theory(task_with(3.0), {20000, 1, 2});
+  // χ² on 16 degrees of freedom: P(> 50) < 1e-5.
+  EXPECT_LT(t.posterior.residual_chi2, 50.0);
+  EXPECT_GT(t.ridge.residual_chi2, 1000.0);
+  EXPECT_LT(t.posterior.loss.value, t.ridge.loss.value);
+  // The posterior's direct loss and C = E c(D) estimate the same number.
+  EXPECT_LT(std::abs(t.posterior.loss.value - t.C.value), 4 * std::hypot(t.posterior.loss.se, t.C.se));
+}
+
+TEST(IclTheory, QuantitiesHaveTheirIdentitiesAndOrdering) {
+  const Theory t = estimate_theory(task_with(0.0), {20000, 2, 2});
+  const int d = 4;
+  ASSERT_EQ(t.c_a.size(), std::size_t(d + 1));
+  EXPECT_EQ(t.c_a[d].value, 0.0);
+  for (int a = 0; a < d; ++a) EXPECT_GT(t.c_a[a].value, t.c_a[a + 1].value) << a;
+  for (const auto& l : t.lambda) EXPECT_GT(l.value, 10 * l.se);
+  // In-sample identities of the estimators (theory.hpp): SkipV1 at a = d is C + C_3,
+  // the bound at a = 0 equals the bound at a = d (C + E‖Ŵ‖²), C_3 = E‖Ŵ‖² − E‖ΛB‖².
+  EXPECT_NEAR(t.skipv1_value[d].value, t.C.value + t.C3.value, 1e-9 * t.C3.value);
+  EXPECT_NEAR(t.mha_bound[0].value, t.mha_bound[d].value, 1e-9 * t.mha_bound[d].value);
+  EXPECT_NEAR(t.C3.value, t.W_hat_sq.value - t.LambdaB_sq.value, 1e-9 * t.W_hat_sq.value);
+  // The theorem's separation at a = d − 1: the MHA bound exceeds SkipV1's value at a = d by
+  // exactly c_{d−1} (in-sample), which is resolved from zero.
+  EXPECT_NEAR(t.mha_bound[d - 1].value - t.skipv1_value[d].value, t.c_a[d - 1].value, 1e-9 * t.C3.value);
+  EXPECT_GT(t.c_a[d - 1].value, 10 * t.c_a[d - 1].se);
+}
+
+TEST(IclTheory, SameSeedSameNumbersForOneAndTwoThreads) {
+  const Theory a = estimate_theory(task_with(3.0), {3000, 9, 1}), b = estimate_theory(task_with(3.0), {3000, 9, 2});
+  EXPECT_EQ(a.C.value, b.C.value);
+  EXPECT_EQ(a.C3.se, b.C3.se);
+  for (int k = 0; k <= 4; ++k) {
+    EXPECT_EQ(a.mha_bound[k].value, b.mha_bound[k].value);
+    EXPECT_EQ(a.skipv1_value[k].se, b.skipv1_value[k].se);
+  }
+  EXPECT_EQ(a.lambda[0].value, b.lambda[0].value);
+}
+
+// Each statement holds where it holds mathematically and its control is rejected by ≥ 10 SE.
+TEST(IclLemmas, ChecksPassWhereTheyShouldAndControlsFailWidely) {
+  const LemmaOptions o{20000, 4, 2, -1, Form::posterior_mean};
+  LemmaOptions ridge = o, typo = o;
+  ridge.form = Form::ridge;
+  ridge.zero_weights = true;
+  typo.form = Form::ridge_sigma_typo;
+  const Task zero = task_with(0.0), scaled = task_with(theorem_w0_scale(task_with(0.0)));
+  for (auto arch : {Architecture::mha, Architecture::skipv1}) {
+    EXPECT_TRUE(check_lemma1(zero, o, arch).holds);
+    EXPECT_TRUE(check_lemma1(scaled, o, arch).holds);
+    EXPECT_GT(check_lemma1(scaled, ridge, arch).z, 10);
+    EXPECT_TRUE(check_lemma2(zero, o, arch).holds);
+    EXPECT_GT(check_lemma2(scaled, o, arch).z, 10);
+  }
+  for (auto part : {Lemma3Part::t1, Lemma3Part::t2}) {
+    EXPECT_TRUE(check_lemma3(zero, o, part).holds);
+    EXPECT_GT(check_lemma3(scaled, o, part).z, 10);
+  }
+  EXPECT_TRUE(check_lemma4(zero, o).holds);
+  EXPECT_GT(check_lemma4(scaled, o).z, 10);
+  EXPECT_TRUE(check_thm2(zero, o, Thm2Part::skipv1).holds);
+  EXPECT_TRUE(check_thm2(scaled, o, Thm2Part::skipv1).holds);
+  EXPECT_GT(check_thm2(zero, typo, Thm2Part::skipv1).z, 10);
+  EXPECT_TRUE(check_thm2(zero, o, Thm2Part::mha).holds);
+  EXPECT_GT(check_thm2(scaled, o, Thm2Part::mha).z, 10);
+}
+
+struct ShellRun {
+  int status = -1;
+  std::string out;
+};
+
+ShellRun run_shell(const std::string& command) {
+  ShellRun r;
+  if (FILE* f = popen(command.c_str(), "r")) {
+    std::array<char, 4096> buf{};
+    for (std::size_t k; (k = fread(buf.data(), 1, buf.size(), f)) > 0;) r.out.append(buf.data(), k);
+    const int s = pclose(f);
+    r.status = WIFEXITED(s) ? WEXITSTATUS(s) : -1;
+  }
+  return r;
+}
+
+ShellRun run(const std::string& args) { return run_shell(std::string("'") + QKVLAB_BINARY + "' " + args); }
+
+TEST(IclCli, TheoryJsonHasTheContractFields) {
+  const auto dir = std::filesystem::temp_directory_path() / ("qkvlab_icl_theory_test_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const auto json = (dir / "theory.json").string();
+  const ShellRun r = run("icl theory --d 4 --n 16 --sigma 0.5 --prompts 4000 --format json > '" + json + "'");
+  ASSERT_EQ(r.status, 0);
+  const char* script =
+      "import json,sys\n"
+      "t=json.load(open(sys.argv[1]))\n"
+      "for k in ['lambda','C','C3','c_a','skipv1_value','mha_bound']:\n"
+      "  assert k in t and k+'_se' in t, k\n"
+      "for k in ['c_a','skipv1_value','mha_bound']:\n"
+      "  assert len(t[k])==5 and len(t[k+'_se'])==5, k\n"
+      "assert len(t['lambda'])==4 and t['seed']==1 and t['prompts']==4000\n"
+      "assert isinstance(t['C'],float) and t['C_se']>0\n"
+      "print('ok')\n";
+  const auto py_file = (dir / "check.py").string();
+  std::ofstream(py_file) << script;
+  const ShellRun check = run_shell("python3 '" + py_file + "' '" + json + "'");
+  EXPECT_EQ(check.status, 0) << check.out;
+  EXPECT_EQ(check.out, "ok\n");
+}
+
+TEST(IclCli, BadInputExitsTwoWithOneLine) {
+  for (const char* args : {"icl theory --sigma -1", "icl theory --d 0", "icl theory --w0 /nonexistent.npy",
+                           "icl theory --prompts 1", "icl lemmas --a 9"}) {
+    const ShellRun r = run(std::string(args) + " 2>&1");
+    EXPECT_EQ(r.status, 2) << args;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << args << ": " << r.out;
+  }
+}
+
+TEST(IclCli, LemmasPrintsBothPriorsSideBySide) {
+  const ShellRun r = run("icl lemmas --prompts 2000");
+  ASSERT_EQ(r.status, 0);
+  EXPECT_NE(r.out.find("W_0 = 0"), std::string::npos);
+  EXPECT_NE(r.out.find("W_0 = 3 I"), std::string::npos);
+  for (const char* id : {"skipv1.lemma1", "skipv1.lemma2", "skipv1.lemma3", "skipv1.lemma4", "skipv1.thm2"})
+    EXPECT_NE(r.out.find(id), std::string::npos) << id;
+}
+
+}  // namespace
+}  // namespace qkvlab::icl
