@@ -1,17 +1,23 @@
 // `qkvlab icl theory` and `qkvlab icl lemmas`: the SkipV1 theorem's closed-form
 // quantities by Monte Carlo (synthetic/icl/theory.hpp) and the Appendix A
 // statements as statistical checks under two priors (synthetic/icl/lemmas.hpp).
-// No numerics here: options, validation, output.
+// No numerics here: options, validation, output. A sweep (any of --d-list,
+// --n-list, --sigma-list, --w0-scale-list) runs the grid product; every point
+// uses --seed exactly as a single run does (common random numbers), so a point
+// equals `icl theory` at its (d, n, sigma, w0_scale), whatever the order or --threads.
 #include "cli/commands.hpp"
 #include "engine/json.hpp"
 #include "cli/device_option.hpp"
 #include "cli/matrix_argument.hpp"
+#include "cli/plot_common.hpp"
 #include "cli/validators.hpp"
 #include "core/errors.hpp"
 #include "results/figure.hpp"
 #include "synthetic/icl/lemmas.hpp"
 #include "synthetic/icl/theory.hpp"
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -80,6 +86,11 @@ struct TheoryArgs : TaskArgs {
   std::string w0 = "zero", out, csv, figure;
   double w0_scale = 1.0;
   Device device = Device::cpu;
+  std::vector<int> d_list, n_list;
+  std::vector<double> sigma_list, w0_scale_list;
+  std::array<const CLI::Option*, 4> list_options{};  // --d-list, --n-list, --sigma-list, --w0-scale-list
+  bool given(std::size_t k) const { return list_options[k]->count() > 0; }
+  bool sweep() const { return given(0) || given(1) || given(2) || given(3); }
 };
 
 MatD prior_mean(const TheoryArgs& a) {
@@ -141,30 +152,32 @@ results::Table scalar_table(const icl::Theory& t) {
   return tab;
 }
 
-void print_theory_json(const icl::Theory& t, const TheoryArgs& a, const std::string& command_line) {
-  auto est = [](const char* name, const icl::Estimate& e) {
-    return std::string("\"") + name + "\": " + json_number(e.value) + ", \"" + name + "_se\": " + json_number(e.se);
+std::string est_json(const char* name, const icl::Estimate& e) {
+  return std::string("\"") + name + "\": " + json_number(e.value) + ", \"" + name + "_se\": " + json_number(e.se);
+}
+
+// lambda, C, C3, W_hat_sq, LambdaYX_sq and the per-a arrays, each with *_se; `sep` between groups.
+std::string theory_fields_json(const icl::Theory& t, const std::string& sep) {
+  auto arr = [](const char* name, const std::vector<icl::Estimate>& v) {
+    return std::string("\"") + name + "\": " + json_values(v, false) + ", \"" + name + "_se\": " + json_values(v, true);
   };
+  return arr("lambda", t.lambda) + sep + est_json("C", t.C) + ", " + est_json("C3", t.C3) + ", " +
+         est_json("W_hat_sq", t.W_hat_sq) + ", " + est_json("LambdaYX_sq", t.LambdaB_sq) + sep + arr("c_a", t.c_a) +
+         sep + arr("skipv1_value", t.skipv1_value) + sep + arr("mha_bound", t.mha_bound) + sep + arr("gap", t.gap);
+}
+
+void print_theory_json(const icl::Theory& t, const TheoryArgs& a, const std::string& command_line) {
   auto form = [&](const icl::FormReport& f) {
     return "{\"residual_norm\": " + json_number(f.residual.value) + ", \"residual_norm_se\": " +
            json_number(f.residual.se) + ", \"residual_chi2\": " + json_number(f.residual_chi2) +
-           ", \"residual_dof\": " + std::to_string(t.task.d * t.task.d) + ", " + est("loss", f.loss) + "}";
+           ", \"residual_dof\": " + std::to_string(t.task.d * t.task.d) + ", " + est_json("loss", f.loss) + "}";
   };
   std::cout << "{\"d\": " << t.task.d << ", \"n\": " << t.task.n << ", \"sigma\": " << json_number(t.task.sigma)
             << ", \"w0\": " << engine::json_quote(a.w0) << ", \"w0_scale\": " << json_number(a.w0_scale)
             << ", \"w0_norm\": " << json_number(t.task.prior_mean().norm())
             << ", \"w0_sigma_min\": " << json_number(Eigen::JacobiSVD<MatD>(t.task.prior_mean()).singularValues().minCoeff())
             << ", \"prompts\": " << t.options.prompts << ", \"seed\": " << t.options.seed
-            << ",\n \"lambda\": " << json_values(t.lambda, false) << ", \"lambda_se\": " << json_values(t.lambda, true)
-            << ",\n " << est("C", t.C) << ", " << est("C3", t.C3) << ", " << est("W_hat_sq", t.W_hat_sq) << ", "
-            << est("LambdaYX_sq", t.LambdaB_sq) << ",\n \"c_a\": " << json_values(t.c_a, false)
-            << ", \"c_a_se\": " << json_values(t.c_a, true)
-            << ",\n \"skipv1_value\": " << json_values(t.skipv1_value, false)
-            << ", \"skipv1_value_se\": " << json_values(t.skipv1_value, true)
-            << ",\n \"mha_bound\": " << json_values(t.mha_bound, false)
-            << ", \"mha_bound_se\": " << json_values(t.mha_bound, true)
-            << ",\n \"gap\": " << json_values(t.gap, false) << ", \"gap_se\": " << json_values(t.gap, true)
-            << ",\n \"posterior_mean\": " << form(t.posterior) << ",\n \"ridge\": " << form(t.ridge)
+            << ",\n " << theory_fields_json(t, ",\n ") << ",\n \"posterior_mean\": " << form(t.posterior) << ",\n \"ridge\": " << form(t.ridge)
             << ",\n \"wall_seconds\": " << json_number(t.wall_seconds)
             << ", \"cpu_seconds\": " << json_number(t.cpu_seconds)
             << ", \"prompts_per_second\": " << json_number(2.0 * double(t.options.prompts) / t.wall_seconds)
@@ -209,7 +222,174 @@ void write_theory_figure(const icl::Theory& t, const results::Table& tab, const 
   results::render_figure(f, tab, csv, stem);
 }
 
+// ---- icl theory sweep -----------------------------------------------------
+
+// The axes d, n, sigma, w0_scale; point (i0, i1, i2, i3) has flat index ((i0 N1 + i1) N2 + i2) N3 + i3.
+struct Grid {
+  std::array<std::vector<double>, 4> axes;
+  static constexpr std::array<const char*, 4> names{"d", "n", "sigma", "w0_scale"};
+  std::size_t size() const { return axes[0].size() * axes[1].size() * axes[2].size() * axes[3].size(); }
+  double at(std::size_t point, std::size_t axis) const {
+    for (std::size_t k = 3; k > axis; --k) point /= axes[k].size();
+    return axes[axis][point % axes[axis].size()];
+  }
+};
+
+Grid sweep_grid(const TheoryArgs& a) {
+  if (a.w0 != "zero" && a.w0 != "identity") throw UsageError("--w0: a sweep needs zero or identity (a FILE fixes d)");
+  if (a.w0 == "zero" && a.given(3)) throw UsageError("--w0-scale-list: needs --w0 identity (W_0 = 0 has no scale)");
+  const std::vector<int> ds = a.given(0) ? a.d_list : std::vector<int>{a.d}, ns = a.given(1) ? a.n_list : std::vector<int>{a.n};
+  const std::vector<double> sigmas = a.given(2) ? a.sigma_list : std::vector<double>{a.sigma},
+                            scales = a.given(3) ? a.w0_scale_list : std::vector<double>{a.w0_scale};
+  require_each_integer_in("--d-list", ds, 1, 4096);
+  require_each_integer_in("--n-list", ns, 1, 1 << 20);
+  require_each_non_negative("--sigma-list", sigmas);
+  require_each_finite("--w0-scale-list", scales);
+  return {{std::vector<double>(ds.begin(), ds.end()), std::vector<double>(ns.begin(), ns.end()), sigmas, scales}};
+}
+
+TheoryArgs point_args(const TheoryArgs& a, const Grid& g, std::size_t p) {
+  TheoryArgs q = a;
+  q.d = int(g.at(p, 0)), q.n = int(g.at(p, 1)), q.sigma = g.at(p, 2), q.w0_scale = g.at(p, 3);
+  return q;
+}
+
+// λ̄ = mean_i λ_i; its SE treats the λ_i as independent (sqrt(Σ se_i²)/d).
+icl::Estimate lambda_mean(const icl::Theory& t) {
+  icl::Estimate m;
+  for (const auto& e : t.lambda) m.value += e.value, m.se += e.se * e.se;
+  return {m.value / t.task.d, std::sqrt(m.se) / t.task.d};
+}
+
+// The per-point summary: c_a at a = floor(d/2) and a = d−1 (the latter is the separation
+// mha_bound[d−1] − skipv1_value[d], per prompt), the MHA bound at a = d−1 and d, SkipV1 at a = d.
+std::vector<std::pair<std::string, icl::Estimate>> point_summary(const icl::Theory& t) {
+  const auto d = std::size_t(t.task.d);
+  return {{"C", t.C}, {"C3", t.C3}, {"lambda_mean", lambda_mean(t)}, {"c_a_half", t.c_a[d / 2]},
+          {"c_a_dm1", t.c_a[d - 1]}, {"mha_bound_dm1", t.mha_bound[d - 1]}, {"mha_bound_d", t.mha_bound[d]},
+          {"skipv1_value_d", t.skipv1_value[d]}};
+}
+
+results::Table points_table(const Grid& g, const std::vector<icl::Theory>& ts) {
+  results::Table tab{"points", {}};
+  for (std::size_t k = 0; k < 4; ++k) tab.columns.push_back({Grid::names[k], {}});
+  tab.columns.push_back({"w0_norm", {}});
+  for (const auto& [name, e] : point_summary(ts[0])) tab.columns.push_back({name, {}}), tab.columns.push_back({name + "_se", {}});
+  for (std::size_t p = 0; p < ts.size(); ++p) {
+    std::size_t c = 0;
+    for (std::size_t k = 0; k < 4; ++k) tab.columns[c++].values.push_back(g.at(p, k));
+    tab.columns[c++].values.push_back(ts[p].task.prior_mean().norm());
+    for (const auto& [name, e] : point_summary(ts[p]))
+      tab.columns[c++].values.push_back(e.value), tab.columns[c++].values.push_back(e.se);
+  }
+  return tab;
+}
+
+// One row per (point, a): the point's index and coordinates, then by_a_table's columns.
+results::Table sweep_by_a_table(const Grid& g, const std::vector<icl::Theory>& ts) {
+  results::Table tab{"by_a", {{"point", {}}}};
+  for (std::size_t k = 0; k < 4; ++k) tab.columns.push_back({Grid::names[k], {}});
+  for (const auto& c : by_a_table(ts[0]).columns) tab.columns.push_back({c.name, {}});
+  for (std::size_t p = 0; p < ts.size(); ++p) {
+    const results::Table one = by_a_table(ts[p]);
+    for (std::size_t row = 0; row < one.columns[0].values.size(); ++row) {
+      tab.columns[0].values.push_back(double(p));
+      for (std::size_t k = 0; k < 4; ++k) tab.columns[1 + k].values.push_back(g.at(p, k));
+      for (std::size_t c = 0; c < one.columns.size(); ++c) tab.columns[5 + c].values.push_back(one.columns[c].values[row]);
+    }
+  }
+  return tab;
+}
+
+// Against the first swept axis (order d, n, sigma, w0_scale), SkipV1 at a = d (C + C_3) and the MHA
+// bound at a = d−1, one pair of curves per value of the second swept axis; other axes at their first value.
+void write_sweep_figure(const Grid& g, const std::vector<icl::Theory>& ts, const std::string& stem) {
+  std::vector<std::size_t> swept;
+  for (std::size_t k = 0; k < 4; ++k)
+    if (g.axes[k].size() > 1) swept.push_back(k);
+  const std::size_t x = swept.empty() ? 0 : swept[0], z = swept.size() > 1 ? swept[1] : (x + 1) % 4;
+  results::Table tab{"figure", {{Grid::names[x], g.axes[x]}}};
+  results::Figure f{"icl theory sweep: SkipV1 at a = d (solid) against the MHA bound at a = d-1 (dashed)",
+                    Grid::names[x], "loss", false, true, {}, {"set key top left"}};
+  for (std::size_t j = 0; j < g.axes[z].size(); ++j) {
+    std::vector<double> skip, mha;
+    for (std::size_t i = 0; i < g.axes[x].size(); ++i) {
+      std::size_t p = 0;
+      for (std::size_t k = 0; k < 4; ++k) p = p * g.axes[k].size() + (k == x ? i : k == z ? j : 0);
+      const auto d = std::size_t(ts[p].task.d);
+      skip.push_back(ts[p].skipv1_value[d].value), mha.push_back(ts[p].mha_bound[d - 1].value);
+    }
+    char label[64];
+    std::snprintf(label, sizeof label, "%s = %g", Grid::names[z], g.axes[z][j]);
+    const std::string id = std::to_string(j), colour = " lc " + std::to_string(j + 1);
+    tab.columns.push_back({"skipv1_" + id, skip});
+    tab.columns.push_back({"mha_" + id, mha});
+    f.series.push_back({Grid::names[x], "skipv1_" + id, "", std::string("SkipV1, ") + label, "linespoints pt 7" + colour});
+    f.series.push_back({Grid::names[x], "mha_" + id, "", std::string("MHA bound, ") + label, "linespoints dt 2 pt 6" + colour});
+  }
+  results::write_csv(stem + ".figure.csv", tab);  // STEM.csv is left to --csv's points table
+  results::render_figure(f, tab, stem + ".figure.csv", stem);
+}
+
+void print_sweep_json(const Grid& g, const std::vector<icl::Theory>& ts, const TheoryArgs& a,
+                      const std::string& command_line) {
+  std::cout << "{\"command\": \"icl theory\", \"w0\": " << engine::json_quote(a.w0) << ", \"prompts\": " << a.prompts
+            << ", \"seed\": " << a.seed << ", \"command_line\": " << engine::json_quote(command_line) << ",\n \"points\": [";
+  for (std::size_t p = 0; p < ts.size(); ++p) {
+    const icl::Theory& t = ts[p];
+    std::cout << (p ? ",\n  " : "\n  ") << "{\"d\": " << t.task.d << ", \"n\": " << t.task.n
+              << ", \"sigma\": " << json_number(t.task.sigma) << ", \"w0_scale\": " << json_number(g.at(p, 3))
+              << ", \"w0_norm\": " << json_number(t.task.prior_mean().norm()) << ", " << theory_fields_json(t, ", ")
+              << ", \"wall_seconds\": " << json_number(t.wall_seconds) << ", \"cpu_seconds\": " << json_number(t.cpu_seconds)
+              << "}";
+  }
+  std::cout << "]}\n";
+}
+
+void print_sweep_table(const Grid& g, const std::vector<icl::Theory>& ts, const TheoryArgs& a) {
+  std::printf("icl theory sweep: %zu points, W_0 = %s, prompts=%ld seed=%llu (same seed at every point); value +- SE\n",
+              ts.size(), a.w0 == "zero" ? "0" : "w0_scale x I", a.prompts, static_cast<unsigned long long>(a.seed));
+  std::printf("%3s %5s %6s %7s %7s", "d", "n", "sigma", "w0scl", "|W0|");
+  for (const char* h : {"C", "C_3", "mean lambda", "c_a a=d/2", "c_a a=d-1", "MHA bnd a=d-1", "MHA bnd a=d", "SkipV1 a=d"})
+    std::printf("  %-20s", h);
+  std::printf("\n");
+  double wall = 0, cpu = 0;
+  for (std::size_t p = 0; p < ts.size(); ++p) {
+    std::printf("%3d %5d %6g %7g %7.4g", ts[p].task.d, ts[p].task.n, ts[p].task.sigma, g.at(p, 3),
+                ts[p].task.prior_mean().norm());
+    for (const auto& [name, e] : point_summary(ts[p])) std::printf("  %-20s", pm(e).c_str());
+    std::printf("\n");
+    wall += ts[p].wall_seconds, cpu += ts[p].cpu_seconds;
+  }
+  std::printf("%.3g s wall, %.3g s CPU in the estimates\n", wall, cpu);
+}
+
+int run_theory_sweep(const TheoryArgs& a, const std::string& command_line) {
+  require_device(a.device);
+  const Grid g = sweep_grid(a);
+  std::vector<icl::Task> tasks;
+  for (std::size_t p = 0; p < g.size(); ++p) {
+    const TheoryArgs q = point_args(a, g, p);
+    tasks.push_back(make_task(q, prior_mean(q)));
+  }
+  const Progress progress{"icl theory", Progress::wanted(false)};
+  std::vector<icl::Theory> ts;
+  for (std::size_t p = 0; p < tasks.size(); ++p) {
+    progress("points", p, tasks.size());
+    ts.push_back(icl::estimate_theory(tasks[p], {a.prompts, a.seed, a.threads}));
+  }
+  progress("points", tasks.size(), tasks.size());
+  const results::Table points = points_table(g, ts);
+  if (!a.out.empty()) results::write_tables_hdf5(a.out, {points, sweep_by_a_table(g, ts)}, a.seed, command_line);
+  if (!a.csv.empty()) results::write_csv(a.csv, points);
+  if (!a.figure.empty()) write_sweep_figure(g, ts, a.figure);
+  if (a.format == "json") print_sweep_json(g, ts, a, command_line);
+  else print_sweep_table(g, ts, a);
+  return 0;
+}
+
 int run_theory(const TheoryArgs& a, const std::string& command_line) {
+  if (a.sweep()) return run_theory_sweep(a, command_line);
   require_device(a.device);
   const icl::Task task = make_task(a, prior_mean(a));
   const icl::Theory t = icl::estimate_theory(task, {a.prompts, a.seed, a.threads});
@@ -293,6 +473,10 @@ std::vector<Command> add_icl_theory_commands(CLI::App& icl, const std::string& c
   theory->add_option("--out", t->out, "Write the tables by_a and scalars to this HDF5 file");
   theory->add_option("--csv", t->csv, "Write the per-a table (c_a, bounds, SkipV1 value, gap, C, C3) to this CSV");
   theory->add_option("--figure", t->figure, "Write STEM.csv, STEM.svg, STEM.png: c_a, bound and SkipV1 value against a");
+  t->list_options = {theory->add_option("--d-list", t->d_list, "Sweep: values of d (else --d), comma-separated")->delimiter(','),
+                     theory->add_option("--n-list", t->n_list, "Sweep: values of n (else --n), comma-separated")->delimiter(','),
+                     theory->add_option("--sigma-list", t->sigma_list, "Sweep: values of sigma (else --sigma), comma-separated")->delimiter(','),
+                     theory->add_option("--w0-scale-list", t->w0_scale_list, "Sweep: values of --w0-scale (--w0 identity), comma-separated")->delimiter(',')};
   theory->footer(
       "Prompts: W* ~ N(W_0, I), x ~ N(0, I), y = W* x + eps, eps ~ N(0, sigma^2 I); tokens are columns.\n"
       "Each value is a Monte Carlo mean over --prompts prompts with its standard error (*_se): C = E c(D),\n"
@@ -305,6 +489,12 @@ std::vector<Command> add_icl_theory_commands(CLI::App& icl, const std::string& c
       "W_D is the posterior mean (sigma^2 W_0 + YX^T)(XX^T + sigma^2 I)^-1; the ridge form YX^T(...)^-1 is\n"
       "reported beside it (first-order residual E[(Ux - y)x^T] and loss). --device cuda needs a CUDA device.\n"
       "Defaults: d 4, n 16, sigma 0.5, W_0 zero, 200000 prompts, seed 1. Same seed => same numbers for any --threads.\n"
+      "Sweep: any --*-list runs the grid product of the lists (a list not given: its single option's value), every\n"
+      "point with --seed as a single run would use it (so a point equals that run); --w0 zero or identity. Table and\n"
+      "--csv: one row per point (C, C3, mean lambda, c_a at a = floor(d/2) and d-1, mha_bound at a = d-1 and d,\n"
+      "skipv1_value at a = d, each with _se); --format json: \"points\" with the full per-a arrays; --out: tables\n"
+      "points and by_a (one row per point and a); --figure: SkipV1 at a = d and the MHA bound at a = d-1 against\n"
+      "the first swept of d, n, sigma, w0_scale, one pair of curves per value of the second (data: STEM.figure.csv).\n"
       "Exit status: 0 success, 2 usage error (one line, nothing written), 3 a numerical failure.");
 
   auto l = std::make_shared<LemmaArgs>();

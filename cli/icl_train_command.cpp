@@ -300,12 +300,9 @@ struct SweepArgs {
 
 int run_sweep(const SweepArgs& s, const std::string& command_line) {
   prepare(s.common);
-  for (int d : s.ds)
-    if (d < 1 || d > 64) throw UsageError("--d-list: each d must be in [1, 64]");
-  for (int n : s.ns)
-    if (n < 1 || n > 4096) throw UsageError("--n-list: each n must be in [1, 4096]");
-  for (double sg : s.sigmas)
-    if (!(sg >= 0) || !std::isfinite(sg)) throw UsageError("--sigma-list: each sigma must be non-negative");
+  require_each_integer_in("--d-list", s.ds, 1, 64);
+  require_each_integer_in("--n-list", s.ns, 1, 4096);
+  require_each_non_negative("--sigma-list", s.sigmas);
   std::vector<TrainExperimentConfig> points;
   for (int d : s.ds)
     for (int n : s.ns)
@@ -537,7 +534,7 @@ std::vector<Command> add_icl_train_commands(CLI::App& icl, const std::string& co
                   "Experiment 2: Assumption 1's copying first layer (A = [I_a 0], B = [0 I_(d-a)]); default: a learned first layer (experiment 3)");
     cmd->add_flag("--learn-ab", t->learn_ab, "With --assumption1: learn A and B (started at the coordinate copying layer)");
     cmd->add_option("--a", t->a, "Rows of A under Assumption 1 (default d)")->check(integer_in(0, 64));
-    cmd->add_option("--models", t->models, "Models to train: mha, skipv1, resformer, svformer")->capture_default_str();
+    cmd->add_option("--models", t->models, "Models to train: mha, skipv1, resformer, svformer")->delimiter(',')->capture_default_str();
     cmd->add_option("--theory-prompts", t->theory_prompts, "Monte Carlo prompts for C and the bounds")
         ->check(CLI::Range(2L, 100000000L))
         ->capture_default_str();
@@ -554,9 +551,9 @@ std::vector<Command> add_icl_train_commands(CLI::App& icl, const std::string& co
     auto s = std::make_shared<SweepArgs>();
     auto* cmd = icl.add_subcommand("sweep", "Trained MHA and SkipV1 under Assumption 1 for a = 0..d against the bound lines");
     add_common_options(cmd, s->common, true);
-    cmd->add_option("--d-list", s->ds, "Values of d")->capture_default_str();
-    cmd->add_option("--n-list", s->ns, "Values of n")->capture_default_str();
-    cmd->add_option("--sigma-list", s->sigmas, "Values of sigma")->capture_default_str();
+    cmd->add_option("--d-list", s->ds, "Values of d")->delimiter(',')->capture_default_str();
+    cmd->add_option("--n-list", s->ns, "Values of n")->delimiter(',')->capture_default_str();
+    cmd->add_option("--sigma-list", s->sigmas, "Values of sigma")->delimiter(',')->capture_default_str();
     cmd->add_option("--theory-prompts", s->theory_prompts, "Monte Carlo prompts for C and the bounds")
         ->check(CLI::Range(2L, 100000000L))
         ->capture_default_str();
@@ -586,7 +583,7 @@ std::vector<Command> add_icl_train_commands(CLI::App& icl, const std::string& co
     a->common.steps = 1500, a->common.batch = 64, a->common.lr = 5e-3, a->common.restarts = 1;
     auto* cmd = icl.add_subcommand("depth", "Experiment 5: depth, SkipV1 against MHA, and a layerwise probe against GD");
     add_common_options(cmd, a->common, false);
-    cmd->add_option("--layers", a->layers, "Depths L to train")->capture_default_str();
+    cmd->add_option("--layers", a->layers, "Depths L to train")->delimiter(',')->capture_default_str();
     cmd->add_option("--heads", a->heads, "Heads per layer (even; SkipV1 takes the second half from layer 1)")
         ->capture_default_str();
     cmd->footer(

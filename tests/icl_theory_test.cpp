@@ -196,6 +196,13 @@ ShellRun run_shell(const std::string& command) {
 
 ShellRun run(const std::string& args) { return run_shell(std::string("'") + QKVLAB_BINARY + "' " + args); }
 
+// Writes a python3 check script into dir and runs it on args.
+ShellRun run_python(const std::filesystem::path& dir, const char* script, const std::string& args) {
+  const auto py_file = (dir / "check.py").string();
+  std::ofstream(py_file) << script;
+  return run_shell("python3 '" + py_file + "' " + args);
+}
+
 TEST(IclCli, TheoryJsonHasTheContractFields) {
   const auto dir = std::filesystem::temp_directory_path() / ("qkvlab_icl_theory_test_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
@@ -212,9 +219,7 @@ TEST(IclCli, TheoryJsonHasTheContractFields) {
       "assert len(t['lambda'])==4 and t['seed']==1 and t['prompts']==4000\n"
       "assert isinstance(t['C'],float) and t['C_se']>0\n"
       "print('ok')\n";
-  const auto py_file = (dir / "check.py").string();
-  std::ofstream(py_file) << script;
-  const ShellRun check = run_shell("python3 '" + py_file + "' '" + json + "'");
+  const ShellRun check = run_python(dir, script, "'" + json + "'");
   EXPECT_EQ(check.status, 0) << check.out;
   EXPECT_EQ(check.out, "ok\n");
 }
@@ -226,6 +231,37 @@ TEST(IclCli, BadInputExitsTwoWithOneLine) {
     EXPECT_EQ(r.status, 2) << args;
     EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << args << ": " << r.out;
   }
+}
+
+// A sweep point uses --seed as a single run does, so it equals that run to the last digit.
+TEST(IclCli, TheorySweepPointsEqualSingleRunsAndBadListsExitTwo) {
+  const auto dir = std::filesystem::temp_directory_path() / ("qkvlab_icl_sweep_test_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const auto sweep = (dir / "sweep.json").string(), one = (dir / "one.json").string();
+  const std::string common = "icl theory --prompts 3000 --seed 5 --w0 identity --format json ";
+  ASSERT_EQ(run(common + "--d-list 2,3 --n-list 4,8 --sigma-list 0.5 --w0-scale-list 0,2 > '" + sweep + "'").status, 0);
+  ASSERT_EQ(run(common + "--d 3 --n 8 --sigma 0.5 --w0-scale 2 > '" + one + "'").status, 0);
+  const char* script =
+      "import json,sys\n"
+      "s=json.load(open(sys.argv[1]))['points']; t=json.load(open(sys.argv[2]))\n"
+      "assert len(s)==8, len(s)\n"
+      "assert [(p['d'],p['n'],p['w0_scale']) for p in s][:3]==[(2,4,0),(2,4,2),(2,8,0)]\n"
+      "p=[p for p in s if p['d']==3 and p['n']==8 and p['w0_scale']==2][0]\n"
+      "for k in ['lambda','C','C3','c_a','skipv1_value','mha_bound','gap']:\n"
+      "  assert p[k]==t[k] and p[k+'_se']==t[k+'_se'], k\n"
+      "assert len(p['c_a'])==4 and len(s[0]['mha_bound_se'])==3\n"
+      "print('ok')\n";
+  const ShellRun check = run_python(dir, script, "'" + sweep + "' '" + one + "'");
+  EXPECT_EQ(check.out, "ok\n");
+  const auto out = (dir / "bad.h5").string();
+  for (const char* args : {"--d-list 0,2", "--sigma-list 0.5,-1", "--n-list ''", "--w0 /x.npy --d-list 2",
+                           "--w0-scale-list 1,2", "--d-list 2 --prompts 1"}) {
+    const ShellRun r = run("icl theory --out '" + out + "' " + args + " 2>&1");
+    EXPECT_EQ(r.status, 2) << args;
+    EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << args << ": " << r.out;
+    EXPECT_FALSE(std::filesystem::exists(out)) << args;
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST(IclCli, LemmasPrintsBothPriorsSideBySide) {
