@@ -8,6 +8,7 @@
 #include "cli/plot_common.hpp"
 #include "cli/validators.hpp"
 #include "core/errors.hpp"
+#include "core/parallel.hpp"
 #include "engine/blas.hpp"
 #include "engine/json.hpp"
 #include "results/figure.hpp"
@@ -18,7 +19,6 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
-#include <thread>
 
 namespace qkvlab::cli {
 namespace {
@@ -139,7 +139,7 @@ int run_transfer(TransferArgs a, const CLI::App& cmd, const std::string& command
     if (!parent.empty() && !std::filesystem::is_directory(parent))
       throw UsageError("output directory " + parent.string() + " does not exist");
   }
-  const int threads = a.threads > 0 ? a.threads : int(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = worker_count(a.threads);
   engine::set_blas_threads(threads);
 
   transfer::TransferConfig c;

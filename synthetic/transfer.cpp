@@ -2,6 +2,7 @@
 #include "synthetic/transfer.hpp"
 
 #include "core/errors.hpp"
+#include "core/parallel.hpp"
 #include "core/rng.hpp"
 #include "engine/blas.hpp"
 #include "engine/checkpoint.hpp"
@@ -11,12 +12,10 @@
 #include "gpu/skip_mlp.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <map>
-#include <thread>
 
 namespace qkvlab::transfer {
 namespace {
@@ -26,30 +25,6 @@ using engine::product;
 
 std::string stream_name(int d, const std::string& purpose) {
   return "transfer/d=" + std::to_string(d) + "/" + purpose;
-}
-
-// Runs work(i) for i = 0 … n−1 on up to `threads` threads; each i is one unit
-// whose result does not depend on which thread ran it.
-void for_each_index(std::int64_t n, int threads, const std::function<void(std::int64_t)>& work) {
-  const int workers = int(std::clamp<std::int64_t>(threads, 1, std::max<std::int64_t>(1, n)));
-  if (workers == 1) {
-    for (std::int64_t i = 0; i < n; ++i) work(i);
-    return;
-  }
-  std::atomic<std::int64_t> next{0};
-  std::vector<std::thread> pool;
-  std::exception_ptr error;
-  std::atomic<bool> failed{false};
-  for (int w = 0; w < workers; ++w)
-    pool.emplace_back([&] {
-      for (std::int64_t i = next++; i < n && !failed; i = next++) try {
-          work(i);
-        } catch (...) {
-          if (!failed.exchange(true)) error = std::current_exception();
-        }
-    });
-  for (auto& t : pool) t.join();
-  if (error) std::rethrow_exception(error);
 }
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
@@ -101,7 +76,7 @@ MatD population_linear_map(const Target& t) {
 MatF draw_inputs(int d, Eigen::Index rows, std::uint64_t seed, const std::string& stream, int threads) {
   MatF X(rows, d);
   const std::int64_t chunks = (rows + kChunkRows - 1) / kChunkRows;
-  for_each_index(chunks, threads, [&](std::int64_t c) {
+  parallel_for(chunks, threads, [&](std::int64_t c) {
     Rng rng(seed, stream + "/chunk=" + std::to_string(c));
     const Eigen::Index begin = c * kChunkRows, n = std::min<Eigen::Index>(kChunkRows, rows - begin);
     X.middleRows(begin, n) = engine::normal_matrix<float>(n, d, 1.0, rng);

@@ -2,12 +2,12 @@
 
 #include "core/error_model.hpp"
 #include "core/errors.hpp"
+#include "core/parallel.hpp"
 
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <mutex>
-#include <thread>
 
 namespace qkvlab::theory {
 
@@ -178,25 +178,17 @@ results::Report verify(const VerifyOptions& o) {
     return estimated_cost(tasks[a].second) > estimated_cost(tasks[b].second);
   });
   std::vector<TaskResult> done(tasks.size());
-  std::atomic<std::size_t> next{0}, finished{0};
+  std::atomic<std::size_t> finished{0};
   std::mutex progress_mutex;
-  auto worker = [&] {
-    for (std::size_t k; (k = next++) < tasks.size();) {
-      const std::size_t i = order[k];
-      done[i] = run_task(*tasks[i].first, tasks[i].second, o);
-      const std::size_t count = ++finished;
-      if (o.progress) {
-        std::lock_guard lock(progress_mutex);
-        o.progress(count, tasks.size());
-      }
+  parallel_for(std::int64_t(tasks.size()), o.threads, [&](std::int64_t k) {
+    const std::size_t i = order[std::size_t(k)];
+    done[i] = run_task(*tasks[i].first, tasks[i].second, o);
+    const std::size_t count = ++finished;
+    if (o.progress) {
+      std::lock_guard lock(progress_mutex);
+      o.progress(count, tasks.size());
     }
-  };
-  const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
-  const std::size_t n_threads = std::min<std::size_t>(o.threads > 0 ? unsigned(o.threads) : hw, tasks.size());
-  std::vector<std::thread> pool;
-  for (std::size_t i = 1; i < n_threads; ++i) pool.emplace_back(worker);
-  worker();
-  for (auto& th : pool) th.join();
+  });
 
   results::Report report;
   report.seed = o.seed;

@@ -1,6 +1,7 @@
 #include "synthetic/icl/anchor.hpp"
 
 #include "core/errors.hpp"
+#include "core/parallel.hpp"
 #include "synthetic/icl/linear_attention_models.hpp"
 
 #include <mutex>
@@ -47,18 +48,12 @@ AnchorResult run_anchor(const AnchorConfig& c, const std::function<void(int, int
   r.runs.resize(std::size_t(c.restarts));
   std::mutex mutex;
   int done = 0;
-  run_parallel(c.restarts, c.threads, [&](int i) {
+  parallel_for(c.restarts, c.threads, [&](int i) {
     const std::string tag = "restart=" + std::to_string(i);
     Rng init(c.seed, "icl/anchor/init/" + tag), data(c.seed, "icl/anchor/batches/" + tag);
     LinearAttentionStack model = make_stack({c.task.d, c.task.n, 1, 1, false}, init);
     AnchorRun& run = r.runs[std::size_t(i)];
-    run.curve = train_on_fresh_prompts(
-        model.params.list(), c.task, data,
-        [&](engine::Tape<double>& tape, const std::vector<Prompt>& prompts) {
-          const ConcatBatch batch = make_concat_batch(prompts);
-          return squared_error_loss(model.predict(tape, batch), batch.target);
-        },
-        c.train);
+    run.curve = train_on_fresh_prompts(model, c.task, data, c.train);
     run.trained = held_out_loss(
         c.task,
         [&](const std::vector<Prompt>& p) {

@@ -1,6 +1,7 @@
 #include "synthetic/icl/depth.hpp"
 
 #include "core/errors.hpp"
+#include "core/parallel.hpp"
 #include "synthetic/icl/linear_attention_models.hpp"
 
 #include <algorithm>
@@ -76,24 +77,18 @@ std::vector<DepthRun> run_depth(const DepthConfig& c, const std::function<void(i
   for (int i = 0; i < c.eval_samples; ++i) eval.push_back(draw_prompt(c.task, eval_rng));
   std::vector<GdStep> gd(static_cast<std::size_t>(max_layers));
   std::vector<MatD> gd_pred(static_cast<std::size_t>(max_layers));
-  run_parallel(max_layers, c.threads, [&](int k) {
+  parallel_for(max_layers, c.threads, [&](int k) {
     gd[std::size_t(k)] = best_gd_step(eval, k + 1);
     gd_pred[std::size_t(k)] = gd_predictions(eval, gd[std::size_t(k)].eta, k + 1).back();
   });
   std::mutex mutex;
   int done = 0;
-  run_parallel(int(runs.size()), c.threads, [&](int i) {
+  parallel_for(int(runs.size()), c.threads, [&](int i) {
     DepthRun& run = runs[std::size_t(i)];
     const std::string tag = "L=" + std::to_string(run.layers) + "/" + (run.skipv1 ? "skipv1" : "mha");
     Rng init(c.seed, "icl/depth/init/" + tag), data(c.seed, "icl/depth/batches/L=" + std::to_string(run.layers));
     LinearAttentionStack model = make_stack({c.task.d, c.task.n, run.layers, c.heads, run.skipv1}, init);
-    run.curve = train_on_fresh_prompts(
-        model.params.list(), c.task, data,
-        [&](engine::Tape<double>& tape, const std::vector<Prompt>& prompts) {
-          const ConcatBatch batch = make_concat_batch(prompts);
-          return squared_error_loss(model.predict(tape, batch), batch.target);
-        },
-        c.train);
+    run.curve = train_on_fresh_prompts(model, c.task, data, c.train);
     // Layer-l predictions on the held-out prompts, in chunks (one tape per chunk).
     std::vector<MatD> layer_pred(std::size_t(run.layers), MatD(Eigen::Index(eval.size()), c.task.d));
     constexpr std::size_t chunk = 2000;

@@ -275,4 +275,14 @@ Var<double> squared_error_loss(Var<double> prediction, const MatD& target) {
   return engine::scale(engine::mse_loss(prediction, T), double(target.cols()));
 }
 
+Var<double> TwoLayerModel::loss(Tape<double>& tape, const std::vector<Prompt>& prompts) {
+  const TokenBatch batch = make_token_batch(prompts);
+  return squared_error_loss(predict(tape, batch), batch.target);
+}
+
+Var<double> LinearAttentionStack::loss(Tape<double>& tape, const std::vector<Prompt>& prompts) {
+  const ConcatBatch batch = make_concat_batch(prompts);
+  return squared_error_loss(predict(tape, batch), batch.target);
+}
+
 }  // namespace qkvlab::icl

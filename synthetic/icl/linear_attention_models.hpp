@@ -103,6 +103,8 @@ struct TwoLayerModel {
   engine::Var<double> first_layer(engine::Tape<double>& tape, const TokenBatch& batch);
   // ŷ, B × d.
   engine::Var<double> predict(engine::Tape<double>& tape, const TokenBatch& batch);
+  // squared_error_loss of predict on the prompts' token batch.
+  engine::Var<double> loss(engine::Tape<double>& tape, const std::vector<Prompt>& prompts);
 };
 
 // Weights drawn with entries N(0, 1/d) (value maps N(0, 1/d)/(2n), so that
@@ -123,6 +125,8 @@ struct LinearAttentionStack {
   // layer l is its columns d … 2d−1.
   std::vector<engine::Var<double>> query_states(engine::Tape<double>& tape, const ConcatBatch& batch);
   engine::Var<double> predict(engine::Tape<double>& tape, const ConcatBatch& batch);  // B × d, after layer L
+  // squared_error_loss of predict on the prompts' concatenated batch.
+  engine::Var<double> loss(engine::Tape<double>& tape, const std::vector<Prompt>& prompts);
 };
 
 // Entries N(0, 1/(2d)) scaled by 1/sqrt(heads · layers).

@@ -8,15 +8,13 @@
 // the sums are bitwise the same for any number of threads.
 #pragma once
 
+#include "core/parallel.hpp"
 #include "synthetic/icl/prompt.hpp"
 #include "synthetic/icl/theory.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
-#include <exception>
 #include <string>
-#include <thread>
 #include <vector>
 
 namespace qkvlab::icl {
@@ -52,9 +50,6 @@ struct Moments {
   Estimate estimate(int i) const { return {mean(i), std::sqrt(std::max(0.0, covariance(i, i)) / double(count))}; }
 };
 
-inline int thread_count(int requested) {
-  return requested > 0 ? requested : int(std::max(1u, std::thread::hardware_concurrency()));
-}
 
 // per_prompt(const Prompt&, Eigen::Ref<VecD> f) fills f (size p) for one prompt.
 template <class PerPrompt>
@@ -62,30 +57,15 @@ Moments run_chunks(const Task& task, long prompts, std::uint64_t seed, const std
                    int full, PerPrompt per_prompt) {
   const long chunks = (prompts + chunk_size - 1) / chunk_size;
   std::vector<Moments> parts(std::size_t(chunks), Moments(p, full));
-  std::atomic<long> next{0};
-  std::exception_ptr error;
-  std::atomic<bool> failed{false};
-  auto worker = [&] {
+  parallel_for(chunks, threads, [&](std::int64_t j) {
     VecD f(p);
-    for (long j; !failed && (j = next++) < chunks;) {
-      try {
-        Rng rng(seed, stream + "/chunk/" + std::to_string(j));
-        const long count = std::min(chunk_size, prompts - j * chunk_size);
-        for (long k = 0; k < count; ++k) {
-          per_prompt(draw_prompt(task, rng), f);
-          parts[std::size_t(j)].add(f);
-        }
-      } catch (...) {
-        if (!failed.exchange(true)) error = std::current_exception();
-      }
+    Rng rng(seed, stream + "/chunk/" + std::to_string(j));
+    const long count = std::min(chunk_size, prompts - long(j) * chunk_size);
+    for (long k = 0; k < count; ++k) {
+      per_prompt(draw_prompt(task, rng), f);
+      parts[std::size_t(j)].add(f);
     }
-  };
-  const int n_threads = int(std::min<long>(thread_count(threads), chunks));
-  std::vector<std::thread> pool;
-  for (int i = 1; i < n_threads; ++i) pool.emplace_back(worker);
-  worker();
-  for (auto& t : pool) t.join();
-  if (error) std::rethrow_exception(error);
+  });
   Moments total(p, full);
   for (const auto& m : parts) total.merge(m);
   return total;

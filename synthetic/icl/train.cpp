@@ -5,10 +5,7 @@
 #include "engine/schedule.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
-#include <exception>
-#include <thread>
 
 namespace qkvlab::icl {
 
@@ -48,19 +45,6 @@ Curve train_adam(const engine::Parameters<double>& params, const BatchLoss& batc
     }
   }
   return curve;
-}
-
-Curve train_on_fresh_prompts(const engine::Parameters<double>& params, const Task& task, Rng& data,
-                             const PromptLoss& loss, const TrainConfig& config) {
-  return train_adam(
-      params,
-      [&](engine::Tape<double>& tape) {
-        std::vector<Prompt> prompts;
-        prompts.reserve(std::size_t(config.batch));
-        for (int b = 0; b < config.batch; ++b) prompts.push_back(draw_prompt(task, data));
-        return loss(tape, prompts);
-      },
-      config);
 }
 
 LossEstimate estimate(std::vector<double> per_prompt) {
@@ -105,24 +89,6 @@ LossEstimate held_out_loss(const Task& task, const Predictor& predict, int sampl
     }
   }
   return estimate(std::move(per_prompt));
-}
-
-void run_parallel(int jobs, int threads, const std::function<void(int)>& job) {
-  std::vector<std::exception_ptr> errors(std::size_t(std::max(jobs, 0)));
-  std::atomic<int> next{0};
-  auto worker = [&] {
-    for (int i = next++; i < jobs; i = next++) try {
-        job(i);
-      } catch (...) {
-        errors[std::size_t(i)] = std::current_exception();
-      }
-  };
-  std::vector<std::thread> pool;
-  for (int t = 1; t < std::min(threads, jobs); ++t) pool.emplace_back(worker);
-  worker();
-  for (auto& t : pool) t.join();
-  for (const auto& e : errors)
-    if (e) std::rethrow_exception(e);
 }
 
 }  // namespace qkvlab::icl

@@ -42,10 +42,19 @@ using BatchLoss = std::function<engine::Var<double>(engine::Tape<double>&)>;
 Curve train_adam(const engine::Parameters<double>& params, const BatchLoss& batch_loss, const TrainConfig& config);
 
 // train_adam on fresh prompts: every step draws config.batch prompts from
-// `data` and loss(tape, prompts) is the batch's loss.
-using PromptLoss = std::function<engine::Var<double>(engine::Tape<double>&, const std::vector<Prompt>&)>;
-Curve train_on_fresh_prompts(const engine::Parameters<double>& params, const Task& task, Rng& data,
-                             const PromptLoss& loss, const TrainConfig& config);
+// `data`, and model.loss(tape, prompts) is the batch's loss.
+template <class Model>
+Curve train_on_fresh_prompts(Model& model, const Task& task, Rng& data, const TrainConfig& config) {
+  return train_adam(
+      model.params.list(),
+      [&](engine::Tape<double>& tape) {
+        std::vector<Prompt> prompts;
+        prompts.reserve(std::size_t(config.batch));
+        for (int b = 0; b < config.batch; ++b) prompts.push_back(draw_prompt(task, data));
+        return model.loss(tape, prompts);
+      },
+      config);
+}
 
 // Per-prompt losses ‖ŷ_b − y_b‖² and their mean and standard error.
 struct LossEstimate {
@@ -71,7 +80,5 @@ using Predictor = std::function<MatD(const std::vector<Prompt>&)>;
 LossEstimate held_out_loss(const Task& task, const Predictor& predict, int samples, std::uint64_t seed,
                            const std::string& stream, int chunk = 2000);
 
-// Runs job(i) for i = 0 … jobs−1 on up to `threads` threads. Exceptions are rethrown (the first by index).
-void run_parallel(int jobs, int threads, const std::function<void(int)>& job);
 
 }  // namespace qkvlab::icl

@@ -1,6 +1,7 @@
 #include "synthetic/icl/train_experiment.hpp"
 
 #include "core/errors.hpp"
+#include "core/parallel.hpp"
 
 #include <algorithm>
 #include <mutex>
@@ -46,20 +47,14 @@ TrainExperimentResult run_train_experiment(const TrainExperimentConfig& c,
   const std::string base = "icl/train/" + c.tag + "/";
   std::mutex mutex;
   int done = 0;
-  run_parallel(M * c.restarts, c.threads, [&](int i) {
+  parallel_for(M * c.restarts, c.threads, [&](int i) {
     TrainRun& run = r.runs[std::size_t(i)];
     run.model = c.models[std::size_t(i / c.restarts)], run.restart = i % c.restarts;
     const std::string r_tag = std::to_string(run.restart);
     Rng init(c.seed, base + "init/" + variant_name(run.model) + "/" + r_tag), data(c.seed, base + "batches/" + r_tag);
     TwoLayerModel model = make_two_layer_model({run.model, c.first, c.task.d, c.task.n, c.a}, init);
     run.trained_parameters = long(model.params.count());
-    run.curve = train_on_fresh_prompts(
-        model.params.list(), c.task, data,
-        [&](engine::Tape<double>& tape, const std::vector<Prompt>& prompts) {
-          const TokenBatch batch = make_token_batch(prompts);
-          return squared_error_loss(model.predict(tape, batch), batch.target);
-        },
-        c.train);
+    run.curve = train_on_fresh_prompts(model, c.task, data, c.train);
     run.loss = held_out_loss(
         c.task,
         [&](const std::vector<Prompt>& p) {
