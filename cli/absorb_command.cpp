@@ -6,11 +6,11 @@
 // `qkvlab absorb fit` (absorb_fit_command.cpp) is a subcommand of this one; W1 and
 // W2 are therefore optional to CLI11 and required here when no subcommand is given.
 #include "cli/commands.hpp"
-#include "engine/json.hpp"
 #include "cli/matrix_argument.hpp"
 #include "cli/validators.hpp"
 #include "core/absorb.hpp"
 #include "core/errors.hpp"
+#include "core/json_text.hpp"
 #include "core/npy.hpp"
 #include "results/hdf5_matrix.hpp"
 
@@ -27,14 +27,6 @@ struct AbsorbArgs {
   int max_exact = 20;
 };
 
-
-std::string json_number(double x) {
-  if (!std::isfinite(x)) return "null";
-  std::ostringstream s;
-  s.precision(17);
-  s << x;
-  return s.str();
-}
 
 std::string index_list(const std::vector<int>& J, const char* open, const char* close) {
   std::string s = open;
@@ -78,15 +70,15 @@ int run_absorb(const AbsorbArgs& a) {
   if (dec.verdict == Verdict::yes) written = write_absorbed(a, *dec.absorbed, W_1.dtype, W_2.dtype);
 
   if (a.format == "json") {
-    std::cout << "{\"verdict\": " << engine::json_quote(verdict_name(dec.verdict)) << ", \"m\": " << m << ", \"d\": " << d
-              << ", \"J\": " << index_list(dec.J, "[", "]") << ", \"reason\": " << engine::json_quote(dec.reason)
+    std::cout << "{\"verdict\": " << json_quote(verdict_name(dec.verdict)) << ", \"m\": " << m << ", \"d\": " << d
+              << ", \"J\": " << index_list(dec.J, "[", "]") << ", \"reason\": " << json_quote(dec.reason)
               << ", \"hypotheses_hold\": " << (dec.hypotheses_hold ? "true" : "false")
-              << ", \"hypothesis_failure\": " << engine::json_quote(dec.hypothesis_failure)
+              << ", \"hypothesis_failure\": " << json_quote(dec.hypothesis_failure)
               << ", \"independent\": " << (dec.independent ? "true" : "false")
               << ", \"relaxation_residual\": " << json_number(dec.relaxation_residual)
               << ", \"residual\": " << json_number(dec.residual) << ", \"tolerance\": " << json_number(dec.tolerance)
               << ", \"subsets_searched\": " << dec.subsets_searched << ", \"written\": [";
-    for (std::size_t k = 0; k < written.size(); ++k) std::cout << (k ? ", " : "") << engine::json_quote(written[k]);
+    for (std::size_t k = 0; k < written.size(); ++k) std::cout << (k ? ", " : "") << json_quote(written[k]);
     std::cout << "]}\n";
   } else {
     std::cout << verdict_name(dec.verdict) << "\n";

@@ -13,8 +13,8 @@
 #include "cli/validators.hpp"
 #include "core/absorb.hpp"
 #include "core/errors.hpp"
+#include "core/json_text.hpp"
 #include "core/linalg.hpp"
-#include "engine/json.hpp"
 #include "results/figure.hpp"
 #include "synthetic/absorb_fit.hpp"
 
@@ -58,12 +58,6 @@ std::string number(double x, int digits = 3) {
   s.precision(digits);
   s << x;
   return s.str();
-}
-
-std::string json_number(double x) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.17g", x);
-  return std::isfinite(x) ? buf : "null";
 }
 
 double median(std::vector<double> v) {
@@ -167,17 +161,17 @@ void print_json(const FitArgs& a, const std::vector<PairFit>& fits, int d, int m
   const auto& c = a.config;
   std::ostringstream o;
   o << "{\"claim\": \"qwe.cor8.4.1\", \"seed\": " << a.seed << ", \"seeds\": " << a.seeds
-    << ", \"command_line\": " << engine::json_quote(command_line) << ", \"d\": " << d << ", \"m\": " << m
-    << ", \"skip\": " << engine::json_quote(a.skip) << ", \"min_sine\": " << json_number(a.min_sine) << ", \"restarts\": " << c.restarts << ", \"steps\": " << c.steps
+    << ", \"command_line\": " << json_quote(command_line) << ", \"d\": " << d << ", \"m\": " << m
+    << ", \"skip\": " << json_quote(a.skip) << ", \"min_sine\": " << json_number(a.min_sine) << ", \"restarts\": " << c.restarts << ", \"steps\": " << c.steps
     << ", \"batch\": " << c.batch << ", \"lr\": " << json_number(c.lr) << ", \"precision\": " << json_number(kPrecision)
     << ", \"floor\": " << json_number(kFloor) << ", \"holds\": " << (holds ? "true" : "false") << ",\n\"fits\": [";
   for (std::size_t k = 0; k < fits.size(); ++k) {
     const auto& p = fits[k];
     o << (k ? ",\n " : "\n ") << "{\"pair\": \"" << kind_name(p.kind) << "\", \"seed\": " << p.seed
       << ", \"decision\": \"" << verdict_name(p.decision.verdict) << "\", \"decision_reason\": "
-      << engine::json_quote(p.decision.reason) << ", \"best\": " << p.fit.best
+      << json_quote(p.decision.reason) << ", \"best\": " << p.fit.best
       << ", \"best_rel_err\": " << json_number(p.fit.best_fit().rel_err) << ", \"holds\": " << (p.holds ? "true" : "false")
-      << ", \"failure\": " << engine::json_quote(p.failure) << ", \"restarts\": [";
+      << ", \"failure\": " << json_quote(p.failure) << ", \"restarts\": [";
     for (std::size_t i = 0; i < p.fit.restarts.size(); ++i) {
       const auto& r = p.fit.restarts[i];
       o << (i ? ", " : "") << "{\"loss\": " << json_number(r.loss) << ", \"rel_err\": " << json_number(r.rel_err)

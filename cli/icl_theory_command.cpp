@@ -6,12 +6,12 @@
 // uses --seed exactly as a single run does (common random numbers), so a point
 // equals `icl theory` at its (d, n, sigma, w0_scale), whatever the order or --threads.
 #include "cli/commands.hpp"
-#include "engine/json.hpp"
 #include "cli/device_option.hpp"
 #include "cli/matrix_argument.hpp"
 #include "cli/plot_common.hpp"
 #include "cli/validators.hpp"
 #include "core/errors.hpp"
+#include "core/json_text.hpp"
 #include "results/figure.hpp"
 #include "synthetic/icl/lemmas.hpp"
 #include "synthetic/icl/theory.hpp"
@@ -27,15 +27,6 @@
 
 namespace qkvlab::cli {
 namespace {
-
-std::string json_number(double x) {
-  if (!std::isfinite(x)) throw NumericalError("a reported value is not finite");
-  std::ostringstream s;
-  s.precision(17);
-  s << x;
-  return s.str();
-}
-
 
 std::string json_values(const std::vector<icl::Estimate>& v, bool se) {
   std::string s = "[";
@@ -173,7 +164,7 @@ void print_theory_json(const icl::Theory& t, const TheoryArgs& a, const std::str
            ", \"residual_dof\": " + std::to_string(t.task.d * t.task.d) + ", " + est_json("loss", f.loss) + "}";
   };
   std::cout << "{\"d\": " << t.task.d << ", \"n\": " << t.task.n << ", \"sigma\": " << json_number(t.task.sigma)
-            << ", \"w0\": " << engine::json_quote(a.w0) << ", \"w0_scale\": " << json_number(a.w0_scale)
+            << ", \"w0\": " << json_quote(a.w0) << ", \"w0_scale\": " << json_number(a.w0_scale)
             << ", \"w0_norm\": " << json_number(t.task.prior_mean().norm())
             << ", \"w0_sigma_min\": " << json_number(Eigen::JacobiSVD<MatD>(t.task.prior_mean()).singularValues().minCoeff())
             << ", \"prompts\": " << t.options.prompts << ", \"seed\": " << t.options.seed
@@ -181,7 +172,7 @@ void print_theory_json(const icl::Theory& t, const TheoryArgs& a, const std::str
             << ",\n \"wall_seconds\": " << json_number(t.wall_seconds)
             << ", \"cpu_seconds\": " << json_number(t.cpu_seconds)
             << ", \"prompts_per_second\": " << json_number(2.0 * double(t.options.prompts) / t.wall_seconds)
-            << ", \"command_line\": " << engine::json_quote(command_line) << "}\n";
+            << ", \"command_line\": " << json_quote(command_line) << "}\n";
 }
 
 void print_theory_table(const icl::Theory& t, const TheoryArgs& a) {
@@ -333,8 +324,8 @@ void write_sweep_figure(const Grid& g, const std::vector<icl::Theory>& ts, const
 
 void print_sweep_json(const Grid& g, const std::vector<icl::Theory>& ts, const TheoryArgs& a,
                       const std::string& command_line) {
-  std::cout << "{\"command\": \"icl theory\", \"w0\": " << engine::json_quote(a.w0) << ", \"prompts\": " << a.prompts
-            << ", \"seed\": " << a.seed << ", \"command_line\": " << engine::json_quote(command_line) << ",\n \"points\": [";
+  std::cout << "{\"command\": \"icl theory\", \"w0\": " << json_quote(a.w0) << ", \"prompts\": " << a.prompts
+            << ", \"seed\": " << a.seed << ", \"command_line\": " << json_quote(command_line) << ",\n \"points\": [";
   for (std::size_t p = 0; p < ts.size(); ++p) {
     const icl::Theory& t = ts[p];
     std::cout << (p ? ",\n  " : "\n  ") << "{\"d\": " << t.task.d << ", \"n\": " << t.task.n
@@ -413,7 +404,7 @@ struct LemmaArgs : TaskArgs {
 std::string lemma_json(const icl::LemmaResult& r) {
   return "{\"residual\": " + json_number(r.residual.value) + ", \"residual_se\": " + json_number(r.residual.se) +
          ", \"z\": " + json_number(r.z) + ", \"holds\": " + (r.holds ? "true" : "false") +
-         ", \"note\": " + engine::json_quote(r.note) + "}";
+         ", \"note\": " + json_quote(r.note) + "}";
 }
 
 int run_lemmas(const LemmaArgs& a, const std::string& command_line) {
@@ -430,11 +421,11 @@ int run_lemmas(const LemmaArgs& a, const std::string& command_line) {
               << ", \"prompts\": " << a.prompts << ", \"seed\": " << a.seed << ", \"budget\": "
               << json_number(icl::lemma_budget) << ", \"w0_scale\": " << json_number(c)
               << ", \"theorem_condition_holds\": " << (condition ? "true" : "false")
-              << ", \"form\": " << engine::json_quote(icl::form_name(a.form))
-              << ", \"command_line\": " << engine::json_quote(command_line) << ",\n \"checks\": [";
+              << ", \"form\": " << json_quote(icl::form_name(a.form))
+              << ", \"command_line\": " << json_quote(command_line) << ",\n \"checks\": [";
     for (std::size_t k = 0; k < r0.size(); ++k)
-      std::cout << (k ? ",\n  " : "\n  ") << "{\"id\": " << engine::json_quote(r0[k].id) << ", \"variant\": "
-                << engine::json_quote(r0[k].variant) << ", \"statement\": " << engine::json_quote(r0[k].statement)
+      std::cout << (k ? ",\n  " : "\n  ") << "{\"id\": " << json_quote(r0[k].id) << ", \"variant\": "
+                << json_quote(r0[k].variant) << ", \"statement\": " << json_quote(r0[k].statement)
                 << ", \"w0_zero\": " << lemma_json(r0[k]) << ", \"w0_scaled\": " << lemma_json(r1[k]) << "}";
     std::cout << "]}\n";
     return 0;

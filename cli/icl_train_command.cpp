@@ -9,8 +9,8 @@
 #include "cli/plot_common.hpp"
 #include "cli/validators.hpp"
 #include "core/errors.hpp"
+#include "core/json_text.hpp"
 #include "engine/blas.hpp"
-#include "engine/json.hpp"
 #include "results/figure.hpp"
 #include "synthetic/icl/anchor.hpp"
 #include "synthetic/icl/depth.hpp"
@@ -207,20 +207,20 @@ void print_train_json(const TrainExperimentResult& r) {
   std::ostringstream o;
   o << "{\"command\": \"icl train\", \"seed\": " << c.seed << ", \"d\": " << c.task.d << ", \"n\": " << c.task.n
     << ", \"sigma\": " << num(c.task.sigma) << ", \"w0_scale\": " << num(c.task.W0.size() ? c.task.W0(0, 0) : 0.0)
-    << ", \"first_layer\": " << engine::json_quote(first_layer_name(c.first)) << ", \"a\": " << c.a
+    << ", \"first_layer\": " << json_quote(first_layer_name(c.first)) << ", \"a\": " << c.a
     << ", \"steps\": " << c.train.steps << ", \"batch\": " << c.train.batch << ", \"lr\": " << num(c.train.lr)
     << ", \"restarts\": " << c.restarts << ", \"eval_samples\": " << c.eval_samples
     << ", \"C\": " << estimate_json(r.C.value, r.C.se) << ", \"runs\": [";
   for (std::size_t i = 0; i < r.runs.size(); ++i) {
     const auto& run = r.runs[i];
-    o << (i ? ", " : "") << "{\"model\": " << engine::json_quote(variant_name(run.model)) << ", \"restart\": " << run.restart
+    o << (i ? ", " : "") << "{\"model\": " << json_quote(variant_name(run.model)) << ", \"restart\": " << run.restart
       << ", \"loss\": " << estimate_json(run.loss.mean, run.loss.se)
       << ", \"final_train_loss\": " << num(run.curve.loss.back()) << "}";
   }
   o << "], \"models\": [";
   for (std::size_t i = 0; i < r.models.size(); ++i) {
     const auto& s = r.models[i];
-    o << (i ? ", " : "") << "{\"model\": " << engine::json_quote(variant_name(s.model))
+    o << (i ? ", " : "") << "{\"model\": " << json_quote(variant_name(s.model))
       << ", \"best\": " << estimate_json(s.best_loss, s.best_se) << ", \"best_restart\": " << r.runs[std::size_t(s.best)].restart
       << ", \"mean\": " << num(s.mean) << ", \"min\": " << num(s.min) << ", \"max\": " << num(s.max)
       << ", \"kv_cache_per_token\": " << s.accounting.kv_cache_per_token
@@ -477,7 +477,7 @@ int run_depth_command(const DepthArgs& a, const std::string& command_line) {
     else
       mha_fig.columns[0].values.push_back(r.layers), mha_fig.columns[1].values.push_back(r.trained.mean),
           mha_fig.columns[2].values.push_back(gd_loss);
-    json << (i ? ", " : "") << "{\"layers\": " << r.layers << ", \"model\": " << engine::json_quote(r.skipv1 ? "skipv1" : "mha")
+    json << (i ? ", " : "") << "{\"layers\": " << r.layers << ", \"model\": " << json_quote(r.skipv1 ? "skipv1" : "mha")
          << ", \"trained\": " << estimate_json(r.trained.mean, r.trained.se) << ", \"probes\": [";
     if (a.common.format == "table")
       std::cout << "  " << r.layers << "  " << std::left << std::setw(7) << (r.skipv1 ? "skipv1" : "mha") << std::right

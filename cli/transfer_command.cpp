@@ -8,9 +8,9 @@
 #include "cli/plot_common.hpp"
 #include "cli/validators.hpp"
 #include "core/errors.hpp"
+#include "core/json_text.hpp"
 #include "core/parallel.hpp"
 #include "engine/blas.hpp"
-#include "engine/json.hpp"
 #include "results/figure.hpp"
 #include "synthetic/transfer.hpp"
 
@@ -89,7 +89,7 @@ void print_table(const std::vector<transfer::TransferResult>& runs) {
 void print_json(const std::vector<transfer::TransferResult>& runs, const transfer::TransferConfig& c,
                 const std::string& device, const std::string& command_line, bool beats) {
   std::cout << "{\"experiment\": \"qwe.exp8.4\", \"seed\": " << c.seed
-            << ", \"command_line\": " << engine::json_quote(command_line) << ", \"device\": \"" << device
+            << ", \"command_line\": " << json_quote(command_line) << ", \"device\": \"" << device
             << "\", \"steps\": " << c.train.steps << ", \"batch\": " << c.train.batch
             << ", \"lr\": " << number(c.train.lr) << ", \"ridge_samples\": " << c.ridge.samples
             << ", \"ridge_lambda\": " << number(c.ridge.lambda) << ", \"eval_samples\": " << c.eval_samples

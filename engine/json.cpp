@@ -221,21 +221,6 @@ class Parser {
 
 Json parse_json(std::string_view text) { return Parser(text).document(); }
 
-std::string json_quote(std::string_view s) {
-  static const char hex[] = "0123456789abcdef";
-  std::string out = "\"";
-  for (char c : s) {
-    const auto u = static_cast<unsigned char>(c);
-    if (c == '"' || c == '\\')
-      out += {'\\', c};
-    else if (u < 0x20)
-      out += {'\\', 'u', '0', '0', hex[u >> 4], hex[u & 15]};
-    else
-      out += c;
-  }
-  return out + "\"";
-}
-
 std::uint64_t json_to_u64(const Json& value, const std::string& what) {
   std::uint64_t n = 0;
   const std::string& t = value.text;

@@ -3,8 +3,10 @@
 // surrogate pairs decoded to UTF-8), numbers and true/false/null (kept as
 // their text). Nesting deeper than 64 levels is rejected, so hostile input
 // cannot exhaust the stack. Errors throw std::runtime_error("JSON: <what> at
-// offset <k>"). And json_quote, the writer's half.
+// offset <k>").
 #pragma once
+
+#include "core/json_text.hpp"  // json_quote, the writer's half
 
 #include <cstdint>
 #include <string>
@@ -24,10 +26,6 @@ struct Json {
 
 // Parses one JSON value; only whitespace may follow it.
 Json parse_json(std::string_view text);
-
-// s as a JSON string literal: quotes, backslashes and control characters
-// escaped (so it is also safe to put in a one-line message).
-std::string json_quote(std::string_view s);
 
 // A number that is a plain non-negative integer (digits only) fitting in
 // 64 bits; throws std::runtime_error naming `what` otherwise.

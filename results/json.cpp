@@ -5,37 +5,13 @@
 #include <cmath>
 #include <cstdio>
 
+#include "core/json_text.hpp"
 #include "results/report.hpp"
 
 namespace qkvlab::results {
 namespace {
 
-std::string quote(std::string_view s) {
-  std::string out = "\"";
-  for (const char ch : s) {
-    const auto c = static_cast<unsigned char>(ch);
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += ch;
-    } else if (c < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out += buf;
-    } else {
-      out += ch;
-    }
-  }
-  return out + '"';
-}
-
-// %.17g, through to_chars so the decimal point never depends on the locale.
-std::string number(double x) {
-  if (!std::isfinite(x)) return "null";
-  char buf[32];
-  const auto result = std::to_chars(buf, buf + sizeof buf, x, std::chars_format::general, 17);
-  return std::string(buf, result.ptr);
-}
-
+std::string number(double x) { return json_number(x); }
 std::string number(std::optional<double> x) { return x ? number(*x) : "null"; }
 
 std::string boolean(bool b) { return b ? "true" : "false"; }
@@ -44,7 +20,7 @@ class Object {
  public:
   Object& add(std::string_view name, const std::string& json) {
     text_ += text_.empty() ? "{" : ", ";
-    text_ += quote(name) + ": " + json;
+    text_ += json_quote(name) + ": " + json;
     return *this;
   }
   std::string str() const { return text_.empty() ? "{}" : text_ + "}"; }
@@ -55,16 +31,16 @@ class Object {
 
 std::string to_json(const CheckRecord& c) {
   Object o;
-  o.add("id", quote(c.id))
-      .add("config", quote(c.config))
-      .add("precision", quote(c.precision))
+  o.add("id", json_quote(c.id))
+      .add("config", json_quote(c.config))
+      .add("precision", json_quote(c.precision))
       .add("rel_err", number(c.rel_err))
       .add("kappa", number(c.kappa))
       .add("normalized_err", number(c.normalized_err))
       .add("budget", number(c.budget))
       .add("pass", boolean(c.pass))
-      .add("status", quote(c.status))
-      .add("note", quote(c.note));
+      .add("status", json_quote(c.status))
+      .add("note", json_quote(c.note));
   if (c.statistic) {
     o.add("statistic", number(c.statistic)).add("expected", number(c.expected)).add("std_err", number(c.std_err));
   }
@@ -73,18 +49,18 @@ std::string to_json(const CheckRecord& c) {
 
 std::string to_json(const ControlRecord& c) {
   return Object()
-      .add("id", quote(c.id))
-      .add("name", quote(c.name))
-      .add("config", quote(c.config))
-      .add("precision", quote(c.precision))
+      .add("id", json_quote(c.id))
+      .add("name", json_quote(c.name))
+      .add("config", json_quote(c.config))
+      .add("precision", json_quote(c.precision))
       .add("rel_err", number(c.rel_err))
       .add("failed_as_expected", boolean(c.failed_as_expected))
-      .add("note", quote(c.note))
+      .add("note", json_quote(c.note))
       .str();
 }
 
 std::string to_json(const LadderRecord& l) {
-  return Object().add("id", quote(l.id)).add("config", quote(l.config)).add("slope", number(l.slope)).str();
+  return Object().add("id", json_quote(l.id)).add("config", json_quote(l.config)).add("slope", number(l.slope)).str();
 }
 
 std::string to_json(const Summary& s) {
@@ -100,7 +76,7 @@ std::string to_json(const Summary& s) {
 // "name": [ one record per line ]
 template <class Record>
 void write_array(std::ostream& out, std::string_view name, const std::vector<Record>& records) {
-  out << "  " << quote(name) << ": [";
+  out << "  " << json_quote(name) << ": [";
   for (std::size_t i = 0; i < records.size(); ++i) out << (i == 0 ? "\n    " : ",\n    ") << to_json(records[i]);
   out << (records.empty() ? "],\n" : "\n  ],\n");
 }
@@ -110,8 +86,8 @@ void write_array(std::ostream& out, std::string_view name, const std::vector<Rec
 void write_json(std::ostream& out, const Report& report) {
   out << "{\n";
   out << "  \"seed\": " << std::to_string(report.seed) << ",\n";
-  out << "  \"version\": " << quote(report.version) << ",\n";
-  out << "  \"command_line\": " << quote(report.command_line) << ",\n";
+  out << "  \"version\": " << json_quote(report.version) << ",\n";
+  out << "  \"command_line\": " << json_quote(report.command_line) << ",\n";
   write_array(out, "checks", report.checks);
   write_array(out, "controls", report.controls);
   write_array(out, "ladders", report.ladders);

@@ -7,17 +7,14 @@
 #include "core/absorb.hpp"
 #include "core/npy.hpp"
 #include "synthetic/absorb_fit.hpp"
+#include "tests/run_command.hpp"
 
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 
 namespace {
@@ -127,10 +124,7 @@ TEST(AbsorbFit, BadConfigurationThrows) {
 
 // --- the CLI ------------------------------------------------------------------------------
 
-struct RunResult {
-  int status = -1;
-  std::string out, err;
-};
+using RunResult = qkvlab::test_support::CommandResult;
 
 class AbsorbFitCli : public ::testing::Test {
  protected:
@@ -142,21 +136,7 @@ class AbsorbFitCli : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
-  RunResult qkvlab(const std::string& args) const {
-    const fs::path err_file = dir_ / "stderr.txt";
-    RunResult r;
-    FILE* pipe = popen(("'" + std::string(QKVLAB_BINARY) + "' " + args + " 2>'" + err_file.string() + "'").c_str(), "r");
-    if (!pipe) return r;
-    char buf[4096];
-    for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, pipe)) > 0;) r.out.append(buf, n);
-    const int raw = pclose(pipe);
-    r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-    std::ifstream in(err_file);
-    std::ostringstream text;
-    text << in.rdbuf();
-    r.err = text.str();
-    return r;
-  }
+  RunResult qkvlab(const std::string& args) const { return qkvlab::test_support::run_qkvlab(args); }
 
   fs::path dir_;
 };

@@ -4,10 +4,10 @@
 #include "core/absorb.hpp"
 #include "core/npy.hpp"
 #include "theory/claim.hpp"
+#include "tests/run_command.hpp"
 
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
 
 #include <algorithm>
 #include <cmath>
@@ -23,18 +23,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct RunResult {
-  int status = -1;  // exit status; -1 when the process did not exit normally
-  std::string out, err;
-};
-
-// Single-quoted for the shell (the paths used here contain no quote).
-std::string quoted(const fs::path& p) {
-  std::string q = "'";
-  q += p.string();
-  q += '\'';
-  return q;
-}
+using RunResult = qkvlab::test_support::CommandResult;
+using qkvlab::test_support::run_qkvlab;
+std::string quoted(const fs::path& p) { return qkvlab::test_support::shell_quoted(p); }
 
 std::string read_file(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
@@ -144,26 +135,12 @@ class Cli : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
-  // Runs a shell command, capturing stdout, stderr and the exit status.
-  RunResult shell(const std::string& command) const {
-    const fs::path err_file = dir_ / "stderr.txt";
-    RunResult r;
-    FILE* pipe = popen((command + " 2>" + quoted(err_file)).c_str(), "r");
-    if (!pipe) return r;
-    char buf[4096];
-    for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, pipe)) > 0;) r.out.append(buf, n);
-    const int raw = pclose(pipe);
-    r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-    r.err = read_file(err_file);
-    return r;
-  }
-
-  RunResult qkvlab(const std::string& args) const { return shell(quoted(QKVLAB_BINARY) + " " + args); }
+  RunResult qkvlab(const std::string& args) const { return run_qkvlab(args); }
 
   RunResult run_python(const char* script, const fs::path& input) const {
     const fs::path script_file = dir_ / "script.py";
     write_file(script_file, script);
-    return shell(python() + " " + quoted(script_file) + " " + quoted(input));
+    return qkvlab::test_support::run_command(python() + " " + quoted(script_file) + " " + quoted(input));
   }
 
   // Saves text under the work directory (not under outputs_) and returns its path.

@@ -5,6 +5,7 @@
 #include "core/attention.hpp"
 #include "core/error_model.hpp"
 #include "core/errors.hpp"
+#include "core/json_text.hpp"
 #include "core/linalg.hpp"
 #include "core/rng.hpp"
 #include "core/types.hpp"
@@ -12,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <vector>
 
@@ -379,3 +381,11 @@ TEST(Attention, SelfAttentionFromProjectionsMatchesNaiveConcatenation) {
 
 }  // namespace
 }  // namespace qkvlab
+
+TEST(JsonText, NumbersRoundTripAndNonFiniteValuesAreNull) {
+  for (const double x : {0.1, -1.0 / 3.0, 6.02214076e23, 5e-324, 1.0})
+    EXPECT_EQ(std::strtod(qkvlab::json_number(x).c_str(), nullptr), x) << qkvlab::json_number(x);
+  EXPECT_EQ(qkvlab::json_number(1.0), "1");
+  EXPECT_EQ(qkvlab::json_number(std::numeric_limits<double>::quiet_NaN()), "null");
+  EXPECT_EQ(qkvlab::json_number(-std::numeric_limits<double>::infinity()), "null");
+}

@@ -146,7 +146,10 @@ TEST(EngineSafetensors, JsonParserCoversTheGrammar) {
   EXPECT_EQ(j.items[3].kind, Json::Kind::object);
   for (const char* bad : {"truenull", "tru", "[1,]", "{\"a\" 1}", "01", "-", "1.", "\"\x01\"", "\"open"})
     EXPECT_THROW(parse_json(bad), std::runtime_error) << bad;
-  EXPECT_EQ(json_quote("a\"b\\c\n\x01"), R"("a\"b\\c\u000a\u0001")");
+  // The writer's half (core/json_text.hpp) and the parser agree.
+  const std::string raw = "a\"b\\c\n\x01";
+  EXPECT_EQ(qkvlab::json_quote(raw), R"("a\"b\\c\u000a\u0001")");
+  EXPECT_EQ(parse_json(qkvlab::json_quote(raw)).text, raw);
 }
 
 // Parsing must throw std::runtime_error whose one-line message contains `fragment`.

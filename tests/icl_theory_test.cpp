@@ -7,10 +7,10 @@
 #include "synthetic/icl/models.hpp"
 #include "synthetic/icl/posterior.hpp"
 #include "synthetic/icl/theory.hpp"
+#include "tests/run_command.hpp"
 
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
 
 #include <array>
 #include <cstdio>
@@ -178,29 +178,16 @@ TEST(IclLemmas, ChecksPassWhereTheyShouldAndControlsFailWidely) {
   EXPECT_GT(check_thm2(scaled, o, Thm2Part::mha).z, 10);
 }
 
-struct ShellRun {
-  int status = -1;
-  std::string out;
-};
+using ShellRun = qkvlab::test_support::CommandResult;
+using qkvlab::test_support::run_command;
 
-ShellRun run_shell(const std::string& command) {
-  ShellRun r;
-  if (FILE* f = popen(command.c_str(), "r")) {
-    std::array<char, 4096> buf{};
-    for (std::size_t k; (k = fread(buf.data(), 1, buf.size(), f)) > 0;) r.out.append(buf.data(), k);
-    const int s = pclose(f);
-    r.status = WIFEXITED(s) ? WEXITSTATUS(s) : -1;
-  }
-  return r;
-}
-
-ShellRun run(const std::string& args) { return run_shell(std::string("'") + QKVLAB_BINARY + "' " + args); }
+ShellRun run(const std::string& args) { return qkvlab::test_support::run_qkvlab(args); }
 
 // Writes a python3 check script into dir and runs it on args.
 ShellRun run_python(const std::filesystem::path& dir, const char* script, const std::string& args) {
   const auto py_file = (dir / "check.py").string();
   std::ofstream(py_file) << script;
-  return run_shell("python3 '" + py_file + "' " + args);
+  return run_command("python3 '" + py_file + "' " + args);
 }
 
 TEST(IclCli, TheoryJsonHasTheContractFields) {
@@ -220,7 +207,7 @@ TEST(IclCli, TheoryJsonHasTheContractFields) {
       "assert isinstance(t['C'],float) and t['C_se']>0\n"
       "print('ok')\n";
   const ShellRun check = run_python(dir, script, "'" + json + "'");
-  EXPECT_EQ(check.status, 0) << check.out;
+  EXPECT_EQ(check.status, 0) << check.out << check.err;
   EXPECT_EQ(check.out, "ok\n");
 }
 
@@ -252,7 +239,7 @@ TEST(IclCli, TheorySweepPointsEqualSingleRunsAndBadListsExitTwo) {
       "assert len(p['c_a'])==4 and len(s[0]['mha_bound_se'])==3\n"
       "print('ok')\n";
   const ShellRun check = run_python(dir, script, "'" + sweep + "' '" + one + "'");
-  EXPECT_EQ(check.out, "ok\n");
+  EXPECT_EQ(check.out, "ok\n") << check.err;
   const auto out = (dir / "bad.h5").string();
   for (const char* args : {"--d-list 0,2", "--sigma-list 0.5,-1", "--n-list ''", "--w0 /x.npy --d-list 2",
                            "--w0-scale-list 1,2", "--d-list 2 --prompts 1"}) {

@@ -14,10 +14,10 @@
 #include "synthetic/icl/linear_attention_models.hpp"
 #include "synthetic/icl/models.hpp"
 #include "synthetic/icl/train_experiment.hpp"
+#include "tests/run_command.hpp"
 
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
 
 #include <algorithm>
 #include <cmath>
@@ -370,25 +370,8 @@ TEST(IclDepth, GdIteratesAndBestStep) {
 
 // ---------------------------------------------------------------- CLI
 
-struct CliRun {
-  int status = -1;
-  std::string out, err;
-};
-
-CliRun run(const std::string& args) {
-  // ctest runs test cases in parallel processes: each gets its own files.
-  const auto dir = std::filesystem::temp_directory_path();
-  const std::string stem = std::string("icl_train_test.") + ::testing::UnitTest::GetInstance()->current_test_info()->name();
-  const std::string out = (dir / (stem + ".out")).string(), err = (dir / (stem + ".err")).string();
-  const int raw = std::system((std::string(QKVLAB_BINARY) + " " + args + " >" + out + " 2>" + err).c_str());
-  CliRun r;
-  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-  std::ifstream o(out), e(err);
-  std::stringstream so, se;
-  so << o.rdbuf(), se << e.rdbuf();
-  r.out = so.str(), r.err = se.str();
-  return r;
-}
+using CliRun = qkvlab::test_support::CommandResult;
+CliRun run(const std::string& args) { return qkvlab::test_support::run_qkvlab(args); }
 
 TEST(IclCli, BadInputExitsTwoWithOneLineAndWritesNothing) {
   const auto h5 = std::filesystem::temp_directory_path() / "icl_train_test_bad.h5";

@@ -21,6 +21,7 @@
 #include "core/errors.hpp"
 #include "results/hdf5_matrix.hpp"
 #include "results/report.hpp"
+#include "tests/run_command.hpp"
 
 namespace fs = std::filesystem;
 using namespace qkvlab::results;
@@ -85,20 +86,10 @@ Report sample_report() {
 
 std::string python() { return fs::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3"; }
 
-struct Command {
-  int status;
-  std::string output;
-};
+using Command = qkvlab::test_support::CommandResult;
 
-Command run(const std::string& command) {
-  Command result{-1, ""};
-  std::FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
-  if (!pipe) return result;
-  char buf[4096];
-  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, pipe)) > 0;) result.output.append(buf, n);
-  result.status = ::pclose(pipe);
-  return result;
-}
+// stdout and stderr together in out.
+Command run(const std::string& command) { return qkvlab::test_support::run_command(command + " 2>&1"); }
 
 class ResultsFiles : public ::testing::Test {
  protected:
@@ -239,7 +230,7 @@ TEST_F(ResultsFiles, JsonIsValidWithExactlyTheContractFields) {
     return out.str();
   }();
   const Command check = run_python(kJsonCheck, file);
-  EXPECT_EQ(check.status, 0) << check.output;
+  EXPECT_EQ(check.status, 0) << check.out;
 }
 
 TEST(Json, DoublesRoundTripAndNonFiniteIsNull) {
@@ -397,7 +388,7 @@ TEST_F(ResultsFiles, JunitParsesWithCountsAndEscaping) {
   write_junit(file.string(), sample_report());
   expect_only({"report.xml"});
   const Command check = run_python(kJunitCheck, file);
-  EXPECT_EQ(check.status, 0) << check.output;
+  EXPECT_EQ(check.status, 0) << check.out;
 }
 
 TEST(Junit, UnwritablePathThrowsAndLeavesNoFile) {

@@ -7,10 +7,10 @@
 #include "engine/blas.hpp"
 #include "gpu/device.hpp"
 #include "synthetic/transfer.hpp"
+#include "tests/run_command.hpp"
 
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -184,27 +184,8 @@ TEST(TransferTraining, ResumesBitIdenticalFromCheckpoint) {
   fs::remove_all(dir);
 }
 
-struct RunResult {
-  int status = -1;
-  std::string out, err;
-};
-
-RunResult run(const std::string& args) {
-  const fs::path err = fs::temp_directory_path() / ("transfer_test_err_" + std::to_string(::getpid()));
-  const std::string command = std::string(QKVLAB_BINARY) + " transfer " + args + " 2>'" + err.string() + "'";
-  RunResult r;
-  FILE* pipe = popen(command.c_str(), "r");
-  char buf[4096];
-  for (std::size_t n; (n = fread(buf, 1, sizeof buf, pipe)) > 0;) r.out.append(buf, n);
-  const int status = pclose(pipe);
-  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream in(err);
-  std::ostringstream text;
-  text << in.rdbuf();
-  r.err = text.str();
-  fs::remove(err);
-  return r;
-}
+using RunResult = qkvlab::test_support::CommandResult;
+RunResult run(const std::string& args) { return qkvlab::test_support::run_qkvlab("transfer " + args); }
 
 TEST(TransferCli, BadInputExitsTwoWithOneLine) {
   std::vector<std::string> bad{"--d 0",  "--d 8,-3",    "--steps 0",    "--batch 0",

@@ -1,0 +1,55 @@
+// Runs a shell command for the CLI tests: its exit status, stdout and stderr.
+// stderr goes through a temporary file of its own (ctest runs test cases as
+// parallel processes), removed afterwards. Redirections inside the command
+// apply first: run_command("x 2>&1") returns stderr in out.
+#pragma once
+
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <unistd.h>
+
+namespace qkvlab::test_support {
+
+struct CommandResult {
+  int status = -1;  // exit status; -1 when the process did not exit normally
+  std::string out, err;
+};
+
+// Single-quoted for the shell (the paths used in the tests contain no quote).
+// (Built with += : "'" + string trips GCC 12's false -Wrestrict warning.)
+inline std::string shell_quoted(const std::filesystem::path& p) {
+  std::string q = "'";
+  q += p.string();
+  q += '\'';
+  return q;
+}
+
+inline CommandResult run_command(const std::string& command) {
+  std::string err_file = (std::filesystem::temp_directory_path() / "qkvlab_test_stderr_XXXXXX").string();
+  const int fd = mkstemp(err_file.data());
+  if (fd < 0) return {};
+  close(fd);
+  CommandResult r;
+  if (FILE* pipe = popen(("{ " + command + "; } 2>" + shell_quoted(err_file)).c_str(), "r")) {
+    char buf[4096];
+    for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, pipe)) > 0;) r.out.append(buf, n);
+    const int raw = pclose(pipe);
+    r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  }
+  std::ostringstream text;
+  text << std::ifstream(err_file).rdbuf();
+  r.err = text.str();
+  std::filesystem::remove(err_file);
+  return r;
+}
+
+// The qkvlab program under test with these arguments.
+inline CommandResult run_qkvlab(const std::string& args) { return run_command(shell_quoted(QKVLAB_BINARY) + " " + args); }
+
+}  // namespace qkvlab::test_support
