@@ -8,6 +8,7 @@
 #include "core/npy.hpp"
 #include "synthetic/absorb_fit.hpp"
 #include "tests/run_command.hpp"
+#include "tests/scratch_dir.hpp"
 
 #include <gtest/gtest.h>
 
@@ -128,17 +129,12 @@ using RunResult = qkvlab::test_support::CommandResult;
 
 class AbsorbFitCli : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string pattern = (fs::path(::testing::TempDir()) / "qkvlab_fit_XXXXXX").string();
-    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
-    fs::create_directory(dir_ / "out");
-  }
-  void TearDown() override { fs::remove_all(dir_); }
+  void SetUp() override { fs::create_directory(dir_ / "out"); }
 
   RunResult qkvlab(const std::string& args) const { return qkvlab::test_support::run_qkvlab(args); }
 
-  fs::path dir_;
+  const qkvlab::test_support::ScratchDir scratch_;
+  const fs::path dir_ = scratch_.path();
 };
 
 std::size_t lines(const std::string& s) { return std::size_t(std::count(s.begin(), s.end(), '\n')); }

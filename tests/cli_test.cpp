@@ -5,6 +5,7 @@
 #include "core/npy.hpp"
 #include "theory/claim.hpp"
 #include "tests/run_command.hpp"
+#include "tests/scratch_dir.hpp"
 
 #include <gtest/gtest.h>
 
@@ -126,14 +127,7 @@ print("root=%s testcases=%d failures=%d suites=%s" % (root.tag, len(cases), fail
 
 class Cli : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string pattern = (fs::path(::testing::TempDir()) / "qkvlab_cli_XXXXXX").string();
-    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
-    outputs_ = dir_ / "outputs";
-    fs::create_directory(outputs_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
+  void SetUp() override { fs::create_directory(outputs_); }
 
   RunResult qkvlab(const std::string& args) const { return run_qkvlab(args); }
 
@@ -156,7 +150,8 @@ class Cli : public ::testing::Test {
     return r.out;
   }
 
-  fs::path dir_, outputs_;
+  const qkvlab::test_support::ScratchDir scratch_;
+  const fs::path dir_ = scratch_.path(), outputs_ = dir_ / "outputs";
 };
 
 constexpr const char* kProp4 = "verify --format json qwe.prop4 --d 8 --heads 2 --seq 4 --layers 1";

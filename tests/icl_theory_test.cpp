@@ -8,6 +8,7 @@
 #include "synthetic/icl/posterior.hpp"
 #include "synthetic/icl/theory.hpp"
 #include "tests/run_command.hpp"
+#include "tests/scratch_dir.hpp"
 
 #include <gtest/gtest.h>
 
@@ -16,7 +17,6 @@
 #include <cstdio>
 #include <algorithm>
 #include <filesystem>
-#include <unistd.h>
 #include <fstream>
 #include <string>
 
@@ -191,8 +191,8 @@ ShellRun run_python(const std::filesystem::path& dir, const char* script, const 
 }
 
 TEST(IclCli, TheoryJsonHasTheContractFields) {
-  const auto dir = std::filesystem::temp_directory_path() / ("qkvlab_icl_theory_test_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
+  const qkvlab::test_support::ScratchDir scratch;
+  const auto& dir = scratch.path();
   const auto json = (dir / "theory.json").string();
   const ShellRun r = run("icl theory --d 4 --n 16 --sigma 0.5 --prompts 4000 --format json > '" + json + "'");
   ASSERT_EQ(r.status, 0);
@@ -222,8 +222,8 @@ TEST(IclCli, BadInputExitsTwoWithOneLine) {
 
 // A sweep point uses --seed as a single run does, so it equals that run to the last digit.
 TEST(IclCli, TheorySweepPointsEqualSingleRunsAndBadListsExitTwo) {
-  const auto dir = std::filesystem::temp_directory_path() / ("qkvlab_icl_sweep_test_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
+  const qkvlab::test_support::ScratchDir scratch;
+  const auto& dir = scratch.path();
   const auto sweep = (dir / "sweep.json").string(), one = (dir / "one.json").string();
   const std::string common = "icl theory --prompts 3000 --seed 5 --w0 identity --format json ";
   ASSERT_EQ(run(common + "--d-list 2,3 --n-list 4,8 --sigma-list 0.5 --w0-scale-list 0,2 > '" + sweep + "'").status, 0);
@@ -248,7 +248,6 @@ TEST(IclCli, TheorySweepPointsEqualSingleRunsAndBadListsExitTwo) {
     EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << args << ": " << r.out;
     EXPECT_FALSE(std::filesystem::exists(out)) << args;
   }
-  std::filesystem::remove_all(dir);
 }
 
 TEST(IclCli, LemmasPrintsBothPriorsSideBySide) {

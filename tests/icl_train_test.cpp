@@ -15,6 +15,7 @@
 #include "synthetic/icl/models.hpp"
 #include "synthetic/icl/train_experiment.hpp"
 #include "tests/run_command.hpp"
+#include "tests/scratch_dir.hpp"
 
 #include <gtest/gtest.h>
 
@@ -374,8 +375,8 @@ using CliRun = qkvlab::test_support::CommandResult;
 CliRun run(const std::string& args) { return qkvlab::test_support::run_qkvlab(args); }
 
 TEST(IclCli, BadInputExitsTwoWithOneLineAndWritesNothing) {
-  const auto h5 = std::filesystem::temp_directory_path() / "icl_train_test_bad.h5";
-  std::filesystem::remove(h5);
+  const qkvlab::test_support::ScratchDir scratch;
+  const auto h5 = scratch / "bad.h5";
   for (const std::string& args : std::vector<std::string>{"icl train --d 0", "icl train --learn-ab --out " + h5.string(),
                                  "icl train --assumption1 --a 9 --d 4 --out " + h5.string(),
                                  "icl train --models gpt --out " + h5.string(), "icl anchor --lr -1",
@@ -390,8 +391,8 @@ TEST(IclCli, BadInputExitsTwoWithOneLineAndWritesNothing) {
 }
 
 TEST(IclCli, JsonHasTheDocumentedFields) {
-  const auto dir = std::filesystem::temp_directory_path();
-  const auto json = dir / "icl_train_test.json";
+  const qkvlab::test_support::ScratchDir scratch;
+  const auto json = scratch / "report.json";
   const std::string check =
       "python3 -c \"import json,sys; d=json.load(open(sys.argv[1])); missing=[k for k in sys.argv[2:] if k not in d]; "
       "print(missing); sys.exit(1 if missing else 0)\" ";

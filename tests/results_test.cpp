@@ -2,7 +2,6 @@
 // writers. Files are checked by independent readers: Python's json and
 // xml.etree modules, and the HDF5 C API.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #if __has_include(<hdf5.h>)
 #include <hdf5.h>
@@ -22,6 +21,7 @@
 #include "results/hdf5_matrix.hpp"
 #include "results/report.hpp"
 #include "tests/run_command.hpp"
+#include "tests/scratch_dir.hpp"
 
 namespace fs = std::filesystem;
 using namespace qkvlab::results;
@@ -93,12 +93,6 @@ Command run(const std::string& command) { return qkvlab::test_support::run_comma
 
 class ResultsFiles : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("qkvlab-results-test-" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
 
   // Runs a Python script on `file`; the script asserts, a failure prints why.
   Command run_python(const std::string& script, const fs::path& file) {
@@ -114,7 +108,8 @@ class ResultsFiles : public ::testing::Test {
     EXPECT_EQ(found, names);
   }
 
-  fs::path dir_;
+  const qkvlab::test_support::ScratchDir scratch_;
+  const fs::path dir_ = scratch_.path();
 };
 
 // ---- summary ----
@@ -421,7 +416,8 @@ TEST(Hdf5Matrix, LocationNamesFileAndDataset) {
 }
 
 TEST(Hdf5Matrix, RoundTripIsExactAndRowMajor) {
-  const fs::path path = fs::temp_directory_path() / ("qkvlab_matrix_" + std::to_string(::getpid()) + ".h5");
+  const qkvlab::test_support::ScratchDir scratch;
+  const fs::path path = scratch / "matrices.h5";
   qkvlab::MatD A(2, 3), B(3, 1);
   A << 1, 2, 3, 4, 5, 6.000000000000001;
   B << -0.1, 1e-300, 7;
@@ -438,11 +434,11 @@ TEST(Hdf5Matrix, RoundTripIsExactAndRowMajor) {
   H5Dclose(set);
   H5Fclose(file);
   EXPECT_EQ(stored[1], 2.0);
-  fs::remove(path);
 }
 
 TEST(Hdf5Matrix, BadInputIsAUsageErrorNamingFileAndDataset) {
-  const fs::path path = fs::temp_directory_path() / ("qkvlab_matrix_bad_" + std::to_string(::getpid()) + ".h5");
+  const qkvlab::test_support::ScratchDir scratch;
+  const fs::path path = scratch / "bad.h5";
   qkvlab::MatD nan_matrix(1, 2);
   nan_matrix << 1, kNaN;
   write_hdf5_matrices(path.string(), {{"A", qkvlab::MatD::Ones(2, 2)}, {"N", nan_matrix}});
@@ -457,7 +453,6 @@ TEST(Hdf5Matrix, BadInputIsAUsageErrorNamingFileAndDataset) {
   EXPECT_EQ(message({path.string(), "/missing"}).rfind(path.string() + ":/missing: no such dataset", 0), 0u);
   EXPECT_EQ(message({path.string(), "/N"}), path.string() + ":/N: non-finite entry");
   EXPECT_EQ(message({"/nonexistent/w.h5", "/A"}).rfind("/nonexistent/w.h5:/A: cannot open file", 0), 0u);
-  fs::remove(path);
 }
 
 }  // namespace

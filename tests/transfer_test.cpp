@@ -8,10 +8,10 @@
 #include "gpu/device.hpp"
 #include "synthetic/transfer.hpp"
 #include "tests/run_command.hpp"
+#include "tests/scratch_dir.hpp"
 
 #include <gtest/gtest.h>
 
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -160,9 +160,8 @@ TEST(TransferTraining, SameSeedBitIdenticalAcrossThreads) {
 // A run interrupted after step 45 (checkpoints every 20 steps) resumes at step 40 and ends
 // bit-identical to an uninterrupted run. Control: a checkpoint of another seed is refused.
 TEST(TransferTraining, ResumesBitIdenticalFromCheckpoint) {
-  const fs::path dir = fs::temp_directory_path() / ("transfer_test_ckpt_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+  const qkvlab::test_support::ScratchDir scratch;
+  const fs::path& dir = scratch.path();
   const TransferResult straight = run_transfer(8, small_config(8, 2), {});
   TransferConfig c = small_config(8, 2);
   c.train.checkpoint_dir = dir;
@@ -181,7 +180,6 @@ TEST(TransferTraining, ResumesBitIdenticalFromCheckpoint) {
   fs::rename(dir / "transfer_d8.safetensors", dir / "keep");
   fs::copy_file(dir / "keep", dir / "transfer_d8.safetensors");
   EXPECT_THROW(run_transfer(8, other, {}), UsageError);
-  fs::remove_all(dir);
 }
 
 using RunResult = qkvlab::test_support::CommandResult;
