@@ -80,7 +80,7 @@ LambdaSums lambda_sums(const Task& task, const LemmaOptions& o, const std::strin
 // Runs a Λ-dependent per-prompt statistic f(v, p, λ, g) on one stream, both passes.
 template <class F> Estimate lambda_mc(const Task& task, const LemmaOptions& o, const std::string& stream, F stat) {
   const LambdaSums lam = lambda_sums(task, o, stream);
-  return lambda_dependent(task, o.prompts, o.seed, stream, o.threads, lam, 1,
+  return lambda_dependent(task.d, o.prompts, o.threads, lam, 1, PromptChunks{task, o.prompts, o.seed, stream},
                           [&](const Prompt& p, const VecD& lambda, auto& f, auto& g, auto& num, auto& den) {
                             const PromptView v = view(p, task, o.form);
                             num = v.W_hat.cwiseProduct(v.B).rowwise().sum();

@@ -5,7 +5,9 @@
 // Rng(seed, stream + "/chunk/" + j). Each chunk accumulates the per-prompt
 // vectors f ∈ R^p (sums, sums of squares, and cross products of the first
 // `full` entries); chunks are merged in chunk order after all have run, so
-// the sums are bitwise the same for any number of threads.
+// the sums are bitwise the same for any number of threads. A second pass may
+// visit, instead of the prompts, items computed from them and kept in memory
+// (theory.cpp): the same chunks in the same order give the same sums.
 #pragma once
 
 #include "core/parallel.hpp"
@@ -51,24 +53,47 @@ struct Moments {
 };
 
 
-// per_prompt(const Prompt&, Eigen::Ref<VecD> f) fills f (size p) for one prompt.
-template <class PerPrompt>
-Moments run_chunks(const Task& task, long prompts, std::uint64_t seed, const std::string& stream, int threads, int p,
-                   int full, PerPrompt per_prompt) {
-  const long chunks = (prompts + chunk_size - 1) / chunk_size;
+// The chunk skeleton: `items` items in chunks of chunk_size; visit_chunk(j, each)
+// calls each(item, index) for chunk j's items in order (index = j·chunk_size + k),
+// and per_item(item, index, f) fills f (size p). Chunks run in parallel; their
+// moments are merged in chunk order.
+template <class VisitChunk, class PerItem>
+Moments accumulate_chunks(long items, int threads, int p, int full, VisitChunk visit_chunk, PerItem per_item) {
+  const long chunks = (items + chunk_size - 1) / chunk_size;
   std::vector<Moments> parts(std::size_t(chunks), Moments(p, full));
   parallel_for(chunks, threads, [&](std::int64_t j) {
     VecD f(p);
-    Rng rng(seed, stream + "/chunk/" + std::to_string(j));
-    const long count = std::min(chunk_size, prompts - long(j) * chunk_size);
-    for (long k = 0; k < count; ++k) {
-      per_prompt(draw_prompt(task, rng), f);
+    visit_chunk(long(j), [&](const auto& item, long index) {
+      per_item(item, index, f);
       parts[std::size_t(j)].add(f);
-    }
+    });
   });
   Moments total(p, full);
   for (const auto& m : parts) total.merge(m);
   return total;
+}
+
+// Chunk j of a run's prompts: drawn in order from Rng(seed, stream + "/chunk/" + j).
+struct PromptChunks {
+  const Task& task;
+  long prompts;
+  std::uint64_t seed;
+  std::string stream;
+
+  template <class Each>
+  void operator()(long j, Each each) const {
+    Rng rng(seed, stream + "/chunk/" + std::to_string(j));
+    const long count = std::min(chunk_size, prompts - j * chunk_size);
+    for (long k = 0; k < count; ++k) each(draw_prompt(task, rng), j * chunk_size + k);
+  }
+};
+
+// per_prompt(const Prompt&, Eigen::Ref<VecD> f) fills f (size p) for one prompt.
+template <class PerPrompt>
+Moments run_chunks(const Task& task, long prompts, std::uint64_t seed, const std::string& stream, int threads, int p,
+                   int full, PerPrompt per_prompt) {
+  return accumulate_chunks(prompts, threads, p, full, PromptChunks{task, prompts, seed, stream},
+                           [&](const Prompt& pr, long, auto& f) { per_prompt(pr, f); });
 }
 
 // Λ's per-prompt sufficient statistics: num_i = (Û)_{i,:} B_{i,:}ᵀ and
@@ -85,18 +110,18 @@ struct LambdaDependent {
   std::vector<Estimate> lambda, values;
 };
 
-// per_prompt(const Prompt&, const VecD& lambda, Eigen::Ref<VecD> f, Eigen::Ref<MatD> g,
-//            Eigen::Ref<VecD> num, Eigen::Ref<VecD> den)
-template <class PerPrompt>
-LambdaDependent lambda_dependent(const Task& task, long prompts, std::uint64_t seed, const std::string& stream,
-                                 int threads, const LambdaSums& lam, int Q, PerPrompt per_prompt) {
-  const int d = task.d;
+// per_item(const Item&, const VecD& lambda, Eigen::Ref<VecD> f, Eigen::Ref<MatD> g,
+//          Eigen::Ref<VecD> num, Eigen::Ref<VecD> den), over the items visit_chunk visits
+// (accumulate_chunks); Item is a Prompt, or anything computed from one.
+template <class VisitChunk, class PerItem>
+LambdaDependent lambda_dependent(int d, long items, int threads, const LambdaSums& lam, int Q, VisitChunk visit_chunk,
+                                 PerItem per_item) {
   // Layout: f (Q), ψ (d) with full cross products; then g (Q·d, column-major) as sums only.
   const int full = Q + d, p = full + Q * d;
-  const Moments m = run_chunks(task, prompts, seed, stream, threads, p, full, [&](const Prompt& pr, auto& out) {
+  const Moments m = accumulate_chunks(items, threads, p, full, visit_chunk, [&](const auto& item, long, auto& out) {
     VecD f(Q), num(d), den(d);
     MatD g(Q, d);
-    per_prompt(pr, lam.lambda, f, g, num, den);
+    per_item(item, lam.lambda, f, g, num, den);
     out.head(Q) = f;
     out.segment(Q, d) = (num - lam.lambda.cwiseProduct(den)).cwiseQuotient(lam.mean_den);
     out.tail(Q * d) = g.reshaped();
@@ -119,3 +144,4 @@ LambdaDependent lambda_dependent(const Task& task, long prompts, std::uint64_t s
 }
 
 }  // namespace qkvlab::icl
+

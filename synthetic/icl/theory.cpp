@@ -67,6 +67,28 @@ void tail_energies(const MatD& LB, const MatD& B, Eigen::Ref<VecD> tail, Eigen::
   }
 }
 
+// What pass 2 needs of a prompt; computed by the same code in both passes, so
+// pass 2 gets the same numbers whether pass 1 kept them or the prompt is drawn again.
+struct PromptStats {
+  MatD XXt, B, W_hat;  // X Xᵀ, Y Xᵀ, the posterior mean Ŵ_D
+  double c = 0;        // c(D)
+};
+
+PromptStats prompt_stats(const Prompt& p, const MatD& W0, double sigma, Regularized& r) {
+  PromptStats s;
+  s.XXt = p.X * p.X.transpose();
+  s.B = p.Y * p.X.transpose();
+  r = regularized_gram(s.XXt, sigma * sigma);
+  s.W_hat = predictor(Form::posterior_mean, s.B, W0, sigma, r);
+  s.c = irreducible_loss(int(W0.rows()), sigma, r);
+  return s;
+}
+
+bool cache_fits(const Task& task, const TheoryOptions& o) {
+  const double per_prompt = 8.0 * (3.0 * task.d * task.d + 1) + 128;  // three matrices' data and headers
+  return double(o.prompts) * per_prompt <= double(o.cache_bytes);
+}
+
 }  // namespace
 
 Theory estimate_theory(const Task& task, const TheoryOptions& options) {
@@ -78,21 +100,23 @@ Theory estimate_theory(const Task& task, const TheoryOptions& options) {
   const MatD W0 = task.prior_mean();
   const Pass1 L{d};
 
-  const Moments m1 = run_chunks(task, options.prompts, options.seed, theory_stream, options.threads, L.size(), 0,
-                                [&](const Prompt& p, auto& f) {
-                                  const MatD XXt = p.X * p.X.transpose(), B = p.Y * p.X.transpose();
-                                  const Regularized r = regularized_gram(XXt, sigma * sigma);
-                                  const MatD W_hat = predictor(Form::posterior_mean, B, W0, sigma, r);
-                                  const MatD W_ridge = predictor(Form::ridge, B, W0, sigma, r);
-                                  f(0) = irreducible_loss(d, sigma, r);
-                                  f(1) = W_hat.squaredNorm();
-                                  f(2) = (W_hat - p.W).squaredNorm() + d * sigma * sigma;
-                                  f(3) = (W_ridge - p.W).squaredNorm() + d * sigma * sigma;
-                                  f.segment(L.num(), d) = W_hat.cwiseProduct(B).rowwise().sum();
-                                  f.segment(L.den(), d) = B.rowwise().squaredNorm();
-                                  f.segment(L.r_post(), d * d) = (W_hat - p.W).reshaped();
-                                  f.segment(L.r_ridge(), d * d) = (W_ridge - p.W).reshaped();
-                                });
+  const PromptChunks prompts{task, options.prompts, options.seed, theory_stream};
+  std::vector<PromptStats> kept(cache_fits(task, options) ? std::size_t(options.prompts) : 0);
+  const Moments m1 = accumulate_chunks(options.prompts, options.threads, L.size(), 0, prompts,
+                                       [&](const Prompt& p, long index, auto& f) {
+                                         Regularized r;
+                                         PromptStats s = prompt_stats(p, W0, sigma, r);
+                                         const MatD W_ridge = predictor(Form::ridge, s.B, W0, sigma, r);
+                                         f(0) = s.c;
+                                         f(1) = s.W_hat.squaredNorm();
+                                         f(2) = (s.W_hat - p.W).squaredNorm() + d * sigma * sigma;
+                                         f(3) = (W_ridge - p.W).squaredNorm() + d * sigma * sigma;
+                                         f.segment(L.num(), d) = s.W_hat.cwiseProduct(s.B).rowwise().sum();
+                                         f.segment(L.den(), d) = s.B.rowwise().squaredNorm();
+                                         f.segment(L.r_post(), d * d) = (s.W_hat - p.W).reshaped();
+                                         f.segment(L.r_ridge(), d * d) = (W_ridge - p.W).reshaped();
+                                         if (!kept.empty()) kept[std::size_t(index)] = std::move(s);
+                                       });
   LambdaSums lam{VecD(d), VecD(d)};
   for (int i = 0; i < d; ++i) {
     lam.mean_den(i) = m1.mean(L.den() + i);
@@ -103,36 +127,43 @@ Theory estimate_theory(const Task& task, const TheoryOptions& options) {
   // Pass 2 layout: C3, ‖ΛB‖², c_a (d+1), skipv1 (d+1), mha (d+1), gap (d+1).
   const int A = d + 1, Q = 2 + 4 * A;
   const int o_ca = 2, o_skip = 2 + A, o_mha = 2 + 2 * A, o_gap = 2 + 3 * A;
-  const LambdaDependent m2 = lambda_dependent(
-      task, options.prompts, options.seed, theory_stream, options.threads, lam, Q,
-      [&](const Prompt& p, const VecD& lambda, auto& f, auto& g, auto& num, auto& den) {
-        const MatD XXt = p.X * p.X.transpose(), B = p.Y * p.X.transpose();
-        const Regularized r = regularized_gram(XXt, sigma * sigma);
-        const MatD W_hat = predictor(Form::posterior_mean, B, W0, sigma, r);
-        const double c = irreducible_loss(d, sigma, r);
-        num = W_hat.cwiseProduct(B).rowwise().sum();
-        den = B.rowwise().squaredNorm();
-        const MatD LB = lambda.asDiagonal() * B, diff = W_hat - LB;
-        f(0) = diff.squaredNorm();
-        g.row(0) = -2 * diff.cwiseProduct(B).rowwise().sum().transpose();
-        f(1) = LB.squaredNorm();
-        g.row(1) = 2 * lambda.cwiseProduct(den).transpose();
-        tail_energies(LB, B, f.segment(o_ca, A), g.middleRows(o_ca, A));
-        for (int a = 0; a <= d; ++a) {
-          const MatD K = skipv1_construction_map(XXt, B, a), e = lambda.asDiagonal() * K - W_hat;
-          f(o_skip + a) = c + e.squaredNorm();
-          g.row(o_skip + a) = 2 * e.cwiseProduct(K).rowwise().sum().transpose();
-          if (a < d) {
-            f(o_mha + a) = c + f(0) + f(o_ca + a);
-            g.row(o_mha + a) = g.row(0) + g.row(o_ca + a);
-          } else {
-            f(o_mha + a) = c + W_hat.squaredNorm();
-            g.row(o_mha + a).setZero();
-          }
-          f(o_gap + a) = f(o_mha + a) - f(o_skip + a);
-          g.row(o_gap + a) = g.row(o_mha + a) - g.row(o_skip + a);
-        }
-      });
+  const auto pass2 = [&](const PromptStats& s, const VecD& lambda, auto& f, auto& g, auto& num, auto& den) {
+    num = s.W_hat.cwiseProduct(s.B).rowwise().sum();
+    den = s.B.rowwise().squaredNorm();
+    const MatD LB = lambda.asDiagonal() * s.B, diff = s.W_hat - LB;
+    f(0) = diff.squaredNorm();
+    g.row(0) = -2 * diff.cwiseProduct(s.B).rowwise().sum().transpose();
+    f(1) = LB.squaredNorm();
+    g.row(1) = 2 * lambda.cwiseProduct(den).transpose();
+    tail_energies(LB, s.B, f.segment(o_ca, A), g.middleRows(o_ca, A));
+    for (int a = 0; a <= d; ++a) {
+      const MatD K = skipv1_construction_map(s.XXt, s.B, a), e = lambda.asDiagonal() * K - s.W_hat;
+      f(o_skip + a) = s.c + e.squaredNorm();
+      g.row(o_skip + a) = 2 * e.cwiseProduct(K).rowwise().sum().transpose();
+      if (a < d) {
+        f(o_mha + a) = s.c + f(0) + f(o_ca + a);
+        g.row(o_mha + a) = g.row(0) + g.row(o_ca + a);
+      } else {
+        f(o_mha + a) = s.c + s.W_hat.squaredNorm();
+        g.row(o_mha + a).setZero();
+      }
+      f(o_gap + a) = f(o_mha + a) - f(o_skip + a);
+      g.row(o_gap + a) = g.row(o_mha + a) - g.row(o_skip + a);
+    }
+  };
+  // Pass 2 visits pass 1's kept statistics, or the same prompts drawn again.
+  const auto kept_chunks = [&](long j, auto each) {
+    for (long k = j * chunk_size; k < std::min(options.prompts, (j + 1) * chunk_size); ++k) each(kept[std::size_t(k)], k);
+  };
+  const auto redrawn_chunks = [&](long j, auto each) {
+    prompts(j, [&](const Prompt& p, long k) {
+      Regularized r;
+      each(prompt_stats(p, W0, sigma, r), k);
+    });
+  };
+  const LambdaDependent m2 =
+      kept.empty() ? lambda_dependent(d, options.prompts, options.threads, lam, Q, redrawn_chunks, pass2)
+                   : lambda_dependent(d, options.prompts, options.threads, lam, Q, kept_chunks, pass2);
 
   Theory t;
   t.task = task;

@@ -25,6 +25,8 @@
 // the mean of ∂f/∂λ_i (for C_3 ḡ = 0 at the optimum). Prompts are drawn in
 // chunks of 512, chunk j from Rng(seed, "icl/theory/chunk/j"), and sums are
 // combined in chunk order, so results do not depend on the thread count.
+// Pass 2 reuses pass 1's per-prompt X Xᵀ, Y Xᵀ, Ŵ_D, c(D) when they fit in
+// options.cache_bytes, and otherwise draws the prompts again (same numbers).
 #pragma once
 
 #include "synthetic/icl/posterior.hpp"
@@ -43,6 +45,9 @@ struct TheoryOptions {
   long prompts = 200000;
   std::uint64_t seed = 1;
   int threads = 0;  // 0 = hardware
+  // Memory pass 1 may keep for pass 2 (X Xᵀ, Y Xᵀ, Ŵ_D and c(D): about 24 d² bytes a
+  // prompt); past it pass 2 draws the prompts again. The numbers are the same either way.
+  long cache_bytes = 512L << 20;
 };
 
 // A predictor form's first-order residual R = E[(U x_{n+1} − y_{n+1}) x_{n+1}ᵀ]
