@@ -1,5 +1,6 @@
-// --device cpu|cuda for the commands that can run on a GPU. Asking for cuda
-// where no CUDA device can be used is a usage error naming the reason.
+// --device cpu|cuda. Asking for cuda where no CUDA device can be used is a
+// usage error naming the reason; so is asking for it of a command that has no
+// GPU path yet (it never computes on the CPU in cuda's name).
 #pragma once
 
 #include "core/errors.hpp"
@@ -13,18 +14,23 @@ namespace qkvlab::cli {
 
 enum class Device { cpu, cuda };
 
-inline CLI::Option* add_device_option(CLI::App* cmd, Device& device) {
+// gpu_path: whether the command has GPU code behind --device cuda.
+inline CLI::Option* add_device_option(CLI::App* cmd, Device& device, bool gpu_path = true) {
   return cmd
       ->add_option_function<std::string>(
           "--device", [&device](const std::string& name) { device = name == "cuda" ? Device::cuda : Device::cpu; },
-          "Where to compute: cpu, or cuda (a CUDA device through cuBLAS)")
+          gpu_path ? "Where to compute: cpu, or cuda (a CUDA device through cuBLAS)"
+                   : "Where to compute: cpu (cuda is refused: this command has no GPU path yet)")
       ->transform(CLI::IsMember({"cpu", "cuda"}, CLI::ignore_case))  // CUDA -> cuda
       ->option_text("cpu|cuda [cpu]");
 }
 
-// Throws UsageError when cuda is asked for and none can be used.
-inline void require_device(Device device) {
-  if (device == Device::cuda && !gpu::device_status().available)
+// Throws UsageError when cuda is asked for of a command with no GPU path
+// (gpu_path false), or where no CUDA device can be used.
+inline void require_device(Device device, bool gpu_path = true) {
+  if (device != Device::cuda) return;
+  if (!gpu_path) throw UsageError("--device cuda: this command has no GPU path yet; run it with --device cpu");
+  if (!gpu::device_status().available)
     throw UsageError("--device cuda: no CUDA device can be used (" + gpu::device_status().description + ")");
 }
 

@@ -28,6 +28,9 @@
 namespace qkvlab::cli {
 namespace {
 
+// The Monte Carlo and the training here run on the CPU only: no GPU path yet.
+constexpr bool kGpuPath = false;
+
 std::string json_values(const std::vector<icl::Estimate>& v, bool se) {
   std::string s = "[";
   for (std::size_t k = 0; k < v.size(); ++k) s += (k ? ", " : "") + json_number(se ? v[k].se : v[k].value);
@@ -356,7 +359,7 @@ void print_sweep_table(const Grid& g, const std::vector<icl::Theory>& ts, const 
 }
 
 int run_theory_sweep(const TheoryArgs& a, const std::string& command_line) {
-  require_device(a.device);
+  require_device(a.device, kGpuPath);
   const Grid g = sweep_grid(a);
   std::vector<icl::Task> tasks;
   for (std::size_t p = 0; p < g.size(); ++p) {
@@ -381,7 +384,7 @@ int run_theory_sweep(const TheoryArgs& a, const std::string& command_line) {
 
 int run_theory(const TheoryArgs& a, const std::string& command_line) {
   if (a.sweep()) return run_theory_sweep(a, command_line);
-  require_device(a.device);
+  require_device(a.device, kGpuPath);
   const icl::Task task = make_task(a, prior_mean(a));
   const icl::Theory t = icl::estimate_theory(task, {a.prompts, a.seed, a.threads});
   const results::Table by_a = by_a_table(t), scalars = scalar_table(t);
@@ -460,7 +463,7 @@ std::vector<Command> add_icl_theory_commands(CLI::App& icl, const std::string& c
   theory->add_option("--w0", t->w0, "Prior mean W_0: zero, identity, or a d x d matrix FILE.npy (or FILE.h5:DATASET)")
       ->capture_default_str();
   theory->add_option("--w0-scale", t->w0_scale, "Multiplies W_0 (identity or file; ignored for zero)")->capture_default_str();
-  add_device_option(theory, t->device);
+  add_device_option(theory, t->device, kGpuPath);
   theory->add_option("--out", t->out, "Write the tables by_a and scalars to this HDF5 file");
   theory->add_option("--csv", t->csv, "Write the per-a table (c_a, bounds, SkipV1 value, gap, C, C3) to this CSV");
   theory->add_option("--figure", t->figure, "Write STEM.csv, STEM.svg, STEM.png: c_a, bound and SkipV1 value against a");
@@ -478,7 +481,7 @@ std::vector<Command> add_icl_theory_commands(CLI::App& icl, const std::string& c
       "(the paper gives none), so an upper bound on min L_2 at that a; gap = mha_bound - skipv1_value.\n"
       "The MHA bound's derivation (Lemmas 2-4) holds under W_0 = 0; 'qkvlab icl lemmas' measures it under both priors.\n"
       "W_D is the posterior mean (sigma^2 W_0 + YX^T)(XX^T + sigma^2 I)^-1; the ridge form YX^T(...)^-1 is\n"
-      "reported beside it (first-order residual E[(Ux - y)x^T] and loss). --device cuda needs a CUDA device.\n"
+      "reported beside it (first-order residual E[(Ux - y)x^T] and loss). --device cuda is refused: no GPU path yet.\n"
       "Defaults: d 4, n 16, sigma 0.5, W_0 zero, 200000 prompts, seed 1. Same seed => same numbers for any --threads.\n"
       "Sweep: any --*-list runs the grid product of the lists (a list not given: its single option's value), every\n"
       "point with --seed as a single run would use it (so a point equals that run); --w0 zero or identity. Table and\n"

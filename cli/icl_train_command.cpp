@@ -27,6 +27,9 @@
 namespace qkvlab::cli {
 namespace {
 
+// The Monte Carlo and the training here run on the CPU only: no GPU path yet.
+constexpr bool kGpuPath = false;
+
 using namespace qkvlab::icl;
 namespace fs = std::filesystem;
 
@@ -65,7 +68,7 @@ void add_common_options(CLI::App* cmd, CommonArgs& a, bool with_w0) {
   cmd->add_option("--csv", a.csv, "Write the main table to this CSV file");
   cmd->add_option("--figure", a.figure, "Write the figure to STEM.svg and STEM.png (its data to STEM.csv; needs gnuplot)");
   cmd->add_option("--format", a.format, "Output on stdout")->check(CLI::IsMember({"table", "json"}))->capture_default_str();
-  add_device_option(cmd, a.device);
+  add_device_option(cmd, a.device, kGpuPath);
   cmd->add_flag("--quiet", a.quiet, "No progress on stderr");
 }
 
@@ -96,7 +99,7 @@ void check_paths(const CommonArgs& a) {
 }
 
 void prepare(const CommonArgs& a) {
-  require_device(a.device);
+  require_device(a.device, kGpuPath);
   check_paths(a);
   if (a.threads > 1) engine::set_blas_threads(1);  // runs are parallel; keep products single-threaded
 }

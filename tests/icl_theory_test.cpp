@@ -235,8 +235,10 @@ TEST(IclCli, TheoryJsonHasTheContractFields) {
 }
 
 TEST(IclCli, BadInputExitsTwoWithOneLine) {
+  // --device cuda is refused on every machine: these commands have no GPU path (never CPU in cuda's name).
   for (const char* args : {"icl theory --sigma -1", "icl theory --d 0", "icl theory --w0 /nonexistent.npy",
-                           "icl theory --prompts 1", "icl lemmas --a 9"}) {
+                           "icl theory --prompts 1", "icl lemmas --a 9", "icl theory --device cuda",
+                           "icl theory --device cuda --d-list 2,3"}) {
     const ShellRun r = run(std::string(args) + " 2>&1");
     EXPECT_EQ(r.status, 2) << args;
     EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << args << ": " << r.out;

@@ -381,7 +381,7 @@ TEST(IclCli, BadInputExitsTwoWithOneLineAndWritesNothing) {
                                  "icl train --assumption1 --a 9 --d 4 --out " + h5.string(),
                                  "icl train --models gpt --out " + h5.string(), "icl anchor --lr -1",
                                  "icl depth --heads 3 --out " + h5.string(), "icl sweep --format xml",
-                                 "icl anchor --csv /nonexistent_dir/x.csv"}) {
+                                 "icl anchor --csv /nonexistent_dir/x.csv", "icl train --device cuda --out " + h5.string()}) {
     const CliRun r = run(args);
     EXPECT_EQ(r.status, 2) << args;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << ": " << r.err;
