@@ -174,7 +174,7 @@ void print_theory_json(const icl::Theory& t, const TheoryArgs& a, const std::str
             << ",\n " << theory_fields_json(t, ",\n ") << ",\n \"posterior_mean\": " << form(t.posterior) << ",\n \"ridge\": " << form(t.ridge)
             << ",\n \"wall_seconds\": " << json_number(t.wall_seconds)
             << ", \"cpu_seconds\": " << json_number(t.cpu_seconds)
-            << ", \"prompts_per_second\": " << json_number(2.0 * double(t.options.prompts) / t.wall_seconds)
+            << ", \"prompts_per_second\": " << json_number(double(t.options.prompts) / t.wall_seconds)
             << ", \"command_line\": " << json_quote(command_line) << "}\n";
 }
 
