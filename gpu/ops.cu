@@ -18,6 +18,7 @@
 //   Cᵀ = op(B)ᵀ op(A)ᵀ,
 // i.e. the same call with A and B swapped and m and n swapped; the op flags
 // stay as they are, because op(A)ᵀ is op applied to the column-major view Aᵀ.
+#include "gpu/block_sum.cuh"
 #include "gpu/cuda_check.cuh"
 #include "gpu/device.hpp"
 #include "gpu/device_buffer.hpp"
@@ -149,20 +150,6 @@ template <class T> __device__ T normal_pdf(T x) { return exp_(T(-0.5) * x * x) *
 #define QKVLAB_GRID_STRIDE(i, count) \
   for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < (count); i += std::size_t(gridDim.x) * blockDim.x)
 
-// Sums acc[k] over the block (blockDim.x ≤ threads, a power of two); every thread gets the totals.
-template <int K>
-__device__ void block_sum(double (&acc)[K]) {
-  __shared__ double shared[K][threads];
-  for (int k = 0; k < K; ++k) shared[k][threadIdx.x] = acc[k];
-  __syncthreads();
-  for (unsigned s = blockDim.x / 2; s > 0; s /= 2) {
-    if (threadIdx.x < s)
-      for (int k = 0; k < K; ++k) shared[k][threadIdx.x] += shared[k][threadIdx.x + s];
-    __syncthreads();
-  }
-  for (int k = 0; k < K; ++k) acc[k] = shared[k][0];
-}
-
 // ---- Elementwise kernels -------------------------------------------------------
 
 template <class T> __global__ void scale_kernel(std::size_t count, T alpha, T* X) {
@@ -293,7 +280,7 @@ template <class T> __global__ void column_sums_kernel(std::size_t n, const T* A,
   double acc[1] = {0};
   for (std::size_t i = threadIdx.x; i < n; i += blockDim.x)
     acc[0] += B ? double(A[i + j * n]) * double(B[i + j * n]) : double(A[i + j * n]);
-  block_sum<1>(acc);
+  detail::block_sum<1, threads>(acc);
   if (threadIdx.x == 0) out[j] += T(acc[0]);
 }
 
@@ -310,7 +297,7 @@ template <class T> void column_sums(int n, int d, const T* A, const T* B, T* out
 template <int K, class F> __global__ void reduce_kernel(std::size_t count, F f, double* partial) {
   double acc[K] = {};
   QKVLAB_GRID_STRIDE(i, count) f(i, acc);
-  block_sum<K>(acc);
+  detail::block_sum<K, threads>(acc);
   if (threadIdx.x == 0)
     for (int k = 0; k < K; ++k) partial[blockIdx.x * K + k] = acc[k];
 }

@@ -2,11 +2,13 @@
 // prompts, the token-level models against the reduced form, the posterior
 // mean against the ridge form, the Monte Carlo quantities, the lemma checks
 // with their controls, and `qkvlab icl theory|lemmas` as a user runs them.
+#include "gpu/device.hpp"
 #include "synthetic/icl/construction.hpp"
 #include "synthetic/icl/lemmas.hpp"
 #include "synthetic/icl/models.hpp"
 #include "synthetic/icl/posterior.hpp"
 #include "synthetic/icl/theory.hpp"
+#include "tests/icl_theory_numbers.hpp"
 #include "tests/run_command.hpp"
 #include "tests/scratch_dir.hpp"
 
@@ -19,6 +21,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 namespace qkvlab::icl {
 namespace {
@@ -150,17 +153,7 @@ TEST(IclTheory, SameSeedSameNumbersForOneAndTwoThreads) {
   EXPECT_EQ(a.lambda[0].value, b.lambda[0].value);
 }
 
-// Every estimate and standard error of two runs, in one list.
-std::vector<double> all_numbers(const Theory& t) {
-  std::vector<double> v;
-  const auto add = [&](const Estimate& e) { v.insert(v.end(), {e.value, e.se}); };
-  for (const auto* list : {&t.lambda, &t.c_a, &t.skipv1_value, &t.mha_bound, &t.gap})
-    for (const Estimate& e : *list) add(e);
-  for (const Estimate& e : {t.C, t.C3, t.W_hat_sq, t.LambdaB_sq, t.posterior.loss, t.posterior.residual,
-                            t.ridge.loss, t.ridge.residual})
-    add(e);
-  return v;
-}
+using qkvlab::test_support::all_numbers;
 
 // Pass 2 over pass 1's kept statistics equals pass 2 over the prompts drawn again, to
 // the last bit (control: another seed differs).
@@ -235,11 +228,13 @@ TEST(IclCli, TheoryJsonHasTheContractFields) {
 }
 
 TEST(IclCli, BadInputExitsTwoWithOneLine) {
-  // --device cuda is refused on every machine: these commands have no GPU path (never CPU in cuda's name).
-  for (const char* args : {"icl theory --sigma -1", "icl theory --d 0", "icl theory --w0 /nonexistent.npy",
-                           "icl theory --prompts 1", "icl lemmas --a 9", "icl theory --device cuda",
-                           "icl theory --device cuda --d-list 2,3"}) {
-    const ShellRun r = run(std::string(args) + " 2>&1");
+  std::vector<std::string> bad{"icl theory --sigma -1", "icl theory --d 0", "icl theory --w0 /nonexistent.npy",
+                               "icl theory --prompts 1", "icl lemmas --a 9"};
+  // --device cuda is a usage error only where no CUDA device can be used.
+  if (!qkvlab::gpu::device_status().available)
+    bad.insert(bad.end(), {"icl theory --device cuda", "icl theory --device cuda --d-list 2,3"});
+  for (const std::string& args : bad) {
+    const ShellRun r = run(args + " 2>&1");
     EXPECT_EQ(r.status, 2) << args;
     EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << args << ": " << r.out;
   }

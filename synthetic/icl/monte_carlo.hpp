@@ -110,22 +110,31 @@ struct LambdaDependent {
   std::vector<Estimate> lambda, values;
 };
 
+// Pass 2's moments: per prompt, f (Q), ψ (d) with full cross products, then g (Q·d,
+// column-major, g(q, i) at i·Q + q) as sums only.
+inline int lambda_dependent_full(int d, int Q) { return Q + d; }
+inline int lambda_dependent_size(int d, int Q) { return Q + d + Q * d; }
+
 // per_item(const Item&, const VecD& lambda, Eigen::Ref<VecD> f, Eigen::Ref<MatD> g,
 //          Eigen::Ref<VecD> num, Eigen::Ref<VecD> den), over the items visit_chunk visits
 // (accumulate_chunks); Item is a Prompt, or anything computed from one.
 template <class VisitChunk, class PerItem>
-LambdaDependent lambda_dependent(int d, long items, int threads, const LambdaSums& lam, int Q, VisitChunk visit_chunk,
+Moments lambda_dependent_moments(int d, long items, int threads, const LambdaSums& lam, int Q, VisitChunk visit_chunk,
                                  PerItem per_item) {
-  // Layout: f (Q), ψ (d) with full cross products; then g (Q·d, column-major) as sums only.
-  const int full = Q + d, p = full + Q * d;
-  const Moments m = accumulate_chunks(items, threads, p, full, visit_chunk, [&](const auto& item, long, auto& out) {
-    VecD f(Q), num(d), den(d);
-    MatD g(Q, d);
-    per_item(item, lam.lambda, f, g, num, den);
-    out.head(Q) = f;
-    out.segment(Q, d) = (num - lam.lambda.cwiseProduct(den)).cwiseQuotient(lam.mean_den);
-    out.tail(Q * d) = g.reshaped();
-  });
+  return accumulate_chunks(items, threads, lambda_dependent_size(d, Q), lambda_dependent_full(d, Q), visit_chunk,
+                           [&](const auto& item, long, auto& out) {
+                             VecD f(Q), num(d), den(d);
+                             MatD g(Q, d);
+                             per_item(item, lam.lambda, f, g, num, den);
+                             out.head(Q) = f;
+                             out.segment(Q, d) = (num - lam.lambda.cwiseProduct(den)).cwiseQuotient(lam.mean_den);
+                             out.tail(Q * d) = g.reshaped();
+                           });
+}
+
+// λ's and each f_q's estimates from pass 2's moments (the delta method above).
+inline LambdaDependent finish_lambda_dependent(const Moments& m, const LambdaSums& lam, int Q) {
+  const int d = int(lam.lambda.size()), full = lambda_dependent_full(d, Q);
   LambdaDependent r;
   const double n = double(m.count);
   for (int i = 0; i < d; ++i)
@@ -143,5 +152,10 @@ LambdaDependent lambda_dependent(int d, long items, int threads, const LambdaSum
   return r;
 }
 
-}  // namespace qkvlab::icl
+template <class VisitChunk, class PerItem>
+LambdaDependent lambda_dependent(int d, long items, int threads, const LambdaSums& lam, int Q, VisitChunk visit_chunk,
+                                 PerItem per_item) {
+  return finish_lambda_dependent(lambda_dependent_moments(d, items, threads, lam, Q, visit_chunk, per_item), lam, Q);
+}
 
+}  // namespace qkvlab::icl

@@ -1,11 +1,14 @@
 // estimate_theory: the two passes described in theory.hpp. Pass 1 (stream
 // "icl/theory"): the Λ-independent quantities and Λ's sums; pass 2 (the same
 // prompts again): the Λ-dependent ones at the estimated Λ, with delta-method SEs.
+// This file has the CPU passes and the moments-to-estimates step; theory_gpu.cpp
+// the same passes on a CUDA device.
 #include "synthetic/icl/theory.hpp"
 
 #include "core/errors.hpp"
 #include "synthetic/icl/construction.hpp"
 #include "synthetic/icl/monte_carlo.hpp"
+#include "synthetic/icl/theory_passes.hpp"
 
 #include <Eigen/SVD>
 
@@ -16,8 +19,6 @@
 namespace qkvlab::icl {
 namespace {
 
-const std::string theory_stream = "icl/theory";
-
 void validate(const Task& task, const TheoryOptions& o) {
   icl::validate(task);
   if (o.prompts < 2) throw UsageError("prompts must be at least 2 (got " + std::to_string(o.prompts) + ")");
@@ -27,16 +28,6 @@ void validate(const Task& task, const TheoryOptions& o) {
 void require_finite(const Estimate& e, const std::string& what) {
   if (!std::isfinite(e.value) || !std::isfinite(e.se)) throw NumericalError(what + " is not finite");
 }
-
-// Pass 1 layout: c, ‖Ŵ‖², loss (posterior, ridge), num (d), den (d), R_post (d²), R_ridge (d²).
-struct Pass1 {
-  int d;
-  int num() const { return 4; }
-  int den() const { return 4 + d; }
-  int r_post() const { return 4 + 2 * d; }
-  int r_ridge() const { return 4 + 2 * d + d * d; }
-  int size() const { return 4 + 2 * d + 2 * d * d; }
-};
 
 FormReport form_report(const Moments& m, int loss_index, int residual_offset, int d) {
   FormReport f;
@@ -84,49 +75,51 @@ PromptStats prompt_stats(const Prompt& p, const MatD& W0, double sigma, Regulari
   return s;
 }
 
+}  // namespace
+
 bool cache_fits(const Task& task, const TheoryOptions& o) {
   const double per_prompt = 8.0 * (3.0 * task.d * task.d + 1) + 128;  // three matrices' data and headers
   return double(o.prompts) * per_prompt <= double(o.cache_bytes);
 }
 
-}  // namespace
+LambdaSums lambda_sums(const Moments& pass1, int d) {
+  const Pass1Layout L{d};
+  LambdaSums lam{VecD(d), VecD(d)};
+  for (int i = 0; i < d; ++i) {
+    lam.mean_den(i) = pass1.mean(L.den() + i);
+    if (!(lam.mean_den(i) > 0)) throw NumericalError("E||(Y X^T)_{i,:}||^2 is zero: lambda is undefined");
+    lam.lambda(i) = pass1.mean(L.num() + i) / lam.mean_den(i);
+  }
+  return lam;
+}
 
-Theory estimate_theory(const Task& task, const TheoryOptions& options) {
-  validate(task, options);
-  const auto wall0 = std::chrono::steady_clock::now();
-  const std::clock_t cpu0 = std::clock();
+TheoryMoments theory_moments_cpu(const Task& task, const TheoryOptions& options) {
   const int d = task.d;
   const double sigma = task.sigma;
   const MatD W0 = task.prior_mean();
-  const Pass1 L{d};
+  const Pass1Layout L{d};
 
   const PromptChunks prompts{task, options.prompts, options.seed, theory_stream};
   std::vector<PromptStats> kept(cache_fits(task, options) ? std::size_t(options.prompts) : 0);
-  const Moments m1 = accumulate_chunks(options.prompts, options.threads, L.size(), 0, prompts,
-                                       [&](const Prompt& p, long index, auto& f) {
-                                         Regularized r;
-                                         PromptStats s = prompt_stats(p, W0, sigma, r);
-                                         const MatD W_ridge = predictor(Form::ridge, s.B, W0, sigma, r);
-                                         f(0) = s.c;
-                                         f(1) = s.W_hat.squaredNorm();
-                                         f(2) = (s.W_hat - p.W).squaredNorm() + d * sigma * sigma;
-                                         f(3) = (W_ridge - p.W).squaredNorm() + d * sigma * sigma;
-                                         f.segment(L.num(), d) = s.W_hat.cwiseProduct(s.B).rowwise().sum();
-                                         f.segment(L.den(), d) = s.B.rowwise().squaredNorm();
-                                         f.segment(L.r_post(), d * d) = (s.W_hat - p.W).reshaped();
-                                         f.segment(L.r_ridge(), d * d) = (W_ridge - p.W).reshaped();
-                                         if (!kept.empty()) kept[std::size_t(index)] = std::move(s);
-                                       });
-  LambdaSums lam{VecD(d), VecD(d)};
-  for (int i = 0; i < d; ++i) {
-    lam.mean_den(i) = m1.mean(L.den() + i);
-    if (!(lam.mean_den(i) > 0)) throw NumericalError("E||(Y X^T)_{i,:}||^2 is zero: lambda is undefined");
-    lam.lambda(i) = m1.mean(L.num() + i) / lam.mean_den(i);
-  }
+  Moments m1 = accumulate_chunks(options.prompts, options.threads, L.size(), 0, prompts,
+                                 [&](const Prompt& p, long index, auto& f) {
+                                   Regularized r;
+                                   PromptStats s = prompt_stats(p, W0, sigma, r);
+                                   const MatD W_ridge = predictor(Form::ridge, s.B, W0, sigma, r);
+                                   f(0) = s.c;
+                                   f(1) = s.W_hat.squaredNorm();
+                                   f(2) = (s.W_hat - p.W).squaredNorm() + d * sigma * sigma;
+                                   f(3) = (W_ridge - p.W).squaredNorm() + d * sigma * sigma;
+                                   f.segment(L.num(), d) = s.W_hat.cwiseProduct(s.B).rowwise().sum();
+                                   f.segment(L.den(), d) = s.B.rowwise().squaredNorm();
+                                   f.segment(L.r_post(), d * d) = (s.W_hat - p.W).reshaped();
+                                   f.segment(L.r_ridge(), d * d) = (W_ridge - p.W).reshaped();
+                                   if (!kept.empty()) kept[std::size_t(index)] = std::move(s);
+                                 });
+  LambdaSums lam = lambda_sums(m1, d);
 
-  // Pass 2 layout: C3, ‖ΛB‖², c_a (d+1), skipv1 (d+1), mha (d+1), gap (d+1).
-  const int A = d + 1, Q = 2 + 4 * A;
-  const int o_ca = 2, o_skip = 2 + A, o_mha = 2 + 2 * A, o_gap = 2 + 3 * A;
+  const Pass2Layout P{d};
+  const int A = P.a_count(), o_ca = P.ca(), o_skip = P.skip(), o_mha = P.mha(), o_gap = P.gap();
   const auto pass2 = [&](const PromptStats& s, const VecD& lambda, auto& f, auto& g, auto& num, auto& den) {
     num = s.W_hat.cwiseProduct(s.B).rowwise().sum();
     den = s.B.rowwise().squaredNorm();
@@ -161,9 +154,23 @@ Theory estimate_theory(const Task& task, const TheoryOptions& options) {
       each(prompt_stats(p, W0, sigma, r), k);
     });
   };
-  const LambdaDependent m2 =
-      kept.empty() ? lambda_dependent(d, options.prompts, options.threads, lam, Q, redrawn_chunks, pass2)
-                   : lambda_dependent(d, options.prompts, options.threads, lam, Q, kept_chunks, pass2);
+  const int Q = P.quantities();
+  Moments m2 = kept.empty() ? lambda_dependent_moments(d, options.prompts, options.threads, lam, Q, redrawn_chunks, pass2)
+                            : lambda_dependent_moments(d, options.prompts, options.threads, lam, Q, kept_chunks, pass2);
+  return {std::move(m1), std::move(lam), std::move(m2)};
+}
+
+Theory estimate_theory(const Task& task, const TheoryOptions& options) {
+  validate(task, options);
+  const auto wall0 = std::chrono::steady_clock::now();
+  const std::clock_t cpu0 = std::clock();
+  const int d = task.d;
+  const TheoryMoments m = options.cuda ? theory_moments_gpu(task, options) : theory_moments_cpu(task, options);
+  const Pass1Layout L{d};
+  const Pass2Layout P{d};
+  const Moments& m1 = m.pass1;
+  const LambdaDependent m2 = finish_lambda_dependent(m.pass2, m.lam, P.quantities());
+  const int o_ca = P.ca(), o_skip = P.skip(), o_mha = P.mha(), o_gap = P.gap();
 
   Theory t;
   t.task = task;

@@ -48,6 +48,9 @@ struct TheoryOptions {
   // Memory pass 1 may keep for pass 2 (X Xᵀ, Y Xᵀ, Ŵ_D and c(D): about 24 d² bytes a
   // prompt); past it pass 2 draws the prompts again. The numbers are the same either way.
   long cache_bytes = 512L << 20;
+  // Compute on a CUDA device (theory_gpu.cpp): the same prompts, drawn on the host;
+  // the numbers agree with the CPU's to rounding. Throws when no device can be used.
+  bool cuda = false;
 };
 
 // A predictor form's first-order residual R = E[(U x_{n+1} − y_{n+1}) x_{n+1}ᵀ]

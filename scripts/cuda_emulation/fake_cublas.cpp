@@ -1,0 +1,160 @@
+// A fake cuBLAS for the CUDA CPU emulation: the functions of cublas_v2.h as
+// naive column-major loops, summing in double. Built as libfake_cublas.so;
+// build.sh points ops.cu's QKVLAB_CUBLAS_LIBRARY at it.
+//
+// Arguments are checked as cuBLAS checks them (CUBLAS_STATUS_INVALID_VALUE
+// for a negative size or a leading dimension too small), and, because device
+// memory is host memory here, every element is read where cuBLAS would read it.
+#include "cublas_v2.h"
+
+#include <cstdio>
+
+struct cublasContext {
+  cudaStream_t stream = nullptr;
+  cublasMath_t math = CUBLAS_DEFAULT_MATH;
+};
+
+namespace {
+
+bool valid_op(cublasOperation_t op) { return op == CUBLAS_OP_N || op == CUBLAS_OP_T || op == CUBLAS_OP_C; }
+
+// C_b = alpha op(A_b) op(B_b) + beta C_b for b < batch, where A_b = A + b strideA
+// (and so on) and op(A) is m×k: A is m×k (lda ≥ m) for OP_N, k×m (lda ≥ k) for
+// OP_T and OP_C (the same for real numbers). With beta = 0, C is not read
+// (cuBLAS's rule: C may hold NaN then).
+template <class T>
+cublasStatus_t gemm(cublasHandle_t handle, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                    const T* alpha, const T* A, int lda, long long sa, const T* B, int ldb, long long sb,
+                    const T* beta, T* C, int ldc, long long sc, int batch) {
+  if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
+  const bool a_n = ta == CUBLAS_OP_N, b_n = tb == CUBLAS_OP_N;
+  if (!valid_op(ta) || !valid_op(tb) || m < 0 || n < 0 || k < 0 || batch < 0) return CUBLAS_STATUS_INVALID_VALUE;
+  if (lda < std::max(1, a_n ? m : k) || ldb < std::max(1, b_n ? k : n) || ldc < std::max(1, m))
+    return CUBLAS_STATUS_INVALID_VALUE;
+  if (!alpha || !beta) return CUBLAS_STATUS_INVALID_VALUE;
+  if (m == 0 || n == 0 || batch == 0) return CUBLAS_STATUS_SUCCESS;
+  const T a = *alpha, c = *beta;
+  for (int b = 0; b < batch; ++b) {
+    const T* Ab = A + b * sa;
+    const T* Bb = B + b * sb;
+    T* Cb = C + b * sc;
+    for (int j = 0; j < n; ++j)
+      for (int i = 0; i < m; ++i) {
+        double sum = 0;
+        if (a != T(0))  // alpha = 0: A and B are not read
+          for (int l = 0; l < k; ++l) {
+            const T x = a_n ? Ab[i + std::ptrdiff_t(l) * lda] : Ab[l + std::ptrdiff_t(i) * lda];  // op(A)(i, l)
+            const T y = b_n ? Bb[l + std::ptrdiff_t(j) * ldb] : Bb[j + std::ptrdiff_t(l) * ldb];  // op(B)(l, j)
+            sum += double(x) * double(y);
+          }
+        T& out = Cb[i + std::ptrdiff_t(j) * ldc];
+        out = c == T(0) ? T(a * T(sum)) : T(a * T(sum) + c * out);
+      }
+  }
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+}  // namespace
+
+extern "C" {
+
+cublasStatus_t cublasCreate_v2(cublasHandle_t* handle) {
+  if (!handle) return CUBLAS_STATUS_INVALID_VALUE;
+  *handle = new cublasContext;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasDestroy_v2(cublasHandle_t handle) {
+  if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
+  delete handle;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSetStream_v2(cublasHandle_t handle, cudaStream_t stream) {
+  if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
+  handle->stream = stream;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasGetStream_v2(cublasHandle_t handle, cudaStream_t* stream) {
+  if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
+  *stream = handle->stream;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+// The math mode is recorded; every mode computes the same exact-as-possible sums here.
+cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t mode) {
+  if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
+  handle->math = mode;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasGetMathMode(cublasHandle_t handle, cublasMath_t* mode) {
+  if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
+  *mode = handle->math;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+const char* cublasGetStatusName(cublasStatus_t status) {
+  switch (status) {
+    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
+    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_ARCH_MISMATCH: return "CUBLAS_STATUS_ARCH_MISMATCH";
+    case CUBLAS_STATUS_MAPPING_ERROR: return "CUBLAS_STATUS_MAPPING_ERROR";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
+    case CUBLAS_STATUS_INTERNAL_ERROR: return "CUBLAS_STATUS_INTERNAL_ERROR";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
+    case CUBLAS_STATUS_LICENSE_ERROR: return "CUBLAS_STATUS_LICENSE_ERROR";
+  }
+  return "<unknown>";
+}
+
+const char* cublasGetStatusString(cublasStatus_t status) {
+  switch (status) {
+    case CUBLAS_STATUS_SUCCESS: return "success";
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "the library was not initialized";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "the resource allocation failed";
+    case CUBLAS_STATUS_INVALID_VALUE: return "an invalid numeric value was used as an argument";
+    case CUBLAS_STATUS_ARCH_MISMATCH: return "an absent device architectural feature is required";
+    case CUBLAS_STATUS_MAPPING_ERROR: return "an access to GPU memory space failed";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "the GPU program failed to execute";
+    case CUBLAS_STATUS_INTERNAL_ERROR: return "an internal operation failed";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "the functionality requested is not supported";
+    case CUBLAS_STATUS_LICENSE_ERROR: return "error detected trying to check the license";
+  }
+  return "unknown error";
+}
+
+cublasStatus_t cublasSgemm_v2(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
+                              int k, const float* alpha, const float* A, int lda, const float* B, int ldb,
+                              const float* beta, float* C, int ldc) {
+  return gemm(handle, transa, transb, m, n, k, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
+}
+
+cublasStatus_t cublasDgemm_v2(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
+                              int k, const double* alpha, const double* A, int lda, const double* B, int ldb,
+                              const double* beta, double* C, int ldc) {
+  return gemm(handle, transa, transb, m, n, k, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1);
+}
+
+cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
+                                         int m, int n, int k, const float* alpha, const float* A, int lda,
+                                         long long int strideA, const float* B, int ldb, long long int strideB,
+                                         const float* beta, float* C, int ldc, long long int strideC,
+                                         int batchCount) {
+  return gemm(handle, transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB, beta, C, ldc, strideC,
+              batchCount);
+}
+
+cublasStatus_t cublasDgemmStridedBatched(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
+                                         int m, int n, int k, const double* alpha, const double* A, int lda,
+                                         long long int strideA, const double* B, int ldb, long long int strideB,
+                                         const double* beta, double* C, int ldc, long long int strideC,
+                                         int batchCount) {
+  return gemm(handle, transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB, beta, C, ldc, strideC,
+              batchCount);
+}
+
+}  // extern "C"
