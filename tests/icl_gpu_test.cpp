@@ -40,6 +40,7 @@
 #include <cmath>
 #include <cstdio>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 namespace {
@@ -87,29 +88,40 @@ TEST(IclGpu, WithoutADeviceCudaThrowsTheReason) {
 
 // Kept (pass 1's statistics stay on the device) and redrawn (pass 2 draws the prompts
 // again), W_0 = 0 and W_0 ≠ 0, odd and even d, a last chunk that is not full.
-TEST(IclGpu, TheoryAgreesWithTheCpu) {
+struct AgreementCase {
+  double w0;
+  int d, n;
+};
+
+class IclGpuAgreement : public ::testing::TestWithParam<AgreementCase> {};
+
+TEST_P(IclGpuAgreement, TheoryAgreesWithTheCpu) {
   SKIP_WITHOUT_DEVICE();
-  struct Case {
-    double w0;
-    int d, n;
-  };
-  for (const Case c : {Case{0, 1, 3}, Case{2, 3, 5}, Case{0, 4, 16}, Case{3, 4, 16}, Case{1, 7, 9}, Case{0, 16, 20}}) {
-    const Task task = task_with(c.w0, c.d, c.n);
-    TheoryOptions cpu{1300, 5, 2}, gpu = cpu, gpu_redrawn = cpu, other = cpu;
-    gpu.cuda = gpu_redrawn.cuda = other.cuda = true;
-    gpu_redrawn.cache_bytes = 0;
-    other.seed = 6;
-    const Theory reference = estimate_theory(task, cpu);
-    const double kept = worst_disagreement(reference, estimate_theory(task, gpu)),
-                 redrawn = worst_disagreement(reference, estimate_theory(task, gpu_redrawn)),
-                 control = worst_disagreement(reference, estimate_theory(task, other));
-    std::printf("d = %d, n = %d, W0 = %g I: worst |gpu - cpu| / tolerance %.3g (kept), %.3g (redrawn); control %.3g\n",
-                c.d, c.n, c.w0, kept, redrawn, control);
-    EXPECT_LE(kept, 1) << "d = " << c.d << ", W0 = " << c.w0;
-    EXPECT_LE(redrawn, 1) << "d = " << c.d << ", W0 = " << c.w0;
-    EXPECT_GE(control, 1e3) << "d = " << c.d << ", W0 = " << c.w0;
-  }
+  const AgreementCase c = GetParam();
+  const Task task = task_with(c.w0, c.d, c.n);
+  TheoryOptions cpu{1300, 5, 2}, gpu = cpu, gpu_redrawn = cpu, other = cpu;
+  gpu.cuda = gpu_redrawn.cuda = other.cuda = true;
+  gpu_redrawn.cache_bytes = 0;
+  other.seed = 6;
+  const Theory reference = estimate_theory(task, cpu);
+  const double kept = worst_disagreement(reference, estimate_theory(task, gpu)),
+               redrawn = worst_disagreement(reference, estimate_theory(task, gpu_redrawn)),
+               control = worst_disagreement(reference, estimate_theory(task, other));
+  std::printf("d = %d, n = %d, W0 = %g I: worst |gpu - cpu| / tolerance %.3g (kept), %.3g (redrawn); control %.3g\n",
+              c.d, c.n, c.w0, kept, redrawn, control);
+  EXPECT_LE(kept, 1);
+  EXPECT_LE(redrawn, 1);
+  EXPECT_GE(control, 1e3);
 }
+
+INSTANTIATE_TEST_SUITE_P(Tasks, IclGpuAgreement,
+                         ::testing::Values(AgreementCase{0, 1, 3}, AgreementCase{2, 3, 5}, AgreementCase{0, 4, 16},
+                                           AgreementCase{3, 4, 16}, AgreementCase{1, 7, 9},
+                                           AgreementCase{0, 16, 20}),
+                         [](const ::testing::TestParamInfo<AgreementCase>& info) {
+                           return "d" + std::to_string(info.param.d) + "_n" + std::to_string(info.param.n) + "_w0_" +
+                                  std::to_string(int(info.param.w0));
+                         });
 
 TEST(IclGpu, SameSeedSameNumbersForOneAndTwoHostThreads) {
   SKIP_WITHOUT_DEVICE();

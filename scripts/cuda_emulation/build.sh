@@ -44,7 +44,11 @@ mkdir -p "$build/src/gpu" "$build/obj" "$build/bin"
 build=$(cd "$build" && pwd)
 
 cxx="g++"
-command -v ccache > /dev/null && cxx="ccache g++"
+launcher=()
+if command -v ccache > /dev/null; then
+  cxx="ccache g++"
+  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+fi
 flags=(-std=c++20 -O1 -g -pthread -Wall -Wextra -Wno-unused-parameter -DBOOST_ALL_NO_LIB)
 # Include order: the emulator's CUDA headers, then the converted gpu/*.cuh, then the project.
 includes=(-I"$here" -I"$build/src" -I"$root" -isystem /usr/include/eigen3)
@@ -61,7 +65,7 @@ done
 if ! grep -q '^CMAKE_CXX_FLAGS:STRING=-DQKVLAB_HAVE_CUDA=1$' "$cmake_dir/CMakeCache.txt" 2> /dev/null; then
   echo "== configuring the non-GPU libraries in $cmake_dir"
   cmake -S "$root" -B "$cmake_dir" -DQKVLAB_CUDA=OFF -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS=-DQKVLAB_HAVE_CUDA=1 \
-    -DCMAKE_CXX_COMPILER_LAUNCHER=ccache > "$cmake_dir.configure.log" 2>&1 ||
+    "${launcher[@]}" > "$cmake_dir.configure.log" 2>&1 ||
     { cat "$cmake_dir.configure.log"; exit 1; }
 fi
 echo "== building ${libs[*]} in $cmake_dir"
