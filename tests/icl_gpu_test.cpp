@@ -40,7 +40,6 @@
 #include <cmath>
 #include <cstdio>
 #include <stdexcept>
-#include <string>
 #include <vector>
 
 namespace {
@@ -88,17 +87,9 @@ TEST(IclGpu, WithoutADeviceCudaThrowsTheReason) {
 
 // Kept (pass 1's statistics stay on the device) and redrawn (pass 2 draws the prompts
 // again), W_0 = 0 and W_0 ≠ 0, odd and even d, a last chunk that is not full.
-struct AgreementCase {
-  double w0;
-  int d, n;
-};
-
-class IclGpuAgreement : public ::testing::TestWithParam<AgreementCase> {};
-
-TEST_P(IclGpuAgreement, TheoryAgreesWithTheCpu) {
-  SKIP_WITHOUT_DEVICE();
-  const AgreementCase c = GetParam();
-  const Task task = task_with(c.w0, c.d, c.n);
+// (Plain tests, one per task: CMake's test discovery would put a parameter's bytes in the test names.)
+void expect_agreement(double w0, int d, int n) {
+  const Task task = task_with(w0, d, n);
   TheoryOptions cpu{1300, 5, 2}, gpu = cpu, gpu_redrawn = cpu, other = cpu;
   gpu.cuda = gpu_redrawn.cuda = other.cuda = true;
   gpu_redrawn.cache_bytes = 0;
@@ -107,21 +98,19 @@ TEST_P(IclGpuAgreement, TheoryAgreesWithTheCpu) {
   const double kept = worst_disagreement(reference, estimate_theory(task, gpu)),
                redrawn = worst_disagreement(reference, estimate_theory(task, gpu_redrawn)),
                control = worst_disagreement(reference, estimate_theory(task, other));
-  std::printf("d = %d, n = %d, W0 = %g I: worst |gpu - cpu| / tolerance %.3g (kept), %.3g (redrawn); control %.3g\n",
-              c.d, c.n, c.w0, kept, redrawn, control);
+  std::printf("d = %d, n = %d, W0 = %g I: worst |gpu - cpu| / tolerance %.3g (kept), %.3g (redrawn); control %.3g\n", d,
+              n, w0, kept, redrawn, control);
   EXPECT_LE(kept, 1);
   EXPECT_LE(redrawn, 1);
   EXPECT_GE(control, 1e3);
 }
 
-INSTANTIATE_TEST_SUITE_P(Tasks, IclGpuAgreement,
-                         ::testing::Values(AgreementCase{0, 1, 3}, AgreementCase{2, 3, 5}, AgreementCase{0, 4, 16},
-                                           AgreementCase{3, 4, 16}, AgreementCase{1, 7, 9},
-                                           AgreementCase{0, 16, 20}),
-                         [](const ::testing::TestParamInfo<AgreementCase>& info) {
-                           return "d" + std::to_string(info.param.d) + "_n" + std::to_string(info.param.n) + "_w0_" +
-                                  std::to_string(int(info.param.w0));
-                         });
+TEST(IclGpuAgreement, D1N3W0Zero) { SKIP_WITHOUT_DEVICE(); expect_agreement(0, 1, 3); }
+TEST(IclGpuAgreement, D3N5W0Is2I) { SKIP_WITHOUT_DEVICE(); expect_agreement(2, 3, 5); }
+TEST(IclGpuAgreement, D4N16W0Zero) { SKIP_WITHOUT_DEVICE(); expect_agreement(0, 4, 16); }
+TEST(IclGpuAgreement, D4N16W0Is3I) { SKIP_WITHOUT_DEVICE(); expect_agreement(3, 4, 16); }
+TEST(IclGpuAgreement, D7N9W0IsI) { SKIP_WITHOUT_DEVICE(); expect_agreement(1, 7, 9); }
+TEST(IclGpuAgreement, D16N20W0Zero) { SKIP_WITHOUT_DEVICE(); expect_agreement(0, 16, 20); }
 
 TEST(IclGpu, SameSeedSameNumbersForOneAndTwoHostThreads) {
   SKIP_WITHOUT_DEVICE();
