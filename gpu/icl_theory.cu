@@ -259,7 +259,7 @@ __global__ void pass2_kernel(int d, const double* lambda, const double* mean_den
     E[t] = e2;
     g[i * Q + o_skip + a] = 2 * ek;
   }
-  __syncthreads();
+  __syncthreads();  // E, and g's c_a and skip rows, are written (by other threads) before they are read
   for (int a = threadIdx.x; a <= d; a += blockDim.x) {
     double e2 = 0, w2 = 0;
     for (int i = 0; i < d; ++i) e2 += E[a * d + i];
@@ -270,7 +270,6 @@ __global__ void pass2_kernel(int d, const double* lambda, const double* mean_den
     f[o_mha + a] = mha;
     f[o_gap + a] = mha - skip;
   }
-  __syncthreads();  // g's c_a and skip rows are written (by other threads) before they are combined
   for (int t = threadIdx.x; t < A1 * d; t += blockDim.x) {
     const int a = t / d, i = t % d;
     const double mha = a < d ? g0[i] + g[i * Q + o_ca + a] : 0.0;
