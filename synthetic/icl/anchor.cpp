@@ -54,13 +54,7 @@ AnchorResult run_anchor(const AnchorConfig& c, const std::function<void(int, int
     LinearAttentionStack model = make_stack({c.task.d, c.task.n, 1, 1, false}, init);
     AnchorRun& run = r.runs[std::size_t(i)];
     run.curve = train_on_fresh_prompts(model, c.task, data, c.train);
-    run.trained = held_out_loss(
-        c.task,
-        [&](const std::vector<Prompt>& p) {
-          engine::Tape<double> tape;
-          return MatD(model.predict(tape, make_concat_batch(p)).value());
-        },
-        c.eval_samples, c.seed, eval_stream);
+    run.trained = held_out_loss(c.task, trained_predictor(model, make_concat_batch), c.eval_samples, c.seed, eval_stream);
     run.gap_to_gd = paired_difference(run.trained, r.gd_monte_carlo);
     std::lock_guard lock(mutex);
     if (progress) progress(++done, c.restarts);

@@ -56,7 +56,7 @@ struct Batch {
 // The statistics pass 2 reads, for prompts [first, first + count): in the kept buffers
 // (all prompts) or in the batch's own.
 struct StatsView {
-  const double *XXt, *B, *W_hat, *c;
+  double *XXt, *B, *W_hat, *c;
 };
 
 // Chunks [first_chunk, first_chunk + chunks) drawn on the host and uploaded into the batch;
@@ -140,14 +140,16 @@ TheoryMoments theory_moments_gpu(const Task& task, const TheoryOptions& options)
   const std::size_t kept_size = keep ? std::size_t(N) * d * d : 0;
   DeviceBuffer<double> kept_XXt(std::max<std::size_t>(kept_size, 1)), kept_B(kept_XXt.size()),
       kept_W_hat(kept_XXt.size()), kept_c(keep ? std::size_t(N) : 1);
+  // Where prompts [first, …)'s statistics live: the kept buffers, or the batch's own.
+  const auto stats_at = [&](long first) {
+    if (!keep) return StatsView{batch.XXt.data(), batch.B.data(), batch.W_hat.data(), batch.c.data()};
+    const std::size_t m = std::size_t(first) * d * d;
+    return StatsView{kept_XXt.data() + m, kept_B.data() + m, kept_W_hat.data() + m, kept_c.data() + first};
+  };
   const auto stats_of = [&](long first, long count) {
-    const std::size_t m = keep ? std::size_t(first) * d * d : 0, k = keep ? std::size_t(first) : 0;
-    double* XXt = keep ? kept_XXt.data() + m : batch.XXt.data();
-    double* B = keep ? kept_B.data() + m : batch.B.data();
-    double* W_hat = keep ? kept_W_hat.data() + m : batch.W_hat.data();
-    double* c = keep ? kept_c.data() + k : batch.c.data();
-    prompt_stats(batch, count, task.sigma, W0, XXt, B, W_hat, c);
-    return StatsView{XXt, B, W_hat, c};
+    const StatsView s = stats_at(first);
+    prompt_stats(batch, count, task.sigma, W0, s.XXt, s.B, s.W_hat, s.c);
+    return s;
   };
 
   // Pass 1.
@@ -176,14 +178,8 @@ TheoryMoments theory_moments_gpu(const Task& task, const TheoryOptions& options)
                        cross = zeros(std::size_t(full2) * full2);
   for (long j = 0; j < chunks; j += batch_chunks) {
     const long first = j * chunk_size, count = std::min(N - first, std::min(batch_chunks, chunks - j) * chunk_size);
-    StatsView s{};
-    if (keep) {
-      const std::size_t at = std::size_t(first) * d * d;
-      s = {kept_XXt.data() + at, kept_B.data() + at, kept_W_hat.data() + at, kept_c.data() + first};
-    } else {
-      upload_prompts(prompts, j, std::min(batch_chunks, chunks - j), options.threads, batch);
-      s = stats_of(first, count);
-    }
+    if (!keep) upload_prompts(prompts, j, std::min(batch_chunks, chunks - j), options.threads, batch);
+    const StatsView s = keep ? stats_at(first) : stats_of(first, count);
     gpu::icl::theory_pass2_features(int(count), d, lambda.data(), mean_den.data(), s.c, s.XXt, s.B, s.W_hat,
                                     batch.features.data(), batch.features_grad.data());
     gpu::icl::add_feature_moments(full2, int(count), batch.features.data(), sum_full.data(), sumsq_full.data());

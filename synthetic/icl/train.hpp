@@ -80,5 +80,15 @@ using Predictor = std::function<MatD(const std::vector<Prompt>&)>;
 LossEstimate held_out_loss(const Task& task, const Predictor& predict, int samples, std::uint64_t seed,
                            const std::string& stream, int chunk = 2000);
 
+// A trained model as a Predictor: model.predict on a fresh tape over make_batch(prompts).
+// The model must outlive the Predictor.
+template <class Model, class MakeBatch>
+Predictor trained_predictor(Model& model, MakeBatch make_batch) {
+  return [&model, make_batch](const std::vector<Prompt>& prompts) {
+    engine::Tape<double> tape;
+    return MatD(model.predict(tape, make_batch(prompts)).value());
+  };
+}
+
 
 }  // namespace qkvlab::icl

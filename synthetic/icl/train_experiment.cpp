@@ -55,13 +55,7 @@ TrainExperimentResult run_train_experiment(const TrainExperimentConfig& c,
     TwoLayerModel model = make_two_layer_model({run.model, c.first, c.task.d, c.task.n, c.a}, init);
     run.trained_parameters = long(model.params.count());
     run.curve = train_on_fresh_prompts(model, c.task, data, c.train);
-    run.loss = held_out_loss(
-        c.task,
-        [&](const std::vector<Prompt>& p) {
-          engine::Tape<double> tape;
-          return MatD(model.predict(tape, make_token_batch(p)).value());
-        },
-        c.eval_samples, c.seed, base + "eval");
+    run.loss = held_out_loss(c.task, trained_predictor(model, make_token_batch), c.eval_samples, c.seed, base + "eval");
     std::lock_guard lock(mutex);
     if (progress) progress(++done, M * c.restarts);
   });
