@@ -20,6 +20,47 @@ int blas_threads() { return 1; }
 void set_blas_threads(int) {}
 #endif
 
+namespace {
+
+template <class S>
+void serial_gemm(Trans ta, Trans tb, int m, int n, int k, S alpha, const S* A, int lda, const S* B, int ldb, S beta,
+                 S* C, int ldc) {
+  if (m <= 0 || n <= 0) return;
+#if QKVLAB_ENGINE_BLAS
+  const auto a = ta == Trans::none ? CblasNoTrans : CblasTrans;
+  const auto b = tb == Trans::none ? CblasNoTrans : CblasTrans;
+  if constexpr (std::is_same_v<S, float>)
+    cblas_sgemm(CblasRowMajor, a, b, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+  else
+    cblas_dgemm(CblasRowMajor, a, b, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+#else
+  // Row-major X (r×c, ld) is the column-major Xᵀ: C = op(A) op(B) is Cᵀ = op(B)ᵀ op(A)ᵀ.
+  using Stride = Eigen::OuterStride<>;
+  using CMap = Eigen::Map<const Mat<S>, 0, Stride>;
+  const CMap At(A, ta == Trans::none ? k : m, ta == Trans::none ? m : k, Stride(lda));
+  const CMap Bt(B, tb == Trans::none ? n : k, tb == Trans::none ? k : n, Stride(ldb));
+  Eigen::Map<Mat<S>, 0, Stride> Ct(C, n, m, Stride(ldc));
+  Mat<S> prod(n, m);
+  if (ta == Trans::none && tb == Trans::none) prod.noalias() = Bt * At;
+  else if (ta == Trans::none) prod.noalias() = Bt.transpose() * At;
+  else if (tb == Trans::none) prod.noalias() = Bt * At.transpose();
+  else prod.noalias() = Bt.transpose() * At.transpose();
+  if (beta == S(0)) Ct = alpha * prod;
+  else Ct = alpha * prod + beta * Ct;
+#endif
+}
+
+}  // namespace
+
+void gemm_serial(Trans ta, Trans tb, int m, int n, int k, float alpha, const float* A, int lda, const float* B,
+                 int ldb, float beta, float* C, int ldc) {
+  serial_gemm(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+void gemm_serial(Trans ta, Trans tb, int m, int n, int k, double alpha, const double* A, int lda, const double* B,
+                 int ldb, double beta, double* C, int ldc) {
+  serial_gemm(ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
 namespace detail {
 namespace {
 

@@ -16,12 +16,13 @@
 #pragma once
 
 #include "core/types.hpp"
+#include "engine/kernel_types.hpp"
 
 namespace qkvlab::engine {
 
 using qkvlab::Mat;
 
-enum class Op { none, transpose };
+using Op = Trans;
 
 // True when float and double products go to OpenBLAS.
 bool blas_enabled();
@@ -29,6 +30,15 @@ bool blas_enabled();
 int blas_threads();
 // Sets OpenBLAS's thread count for the whole process (n ≥ 1; no-op without OpenBLAS).
 void set_blas_threads(int n);
+
+// C = α op(A) op(B) + β C on raw row-major arrays (op(A) m×k, op(B) k×n,
+// leading dimensions lda, ldb, ldc), on the calling thread only: OpenBLAS's
+// own threads are not used (the CPU backend calls this from its pool, one
+// fixed tile of C per job). β = 0 ignores C's old contents.
+void gemm_serial(Trans ta, Trans tb, int m, int n, int k, float alpha, const float* A, int lda, const float* B,
+                 int ldb, float beta, float* C, int ldc);
+void gemm_serial(Trans ta, Trans tb, int m, int n, int k, double alpha, const double* A, int lda, const double* B,
+                 int ldb, double beta, double* C, int ldc);
 
 namespace detail {
 

@@ -14,6 +14,7 @@
 #include <string>
 #include <string_view>
 
+#include "engine/adamw_config.hpp"
 #include "engine/tape.hpp"
 
 namespace qkvlab::engine {
@@ -60,12 +61,6 @@ Mat<S>& moment(std::map<std::string, Mat<S>>& moments, const Parameter<S>& p) {
   return state;
 }
 
-struct AdamWConfig {
-  double beta1 = 0.9;
-  double beta2 = 0.999;
-  double eps = 1e-8;
-  double weight_decay = 0.0;  // applied only to parameters with decay = true
-};
 
 // Step t (counting from 1), gradient g, learning rate η:
 //   m ← β1 m + (1 − β1) g,   v ← β2 v + (1 − β2) g²,

@@ -16,11 +16,10 @@
 
 #include "engine/ops/blocks.hpp"
 #include "engine/ops/matmul.hpp"
+#include "engine/kernel_types.hpp"
 #include "engine/tape.hpp"
 
 namespace qkvlab::engine {
-
-enum class Mask { causal, bidirectional };
 
 // Number of keys query row i may attend to under the mask.
 inline Eigen::Index visible_keys(Mask mask, Eigen::Index i, Eigen::Index n_keys) {

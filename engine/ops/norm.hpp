@@ -11,11 +11,10 @@
 
 #include <type_traits>
 
+#include "engine/kernel_types.hpp"
 #include "engine/tape.hpp"
 
 namespace qkvlab::engine {
-
-enum class Centering { mean, none };  // LayerNorm subtracts the mean, RMSNorm does not
 
 // y = g ⊙ n(x) row-wise; the backward differs between the two normalizers
 // only by LayerNorm's extra −mean(dn) term.

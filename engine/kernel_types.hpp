@@ -1,0 +1,23 @@
+// The small types every kernel signature shares, defined once for the tape's
+// operations (engine/ops/), the backend interface (engine/backend.hpp) and
+// both backends.
+#pragma once
+
+namespace qkvlab::engine {
+
+enum class Trans { none, transpose };       // op(A) = A or Aᵀ in a product
+enum class Centering { mean, none };        // LayerNorm subtracts the row mean, RMSNorm does not
+enum class GeluForm { tanh, erf };          // Hugging Face's gelu_new (tanh form) and the exact erf form
+enum class Mask { causal, bidirectional };  // causal: query i sees keys j ≤ i
+enum class Device { cpu, cuda };
+
+// Attention over B sequences of T tokens, H query heads of width dk (scores)
+// and Hkv key/value heads (query head h reads key/value head h / (H / Hkv)),
+// values of width dv. q is (N, H·dk), k (N, Hkv·dk), v (N, Hkv·dv), the output
+// z (N, H·dv) and the pattern (B, H, T, T), all row-major, N = B·T.
+struct AttentionShape {
+  int B = 1, T = 1, H = 1, Hkv = 1, dk = 1, dv = 1;
+  int group() const { return H / Hkv; }
+};
+
+}  // namespace qkvlab::engine

@@ -1,0 +1,213 @@
+#include "lm/config.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <stdexcept>
+
+#include "core/errors.hpp"
+
+namespace qkvlab::lm {
+
+namespace {
+
+template <class E, std::size_t N>
+struct Names {
+  std::pair<E, const char*> entries[N];
+  std::string name(E e) const {
+    for (const auto& [v, s] : entries)
+      if (v == e) return s;
+    return "?";
+  }
+  E parse(const std::string& s, const char* what) const {
+    std::string known;
+    for (const auto& [v, n] : entries) {
+      if (s == n) return v;
+      known += (known.empty() ? "" : "|") + std::string(n);
+    }
+    throw UsageError("unknown " + std::string(what) + " \"" + s + "\" (known: " + known + ")");
+  }
+};
+
+constexpr Names<Family, 2> kFamilies{{{Family::gpt2, "gpt2"}, {Family::llama, "llama"}}};
+constexpr Names<VariantKind, 11> kVariants{{{VariantKind::vanilla, "vanilla"},
+                                            {VariantKind::resformer, "resformer"},
+                                            {VariantKind::svformer, "svformer"},
+                                            {VariantKind::neutreno, "neutreno"},
+                                            {VariantKind::denseformer, "denseformer"},
+                                            {VariantKind::skipv1, "skipv1"},
+                                            {VariantKind::yoco_v, "yoco-v"},
+                                            {VariantKind::cla_v, "cla-v"},
+                                            {VariantKind::skipkv1, "skipkv1"},
+                                            {VariantKind::skipv1_yoco, "skipv1-yoco"},
+                                            {VariantKind::q_identity, "q-identity"}}};
+constexpr Names<Strategy, 5> kStrategies{{{Strategy::second_half, "second-half"},
+                                          {Strategy::pooling, "pooling"},
+                                          {Strategy::dynamic, "dynamic"},
+                                          {Strategy::odd_even, "odd-even"},
+                                          {Strategy::plus_resformer, "plus-resformer"}}};
+constexpr Names<GeluForm, 2> kGelu{{{GeluForm::tanh, "tanh"}, {GeluForm::erf, "erf"}}};
+
+std::string real(double x) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.17g", x);
+  return buf;
+}
+
+bool skipv1_family(VariantKind k) {
+  return k == VariantKind::skipv1 || k == VariantKind::skipkv1 || k == VariantKind::skipv1_yoco;
+}
+
+void require(bool ok, const std::string& message) {
+  if (!ok) throw UsageError(message);
+}
+
+}  // namespace
+
+std::string to_string(Family f) { return kFamilies.name(f); }
+std::string to_string(VariantKind v) { return kVariants.name(v); }
+std::string to_string(Strategy s) { return kStrategies.name(s); }
+Family parse_family(const std::string& s) { return kFamilies.parse(s, "family"); }
+VariantKind parse_variant(const std::string& s) { return kVariants.parse(s, "variant"); }
+Strategy parse_strategy(const std::string& s) { return kStrategies.parse(s, "injection strategy"); }
+
+double Config::attention_scale() const {
+  const double width = head_dim + (mla ? d_r : 0);
+  return (variant.kind == VariantKind::q_identity ? 0.5 : 1.0) / std::sqrt(width);
+}
+
+Config family_defaults(Family family, int layers, int d, int heads, int vocab, int positions) {
+  Config c;
+  c.family = family;
+  c.layers = layers, c.d = d, c.heads = heads, c.kv_heads = heads;
+  c.head_dim = heads > 0 ? d / heads : 0;
+  c.vocab = vocab, c.positions = positions;
+  if (family == Family::gpt2) {
+    c.ffn = 4 * d, c.tied = true, c.bias = true;
+  } else {
+    c.ffn = (8 * d / 3 + 31) / 32 * 32, c.tied = false, c.bias = false, c.norm_eps = 1e-6;
+  }
+  return c;
+}
+
+void validate(const Config& c) {
+  require(c.layers >= 1 && c.d >= 1 && c.heads >= 1 && c.kv_heads >= 1 && c.head_dim >= 1 && c.ffn >= 1 &&
+              c.vocab >= 1 && c.positions >= 1,
+          "model sizes must be at least 1 (layers " + std::to_string(c.layers) + ", d " + std::to_string(c.d) +
+              ", heads " + std::to_string(c.heads) + ", kv heads " + std::to_string(c.kv_heads) + ", head width " +
+              std::to_string(c.head_dim) + ", ffn " + std::to_string(c.ffn) + ", vocab " + std::to_string(c.vocab) +
+              ", positions " + std::to_string(c.positions) + ")");
+  require(c.heads % c.kv_heads == 0, "the number of heads (" + std::to_string(c.heads) +
+                                         ") must be a multiple of the key/value heads (" +
+                                         std::to_string(c.kv_heads) + ")");
+  require(c.norm_eps > 0 && std::isfinite(c.norm_eps), "the norm epsilon must be positive and finite");
+  require(c.rope_theta > 0 && std::isfinite(c.rope_theta), "rope theta must be positive and finite");
+  require(!c.rope() || c.head_dim % 2 == 0, "RoPE needs an even head width, got " + std::to_string(c.head_dim));
+  const Variant& v = c.variant;
+  if (c.mla) {
+    require(c.d_c >= 1 && c.d_r >= 0 && c.d_r % 2 == 0, "MLA needs d_c >= 1 and an even d_R >= 0");
+    require(c.d_c % c.kv_heads == 0, "MLA: d_c (" + std::to_string(c.d_c) +
+                                         ") must be a multiple of the key/value heads (" +
+                                         std::to_string(c.kv_heads) + ")");
+    require(v.kind == VariantKind::vanilla || v.kind == VariantKind::skipv1 || v.kind == VariantKind::resformer ||
+                v.kind == VariantKind::svformer,
+            "MLA combines with vanilla, resformer, svformer and skipv1 only, not " + to_string(v.kind));
+  }
+  if (v.kind == VariantKind::q_identity)
+    require(c.heads * c.head_dim == c.d, "q-identity needs heads x head width = d (" + std::to_string(c.heads) +
+                                             " x " + std::to_string(c.head_dim) + " != " + std::to_string(c.d) + ")");
+  if (skipv1_family(v.kind)) {
+    const double injected = v.skip_ratio * c.kv_heads;
+    require(v.skip_ratio > 0 && v.skip_ratio < 1 && std::abs(injected - std::round(injected)) < 1e-9,
+            "the skip ratio " + real(v.skip_ratio) + " must lie in (0, 1) and give whole heads of the " +
+                std::to_string(c.kv_heads) + " key/value heads");
+    require(v.source_layer >= 0 && v.source_layer < c.layers,
+            "the source layer must be 0 (SkipV0) or 1 ... L-1, got " + std::to_string(v.source_layer));
+    const int own = c.kv_heads - int(std::lround(injected));
+    if (v.strategy == Strategy::pooling || v.strategy == Strategy::odd_even || v.strategy == Strategy::dynamic ||
+        v.strategy == Strategy::plus_resformer)
+      require(2 * own == c.kv_heads, "the " + to_string(v.strategy) + " strategy is defined for a skip ratio of 1/2");
+  }
+  if (v.kind == VariantKind::yoco_v || v.kind == VariantKind::skipv1_yoco)
+    require(c.layers >= 2, to_string(v.kind) + " needs at least 2 layers");
+  for (double x : {v.alpha, v.beta, v.lambda})
+    require(std::isfinite(x), "variant weights must be finite");
+}
+
+std::map<std::string, std::string> to_metadata(const Config& c) {
+  const Variant& v = c.variant;
+  return {{"family", to_string(c.family)},
+          {"layers", std::to_string(c.layers)},
+          {"d", std::to_string(c.d)},
+          {"heads", std::to_string(c.heads)},
+          {"kv_heads", std::to_string(c.kv_heads)},
+          {"head_dim", std::to_string(c.head_dim)},
+          {"ffn", std::to_string(c.ffn)},
+          {"vocab", std::to_string(c.vocab)},
+          {"positions", std::to_string(c.positions)},
+          {"tied", c.tied ? "true" : "false"},
+          {"bias", c.bias ? "true" : "false"},
+          {"gelu", kGelu.name(c.gelu)},
+          {"norm_eps", real(c.norm_eps)},
+          {"rope_theta", real(c.rope_theta)},
+          {"mla", c.mla ? "true" : "false"},
+          {"d_c", std::to_string(c.d_c)},
+          {"d_r", std::to_string(c.d_r)},
+          {"variant", to_string(v.kind)},
+          {"alpha", real(v.alpha)},
+          {"beta", real(v.beta)},
+          {"lambda", real(v.lambda)},
+          {"skip_ratio", real(v.skip_ratio)},
+          {"source_layer", std::to_string(v.source_layer)},
+          {"strategy", to_string(v.strategy)}};
+}
+
+Config from_metadata(const std::map<std::string, std::string>& m) {
+  auto get = [&](const char* key) -> const std::string& {
+    const auto it = m.find(key);
+    if (it == m.end()) throw UsageError(std::string("model configuration: no \"") + key + "\"");
+    return it->second;
+  };
+  auto integer = [&](const char* key) {
+    const std::string& s = get(key);
+    try {
+      std::size_t used = 0;
+      const long long x = std::stoll(s, &used);
+      if (used == s.size() && x >= -1 && x <= (1LL << 31) - 1) return int(x);
+    } catch (const std::exception&) {
+    }
+    throw UsageError(std::string("model configuration: \"") + key + "\" is not an integer: " + s);
+  };
+  auto number = [&](const char* key) {
+    const std::string& s = get(key);
+    try {
+      std::size_t used = 0;
+      const double x = std::stod(s, &used);
+      if (used == s.size() && std::isfinite(x)) return x;
+    } catch (const std::exception&) {
+    }
+    throw UsageError(std::string("model configuration: \"") + key + "\" is not a finite number: " + s);
+  };
+  auto boolean = [&](const char* key) {
+    const std::string& s = get(key);
+    if (s == "true") return true;
+    if (s == "false") return false;
+    throw UsageError(std::string("model configuration: \"") + key + "\" is not true or false: " + s);
+  };
+  Config c;
+  c.family = parse_family(get("family"));
+  c.layers = integer("layers"), c.d = integer("d"), c.heads = integer("heads"), c.kv_heads = integer("kv_heads");
+  c.head_dim = integer("head_dim"), c.ffn = integer("ffn"), c.vocab = integer("vocab");
+  c.positions = integer("positions");
+  c.tied = boolean("tied"), c.bias = boolean("bias");
+  c.gelu = kGelu.parse(get("gelu"), "GELU form");
+  c.norm_eps = number("norm_eps"), c.rope_theta = number("rope_theta");
+  c.mla = boolean("mla"), c.d_c = integer("d_c"), c.d_r = integer("d_r");
+  c.variant.kind = parse_variant(get("variant"));
+  c.variant.alpha = number("alpha"), c.variant.beta = number("beta"), c.variant.lambda = number("lambda");
+  c.variant.skip_ratio = number("skip_ratio"), c.variant.source_layer = integer("source_layer");
+  c.variant.strategy = parse_strategy(get("strategy"));
+  validate(c);
+  return c;
+}
+
+}  // namespace qkvlab::lm

@@ -1,0 +1,109 @@
+// The configuration of a decoder-only language model: its family (GPT-2 or
+// Llama), sizes, and architecture variant. Row-vector convention throughout
+// (X ∈ R^{T×d}, projections X W).
+//
+// Families (pre-norm blocks R ← R + Attn(N1(R)), R ← R + MLP(N2(R)); after the
+// last block a final norm, logits = N_f(R) U, U = Eᵀ when tied):
+//   gpt2   learned positions, LayerNorm (gain, and bias when `bias`), MLP d → r → d
+//          with GELU (tanh form, Hugging Face's gelu_new, or the exact erf form),
+//          biases on every linear map when `bias`, tied head by default
+//   llama  RoPE on queries and keys (Hugging Face's rotate_half), RMSNorm (gain),
+//          SwiGLU MLP down(silu(gate x) ⊙ up x), no biases unless `bias`, untied head
+//          by default, grouped-query attention (kv_heads ≤ heads)
+// Attention scores are scaled by 1/sqrt(d_h) (Q-identity: 1/(2 sqrt(d_h)), and
+// 1/sqrt(d_h + d_R) with MLA's decoupled rotary part).
+//
+// The variants (layer 1 is always standard; layers are numbered 1 … L here and
+// in every message, 0 … L−1 in code) are data: lm/plan.hpp turns a Config into,
+// per layer, which key and value heads of which layers it attends with, and with
+// what weights; docs/lm.md states each variant.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "engine/kernel_types.hpp"
+
+namespace qkvlab::lm {
+
+using engine::GeluForm;
+
+enum class Family { gpt2, llama };
+
+enum class VariantKind {
+  vanilla,      // U_n = A_n V_n
+  resformer,    // U_n = A_n (α V_n + β V_1)
+  svformer,     // U_n = A_n V_1, no W_V in layers ≥ 2
+  neutreno,     // U_n = A_n V_n + λ (V_1 − V_n)
+  denseformer,  // after block n: X_n ← Σ_{i ≤ n} α_{n,i} X_i (learned)
+  skipv1,       // the last ρ·H_kv value heads of layers > k come from layer k (k = 1: SkipV1; k = 0: SkipV0)
+  yoco_v,       // layers L/2+1 … L reuse layer L/2's values
+  cla_v,        // layer 2k reuses layer 2k−1's values
+  skipkv1,      // SkipV1's injection applied to keys as well
+  skipv1_yoco,  // layers ≤ L/2 as SkipV1; later layers use layer L/2's keys and SkipV1 values
+  q_identity,   // W_Q = I: head h's query is the input's h-th slice; scale 1/(2 sqrt(d_h))
+};
+
+// How SkipV1 fills the injected value heads (000 App. C.4); with ρ = ½ and
+// H' = H_kv/2 own heads, position H' + j of layer n gets:
+enum class Strategy {
+  second_half,     // source head H' + j (the default)
+  pooling,         // ½ (source head j + source head H' + j)
+  dynamic,         // as second_half, except position H' + (n mod H') gets source head n mod H'
+  odd_even,        // source head j in odd layers, H' + j in even layers
+  plus_resformer,  // second_half, and source head j is also added to own head j (j < H')
+};
+
+struct Variant {
+  VariantKind kind = VariantKind::vanilla;
+  double alpha = 0.5, beta = 0.5;  // ResFormer weights (the λ form V_n + λV_1 is α = 1, β = λ)
+  double lambda = 0.4;             // NeuTRENO
+  double skip_ratio = 0.5;         // SkipV1 family: share ρ of the value heads taken from the source layer
+  int source_layer = 1;            // SkipVk (1-based); 0 is SkipV0: the injected heads are zero
+  Strategy strategy = Strategy::second_half;
+};
+
+struct Config {
+  Family family = Family::gpt2;
+  int layers = 6, d = 128, heads = 4, kv_heads = 4;
+  int head_dim = 32;       // d_h; heads·d_h need not equal d (it must for Q-identity)
+  int ffn = 512;           // MLP hidden width r
+  int vocab = 4096, positions = 1024;
+  bool tied = true;
+  bool bias = true;        // gpt2: biases on linear maps and LayerNorm; llama: attention and MLP biases
+  GeluForm gelu = GeluForm::tanh;
+  double norm_eps = 1e-5;
+  double rope_theta = 10000;
+  bool mla = false;        // multi-head latent attention: cache c = x W_DKV (d_c) and a rotary key (d_R)
+  int d_c = 0, d_r = 0;
+  Variant variant;
+
+  double attention_scale() const;
+  bool rope() const { return family == Family::llama; }
+};
+
+// The family's defaults for the given sizes (head_dim = d/heads, ffn = 4d for
+// gpt2 and the multiple of 32 nearest above 8d/3 for llama, tied for gpt2).
+Config family_defaults(Family family, int layers, int d, int heads, int vocab, int positions);
+
+// Throws UsageError (core/errors.hpp) naming the first inconsistency: a size
+// below 1, heads not a multiple of kv_heads, a ratio that does not give whole
+// heads, a source layer beyond L, Q-identity with heads·d_h ≠ d, MLA sizes.
+void validate(const Config& config);
+
+// Names used on the command line, in checkpoints and in JSON.
+std::string to_string(Family);
+std::string to_string(VariantKind);
+std::string to_string(Strategy);
+Family parse_family(const std::string&);
+VariantKind parse_variant(const std::string&);
+Strategy parse_strategy(const std::string&);
+
+// Every field as text (17 significant digits for reals): a checkpoint's
+// __metadata__ and config.json; from_metadata reads it back (UsageError naming
+// a missing or malformed key).
+std::map<std::string, std::string> to_metadata(const Config& config);
+Config from_metadata(const std::map<std::string, std::string>& metadata);
+
+}  // namespace qkvlab::lm

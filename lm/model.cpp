@@ -1,0 +1,591 @@
+// The model of lm/model.hpp: forward and backward passes over the backend's
+// kernels. Names follow the header's formulas: per layer ℓ, x (block input),
+// n1, q, k, v (used keys and values), pattern, z, a (attention output),
+// m = x + a, n2, h (MLP hidden), y (block output).
+#include "lm/model.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "engine/buffer.hpp"
+#include "engine/linear.hpp"
+#include "lm/parameters.hpp"
+
+namespace qkvlab::lm {
+
+using engine::Buffer;
+using engine::Centering;
+using engine::View;
+
+namespace {
+
+constexpr int kHeadRows = 512;  // rows of logits computed at a time
+
+template <class S>
+struct Linear {
+  const S* W = nullptr;
+  const S* b = nullptr;
+  S* dW = nullptr;
+  S* db = nullptr;
+};
+
+template <class S>
+struct Norm {
+  const S* g = nullptr;
+  const S* b = nullptr;
+  S* dg = nullptr;
+  S* db = nullptr;
+};
+
+template <class S>
+struct LayerWeights {
+  Norm<S> ln1, ln2;
+  Linear<S> q, k, v, o, fc, proj, gate, up, down;
+  const S* dwa = nullptr;
+  S* ddwa = nullptr;
+};
+
+// One layer's activations (a training pass keeps one per layer, an eval pass one in all).
+template <class S>
+struct LayerActs {
+  Buffer<S> n1, mean1, rstd1, q, kmix, vmix, pattern, z, m, n2, mean2, rstd2, h1, h2, act;
+};
+
+}  // namespace
+
+template <class S>
+struct Model<S>::Impl {
+  Impl(const Config& c, engine::Backend<S>& be)
+      : config(c), plan(make_plan(c)), backend(be), params(be, parameter_layout(c, plan)) {
+    resolve_weights();
+  }
+
+  Config config;
+  std::vector<LayerPlan> plan;
+  engine::Backend<S>& backend;
+  engine::ParameterSet<S> params;
+
+  // weights
+  const S* wte = nullptr;
+  S* dwte = nullptr;
+  const S* wpe = nullptr;
+  S* dwpe = nullptr;
+  const S* head = nullptr;  // U (V×d): wte when tied
+  S* dhead = nullptr;
+  Norm<S> lnf;
+  std::vector<LayerWeights<S>> layers;
+
+  // workspace for (B, T, pass)
+  int B = 0, T_ = 0, N = 0;
+  Pass pass = Pass::eval;
+  bool allocated = false;
+  std::vector<LayerActs<S>> acts;          // L (train) or 1 (eval)
+  std::vector<Buffer<S>> x;                // block inputs X_0 … X_L (train, dense) or 2 (eval)
+  std::vector<Buffer<S>> y;                // DenseFormer's raw block outputs Y_0 … Y_L
+  std::vector<Buffer<S>> kown, vown;       // each layer's own key and value heads
+  std::vector<Buffer<S>> dkown, dvown;     // their gradients (train)
+  Buffer<S> shared_kv_[2];                 // eval: own heads nobody reuses (keys, values)
+  Buffer<S> a, mlp, nf, meanf, rstdf, logits, losses, dnf;
+  Buffer<std::int32_t> ids, targets;
+  Buffer<S> dx, dn, dact, dh1, dh2, dz, dq, dkmix, dvmix, dpattern;
+  std::vector<Buffer<S>> dy;               // DenseFormer: gradients of Y_0 … Y_L
+  bool have_targets = false;
+  std::vector<S> staging;                  // host copies for the recorder (non-CPU backends)
+
+  // ---- setup ------------------------------------------------------------------------------------
+
+  Linear<S> linear(int l, const std::string& what) {
+    Linear<S> lin;
+    const std::string w = layer_tensor(l, what + ".weight"), b = layer_tensor(l, what + ".bias");
+    if (params.layout.find(w)) lin.W = params.value(w), lin.dW = params.grad(w);
+    if (params.layout.find(b)) lin.b = params.value(b), lin.db = params.grad(b);
+    return lin;
+  }
+
+  Norm<S> norm(const std::string& name) {
+    Norm<S> n;
+    n.g = params.value(name + ".weight"), n.dg = params.grad(name + ".weight");
+    if (params.layout.find(name + ".bias")) n.b = params.value(name + ".bias"), n.db = params.grad(name + ".bias");
+    return n;
+  }
+
+  void resolve_weights() {
+    wte = params.value("wte"), dwte = params.grad("wte");
+    if (params.layout.find("wpe")) wpe = params.value("wpe"), dwpe = params.grad("wpe");
+    head = config.tied ? wte : params.value("lm_head.weight");
+    dhead = config.tied ? dwte : params.grad("lm_head.weight");
+    lnf = norm("ln_f");
+    layers.resize(std::size_t(config.layers));
+    for (int l = 0; l < config.layers; ++l) {
+      LayerWeights<S>& w = layers[std::size_t(l)];
+      w.ln1 = norm(layer_tensor(l, "ln_1")), w.ln2 = norm(layer_tensor(l, "ln_2"));
+      w.q = linear(l, "attn.q"), w.k = linear(l, "attn.k"), w.v = linear(l, "attn.v"), w.o = linear(l, "attn.o");
+      w.fc = linear(l, "mlp.fc"), w.proj = linear(l, "mlp.proj");
+      w.gate = linear(l, "mlp.gate"), w.up = linear(l, "mlp.up"), w.down = linear(l, "mlp.down");
+      if (plan[std::size_t(l)].dense)
+        w.dwa = params.value(layer_tensor(l, "dwa")), w.ddwa = params.grad(layer_tensor(l, "dwa"));
+    }
+  }
+
+  bool dense() const { return config.variant.kind == VariantKind::denseformer; }
+  bool gpt2() const { return config.family == Family::gpt2; }
+  Centering centering() const { return gpt2() ? Centering::mean : Centering::none; }
+  int qwidth() const { return config.heads * config.head_dim; }
+  int kvwidth() const { return config.kv_heads * config.head_dim; }
+
+  // Whether layer l's own keys (values) are read by a later layer.
+  bool reused(int l, bool keys) const {
+    for (std::size_t n = std::size_t(l) + 1; n < plan.size(); ++n)
+      for (const Mix* mix : {keys ? &plan[n].keys : &plan[n].values, keys ? nullptr : &plan[n].direct})
+        if (mix)
+          for (const auto& sources : *mix)
+            for (const Source& s : sources)
+              if (s.layer == l) return true;
+    return false;
+  }
+
+  void allocate(int B_, int T__, Pass pass_) {
+    if (allocated && B_ == B && T__ == T_ && pass_ == pass) return;
+    B = B_, T_ = T__, N = B_ * T__, pass = pass_;
+    const bool train = pass == Pass::train;
+    const int L = config.layers, d = config.d, r = config.ffn, H = config.heads;
+    const std::size_t n = std::size_t(N), patterns = std::size_t(B) * H * T_ * T_;
+    auto buf = [&](std::size_t count) { return Buffer<S>(backend, count); };
+    acts.clear();
+    acts.resize(train ? std::size_t(L) : 1);
+    auto needs_mix = [&](std::size_t i, bool keys) {
+      auto mixes = [&](std::size_t l) {
+        const LayerPlan& q = plan[l];
+        return keys ? !is_own(q.keys, int(l), q.own_key_heads) : !is_own(q.values, int(l), q.own_value_heads);
+      };
+      if (train) return mixes(i);
+      for (std::size_t l = 0; l < plan.size(); ++l)
+        if (mixes(l)) return true;
+      return false;
+    };
+    for (std::size_t i = 0; i < acts.size(); ++i) {
+      LayerActs<S>& s = acts[i];
+      s.n1 = buf(n * d), s.mean1 = buf(n), s.rstd1 = buf(n), s.q = buf(n * qwidth());
+      s.pattern = buf(patterns), s.z = buf(n * qwidth()), s.m = buf(n * d);
+      s.n2 = buf(n * d), s.mean2 = buf(n), s.rstd2 = buf(n), s.h1 = buf(n * r), s.act = buf(n * r);
+      if (!gpt2()) s.h2 = buf(n * r);
+      if (needs_mix(i, true)) s.kmix = buf(n * kvwidth());
+      if (needs_mix(i, false)) s.vmix = buf(n * kvwidth());
+    }
+    const bool all_x = train || dense();
+    x.clear();
+    for (int i = 0; i < (all_x ? L + 1 : 2); ++i) x.push_back(buf(n * d));
+    y.clear();
+    if (dense())
+      for (int i = 0; i <= L; ++i) y.push_back(buf(n * d));
+    kown.clear(), vown.clear(), dkown.clear(), dvown.clear();
+    for (int l = 0; l < L; ++l) {
+      const LayerPlan& p = plan[std::size_t(l)];
+      const std::size_t kc = n * p.own_key_heads * config.head_dim, vc = n * p.own_value_heads * config.head_dim;
+      kown.push_back(train || reused(l, true) ? buf(kc) : Buffer<S>());
+      vown.push_back(train || reused(l, false) ? buf(vc) : Buffer<S>());
+      if (train) dkown.push_back(buf(kc)), dvown.push_back(buf(vc));
+    }
+    shared_kv_[0] = train ? Buffer<S>() : buf(n * kvwidth());
+    shared_kv_[1] = train ? Buffer<S>() : buf(n * kvwidth());
+    a = buf(n * d), mlp = buf(n * d), nf = buf(n * d), meanf = buf(n), rstdf = buf(n);
+    logits = buf(std::size_t(std::min(N, kHeadRows)) * config.vocab), losses = buf(n);
+    ids = Buffer<std::int32_t>(backend, n), targets = Buffer<std::int32_t>(backend, n);
+    dy.clear();
+    if (train) {
+      dnf = buf(n * d), dx = buf(n * d), dn = buf(n * d), dact = buf(n * r), dh1 = buf(n * r);
+      if (!gpt2()) dh2 = buf(n * r);
+      dz = buf(n * qwidth()), dq = buf(n * qwidth()), dkmix = buf(n * kvwidth()), dvmix = buf(n * kvwidth());
+      dpattern = buf(patterns);
+      if (dense())
+        for (int i = 0; i <= L; ++i) dy.push_back(buf(n * d));
+    }
+    allocated = true;
+  }
+
+  S* own_keys(int l) { return kown[std::size_t(l)].empty() ? shared_kv_[0].data() : kown[std::size_t(l)].data(); }
+  S* own_values(int l) {
+    return vown[std::size_t(l)].empty() ? shared_kv_[1].data() : vown[std::size_t(l)].data();
+  }
+  LayerActs<S>& act_of(int l) { return acts[pass == Pass::train ? std::size_t(l) : 0]; }
+  S* x_in(int l) {  // X_l
+    if (pass == Pass::train || dense()) return x[std::size_t(l)].data();
+    return x[std::size_t(l % 2)].data();
+  }
+
+  // ---- recording ----------------------------------------------------------------------------
+
+  const S* host(const S* p, std::size_t count) {
+    if (backend.device() == engine::Device::cpu) return p;
+    staging.resize(count);
+    backend.download(staging.data(), p, count * sizeof(S));
+    return staging.data();
+  }
+
+  void emit(Recorder<S>* rec, Site site, int l, const S* p, int heads, int width) {
+    if (!rec || !rec->wants(site, l)) return;
+    const std::size_t count =
+        site == Site::pattern ? std::size_t(B) * heads * T_ * T_ : std::size_t(N) * heads * width;
+    rec->record(Activation<S>{site, l, host(p, count), B, T_, heads, site == Site::pattern ? T_ : width});
+  }
+
+  // ---- mixing (lm/plan.hpp) -----------------------------------------------------------------
+
+  // The key (value) heads layer l attends with: its own buffer when the plan
+  // says "own heads as they are", else Σ w · source heads written into `out`.
+  const S* mixed(const Mix& mix, int l, bool keys, S* out) {
+    const int own = keys ? plan[std::size_t(l)].own_key_heads : plan[std::size_t(l)].own_value_heads;
+    if (is_own(mix, l, own)) return keys ? own_keys(l) : own_values(l);
+    const int w = config.head_dim, G = config.kv_heads;
+    for (int g = 0; g < G; ++g) {
+      S* dst = out + std::size_t(g) * w;
+      if (mix[std::size_t(g)].empty()) backend.axpby(N, w, S(0), dst, G * w, S(0), dst, G * w);
+      bool first = true;
+      for (const Source& s : mix[std::size_t(g)]) {
+        const int src_heads = keys ? plan[std::size_t(s.layer)].own_key_heads : plan[std::size_t(s.layer)].own_value_heads;
+        const S* src = (keys ? own_keys(s.layer) : own_values(s.layer)) + std::size_t(s.head) * w;
+        backend.axpby(N, w, S(s.weight), src, src_heads * w, first ? S(0) : S(1), dst, G * w);
+        first = false;
+      }
+    }
+    return out;
+  }
+
+  // dOwn[source] += w · dmix[g] for every source of every head g.
+  void unmix(const Mix& mix, bool keys, const S* dmix) {
+    const int w = config.head_dim, G = config.kv_heads;
+    for (int g = 0; g < G; ++g)
+      for (const Source& s : mix[std::size_t(g)]) {
+        const int src_heads = keys ? plan[std::size_t(s.layer)].own_key_heads : plan[std::size_t(s.layer)].own_value_heads;
+        S* dst = (keys ? dkown : dvown)[std::size_t(s.layer)].data() + std::size_t(s.head) * w;
+        backend.axpby(N, w, S(s.weight), dmix + std::size_t(g) * w, G * w, S(1), dst, src_heads * w);
+      }
+  }
+
+  // NeuTRENO's direct terms: z_h += Σ w · (own value head of the source) for each query head h reading g.
+  void add_direct(int l, S* z, bool backward_pass, const S* dz) {
+    const Mix& direct = plan[std::size_t(l)].direct;
+    const int w = config.head_dim, H = config.heads, group = config.heads / config.kv_heads;
+    for (int h = 0; h < H; ++h)
+      for (const Source& s : direct[std::size_t(h / group)]) {
+        const int src_heads = plan[std::size_t(s.layer)].own_value_heads;
+        if (!backward_pass)
+          backend.axpby(N, w, S(s.weight), own_values(s.layer) + std::size_t(s.head) * w, src_heads * w, S(1),
+                        z + std::size_t(h) * w, H * w);
+        else
+          backend.axpby(N, w, S(s.weight), dz + std::size_t(h) * w, H * w, S(1),
+                        dvown[std::size_t(s.layer)].data() + std::size_t(s.head) * w, src_heads * w);
+      }
+  }
+
+  engine::AttentionShape shape() const {
+    return {B, T_, config.heads, config.kv_heads, config.head_dim, config.head_dim};
+  }
+
+  // ---- forward ---------------------------------------------------------------------------------
+
+  void attention_forward(int l, Recorder<S>* rec) {
+    const LayerPlan& p = plan[std::size_t(l)];
+    const LayerWeights<S>& w = layers[std::size_t(l)];
+    LayerActs<S>& s = act_of(l);
+    const int d = config.d, dh = config.head_dim;
+    const S* x = x_in(l);
+    emit(rec, Site::resid_pre, l, x, 1, d);
+    backend.norm_forward(N, d, centering(), S(config.norm_eps), x, w.ln1.g, w.ln1.b, s.n1.data(), s.mean1.data(),
+                         s.rstd1.data());
+    if (p.identity_query)
+      backend.axpby(N, d, S(1), s.n1.data(), d, S(0), s.q.data(), qwidth());
+    else
+      engine::linear_forward<S>(backend, N, d, qwidth(), {s.n1.data(), d}, w.q.W, w.q.b, {s.q.data(), qwidth()});
+    if (p.own_key_heads)
+      engine::linear_forward<S>(backend, N, d, p.own_key_heads * dh, {s.n1.data(), d}, w.k.W, w.k.b,
+                                {own_keys(l), p.own_key_heads * dh});
+    if (p.own_value_heads)
+      engine::linear_forward<S>(backend, N, d, p.own_value_heads * dh, {s.n1.data(), d}, w.v.W, w.v.b,
+                                {own_values(l), p.own_value_heads * dh});
+    if (config.rope()) {
+      backend.rope(B, T_, config.heads, dh, qwidth(), config.rope_theta, false, s.q.data());
+      if (p.own_key_heads)
+        backend.rope(B, T_, p.own_key_heads, dh, p.own_key_heads * dh, config.rope_theta, false, own_keys(l));
+    }
+    const S* k = mixed(p.keys, l, true, s.kmix.data());
+    const S* v = mixed(p.values, l, false, s.vmix.data());
+    backend.attention_forward(shape(), S(config.attention_scale()), s.q.data(), k, v, s.pattern.data(), s.z.data());
+    add_direct(l, s.z.data(), false, nullptr);
+    emit(rec, Site::q, l, s.q.data(), config.heads, dh);
+    emit(rec, Site::k, l, k, config.kv_heads, dh);
+    emit(rec, Site::v, l, v, config.kv_heads, dh);
+    emit(rec, Site::pattern, l, s.pattern.data(), config.heads, T_);
+    emit(rec, Site::z, l, s.z.data(), config.heads, dh);
+    engine::linear_forward<S>(backend, N, qwidth(), d, {s.z.data(), qwidth()}, w.o.W, w.o.b, {a.data(), d});
+    emit(rec, Site::attn_out, l, a.data(), 1, d);
+    backend.axpby(N, d, S(1), x, d, S(0), s.m.data(), d);
+    backend.axpby(N, d, S(1), a.data(), d, S(1), s.m.data(), d);
+  }
+
+  // MLP(n2) into `mlp`; Y = m + MLP(n2) into `out`.
+  void mlp_forward(int l, S* out, Recorder<S>* rec) {
+    const LayerWeights<S>& w = layers[std::size_t(l)];
+    LayerActs<S>& s = act_of(l);
+    const int d = config.d, r = config.ffn;
+    backend.norm_forward(N, d, centering(), S(config.norm_eps), s.m.data(), w.ln2.g, w.ln2.b, s.n2.data(),
+                         s.mean2.data(), s.rstd2.data());
+    const std::size_t nr = std::size_t(N) * r;
+    if (gpt2()) {
+      engine::linear_forward<S>(backend, N, d, r, {s.n2.data(), d}, w.fc.W, w.fc.b, {s.h1.data(), r});
+      backend.gelu_forward(nr, config.gelu, s.h1.data(), s.act.data());
+      engine::linear_forward<S>(backend, N, r, d, {s.act.data(), r}, w.proj.W, w.proj.b, {mlp.data(), d});
+    } else {
+      engine::linear_forward<S>(backend, N, d, r, {s.n2.data(), d}, w.gate.W, w.gate.b, {s.h1.data(), r});
+      engine::linear_forward<S>(backend, N, d, r, {s.n2.data(), d}, w.up.W, w.up.b, {s.h2.data(), r});
+      backend.swiglu_forward(nr, s.h1.data(), s.h2.data(), s.act.data());
+      engine::linear_forward<S>(backend, N, r, d, {s.act.data(), r}, w.down.W, w.down.b, {mlp.data(), d});
+    }
+    emit(rec, Site::mlp_out, l, mlp.data(), 1, d);
+    backend.axpby(N, d, S(1), s.m.data(), d, S(0), out, d);
+    backend.axpby(N, d, S(1), mlp.data(), d, S(1), out, d);
+  }
+
+  // X_{l+1} = Σ_{j ≤ l+1} α_{l,j} Y_j (DenseFormer), α read from the device once per layer.
+  void dense_mix(int l) {
+    std::vector<S> alpha(std::size_t(l) + 2);
+    backend.download(alpha.data(), layers[std::size_t(l)].dwa, alpha.size() * sizeof(S));
+    S* out = x[std::size_t(l) + 1].data();
+    for (int j = 0; j <= l + 1; ++j)
+      backend.axpby(N, config.d, alpha[std::size_t(j)], y[std::size_t(j)].data(), config.d, j ? S(1) : S(0), out,
+                    config.d);
+  }
+
+  void layer_forward(int l, Recorder<S>* rec) {
+    attention_forward(l, rec);
+    S* out = dense() ? y[std::size_t(l) + 1].data() : x_in(l + 1);
+    mlp_forward(l, out, rec);
+    if (dense()) dense_mix(l);
+    emit(rec, Site::resid_post, l, x_in(l + 1), 1, config.d);
+  }
+
+  LossSum head_forward(double grad_scale) {
+    const int d = config.d, V = config.vocab;
+    const bool train = pass == Pass::train;
+    for (int r0 = 0; r0 < N; r0 += kHeadRows) {
+      const int rows = std::min(kHeadRows, N - r0);
+      const S* nf_rows = nf.data() + std::size_t(r0) * d;
+      backend.gemm(engine::Trans::none, engine::Trans::transpose, rows, V, d, S(1), nf_rows, d, 0, head, d, 0, S(0),
+                   logits.data(), V, 0, 1);
+      backend.cross_entropy(rows, V, logits.data(), targets.data() + r0, losses.data() + r0, S(grad_scale),
+                            train ? logits.data() : nullptr);
+      if (!train) continue;
+      backend.gemm(engine::Trans::none, engine::Trans::none, rows, d, V, S(1), logits.data(), V, 0, head, d, 0, S(0),
+                   dnf.data() + std::size_t(r0) * d, d, 0, 1);
+      backend.gemm(engine::Trans::transpose, engine::Trans::none, V, d, rows, S(1), logits.data(), V, 0, nf_rows, d,
+                   0, S(1), dhead, d, 0, 1);
+    }
+    std::vector<S> host_losses(static_cast<std::size_t>(N));
+    losses.download(host_losses);
+    LossSum total;
+    for (S v : host_losses) total.sum += double(v);
+    return total;
+  }
+
+  LossSum forward(const std::int32_t* ids_host, const std::int32_t* targets_host, int B_, int T__, Pass pass_,
+                  double grad_scale, Recorder<S>* rec) {
+    check_tokens(ids_host, targets_host, B_, T__);
+    allocate(B_, T__, pass_);
+    ids.upload({ids_host, std::size_t(N)});
+    have_targets = targets_host != nullptr;
+    LossSum result;
+    if (have_targets) {
+      targets.upload({targets_host, std::size_t(N)});
+      for (int n = 0; n < N; ++n) result.count += targets_host[n] >= 0;
+    }
+    S* x0 = dense() ? y[0].data() : x_in(0);
+    backend.embedding_forward(B, T_, config.d, ids.data(), wte, wpe, x0);
+    if (dense()) backend.axpby(N, config.d, S(1), x0, config.d, S(0), x_in(0), config.d);
+    for (int l = 0; l < config.layers; ++l) layer_forward(l, rec);
+    backend.norm_forward(N, config.d, centering(), S(config.norm_eps), x_in(config.layers), lnf.g, lnf.b, nf.data(),
+                         meanf.data(), rstdf.data());
+    emit(rec, Site::final, config.layers, nf.data(), 1, config.d);
+    if (have_targets) result.sum = head_forward(grad_scale).sum;
+    return result;
+  }
+
+  void check_tokens(const std::int32_t* ids_host, const std::int32_t* targets_host, int B_, int T__) const {
+    if (B_ < 1 || T__ < 1) throw std::invalid_argument("forward: need at least one sequence of one token");
+    if (T__ > config.positions)
+      throw std::invalid_argument("sequences of " + std::to_string(T__) + " tokens are longer than the model's " +
+                                  std::to_string(config.positions) + " positions");
+    for (std::size_t n = 0; n < std::size_t(B_) * T__; ++n) {
+      if (ids_host[n] < 0 || ids_host[n] >= config.vocab)
+        throw std::invalid_argument("token id " + std::to_string(ids_host[n]) + " at position " + std::to_string(n) +
+                                    " is outside the vocabulary [0, " + std::to_string(config.vocab) + ")");
+      if (targets_host && targets_host[n] >= config.vocab)
+        throw std::invalid_argument("target id " + std::to_string(targets_host[n]) + " at position " +
+                                    std::to_string(n) + " is outside the vocabulary");
+    }
+  }
+
+  // ---- backward --------------------------------------------------------------------------------
+
+  // dx holds dY (the block output's gradient); on return it holds dX_l.
+  void mlp_backward(int l) {
+    const LayerWeights<S>& w = layers[std::size_t(l)];
+    LayerActs<S>& s = act_of(l);
+    const int d = config.d, r = config.ffn;
+    const std::size_t nr = std::size_t(N) * r;
+    if (gpt2()) {
+      engine::linear_backward<S>(backend, N, r, d, {s.act.data(), r}, w.proj.W, {dx.data(), d}, {dact.data(), r},
+                                 w.proj.dW, w.proj.db);
+      backend.fill(nr, S(0), dh1.data());
+      backend.gelu_backward(nr, config.gelu, s.h1.data(), dact.data(), dh1.data());
+      engine::linear_backward<S>(backend, N, d, r, {s.n2.data(), d}, w.fc.W, {dh1.data(), r}, {dn.data(), d},
+                                 w.fc.dW, w.fc.db);
+    } else {
+      engine::linear_backward<S>(backend, N, r, d, {s.act.data(), r}, w.down.W, {dx.data(), d}, {dact.data(), r},
+                                 w.down.dW, w.down.db);
+      backend.fill(nr, S(0), dh1.data());
+      backend.fill(nr, S(0), dh2.data());
+      backend.swiglu_backward(nr, s.h1.data(), s.h2.data(), dact.data(), dh1.data(), dh2.data());
+      engine::linear_backward<S>(backend, N, d, r, {s.n2.data(), d}, w.gate.W, {dh1.data(), r}, {dn.data(), d},
+                                 w.gate.dW, w.gate.db);
+      engine::linear_backward<S>(backend, N, d, r, {s.n2.data(), d}, w.up.W, {dh2.data(), r}, {dn.data(), d},
+                                 w.up.dW, w.up.db, true);
+    }
+    backend.norm_backward(N, d, centering(), s.m.data(), w.ln2.g, s.mean2.data(), s.rstd2.data(), dn.data(),
+                          dx.data(), w.ln2.dg, w.ln2.db);
+  }
+
+  void attention_backward(int l) {
+    const LayerPlan& p = plan[std::size_t(l)];
+    const LayerWeights<S>& w = layers[std::size_t(l)];
+    LayerActs<S>& s = act_of(l);
+    const int d = config.d, dh = config.head_dim;
+    engine::linear_backward<S>(backend, N, qwidth(), d, {s.z.data(), qwidth()}, w.o.W, {dx.data(), d},
+                               {dz.data(), qwidth()}, w.o.dW, w.o.db);
+    add_direct(l, nullptr, true, dz.data());
+    const bool own_k = is_own(p.keys, l, p.own_key_heads), own_v = is_own(p.values, l, p.own_value_heads);
+    const S* k = own_k ? own_keys(l) : s.kmix.data();
+    const S* v = own_v ? own_values(l) : s.vmix.data();
+    S* dk = own_k ? dkown[std::size_t(l)].data() : dkmix.data();
+    S* dv = own_v ? dvown[std::size_t(l)].data() : dvmix.data();
+    const std::size_t nq = std::size_t(N) * qwidth(), nkv = std::size_t(N) * kvwidth();
+    backend.fill(nq, S(0), dq.data());
+    if (!own_k) backend.fill(nkv, S(0), dkmix.data());
+    if (!own_v) backend.fill(nkv, S(0), dvmix.data());
+    backend.attention_backward(shape(), S(config.attention_scale()), s.q.data(), k, v, s.pattern.data(), dz.data(),
+                               dq.data(), dk, dv, dpattern.data());
+    if (!own_k) unmix(p.keys, true, dkmix.data());
+    if (!own_v) unmix(p.values, false, dvmix.data());
+    if (config.rope()) {
+      backend.rope(B, T_, config.heads, dh, qwidth(), config.rope_theta, true, dq.data());
+      if (p.own_key_heads)
+        backend.rope(B, T_, p.own_key_heads, dh, p.own_key_heads * dh, config.rope_theta, true,
+                     dkown[std::size_t(l)].data());
+    }
+    if (p.identity_query)
+      backend.axpby(N, d, S(1), dq.data(), qwidth(), S(0), dn.data(), d);
+    else
+      engine::linear_backward<S>(backend, N, d, qwidth(), {s.n1.data(), d}, w.q.W, {dq.data(), qwidth()},
+                                 {dn.data(), d}, w.q.dW, w.q.db);
+    if (p.own_key_heads)
+      engine::linear_backward<S>(backend, N, d, p.own_key_heads * dh, {s.n1.data(), d}, w.k.W,
+                                 {dkown[std::size_t(l)].data(), p.own_key_heads * dh}, {dn.data(), d}, w.k.dW,
+                                 w.k.db, true);
+    if (p.own_value_heads)
+      engine::linear_backward<S>(backend, N, d, p.own_value_heads * dh, {s.n1.data(), d}, w.v.W,
+                                 {dvown[std::size_t(l)].data(), p.own_value_heads * dh}, {dn.data(), d}, w.v.dW,
+                                 w.v.db, true);
+    backend.norm_backward(N, d, centering(), x_in(l), w.ln1.g, s.mean1.data(), s.rstd1.data(), dn.data(), dx.data(),
+                          w.ln1.dg, w.ln1.db);
+  }
+
+  // DenseFormer: dx = dX_{l+1} → dY_j += α_{l,j} dX_{l+1}, dα_{l,j} += ⟨Y_j, dX_{l+1}⟩; then dx = dY_{l+1}.
+  void dense_backward(int l) {
+    const std::size_t count = std::size_t(N) * config.d;
+    std::vector<S> alpha(std::size_t(l) + 2), dalpha(alpha.size());
+    backend.download(alpha.data(), layers[std::size_t(l)].dwa, alpha.size() * sizeof(S));
+    backend.download(dalpha.data(), layers[std::size_t(l)].ddwa, alpha.size() * sizeof(S));
+    for (int j = 0; j <= l + 1; ++j) {
+      dalpha[std::size_t(j)] += S(backend.dot(count, y[std::size_t(j)].data(), dx.data()));
+      backend.axpby(N, config.d, alpha[std::size_t(j)], dx.data(), config.d, S(1), dy[std::size_t(j)].data(),
+                    config.d);
+    }
+    backend.upload(layers[std::size_t(l)].ddwa, dalpha.data(), alpha.size() * sizeof(S));
+    backend.axpby(N, config.d, S(1), dy[std::size_t(l) + 1].data(), config.d, S(0), dx.data(), config.d);
+  }
+
+  void backward() {
+    if (pass != Pass::train || !have_targets)
+      throw std::logic_error("backward: the last forward pass was not a training pass with targets");
+    const std::size_t count = std::size_t(N) * config.d;
+    backend.fill(count, S(0), dx.data());
+    for (auto& b : dkown) backend.fill(b.size(), S(0), b.data());
+    for (auto& b : dvown) backend.fill(b.size(), S(0), b.data());
+    for (auto& b : dy) backend.fill(b.size(), S(0), b.data());
+    backend.norm_backward(N, config.d, centering(), x_in(config.layers), lnf.g, meanf.data(), rstdf.data(),
+                          dnf.data(), dx.data(), lnf.dg, lnf.db);
+    for (int l = config.layers - 1; l >= 0; --l) {
+      if (dense()) dense_backward(l);
+      mlp_backward(l);
+      attention_backward(l);
+    }
+    if (dense()) backend.axpby(N, config.d, S(1), dy[0].data(), config.d, S(1), dx.data(), config.d);
+    backend.embedding_backward(B, T_, config.d, ids.data(), dx.data(), dwte, dwpe);
+  }
+};
+
+template <class S>
+Model<S>::Model(const Config& config, engine::Backend<S>& backend) : impl_(std::make_unique<Impl>(config, backend)) {}
+template <class S>
+Model<S>::~Model() = default;
+template <class S>
+const Config& Model<S>::config() const {
+  return impl_->config;
+}
+template <class S>
+const std::vector<LayerPlan>& Model<S>::plan() const {
+  return impl_->plan;
+}
+template <class S>
+engine::Backend<S>& Model<S>::backend() {
+  return impl_->backend;
+}
+template <class S>
+engine::ParameterSet<S>& Model<S>::parameters() {
+  return impl_->params;
+}
+
+template <class S>
+void Model<S>::initialize(std::uint64_t seed) {
+  set_parameters(initial_values<S>(impl_->config, impl_->params.layout, seed));
+}
+
+template <class S>
+void Model<S>::set_parameters(const std::vector<S>& values) {
+  if (values.size() != impl_->params.layout.total())
+    throw std::invalid_argument("set_parameters: " + std::to_string(values.size()) + " values for a layout of " +
+                                std::to_string(impl_->params.layout.total()));
+  impl_->params.values.upload(values);
+}
+
+template <class S>
+std::vector<S> Model<S>::parameter_values() const {
+  return impl_->params.values.to_host();
+}
+
+template <class S>
+LossSum Model<S>::forward(const std::int32_t* ids, const std::int32_t* targets, int B, int T_, Pass pass,
+                          double grad_scale, Recorder<S>* recorder) {
+  return impl_->forward(ids, targets, B, T_, pass, grad_scale, recorder);
+}
+
+template <class S>
+void Model<S>::backward() {
+  impl_->backward();
+}
+
+template class Model<float>;
+template class Model<double>;
+
+}  // namespace qkvlab::lm

@@ -1,0 +1,78 @@
+// The decoder-only language model of both families and every variant, written
+// once against engine/backend.hpp, so the CPU and CUDA backends run the same
+// definition. Pre-norm blocks, row-vector convention (lm/config.hpp):
+//   X_0 = E[ids] (+ P)                                   embedding (+ learned positions)
+//   block ℓ:  n1 = N_1(X_ℓ);  q = n1 W_Q (Q-identity: n1);  k, v = n1 W_K, n1 W_V (own heads)
+//             RoPE on q, k (llama);  keys and values mixed as the plan says (lm/plan.hpp)
+//             z_h = softmax(scale q_h k_gᵀ + causal) v_g (+ direct terms);  a = z W_O
+//             m = X_ℓ + a;  n2 = N_2(m);  Y = m + MLP(n2);  X_{ℓ+1} = Y (DenseFormer: Σ_j α_j Y_j)
+//   logits = N_f(X_L) Uᵀ (U = E when tied);  loss = mean cross-entropy over predicted positions
+// The backward pass mirrors it layer by layer (the formulas are the kernels',
+// engine/backend.hpp and engine/linear.hpp); a value or key head reused by a
+// later layer receives that layer's gradient before its own layer's backward.
+//
+// Memory: activations are allocated once per (B, T, pass) and reused. An eval
+// pass keeps one layer's activations (attention patterns included) at a time,
+// plus the key and value heads that later layers reuse; a training pass keeps
+// every layer's for the backward. The head's logits are computed 512 rows at
+// a time, so they never take B·T·V floats.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "engine/backend.hpp"
+#include "engine/parameters.hpp"
+#include "lm/config.hpp"
+#include "lm/plan.hpp"
+#include "lm/record.hpp"
+
+namespace qkvlab::lm {
+
+enum class Pass { eval, train };
+
+struct LossSum {
+  double sum = 0;           // Σ of the per-position losses, in nats
+  std::int64_t count = 0;   // predicted positions
+  double mean() const { return count ? sum / double(count) : 0.0; }
+};
+
+template <class S>
+class Model {
+ public:
+  Model(const Config& config, engine::Backend<S>& backend);
+  ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  const Config& config() const;
+  const std::vector<LayerPlan>& plan() const;
+  engine::Backend<S>& backend();
+  engine::ParameterSet<S>& parameters();
+
+  void initialize(std::uint64_t seed);                 // lm/parameters.hpp's initialization
+  void set_parameters(const std::vector<S>& values);   // host values in the layout's order and offsets
+  std::vector<S> parameter_values() const;             // the same, read back
+
+  // One forward pass over B sequences of T tokens: `ids` and `targets` are
+  // host arrays of B·T entries (targets[n] < 0: position n is not predicted;
+  // targets null: no loss is computed and the head is skipped). With
+  // Pass::train the head's gradient, scaled by grad_scale per predicted
+  // position, is added to the parameter gradients and backward() may follow.
+  // The recorder, if any, receives the sites it asks for as they are computed.
+  // Throws std::invalid_argument for ids outside [0, V), T above the positions.
+  LossSum forward(const std::int32_t* ids, const std::int32_t* targets, int B, int T, Pass pass,
+                  double grad_scale = 0, Recorder<S>* recorder = nullptr);
+  // Adds the gradient of the last training forward's loss to the parameter gradients.
+  void backward();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+extern template class Model<float>;
+extern template class Model<double>;
+
+}  // namespace qkvlab::lm

@@ -1,0 +1,143 @@
+#include "lm/plan.hpp"
+
+#include <cmath>
+#include <sstream>
+
+namespace qkvlab::lm {
+
+namespace {
+
+std::vector<Source> one(int layer, int head, double weight = 1) { return {Source{layer, head, weight}}; }
+
+Mix own_heads(int layer, int heads) {
+  Mix m(heads);
+  for (int g = 0; g < heads; ++g) m[g] = one(layer, g);
+  return m;
+}
+
+bool skipv1_family(VariantKind k) {
+  return k == VariantKind::skipv1 || k == VariantKind::skipkv1 || k == VariantKind::skipv1_yoco;
+}
+
+// SkipV1's value (or key) heads of layer n (0-based) with `own` own heads and
+// heads own … G−1 injected from layer `src` (0-based; −1: SkipV0, zero heads).
+Mix skip_heads(const Config& c, int n, int own, int src) {
+  const int G = c.kv_heads, injected = G - own;
+  Mix m(G);
+  for (int g = 0; g < own; ++g) m[g] = one(n, g);
+  if (src < 0) return m;
+  const int paper_n = n + 1;  // the paper numbers layers from 1
+  for (int j = 0; j < injected; ++j) {
+    const int position = own + j;
+    switch (c.variant.strategy) {
+      case Strategy::second_half:
+        m[position] = one(src, own + j);
+        break;
+      case Strategy::pooling:
+        m[position] = {Source{src, j, 0.5}, Source{src, own + j, 0.5}};
+        break;
+      case Strategy::dynamic:
+        m[position] = one(src, j == paper_n % own ? paper_n % own : own + j);
+        break;
+      case Strategy::odd_even:
+        m[position] = one(src, paper_n % 2 ? j : own + j);
+        break;
+      case Strategy::plus_resformer:
+        m[position] = one(src, own + j);
+        break;
+    }
+  }
+  if (c.variant.strategy == Strategy::plus_resformer)
+    for (int g = 0; g < own; ++g) m[g].push_back(Source{src, g, 1.0});
+  return m;
+}
+
+}  // namespace
+
+std::vector<LayerPlan> make_plan(const Config& c) {
+  validate(c);
+  const int L = c.layers, G = c.kv_heads;
+  const Variant& v = c.variant;
+  const int half = L / 2 - 1;  // layer L/2, 0-based
+  std::vector<LayerPlan> plan(L);
+  for (int n = 0; n < L; ++n) {
+    LayerPlan& p = plan[n];
+    p.own_key_heads = G, p.own_value_heads = G;
+    p.keys = own_heads(n, G), p.values = own_heads(n, G), p.direct.assign(G, {});
+    p.identity_query = v.kind == VariantKind::q_identity;
+    p.dense = v.kind == VariantKind::denseformer;
+    if (n == 0) continue;  // layer 1 is always standard
+    switch (v.kind) {
+      case VariantKind::vanilla:
+      case VariantKind::denseformer:
+      case VariantKind::q_identity:
+        break;
+      case VariantKind::resformer:
+        for (int g = 0; g < G; ++g) p.values[g] = {Source{n, g, v.alpha}, Source{0, g, v.beta}};
+        break;
+      case VariantKind::svformer:
+        p.own_value_heads = 0, p.values = own_heads(0, G);
+        break;
+      case VariantKind::neutreno:
+        for (int g = 0; g < G; ++g) p.direct[g] = {Source{0, g, v.lambda}, Source{n, g, -v.lambda}};
+        break;
+      case VariantKind::yoco_v:
+        if (n > half) p.own_value_heads = 0, p.values = own_heads(half, G);
+        break;
+      case VariantKind::cla_v:
+        if ((n + 1) % 2 == 0) p.own_value_heads = 0, p.values = own_heads(n - 1, G);
+        break;
+      case VariantKind::skipv1:
+      case VariantKind::skipkv1:
+      case VariantKind::skipv1_yoco: {
+        const int src = v.source_layer - 1;  // −1: SkipV0
+        if (n <= src) break;                 // layers ≤ k are full
+        const int own = G - int(std::lround(v.skip_ratio * G));
+        p.own_value_heads = own, p.values = skip_heads(c, n, own, src);
+        if (v.kind == VariantKind::skipkv1) p.own_key_heads = own, p.keys = skip_heads(c, n, own, src);
+        if (v.kind == VariantKind::skipv1_yoco && n > half) p.own_key_heads = 0, p.keys = own_heads(half, G);
+        break;
+      }
+    }
+  }
+  return plan;
+}
+
+bool is_own(const Mix& mix, int layer, int own_heads) {
+  if (int(mix.size()) != own_heads) return false;
+  for (int g = 0; g < own_heads; ++g)
+    if (mix[g].size() != 1 || !(mix[g][0] == Source{layer, g, 1.0})) return false;
+  return true;
+}
+
+std::string describe(const std::vector<LayerPlan>& plan) {
+  std::ostringstream out;
+  auto mix_text = [](const Mix& mix) {
+    std::ostringstream s;
+    for (std::size_t g = 0; g < mix.size(); ++g) {
+      s << (g ? ", " : "") << g << "=";
+      if (mix[g].empty()) s << "0";
+      for (std::size_t i = 0; i < mix[g].size(); ++i) {
+        const Source& src = mix[g][i];
+        s << (i ? "+" : "");
+        if (src.weight != 1) s << src.weight << "*";
+        s << "L" << src.layer + 1 << "h" << src.head;
+      }
+    }
+    return s.str();
+  };
+  for (std::size_t n = 0; n < plan.size(); ++n) {
+    const LayerPlan& p = plan[n];
+    out << "layer " << n + 1 << ": W_K " << p.own_key_heads << " heads, W_V " << p.own_value_heads
+        << " heads; keys " << mix_text(p.keys) << "; values " << mix_text(p.values);
+    bool any_direct = false;
+    for (const auto& d : p.direct) any_direct = any_direct || !d.empty();
+    if (any_direct) out << "; direct " << mix_text(p.direct);
+    if (p.identity_query) out << "; W_Q = I";
+    if (p.dense) out << "; dense mix";
+    out << "\n";
+  }
+  return out.str();
+}
+
+}  // namespace qkvlab::lm

@@ -1,0 +1,48 @@
+// The activation record: what a forward pass keeps, named as TransformerLens
+// users know them. The caller says which sites of which layers it wants; the
+// model hands each one over as soon as it is computed (layer by layer, so a
+// long sequence's patterns never all sit in memory at once), as host memory
+// valid only during the call.
+//
+//   site        layout of Activation::data (row-major)       what
+//   resid_pre   (B, T, 1, d)                                 block input (layer 1: the embedding output)
+//   q           (B, T, H, d_k)                               queries after RoPE (MLA: [q_C, q_R])
+//   k           (B, T, H_kv, d_k)                            keys after RoPE, after the variant's reuse
+//   v           (B, T, H_kv, d_v)                            values the heads attend to, after mixing
+//   pattern     (B, H, T, T)                                 attention probabilities (rows sum to 1,
+//                                                            zero above the diagonal)
+//   z           (B, T, H, d_v)                               head outputs A_h v_h (+ NeuTRENO's term)
+//   attn_out    (B, T, 1, d)                                 attention sublayer output
+//   mlp_out     (B, T, 1, d)                                 MLP sublayer output
+//   resid_post  (B, T, 1, d)                                 block output (after DenseFormer's mix)
+//   final       (B, T, 1, d)                                 N_f(resid_post of layer L); layer = L
+// Layers are 0-based here (layer ℓ is the paper's ℓ + 1).
+#pragma once
+
+#include <string>
+
+namespace qkvlab::lm {
+
+enum class Site { resid_pre, q, k, v, pattern, z, attn_out, mlp_out, resid_post, final };
+inline constexpr int kSites = 10;
+
+std::string to_string(Site site);
+Site parse_site(const std::string& name);  // UsageError naming the known sites
+
+template <class S>
+struct Activation {
+  Site site;
+  int layer;
+  const S* data;
+  int B, T, heads, width;  // pattern: (B, heads = H, T, width = T)
+};
+
+template <class S>
+class Recorder {
+ public:
+  virtual ~Recorder() = default;
+  virtual bool wants(Site site, int layer) const = 0;
+  virtual void record(const Activation<S>& activation) = 0;
+};
+
+}  // namespace qkvlab::lm

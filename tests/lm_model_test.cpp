@@ -1,0 +1,285 @@
+// The language model (lm/model.hpp) on the CPU backend: its gradient against
+// central finite differences in double for every variant of both families, its
+// forward pass against an independent implementation, float against double,
+// thread-count invariance, and negative controls the same checks must reject.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "core/rng.hpp"
+#include "engine/cpu_backend.hpp"
+#include "lm/model.hpp"
+#include "lm/parameters.hpp"
+#include "lm_reference.hpp"
+
+namespace {
+
+using namespace qkvlab;
+using namespace qkvlab::lm;
+
+// Central differences with h = 1e-5 in double: truncation ~h²|φ'''|/6 and
+// rounding ~u|φ|/h stay near 1e-10 relative for O(1) derivatives, so a correct
+// gradient shows rel_err far below 1e-6 and a wrong one an error of order 1e-2
+// or more; controls must exceed 1e-3 (a wide margin).
+constexpr double kGradTolerance = 1e-6;
+constexpr double kControlMin = 1e-3;
+
+struct Case {
+  std::string name;
+  Config config;
+};
+
+Config tiny(Family family, VariantKind kind) {
+  Config c = family_defaults(family, 3, 8, 2, 11, 8);
+  c.head_dim = 4, c.ffn = 12;
+  c.variant.kind = kind;
+  return c;
+}
+
+std::vector<Case> every_variant() {
+  std::vector<Case> cases;
+  for (Family f : {Family::gpt2, Family::llama}) {
+    const std::string fam = to_string(f) + "_";
+    for (VariantKind k : {VariantKind::vanilla, VariantKind::resformer, VariantKind::svformer, VariantKind::neutreno,
+                          VariantKind::denseformer, VariantKind::skipv1, VariantKind::yoco_v, VariantKind::cla_v,
+                          VariantKind::skipkv1, VariantKind::skipv1_yoco, VariantKind::q_identity})
+      cases.push_back({fam + to_string(k), tiny(f, k)});
+    Config gqa = tiny(f, VariantKind::vanilla);
+    gqa.heads = 4, gqa.kv_heads = 2, gqa.head_dim = 2;
+    cases.push_back({fam + "gqa", gqa});
+    Config skip_gqa = gqa;
+    skip_gqa.variant.kind = VariantKind::skipv1;
+    cases.push_back({fam + "skipv1_gqa", skip_gqa});
+    for (Strategy s : {Strategy::pooling, Strategy::dynamic, Strategy::odd_even, Strategy::plus_resformer}) {
+      Config c = tiny(f, VariantKind::skipv1);
+      c.heads = 4, c.kv_heads = 4, c.head_dim = 2, c.variant.strategy = s;
+      cases.push_back({fam + "skipv1_" + to_string(s), c});
+    }
+    Config skipv0 = tiny(f, VariantKind::skipv1);
+    skipv0.variant.source_layer = 0;
+    cases.push_back({fam + "skipv0", skipv0});
+    Config skipv2 = tiny(f, VariantKind::skipv1);
+    skipv2.variant.source_layer = 2;
+    cases.push_back({fam + "skipv2", skipv2});
+    Config lam = tiny(f, VariantKind::resformer);
+    lam.variant.alpha = 1, lam.variant.beta = 2;
+    cases.push_back({fam + "resformer_lambda2", lam});
+    Config untied = tiny(f, VariantKind::vanilla);
+    untied.tied = !untied.tied, untied.bias = !untied.bias, untied.gelu = GeluForm::erf;
+    cases.push_back({fam + "flipped_tied_bias_gelu", untied});
+  }
+  for (auto& c : cases)
+    for (char& ch : c.name)
+      if (ch == '-') ch = '_';  // test names: letters, digits, underscores
+  return cases;
+}
+
+// Every parameter drawn at a scale that exercises the nonlinearities (gains near 1).
+std::vector<double> random_parameters(const engine::ParameterLayout& layout, std::uint64_t seed) {
+  std::vector<double> values(layout.total(), 0.0);
+  for (const auto& spec : layout.specs()) {
+    Rng rng(seed, spec.name);
+    const bool gain = spec.shape.size() == 1 && spec.name.find(".weight") != std::string::npos;
+    for (std::size_t i = 0; i < spec.size(); ++i)
+      values[spec.offset + i] = gain ? 1 + 0.2 * rng.normal() : 0.4 * rng.normal();
+  }
+  return values;
+}
+
+struct Batch {
+  int B = 2, T = 6;
+  std::vector<std::int32_t> ids, targets;
+};
+
+Batch random_batch(int vocab, std::uint64_t seed, int B = 2, int T = 6) {
+  Batch b{B, T, {}, {}};
+  Rng rng(seed, "batch");
+  for (int n = 0; n < B * T; ++n) {
+    b.ids.push_back(rng.uniform_int(vocab));
+    b.targets.push_back(n % 5 == 3 ? -1 : rng.uniform_int(vocab));  // a few positions not predicted
+  }
+  return b;
+}
+
+template <class S>
+double mean_loss(Model<S>& model, const Batch& b) {
+  return model.forward(b.ids.data(), b.targets.data(), b.B, b.T, Pass::eval).mean();
+}
+
+// rel_err = ‖g_fd − g‖ / ‖g_fd‖ over up to 3 entries of every tensor.
+double gradient_error(const Config& c, const Batch& batch, const std::vector<double>& values,
+                      const std::vector<double>& analytic, engine::CpuBackend<double>& be) {
+  Model<double> model(c, be);
+  double num = 0, den = 0;
+  const double h = 1e-5;
+  for (const auto& spec : model.parameters().layout.specs()) {
+    for (std::size_t j = 0; j < std::min<std::size_t>(3, spec.size()); ++j) {
+      const std::size_t i = spec.offset + (j * 7919) % spec.size();
+      std::vector<double> p = values;
+      p[i] = values[i] + h;
+      model.set_parameters(p);
+      const double up = mean_loss(model, batch);
+      p[i] = values[i] - h;
+      model.set_parameters(p);
+      const double down = mean_loss(model, batch);
+      const double fd = (up - down) / (2 * h);
+      num += (fd - analytic[i]) * (fd - analytic[i]);
+      den += fd * fd;
+    }
+  }
+  return std::sqrt(num / den);
+}
+
+std::vector<double> analytic_gradient(const Config& c, const Batch& batch, const std::vector<double>& values,
+                                      engine::CpuBackend<double>& be) {
+  Model<double> model(c, be);
+  model.set_parameters(values);
+  std::int64_t predicted = 0;
+  for (auto t : batch.targets) predicted += t >= 0;
+  model.forward(batch.ids.data(), batch.targets.data(), batch.B, batch.T, Pass::train, 1.0 / double(predicted));
+  model.backward();
+  return model.parameters().grads.to_host();
+}
+
+class LmGradient : public ::testing::TestWithParam<Case> {};
+
+TEST_P(LmGradient, MatchesFiniteDifferences) {
+  const Config& c = GetParam().config;
+  engine::CpuBackend<double> be(2);
+  Model<double> probe(c, be);
+  const auto values = random_parameters(probe.parameters().layout, 7);
+  const Batch batch = random_batch(c.vocab, 3);
+  const auto analytic = analytic_gradient(c, batch, values, be);
+  EXPECT_LT(gradient_error(c, batch, values, analytic, be), kGradTolerance);
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryVariant, LmGradient, ::testing::ValuesIn(every_variant()),
+                         [](const auto& info) { return info.param.name; });
+
+// Controls: the checker rejects a gradient taken from a model whose variant
+// weights differ (ResFormer's β, NeuTRENO's λ), and one off by 1% everywhere.
+TEST(LmGradientControl, WrongMixingWeightIsCaught) {
+  engine::CpuBackend<double> be(2);
+  for (VariantKind kind : {VariantKind::resformer, VariantKind::neutreno}) {
+    Config c = tiny(Family::gpt2, kind);
+    Model<double> probe(c, be);
+    const auto values = random_parameters(probe.parameters().layout, 7);
+    const Batch batch = random_batch(c.vocab, 3);
+    Config wrong = c;
+    wrong.variant.beta = 0.3, wrong.variant.lambda = 0.3;
+    const auto analytic = analytic_gradient(wrong, batch, values, be);
+    EXPECT_GT(gradient_error(c, batch, values, analytic, be), kControlMin) << to_string(kind);
+  }
+}
+
+TEST(LmGradientControl, ScaledGradientIsCaught) {
+  engine::CpuBackend<double> be(2);
+  const Config c = tiny(Family::llama, VariantKind::skipv1);
+  Model<double> probe(c, be);
+  const auto values = random_parameters(probe.parameters().layout, 7);
+  const Batch batch = random_batch(c.vocab, 3);
+  auto analytic = analytic_gradient(c, batch, values, be);
+  for (double& g : analytic) g *= 1.01;
+  EXPECT_GT(gradient_error(c, batch, values, analytic, be), 5e-3);
+}
+
+// ---- forward against the independent implementation (tests/lm_reference.hpp) ----
+
+class LmReference : public ::testing::TestWithParam<Case> {};
+
+TEST_P(LmReference, LossMatchesIndependentImplementation) {
+  const Config& c = GetParam().config;
+  engine::CpuBackend<double> be(1);
+  Model<double> model(c, be);
+  const auto values = random_parameters(model.parameters().layout, 11);
+  model.set_parameters(values);
+  const Batch batch = random_batch(c.vocab, 5);
+  const double ours = mean_loss(model, batch);
+  const double ref = reference_loss(c, model.parameters().layout, values, batch.ids, batch.targets, batch.B, batch.T);
+  EXPECT_NEAR(ours, ref, 1e-12 * std::abs(ref));
+}
+
+std::vector<Case> reference_cases() {
+  std::vector<Case> cases;
+  for (Family f : {Family::gpt2, Family::llama}) {
+    Config c = tiny(f, VariantKind::vanilla);
+    cases.push_back({to_string(f), c});
+    c.heads = 4, c.kv_heads = 2, c.head_dim = 6, c.tied = !c.tied;  // heads·d_h ≠ d on purpose
+    cases.push_back({to_string(f) + "_gqa_untied", c});
+    Config q = tiny(f, VariantKind::q_identity);
+    cases.push_back({to_string(f) + "_q_identity", q});
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, LmReference, ::testing::ValuesIn(reference_cases()),
+                         [](const auto& info) { return info.param.name; });
+
+TEST(LmReferenceControl, PerturbedWeightChangesTheLoss) {
+  const Config c = tiny(Family::llama, VariantKind::vanilla);
+  engine::CpuBackend<double> be(1);
+  Model<double> model(c, be);
+  auto values = random_parameters(model.parameters().layout, 11);
+  model.set_parameters(values);
+  const Batch batch = random_batch(c.vocab, 5);
+  const double ours = mean_loss(model, batch);
+  values[model.parameters().layout.at("h.1.attn.k.weight").offset] += 0.5;
+  const double ref = reference_loss(c, model.parameters().layout, values, batch.ids, batch.targets, batch.B, batch.T);
+  EXPECT_GT(std::abs(ours - ref), kControlMin * std::abs(ref));
+}
+
+// ---- precision and threads ----
+
+TEST(LmPrecision, FloatLossMatchesDouble) {
+  for (Family f : {Family::gpt2, Family::llama}) {
+    Config c = family_defaults(f, 4, 64, 4, 97, 64);
+    engine::CpuBackend<double> bd(2);
+    engine::CpuBackend<float> bf(2);
+    Model<double> md(c, bd);
+    Model<float> mf(c, bf);
+    md.initialize(5);
+    mf.initialize(5);
+    const Batch batch = random_batch(c.vocab, 9, 3, 40);
+    const double ld = mean_loss(md, batch), lf = mean_loss(mf, batch);
+    // float rounding: u = 6e-8 times O(d) accumulated terms per product, a few layers deep
+    EXPECT_NEAR(lf, ld, 1e-5 * ld) << to_string(f);
+    EXPECT_NE(lf, ld);  // and the two really ran at different precisions
+  }
+}
+
+TEST(LmThreads, SameLossAndGradientsOnOneAndTwoThreads) {
+  Config c = family_defaults(Family::llama, 3, 64, 4, 300, 256);
+  c.kv_heads = 2;
+  c.variant.kind = VariantKind::skipv1;
+  std::vector<float> grads[2];
+  double losses[2];
+  const Batch batch = random_batch(c.vocab, 13, 4, 200);
+  for (int threads : {1, 2}) {
+    engine::CpuBackend<float> be(threads);
+    Model<float> m(c, be);
+    m.initialize(3);
+    m.parameters().grads.upload(std::vector<float>(m.parameters().layout.total(), 0.0f));
+    losses[threads - 1] = m.forward(batch.ids.data(), batch.targets.data(), batch.B, batch.T, Pass::train, 1e-3).sum;
+    m.backward();
+    grads[threads - 1] = m.parameters().grads.to_host();
+  }
+  EXPECT_EQ(losses[0], losses[1]);
+  EXPECT_EQ(grads[0], grads[1]);
+}
+
+TEST(LmInput, OutOfRangeTokensAndLongSequencesAreRefused) {
+  const Config c = tiny(Family::gpt2, VariantKind::vanilla);
+  engine::CpuBackend<float> be(1);
+  Model<float> m(c, be);
+  m.initialize(1);
+  std::vector<std::int32_t> ids{1, 2, 11}, targets{2, 3, 4};
+  EXPECT_THROW(m.forward(ids.data(), targets.data(), 1, 3, Pass::eval), std::invalid_argument);
+  std::vector<std::int32_t> long_ids(9, 1);
+  EXPECT_THROW(m.forward(long_ids.data(), nullptr, 1, 9, Pass::eval), std::invalid_argument);
+  ids[2] = 10;
+  EXPECT_NO_THROW(m.forward(ids.data(), targets.data(), 1, 3, Pass::eval));
+}
+
+}  // namespace

@@ -1,0 +1,250 @@
+// Each variant's defining property (docs/lm.md), read off the activation
+// record of a forward pass on random weights: which values and keys a layer
+// attends with, and with what weights. Every property is also checked to fail
+// where it should not hold (a control), so a check that cannot fail is caught.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <vector>
+
+#include "core/rng.hpp"
+#include "engine/cpu_backend.hpp"
+#include "lm/model.hpp"
+#include "lm_reference.hpp"
+
+namespace {
+
+using namespace qkvlab;
+using namespace qkvlab::lm;
+
+// A recorder that keeps every site of every layer.
+struct KeepAll : Recorder<double> {
+  std::map<std::pair<int, Site>, RowMat> data;  // (B·T, heads·width); pattern: (B·H·T, T)
+  std::map<std::pair<int, Site>, int> width;
+  bool wants(Site, int) const override { return true; }
+  void record(const Activation<double>& a) override {
+    const Eigen::Index rows = a.site == Site::pattern ? Eigen::Index(a.B) * a.heads * a.T : Eigen::Index(a.B) * a.T;
+    const Eigen::Index cols = a.site == Site::pattern ? a.T : Eigen::Index(a.heads) * a.width;
+    data[{a.layer, a.site}] = Eigen::Map<const RowMat>(a.data, rows, cols);
+    width[{a.layer, a.site}] = a.width;
+  }
+  const RowMat& at(int layer, Site site) const { return data.at({layer, site}); }
+  // Head h of a token-major site: (B·T, width).
+  RowMat head(int layer, Site site, int h) const {
+    const int w = width.at({layer, site});
+    return at(layer, site).middleCols(Eigen::Index(h) * w, w);
+  }
+};
+
+struct Run {
+  Config config;
+  engine::ParameterLayout layout;
+  std::vector<double> values;
+  KeepAll rec;
+};
+
+Config small(Family family, VariantKind kind, int layers = 4) {
+  Config c = family_defaults(family, layers, 16, 4, 23, 16);
+  c.ffn = 24;
+  c.variant.kind = kind;
+  return c;
+}
+
+std::unique_ptr<Run> run(const Config& c, std::uint64_t seed = 1) {
+  engine::CpuBackend<double> be(2);
+  Model<double> model(c, be);
+  auto r = std::make_unique<Run>(Run{c, model.parameters().layout, {}, {}});
+  r->values.assign(r->layout.total(), 0.0);
+  for (const auto& spec : r->layout.specs()) {
+    Rng rng(seed, spec.name);
+    const bool gain = spec.shape.size() == 1 && spec.name.find(".weight") != std::string::npos;
+    for (std::size_t i = 0; i < spec.size(); ++i) r->values[spec.offset + i] = gain ? 1 + 0.2 * rng.normal() : 0.3 * rng.normal();
+  }
+  model.set_parameters(r->values);
+  std::vector<std::int32_t> ids;
+  Rng rng(seed, "ids");
+  for (int n = 0; n < 2 * 7; ++n) ids.push_back(rng.uniform_int(c.vocab));
+  model.forward(ids.data(), nullptr, 2, 7, Pass::eval, 0, &r->rec);
+  return r;
+}
+
+double diff(const RowMat& a, const RowMat& b) { return (a - b).norm() / std::max(1e-300, a.norm()); }
+
+constexpr double kExact = 1e-13;   // the same values up to a few roundings
+constexpr double kDiffers = 1e-3;  // a property that does not hold misses by far more
+
+// The values layer l's own projection gives: N_1(resid_pre) W_V + b.
+RowMat own_values(const Run& r, int l) {
+  const Tensors w{r.layout, r.values};
+  const std::string p = "h." + std::to_string(l) + ".";
+  return ref_linear(ref_norm(r.rec.at(l, Site::resid_pre), w, p + "ln_1", r.config), w, p + "attn.v");
+}
+
+TEST(LmVariant, SVFormerLayersAttendWithLayerOnesValuesAndHoldNoValueWeights) {
+  for (Family f : {Family::gpt2, Family::llama}) {
+    const auto r = run(small(f, VariantKind::svformer));
+    EXPECT_TRUE(r->layout.find("h.0.attn.v.weight"));
+    for (int l = 1; l < 4; ++l) {
+      EXPECT_FALSE(r->layout.find("h." + std::to_string(l) + ".attn.v.weight"));
+      EXPECT_LT(diff(r->rec.at(0, Site::v), r->rec.at(l, Site::v)), kExact);
+    }
+    const auto vanilla = run(small(f, VariantKind::vanilla));  // control
+    EXPECT_GT(diff(vanilla->rec.at(0, Site::v), vanilla->rec.at(2, Site::v)), kDiffers);
+  }
+}
+
+TEST(LmVariant, SkipV1UpperHeadsAreLayerOnesAndLowerHeadsTheLayersOwn) {
+  for (Family f : {Family::gpt2, Family::llama}) {
+    const auto r = run(small(f, VariantKind::skipv1));
+    const int dh = r->config.head_dim;
+    EXPECT_EQ(r->layout.at("h.2.attn.v.weight").shape[1], 2 * dh);  // H' = 2 own heads
+    for (int l = 1; l < 4; ++l)
+      for (int h = 0; h < 4; ++h) {
+        const double e = diff(r->rec.head(0, Site::v, h), r->rec.head(l, Site::v, h));
+        if (h >= 2) EXPECT_LT(e, kExact) << "layer " << l + 1 << " head " << h;
+        else EXPECT_GT(e, kDiffers) << "layer " << l + 1 << " head " << h;
+      }
+  }
+}
+
+TEST(LmVariant, SkipV0InjectedHeadsAreZero) {
+  Config c = small(Family::gpt2, VariantKind::skipv1);
+  c.variant.source_layer = 0;
+  const auto r = run(c);
+  for (int l = 1; l < 4; ++l) {
+    EXPECT_EQ(r->rec.head(l, Site::v, 3).norm(), 0.0);
+    EXPECT_GT(r->rec.head(l, Site::v, 1).norm(), kDiffers);
+  }
+}
+
+TEST(LmVariant, SkipV1StrategiesFillTheInjectedHeadsAsStated) {
+  for (Strategy s : {Strategy::pooling, Strategy::dynamic, Strategy::odd_even, Strategy::plus_resformer}) {
+    Config c = small(Family::llama, VariantKind::skipv1);
+    c.variant.strategy = s;
+    const auto r = run(c);
+    auto v0 = [&](int h) { return r->rec.head(0, Site::v, h); };
+    for (int l = 1; l < 4; ++l) {
+      const int n = l + 1;  // the paper's layer number
+      for (int j = 0; j < 2; ++j) {
+        RowMat expected;
+        if (s == Strategy::pooling) expected = 0.5 * (v0(j) + v0(2 + j));
+        if (s == Strategy::dynamic) expected = j == n % 2 ? v0(j) : v0(2 + j);
+        if (s == Strategy::odd_even) expected = n % 2 ? v0(j) : v0(2 + j);
+        if (s == Strategy::plus_resformer) expected = v0(2 + j);
+        EXPECT_LT(diff(expected, r->rec.head(l, Site::v, 2 + j)), kExact) << to_string(s) << " layer " << n;
+      }
+      if (s == Strategy::plus_resformer) {
+        const RowMat own = own_values(*r, l).leftCols(r->config.head_dim);
+        EXPECT_LT(diff(own + v0(0), r->rec.head(l, Site::v, 0)), kExact);
+        EXPECT_GT(diff(own, r->rec.head(l, Site::v, 0)), kDiffers);  // control: not the own head alone
+      }
+    }
+  }
+}
+
+TEST(LmVariant, ResFormerValuesAreTheStatedMix) {
+  for (Family f : {Family::gpt2, Family::llama})
+    for (auto [alpha, beta] : {std::pair{0.5, 0.5}, std::pair{1.0, 2.0}}) {
+      Config c = small(f, VariantKind::resformer);
+      c.variant.alpha = alpha, c.variant.beta = beta;
+      const auto r = run(c);
+      for (int l = 1; l < 4; ++l) {
+        const RowMat own = own_values(*r, l);
+        EXPECT_LT(diff(alpha * own + beta * r->rec.at(0, Site::v), r->rec.at(l, Site::v)), kExact);
+        EXPECT_GT(diff(own, r->rec.at(l, Site::v)), kDiffers);
+      }
+    }
+}
+
+TEST(LmVariant, NeuTRENOAddsLambdaTimesTheValueDifferenceOutsideTheAttention) {
+  Config c = small(Family::gpt2, VariantKind::neutreno);
+  c.variant.lambda = 0.4;
+  const auto r = run(c);
+  const int T = 7, B = 2, H = 4, dh = c.head_dim;
+  for (int l = 1; l < 4; ++l)
+    for (int h = 0; h < H; ++h) {
+      RowMat attended(B * T, dh);
+      for (int b = 0; b < B; ++b)
+        attended.middleRows(b * T, T) = r->rec.at(l, Site::pattern).middleRows((b * H + h) * T, T) *
+                                        r->rec.head(l, Site::v, h).middleRows(b * T, T);
+      const RowMat direct = 0.4 * (r->rec.head(0, Site::v, h) - r->rec.head(l, Site::v, h));
+      EXPECT_LT(diff(attended + direct, r->rec.head(l, Site::z, h)), 1e-12);
+      EXPECT_GT(diff(attended, r->rec.head(l, Site::z, h)), kDiffers);
+    }
+}
+
+TEST(LmVariant, YocoVAndClaVReuseTheStatedLayersValues) {
+  const auto yoco = run(small(Family::gpt2, VariantKind::yoco_v));
+  EXPECT_LT(diff(yoco->rec.at(1, Site::v), yoco->rec.at(2, Site::v)), kExact);
+  EXPECT_LT(diff(yoco->rec.at(1, Site::v), yoco->rec.at(3, Site::v)), kExact);
+  EXPECT_GT(diff(yoco->rec.at(0, Site::v), yoco->rec.at(1, Site::v)), kDiffers);
+  EXPECT_FALSE(yoco->layout.find("h.2.attn.v.weight"));
+  const auto cla = run(small(Family::llama, VariantKind::cla_v));
+  EXPECT_LT(diff(cla->rec.at(0, Site::v), cla->rec.at(1, Site::v)), kExact);
+  EXPECT_LT(diff(cla->rec.at(2, Site::v), cla->rec.at(3, Site::v)), kExact);
+  EXPECT_GT(diff(cla->rec.at(1, Site::v), cla->rec.at(2, Site::v)), kDiffers);
+  EXPECT_FALSE(cla->layout.find("h.1.attn.v.weight"));
+  EXPECT_TRUE(cla->layout.find("h.2.attn.v.weight"));
+}
+
+TEST(LmVariant, SkipKV1AndSkipV1YocoReuseKeys) {
+  const auto kv = run(small(Family::llama, VariantKind::skipkv1));
+  for (int l = 1; l < 4; ++l) {
+    EXPECT_LT(diff(kv->rec.head(0, Site::k, 3), kv->rec.head(l, Site::k, 3)), kExact);
+    EXPECT_GT(diff(kv->rec.head(0, Site::k, 0), kv->rec.head(l, Site::k, 0)), kDiffers);
+  }
+  const auto yoco = run(small(Family::gpt2, VariantKind::skipv1_yoco));
+  for (int l : {2, 3}) {
+    EXPECT_LT(diff(yoco->rec.at(1, Site::k), yoco->rec.at(l, Site::k)), kExact);
+    EXPECT_LT(diff(yoco->rec.head(0, Site::v, 2), yoco->rec.head(l, Site::v, 2)), kExact);
+    EXPECT_FALSE(yoco->layout.find("h." + std::to_string(l) + ".attn.k.weight"));
+  }
+  EXPECT_GT(diff(yoco->rec.at(0, Site::k), yoco->rec.at(1, Site::k)), kDiffers);
+}
+
+TEST(LmVariant, QIdentityQueryIsTheNormalizedInput) {
+  for (Family f : {Family::gpt2, Family::llama}) {
+    const auto r = run(small(f, VariantKind::q_identity));
+    const Tensors w{r->layout, r->values};
+    for (int l = 0; l < 4; ++l) {
+      RowMat n1 = ref_norm(r->rec.at(l, Site::resid_pre), w, "h." + std::to_string(l) + ".ln_1", r->config);
+      if (f == Family::llama)
+        for (int b = 0; b < 2; ++b) {
+          RowMat seq = n1.middleRows(b * 7, 7);
+          ref_rope(seq, 4, r->config.head_dim, r->config.rope_theta);
+          n1.middleRows(b * 7, 7) = seq;
+        }
+      EXPECT_LT(diff(n1, r->rec.at(l, Site::q)), 1e-12);
+      EXPECT_FALSE(r->layout.find("h." + std::to_string(l) + ".attn.q.weight"));
+    }
+    EXPECT_DOUBLE_EQ(r->config.attention_scale(), 0.5 / std::sqrt(4.0));
+  }
+}
+
+TEST(LmVariant, DenseFormerMixesTheBlockOutputsWithItsWeights) {
+  const auto r = run(small(Family::gpt2, VariantKind::denseformer));
+  std::vector<RowMat> Y{r->rec.at(0, Site::resid_pre)};  // Y_0: the embedding output
+  for (int l = 0; l < 4; ++l) {
+    Y.push_back(r->rec.at(l, Site::resid_pre) + r->rec.at(l, Site::attn_out) + r->rec.at(l, Site::mlp_out));
+    const auto& spec = r->layout.at("h." + std::to_string(l) + ".dwa");
+    RowMat mix = RowMat::Zero(Y[0].rows(), Y[0].cols());
+    for (int j = 0; j <= l + 1; ++j) mix += r->values[spec.offset + std::size_t(j)] * Y[std::size_t(j)];
+    EXPECT_LT(diff(mix, r->rec.at(l, Site::resid_post)), 1e-12) << "layer " << l + 1;
+    EXPECT_GT(diff(Y.back(), r->rec.at(l, Site::resid_post)), kDiffers);  // the random weights do mix
+  }
+}
+
+TEST(LmVariant, PatternsAreCausalAndRowStochastic) {
+  const auto r = run(small(Family::llama, VariantKind::vanilla));
+  for (int l = 0; l < 4; ++l) {
+    const RowMat& P = r->rec.at(l, Site::pattern);
+    for (Eigen::Index row = 0; row < P.rows(); ++row) {
+      const Eigen::Index t = row % 7;
+      EXPECT_NEAR(P.row(row).sum(), 1.0, 1e-14);
+      EXPECT_EQ(P.row(row).tail(6 - t).norm(), 0.0);
+    }
+  }
+}
+
+}  // namespace
