@@ -1,10 +1,9 @@
 // Buffer<U>: an owning array of U in a backend's memory (host memory for the
 // CPU backend, device memory for CUDA), zero-filled on allocation, released
-// with its owner. Moves, never copies.
+// with its owner. Moves, never copies. C++17 (CUDA sources include it).
 #pragma once
 
 #include <cstddef>
-#include <span>
 #include <stdexcept>
 #include <utility>
 #include <vector>
@@ -43,17 +42,19 @@ class Buffer {
   std::size_t size() const { return size_; }
   bool empty() const { return size_ == 0; }
 
-  void upload(std::span<const U> host, std::size_t offset = 0) {
-    check(offset, host.size());
-    if (!host.empty()) memory_->upload(data_ + offset, host.data(), host.size() * sizeof(U));
+  // Copies `count` values from host memory to entries offset … offset + count − 1, or back.
+  void upload(const U* host, std::size_t count, std::size_t offset = 0) {
+    check(offset, count);
+    if (count) memory_->upload(data_ + offset, host, count * sizeof(U));
   }
-  void download(std::span<U> host, std::size_t offset = 0) const {
-    check(offset, host.size());
-    if (!host.empty()) memory_->download(host.data(), data_ + offset, host.size() * sizeof(U));
+  void download(U* host, std::size_t count, std::size_t offset = 0) const {
+    check(offset, count);
+    if (count) memory_->download(host, data_ + offset, count * sizeof(U));
   }
+  void upload(const std::vector<U>& host) { upload(host.data(), host.size()); }
   std::vector<U> to_host() const {
     std::vector<U> host(size_);
-    download(host);
+    download(host.data(), size_);
     return host;
   }
 

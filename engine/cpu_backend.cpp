@@ -89,8 +89,9 @@ double CpuBackend<S>::dot(std::size_t count, const S* X, const S* Y) {
   std::vector<double> partial((count + piece - 1) / piece, 0.0);
   parallel_for(std::int64_t(partial.size()), threads_, [&](std::int64_t p) {
     double s = 0;
-    for (std::size_t i = std::size_t(p) * piece, end = std::min(count, i + piece); i < end; ++i)
-      s += double(X[i]) * double(Y[i]);
+    const std::size_t begin = std::size_t(p) * piece, end = std::min(count, begin + piece);
+#pragma omp simd reduction(+ : s)
+    for (std::size_t i = begin; i < end; ++i) s += double(X[i]) * double(Y[i]);
     partial[std::size_t(p)] = s;
   });
   double total = 0;

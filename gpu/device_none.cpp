@@ -1,4 +1,5 @@
 // Built when nvcc is absent: no CUDA device can be used.
+#include "gpu/backend.hpp"
 #include "gpu/device.hpp"
 #include "gpu/skip_mlp.hpp"
 
@@ -9,6 +10,10 @@ namespace qkvlab::gpu {
 const DeviceStatus& device_status() {
   static const DeviceStatus status{false, "qkvlab was built without nvcc (no CUDA support)"};
   return status;
+}
+
+std::unique_ptr<engine::Backend<float>> make_cuda_backend() {
+  throw std::runtime_error(device_status().description);
 }
 
 struct SkipMlpTrainer::Impl {};

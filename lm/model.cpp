@@ -383,7 +383,7 @@ struct Model<S>::Impl {
                    0, S(1), dhead, d, 0, 1);
     }
     std::vector<S> host_losses(static_cast<std::size_t>(N));
-    losses.download(host_losses);
+    losses.download(host_losses.data(), host_losses.size());
     LossSum total;
     for (S v : host_losses) total.sum += double(v);
     return total;
@@ -393,11 +393,11 @@ struct Model<S>::Impl {
                   double grad_scale, Recorder<S>* rec) {
     check_tokens(ids_host, targets_host, B_, T__);
     allocate(B_, T__, pass_);
-    ids.upload({ids_host, std::size_t(N)});
+    ids.upload(ids_host, std::size_t(N));
     have_targets = targets_host != nullptr;
     LossSum result;
     if (have_targets) {
-      targets.upload({targets_host, std::size_t(N)});
+      targets.upload(targets_host, std::size_t(N));
       for (int n = 0; n < N; ++n) result.count += targets_host[n] >= 0;
     }
     S* x0 = dense() ? y[0].data() : x_in(0);

@@ -23,8 +23,10 @@ namespace qkvlab::engine::kernels {
 template <class S>
 void causal_softmax_row(int t, int T_, S* row) {
   S m = row[0];
+#pragma omp simd reduction(max : m)
   for (int j = 1; j <= t; ++j) m = row[j] > m ? row[j] : m;
   double sum = 0;
+#pragma omp simd reduction(+ : sum)
   for (int j = 0; j <= t; ++j) {
     row[j] = exp_of(row[j] - m);
     sum += double(row[j]);
@@ -71,6 +73,7 @@ void attention_backward_group(const AttentionShape& s, int b, int g, S scale, co
       const S* p = P + std::size_t(t) * s.T;
       S* d = dS + std::size_t(t) * s.T;
       double dot = 0;
+#pragma omp simd reduction(+ : dot)
       for (int j = 0; j <= t; ++j) dot += double(p[j]) * double(d[j]);
       const S c = S(dot);
       for (int j = 0; j <= t; ++j) d[j] = p[j] * (d[j] - c);

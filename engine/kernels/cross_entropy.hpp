@@ -1,7 +1,8 @@
 // Softmax cross-entropy from logits, one row (position) at a time:
 //   loss[n] = logsumexp(z_n) − z_n[y_n],   dz_n = scale (softmax(z_n) − onehot(y_n)),
 // with rows whose target is negative skipped (loss 0, gradient 0). The
-// maximum is subtracted before exponentiating; sums are in double.
+// maximum is subtracted before exponentiating; sums are in double, in an order
+// fixed by the build (vectorized: `omp simd` reductions).
 #pragma once
 
 #include <cstddef>
@@ -26,15 +27,18 @@ void cross_entropy_rows(int n0, int n1, int V, const S* logits, const std::int32
     }
     const S zy = z[y];  // read first: dlogits may be logits itself
     S m = z[0];
+#pragma omp simd reduction(max : m)
     for (int v = 1; v < V; ++v) m = z[v] > m ? z[v] : m;
     double sum = 0;
     if (dz) {
+#pragma omp simd reduction(+ : sum)
       for (int v = 0; v < V; ++v) {
         const S e = exp_of(z[v] - m);
         dz[v] = e;
         sum += double(e);
       }
     } else {
+#pragma omp simd reduction(+ : sum)
       for (int v = 0; v < V; ++v) sum += double(exp_of(z[v] - m));
     }
     loss[n] = S(double(m) + std::log(sum) - double(zy));

@@ -21,10 +21,12 @@ void norm_forward_rows(int r0, int r1, int C, Centering centering, S eps, const 
     const S* x = X + std::size_t(r) * C;
     double mu = 0;
     if (centering == Centering::mean) {
+#pragma omp simd reduction(+ : mu)
       for (int c = 0; c < C; ++c) mu += double(x[c]);
       mu /= C;
     }
     double var = 0;
+#pragma omp simd reduction(+ : var)
     for (int c = 0; c < C; ++c) {
       const double e = double(x[c]) - mu;
       var += e * e;
@@ -46,6 +48,7 @@ void norm_backward_rows(int r0, int r1, int C, Centering centering, const S* X, 
     const S* dy = dout + std::size_t(r) * C;
     const S m = mean[r], s = rstd[r];
     double dn_mean = 0, dn_n_mean = 0;
+#pragma omp simd reduction(+ : dn_mean, dn_n_mean)
     for (int c = 0; c < C; ++c) {
       const double dn = double(dy[c]) * double(gain[c]);
       dn_mean += dn;
