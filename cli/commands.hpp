@@ -23,14 +23,19 @@ Command add_absorb_command(CLI::App& app, const std::string& command_line);
 Command add_absorb_fit_command(CLI::App& absorb, const std::string& command_line);
 Command add_rmt_command(CLI::App& app, const std::string& command_line);
 Command add_lnorm_command(CLI::App& app, const std::string& command_line);
-// `qkvlab icl`: a parent whose subcommands come in groups, one file each; a
-// group adds its subcommands to `icl` and returns them (listed in main.cpp).
-using IclGroup = std::function<std::vector<Command>(CLI::App& icl, const std::string& command_line)>;
-Command add_icl_command(CLI::App& app, const std::string& command_line, const std::vector<IclGroup>& groups);
+// A parent (`qkvlab icl`, `qkvlab lm`) whose subcommands come in groups, one
+// file each; a group adds its subcommands to the parent and returns them
+// (listed in main.cpp).
+using CommandGroup = std::function<std::vector<Command>(CLI::App& parent, const std::string& command_line)>;
+Command add_parent_command(CLI::App& app, const std::string& name, const std::string& help,
+                           const std::string& footer, const std::string& command_line,
+                           const std::vector<CommandGroup>& groups);
 // `qkvlab icl theory` and `qkvlab icl lemmas` (icl_theory_command.cpp).
 std::vector<Command> add_icl_theory_commands(CLI::App& icl, const std::string& command_line);
 // `qkvlab icl train`, `sweep`, `anchor` and `depth` (icl_train_command.cpp).
 std::vector<Command> add_icl_train_commands(CLI::App& icl, const std::string& command_line);
 Command add_transfer_command(CLI::App& app, const std::string& command_line);
+// `qkvlab lm init` (lm_init_command.cpp).
+std::vector<Command> add_lm_init_commands(CLI::App& lm, const std::string& command_line);
 
 }  // namespace qkvlab::cli

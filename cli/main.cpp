@@ -18,7 +18,15 @@ int main(int argc, char** argv) {
       qkvlab::cli::add_rmt_command(app, command_line),
       qkvlab::cli::add_lnorm_command(app, command_line),
       qkvlab::cli::add_transfer_command(app, command_line),
-      qkvlab::cli::add_icl_command(app, command_line, {qkvlab::cli::add_icl_theory_commands, qkvlab::cli::add_icl_train_commands}),
+      qkvlab::cli::add_parent_command(
+          app, "icl", "In-context linear regression of the SkipV1 theorem (icl-skipv1.md)",
+          "Tokens are columns: E = (x_1, y_1, ..., x_n, y_n, x_{n+1}), W* ~ N(W_0, I), y = W* x + eps.\n"
+          "Exit status: that of the subcommand (0 success, 1 a check failed, 2 usage error).",
+          command_line, {qkvlab::cli::add_icl_theory_commands, qkvlab::cli::add_icl_train_commands}),
+      qkvlab::cli::add_parent_command(
+          app, "lm", "Transformer language models: GPT-2 and Llama families, every variant (docs/lm.md)",
+          "Exit status: 0 success, 2 usage error (one line on stderr), 3 an unexpected error.", command_line,
+          {qkvlab::cli::add_lm_init_commands}),
   };
   try {
     app.parse(argc, argv);

@@ -6,6 +6,7 @@
 #include "core/errors.hpp"
 #include "core/json_text.hpp"
 #include "engine/safetensors.hpp"
+#include "lm/describe.hpp"
 #include "lm/parameters.hpp"
 
 namespace qkvlab::lm {
@@ -50,17 +51,7 @@ void refuse_unknown(const SafeTensors& file, const engine::ParameterLayout& layo
 
 }  // namespace
 
-std::string config_json(const Config& c) {
-  std::string json = "{\n";
-  bool first = true;
-  for (const auto& [key, value] : to_metadata(c)) {
-    const bool literal = value == "true" || value == "false" ||
-                         value.find_first_not_of("0123456789.eE+-") == std::string::npos;
-    json += std::string(first ? "" : ",\n") + "  " + json_quote(key) + ": " + (literal ? value : json_quote(value));
-    first = false;
-  }
-  return json + "\n}\n";
-}
+std::string config_json(const Config& c) { return config_value(c).json(); }
 
 void save_checkpoint(const fs::path& dir, const Checkpoint& ck) {
   const auto layout = parameter_layout(ck.config, make_plan(ck.config));

@@ -1,0 +1,88 @@
+#include "cli/model_options.hpp"
+
+#include <cmath>
+
+#include "cli/validators.hpp"
+#include "core/errors.hpp"
+
+namespace qkvlab::cli {
+
+void add_model_options(CLI::App* cmd, ModelOptions& o) {
+  auto* g = cmd;
+  g->add_option("--family", o.family, "Model family: gpt2 (LayerNorm, GELU, learned positions) or llama "
+                                      "(RMSNorm, SwiGLU, RoPE)")
+      ->check(CLI::IsMember({"gpt2", "llama"}))
+      ->capture_default_str();
+  g->add_option("--variant", o.variant, "Architecture variant (docs/lm.md)")
+      ->check(CLI::IsMember({"vanilla", "resformer", "svformer", "neutreno", "denseformer", "skipv1", "yoco-v",
+                             "cla-v", "skipkv1", "skipv1-yoco", "q-identity"}))
+      ->capture_default_str();
+  g->add_option("--layers", o.layers, "Number of blocks L")->check(integer_in(1, 1024))->capture_default_str();
+  g->add_option("--d", o.d, "Model width d")->check(integer_in(1, 65536))->capture_default_str();
+  g->add_option("--heads", o.heads, "Query heads H")->check(integer_in(1, 1024))->capture_default_str();
+  g->add_option("--kv-heads", o.kv_heads, "Key/value heads (GQA); default H")->check(integer_in(1, 1024));
+  g->add_option("--head-dim", o.head_dim, "Head width d_h; default d/H")->check(integer_in(1, 4096));
+  g->add_option("--ffn", o.ffn, "MLP hidden width r; default 4d (gpt2) or 8d/3 rounded up to 32 (llama)")
+      ->check(integer_in(1, 1 << 20));
+  g->add_option("--mlp-ratio", o.mlp_ratio, "MLP hidden width as a multiple of d (e.g. 4.5: Q-identity's "
+                                            "reallocated parameters); excludes --ffn")
+      ->check(CLI::Range(0.001, 1024.0));
+  g->add_option("--vocab", o.vocab, "Vocabulary size V")->check(integer_in(1, 1 << 24))->capture_default_str();
+  g->add_option("--positions", o.positions, "Longest sequence (learned positions for gpt2)")
+      ->check(integer_in(1, 1 << 20))
+      ->capture_default_str();
+  g->add_flag("--tied", o.tied, "Tie the head to the token embedding (U = E^T)");
+  g->add_flag("--bias", o.bias, "Biases on linear maps (and LayerNorm, gpt2)");
+  g->add_option("--gelu", o.gelu, "GELU form (gpt2): tanh (Hugging Face's gelu_new) or erf (exact)")
+      ->check(CLI::IsMember({"tanh", "erf"}))
+      ->capture_default_str();
+  g->add_option("--norm-eps", o.norm_eps, "Norm epsilon; default 1e-5 (gpt2), 1e-6 (llama)")
+      ->check(CLI::Range(1e-30, 1.0));
+  g->add_option("--rope-theta", o.rope_theta, "RoPE base (llama)")->check(CLI::Range(1.0, 1e12))->capture_default_str();
+  g->add_flag("--mla", o.mla, "Multi-head latent attention (cache a latent of width --d-c and a rotary key --d-r)");
+  g->add_option("--d-c", o.d_c, "MLA latent width d_c")->check(integer_in(0, 65536));
+  g->add_option("--d-r", o.d_r, "MLA decoupled rotary key width d_R")->check(integer_in(0, 4096));
+  g->add_option("--lambda", o.lambda, "resformer: V_n + lambda V_1; neutreno: its lambda (default 0.4)")
+      ->check(CLI::Range(-1e6, 1e6));
+  g->add_option("--alpha", o.alpha, "resformer: alpha in alpha V_n + beta V_1 (default 0.5)")
+      ->check(CLI::Range(-1e6, 1e6));
+  g->add_option("--beta", o.beta, "resformer: beta in alpha V_n + beta V_1 (default 0.5)")
+      ->check(CLI::Range(-1e6, 1e6));
+  g->add_option("--skip-ratio", o.skip_ratio, "skipv1 family: share of value heads taken from the source layer")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  g->add_option("--source-layer", o.source_layer, "skipv1 family: the source layer k (SkipVk; 0: SkipV0)")
+      ->check(integer_in(0, 1024))
+      ->capture_default_str();
+  g->add_option("--strategy", o.strategy, "skipv1: how injected heads are filled")
+      ->check(CLI::IsMember({"second-half", "pooling", "dynamic", "odd-even", "plus-resformer"}))
+      ->capture_default_str();
+}
+
+lm::Config model_config(const ModelOptions& o) {
+  lm::Config c = lm::family_defaults(lm::parse_family(o.family), o.layers, o.d, o.heads, o.vocab, o.positions);
+  c.tied = o.tied, c.bias = o.bias;
+  if (o.kv_heads) c.kv_heads = *o.kv_heads;
+  if (o.head_dim) c.head_dim = *o.head_dim;
+  if (c.head_dim < 1) throw UsageError("--heads " + std::to_string(o.heads) + " is larger than --d " + std::to_string(o.d));
+  if (o.ffn && o.mlp_ratio) throw UsageError("--ffn and --mlp-ratio both set the MLP width: give one");
+  if (o.ffn) c.ffn = *o.ffn;
+  if (o.mlp_ratio) c.ffn = int(std::lround(*o.mlp_ratio * o.d));
+  c.gelu = o.gelu == "erf" ? lm::GeluForm::erf : lm::GeluForm::tanh;
+  if (o.norm_eps) c.norm_eps = *o.norm_eps;
+  c.rope_theta = o.rope_theta;
+  c.mla = o.mla, c.d_c = o.d_c, c.d_r = o.d_r;
+  lm::Variant& v = c.variant;
+  v.kind = lm::parse_variant(o.variant);
+  v.strategy = lm::parse_strategy(o.strategy);
+  v.skip_ratio = o.skip_ratio, v.source_layer = o.source_layer;
+  if (o.lambda && (o.alpha || o.beta)) throw UsageError("--lambda and --alpha/--beta both set ResFormer's weights: give one");
+  if (o.lambda && v.kind == lm::VariantKind::resformer) v.alpha = 1, v.beta = *o.lambda;
+  if (o.lambda && v.kind == lm::VariantKind::neutreno) v.lambda = *o.lambda;
+  if (o.alpha) v.alpha = *o.alpha;
+  if (o.beta) v.beta = *o.beta;
+  lm::validate(c);
+  return c;
+}
+
+}  // namespace qkvlab::cli

@@ -1,0 +1,34 @@
+// The flags that describe a language model (lm/config.hpp), defined once for
+// every command that builds one from flags: `lm init`, `lm train`, `params`
+// and `kv`. Sizes not given take the family's defaults (head width d/H, MLP
+// width 4d for gpt2 and 8d/3 rounded up to a multiple of 32 for llama);
+// --tied and --bias are off unless given, in both families.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <optional>
+#include <string>
+
+#include "lm/config.hpp"
+
+namespace qkvlab::cli {
+
+struct ModelOptions {
+  std::string family = "gpt2", variant = "vanilla", strategy = "second-half", gelu = "tanh";
+  int layers = 6, d = 128, heads = 4, vocab = 4096, positions = 1024;
+  std::optional<int> kv_heads, head_dim, ffn;
+  std::optional<double> mlp_ratio, lambda, alpha, beta, norm_eps;
+  double skip_ratio = 0.5, rope_theta = 10000;
+  int source_layer = 1;
+  bool tied = false, bias = false, mla = false;
+  int d_c = 0, d_r = 0;
+};
+
+void add_model_options(CLI::App* cmd, ModelOptions& options);
+
+// The configuration the flags describe; a UsageError names the flag or the
+// inconsistency (heads not a multiple of --kv-heads, --lambda with --alpha, …).
+lm::Config model_config(const ModelOptions& options);
+
+}  // namespace qkvlab::cli
