@@ -10,6 +10,7 @@
 
 #include "core/rng.hpp"
 #include "engine/cpu_backend.hpp"
+#include "engine/trainer.hpp"
 #include "lm/model.hpp"
 #include "lm/parameters.hpp"
 #include "lm_reference.hpp"
@@ -283,3 +284,62 @@ TEST(LmInput, OutOfRangeTokensAndLongSequencesAreRefused) {
 }
 
 }  // namespace
+
+// ---- training (engine/trainer.hpp) ----
+
+namespace {
+
+// Sequences x_{t+1} = (x_t + s) mod V with a random start and step s ∈ {1, 2, 3}:
+// after two tokens the rest is determined, so a model that learns the rule
+// predicts positions t ≥ 1 with a loss near 0, against ln V at the start.
+Batch progression_batch(int vocab, int B, int T, std::uint64_t seed, std::int64_t step) {
+  Batch b{B, T, {}, {}};
+  Rng rng(seed, "progressions/" + std::to_string(step));
+  for (int s = 0; s < B; ++s) {
+    int x = rng.uniform_int(vocab);
+    const int inc = 1 + rng.uniform_int(3);
+    for (int t = 0; t < T; ++t) {
+      b.ids.push_back(x);
+      x = (x + inc) % vocab;
+      b.targets.push_back(x);
+    }
+  }
+  return b;
+}
+
+double train_on_progressions(Family family, int steps, std::vector<double>* curve = nullptr) {
+  Config c = family_defaults(family, 2, 32, 2, 16, 16);
+  engine::CpuBackend<float> be(2);
+  Model<float> model(c, be);
+  model.initialize(1);
+  engine::Trainer<float> trainer(be, model.parameters(), {steps, 3e-3, 3e-4, 20, 1.0, 1, {0.9, 0.95, 1e-8, 0.0}});
+  double last = 0;
+  for (int s = 0; s < steps; ++s) {
+    const Batch b = progression_batch(c.vocab, 16, 16, 7, s);
+    last = trainer
+               .step([&](int) {
+                 const LossSum l = model.forward(b.ids.data(), b.targets.data(), b.B, b.T, Pass::train,
+                                                 1.0 / double(b.ids.size()));
+                 model.backward();
+                 return engine::MicroLoss{l.sum, l.count};
+               })
+               .loss;
+    if (curve) curve->push_back(last);
+  }
+  return last;
+}
+
+}  // namespace
+
+TEST(LmTraining, TinyModelsOfBothFamiliesLearnASequenceRule) {
+  for (Family f : {Family::gpt2, Family::llama}) {
+    std::vector<double> curve;
+    train_on_progressions(f, 300, &curve);
+    EXPECT_NEAR(curve.front(), std::log(16.0), 0.3) << to_string(f);  // the start: chance level
+    // Given x_0 the target x_1 is one of 3 values, and every later target is determined: the best
+    // possible loss is ln 3 / 16 ≈ 0.069 (measured after 300 steps: 0.22 gpt2, 0.077 llama).
+    double tail = 0;
+    for (std::size_t i = curve.size() - 20; i < curve.size(); ++i) tail += curve[i] / 20;
+    EXPECT_LT(tail, 0.5) << to_string(f);
+  }
+}
