@@ -43,6 +43,7 @@ template <class S>
 struct LayerWeights {
   Norm<S> ln1, ln2;
   Linear<S> q, k, v, o, fc, proj, gate, up, down;
+  Linear<S> dkv, uk, uv, kr, qr;  // MLA
   const S* dwa = nullptr;
   S* ddwa = nullptr;
 };
@@ -51,6 +52,7 @@ struct LayerWeights {
 template <class S>
 struct LayerActs {
   Buffer<S> n1, mean1, rstd1, q, kmix, vmix, pattern, z, m, n2, mean2, rstd2, h1, h2, act;
+  Buffer<S> c;  // MLA: the mixed latent, when it is not the layer's own
 };
 
 }  // namespace
@@ -87,6 +89,7 @@ struct Model<S>::Impl {
   std::vector<Buffer<S>> kown, vown;       // each layer's own key and value heads
   std::vector<Buffer<S>> dkown, dvown;     // their gradients (train)
   Buffer<S> shared_kv_[2];                 // eval: own heads nobody reuses (keys, values)
+  Buffer<S> mla_tmp[3], dc;                // MLA: q_C or k_C (N, H·d_h), q_R (N, H·d_R), k_R (N, d_R); dc
   Buffer<S> a, mlp, nf, meanf, rstdf, logits, losses, dnf;
   Buffer<std::int32_t> ids, targets;
   Buffer<S> dx, dn, dact, dh1, dh2, dz, dq, dkmix, dvmix, dpattern;
@@ -122,6 +125,8 @@ struct Model<S>::Impl {
       LayerWeights<S>& w = layers[std::size_t(l)];
       w.ln1 = norm(layer_tensor(l, "ln_1")), w.ln2 = norm(layer_tensor(l, "ln_2"));
       w.q = linear(l, "attn.q"), w.k = linear(l, "attn.k"), w.v = linear(l, "attn.v"), w.o = linear(l, "attn.o");
+      w.dkv = linear(l, "attn.dkv"), w.uk = linear(l, "attn.uk"), w.uv = linear(l, "attn.uv");
+      w.kr = linear(l, "attn.kr"), w.qr = linear(l, "attn.qr");
       w.fc = linear(l, "mlp.fc"), w.proj = linear(l, "mlp.proj");
       w.gate = linear(l, "mlp.gate"), w.up = linear(l, "mlp.up"), w.down = linear(l, "mlp.down");
       if (plan[std::size_t(l)].dense)
@@ -132,8 +137,15 @@ struct Model<S>::Impl {
   bool dense() const { return config.variant.kind == VariantKind::denseformer; }
   bool gpt2() const { return config.family == Family::gpt2; }
   Centering centering() const { return gpt2() ? Centering::mean : Centering::none; }
-  int qwidth() const { return config.heads * config.head_dim; }
-  int kvwidth() const { return config.kv_heads * config.head_dim; }
+  int qwidth() const { return config.heads * config.head_dim; }    // z: H heads of d_h
+  int dk() const { return config.head_dim + (config.mla ? config.d_r : 0); }  // a query or key head's width
+  int attn_kv() const { return config.mla ? config.heads : config.kv_heads; }  // key/value heads the attention sees
+  int slot() const { return config.mla ? config.d_c / config.kv_heads : 0; }  // MLA: width of a latent slot
+  // Width of one own head: keys d_h; values d_h, or a latent slot with MLA.
+  int head_width(bool keys) const { return keys || !config.mla ? config.head_dim : slot(); }
+  int own_heads(int l, bool keys) const {
+    return keys ? plan[std::size_t(l)].own_key_heads : plan[std::size_t(l)].own_value_heads;
+  }
 
   // Whether layer l's own keys (values) are read by a later layer.
   bool reused(int l, bool keys) const {
@@ -165,14 +177,17 @@ struct Model<S>::Impl {
         if (mixes(l)) return true;
       return false;
     };
+    const std::size_t q_count = n * config.heads * dk(), k_count = n * attn_kv() * dk(),
+                      v_count = n * attn_kv() * config.head_dim;
     for (std::size_t i = 0; i < acts.size(); ++i) {
       LayerActs<S>& s = acts[i];
-      s.n1 = buf(n * d), s.mean1 = buf(n), s.rstd1 = buf(n), s.q = buf(n * qwidth());
+      s.n1 = buf(n * d), s.mean1 = buf(n), s.rstd1 = buf(n), s.q = buf(q_count);
       s.pattern = buf(patterns), s.z = buf(n * qwidth()), s.m = buf(n * d);
       s.n2 = buf(n * d), s.mean2 = buf(n), s.rstd2 = buf(n), s.h1 = buf(n * r), s.act = buf(n * r);
       if (!gpt2()) s.h2 = buf(n * r);
-      if (needs_mix(i, true)) s.kmix = buf(n * kvwidth());
-      if (needs_mix(i, false)) s.vmix = buf(n * kvwidth());
+      if (config.mla || needs_mix(i, true)) s.kmix = buf(k_count);
+      if (config.mla || needs_mix(i, false)) s.vmix = buf(v_count);
+      if (config.mla && needs_mix(i, false)) s.c = buf(n * config.d_c);
     }
     const bool all_x = train || dense();
     x.clear();
@@ -183,13 +198,17 @@ struct Model<S>::Impl {
     kown.clear(), vown.clear(), dkown.clear(), dvown.clear();
     for (int l = 0; l < L; ++l) {
       const LayerPlan& p = plan[std::size_t(l)];
-      const std::size_t kc = n * p.own_key_heads * config.head_dim, vc = n * p.own_value_heads * config.head_dim;
+      const std::size_t kc = n * p.own_key_heads * head_width(true), vc = n * p.own_value_heads * head_width(false);
       kown.push_back(train || reused(l, true) ? buf(kc) : Buffer<S>());
       vown.push_back(train || reused(l, false) ? buf(vc) : Buffer<S>());
       if (train) dkown.push_back(buf(kc)), dvown.push_back(buf(vc));
     }
-    shared_kv_[0] = train ? Buffer<S>() : buf(n * kvwidth());
-    shared_kv_[1] = train ? Buffer<S>() : buf(n * kvwidth());
+    shared_kv_[0] = train ? Buffer<S>() : buf(n * config.kv_heads * head_width(true));
+    shared_kv_[1] = train ? Buffer<S>() : buf(n * config.kv_heads * head_width(false));
+    if (config.mla) {  // MLA's projections of one layer at a time, before they are interleaved per head
+      mla_tmp[0] = buf(n * qwidth()), mla_tmp[1] = buf(n * config.heads * config.d_r), mla_tmp[2] = buf(n * config.d_r);
+      if (train) dc = buf(n * config.d_c);
+    }
     a = buf(n * d), mlp = buf(n * d), nf = buf(n * d), meanf = buf(n), rstdf = buf(n);
     logits = buf(std::size_t(std::min(N, kHeadRows)) * config.vocab), losses = buf(n);
     ids = Buffer<std::int32_t>(backend, n), targets = Buffer<std::int32_t>(backend, n);
@@ -197,7 +216,7 @@ struct Model<S>::Impl {
     if (train) {
       dnf = buf(n * d), dx = buf(n * d), dn = buf(n * d), dact = buf(n * r), dh1 = buf(n * r);
       if (!gpt2()) dh2 = buf(n * r);
-      dz = buf(n * qwidth()), dq = buf(n * qwidth()), dkmix = buf(n * kvwidth()), dvmix = buf(n * kvwidth());
+      dz = buf(n * qwidth()), dq = buf(q_count), dkmix = buf(k_count), dvmix = buf(v_count);
       dpattern = buf(patterns);
       if (dense())
         for (int i = 0; i <= L; ++i) dy.push_back(buf(n * d));
@@ -234,19 +253,18 @@ struct Model<S>::Impl {
   // ---- mixing (lm/plan.hpp) -----------------------------------------------------------------
 
   // The key (value) heads layer l attends with: its own buffer when the plan
-  // says "own heads as they are", else Σ w · source heads written into `out`.
+  // says "own heads as they are", else Σ w · source heads written into `out`
+  // (MLA: the latent's slots).
   const S* mixed(const Mix& mix, int l, bool keys, S* out) {
-    const int own = keys ? plan[std::size_t(l)].own_key_heads : plan[std::size_t(l)].own_value_heads;
-    if (is_own(mix, l, own)) return keys ? own_keys(l) : own_values(l);
-    const int w = config.head_dim, G = config.kv_heads;
+    if (is_own(mix, l, own_heads(l, keys))) return keys ? own_keys(l) : own_values(l);
+    const int w = head_width(keys), G = config.kv_heads;
     for (int g = 0; g < G; ++g) {
       S* dst = out + std::size_t(g) * w;
       if (mix[std::size_t(g)].empty()) backend.axpby(N, w, S(0), dst, G * w, S(0), dst, G * w);
       bool first = true;
-      for (const Source& s : mix[std::size_t(g)]) {
-        const int src_heads = keys ? plan[std::size_t(s.layer)].own_key_heads : plan[std::size_t(s.layer)].own_value_heads;
-        const S* src = (keys ? own_keys(s.layer) : own_values(s.layer)) + std::size_t(s.head) * w;
-        backend.axpby(N, w, S(s.weight), src, src_heads * w, first ? S(0) : S(1), dst, G * w);
+      for (const Source& src : mix[std::size_t(g)]) {
+        const S* from = (keys ? own_keys(src.layer) : own_values(src.layer)) + std::size_t(src.head) * w;
+        backend.axpby(N, w, S(src.weight), from, own_heads(src.layer, keys) * w, first ? S(0) : S(1), dst, G * w);
         first = false;
       }
     }
@@ -255,12 +273,11 @@ struct Model<S>::Impl {
 
   // dOwn[source] += w · dmix[g] for every source of every head g.
   void unmix(const Mix& mix, bool keys, const S* dmix) {
-    const int w = config.head_dim, G = config.kv_heads;
+    const int w = head_width(keys), G = config.kv_heads;
     for (int g = 0; g < G; ++g)
-      for (const Source& s : mix[std::size_t(g)]) {
-        const int src_heads = keys ? plan[std::size_t(s.layer)].own_key_heads : plan[std::size_t(s.layer)].own_value_heads;
-        S* dst = (keys ? dkown : dvown)[std::size_t(s.layer)].data() + std::size_t(s.head) * w;
-        backend.axpby(N, w, S(s.weight), dmix + std::size_t(g) * w, G * w, S(1), dst, src_heads * w);
+      for (const Source& src : mix[std::size_t(g)]) {
+        S* to = (keys ? dkown : dvown)[std::size_t(src.layer)].data() + std::size_t(src.head) * w;
+        backend.axpby(N, w, S(src.weight), dmix + std::size_t(g) * w, G * w, S(1), to, own_heads(src.layer, keys) * w);
       }
   }
 
@@ -280,21 +297,33 @@ struct Model<S>::Impl {
       }
   }
 
-  engine::AttentionShape shape() const {
-    return {B, T_, config.heads, config.kv_heads, config.head_dim, config.head_dim};
+  engine::AttentionShape shape() const { return {B, T_, config.heads, attn_kv(), dk(), config.head_dim}; }
+
+  // Copies the (N, heads·w) tensor X into column offset `at` of each head of Y
+  // (N, heads·wy), or, with `gather`, the other way (Y's block into X).
+  void interleave(int heads, int w, S* X, S* Y, int wy, int at, bool gather, bool accumulate = false) {
+    for (int h = 0; h < heads; ++h) {
+      S* x = X + std::size_t(h) * w;
+      S* y = Y + std::size_t(h) * wy + at;
+      if (gather)
+        backend.axpby(N, w, S(1), y, heads * wy, accumulate ? S(1) : S(0), x, heads * w);
+      else
+        backend.axpby(N, w, S(1), x, heads * w, S(0), y, heads * wy);
+    }
   }
 
   // ---- forward ---------------------------------------------------------------------------------
 
-  void attention_forward(int l, Recorder<S>* rec) {
+  struct KV {
+    const S* k;
+    const S* v;
+  };
+
+  // Standard attention: q = n1 W_Q (Q-identity: n1), own k, v = n1 W_K, n1 W_V, RoPE (llama), the plan's mixing.
+  KV project(int l, LayerActs<S>& s) {
     const LayerPlan& p = plan[std::size_t(l)];
     const LayerWeights<S>& w = layers[std::size_t(l)];
-    LayerActs<S>& s = act_of(l);
     const int d = config.d, dh = config.head_dim;
-    const S* x = x_in(l);
-    emit(rec, Site::resid_pre, l, x, 1, d);
-    backend.norm_forward(N, d, centering(), S(config.norm_eps), x, w.ln1.g, w.ln1.b, s.n1.data(), s.mean1.data(),
-                         s.rstd1.data());
     if (p.identity_query)
       backend.axpby(N, d, S(1), s.n1.data(), d, S(0), s.q.data(), qwidth());
     else
@@ -310,13 +339,51 @@ struct Model<S>::Impl {
       if (p.own_key_heads)
         backend.rope(B, T_, p.own_key_heads, dh, p.own_key_heads * dh, config.rope_theta, false, own_keys(l));
     }
-    const S* k = mixed(p.keys, l, true, s.kmix.data());
-    const S* v = mixed(p.values, l, false, s.vmix.data());
-    backend.attention_forward(shape(), S(config.attention_scale()), s.q.data(), k, v, s.pattern.data(), s.z.data());
+    return {mixed(p.keys, l, true, s.kmix.data()), mixed(p.values, l, false, s.vmix.data())};
+  }
+
+  // MLA: latent c = the plan's mix of n1 W_DKV slots; per head, query [n1 W_Q, RoPE(n1 W_QR)],
+  // key [c W_UK, RoPE(n1 W_KR)] (the rotary key shared by every head), value c W_UV.
+  KV project_mla(int l, LayerActs<S>& s) {
+    const LayerPlan& p = plan[std::size_t(l)];
+    const LayerWeights<S>& w = layers[std::size_t(l)];
+    const int d = config.d, dh = config.head_dim, dr = config.d_r, H = config.heads, dc = config.d_c;
+    engine::linear_forward<S>(backend, N, d, qwidth(), {s.n1.data(), d}, w.q.W, w.q.b, {mla_tmp[0].data(), qwidth()});
+    interleave(H, dh, mla_tmp[0].data(), s.q.data(), dk(), 0, false);
+    if (p.own_value_heads)
+      engine::linear_forward<S>(backend, N, d, p.own_value_heads * slot(), {s.n1.data(), d}, w.dkv.W, nullptr,
+                                {own_values(l), p.own_value_heads * slot()});
+    const S* c = mixed(p.values, l, false, s.c.data());
+    engine::linear_forward<S>(backend, N, dc, qwidth(), {c, dc}, w.uk.W, nullptr, {mla_tmp[0].data(), qwidth()});
+    interleave(H, dh, mla_tmp[0].data(), s.kmix.data(), dk(), 0, false);
+    engine::linear_forward<S>(backend, N, dc, qwidth(), {c, dc}, w.uv.W, nullptr, {s.vmix.data(), qwidth()});
+    if (dr > 0) {
+      engine::linear_forward<S>(backend, N, d, H * dr, {s.n1.data(), d}, w.qr.W, nullptr, {mla_tmp[1].data(), H * dr});
+      backend.rope(B, T_, H, dr, H * dr, config.rope_theta, false, mla_tmp[1].data());
+      interleave(H, dr, mla_tmp[1].data(), s.q.data(), dk(), dh, false);
+      engine::linear_forward<S>(backend, N, d, dr, {s.n1.data(), d}, w.kr.W, nullptr, {mla_tmp[2].data(), dr});
+      backend.rope(B, T_, 1, dr, dr, config.rope_theta, false, mla_tmp[2].data());
+      for (int h = 0; h < H; ++h)
+        backend.axpby(N, dr, S(1), mla_tmp[2].data(), dr, S(0), s.kmix.data() + std::size_t(h) * dk() + dh, H * dk());
+    }
+    return {s.kmix.data(), s.vmix.data()};
+  }
+
+  void attention_forward(int l, Recorder<S>* rec) {
+    const LayerWeights<S>& w = layers[std::size_t(l)];
+    LayerActs<S>& s = act_of(l);
+    const int d = config.d, dh = config.head_dim;
+    const S* x = x_in(l);
+    emit(rec, Site::resid_pre, l, x, 1, d);
+    backend.norm_forward(N, d, centering(), S(config.norm_eps), x, w.ln1.g, w.ln1.b, s.n1.data(), s.mean1.data(),
+                         s.rstd1.data());
+    const KV kv = config.mla ? project_mla(l, s) : project(l, s);
+    backend.attention_forward(shape(), S(config.attention_scale()), s.q.data(), kv.k, kv.v, s.pattern.data(),
+                              s.z.data());
     add_direct(l, s.z.data(), false, nullptr);
-    emit(rec, Site::q, l, s.q.data(), config.heads, dh);
-    emit(rec, Site::k, l, k, config.kv_heads, dh);
-    emit(rec, Site::v, l, v, config.kv_heads, dh);
+    emit(rec, Site::q, l, s.q.data(), config.heads, dk());
+    emit(rec, Site::k, l, kv.k, attn_kv(), dk());
+    emit(rec, Site::v, l, kv.v, attn_kv(), dh);
     emit(rec, Site::pattern, l, s.pattern.data(), config.heads, T_);
     emit(rec, Site::z, l, s.z.data(), config.heads, dh);
     engine::linear_forward<S>(backend, N, qwidth(), d, {s.z.data(), qwidth()}, w.o.W, w.o.b, {a.data(), d});
@@ -456,25 +523,12 @@ struct Model<S>::Impl {
                           dx.data(), w.ln2.dg, w.ln2.db);
   }
 
-  void attention_backward(int l) {
+  // Backward of project(): dq, the used keys' and values' gradients (dk, dv: own buffers when
+  // aliased, else dkmix/dvmix) → the own heads' gradients, then dn (overwritten).
+  void project_backward(int l, LayerActs<S>& s, bool own_k, bool own_v) {
     const LayerPlan& p = plan[std::size_t(l)];
     const LayerWeights<S>& w = layers[std::size_t(l)];
-    LayerActs<S>& s = act_of(l);
     const int d = config.d, dh = config.head_dim;
-    engine::linear_backward<S>(backend, N, qwidth(), d, {s.z.data(), qwidth()}, w.o.W, {dx.data(), d},
-                               {dz.data(), qwidth()}, w.o.dW, w.o.db);
-    add_direct(l, nullptr, true, dz.data());
-    const bool own_k = is_own(p.keys, l, p.own_key_heads), own_v = is_own(p.values, l, p.own_value_heads);
-    const S* k = own_k ? own_keys(l) : s.kmix.data();
-    const S* v = own_v ? own_values(l) : s.vmix.data();
-    S* dk = own_k ? dkown[std::size_t(l)].data() : dkmix.data();
-    S* dv = own_v ? dvown[std::size_t(l)].data() : dvmix.data();
-    const std::size_t nq = std::size_t(N) * qwidth(), nkv = std::size_t(N) * kvwidth();
-    backend.fill(nq, S(0), dq.data());
-    if (!own_k) backend.fill(nkv, S(0), dkmix.data());
-    if (!own_v) backend.fill(nkv, S(0), dvmix.data());
-    backend.attention_backward(shape(), S(config.attention_scale()), s.q.data(), k, v, s.pattern.data(), dz.data(),
-                               dq.data(), dk, dv, dpattern.data());
     if (!own_k) unmix(p.keys, true, dkmix.data());
     if (!own_v) unmix(p.values, false, dvmix.data());
     if (config.rope()) {
@@ -496,6 +550,66 @@ struct Model<S>::Impl {
       engine::linear_backward<S>(backend, N, d, p.own_value_heads * dh, {s.n1.data(), d}, w.v.W,
                                  {dvown[std::size_t(l)].data(), p.own_value_heads * dh}, {dn.data(), d}, w.v.dW,
                                  w.v.db, true);
+  }
+
+  // Backward of project_mla(): from dq, dkmix, dvmix (the attention's q, k, v gradients) to dn.
+  void project_mla_backward(int l, LayerActs<S>& s) {
+    const LayerPlan& p = plan[std::size_t(l)];
+    const LayerWeights<S>& w = layers[std::size_t(l)];
+    const int d = config.d, dh = config.head_dim, dr = config.d_r, H = config.heads, dcw = config.d_c;
+    const bool own_c = is_own(p.values, l, p.own_value_heads);
+    const S* c = own_c ? own_values(l) : s.c.data();
+    interleave(H, dh, mla_tmp[0].data(), dq.data(), dk(), 0, true);  // dq_C
+    engine::linear_backward<S>(backend, N, d, qwidth(), {s.n1.data(), d}, w.q.W, {mla_tmp[0].data(), qwidth()},
+                               {dn.data(), d}, w.q.dW, w.q.db);
+    interleave(H, dh, mla_tmp[0].data(), dkmix.data(), dk(), 0, true);  // dk_C
+    S* dlatent = own_c ? dvown[std::size_t(l)].data() : dc.data();
+    engine::linear_backward<S>(backend, N, dcw, qwidth(), {c, dcw}, w.uk.W, {mla_tmp[0].data(), qwidth()},
+                               {dlatent, dcw}, w.uk.dW, nullptr, own_c);
+    engine::linear_backward<S>(backend, N, dcw, qwidth(), {c, dcw}, w.uv.W, {dvmix.data(), qwidth()},
+                               {dlatent, dcw}, w.uv.dW, nullptr, true);
+    if (!own_c) unmix(p.values, false, dc.data());
+    if (dr > 0) {
+      interleave(H, dr, mla_tmp[1].data(), dq.data(), dk(), dh, true);  // dq_R
+      backend.rope(B, T_, H, dr, H * dr, config.rope_theta, true, mla_tmp[1].data());
+      engine::linear_backward<S>(backend, N, d, H * dr, {s.n1.data(), d}, w.qr.W, {mla_tmp[1].data(), H * dr},
+                                 {dn.data(), d}, w.qr.dW, nullptr, true);
+      for (int h = 0; h < H; ++h)  // dk_R: the shared rotary key collects every head's gradient
+        backend.axpby(N, dr, S(1), dkmix.data() + std::size_t(h) * dk() + dh, H * dk(), h ? S(1) : S(0),
+                      mla_tmp[2].data(), dr);
+      backend.rope(B, T_, 1, dr, dr, config.rope_theta, true, mla_tmp[2].data());
+      engine::linear_backward<S>(backend, N, d, dr, {s.n1.data(), d}, w.kr.W, {mla_tmp[2].data(), dr},
+                                 {dn.data(), d}, w.kr.dW, nullptr, true);
+    }
+    if (p.own_value_heads)
+      engine::linear_backward<S>(backend, N, d, p.own_value_heads * slot(), {s.n1.data(), d}, w.dkv.W,
+                                 {dvown[std::size_t(l)].data(), p.own_value_heads * slot()}, {dn.data(), d},
+                                 w.dkv.dW, nullptr, true);
+  }
+
+  void attention_backward(int l) {
+    const LayerPlan& p = plan[std::size_t(l)];
+    const LayerWeights<S>& w = layers[std::size_t(l)];
+    LayerActs<S>& s = act_of(l);
+    const int d = config.d;
+    engine::linear_backward<S>(backend, N, qwidth(), d, {s.z.data(), qwidth()}, w.o.W, {dx.data(), d},
+                               {dz.data(), qwidth()}, w.o.dW, w.o.db);
+    add_direct(l, nullptr, true, dz.data());
+    const bool own_k = !config.mla && is_own(p.keys, l, p.own_key_heads);
+    const bool own_v = !config.mla && is_own(p.values, l, p.own_value_heads);
+    const S* k = own_k ? own_keys(l) : s.kmix.data();
+    const S* v = own_v ? own_values(l) : s.vmix.data();
+    S* dk_ = own_k ? dkown[std::size_t(l)].data() : dkmix.data();
+    S* dv_ = own_v ? dvown[std::size_t(l)].data() : dvmix.data();
+    backend.fill(dq.size(), S(0), dq.data());
+    if (!own_k) backend.fill(dkmix.size(), S(0), dkmix.data());
+    if (!own_v) backend.fill(dvmix.size(), S(0), dvmix.data());
+    backend.attention_backward(shape(), S(config.attention_scale()), s.q.data(), k, v, s.pattern.data(), dz.data(),
+                               dq.data(), dk_, dv_, dpattern.data());
+    if (config.mla)
+      project_mla_backward(l, s);
+    else
+      project_backward(l, s, own_k, own_v);
     backend.norm_backward(N, d, centering(), x_in(l), w.ln1.g, s.mean1.data(), s.rstd1.data(), dn.data(), dx.data(),
                           w.ln1.dg, w.ln1.db);
   }

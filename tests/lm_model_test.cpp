@@ -67,6 +67,11 @@ std::vector<Case> every_variant() {
     Config lam = tiny(f, VariantKind::resformer);
     lam.variant.alpha = 1, lam.variant.beta = 2;
     cases.push_back({fam + "resformer_lambda2", lam});
+    for (VariantKind k : {VariantKind::vanilla, VariantKind::skipv1, VariantKind::resformer, VariantKind::svformer}) {
+      Config mla = tiny(f, k);
+      mla.mla = true, mla.d_c = 6, mla.d_r = 2;
+      cases.push_back({fam + "mla_" + to_string(k), mla});
+    }
     Config untied = tiny(f, VariantKind::vanilla);
     untied.tied = !untied.tied, untied.bias = !untied.bias, untied.gelu = GeluForm::erf;
     cases.push_back({fam + "flipped_tied_bias_gelu", untied});

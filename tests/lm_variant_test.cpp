@@ -235,6 +235,28 @@ TEST(LmVariant, DenseFormerMixesTheBlockOutputsWithItsWeights) {
   }
 }
 
+TEST(LmVariant, SkipV1MlaTakesTheUpperLatentSlotsFromLayerOne) {
+  Config c = small(Family::llama, VariantKind::skipv1);
+  c.mla = true, c.d_c = 8, c.d_r = 4;  // 4 slots of width 2: layers 2 … 4 own the first two
+  const auto r = run(c);
+  const Tensors w{r->layout, r->values};
+  auto latent = [&](int l) {
+    const std::string p = "h." + std::to_string(l) + ".";
+    return RowMat(ref_norm(r->rec.at(l, Site::resid_pre), w, p + "ln_1", c) * w.matrix(p + "attn.dkv.weight"));
+  };
+  const RowMat c1 = latent(0);
+  EXPECT_EQ(c1.cols(), 8);
+  for (int l = 1; l < 4; ++l) {
+    const RowMat own = latent(l);
+    EXPECT_EQ(own.cols(), 4);
+    RowMat mixed(own.rows(), 8);
+    mixed << own, c1.rightCols(4);
+    const RowMat W_uv = w.matrix("h." + std::to_string(l) + ".attn.uv.weight");
+    EXPECT_LT(diff(RowMat(mixed * W_uv), r->rec.at(l, Site::v)), 1e-12) << "layer " << l + 1;
+    EXPECT_GT(diff(RowMat(c1 * W_uv), r->rec.at(l, Site::v)), kDiffers);  // control: not layer 1's whole latent
+  }
+}
+
 TEST(LmVariant, PatternsAreCausalAndRowStochastic) {
   const auto r = run(small(Family::llama, VariantKind::vanilla));
   for (int l = 0; l < 4; ++l) {
