@@ -1,14 +1,21 @@
 #include "engine/safetensors.hpp"
 
-#include "core/atomic_file.hpp"
-
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <bit>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <stdexcept>
+#include <utility>
 
+#include "core/atomic_file.hpp"
 #include "engine/json.hpp"
 
 namespace qkvlab::engine {
@@ -16,8 +23,23 @@ namespace {
 
 constexpr std::uint64_t max_header_bytes = 100'000'000;  // the reference implementation's limit
 
-std::size_t dtype_size(DType dtype) { return dtype == DType::F32 ? 4 : 8; }
-const char* dtype_name(DType dtype) { return dtype == DType::F32 ? "F32" : "F64"; }
+struct DTypeInfo {
+  DType dtype;
+  const char* name;
+  std::size_t size;
+};
+constexpr DTypeInfo kDTypes[] = {{DType::F64, "F64", 8},     {DType::F32, "F32", 4},    {DType::F16, "F16", 2},
+                                 {DType::BF16, "BF16", 2},   {DType::I64, "I64", 8},    {DType::I32, "I32", 4},
+                                 {DType::I16, "I16", 2},     {DType::I8, "I8", 1},      {DType::U64, "U64", 8},
+                                 {DType::U32, "U32", 4},     {DType::U16, "U16", 2},    {DType::U8, "U8", 1},
+                                 {DType::BOOL, "BOOL", 1},   {DType::F8_E4M3, "F8_E4M3", 1},
+                                 {DType::F8_E5M2, "F8_E5M2", 1}};
+
+const DTypeInfo& info(DType dtype) {
+  for (const DTypeInfo& i : kDTypes)
+    if (i.dtype == dtype) return i;
+  throw std::invalid_argument("safetensors: unknown dtype value");
+}
 
 // Little-endian integers of `bytes` width, whatever the host's byte order.
 void put_le(std::vector<std::uint8_t>& out, std::uint64_t value, int bytes) {
@@ -30,9 +52,9 @@ std::uint64_t get_le(const std::uint8_t* in, int bytes) {
   return value;
 }
 
-// The order of the tensors' data: F64 before F32, then by name, so that every
-// tensor starts at a multiple of its element size (the data itself starts at a
-// multiple of 8) and can be read in place.
+// The order of the tensors' data: by decreasing element size, then by name, so
+// that every tensor starts at a multiple of its element size (the data itself
+// starts at a multiple of 8) and can be read in place.
 std::vector<std::pair<const std::string*, const Tensor*>> data_order(const SafeTensors& file) {
   std::vector<std::pair<const std::string*, const Tensor*>> order;
   for (const auto& [name, tensor] : file.tensors) order.emplace_back(&name, &tensor);
@@ -89,8 +111,7 @@ std::uint64_t byte_count(const std::vector<std::uint64_t>& shape, DType dtype, c
 
 struct Entry {
   std::string name;
-  Tensor tensor;
-  std::uint64_t begin, end;
+  TensorEntry tensor;
 };
 
 Entry parse_entry(const std::string& name, const Json& json) {
@@ -99,15 +120,14 @@ Entry parse_entry(const std::string& name, const Json& json) {
   for (const std::string& key : json.keys)
     if (key != "dtype" && key != "shape" && key != "data_offsets")
       fail(where + " has unknown key " + json_quote(key));
-  Entry entry{name, {}, 0, 0};
+  Entry entry{name, {}};
   const Json& dtype = member(json, "dtype", where);
   if (dtype.kind != Json::Kind::string) fail(where + ": dtype is not a string");
-  if (dtype.text == "F32")
-    entry.tensor.dtype = DType::F32;
-  else if (dtype.text == "F64")
-    entry.tensor.dtype = DType::F64;
-  else
-    fail(where + ": unsupported dtype " + json_quote(dtype.text) + ", expected \"F32\" or \"F64\"");
+  const DTypeInfo* known = nullptr;
+  for (const DTypeInfo& i : kDTypes)
+    if (dtype.text == i.name) known = &i;
+  if (!known) fail(where + ": unsupported dtype " + json_quote(dtype.text) + " (not a safetensors dtype)");
+  entry.tensor.dtype = known->dtype;
   const Json& shape = member(json, "shape", where);
   if (shape.kind != Json::Kind::array) fail(where + ": shape is not an array");
   for (const Json& extent : shape.items)
@@ -115,15 +135,15 @@ Entry parse_entry(const std::string& name, const Json& json) {
   const Json& offsets = member(json, "data_offsets", where);
   if (offsets.kind != Json::Kind::array || offsets.items.size() != 2)
     fail(where + ": data_offsets is not [begin, end]");
-  entry.begin = json_to_u64(offsets.items[0], where + ": data_offsets begin");
-  entry.end = json_to_u64(offsets.items[1], where + ": data_offsets end");
-  if (entry.begin > entry.end)
-    fail(where + ": data_offsets begin " + std::to_string(entry.begin) + " > end " +
-         std::to_string(entry.end));
-  const std::uint64_t bytes = byte_count(entry.tensor.shape, entry.tensor.dtype, name);
-  if (entry.end - entry.begin != bytes)
+  TensorEntry& t = entry.tensor;
+  t.begin = json_to_u64(offsets.items[0], where + ": data_offsets begin");
+  t.end = json_to_u64(offsets.items[1], where + ": data_offsets end");
+  if (t.begin > t.end)
+    fail(where + ": data_offsets begin " + std::to_string(t.begin) + " > end " + std::to_string(t.end));
+  const std::uint64_t bytes = byte_count(t.shape, t.dtype, name);
+  if (t.end - t.begin != bytes)
     fail(where + ": dtype and shape need " + std::to_string(bytes) + " bytes but data_offsets span " +
-         std::to_string(entry.end - entry.begin));
+         std::to_string(t.end - t.begin));
   return entry;
 }
 
@@ -141,27 +161,27 @@ std::map<std::string, std::string> parse_metadata(const Json& json) {
 // The entries sorted by offset must tile [0, data_size) exactly.
 void check_layout(std::vector<Entry>& entries, std::uint64_t data_size) {
   std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
-    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+    return a.tensor.begin != b.tensor.begin ? a.tensor.begin < b.tensor.begin : a.tensor.end < b.tensor.end;
   });
   std::uint64_t covered = 0;
   const Entry* previous = nullptr;
   for (const Entry& e : entries) {
-    if (e.end > data_size)
+    if (e.tensor.end > data_size)
       fail("file shorter than declared: tensor " + json_quote(e.name) + " ends at data byte " +
-           std::to_string(e.end) + " but only " + std::to_string(data_size) +
+           std::to_string(e.tensor.end) + " but only " + std::to_string(data_size) +
            " data bytes follow the header");
-    if (e.begin < covered)
+    if (e.tensor.begin < covered)
       fail("data_offsets of tensors " + json_quote(previous->name) + " and " + json_quote(e.name) +
            " overlap");
-    if (e.begin > covered) fail("gap in the data before tensor " + json_quote(e.name));
-    covered = e.end;
+    if (e.tensor.begin > covered) fail("gap in the data before tensor " + json_quote(e.name));
+    covered = e.tensor.end;
     previous = &e;
   }
   if (covered != data_size)
     fail(std::to_string(data_size - covered) + " trailing bytes after the last tensor's data");
 }
 
-SafeTensors parse(std::span<const std::uint8_t> bytes) {
+SafeTensorsView view(std::span<const std::uint8_t> bytes) {
   if (bytes.size() < 8)
     fail("file has " + std::to_string(bytes.size()) + " bytes, fewer than the 8-byte header length");
   const std::uint64_t header_size = get_le(bytes.data(), 8);
@@ -178,7 +198,7 @@ SafeTensors parse(std::span<const std::uint8_t> bytes) {
     fail(std::string("header is not valid JSON (") + e.what() + ")");
   }
   if (header.kind != Json::Kind::object) fail("header is not a JSON object");
-  SafeTensors file;
+  SafeTensorsView file;
   std::vector<Entry> entries;
   for (std::size_t k = 0; k < header.keys.size(); ++k) {
     if (header.keys[k] == "__metadata__")
@@ -186,13 +206,18 @@ SafeTensors parse(std::span<const std::uint8_t> bytes) {
     else
       entries.push_back(parse_entry(header.keys[k], header.items[k]));
   }
-  const std::span<const std::uint8_t> data = bytes.subspan(8 + header_size);
-  check_layout(entries, data.size());
-  for (Entry& e : entries) {
-    e.tensor.data.assign(data.begin() + e.begin, data.begin() + e.end);
-    file.tensors[e.name] = std::move(e.tensor);
-  }
+  file.data = bytes.subspan(8 + header_size);
+  check_layout(entries, file.data.size());
+  for (Entry& e : entries) file.tensors[e.name] = std::move(e.tensor);
   return file;
+}
+
+float half_to_float(std::uint16_t h) {
+  const std::uint32_t sign = std::uint32_t(h >> 15) << 31, exponent = (h >> 10) & 0x1F, mantissa = h & 0x3FF;
+  if (exponent == 0x1F) return std::bit_cast<float>(sign | 0x7F800000u | (mantissa << 13));  // inf, NaN
+  if (exponent != 0) return std::bit_cast<float>(sign | ((exponent + 112) << 23) | (mantissa << 13));
+  const float magnitude = std::ldexp(float(mantissa), -24);  // zero or subnormal: mantissa · 2^-24, exact
+  return sign ? -magnitude : magnitude;
 }
 
 }  // namespace
@@ -214,13 +239,103 @@ std::vector<std::uint8_t> serialize_safetensors(const SafeTensors& file) {
   return bytes;
 }
 
-SafeTensors parse_safetensors(std::span<const std::uint8_t> bytes, const std::string& source) {
+std::size_t dtype_size(DType dtype) { return info(dtype).size; }
+const char* dtype_name(DType dtype) { return info(dtype).name; }
+bool is_float(DType d) { return d == DType::F64 || d == DType::F32 || d == DType::F16 || d == DType::BF16; }
+
+std::uint64_t TensorEntry::elements() const {
+  std::uint64_t n = 1;
+  for (std::uint64_t extent : shape) n *= extent;
+  return n;
+}
+
+void decode_floats(DType dtype, const std::uint8_t* in, std::size_t n, float* out, std::size_t stride) {
+  switch (dtype) {
+    case DType::F32:
+      for (std::size_t i = 0; i < n; ++i) out[i * stride] = std::bit_cast<float>(std::uint32_t(get_le(in + 4 * i, 4)));
+      return;
+    case DType::BF16:
+      for (std::size_t i = 0; i < n; ++i)
+        out[i * stride] = std::bit_cast<float>(std::uint32_t(get_le(in + 2 * i, 2)) << 16);
+      return;
+    case DType::F16:
+      for (std::size_t i = 0; i < n; ++i) out[i * stride] = half_to_float(std::uint16_t(get_le(in + 2 * i, 2)));
+      return;
+    case DType::F64:
+      for (std::size_t i = 0; i < n; ++i) out[i * stride] = float(std::bit_cast<double>(get_le(in + 8 * i, 8)));
+      return;
+    default:
+      throw std::invalid_argument(std::string("decode_floats: ") + dtype_name(dtype) + " is not a float dtype");
+  }
+}
+
+SafeTensorsView view_safetensors(std::span<const std::uint8_t> bytes, const std::string& source) {
   try {
-    return parse(bytes);
+    return view(bytes);
   } catch (const std::runtime_error& e) {
     throw std::runtime_error("safetensors: " + source + ": " + e.what());
   }
 }
+
+static SafeTensors copy_tensors(const SafeTensorsView& v) {
+  SafeTensors file;
+  file.metadata = v.metadata;
+  for (const auto& [name, entry] : v.tensors) {
+    const auto data = v.bytes(entry);
+    file.tensors[name] = Tensor{entry.dtype, entry.shape, std::vector<std::uint8_t>(data.begin(), data.end())};
+  }
+  return file;
+}
+
+SafeTensors parse_safetensors(std::span<const std::uint8_t> bytes, const std::string& source) {
+  return copy_tensors(view_safetensors(bytes, source));
+}
+
+MappedFile::MappedFile(const std::filesystem::path& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw std::runtime_error("cannot open " + path.string() + ": " + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw std::runtime_error("cannot map " + path.string() + ": not a regular file");
+  }
+  size_ = std::size_t(st.st_size);
+  if (size_ > 0) {
+    data_ = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (data_ == MAP_FAILED) {
+      const int error = errno;
+      data_ = nullptr;
+      ::close(fd);
+      throw std::runtime_error("cannot map " + path.string() + ": " + std::strerror(error));
+    }
+  }
+  ::close(fd);  // the mapping stays valid
+}
+
+MappedFile::MappedFile(MappedFile&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+
+MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
+  if (this != &other) {
+    if (data_) ::munmap(data_, size_);
+    data_ = std::exchange(other.data_, nullptr), size_ = std::exchange(other.size_, 0);
+  }
+  return *this;
+}
+
+MappedFile::~MappedFile() {
+  if (data_) ::munmap(data_, size_);
+}
+
+MappedSafeTensors::MappedSafeTensors(const std::filesystem::path& path)
+    : path_(path), file_([&] {
+        try {
+          return MappedFile(path);
+        } catch (const std::runtime_error& e) {
+          throw std::runtime_error(std::string("safetensors: ") + e.what());
+        }
+      }()),
+      view_(view_safetensors(file_.bytes(), path.string())) {}
 
 void save_safetensors(const std::filesystem::path& path, const SafeTensors& file) {
   const std::vector<std::uint8_t> bytes = serialize_safetensors(file);
@@ -229,11 +344,7 @@ void save_safetensors(const std::filesystem::path& path, const SafeTensors& file
 }
 
 SafeTensors load_safetensors(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("safetensors: cannot open " + path.string());
-  const std::vector<std::uint8_t> bytes{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-  if (in.bad()) throw std::runtime_error("safetensors: cannot read " + path.string());
-  return parse_safetensors(bytes, path.string());
+  return copy_tensors(MappedSafeTensors(path).view());  // copied once, from the mapping
 }
 
 template <class S>

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <tuple>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -195,8 +196,10 @@ TEST(EngineSafetensors, RejectsHeaderThatIsNotJson) {
 
 TEST(EngineSafetensors, RejectsMalformedEntries) {
   expect_rejected(file_bytes("{\"a\":{\"shape\":[1],\"data_offsets\":[0,4]}}", floats({1})), "no \"dtype\"");
-  expect_rejected(file_bytes("{" + entry("a", "BF16", "[2]", "[0,4]") + "}", floats({1})),
-                  "unsupported dtype \"BF16\"");
+  expect_rejected(file_bytes("{" + entry("a", "Q4", "[2]", "[0,4]") + "}", floats({1})),
+                  "unsupported dtype \"Q4\"");
+  expect_rejected(file_bytes("{" + entry("a", "bf16", "[2]", "[0,4]") + "}", floats({1})),
+                  "unsupported dtype \"bf16\"");
   expect_rejected(file_bytes("{" + entry("a", "F32", "[-1]", "[0,4]") + "}", floats({1})), "shape entry");
   expect_rejected(file_bytes("{" + entry("a", "F32", "[1.0]", "[0,4]") + "}", floats({1})), "shape entry");
   expect_rejected(file_bytes("{" + entry("a", "F32", "3", "[0,4]") + "}", floats({1})),
@@ -311,6 +314,65 @@ TEST(EngineSafetensors, MatrixConversionChecksDtypeAndShape) {
   SafeTensors reserved;
   reserved.tensors["__metadata__"] = to_tensor<float>(Mat<float>::Ones(1, 1));
   EXPECT_THROW(serialize_safetensors(reserved), std::invalid_argument);
+}
+
+// Every dtype of the format is recognized (sizes checked); F64, F32, F16 and BF16 decode to float.
+TEST(EngineSafetensors, HalfPrecisionDecodesExactly) {
+  // F16: normal, negative, largest, smallest subnormal, largest subnormal, smallest normal, ±inf, NaN, −0.
+  const std::vector<std::uint16_t> f16 = {0x3C00, 0xC000, 0x7BFF, 0x0001, 0x03FF, 0x0400, 0x7C00, 0xFC00, 0x7E00, 0x8000};
+  const std::vector<float> f16_values = {1.0f, -2.0f, 65504.0f, 0x1p-24f, 1023 * 0x1p-24f, 0x1p-14f,
+                                         std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                                         NAN, -0.0f};
+  // BF16: the upper half of a float32 (π truncated, a float32 subnormal, inf).
+  const std::vector<std::uint16_t> bf16 = {0x3F80, 0xC049, 0x0001, 0x7F80, 0x8000};
+  const std::vector<float> bf16_values = {1.0f, -3.140625f, 0x1p-133f, std::numeric_limits<float>::infinity(), -0.0f};
+  for (const auto& [dtype, bits, expected] : {std::tuple{DType::F16, f16, f16_values}, std::tuple{DType::BF16, bf16, bf16_values}}) {
+    Bytes raw;
+    for (std::uint16_t b : bits) raw.push_back(std::uint8_t(b)), raw.push_back(std::uint8_t(b >> 8));
+    std::vector<float> out(bits.size() * 2, 7.0f);
+    decode_floats(dtype, raw.data(), bits.size(), out.data(), 2);  // strided: every other entry
+    for (std::size_t i = 0; i < bits.size(); ++i) {
+      if (std::isnan(expected[i])) {
+        EXPECT_TRUE(std::isnan(out[2 * i])) << dtype_name(dtype) << " " << i;
+      } else {
+        EXPECT_EQ(out[2 * i], expected[i]) << dtype_name(dtype) << " " << i;
+        EXPECT_EQ(std::signbit(out[2 * i]), std::signbit(expected[i])) << dtype_name(dtype) << " " << i;
+      }
+      EXPECT_EQ(out[2 * i + 1], 7.0f);
+    }
+  }
+  const Bytes f64 = {0, 0, 0, 0, 0, 0, 0xF0, 0x3F};  // 1.0, unaligned below
+  Bytes shifted(1, 0);
+  shifted.insert(shifted.end(), f64.begin(), f64.end());
+  float x = 0;
+  decode_floats(DType::F64, shifted.data() + 1, 1, &x);
+  EXPECT_EQ(x, 1.0f);
+  EXPECT_THROW(decode_floats(DType::I64, shifted.data(), 1, &x), std::invalid_argument);
+  // Control: BF16 bits read as F16 are other numbers.
+  decode_floats(DType::F16, Bytes{0x80, 0x3F}.data(), 1, &x);
+  EXPECT_NE(x, 1.0f);
+}
+
+TEST(EngineSafetensors, ViewAndMappingReadInPlace) {
+  const std::string header = "{" + entry("ids", "I64", "[1]", "[0,8]") + "," + entry("mask", "BOOL", "[2,2]", "[8,12]") +
+                             "," + entry("h", "BF16", "[2]", "[12,16]") + "," + entry("s", "F32", "[]", "[16,20]") + "}";
+  Bytes data(20);
+  for (std::size_t i = 0; i < data.size(); ++i) data[i] = std::uint8_t(i + 1);
+  const Bytes bytes = file_bytes(header, data);
+  const SafeTensorsView view = view_safetensors(bytes);
+  ASSERT_EQ(view.tensors.size(), 4u);
+  EXPECT_EQ(view.tensors.at("s").elements(), 1u);  // a scalar
+  EXPECT_EQ(view.bytes(view.tensors.at("h")).data(), bytes.data() + 8 + header.size() + 12);  // no copy
+  const fs::path path = temp_path("mapped.safetensors");
+  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
+  {
+    const MappedSafeTensors mapped(path);
+    const auto span = mapped.view().bytes(mapped.view().tensors.at("mask"));
+    EXPECT_EQ(Bytes(span.begin(), span.end()), (Bytes{9, 10, 11, 12}));
+    EXPECT_EQ(parse_safetensors(bytes).tensors.at("ids").data, Bytes(data.begin(), data.begin() + 8));
+  }
+  fs::remove(path);
+  EXPECT_THROW(MappedSafeTensors(temp_path("absent.safetensors")), std::runtime_error);
 }
 
 }  // namespace
