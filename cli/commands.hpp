@@ -37,5 +37,10 @@ std::vector<Command> add_icl_train_commands(CLI::App& icl, const std::string& co
 Command add_transfer_command(CLI::App& app, const std::string& command_line);
 // `qkvlab lm init` (lm_init_command.cpp).
 std::vector<Command> add_lm_init_commands(CLI::App& lm, const std::string& command_line);
+// `qkvlab lm export` (lm_export_command.cpp).
+std::vector<Command> add_lm_export_commands(CLI::App& lm, const std::string& command_line);
+// `qkvlab params` and `qkvlab kv` (params_command.cpp, kv_command.cpp).
+Command add_params_command(CLI::App& app, const std::string& command_line);
+Command add_kv_command(CLI::App& app, const std::string& command_line);
 
 }  // namespace qkvlab::cli

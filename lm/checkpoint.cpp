@@ -1,12 +1,15 @@
 #include "lm/checkpoint.hpp"
 
+#include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "core/atomic_file.hpp"
 #include "core/errors.hpp"
 #include "core/json_text.hpp"
 #include "engine/safetensors.hpp"
 #include "lm/describe.hpp"
+#include "lm/model_files.hpp"
 #include "lm/parameters.hpp"
 
 namespace qkvlab::lm {
@@ -29,24 +32,38 @@ Tensor tensor_of(const engine::ParameterSpec& spec, const std::vector<float>& va
   return t;
 }
 
-void read_into(const SafeTensors& file, const std::string& key, const engine::ParameterSpec& spec,
-               std::vector<float>& values, const fs::path& path) {
-  const auto it = file.tensors.find(key);
-  if (it == file.tensors.end()) throw UsageError(path.string() + ": missing tensor \"" + key + "\"");
-  const Tensor& t = it->second;
-  std::vector<std::uint64_t> shape(spec.shape.begin(), spec.shape.end());
-  if (t.dtype != DType::F32 || t.shape != shape)
-    throw UsageError(path.string() + ": tensor \"" + key + "\" is not F32 of the shape the configuration implies");
-  std::memcpy(values.data() + spec.offset, t.data.data(), t.data.size());
-}
-
-void refuse_unknown(const SafeTensors& file, const engine::ParameterLayout& layout, const fs::path& path,
-                    bool optimizer) {
-  for (const auto& [name, tensor] : file.tensors) {
-    const std::string base = optimizer && name.size() > 2 ? name.substr(2) : name;
-    if (!layout.find(base) || (optimizer && name.rfind("m/", 0) != 0 && name.rfind("v/", 0) != 0))
-      throw UsageError(path.string() + ": unknown tensor \"" + name + "\" for this configuration");
+// The optimizer's moments "m/NAME" and "v/NAME", F32 exactly (a resumed run
+// continues bit for bit), decoded from the mapped file into the layout's offsets.
+OptimizerState read_optimizer(const fs::path& path, const engine::ParameterLayout& layout) {
+  std::optional<engine::MappedSafeTensors> mapped;
+  try {
+    mapped.emplace(path);
+  } catch (const std::runtime_error& e) {
+    throw UsageError(e.what());
   }
+  const engine::SafeTensorsView& file = mapped->view();
+  for (const auto& [name, entry] : file.tensors)
+    if ((name.rfind("m/", 0) != 0 && name.rfind("v/", 0) != 0) || !layout.find(name.substr(2)))
+      throw UsageError(path.string() + ": unknown tensor \"" + name + "\" for this configuration");
+  OptimizerState state{std::vector<float>(layout.total(), 0.0f), std::vector<float>(layout.total(), 0.0f), 0};
+  for (const auto& spec : layout.specs())
+    for (auto [prefix, values] : {std::pair{"m/", &state.m}, std::pair{"v/", &state.v}}) {
+      const std::string key = prefix + spec.name;
+      const auto it = file.tensors.find(key);
+      if (it == file.tensors.end()) throw UsageError(path.string() + ": missing tensor \"" + key + "\"");
+      const engine::TensorEntry& t = it->second;
+      if (t.dtype != DType::F32 || t.elements() != spec.size() || t.shape.size() != spec.shape.size())
+        throw UsageError(path.string() + ": tensor \"" + key + "\" is not F32 of the shape the configuration implies");
+      engine::decode_floats(DType::F32, file.bytes(t).data(), spec.size(), values->data() + spec.offset);
+    }
+  const auto t = file.metadata.find("t");
+  if (t == file.metadata.end()) throw UsageError(path.string() + ": no step count \"t\" in its metadata");
+  try {
+    state.t = std::stoll(t->second);
+  } catch (const std::exception&) {
+    throw UsageError(path.string() + ": the step count \"t\" is not an integer: " + t->second);
+  }
+  return state;
 }
 
 }  // namespace
@@ -81,9 +98,9 @@ bool is_own_checkpoint(const fs::path& dir) {
   const fs::path path = dir / "model.safetensors";
   if (!fs::is_regular_file(path)) return false;
   try {
-    const auto file = engine::load_safetensors(path);
-    const auto it = file.metadata.find("format");
-    return it != file.metadata.end() && it->second == kFormat;
+    const engine::MappedSafeTensors file(path);  // the header only: no tensor byte is read
+    const auto it = file.view().metadata.find("format");
+    return it != file.view().metadata.end() && it->second == kFormat;
   } catch (const std::exception&) {
     return false;
   }
@@ -92,38 +109,27 @@ bool is_own_checkpoint(const fs::path& dir) {
 Checkpoint load_checkpoint(const fs::path& dir, bool with_optimizer) {
   const fs::path path = dir / "model.safetensors";
   if (!fs::is_regular_file(path)) throw UsageError(dir.string() + ": no model.safetensors in this directory");
-  SafeTensors file;
-  try {
-    file = engine::load_safetensors(path);
-  } catch (const std::runtime_error& e) {
-    throw UsageError(e.what());
-  }
-  const auto format = file.metadata.find("format");
-  if (format == file.metadata.end() || format->second != kFormat)
+  if (!is_own_checkpoint(dir)) {
+    try {
+      engine::MappedSafeTensors{path};  // a malformed file reports its own error first
+    } catch (const std::runtime_error& e) {
+      throw UsageError(e.what());
+    }
     throw UsageError(path.string() + ": not a qkvlab checkpoint (no \"format\": \"qkvlab-lm\" in its metadata)");
+  }
+  const ModelFiles files = open_model(dir);
   Checkpoint ck;
-  ck.config = from_metadata(file.metadata);
+  ck.config = files.config;
+  ck.metadata = files.metadata;
   const auto layout = parameter_layout(ck.config, make_plan(ck.config));
-  const auto config_keys = to_metadata(ck.config);
-  for (const auto& [key, value] : file.metadata)
-    if (!config_keys.count(key) && key != "format") ck.metadata[key] = value;
-  refuse_unknown(file, layout, path, false);
   ck.values.assign(layout.total(), 0.0f);
-  for (const auto& spec : layout.specs()) read_into(file, spec.name, spec, ck.values, path);
+  read_parameters(files, layout, [&](const engine::ParameterSpec& spec, const float* x) {
+    std::copy(x, x + spec.size(), ck.values.begin() + std::ptrdiff_t(spec.offset));
+  });
   if (!with_optimizer) return ck;
   const fs::path opt_path = dir / "optimizer.safetensors";
   if (!fs::is_regular_file(opt_path)) throw UsageError(dir.string() + ": no optimizer.safetensors to resume from");
-  const SafeTensors opt = engine::load_safetensors(opt_path);
-  refuse_unknown(opt, layout, opt_path, true);
-  OptimizerState state{std::vector<float>(layout.total(), 0.0f), std::vector<float>(layout.total(), 0.0f), 0};
-  for (const auto& spec : layout.specs()) {
-    read_into(opt, "m/" + spec.name, spec, state.m, opt_path);
-    read_into(opt, "v/" + spec.name, spec, state.v, opt_path);
-  }
-  const auto t = opt.metadata.find("t");
-  if (t == opt.metadata.end()) throw UsageError(opt_path.string() + ": no step count \"t\" in its metadata");
-  state.t = std::stoll(t->second);
-  ck.optimizer = std::move(state);
+  ck.optimizer = read_optimizer(opt_path, layout);
   return ck;
 }
 

@@ -7,9 +7,11 @@
 //                          step count in __metadata__ "t": with the parameters and the data
 //                          stream's (seed, step), all a run needs to continue bit for bit
 // Each file is written atomically (whole or absent), config.json last.
-// Reading checks every tensor's name, dtype and shape against the layout the
-// configuration implies: a missing, unknown or mis-shaped tensor is a
-// UsageError naming it.
+// Reading maps the files (lm/model_files.hpp, the reader of Hugging Face
+// directories too) and checks every tensor's name, dtype and shape against the
+// layout the configuration implies before reading a value: a missing, unknown
+// or mis-shaped tensor is a UsageError naming it. The values are decoded once,
+// from the mapping into `values`.
 #pragma once
 
 #include <cstdint>

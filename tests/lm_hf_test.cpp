@@ -1,0 +1,377 @@
+// Hugging Face checkpoints in and out (lm/model_files.hpp, lm/hf.hpp): tiny
+// HF directories written by tests/hf_fixtures.py (numpy, safetensors bytes by
+// hand), loaded into lm::Model<float>, whose mean loss on fixed tokens must
+// equal that of an independent numpy float64 implementation written from the
+// HF layout (tests/hf_reference.py) to float32 rounding.
+//
+// Tolerance: |loss − reference| ≤ 1e3 · u · |reference|, u = 2^-24 (float32's
+// unit roundoff): the project's error budget (e ≤ 1e3, κ = 1; conventions.md)
+// for a float32 forward against a float64 one on the same weights (BF16 and
+// F16 values widen exactly, so both sides see the same numbers); measured
+// e = |loss − reference| / (u · reference) is below 1. Each test has controls,
+// the loader's likely bugs planted (a wrong transpose, q and k swapped in
+// GPT-2's c_attn, BF16 bits decoded as F16): each must move the loss by a
+// relative 1e-3 or more (conventions.md's rule for a control), far outside the
+// tolerance.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/errors.hpp"
+#include "engine/cpu_backend.hpp"
+#include "lm/checkpoint.hpp"
+#include "lm/hf.hpp"
+#include "lm/model.hpp"
+#include "lm/model_files.hpp"
+#include "lm/parameters.hpp"
+#include "run_command.hpp"
+#include "scratch_dir.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace qkvlab;
+using test_support::run_command;
+using test_support::run_qkvlab;
+using test_support::ScratchDir;
+using test_support::shell_quoted;
+
+constexpr double kU = 0x1p-24;
+constexpr double kBudget = 1e3;
+
+std::string python() { return fs::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3"; }
+std::string script(const std::string& name) { return shell_quoted(fs::path(QKVLAB_SOURCE_DIR) / "tests" / name); }
+
+void fixture(const std::string& args) {
+  const auto r = run_command(python() + " " + script("hf_fixtures.py") + " " + args);
+  ASSERT_EQ(r.status, 0) << args << "\n" << r.err;
+}
+
+std::vector<std::int32_t> tokens(int T, int vocab) {
+  std::vector<std::int32_t> ids(std::size_t(T), 0);
+  std::uint64_t x = 12345;
+  for (auto& id : ids) {
+    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    id = std::int32_t((x >> 33) % std::uint64_t(vocab));
+  }
+  return ids;
+}
+
+std::string joined(const std::vector<std::int32_t>& ids) {
+  std::string s;
+  for (auto id : ids) {
+    if (!s.empty()) s += ',';
+    s += std::to_string(id);
+  }
+  return s;
+}
+
+double reference_loss(const fs::path& dir, const std::vector<std::int32_t>& ids) {
+  const auto r = run_command(python() + " " + script("hf_reference.py") + " " + shell_quoted(dir) + " --tokens " + joined(ids));
+  EXPECT_EQ(r.status, 0) << r.err;
+  const auto at = r.out.find("\"loss\": ");
+  return at == std::string::npos ? NAN : std::stod(r.out.substr(at + 8));
+}
+
+double model_loss(lm::Model<float>& model, const std::vector<std::int32_t>& ids) {
+  std::vector<std::int32_t> targets(ids.begin() + 1, ids.end());
+  targets.push_back(-1);
+  return model.forward(ids.data(), targets.data(), 1, int(ids.size()), lm::Pass::eval).mean();
+}
+
+// The model's loss after `bug` edits its parameter values (a loader bug, planted).
+template <class Bug>
+double loss_with(lm::Model<float>& model, const std::vector<std::int32_t>& ids, Bug bug) {
+  const std::vector<float> saved = model.parameter_values();
+  std::vector<float> values = saved;
+  bug(model.parameters().layout, values);
+  model.set_parameters(values);
+  const double loss = model_loss(model, ids);
+  model.set_parameters(saved);
+  return loss;
+}
+
+double tolerance(double reference) { return kBudget * kU * std::abs(reference); }
+
+// A control's loss is off by a relative 1e-3 or more (NaN and infinity count as off).
+bool off(double control, double reference) { return !(std::abs(control - reference) < 1e-3 * std::abs(reference)); }
+
+struct Loaded {
+  engine::CpuBackend<float> backend{1};
+  std::unique_ptr<lm::Model<float>> model;
+};
+
+void transpose_square(const engine::ParameterLayout& layout, std::vector<float>& v, const std::string& name) {
+  const auto& s = layout.at(name);
+  ASSERT_EQ(s.shape[0], s.shape[1]) << name;
+  const std::size_t n = std::size_t(s.shape[0]);
+  float* x = v.data() + s.offset;
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t j = i + 1; j < n; ++j) std::swap(x[i * n + j], x[j * n + i]);
+}
+
+TEST(LmHf, Gpt2SingleF32FileWithPrefixAndMaskBuffersMatchesTheReference) {
+  ScratchDir dir;
+  fixture("gpt2 " + shell_quoted(dir / "g") + " --dtype F32 --prefix transformer.");
+  const lm::ModelFiles files = lm::open_model(dir / "g");
+  EXPECT_EQ(files.format, "gpt2");
+  EXPECT_EQ(files.config.family, lm::Family::gpt2);
+  EXPECT_TRUE(files.config.bias && files.config.tied);
+  EXPECT_EQ(files.config.gelu, lm::GeluForm::tanh);
+  Loaded m;
+  m.model = lm::load_model(dir / "g", m.backend);
+  const auto ids = tokens(16, 61);
+  const double ref = reference_loss(dir / "g", ids), loss = model_loss(*m.model, ids);
+  EXPECT_NEAR(loss, ref, tolerance(ref)) << "e = " << std::abs(loss - ref) / (kU * ref);
+  std::cout << "gpt2: loss " << loss << ", reference " << ref << ", e = " << std::abs(loss - ref) / (kU * ref) << "\n";
+
+  // Controls: q and k swapped in c_attn's split; c_proj read as nn.Linear (transposed).
+  const double swapped = loss_with(*m.model, ids, [](const engine::ParameterLayout& l, std::vector<float>& v) {
+    const auto &q = l.at("h.0.attn.q.weight"), &k = l.at("h.0.attn.k.weight");
+    std::swap_ranges(v.begin() + std::ptrdiff_t(q.offset), v.begin() + std::ptrdiff_t(q.offset + q.size()),
+                     v.begin() + std::ptrdiff_t(k.offset));
+  });
+  const double transposed = loss_with(*m.model, ids, [](const engine::ParameterLayout& l, std::vector<float>& v) {
+    transpose_square(l, v, "h.1.attn.o.weight");
+  });
+  EXPECT_TRUE(off(swapped, ref)) << swapped;
+  EXPECT_TRUE(off(transposed, ref)) << transposed;
+  std::cout << "controls: q/k swapped " << swapped << ", c_proj transposed " << transposed << "\n";
+}
+
+TEST(LmHf, LlamaGqaBf16InTwoShardsMatchesTheReference) {
+  ScratchDir dir;
+  fixture("llama " + shell_quoted(dir / "l") + " --dtype BF16 --shards 2");
+  fixture("llama " + shell_quoted(dir / "l32") + " --dtype F32");  // the same weights, not rounded
+  ASSERT_TRUE(fs::exists(dir / "l" / "model.safetensors.index.json"));
+  const lm::ModelFiles files = lm::open_model(dir / "l");
+  EXPECT_EQ(files.shards.size(), 2u);
+  EXPECT_EQ(files.config.family, lm::Family::llama);
+  EXPECT_EQ(files.config.heads, 4);
+  EXPECT_EQ(files.config.kv_heads, 2);
+  EXPECT_FALSE(files.config.tied);
+  EXPECT_EQ(files.config.rope_theta, 1000.0);
+  EXPECT_EQ(files.config.norm_eps, 1e-5);
+  Loaded m;
+  m.model = lm::load_model(dir / "l", m.backend);
+  const auto ids = tokens(32, 53);
+  const double ref = reference_loss(dir / "l", ids), loss = model_loss(*m.model, ids);
+  EXPECT_NEAR(loss, ref, tolerance(ref)) << "e = " << std::abs(loss - ref) / (kU * ref);
+  std::cout << "llama bf16: loss " << loss << ", reference " << ref << ", e = " << std::abs(loss - ref) / (kU * ref)
+            << "\n";
+
+  // Controls: q_proj used as stored (no transpose); BF16 bits decoded as F16.
+  const double untransposed = loss_with(*m.model, ids, [](const engine::ParameterLayout& l, std::vector<float>& v) {
+    for (int i = 0; i < 2; ++i) transpose_square(l, v, lm::layer_tensor(i, "attn.q.weight"));
+  });
+  const double as_f16 = loss_with(*m.model, ids, [](const engine::ParameterLayout& l, std::vector<float>& v) {
+    for (const auto& s : l.specs())
+      for (std::size_t i = 0; i < s.size(); ++i) {
+        const std::uint8_t bits[2] = {std::uint8_t(std::bit_cast<std::uint32_t>(v[s.offset + i]) >> 16),
+                                      std::uint8_t(std::bit_cast<std::uint32_t>(v[s.offset + i]) >> 24)};
+        engine::decode_floats(engine::DType::F16, bits, 1, &v[s.offset + i]);
+      }
+  });
+  EXPECT_TRUE(off(untransposed, ref)) << untransposed;
+  EXPECT_TRUE(off(as_f16, ref)) << as_f16;
+  // For the record: the same weights unrounded (F32) move the loss by less than the budget.
+  const double unrounded = reference_loss(dir / "l32", ids);
+  std::cout << "controls: q_proj untransposed " << untransposed << ", BF16 read as F16 " << as_f16
+            << "; F32 (unrounded) reference " << unrounded << " (e = " << std::abs(unrounded - ref) / (kU * ref) << ")\n";
+}
+
+// Other layouts of the same loader: untied GPT-2 in F16 without buffers or
+// prefix, GPT-2 with the erf GELU, tied Llama in F32 without prefix, Mistral.
+TEST(LmHf, OtherLayoutsMatchTheReference) {
+  struct Case {
+    std::string family, args;
+    int vocab, T;
+  };
+  const std::vector<Case> cases = {{"gpt2", "--dtype F16 --untied --no-buffers --prefix ''", 61, 16},
+                                   {"gpt2", "--config activation_function='\"gelu\"'", 61, 9},
+                                   {"llama", "--dtype F32 --tied --prefix ''", 53, 32},
+                                   {"llama", "--mistral --shards 3", 53, 20}};
+  for (const Case& c : cases) {
+    ScratchDir dir;
+    fixture(c.family + " " + shell_quoted(dir / "m") + " " + c.args);
+    Loaded m;
+    m.model = lm::load_model(dir / "m", m.backend);
+    const auto ids = tokens(c.T, c.vocab);
+    const double ref = reference_loss(dir / "m", ids), loss = model_loss(*m.model, ids);
+    EXPECT_NEAR(loss, ref, tolerance(ref)) << c.family << " " << c.args;
+  }
+}
+
+TEST(LmHf, ThePrefixIsOptionalAndChangesNothing) {
+  ScratchDir dir;
+  for (const std::string family : {"gpt2", "llama"}) {
+    const std::string prefix = family == "gpt2" ? "transformer." : "model.";
+    fixture(family + " " + shell_quoted(dir / (family + "_with")) + " --prefix " + prefix);
+    fixture(family + " " + shell_quoted(dir / (family + "_without")) + " --prefix ''");
+    const auto with = lm::open_model(dir / (family + "_with")), without = lm::open_model(dir / (family + "_without"));
+    const auto layout = lm::parameter_layout(with.config, lm::make_plan(with.config));
+    std::vector<float> a(layout.total()), b(layout.total());
+    lm::read_parameters(with, layout, [&](const auto& s, const float* x) { std::copy(x, x + s.size(), a.begin() + std::ptrdiff_t(s.offset)); });
+    lm::read_parameters(without, layout, [&](const auto& s, const float* x) { std::copy(x, x + s.size(), b.begin() + std::ptrdiff_t(s.offset)); });
+    EXPECT_EQ(a, b) << family;
+    // Control: a prefix the loader does not know leaves every tensor unrecognized.
+    fixture(family + " " + shell_quoted(dir / (family + "_wrong")) + " --prefix decoder.");
+    EXPECT_THROW(lm::open_model(dir / (family + "_wrong")), UsageError) << family;
+  }
+}
+
+// A broken directory: one line naming the problem (UsageError), and exit 2 from the CLI.
+void expect_refused(const fs::path& dir, const std::string& needle) {
+  try {
+    lm::open_model(dir);
+    ADD_FAILURE() << "accepted: " << dir << " (expected: " << needle << ")";
+  } catch (const UsageError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find(needle), std::string::npos) << what;
+    EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+  }
+  const auto r = run_qkvlab("params " + shell_quoted(dir));
+  EXPECT_EQ(r.status, 2) << r.out << r.err;
+  EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+}
+
+TEST(LmHf, BrokenDirectoriesAreRefusedNamingTheProblem) {
+  ScratchDir dir;
+  int k = 0;
+  auto make = [&](const std::string& args) {
+    const fs::path p = dir / ("case" + std::to_string(k++));
+    fixture(args.substr(0, args.find(' ')) + " " + shell_quoted(p) + args.substr(args.find(' ')));
+    return p;
+  };
+  expect_refused(make("gpt2 --drop h.1.mlp.c_fc.bias"), "missing tensor \"transformer.h.1.mlp.c_fc.bias\"");
+  expect_refused(make("gpt2 --extra h.0.attn.rotary"), "unknown tensor \"transformer.h.0.attn.rotary\"");
+  expect_refused(make("gpt2 --extra h.2.attn.bias"), "unknown tensor \"transformer.h.2.attn.bias\"");  // layer 3 of 2
+  expect_refused(make("gpt2 --reshape h.0.attn.c_attn.weight"), "\"transformer.h.0.attn.c_attn.weight\" has shape [3071]");
+  expect_refused(make("gpt2 --config n_embd=48"), "has shape");
+  expect_refused(make("gpt2 --config activation_function='\"relu\"'"), "activation_function \"relu\"");
+  expect_refused(make("gpt2 --config model_type='\"bert\"'"), "unsupported model_type \"bert\"");
+  expect_refused(make("llama --config rope_scaling='{\"type\": \"linear\", \"factor\": 2.0}'"),
+                 "rope_scaling (type \"linear\") is not implemented");
+  expect_refused(make("llama --config attention_bias=true"), "attention_bias and mlp_bias differ");
+  expect_refused(make("llama --config num_key_value_heads=3"), "multiple of the key/value heads");
+  expect_refused(make("llama --drop layers.1.self_attn.k_proj.weight --shards 2"),
+                 "missing tensor \"model.layers.1.self_attn.k_proj.weight\"");
+  expect_refused(make("llama --dtype F64 --config num_key_value_heads=4"), "has shape");
+  // The index: a shard that is not there, a name that leaves the directory, a tensor the index does not list.
+  const fs::path sharded = make("llama --shards 2");
+  fs::remove(sharded / "model-00002-of-00002.safetensors");
+  expect_refused(sharded, "shard \"model-00002-of-00002.safetensors\"");
+  const fs::path escaping = make("llama --shards 2");
+  {
+    std::ifstream in(escaping / "model.safetensors.index.json");
+    std::stringstream text;
+    text << in.rdbuf();
+    std::string s = text.str();
+    s.replace(s.find("\"model-00001"), 1, "\"../");
+    std::ofstream(escaping / "model.safetensors.index.json") << s;
+  }
+  expect_refused(escaping, "is not a plain file name");
+}
+
+TEST(LmHf, AnUntiedGpt2WithoutItsHeadIsRefusedAndWithItLoads) {
+  // The case above, spelled out: --untied writes lm_head.weight; a tied config with it is unknown.
+  ScratchDir dir;
+  fixture("gpt2 " + shell_quoted(dir / "u") + " --untied");
+  EXPECT_NO_THROW(lm::open_model(dir / "u"));
+  fixture("gpt2 " + shell_quoted(dir / "t") + " --untied --config tie_word_embeddings=true");
+  expect_refused(dir / "t", "unknown tensor \"lm_head.weight\"");
+  fixture("gpt2 " + shell_quoted(dir / "n") + " --config tie_word_embeddings=false");
+  expect_refused(dir / "n", "missing tensor \"lm_head.weight\"");
+}
+
+lm::Checkpoint random_checkpoint(lm::Config c, std::uint64_t seed) {
+  lm::Checkpoint ck;
+  ck.config = c;
+  const auto layout = lm::parameter_layout(c, lm::make_plan(c));
+  ck.values = lm::initial_values<float>(c, layout, seed);
+  // Non-trivial gains and biases, so a misplaced one shows.
+  std::uint64_t x = seed;
+  for (const auto& s : layout.specs())
+    if (s.shape.size() == 1)
+      for (std::size_t i = 0; i < s.size(); ++i) {
+        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+        ck.values[s.offset + i] += float(double(x >> 40) / double(1ULL << 24) - 0.5) * 0.4f;
+      }
+  return ck;
+}
+
+lm::Config small(lm::Family f, bool tied, bool bias, int kv_heads) {
+  lm::Config c = lm::family_defaults(f, 2, 32, 4, 50, 24);
+  c.tied = tied, c.bias = bias, c.kv_heads = kv_heads;
+  return c;
+}
+
+TEST(LmHf, OwnCheckpointsOpenThroughTheSameLoader) {
+  ScratchDir dir;
+  const lm::Checkpoint ck = random_checkpoint(small(lm::Family::llama, false, true, 2), 3);
+  lm::save_checkpoint(dir / "own", ck);
+  const lm::ModelFiles files = lm::open_model(dir / "own");
+  EXPECT_EQ(files.format, "qkvlab");
+  const lm::Checkpoint back = lm::load_checkpoint(dir / "own");
+  EXPECT_EQ(back.values, ck.values);
+}
+
+TEST(LmHf, ExportWritesTheHfLayoutThatReadsBackExactly) {
+  struct Case {
+    lm::Config config;
+    std::string what;
+  };
+  const std::vector<Case> cases = {{small(lm::Family::gpt2, true, true, 4), "gpt2 tied with biases"},
+                                   {small(lm::Family::gpt2, false, false, 4), "gpt2 untied, no biases"},
+                                   {small(lm::Family::llama, false, false, 2), "llama GQA untied"},
+                                   {small(lm::Family::llama, true, true, 4), "llama tied with biases"}};
+  for (const Case& c : cases) {
+    ScratchDir dir;
+    const lm::Checkpoint ck = random_checkpoint(c.config, 5);
+    lm::save_checkpoint(dir / "own", ck);
+    const auto r = run_qkvlab("lm export " + shell_quoted(dir / "own") + " --hf " + shell_quoted(dir / "hf"));
+    ASSERT_EQ(r.status, 0) << c.what << r.err;
+    const lm::ModelFiles files = lm::open_model(dir / "hf");
+    EXPECT_EQ(files.format, c.config.family == lm::Family::gpt2 ? "gpt2" : "llama") << c.what;
+    // The values read back equal the checkpoint's (a bias-free gpt2 reads back with zero biases).
+    const auto layout = lm::parameter_layout(files.config, lm::make_plan(files.config));
+    const auto own_layout = lm::parameter_layout(c.config, lm::make_plan(c.config));
+    read_parameters(files, layout, [&](const engine::ParameterSpec& s, const float* x) {
+      const engine::ParameterSpec* mine = own_layout.find(s.name);
+      for (std::size_t i = 0; i < s.size(); ++i)
+        ASSERT_EQ(x[i], mine ? ck.values[mine->offset + i] : 0.0f) << c.what << " " << s.name << "[" << i << "]";
+    });
+    // The same loss from our model on the checkpoint, and from the numpy reference on the export.
+    engine::CpuBackend<float> backend(1);
+    lm::Model<float> model(c.config, backend);
+    model.set_parameters(ck.values);
+    const auto ids = tokens(20, 50);
+    const double loss = model_loss(model, ids), ref = reference_loss(dir / "hf", ids);
+    EXPECT_NEAR(loss, ref, tolerance(ref)) << c.what;
+  }
+}
+
+TEST(LmHf, ExportRefusesWhatTheLayoutCannotHold) {
+  ScratchDir dir;
+  int k = 0;
+  for (const std::string flags : {"--variant skipv1", "--variant q-identity", "--mla --d-c 32 --d-r 4",
+                                  "--variant denseformer", "--kv-heads 2"}) {
+    const fs::path own = dir / ("own" + std::to_string(k++));
+    ASSERT_EQ(run_qkvlab("lm init " + shell_quoted(own) + " --family gpt2 --layers 2 --d 32 --heads 4 --vocab 50 " + flags).status, 0) << flags;
+    const auto r = run_qkvlab("lm export " + shell_quoted(own) + " --hf " + shell_quoted(own / "hf"));
+    EXPECT_EQ(r.status, 2) << flags << r.out;
+    EXPECT_NE(r.err.find("the Hugging Face layout has no place for"), std::string::npos) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_FALSE(fs::exists(own / "hf")) << flags;
+  }
+}
+
+}  // namespace
