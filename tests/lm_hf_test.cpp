@@ -28,6 +28,7 @@
 #include "engine/cpu_backend.hpp"
 #include "lm/checkpoint.hpp"
 #include "lm/hf.hpp"
+#include "lm/hf_config.hpp"
 #include "lm/model.hpp"
 #include "lm/model_files.hpp"
 #include "lm/parameters.hpp"
@@ -290,6 +291,36 @@ TEST(LmHf, AnUntiedGpt2WithoutItsHeadIsRefusedAndWithItLoads) {
   expect_refused(dir / "t", "unknown tensor \"lm_head.weight\"");
   fixture("gpt2 " + shell_quoted(dir / "n") + " --config tie_word_embeddings=false");
   expect_refused(dir / "n", "missing tensor \"lm_head.weight\"");
+}
+
+TEST(LmHf, ConfigJsonMapsToTheToolkitsConfig) {
+  // GPT-2: n_ctx when n_positions is absent, n_inner, the erf GELU, an untied head.
+  auto c = lm::parse_hf_config(R"({"model_type": "gpt2", "n_embd": 64, "n_head": 4, "n_layer": 3, "n_ctx": 128,
+                                   "vocab_size": 100, "n_inner": 200, "activation_function": "gelu",
+                                   "tie_word_embeddings": false, "layer_norm_epsilon": 1e-6})", "c").config;
+  EXPECT_EQ(c.positions, 128);
+  EXPECT_EQ(c.ffn, 200);
+  EXPECT_EQ(c.head_dim, 16);
+  EXPECT_EQ(c.gelu, lm::GeluForm::erf);
+  EXPECT_FALSE(c.tied);
+  EXPECT_EQ(c.norm_eps, 1e-6);
+  // Llama: head_dim given (H·d_h ≠ d), GQA, HF's defaults for what is absent.
+  c = lm::parse_hf_config(R"({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4,
+                              "num_key_value_heads": 1, "head_dim": 32, "num_hidden_layers": 2,
+                              "intermediate_size": 96, "vocab_size": 10})", "c").config;
+  EXPECT_EQ(c.head_dim, 32);
+  EXPECT_EQ(c.kv_heads, 1);
+  EXPECT_EQ(c.positions, 2048);
+  EXPECT_EQ(c.norm_eps, 1e-6);
+  EXPECT_EQ(c.rope_theta, 10000);
+  EXPECT_FALSE(c.tied || c.bias);
+  // Mistral: a sliding window below the context becomes the positions; null means none; absent is 4096.
+  const std::string mistral = R"({"model_type": "mistral", "hidden_size": 64, "num_attention_heads": 4,
+                                  "num_key_value_heads": 2, "num_hidden_layers": 2, "intermediate_size": 96,
+                                  "vocab_size": 10, "max_position_embeddings": 32768)";
+  EXPECT_EQ(lm::parse_hf_config(mistral + R"(, "sliding_window": 1024})", "c").config.positions, 1024);
+  EXPECT_EQ(lm::parse_hf_config(mistral + R"(, "sliding_window": null})", "c").config.positions, 32768);
+  EXPECT_EQ(lm::parse_hf_config(mistral + "}", "c").config.positions, 4096);
 }
 
 lm::Checkpoint random_checkpoint(lm::Config c, std::uint64_t seed) {
