@@ -32,5 +32,7 @@ std::vector<Command> add_icl_theory_commands(CLI::App& icl, const std::string& c
 // `qkvlab icl train`, `sweep`, `anchor` and `depth` (icl_train_command.cpp).
 std::vector<Command> add_icl_train_commands(CLI::App& icl, const std::string& command_line);
 Command add_transfer_command(CLI::App& app, const std::string& command_line);
+// `qkvlab data brown` (data_command.cpp): the Brown corpus, tokenized, with baselines.
+Command add_data_command(CLI::App& app, const std::string& command_line);
 
 }  // namespace qkvlab::cli

@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
       qkvlab::cli::add_lnorm_command(app, command_line),
       qkvlab::cli::add_transfer_command(app, command_line),
       qkvlab::cli::add_icl_command(app, command_line, {qkvlab::cli::add_icl_theory_commands, qkvlab::cli::add_icl_train_commands}),
+      qkvlab::cli::add_data_command(app, command_line),
   };
   try {
     app.parse(argc, argv);
