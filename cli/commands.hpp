@@ -42,5 +42,7 @@ std::vector<Command> add_lm_export_commands(CLI::App& lm, const std::string& com
 // `qkvlab params` and `qkvlab kv` (params_command.cpp, kv_command.cpp).
 Command add_params_command(CLI::App& app, const std::string& command_line);
 Command add_kv_command(CLI::App& app, const std::string& command_line);
+// `qkvlab data brown` (data_command.cpp): the Brown corpus, tokenized, with baselines.
+Command add_data_command(CLI::App& app, const std::string& command_line);
 
 }  // namespace qkvlab::cli

