@@ -144,7 +144,7 @@ template <class F> void with_type(const Dtype& d, F&& f) {
 
 // Reads array.ids.size() elements of dtype d, stored in C or Fortran order,
 // into row order.
-void read_elements(std::ifstream& in, const Dtype& d, bool fortran_order, TokenArray& array,
+void read_elements(std::ifstream& in, const Dtype& d, bool fortran_order, std::int32_t lowest, TokenArray& array,
                    const std::filesystem::path& path) {
   const std::uint64_t n = array.ids.size(), item = std::uint64_t(d.size);
   const std::uint64_t rows = std::uint64_t(array.rows), cols = std::uint64_t(std::max<std::int64_t>(array.cols, 1));
@@ -159,9 +159,10 @@ void read_elements(std::ifstream& in, const Dtype& d, bool fortran_order, TokenA
         std::memcpy(&v, buffer.data() + j * item, sizeof v);
         const std::uint64_t k = k0 + j;
         const std::uint64_t r = fortran_order ? k % rows : k / cols, c = fortran_order ? k / rows : k % cols;
-        if (std::cmp_less(v, 0) || std::cmp_greater(v, kMaxId)) {
+        if (std::cmp_less(v, lowest) || std::cmp_greater(v, kMaxId)) {
           const std::string at = array.cols == 0 ? std::to_string(r) : "(" + std::to_string(r) + ", " + std::to_string(c) + ")";
-          bad(path, "element " + at + " is " + std::to_string(v) + ", not a token id (0 … 2147483647)");
+          bad(path, "element " + at + " is " + std::to_string(v) + ", not " + (lowest == 0 ? "a token id" : "a tag") + " (" +
+                        std::to_string(lowest) + " … 2147483647)");
         }
         array.ids[r * cols + c] = std::int32_t(v);
       }
@@ -169,7 +170,7 @@ void read_elements(std::ifstream& in, const Dtype& d, bool fortran_order, TokenA
   });
 }
 
-TokenArray read_npy_tokens(const std::filesystem::path& path, std::uint64_t size) {
+TokenArray read_npy_tokens(const std::filesystem::path& path, std::uint64_t size, std::int32_t lowest) {
   std::ifstream in(path, std::ios::binary);
   if (!in) bad(path, "cannot open for reading");
   char lead[12] = {};
@@ -192,36 +193,44 @@ TokenArray read_npy_tokens(const std::filesystem::path& path, std::uint64_t size
   const std::uint64_t data = size - data_at, item = std::uint64_t(h.dtype.size);
   std::uint64_t count = 1;
   for (std::int64_t dim : h.shape) {
-    if (dim != 0 && count > data / item / std::uint64_t(dim))
-      bad(path, "the header declares more elements than the " + std::to_string(data) + " bytes of data hold");
+    if (dim != 0 && count > std::numeric_limits<std::uint64_t>::max() / item / std::uint64_t(dim))
+      bad(path, "the header declares a shape of more than 2^64 bytes (" + std::to_string(data) + " bytes of data follow it)");
     count *= std::uint64_t(dim);
   }
   if (count * item != data)
     bad(path, "the header declares " + std::to_string(count) + " elements of " + std::to_string(item) + " bytes, but " +
                   std::to_string(data) + " bytes of data follow it");
   TokenArray array{std::vector<std::int32_t>(count), h.shape[0], h.shape.size() == 2 ? h.shape[1] : 0};
-  read_elements(in, h.dtype, h.fortran_order && h.shape.size() == 2, array, path);
+  read_elements(in, h.dtype, h.fortran_order && h.shape.size() == 2, lowest, array, path);
   return array;
 }
 
-TokenArray read_bin_tokens(const std::filesystem::path& path, std::uint64_t size) {
+TokenArray read_bin_tokens(const std::filesystem::path& path, std::uint64_t size, std::int32_t lowest) {
   if (size % 2 != 0) bad(path, "odd size " + std::to_string(size) + " (a flat uint16 .bin has an even number of bytes)");
   std::ifstream in(path, std::ios::binary);
   if (!in) bad(path, "cannot open for reading");
   TokenArray array{std::vector<std::int32_t>(size / 2), std::int64_t(size / 2), 0};
-  read_elements(in, kDtypes[3], false, array, path);
+  read_elements(in, kDtypes[3], false, lowest, array, path);
   return array;
 }
 
 }  // namespace
 
-TokenArray read_token_file(const std::filesystem::path& path) {
+namespace {
+
+TokenArray read_integer_file(const std::filesystem::path& path, std::int32_t lowest) {
   const std::uint64_t size = regular_file_size(path);  // a device or a directory is refused first
   const auto ext = path.extension();
-  if (ext == ".npy") return read_npy_tokens(path, size);
-  if (ext == ".bin") return read_bin_tokens(path, size);
+  if (ext == ".npy") return read_npy_tokens(path, size, lowest);
+  if (ext == ".bin") return read_bin_tokens(path, size, lowest);
   bad(path, "unknown token file type '" + ext.string() + "' (.npy of integers, or nanoGPT's flat uint16 .bin)");
 }
+
+}  // namespace
+
+TokenArray read_token_file(const std::filesystem::path& path) { return read_integer_file(path, 0); }
+
+TokenArray read_tag_file(const std::filesystem::path& path) { return read_integer_file(path, -1); }
 
 void write_tokens_npy(const std::filesystem::path& path, const std::vector<std::int32_t>& ids, std::int64_t rows,
                       std::int64_t cols) {

@@ -25,6 +25,10 @@ struct TokenArray {
 // By extension: .npy or .bin.
 TokenArray read_token_file(const std::filesystem::path& path);
 
+// The per-token tags written by `qkvlab data brown` (train_tags.npy): the same
+// format, with -1 allowed (the tag of <|endoftext|>).
+TokenArray read_tag_file(const std::filesystem::path& path);
+
 // An int32 .npy (version 1.0, C order), written atomically: 1-D of `rows`
 // elements when cols = 0, else rows × cols. ids.size() must match.
 void write_tokens_npy(const std::filesystem::path& path, const std::vector<std::int32_t>& ids, std::int64_t rows,
