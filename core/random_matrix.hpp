@@ -81,17 +81,20 @@ inline std::vector<double> squared_singular_values(const MatD& A) {
   return std::vector<double>(ev.data(), ev.data() + ev.size());
 }
 
-// σ_max(A) by Lanczos on w ↦ Aᵀ(A w). ok is false when Spectra did not converge.
-struct TopSingularValue {
-  double sigma = NAN;
+// The k largest eigenvalues of AᵀA, descending, by Lanczos (Spectra) on the
+// operator w ↦ Aᵀ(A w): AᵀA is never formed. ok is false when Spectra did not
+// converge; small problems (fewer than k + 2 columns) take a dense solver.
+struct TopGramEigenvalues {
+  std::vector<double> values;
   bool ok = false;
   Eigen::Index matvecs = 0;  // products with AᵀA
 };
 
-inline TopSingularValue top_singular_value(const MatD& A, double tol = 1e-12) {
+template <class Matrix>
+TopGramEigenvalues top_gram_eigenvalues(const Matrix& A, int k, double tol = 1e-12) {
   struct GramOp {
     using Scalar = double;
-    const MatD& A;
+    const Matrix& A;
     mutable Eigen::Index count = 0;
     Eigen::Index rows() const { return A.cols(); }
     Eigen::Index cols() const { return A.cols(); }
@@ -100,20 +103,39 @@ inline TopSingularValue top_singular_value(const MatD& A, double tol = 1e-12) {
       Eigen::Map<VecD>(y, A.cols()) = A.transpose() * (A * Eigen::Map<const VecD>(x, A.cols()));
     }
   };
-  GramOp op{A};
   const Eigen::Index d = A.cols();
-  TopSingularValue r;
-  if (d < 3) {  // Spectra needs nev < ncv ≤ n
-    r.sigma = Eigen::JacobiSVD<MatD>(A).singularValues()(0), r.ok = true;
+  TopGramEigenvalues r;
+  if (d < k + 2) {  // Spectra needs nev < ncv ≤ n
+    const MatD G = A.transpose() * A;
+    const VecD ev = Eigen::SelfAdjointEigenSolver<MatD>(G, Eigen::EigenvaluesOnly).eigenvalues();
+    for (Eigen::Index i = ev.size() - 1; i >= 0 && Eigen::Index(r.values.size()) < k; --i) r.values.push_back(ev(i));
+    r.ok = true;
     return r;
   }
-  Spectra::SymEigsSolver<GramOp> eigs(op, 1, std::min<Eigen::Index>(d, 24));
+  GramOp op{A};
+  Spectra::SymEigsSolver<GramOp> eigs(op, k, std::min<Eigen::Index>(d, std::max(2 * k + 1, 24)));
   eigs.init();
   eigs.compute(Spectra::SortRule::LargestAlge, 1000, tol);
   r.matvecs = op.count;
   if (eigs.info() != Spectra::CompInfo::Successful) return r;
-  r.sigma = std::sqrt(std::max(0.0, eigs.eigenvalues()(0)));
+  const VecD ev = eigs.eigenvalues();  // returned by value: keep one copy
+  r.values.assign(ev.data(), ev.data() + ev.size());
   r.ok = true;
+  return r;
+}
+
+// σ_max(A) by Lanczos on w ↦ Aᵀ(A w). ok is false when Spectra did not converge.
+struct TopSingularValue {
+  double sigma = NAN;
+  bool ok = false;
+  Eigen::Index matvecs = 0;  // products with AᵀA
+};
+
+inline TopSingularValue top_singular_value(const MatD& A, double tol = 1e-12) {
+  const TopGramEigenvalues top = top_gram_eigenvalues(A, 1, tol);
+  TopSingularValue r;
+  r.matvecs = top.matvecs, r.ok = top.ok;
+  if (top.ok) r.sigma = std::sqrt(std::max(0.0, top.values[0]));
   return r;
 }
 

@@ -1,0 +1,346 @@
+#include "analysis/analyze.hpp"
+
+#include <memory>
+
+#include "core/errors.hpp"
+#include "core/parallel.hpp"
+#include "core/random_matrix.hpp"
+#include "core/statistics.hpp"
+
+namespace qkvlab::analysis {
+
+namespace {
+
+using lm::Activation;
+using lm::Site;
+
+// One analysis: a recorder told, before each batch, how many of its sequences count.
+class Analysis : public lm::Recorder<float> {
+ public:
+  int valid = 0;
+  virtual void report(Report& out) const = 0;
+};
+
+// A token-major activation of sequence b as a T × (heads·width) matrix, heads combined.
+RowMatrix sequence(const Activation<float>& a, int b, HeadCombination how) {
+  return combine_heads(a.data + std::size_t(b) * a.T * a.heads * a.width, a.T, a.heads, a.width, how);
+}
+
+// Per-layer scalar summaries as result rows {layer, mean, std, se} and a table.
+void scalar_layers(Report& out, const std::string& name, const std::vector<RunningStats>& stats, int first) {
+  results::Value layers = results::Value::array();
+  results::Table t{name, {{"layer", {}}, {"mean", {}}, {"std", {}}, {"se", {}}}};
+  for (std::size_t l = 0; l < stats.size(); ++l) {
+    const Summary s = stats[l].summary();
+    results::Value row = results::Value::object();
+    row.set("layer", std::int64_t(l) + first), row.set("mean", s.mean), row.set("std", s.std), row.set("se", s.se);
+    layers.push(row);
+    t.columns[0].values.push_back(double(l) + first), t.columns[1].values.push_back(s.mean);
+    t.columns[2].values.push_back(s.std), t.columns[3].values.push_back(s.se);
+  }
+  out.value.set("layers", layers);
+  out.tables.push_back(t);
+}
+
+class Entropy final : public Analysis {
+ public:
+  Entropy(int L, EntropyDefinition d) : stats_(std::size_t(L)), definition_(d) {}
+  bool wants(Site s, int) const override { return s == Site::pattern; }
+  void record(const Activation<float>& a) override {
+    for (int b = 0; b < valid; ++b)
+      stats_[std::size_t(a.layer)].add(
+          attention_entropy(a.data + std::size_t(b) * a.heads * a.T * a.T, a.heads, a.T, definition_));
+  }
+  void report(Report& out) const override { scalar_layers(out, "entropy", stats_, 1); }
+
+ private:
+  std::vector<RunningStats> stats_;
+  EntropyDefinition definition_;
+};
+
+class Similarity final : public Analysis {
+ public:
+  Similarity(int L, const Options& o) : L_(L), o_(o), stats_(std::size_t(o.of == Of::hidden ? L + 1 : L)) {}
+  bool wants(Site s, int l) const override { return state(s, l) >= 0; }
+  void record(const Activation<float>& a) override {
+    const int at = state(a.site, a.layer);
+    for (int b = 0; b < valid; ++b) stats_[std::size_t(at)].add(token_similarity(sequence(a, b, o_.heads)));
+  }
+  void report(Report& out) const override { scalar_layers(out, "similarity", stats_, o_.of == Of::hidden ? 0 : 1); }
+
+ private:
+  // The state a site is, or −1: hidden states 0 … L (0 the embedding output), else layer l's keys or values.
+  int state(Site s, int l) const {
+    if (o_.of == Of::keys) return s == Site::k ? l : -1;
+    if (o_.of == Of::values) return s == Site::v ? l : -1;
+    if (s == Site::resid_pre && l == 0) return 0;
+    if (s == Site::resid_post && (o_.states == States::raw || l < L_ - 1)) return l + 1;
+    if (s == Site::final && o_.states == States::hf) return L_;
+    return -1;
+  }
+  int L_;
+  Options o_;
+  std::vector<RunningStats> stats_;
+};
+
+class Spectrum final : public Analysis {
+ public:
+  Spectrum(int L, int top_k, int threads) : top_k_(top_k), threads_(threads), sums_(std::size_t(L)), max_(std::size_t(L)), count_(std::size_t(L), 0) {}
+  bool wants(Site s, int) const override { return s == Site::v; }
+  void record(const Activation<float>& a) override {
+    std::vector<std::vector<double>> ev(static_cast<std::size_t>(valid));
+    parallel_for(valid, threads_, [&](std::int64_t b) { ev[std::size_t(b)] = eigenvalues(sequence(a, int(b), HeadCombination::concat)); });
+    auto& sum = sums_[std::size_t(a.layer)];
+    for (const auto& e : ev) {  // in sequence order: the sums do not depend on threads
+      if (sum.empty()) sum.assign(e.size(), 0.0);
+      for (std::size_t i = 0; i < e.size(); ++i) sum[i] += e[i];
+      max_[std::size_t(a.layer)].add(e.front());
+      ++count_[std::size_t(a.layer)];
+    }
+  }
+  void report(Report& out) const override {
+    results::Value layers = results::Value::array();
+    results::Table t{"spectrum", {{"rank", {}}}};
+    for (std::size_t l = 0; l < sums_.size(); ++l) {
+      std::vector<double> mean(sums_[l].size());
+      for (std::size_t i = 0; i < mean.size(); ++i) mean[i] = sums_[l][i] / double(count_[l]);
+      const Summary m = max_[l].summary();
+      results::Value row = results::Value::object();
+      row.set("layer", std::int64_t(l) + 1), row.set("eigenvalues", results::Value::array_of(mean));
+      row.set("max", m.mean), row.set("max_std", m.std), row.set("max_se", m.se);
+      layers.push(row);
+      if (t.columns[0].values.empty())
+        for (std::size_t i = 0; i < mean.size(); ++i) t.columns[0].values.push_back(double(i) + 1);
+      t.columns.push_back({"layer " + std::to_string(l + 1), mean});
+    }
+    out.value.set("layers", layers);
+    out.tables.push_back(t);
+  }
+
+ private:
+  std::vector<double> eigenvalues(const RowMatrix& X) const {
+    if (top_k_ <= 0) return covariance_spectrum(X);
+    const TopGramEigenvalues top = top_gram_eigenvalues(RowMatrix(X / std::sqrt(double(X.rows()))), top_k_);
+    if (!top.ok) throw NumericalError("spectrum: the Lanczos solver did not converge");
+    return top.values;
+  }
+  int top_k_, threads_;
+  std::vector<std::vector<double>> sums_;
+  std::vector<RunningStats> max_;
+  std::vector<std::int64_t> count_;
+};
+
+// The first token's importance, value norm and hidden norm over the others' mean, per layer,
+// and each position's over the mean of all positions.
+class FirstToken final : public Analysis {
+ public:
+  explicit FirstToken(int L) : ratio_(3, std::vector<RunningStats>(std::size_t(L))), profile_(3, std::vector<std::vector<double>>(std::size_t(L))), n_(3, std::vector<std::int64_t>(std::size_t(L), 0)) {}
+  bool wants(Site s, int) const override { return s == Site::pattern || s == Site::v || s == Site::resid_post; }
+  void record(const Activation<float>& a) override {
+    const int what = a.site == Site::pattern ? 0 : a.site == Site::v ? 1 : 2;
+    for (int b = 0; b < valid; ++b) {
+      const std::vector<double> x =
+          what == 0 ? token_importance(a.data + std::size_t(b) * a.heads * a.T * a.T, a.heads, a.T)
+                    : row_norms(sequence(a, b, HeadCombination::concat));
+      ratio_[std::size_t(what)][std::size_t(a.layer)].add(first_ratio(x));
+      add_profile(what, a.layer, x);
+    }
+  }
+  void report(Report& out) const override {
+    static const char* names[3] = {"importance_ratio", "value_norm_ratio", "hidden_norm_ratio"};
+    results::Value layers = results::Value::array();
+    results::Table t{"first_token", {{"layer", {}}}};
+    for (int k = 0; k < 3; ++k) t.columns.push_back({names[k], {}}), t.columns.push_back({std::string(names[k]) + "_std", {}});
+    for (std::size_t l = 0; l < ratio_[0].size(); ++l) {
+      results::Value row = results::Value::object();
+      row.set("layer", std::int64_t(l) + 1);
+      t.columns[0].values.push_back(double(l) + 1);
+      for (int k = 0; k < 3; ++k) {
+        const Summary s = ratio_[std::size_t(k)][l].summary();
+        row.set(names[k], s.mean), row.set(std::string(names[k]) + "_std", s.std);
+        t.columns[std::size_t(1 + 2 * k)].values.push_back(s.mean), t.columns[std::size_t(2 + 2 * k)].values.push_back(s.std);
+      }
+      results::Value positions = results::Value::object();
+      for (int k = 0; k < 3; ++k) {
+        std::vector<double> p = profile_[std::size_t(k)][l];
+        for (double& x : p) x /= double(n_[std::size_t(k)][l]);
+        positions.set(std::string(names[k]).substr(0, std::string(names[k]).size() - 6), results::Value::array_of(p));
+      }
+      row.set("per_position", positions);
+      layers.push(row);
+    }
+    out.value.set("layers", layers);
+    out.tables.push_back(t);
+  }
+
+ private:
+  void add_profile(int what, int layer, const std::vector<double>& x) {
+    double mean = 0;
+    for (double v : x) mean += v / double(x.size());
+    auto& p = profile_[std::size_t(what)][std::size_t(layer)];
+    if (p.empty()) p.assign(x.size(), 0.0);
+    for (std::size_t i = 0; i < x.size(); ++i) p[i] += x[i] / mean;
+    ++n_[std::size_t(what)][std::size_t(layer)];
+  }
+  std::vector<std::vector<RunningStats>> ratio_;
+  std::vector<std::vector<std::vector<double>>> profile_;
+  std::vector<std::vector<std::int64_t>> n_;
+};
+
+// The mean over sequences of one layer's cosine matrix (heads or tokens).
+class CosineMatrix final : public Analysis {
+ public:
+  CosineMatrix(Site site, int layer, std::string name) : site_(site), layer_(layer), name_(std::move(name)) {}
+  bool wants(Site s, int l) const override { return s == site_ && l == layer_; }
+  void record(const Activation<float>& a) override {
+    for (int b = 0; b < valid; ++b) {
+      const RowMatrix c = cosine_matrix(rows_of(a, b));
+      sum_ = n_ ? RowMatrix(sum_ + c) : c;
+      ++n_;
+    }
+  }
+  void report(Report& out) const override {
+    const RowMatrix m = sum_ / double(n_);
+    results::Value matrix = results::Value::array();
+    results::Table t{name_, {}};
+    for (Eigen::Index i = 0; i < m.rows(); ++i) {
+      std::vector<double> row(m.row(i).data(), m.row(i).data() + m.cols());
+      matrix.push(results::Value::array_of(row));
+      t.columns.push_back({"c" + std::to_string(i), std::vector<double>(m.col(i).data(), m.col(i).data() + m.rows())});
+    }
+    out.value.set("layer", std::int64_t(layer_) + 1);
+    out.value.set("matrix", matrix);
+    out.tables.push_back(t);
+  }
+
+ private:
+  // The rows compared: heads' flattened outputs (z), flattened patterns, or tokens' hidden states.
+  RowMatrix rows_of(const Activation<float>& a, int b) const {
+    if (site_ == Site::pattern) {
+      const std::size_t per = std::size_t(a.T) * a.T;
+      return Eigen::Map<const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(
+                 a.data + std::size_t(b) * a.heads * per, a.heads, Eigen::Index(per))
+          .cast<double>();
+    }
+    const RowMatrix X = sequence(a, b, HeadCombination::concat);  // T × heads·width
+    if (site_ != Site::z) return X;
+    RowMatrix heads(a.heads, Eigen::Index(a.T) * a.width);
+    for (int h = 0; h < a.heads; ++h)
+      for (int t = 0; t < a.T; ++t) heads.row(h).segment(Eigen::Index(t) * a.width, a.width) = X.row(t).segment(Eigen::Index(h) * a.width, a.width);
+    return heads;
+  }
+  Site site_;
+  int layer_;
+  std::string name_;
+  RowMatrix sum_;
+  std::int64_t n_ = 0;
+};
+
+// Several analyses fed from one forward pass.
+class Together final : public Analysis {
+ public:
+  std::vector<std::unique_ptr<Analysis>> parts;
+  bool wants(Site s, int l) const override {
+    for (const auto& p : parts)
+      if (p->wants(s, l)) return true;
+    return false;
+  }
+  void record(const Activation<float>& a) override {
+    for (auto& p : parts)
+      if (p->wants(a.site, a.layer)) p->valid = valid, p->record(a);
+  }
+  void report(Report& out) const override {
+    for (const auto& p : parts) {
+      Report part{results::Value::object(), {}};
+      p->report(part);
+      out.value.set(part.tables.front().name, part.value);
+      for (auto& t : part.tables) out.tables.push_back(std::move(t));
+    }
+  }
+};
+
+constexpr const char* kNames[] = {"entropy", "similarity", "spectrum", "first-token", "heads", "tokens", "all"};
+
+std::unique_ptr<Analysis> make(Kind kind, const lm::Config& c, const Options& o, int threads) {
+  const int L = c.layers, layer = o.layer < 0 ? L - 1 : o.layer;
+  if (layer >= L) throw UsageError("--layer " + std::to_string(layer + 1) + " is beyond the model's " + std::to_string(L) + " layers");
+  switch (kind) {
+    case Kind::entropy: return std::make_unique<Entropy>(L, o.entropy);
+    case Kind::similarity: return std::make_unique<Similarity>(L, o);
+    case Kind::spectrum: return std::make_unique<Spectrum>(L, o.top_k, threads);
+    case Kind::first_token: return std::make_unique<FirstToken>(L);
+    case Kind::heads: return std::make_unique<CosineMatrix>(o.head_matrix == HeadMatrixOf::outputs ? Site::z : Site::pattern, layer, "heads");
+    case Kind::tokens: return std::make_unique<CosineMatrix>(Site::resid_post, layer, "tokens");
+    case Kind::all: {
+      auto all = std::make_unique<Together>();
+      for (Kind k : {Kind::entropy, Kind::similarity, Kind::spectrum, Kind::first_token}) all->parts.push_back(make(k, c, o, threads));
+      return all;
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+namespace {
+
+const char* entropy_name(EntropyDefinition d) {
+  return d == EntropyDefinition::column ? "column" : d == EntropyDefinition::row ? "row" : "printed";
+}
+
+// The options that define what was measured, for the record.
+results::Value definition(Kind kind, const Options& o, int layers) {
+  results::Value d = results::Value::object();
+  const bool all = kind == Kind::all;
+  if (kind == Kind::entropy || all) d.set("entropy", entropy_name(o.entropy)), d.set("log", "natural");
+  if (kind == Kind::similarity || all) {
+    d.set("states", o.of != Of::hidden ? "-" : o.states == States::hf ? "hf" : "raw");
+    d.set("of", o.of == Of::hidden ? "hidden" : o.of == Of::keys ? "keys" : "values");
+    d.set("heads", o.heads == HeadCombination::concat ? "concat" : "mean");
+  }
+  if (kind == Kind::spectrum || all) d.set("eigenvalues", o.top_k > 0 ? "top " + std::to_string(o.top_k) + " (Lanczos)" : "all");
+  if (kind == Kind::first_token || all) d.set("first_token", "x_0 / mean(x_1 ... x_{T-1}); per position x_p / mean(x)");
+  if (kind == Kind::heads) d.set("of", o.head_matrix == HeadMatrixOf::outputs ? "outputs" : "patterns");
+  if (kind == Kind::heads || kind == Kind::tokens) d.set("layer", std::int64_t(o.layer < 0 ? layers : o.layer + 1));
+  if (kind == Kind::tokens) d.set("of", "block output before the final norm");
+  return d;
+}
+
+}  // namespace
+
+Kind parse_kind(const std::string& name) {
+  std::string known;
+  for (int i = 0; i < 7; ++i) {
+    if (name == kNames[i]) return Kind(i);
+    known += (i ? "|" : "") + std::string(kNames[i]);
+  }
+  throw UsageError("unknown analysis \"" + name + "\" (known: " + known + ")");
+}
+
+std::string to_string(Kind kind) { return kNames[int(kind)]; }
+
+Report analyze(lm::Model<float>& model, Kind kind, const Sequences& data, const Options& o,
+               const std::function<void(std::int64_t, std::int64_t)>& progress) {
+  if (data.count < 1 || data.length < 2) throw UsageError("analyses need at least one sequence of 2 tokens");
+  const int B = int(std::min<std::int64_t>(o.batch, data.count)), T = data.length;
+  auto analysis = make(kind, model.config(), o, 0);
+  std::vector<std::int32_t> ids(std::size_t(B) * T);
+  for (std::int64_t first = 0; first < data.count; first += B) {
+    analysis->valid = int(std::min<std::int64_t>(B, data.count - first));
+    for (int b = 0; b < B; ++b) {  // rows past the end repeat the last sequence and are not counted
+      const std::int64_t k = std::min(first + b, data.count - 1);
+      std::copy_n(data.ids.begin() + std::ptrdiff_t(k * T), T, ids.begin() + std::ptrdiff_t(b) * T);
+    }
+    model.forward(ids.data(), nullptr, B, T, lm::Pass::eval, 0, analysis.get());
+    if (progress) progress(first + analysis->valid, data.count);
+  }
+  Report out{results::Value::object(), {}};
+  out.value.set("analysis", to_string(kind));
+  out.value.set("definition", definition(kind, o, model.config().layers));
+  out.value.set("sequences", data.count);
+  out.value.set("seq_len", std::int64_t(T));
+  analysis->report(out);
+  return out;
+}
+
+}  // namespace qkvlab::analysis

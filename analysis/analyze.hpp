@@ -1,0 +1,66 @@
+// `qkvlab analyze KIND CKPT`: the per-layer analyses of a trained model
+// (docs/analysis.md), computed per sequence from the activation record
+// (lm/record.hpp) and summarized over sequences (mean, standard deviation,
+// standard error: core/statistics.hpp). Each analysis is a Recorder that
+// consumes a layer's activations as soon as the forward pass produces them,
+// so an attention pattern never outlives its layer.
+//
+//   entropy      per layer (1 … L): attention entropy, definition column | row | printed
+//   similarity   per state: mean pairwise cosine of the tokens' hidden states (hf: the L + 1
+//                states of output_hidden_states — the embedding output, blocks 1 … L−1's
+//                outputs, the last after the final norm; raw: the embedding output and every
+//                block's raw output), or of keys or values (heads concatenated or averaged)
+//   spectrum     per layer: eigenvalues of the value covariance, averaged by rank, and the largest
+//   first-token  per layer: the first token's importance, value norm and hidden-state norm over the
+//                mean of the others', and the same per position
+//   heads        one layer's H×H cosine matrix of head outputs z_h or patterns A_h (flattened)
+//   tokens       one layer's T×T cosine matrix of the block outputs (before the final norm)
+//   all          entropy, similarity, spectrum and first-token in one pass
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "analysis/measures.hpp"
+#include "lm/model.hpp"
+#include "results/figure.hpp"
+#include "results/value.hpp"
+
+namespace qkvlab::analysis {
+
+enum class Kind { entropy, similarity, spectrum, first_token, heads, tokens, all };
+Kind parse_kind(const std::string& name);
+std::string to_string(Kind kind);
+
+enum class States { hf, raw };
+enum class Of { hidden, keys, values };
+enum class HeadMatrixOf { outputs, patterns };
+
+struct Options {
+  EntropyDefinition entropy = EntropyDefinition::column;
+  States states = States::hf;
+  Of of = Of::hidden;
+  HeadCombination heads = HeadCombination::concat;
+  HeadMatrixOf head_matrix = HeadMatrixOf::outputs;
+  int layer = -1;  // heads, tokens: 0-based; −1 the last
+  int top_k = 0;   // spectrum: 0 every eigenvalue; k > 0 the k largest by Lanczos (matrix-free)
+  int batch = 4;   // sequences per forward pass
+};
+
+struct Sequences {
+  std::vector<std::int32_t> ids;  // count × length
+  std::int64_t count = 0;
+  int length = 0;
+};
+
+struct Report {
+  results::Value value;                // analysis, definition, sequences, seq_len, layers | matrix
+  std::vector<results::Table> tables;  // the same numbers as columns (CSV, HDF5, figures)
+};
+
+Report analyze(lm::Model<float>& model, Kind kind, const Sequences& data, const Options& options,
+               const std::function<void(std::int64_t done, std::int64_t total)>& progress = {});
+
+}  // namespace qkvlab::analysis

@@ -1,0 +1,105 @@
+#include "analysis/measures.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace qkvlab::analysis {
+
+std::vector<double> token_importance(const float* pattern, int H, int T) {
+  std::vector<double> a(std::size_t(T), 0.0);
+  for (int h = 0; h < H; ++h)
+    for (int i = 0; i < T; ++i) {
+      const float* row = pattern + (std::size_t(h) * T + i) * T;
+      for (int j = 0; j <= i; ++j) a[std::size_t(j)] += double(row[j]) / H;
+    }
+  return a;
+}
+
+namespace {
+
+double entropy_of(const std::vector<double>& weights) {
+  double total = 0, e = 0;
+  for (double w : weights) total += w;
+  for (double w : weights)
+    if (w > 0) e -= (w / total) * std::log(w / total);
+  return e;
+}
+
+}  // namespace
+
+double attention_entropy(const float* pattern, int H, int T, EntropyDefinition definition) {
+  if (definition == EntropyDefinition::column) return entropy_of(token_importance(pattern, H, T));
+  if (definition == EntropyDefinition::printed) {  // a_i = (1/T) Σ_j Ā_ij, the row means
+    std::vector<double> a(std::size_t(T), 0.0);
+    for (int h = 0; h < H; ++h)
+      for (int i = 0; i < T; ++i) {
+        const float* row = pattern + (std::size_t(h) * T + i) * T;
+        for (int j = 0; j < T; ++j) a[std::size_t(i)] += double(row[j]) / (double(H) * T);
+      }
+    return entropy_of(a);
+  }
+  double e = 0;
+  for (int h = 0; h < H; ++h)
+    for (int i = 0; i < T; ++i) {
+      const float* row = pattern + (std::size_t(h) * T + i) * T;
+      for (int j = 0; j <= i; ++j)
+        if (row[j] > 0) e -= double(row[j]) * std::log(double(row[j]));
+    }
+  return e / (double(H) * T);
+}
+
+double token_similarity(const RowMatrix& X) {
+  const Eigen::Index T = X.rows();
+  if (T < 2) return std::nan("");
+  Eigen::RowVectorXd sum = Eigen::RowVectorXd::Zero(X.cols());
+  double diagonal = 0;
+  for (Eigen::Index i = 0; i < T; ++i) {
+    const double n = X.row(i).norm();
+    if (n == 0) continue;
+    sum += X.row(i) / n;
+    diagonal += 1;
+  }
+  return (sum.squaredNorm() - diagonal) / (double(T) * double(T - 1));
+}
+
+std::vector<double> covariance_spectrum(const RowMatrix& X) {
+  const Eigen::Index T = X.rows();
+  const Eigen::MatrixXd M = T < X.cols() ? Eigen::MatrixXd(X * X.transpose()) : Eigen::MatrixXd(X.transpose() * X);
+  Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> solver(M / double(T), Eigen::EigenvaluesOnly);
+  std::vector<double> ev(solver.eigenvalues().data(), solver.eigenvalues().data() + solver.eigenvalues().size());
+  std::sort(ev.rbegin(), ev.rend());
+  return ev;
+}
+
+double first_ratio(const std::vector<double>& x) {
+  if (x.size() < 2) return std::nan("");
+  double rest = 0;
+  for (std::size_t j = 1; j < x.size(); ++j) rest += x[j];
+  return x[0] / (rest / double(x.size() - 1));
+}
+
+std::vector<double> row_norms(const RowMatrix& X) {
+  std::vector<double> n(std::size_t(X.rows()));
+  for (Eigen::Index i = 0; i < X.rows(); ++i) n[std::size_t(i)] = X.row(i).norm();
+  return n;
+}
+
+RowMatrix cosine_matrix(const RowMatrix& X) {
+  RowMatrix U = X;
+  for (Eigen::Index i = 0; i < U.rows(); ++i) {
+    const double n = U.row(i).norm();
+    if (n > 0) U.row(i) /= n;
+  }
+  return U * U.transpose();
+}
+
+RowMatrix combine_heads(const float* data, int T, int heads, int width, HeadCombination how) {
+  const Eigen::Map<const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>> X(data, T,
+                                                                                                 heads * width);
+  if (how == HeadCombination::concat) return X.cast<double>();
+  RowMatrix M = RowMatrix::Zero(T, width);
+  for (int h = 0; h < heads; ++h) M += X.middleCols(Eigen::Index(h) * width, width).cast<double>() / heads;
+  return M;
+}
+
+}  // namespace qkvlab::analysis
