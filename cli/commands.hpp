@@ -35,7 +35,7 @@ std::vector<Command> add_icl_theory_commands(CLI::App& icl, const std::string& c
 // `qkvlab icl train`, `sweep`, `anchor` and `depth` (icl_train_command.cpp).
 std::vector<Command> add_icl_train_commands(CLI::App& icl, const std::string& command_line);
 Command add_transfer_command(CLI::App& app, const std::string& command_line);
-// `qkvlab lm init` (lm_init_command.cpp).
+// `qkvlab lm init`, `lm eval`, `lm train` (lm_init_command.cpp, lm_eval_command.cpp, lm_train_command.cpp).
 std::vector<Command> add_lm_init_commands(CLI::App& lm, const std::string& command_line);
 // `qkvlab lm export` (lm_export_command.cpp).
 std::vector<Command> add_lm_export_commands(CLI::App& lm, const std::string& command_line);
@@ -44,5 +44,9 @@ Command add_params_command(CLI::App& app, const std::string& command_line);
 Command add_kv_command(CLI::App& app, const std::string& command_line);
 // `qkvlab data brown` (data_command.cpp): the Brown corpus, tokenized, with baselines.
 Command add_data_command(CLI::App& app, const std::string& command_line);
+// `qkvlab lm eval|train|compare` (lm_eval_command.cpp, lm_train_command.cpp, lm_compare_command.cpp).
+std::vector<Command> add_lm_eval_commands(CLI::App& lm, const std::string& command_line);
+std::vector<Command> add_lm_train_commands(CLI::App& lm, const std::string& command_line);
+std::vector<Command> add_lm_compare_commands(CLI::App& lm, const std::string& command_line);
 
 }  // namespace qkvlab::cli

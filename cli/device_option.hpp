@@ -4,6 +4,7 @@
 #pragma once
 
 #include "core/errors.hpp"
+#include "engine/kernel_types.hpp"
 #include "gpu/device.hpp"
 
 #include <CLI/CLI.hpp>
@@ -12,7 +13,7 @@
 
 namespace qkvlab::cli {
 
-enum class Device { cpu, cuda };
+using Device = engine::Device;
 
 // gpu_path: whether the command has GPU code behind --device cuda.
 inline CLI::Option* add_device_option(CLI::App* cmd, Device& device, bool gpu_path = true) {

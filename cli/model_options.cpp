@@ -59,23 +59,40 @@ void add_model_options(CLI::App* cmd, ModelOptions& o) {
       ->capture_default_str();
 }
 
-lm::Config model_config(const ModelOptions& o) {
-  lm::Config c = lm::family_defaults(lm::parse_family(o.family), o.layers, o.d, o.heads, o.vocab, o.positions);
-  c.tied = o.tied, c.bias = o.bias;
-  if (o.kv_heads) c.kv_heads = *o.kv_heads;
-  if (o.head_dim) c.head_dim = *o.head_dim;
-  if (c.head_dim < 1) throw UsageError("--heads " + std::to_string(o.heads) + " is larger than --d " + std::to_string(o.d));
+namespace {
+
+// Applies the flags for which given(flag) holds to c (sizes first, then what depends on them).
+template <class Given>
+lm::Config apply(lm::Config c, const ModelOptions& o, Given given) {
+  if (given("--family") || given("--layers") || given("--d") || given("--heads") || given("--vocab") ||
+      given("--positions")) {
+    const lm::Config d = lm::family_defaults(given("--family") ? lm::parse_family(o.family) : c.family,
+                                             given("--layers") ? o.layers : c.layers, given("--d") ? o.d : c.d,
+                                             given("--heads") ? o.heads : c.heads, given("--vocab") ? o.vocab : c.vocab,
+                                             given("--positions") ? o.positions : c.positions);
+    const bool sizes = given("--family") || given("--d") || given("--heads");
+    c.family = d.family, c.layers = d.layers, c.d = d.d, c.vocab = d.vocab, c.positions = d.positions;
+    if (sizes) c.heads = d.heads, c.kv_heads = d.kv_heads, c.head_dim = d.head_dim, c.ffn = d.ffn, c.norm_eps = d.norm_eps;
+  }
+  if (given("--tied")) c.tied = o.tied;
+  if (given("--bias")) c.bias = o.bias;
+  if (o.kv_heads && given("--kv-heads")) c.kv_heads = *o.kv_heads;
+  if (o.head_dim && given("--head-dim")) c.head_dim = *o.head_dim;
+  if (c.head_dim < 1) throw UsageError("--heads " + std::to_string(c.heads) + " is larger than --d " + std::to_string(c.d));
   if (o.ffn && o.mlp_ratio) throw UsageError("--ffn and --mlp-ratio both set the MLP width: give one");
-  if (o.ffn) c.ffn = *o.ffn;
-  if (o.mlp_ratio) c.ffn = int(std::lround(*o.mlp_ratio * o.d));
-  c.gelu = o.gelu == "erf" ? lm::GeluForm::erf : lm::GeluForm::tanh;
-  if (o.norm_eps) c.norm_eps = *o.norm_eps;
-  c.rope_theta = o.rope_theta;
-  c.mla = o.mla, c.d_c = o.d_c, c.d_r = o.d_r;
+  if (o.ffn && given("--ffn")) c.ffn = *o.ffn;
+  if (o.mlp_ratio && given("--mlp-ratio")) c.ffn = int(std::lround(*o.mlp_ratio * c.d));
+  if (given("--gelu")) c.gelu = o.gelu == "erf" ? lm::GeluForm::erf : lm::GeluForm::tanh;
+  if (o.norm_eps && given("--norm-eps")) c.norm_eps = *o.norm_eps;
+  if (given("--rope-theta")) c.rope_theta = o.rope_theta;
+  if (given("--mla")) c.mla = o.mla;
+  if (given("--d-c")) c.d_c = o.d_c;
+  if (given("--d-r")) c.d_r = o.d_r;
   lm::Variant& v = c.variant;
-  v.kind = lm::parse_variant(o.variant);
-  v.strategy = lm::parse_strategy(o.strategy);
-  v.skip_ratio = o.skip_ratio, v.source_layer = o.source_layer;
+  if (given("--variant")) v.kind = lm::parse_variant(o.variant);
+  if (given("--strategy")) v.strategy = lm::parse_strategy(o.strategy);
+  if (given("--skip-ratio")) v.skip_ratio = o.skip_ratio;
+  if (given("--source-layer")) v.source_layer = o.source_layer;
   if (o.lambda && (o.alpha || o.beta)) throw UsageError("--lambda and --alpha/--beta both set ResFormer's weights: give one");
   if (o.lambda && v.kind == lm::VariantKind::resformer) v.alpha = 1, v.beta = *o.lambda;
   if (o.lambda && v.kind == lm::VariantKind::neutreno) v.lambda = *o.lambda;
@@ -83,6 +100,17 @@ lm::Config model_config(const ModelOptions& o) {
   if (o.beta) v.beta = *o.beta;
   lm::validate(c);
   return c;
+}
+
+}  // namespace
+
+lm::Config model_config(const ModelOptions& o) {
+  lm::Config base = lm::family_defaults(lm::parse_family(o.family), o.layers, o.d, o.heads, o.vocab, o.positions);
+  return apply(base, o, [](const char*) { return true; });
+}
+
+lm::Config model_config(const lm::Config& base, const ModelOptions& o, const CLI::App& cmd) {
+  return apply(base, o, [&cmd](const char* flag) { return cmd.count(flag) > 0; });
 }
 
 }  // namespace qkvlab::cli

@@ -31,4 +31,8 @@ void add_model_options(CLI::App* cmd, ModelOptions& options);
 // inconsistency (heads not a multiple of --kv-heads, --lambda with --alpha, …).
 lm::Config model_config(const ModelOptions& options);
 
+// `base` (a preset's model) with only the flags given on `cmd`'s command line
+// applied: --preset tiny --variant resformer is the tiny model as ResFormer.
+lm::Config model_config(const lm::Config& base, const ModelOptions& options, const CLI::App& cmd);
+
 }  // namespace qkvlab::cli

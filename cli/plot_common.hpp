@@ -4,7 +4,9 @@
 
 #include "core/errors.hpp"
 
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <iostream>
 #include <string>
@@ -29,15 +31,38 @@ inline std::vector<double> log_grid(double a, double b, int n) {
   return g;
 }
 
+// A progress line on stderr (only when stderr is a terminal and not --quiet):
+// "qkvlab NAME: WHAT done/total  rate/s  time left  EXTRA", redrawn at most
+// five times a second and once at the end.
 struct Progress {
   std::string name;
   bool on = false;
-  void operator()(const std::string& what, std::size_t done, std::size_t total) const {
+  mutable std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now(), last{};
+
+  void operator()(const std::string& what, std::size_t done, std::size_t total, const std::string& extra = "") const {
     if (!on) return;
-    std::cerr << "\rqkvlab " << name << ": " << what << " " << done << "/" << total << "   "
-              << (done == total ? "\n" : "") << std::flush;
+    const auto now = std::chrono::steady_clock::now();
+    if (done != total && now - last < std::chrono::milliseconds(200)) return;
+    last = now;
+    const double seconds = std::chrono::duration<double>(now - start).count();
+    const double rate = seconds > 0 ? double(done) / seconds : 0;
+    std::cerr << "\rqkvlab " << name << ": " << what << " " << done << "/" << total;
+    if (rate > 0) std::cerr << "  " << rate_text(rate) << "/s  " << duration_text(double(total - done) / rate) << " left";
+    std::cerr << (extra.empty() ? "" : "  ") << extra << "   " << (done == total ? "\n" : "") << std::flush;
   }
   static bool wanted(bool quiet) { return !quiet && isatty(STDERR_FILENO); }
+  static std::string rate_text(double r) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, r >= 100 ? "%.0f" : "%.3g", r);
+    return buf;
+  }
+  static std::string duration_text(double s) {
+    char buf[32];
+    if (s < 60) std::snprintf(buf, sizeof buf, "%.0fs", s);
+    else if (s < 3600) std::snprintf(buf, sizeof buf, "%dm%02ds", int(s) / 60, int(s) % 60);
+    else std::snprintf(buf, sizeof buf, "%dh%02dm", int(s) / 3600, int(s) % 3600 / 60);
+    return buf;
+  }
 };
 
 }  // namespace qkvlab::cli

@@ -81,7 +81,8 @@ struct Model<S>::Impl {
 
   // workspace for (B, T, pass)
   int B = 0, T_ = 0, N = 0;
-  Pass pass = Pass::eval;
+  Pass pass = Pass::eval;       // the last forward's pass
+  bool train_workspace = false;  // every layer's activations kept (a training pass needs it; an eval pass may use it)
   bool allocated = false;
   std::vector<LayerActs<S>> acts;          // L (train) or 1 (eval)
   std::vector<Buffer<S>> x;                // block inputs X_0 … X_L (train, dense) or 2 (eval)
@@ -158,10 +159,12 @@ struct Model<S>::Impl {
     return false;
   }
 
+  // The workspace for (B, T): an eval pass reuses a training workspace of the same shape.
   void allocate(int B_, int T__, Pass pass_) {
-    if (allocated && B_ == B && T__ == T_ && pass_ == pass) return;
-    B = B_, T_ = T__, N = B_ * T__, pass = pass_;
-    const bool train = pass == Pass::train;
+    pass = pass_;
+    if (allocated && B_ == B && T__ == T_ && (train_workspace || pass_ == Pass::eval)) return;
+    B = B_, T_ = T__, N = B_ * T__, train_workspace = pass_ == Pass::train;
+    const bool train = train_workspace;
     const int L = config.layers, d = config.d, r = config.ffn, H = config.heads;
     const std::size_t n = std::size_t(N), patterns = std::size_t(B) * H * T_ * T_;
     auto buf = [&](std::size_t count) { return Buffer<S>(backend, count); };
@@ -228,9 +231,9 @@ struct Model<S>::Impl {
   S* own_values(int l) {
     return vown[std::size_t(l)].empty() ? shared_kv_[1].data() : vown[std::size_t(l)].data();
   }
-  LayerActs<S>& act_of(int l) { return acts[pass == Pass::train ? std::size_t(l) : 0]; }
+  LayerActs<S>& act_of(int l) { return acts[train_workspace ? std::size_t(l) : 0]; }
   S* x_in(int l) {  // X_l
-    if (pass == Pass::train || dense()) return x[std::size_t(l)].data();
+    if (train_workspace || dense()) return x[std::size_t(l)].data();
     return x[std::size_t(l % 2)].data();
   }
 

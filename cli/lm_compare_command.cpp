@@ -1,0 +1,48 @@
+// `qkvlab lm compare RUN_DIR…`: final validation losses with their spread over
+// seeds, and the relative training-loss curves against the baseline (lm/compare.hpp).
+#include <iostream>
+
+#include "cli/commands.hpp"
+#include "cli/validators.hpp"
+#include "lm/compare.hpp"
+
+namespace qkvlab::cli {
+
+namespace {
+
+struct CompareArgs {
+  std::vector<std::string> runs;
+  std::string csv, figure, format = "table";
+  lm::CompareOptions options;
+};
+
+int run_compare(const CompareArgs& a) {
+  lm::CompareOptions o = a.options;
+  if (!a.figure.empty() && a.csv.empty()) throw UsageError("--figure needs --csv (the figure is drawn from it)");
+  if (!a.csv.empty()) o.csv = a.csv;
+  if (!a.figure.empty()) o.figure = a.figure;
+  const std::vector<std::filesystem::path> dirs(a.runs.begin(), a.runs.end());
+  const results::Value out = lm::compare_runs(dirs, o);
+  std::cout << (a.format == "json" ? out.json() : out.text());
+  return 0;
+}
+
+}  // namespace
+
+std::vector<Command> add_lm_compare_commands(CLI::App& lm, const std::string&) {
+  auto a = std::make_shared<CompareArgs>();
+  auto* cmd = lm.add_subcommand("compare", "Compare 'lm train' runs: final validation loss over seeds, relative "
+                                           "training-loss curves against the baseline variant");
+  cmd->add_option("RUN_DIR", a->runs, "Run directories of 'qkvlab lm train' (--out)")->required();
+  cmd->add_option("--window", a->options.window, "Moving-average window of the training loss, in steps")
+      ->check(integer_in(1, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("--baseline", a->options.baseline, "The variant the others are measured against")
+      ->capture_default_str();
+  cmd->add_option("--csv", a->csv, "Write the relative training-loss curves (mean and std per group) as CSV");
+  cmd->add_option("--figure", a->figure, "Draw them to STEM.svg and STEM.png (needs --csv)");
+  cmd->add_option("--format", a->format, "Output: table or json")->check(CLI::IsMember({"table", "json"}))->capture_default_str();
+  return {{cmd, [a] { return run_compare(*a); }}};
+}
+
+}  // namespace qkvlab::cli

@@ -1,0 +1,87 @@
+// `qkvlab lm eval CKPT --tokens FILE`: the mean next-token cross-entropy of a
+// model on the sequences of a token file (lm/evaluate.hpp).
+#include <iostream>
+
+#include "cli/commands.hpp"
+#include "cli/device_option.hpp"
+#include "cli/plot_common.hpp"
+#include "cli/validators.hpp"
+#include "corpus/token_file.hpp"
+#include "gpu/backend.hpp"
+#include "lm/describe.hpp"
+#include "lm/evaluate.hpp"
+#include "lm/model_files.hpp"
+
+namespace qkvlab::cli {
+
+namespace {
+
+struct EvalArgs {
+  std::string checkpoint, tokens, format = "table";
+  int seq_len = 1024, batch = 8, threads = 0;
+  std::int64_t sequences = 0;
+  Device device = Device::cpu;
+  bool quiet = false;
+};
+
+// A token id outside the vocabulary, or sequences longer than the positions: one line naming it.
+void check_tokens(const EvalArgs& a, const lm::TokenSequences& s, const lm::Config& c) {
+  if (s.length > c.positions)
+    throw UsageError(a.tokens + ": sequences of " + std::to_string(s.length) + " tokens are longer than the model's " +
+                     std::to_string(c.positions) + " positions");
+  for (std::size_t i = 0; i < s.ids.size(); ++i)
+    if (s.ids[i] >= c.vocab)
+      throw UsageError(a.tokens + ": token id " + std::to_string(s.ids[i]) + " at position " + std::to_string(i) +
+                       " is outside the model's vocabulary of " + std::to_string(c.vocab));
+}
+
+int run_eval(const EvalArgs& a) {
+  require_device(a.device);
+  const corpus::TokenArray tokens = corpus::read_token_file(a.tokens);
+  const lm::TokenSequences data = lm::token_sequences(tokens.ids, tokens.rows, tokens.cols, a.seq_len, a.sequences);
+  const auto backend = gpu::make_backend(a.device, a.threads);
+  const auto model = lm::load_model(a.checkpoint, *backend);
+  check_tokens(a, data, model->config());
+  const Progress show{"lm eval", Progress::wanted(a.quiet)};
+  const lm::EvalResult r = lm::evaluate(*model, data, a.batch, [&](std::int64_t done, std::int64_t total) {
+    show("sequences", std::size_t(done), std::size_t(total));
+  });
+  results::Value out = results::Value::object();
+  out.set("checkpoint", a.checkpoint);
+  out.set("loss", r.loss);
+  out.set("tokens", r.tokens);
+  out.set("sequences", r.sequences);
+  out.set("seq_len", data.length);
+  out.set("model", lm::config_value(model->config()));
+  out.set("device", backend->description());
+  out.set("seconds", r.seconds);
+  out.set("tokens_per_second", double(r.sequences) * data.length / r.seconds);
+  std::cout << (a.format == "json" ? out.json() : out.text());
+  return std::isfinite(r.loss) ? 0 : 3;
+}
+
+}  // namespace
+
+std::vector<Command> add_lm_eval_commands(CLI::App& lm, const std::string&) {
+  auto a = std::make_shared<EvalArgs>();
+  auto* cmd = lm.add_subcommand("eval", "Mean next-token cross-entropy (nats) of a model on a token file");
+  cmd->add_option("CKPT", a->checkpoint, "Checkpoint directory (qkvlab's own or Hugging Face's)")->required();
+  cmd->add_option("--tokens", a->tokens, ".npy of integer token ids (2-D: one sequence per row; 1-D: cut into "
+                                         "--seq-len pieces) or nanoGPT's uint16 .bin")
+      ->required();
+  cmd->add_option("--seq-len", a->seq_len, "Sequence length for a 1-D token file")
+      ->check(integer_in(2, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("--sequences", a->sequences, "Evaluate the first N sequences (default: all)")
+      ->check(CLI::Range(std::int64_t(1), std::int64_t(1) << 40));
+  cmd->add_option("--batch", a->batch, "Sequences per forward pass")->check(integer_in(1, 4096))->capture_default_str();
+  add_device_option(cmd, a->device);
+  cmd->add_option("--threads", a->threads, "CPU threads (0: all cores)")->check(integer_in(0, 1024))->capture_default_str();
+  cmd->add_option("--format", a->format, "Output: table or json")
+      ->check(CLI::IsMember({"table", "json"}))
+      ->capture_default_str();
+  cmd->add_flag("--quiet", a->quiet, "No progress on stderr");
+  return {{cmd, [a] { return run_eval(*a); }}};
+}
+
+}  // namespace qkvlab::cli

@@ -1,0 +1,115 @@
+// `qkvlab lm train --out DIR`: train a language model from a preset or explicit
+// sizes, on the Brown corpus or a token file (lm/train.hpp).
+#include <cmath>
+#include <iostream>
+
+#include "cli/commands.hpp"
+#include "cli/device_option.hpp"
+#include "cli/model_options.hpp"
+#include "cli/plot_common.hpp"
+#include "cli/validators.hpp"
+#include "gpu/backend.hpp"
+#include "lm/train.hpp"
+
+namespace qkvlab::cli {
+
+namespace {
+
+struct TrainArgs {
+  std::string preset = "tiny", corpus, data = "data/brown", tokens, val_tokens, out, format = "table";
+  ModelOptions model;
+  lm::RunOptions run;  // loop fields filled from the preset, then from the flags given
+  int threads = 0;
+  Device device = Device::cpu;
+  bool quiet = false;
+};
+
+lm::RunOptions run_options(const TrainArgs& a, const CLI::App& cmd, const std::string& command_line) {
+  lm::RunOptions o = lm::find_preset(a.preset).options;
+  o.model = model_config(o.model, a.model, cmd);
+  auto given = [&cmd](const char* flag) { return cmd.count(flag) > 0; };
+  if (given("--steps")) o.loop.steps = a.run.loop.steps, o.loop.warmup = std::max<std::int64_t>(1, o.loop.steps / 20);
+  if (given("--lr")) o.loop.lr = a.run.loop.lr, o.loop.min_lr = a.run.loop.lr / 10;
+  if (given("--min-lr")) o.loop.min_lr = a.run.loop.min_lr;
+  if (given("--warmup")) o.loop.warmup = a.run.loop.warmup;
+  if (given("--weight-decay")) o.loop.adamw.weight_decay = a.run.loop.adamw.weight_decay;
+  if (given("--clip")) o.loop.clip = a.run.loop.clip;
+  if (given("--accum")) o.loop.accum = a.run.loop.accum;
+  if (given("--batch")) o.batch = a.run.batch;
+  if (given("--seq-len")) o.seq = a.run.seq;
+  if (given("--eval-every")) o.eval_every = a.run.eval_every;
+  if (given("--eval-windows")) o.eval_windows = a.run.eval_windows;
+  if (given("--checkpoint-every")) o.checkpoint_every = a.run.checkpoint_every;
+  if (o.seq > o.model.positions) o.model.positions = o.seq;
+  if (o.loop.warmup >= o.loop.steps) throw UsageError("--warmup must be below --steps");
+  if (!(o.loop.min_lr <= o.loop.lr)) throw UsageError("--min-lr must not exceed --lr");
+  o.seed = a.run.seed, o.out = a.out, o.resume = a.run.resume, o.command_line = command_line;
+  return o;
+}
+
+int run_train(const TrainArgs& a, const CLI::App& cmd, const std::string& command_line) {
+  require_device(a.device);
+  if (a.corpus.empty() == a.tokens.empty()) throw UsageError("give one of --corpus brown and --tokens FILE");
+  if (!a.val_tokens.empty() && a.tokens.empty()) throw UsageError("--val-tokens goes with --tokens");
+  const lm::RunOptions o = run_options(a, cmd, command_line);
+  const lm::TrainData data = a.corpus.empty()
+                                 ? lm::file_data(a.tokens, a.val_tokens.empty() ? std::nullopt
+                                                                                : std::optional<std::filesystem::path>(a.val_tokens))
+                                 : lm::brown_data(a.data);
+  const auto backend = gpu::make_backend(a.device, a.threads);
+  const Progress show{"lm train", Progress::wanted(a.quiet)};
+  const results::Value out = lm::train_language_model(o, data, *backend, [&](const lm::Progress& p) {
+    char extra[160];
+    std::snprintf(extra, sizeof extra, "loss %.4f%s  lr %.2e  %.0f tok/s", p.loss,
+                  p.validation_loss ? (" val " + std::to_string(*p.validation_loss).substr(0, 6)).c_str() : "", p.lr,
+                  p.tokens_per_second);
+    show("step", std::size_t(p.step), std::size_t(p.steps), extra);
+  });
+  std::cout << (a.format == "json" ? out.json() : out.text());
+  return 0;
+}
+
+}  // namespace
+
+std::vector<Command> add_lm_train_commands(CLI::App& lm, const std::string& command_line) {
+  auto a = std::make_shared<TrainArgs>();
+  auto* cmd = lm.add_subcommand("train", "Train a language model (checkpoints, logs, validation, n-gram baselines "
+                                         "in --out; --resume continues bit for bit)");
+  std::string presets;
+  for (const auto& p : lm::presets()) presets += "\n  " + p.name + ": " + p.description;
+  cmd->footer("Presets (model flags given on the command line override a preset's):" + presets);
+  cmd->add_option("--preset", a->preset, "Starting point: model, batch, sequence length, schedule")
+      ->capture_default_str();
+  add_model_options(cmd, a->model);
+  cmd->add_option("--corpus", a->corpus, "A prepared corpus: brown (see --data)")->check(CLI::IsMember({"brown"}));
+  cmd->add_option("--data", a->data, "Where 'qkvlab data brown' prepared the corpus")->capture_default_str();
+  cmd->add_option("--tokens", a->tokens, "Training tokens: .npy of integers or nanoGPT's uint16 .bin");
+  cmd->add_option("--val-tokens", a->val_tokens, "Validation tokens (default: the last tenth of --tokens)");
+  cmd->add_option("--out", a->out, "Run directory: checkpoint/, train.csv, validation.csv, baselines.json, run.json")
+      ->required();
+  cmd->add_flag("--resume", a->run.resume, "Continue from --out's checkpoint (same settings required)");
+  cmd->add_option("--steps", a->run.loop.steps, "Optimizer steps")->check(CLI::Range(std::int64_t(1), std::int64_t(1) << 40));
+  cmd->add_option("--batch", a->run.batch, "Sequences per micro-batch")->check(integer_in(1, 65536));
+  cmd->add_option("--seq-len", a->run.seq, "Tokens per sequence")->check(integer_in(2, 1 << 20));
+  cmd->add_option("--accum", a->run.loop.accum, "Micro-batches per step")->check(integer_in(1, 65536));
+  cmd->add_option("--lr", a->run.loop.lr, "Peak learning rate (the floor becomes lr/10 unless --min-lr)")
+      ->check(CLI::Range(0.0, 10.0));
+  cmd->add_option("--min-lr", a->run.loop.min_lr, "Floor of the cosine decay")->check(CLI::Range(0.0, 10.0));
+  cmd->add_option("--warmup", a->run.loop.warmup, "Linear warmup steps")->check(CLI::Range(std::int64_t(0), std::int64_t(1) << 40));
+  cmd->add_option("--weight-decay", a->run.loop.adamw.weight_decay, "AdamW's decoupled weight decay")
+      ->check(CLI::Range(0.0, 10.0));
+  cmd->add_option("--clip", a->run.loop.clip, "Clip the gradient's global norm (0: no clipping)")->check(CLI::Range(0.0, 1e6));
+  cmd->add_option("--seed", a->run.seed, "Seed of the initialization and the batches")->capture_default_str();
+  cmd->add_option("--eval-every", a->run.eval_every, "Validation every N steps")->check(CLI::Range(std::int64_t(1), std::int64_t(1) << 40));
+  cmd->add_option("--eval-windows", a->run.eval_windows, "Validation windows at each evaluation (the end uses all)")
+      ->check(integer_in(1, 1 << 24));
+  cmd->add_option("--checkpoint-every", a->run.checkpoint_every, "Checkpoint every N steps (and at the end)")
+      ->check(CLI::Range(std::int64_t(1), std::int64_t(1) << 40));
+  add_device_option(cmd, a->device);
+  cmd->add_option("--threads", a->threads, "CPU threads (0: all cores)")->check(integer_in(0, 1024))->capture_default_str();
+  cmd->add_option("--format", a->format, "Output: table or json")->check(CLI::IsMember({"table", "json"}))->capture_default_str();
+  cmd->add_flag("--quiet", a->quiet, "No progress on stderr");
+  return {{cmd, [a, cmd, command_line] { return run_train(*a, *cmd, command_line); }}};
+}
+
+}  // namespace qkvlab::cli

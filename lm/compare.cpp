@@ -1,0 +1,242 @@
+#include "lm/compare.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "core/errors.hpp"
+#include "engine/json.hpp"
+#include "results/figure.hpp"
+
+namespace qkvlab::lm {
+
+namespace fs = std::filesystem;
+using engine::Json;
+
+namespace {
+
+struct Curve {
+  std::vector<std::int64_t> steps;
+  std::vector<double> values;
+};
+
+struct Run {
+  fs::path dir;
+  std::string family, variant, key, label;
+  std::uint64_t seed = 0;
+  double final_validation = 0;
+  Curve train, validation;
+};
+
+const Json& member(const Json& object, const std::string& key, const fs::path& file) {
+  for (std::size_t i = 0; i < object.keys.size(); ++i)
+    if (object.keys[i] == key) return object.items[i];
+  throw UsageError(file.string() + ": no \"" + key + "\"");
+}
+
+// One line per step: the first column the step, column `column` the value.
+Curve read_curve(const fs::path& file, int column) {
+  std::ifstream in(file);
+  if (!in) throw UsageError(file.string() + ": cannot read");
+  Curve c;
+  std::string line;
+  std::getline(in, line);  // header
+  while (std::getline(in, line)) {
+    std::vector<std::string> fields;
+    std::stringstream ss(line);
+    for (std::string f; std::getline(ss, f, ',');) fields.push_back(f);
+    if (int(fields.size()) <= column) throw UsageError(file.string() + ": malformed row \"" + line + "\"");
+    c.steps.push_back(std::stoll(fields[0]));
+    c.values.push_back(std::stod(fields[std::size_t(column)]));
+  }
+  return c;
+}
+
+std::string text_of(const Json& j) {
+  if (j.kind == Json::Kind::string || j.kind != Json::Kind::object) return j.text;
+  std::string s;
+  for (std::size_t i = 0; i < j.keys.size(); ++i) s += j.keys[i] + "=" + text_of(j.items[i]) + ";";
+  return s;
+}
+
+// The variant's options that distinguish it, e.g. "resformer alpha=1 beta=2".
+std::string label_of(const Json& model, const fs::path& file) {
+  auto field = [&](const char* k) { return member(model, k, file).text; };
+  const std::string v = field("variant");
+  std::string label = v;
+  if (v == "resformer") label += " alpha=" + field("alpha") + " beta=" + field("beta");
+  if (v == "neutreno") label += " lambda=" + field("lambda");
+  if (v == "skipv1" || v == "skipkv1" || v == "skipv1-yoco")
+    label += " ratio=" + field("skip_ratio") + " source=" + field("source_layer") +
+             (field("strategy") == "second-half" ? "" : " " + field("strategy"));
+  if (field("mla") == "true") label += " mla d_c=" + field("d_c") + " d_r=" + field("d_r");
+  if (field("kv_heads") != field("heads")) label += " kv_heads=" + field("kv_heads");
+  return label;
+}
+
+Run read_run(const fs::path& dir) {
+  const fs::path file = dir / "run.json";
+  std::ifstream in(file);
+  if (!in) throw UsageError(dir.string() + ": no run.json (not a finished 'qkvlab lm train' run)");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  Json json;
+  try {
+    json = engine::parse_json(ss.str());
+  } catch (const std::exception& e) {
+    throw UsageError(file.string() + ": " + e.what());
+  }
+  Run r;
+  r.dir = dir;
+  const Json& model = member(json, "model", file);
+  const Json& training = member(json, "training", file);
+  r.family = member(model, "family", file).text;
+  r.variant = member(model, "variant", file).text;
+  r.key = text_of(model) + "|" + text_of(training);
+  r.label = r.family + " " + label_of(model, file);
+  r.seed = engine::json_to_u64(member(json, "seed", file), "seed");
+  r.final_validation = std::stod(member(json, "final_validation_loss", file).text);
+  r.train = read_curve(dir / "train.csv", 1);
+  r.validation = read_curve(dir / "validation.csv", 1);
+  return r;
+}
+
+struct Group {
+  std::string key, label, family, variant;
+  std::vector<const Run*> runs;
+};
+
+double mean(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return v.empty() ? std::nan("") : s / double(v.size());
+}
+
+double stddev(const std::vector<double>& v) {
+  if (v.size() < 2) return std::nan("");
+  const double m = mean(v);
+  double s = 0;
+  for (double x : v) s += (x - m) * (x - m);
+  return std::sqrt(s / double(v.size() - 1));
+}
+
+// The baseline's curve for a seed: its own run of that seed, else the mean of its runs.
+std::vector<double> baseline_curve(const Group& base, std::uint64_t seed, std::size_t length, int window,
+                                   bool validation) {
+  std::vector<double> sum(length, 0.0);
+  int n = 0;
+  for (const Run* r : base.runs) {
+    if (r->seed != seed && std::any_of(base.runs.begin(), base.runs.end(), [&](const Run* q) { return q->seed == seed; }))
+      continue;
+    const auto& c = validation ? r->validation.values : r->train.values;
+    const auto s = validation ? c : moving_average(c, window);
+    if (s.size() < length) continue;
+    for (std::size_t i = 0; i < length; ++i) sum[i] += s[i];
+    ++n;
+  }
+  if (n == 0) throw UsageError("the baseline runs are shorter than the runs compared with them");
+  for (double& x : sum) x /= n;
+  return sum;
+}
+
+}  // namespace
+
+std::vector<double> moving_average(const std::vector<double>& values, int window) {
+  std::vector<double> out(values.size());
+  double sum = 0;
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    sum += values[i];
+    if (i >= std::size_t(window)) sum -= values[i - std::size_t(window)];
+    out[i] = sum / double(std::min<std::size_t>(i + 1, std::size_t(window)));
+  }
+  return out;
+}
+
+results::Value compare_runs(const std::vector<fs::path>& dirs, const CompareOptions& o) {
+  if (dirs.empty()) throw UsageError("no run directories given");
+  if (o.window < 1) throw UsageError("the smoothing window must be at least 1 step");
+  std::vector<Run> runs;
+  for (const auto& d : dirs) runs.push_back(read_run(d));
+  std::vector<Group> groups;
+  for (const Run& r : runs) {
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const Group& g) { return g.key == r.key; });
+    if (it == groups.end()) it = groups.insert(groups.end(), Group{r.key, r.label, r.family, r.variant, {}});
+    it->runs.push_back(&r);
+  }
+  results::Value out = results::Value::object();
+  out.set("window", o.window);
+  out.set("baseline", o.baseline);
+  results::Value list = results::Value::array();
+  results::Table curves{"relative_train_loss", {}};
+  for (const Group& g : groups) {
+    const Group* base = nullptr;
+    for (const Group& b : groups)
+      if (b.variant == o.baseline && b.family == g.family && (!base || b.runs.size() > base->runs.size())) base = &b;
+    std::vector<double> finals, deltas;
+    std::vector<std::vector<double>> relative;
+    std::size_t length = SIZE_MAX;
+    for (const Run* r : g.runs) length = std::min(length, r->train.values.size());
+    results::Value seeds = results::Value::array();
+    for (const Run* r : g.runs) {
+      finals.push_back(r->final_validation);
+      seeds.push(r->seed);
+      if (!base || base == &g) continue;
+      for (const Run* b : base->runs)
+        if (b->seed == r->seed) deltas.push_back(r->final_validation - b->final_validation);
+      const auto mine = moving_average(r->train.values, o.window);
+      const auto ref = baseline_curve(*base, r->seed, length, o.window, false);
+      std::vector<double> rel(length);
+      for (std::size_t i = 0; i < length; ++i) rel[i] = mine[i] - ref[i];
+      relative.push_back(std::move(rel));
+    }
+    results::Value v = results::Value::object();
+    v.set("label", g.label);
+    v.set("family", g.family);
+    v.set("variant", g.variant);
+    v.set("runs", std::int64_t(g.runs.size()));
+    v.set("seeds", seeds);
+    v.set("final_validation_loss_mean", mean(finals));
+    v.set("final_validation_loss_std", stddev(finals));
+    v.set("baseline", base ? results::Value(base->label) : results::Value());
+    v.set("delta_vs_baseline_mean", mean(deltas));
+    v.set("delta_vs_baseline_se", deltas.size() > 1 ? stddev(deltas) / std::sqrt(double(deltas.size())) : std::nan(""));
+    v.set("paired_seeds", std::int64_t(deltas.size()));
+    if (!relative.empty()) {
+      std::vector<double> m(length), s(length), last;
+      for (std::size_t i = 0; i < length; ++i) {
+        std::vector<double> at;
+        for (const auto& rel : relative) at.push_back(rel[i]);
+        m[i] = mean(at), s[i] = stddev(at);
+      }
+      v.set("final_relative_train_loss", m.back());
+      if (curves.columns.empty()) {
+        std::vector<double> steps(g.runs.front()->train.steps.begin(), g.runs.front()->train.steps.begin() + std::ptrdiff_t(length));
+        curves.columns.push_back({"step", steps});
+      }
+      const std::size_t common = std::min(length, curves.columns.front().values.size());
+      m.resize(common), s.resize(common);
+      for (auto& c : curves.columns) c.values.resize(common);
+      curves.columns.push_back({g.label + " mean", m});
+      curves.columns.push_back({g.label + " std", s});
+    }
+    list.push(v);
+  }
+  out.set("groups", list);
+  if (o.csv && !curves.columns.empty()) {
+    results::write_csv(*o.csv, curves);
+    if (o.figure) {
+      results::Figure fig{"Training loss relative to " + o.baseline + " (moving average of " +
+                              std::to_string(o.window) + " steps)",
+                          "step", "loss - baseline loss (nats)", false, false, {}, {}};
+      for (std::size_t c = 1; c < curves.columns.size(); c += 2)
+        fig.series.push_back({"step", curves.columns[c].name, "", curves.columns[c].name, "lines"});
+      fig.extra.push_back("set key bottom left");
+      results::render_figure(fig, curves, *o.csv, *o.figure);
+    }
+  }
+  return out;
+}
+
+}  // namespace qkvlab::lm

@@ -1,0 +1,41 @@
+// `qkvlab lm compare RUN_DIR…`: runs of `lm train` side by side.
+//
+// Runs are grouped by model (family, variant and its options: every field of
+// the configuration but nothing of the seed); within a group the seeds are the
+// replicates. For each group: the final validation loss (run.json's, over the
+// whole validation stream) as mean, standard deviation and count over seeds,
+// and its difference from the baseline group (vanilla of the same family by
+// default) paired by seed where both have the seed, with the standard error of
+// the paired differences.
+//
+// Relative loss curves (ResFormer §4.1.2): each run's training loss is
+// smoothed by a trailing moving average over `window` steps (the mean of steps
+// s − window + 1 … s, fewer at the start), and the baseline's smoothed curve of
+// the same seed (or, without one, the mean of the baseline's seeds) is
+// subtracted step by step; a group's curve is the mean over its seeds with the
+// standard deviation as a band. The validation losses logged during training
+// are compared the same way, unsmoothed.
+#pragma once
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "results/value.hpp"
+
+namespace qkvlab::lm {
+
+struct CompareOptions {
+  int window = 10;
+  std::string baseline = "vanilla";          // the variant the others are measured against
+  std::optional<std::filesystem::path> csv;  // relative curves as CSV (+ figure stem below)
+  std::optional<std::filesystem::path> figure;
+};
+
+results::Value compare_runs(const std::vector<std::filesystem::path>& runs, const CompareOptions& options);
+
+// The trailing moving average of `values` over `window` entries.
+std::vector<double> moving_average(const std::vector<double>& values, int window);
+
+}  // namespace qkvlab::lm

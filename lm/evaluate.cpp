@@ -1,0 +1,49 @@
+#include "lm/evaluate.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <functional>
+
+#include "core/errors.hpp"
+
+namespace qkvlab::lm {
+
+TokenSequences token_sequences(const std::vector<std::int32_t>& ids, std::int64_t rows, std::int64_t cols,
+                               int seq_len, std::int64_t max_sequences) {
+  TokenSequences s;
+  s.length = cols > 0 ? int(cols) : seq_len;
+  if (s.length < 2) throw UsageError("sequences need at least 2 tokens (one predicted position), got " +
+                                     std::to_string(s.length));
+  s.sequences = cols > 0 ? rows : std::int64_t(ids.size()) / s.length;
+  if (max_sequences > 0) s.sequences = std::min(s.sequences, max_sequences);
+  if (s.sequences == 0)
+    throw UsageError("the token file holds " + std::to_string(ids.size()) + " tokens: not one sequence of " +
+                     std::to_string(s.length));
+  s.ids.assign(ids.begin(), ids.begin() + std::ptrdiff_t(s.sequences * s.length));
+  return s;
+}
+
+EvalResult evaluate(Model<float>& model, const TokenSequences& data, int batch,
+                    const std::function<void(std::int64_t, std::int64_t)>& progress) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int T = data.length;
+  const int B = int(std::min<std::int64_t>(batch, data.sequences));
+  std::vector<std::int32_t> ids(std::size_t(B) * T), targets(ids.size());
+  LossSum total;
+  for (std::int64_t first = 0; first < data.sequences; first += B) {
+    for (int b = 0; b < B; ++b) {  // rows past the end repeat the first and predict nothing
+      const std::int64_t k = first + b < data.sequences ? first + b : 0;
+      const auto row = data.ids.begin() + std::ptrdiff_t(k * T);
+      std::copy_n(row, T, ids.begin() + std::ptrdiff_t(b) * T);
+      for (int t = 0; t < T; ++t)
+        targets[std::size_t(b) * T + t] = first + b < data.sequences && t + 1 < T ? row[t + 1] : -1;
+    }
+    const LossSum l = model.forward(ids.data(), targets.data(), B, T, Pass::eval);
+    total.sum += l.sum, total.count += l.count;
+    if (progress) progress(std::min(first + B, data.sequences), data.sequences);
+  }
+  return {total.mean(), total.count, data.sequences,
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
+}
+
+}  // namespace qkvlab::lm

@@ -1,0 +1,328 @@
+#include "lm/train.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "core/atomic_file.hpp"
+#include "core/errors.hpp"
+#include "corpus/batches.hpp"
+#include "corpus/ngram.hpp"
+#include "corpus/token_file.hpp"
+#include "lm/checkpoint.hpp"
+#include "lm/describe.hpp"
+#include "lm/model.hpp"
+
+namespace qkvlab::lm {
+
+namespace fs = std::filesystem;
+
+// ---- presets ------------------------------------------------------------------------------------
+
+namespace {
+
+RunOptions preset_options(Family family, int layers, int d, int heads, int vocab, int seq, int batch,
+                          std::int64_t steps, double lr, bool tied) {
+  RunOptions o;
+  o.model = family_defaults(family, layers, d, heads, vocab, seq);
+  o.model.tied = tied, o.model.bias = family == Family::gpt2;
+  o.batch = batch, o.seq = seq;
+  o.loop.steps = steps, o.loop.lr = lr, o.loop.min_lr = lr / 10, o.loop.warmup = std::max<std::int64_t>(1, steps / 20);
+  o.loop.clip = 1.0, o.loop.adamw = {0.9, 0.95, 1e-8, 0.1};
+  return o;
+}
+
+}  // namespace
+
+const std::vector<Preset>& presets() {
+  static const std::vector<Preset> list = [] {
+    std::vector<Preset> p;
+    p.push_back({"tiny", "GPT-2 family, L = 6, d = 128, H = 4, T = 128, vocabulary 4096, 16 sequences a step: "
+                         "about 5 minutes on two cores",
+                 preset_options(Family::gpt2, 6, 128, 4, 4096, 128, 16, 1200, 2e-3, true)});
+    p.push_back({"tiny-llama", "Llama family (RMSNorm, SwiGLU, RoPE), otherwise as tiny",
+                 preset_options(Family::llama, 6, 128, 4, 4096, 128, 16, 1200, 2e-3, false)});
+    p.push_back({"llama-82m", "ResFormer's 82M Llama (L = 8, d = 512, H = 8, FFN 1792, untied), T = 1024: for a GPU",
+                 preset_options(Family::llama, 8, 512, 8, 4096, 1024, 32, 5000, 6e-4, false)});
+    p.back().options.model.ffn = 1792;
+    p.push_back({"gpt2-125m", "GPT-2 small (L = 12, d = 768, H = 12), T = 1024: for a GPU",
+                 preset_options(Family::gpt2, 12, 768, 12, 4096, 1024, 32, 5000, 6e-4, true)});
+    return p;
+  }();
+  return list;
+}
+
+const Preset& find_preset(const std::string& name) {
+  std::string known;
+  for (const auto& p : presets()) {
+    if (p.name == name) return p;
+    known += (known.empty() ? "" : "|") + p.name;
+  }
+  throw UsageError("unknown preset \"" + name + "\" (known: " + known + ")");
+}
+
+// ---- data ------------------------------------------------------------------------------------------
+
+namespace {
+
+std::vector<std::int32_t> read_stream(const fs::path& path) {
+  corpus::TokenArray a = corpus::read_token_file(path);
+  return std::move(a.ids);  // a 2-D file is taken row after row as one stream
+}
+
+results::Value baselines_value(const std::vector<std::int32_t>& train, const std::vector<std::int32_t>& validation,
+                               int vocab) {
+  for (const auto* stream : {&train, &validation})
+    for (std::int32_t id : *stream)
+      if (id < 0 || id >= vocab)
+        throw UsageError("token id " + std::to_string(id) + " is outside the vocabulary of " + std::to_string(vocab));
+  const corpus::Baselines b = corpus::ngram_baselines(train, validation, vocab);
+  results::Value v = results::Value::object();
+  v.set("unigram_nats", b.unigram_nats);
+  v.set("bigram_nats", b.bigram_nats);
+  v.set("bigram_lambda", b.lambda.lambda);
+  v.set("train_tokens", b.train_tokens);
+  v.set("validation_positions", b.validation_positions);
+  v.set("definition", "unigram: add-one; bigram: Jelinek-Mercer interpolation with the unigram, lambda by EM on a "
+                      "held-out tenth of the training tokens (corpus/ngram.hpp)");
+  return v;
+}
+
+}  // namespace
+
+TrainData brown_data(const fs::path& dir) {
+  for (const char* name : {"train_tokens.npy", "validation_tokens.npy", "manifest.json"})
+    if (!fs::is_regular_file(dir / name))
+      throw UsageError(dir.string() + ": no " + name + " (prepare the corpus with 'qkvlab data brown --out " +
+                       dir.string() + "')");
+  TrainData d;
+  d.train = read_stream(dir / "train_tokens.npy");
+  d.validation = read_stream(dir / "validation_tokens.npy");
+  d.source = "brown (" + dir.string() + ")";
+  return d;
+}
+
+TrainData file_data(const fs::path& tokens, const std::optional<fs::path>& validation) {
+  TrainData d;
+  d.train = read_stream(tokens);
+  if (validation) {
+    d.validation = read_stream(*validation);
+    d.source = tokens.string() + " (validation " + validation->string() + ")";
+  } else {
+    const std::size_t cut = d.train.size() - d.train.size() / 10;
+    d.validation.assign(d.train.begin() + std::ptrdiff_t(cut), d.train.end());
+    d.train.resize(cut);
+    d.source = tokens.string() + " (its last tenth for validation)";
+  }
+  return d;
+}
+
+// ---- the run ---------------------------------------------------------------------------------------
+
+namespace {
+
+double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+std::string real(double x) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.17g", x);
+  return buf;
+}
+
+std::uint64_t fnv1a(const std::vector<std::int32_t>& tokens) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (std::int32_t t : tokens)
+    for (int k = 0; k < 4; ++k) h = (h ^ std::uint8_t(std::uint32_t(t) >> (8 * k))) * 1099511628211ull;
+  return h;
+}
+
+// Everything besides the model configuration that changes a run's numbers.
+std::map<std::string, std::string> run_identity(const RunOptions& o, const TrainData& data) {
+  const auto& l = o.loop;
+  return {{"run.seed", std::to_string(o.seed)},          {"run.batch", std::to_string(o.batch)},
+          {"run.seq", std::to_string(o.seq)},            {"run.accum", std::to_string(l.accum)},
+          {"run.steps", std::to_string(l.steps)},        {"run.lr", real(l.lr)},
+          {"run.min_lr", real(l.min_lr)},                {"run.warmup", std::to_string(l.warmup)},
+          {"run.clip", real(l.clip)},                    {"run.weight_decay", real(l.adamw.weight_decay)},
+          {"run.beta1", real(l.adamw.beta1)},            {"run.beta2", real(l.adamw.beta2)},
+          {"run.eps", real(l.adamw.eps)},                {"run.train_tokens", std::to_string(data.train.size())},
+          {"run.train_hash", std::to_string(fnv1a(data.train))}};
+}
+
+// Mean validation loss over `windows` windows spread evenly over the stream (all when ≥ the count).
+struct Validation {
+  double loss = 0;
+  std::int64_t windows = 0, tokens = 0;
+};
+
+Validation validate(Model<float>& model, const corpus::Windows& all, int B, int T, int windows) {
+  const std::int64_t n = windows <= 0 ? all.count : std::min<std::int64_t>(windows, all.count);
+  std::vector<std::int32_t> ids(std::size_t(B) * T), targets(ids.size());
+  LossSum total;
+  for (std::int64_t first = 0; first < n; first += B) {
+    for (int b = 0; b < B; ++b) {
+      const std::int64_t k = first + b;
+      const std::int64_t w = k < n ? k * all.count / n : 0;  // padding rows predict nothing
+      std::copy_n(all.ids.begin() + w * T, T, ids.begin() + std::ptrdiff_t(b) * T);
+      if (k < n)
+        std::copy_n(all.targets.begin() + w * T, T, targets.begin() + std::ptrdiff_t(b) * T);
+      else
+        std::fill_n(targets.begin() + std::ptrdiff_t(b) * T, T, -1);
+    }
+    const LossSum l = model.forward(ids.data(), targets.data(), B, T, Pass::eval);
+    total.sum += l.sum, total.count += l.count;
+  }
+  return {total.mean(), n, total.count};
+}
+
+// Keeps the rows of a CSV log up to `step` (first column), so a resumed run appends where it left off.
+void truncate_log(const fs::path& path, std::int64_t step) {
+  std::ifstream in(path);
+  if (!in) return;
+  std::string line, kept;
+  std::getline(in, line);
+  kept = line + "\n";
+  while (std::getline(in, line))
+    if (!line.empty() && std::stoll(line.substr(0, line.find(','))) <= step) kept += line + "\n";
+  write_bytes_atomically(path, "CSV", kept);
+}
+
+class Log {
+ public:
+  Log(const fs::path& path, const std::string& header, bool append) : out_(path, append ? std::ios::app : std::ios::trunc) {
+    if (!out_) throw UsageError("cannot write " + path.string());
+    if (!append) out_ << header << "\n";
+  }
+  void row(const std::string& line) { out_ << line << "\n" << std::flush; }
+
+ private:
+  std::ofstream out_;
+};
+
+struct Session {
+  const RunOptions& o;
+  const TrainData& data;
+  engine::Backend<float>& backend;
+  Model<float> model;
+  engine::Trainer<float> trainer;
+  Session(const RunOptions& options, const TrainData& d, engine::Backend<float>& be)
+      : o(options), data(d), backend(be), model(options.model, be), trainer(be, model.parameters(), options.loop) {}
+
+  fs::path checkpoint_dir() const { return o.out / "checkpoint"; }
+
+  void save(std::int64_t step) {
+    Checkpoint ck;
+    ck.config = o.model;
+    ck.values = model.parameter_values();
+    ck.metadata = run_identity(o, data);
+    ck.metadata["step"] = std::to_string(step);
+    ck.metadata["source"] = data.source;
+    auto& adamw = trainer.optimizer();
+    ck.optimizer = OptimizerState{adamw.m.to_host(), adamw.v.to_host(), adamw.t};
+    save_checkpoint(checkpoint_dir(), ck);
+  }
+
+  // The step to start at: 0, or the checkpoint's after checking it was made by this run's settings.
+  std::int64_t restore() {
+    if (!o.resume) return 0;
+    if (!fs::exists(checkpoint_dir() / "model.safetensors"))
+      throw UsageError("--resume: no checkpoint in " + checkpoint_dir().string());
+    const Checkpoint ck = load_checkpoint(checkpoint_dir(), true);
+    if (to_metadata(ck.config) != to_metadata(o.model))
+      throw UsageError("--resume: " + checkpoint_dir().string() + " holds a model of another configuration");
+    for (const auto& [key, value] : run_identity(o, data)) {
+      const auto it = ck.metadata.find(key);
+      if (it == ck.metadata.end() || it->second != value)
+        throw UsageError("--resume: " + checkpoint_dir().string() + " was made with " + key.substr(4) + " = " +
+                         (it == ck.metadata.end() ? "(none)" : it->second) + ", this run has " + value);
+    }
+    model.set_parameters(ck.values);
+    auto& adamw = trainer.optimizer();
+    adamw.m.upload(ck.optimizer->m), adamw.v.upload(ck.optimizer->v), adamw.t = ck.optimizer->t;
+    return std::stoll(ck.metadata.at("step"));
+  }
+
+  engine::MicroLoss micro(std::int64_t step, int m, std::vector<std::int32_t>& ids, std::vector<std::int32_t>& tgt) {
+    corpus::sample_windows(data.train, o.batch, o.seq, o.seed, step, m, ids.data(), tgt.data());
+    const double scale = 1.0 / (double(o.batch) * o.seq * o.loop.accum);
+    const LossSum l = model.forward(ids.data(), tgt.data(), o.batch, o.seq, Pass::train, scale);
+    model.backward();
+    return {l.sum, l.count};
+  }
+};
+
+}  // namespace
+
+results::Value train_language_model(const RunOptions& o, const TrainData& data, engine::Backend<float>& backend,
+                                    const std::function<void(const Progress&)>& progress) {
+  validate(o.model);
+  if (data.train.size() < std::size_t(o.seq) + 1 || data.validation.size() < std::size_t(o.seq) + 1)
+    throw UsageError("the training and validation streams need more than --seq-len " + std::to_string(o.seq) +
+                     " tokens each (" + std::to_string(data.train.size()) + " and " +
+                     std::to_string(data.validation.size()) + ")");
+  fs::create_directories(o.out);
+  Session run(o, data, backend);
+  run.model.initialize(o.seed);
+  const std::int64_t start = run.restore();
+  const results::Value baselines = baselines_value(data.train, data.validation, o.model.vocab);
+  write_bytes_atomically(o.out / "baselines.json", "JSON", baselines.json());
+  if (start > 0) truncate_log(o.out / "train.csv", start), truncate_log(o.out / "validation.csv", start);
+  Log train_log(o.out / "train.csv", "step,loss,lr,grad_norm,seconds", start > 0);
+  Log val_log(o.out / "validation.csv", "step,loss,windows,tokens", start > 0);
+  const corpus::Windows windows = corpus::evaluation_windows(data.validation, o.seq);
+
+  std::vector<std::int32_t> ids(std::size_t(o.batch) * o.seq), tgt(ids.size());
+  const double t0 = now();
+  double train_seconds = 0, last_loss = 0;
+  std::optional<double> last_val;
+  for (std::int64_t s = start; s < o.loop.steps; ++s) {
+    const double ts = now();
+    const engine::StepStats st = run.trainer.step([&](int m) { return run.micro(s, m, ids, tgt); });
+    train_seconds += now() - ts;
+    if (!std::isfinite(st.loss) || !std::isfinite(st.grad_norm))
+      throw NumericalError("training diverged at step " + std::to_string(s + 1) + " (loss " + real(st.loss) +
+                           ", gradient norm " + real(st.grad_norm) + "); the last checkpoint is kept");
+    last_loss = st.loss;
+    train_log.row(std::to_string(s + 1) + "," + real(st.loss) + "," + real(st.lr) + "," + real(st.grad_norm) + "," +
+                  real(now() - t0));
+    if ((s + 1) % o.eval_every == 0 || s + 1 == o.loop.steps) {
+      const Validation v = validate(run.model, windows, o.batch, o.seq, o.eval_windows);
+      last_val = v.loss;
+      val_log.row(std::to_string(s + 1) + "," + real(v.loss) + "," + std::to_string(v.windows) + "," +
+                  std::to_string(v.tokens));
+    }
+    if ((s + 1) % o.checkpoint_every == 0 || s + 1 == o.loop.steps) run.save(s + 1);
+    const double tps = double(s + 1 - start) * o.batch * o.seq * o.loop.accum / train_seconds;
+    const double per_step = (now() - t0) / double(s + 1 - start);
+    if (progress)
+      progress({s + 1, o.loop.steps, st.loss, st.lr, tps, now() - t0, per_step * double(o.loop.steps - s - 1),
+                last_val});
+  }
+  const Validation full = validate(run.model, windows, o.batch, o.seq, 0);
+  results::Value out = results::Value::object();
+  out.set("model", config_value(o.model));
+  out.set("data", data.source);
+  out.set("seed", o.seed);
+  results::Value loop = results::Value::object();
+  loop.set("steps", o.loop.steps), loop.set("batch", o.batch), loop.set("seq_len", o.seq);
+  loop.set("accum", o.loop.accum), loop.set("lr", o.loop.lr), loop.set("min_lr", o.loop.min_lr);
+  loop.set("warmup", o.loop.warmup), loop.set("clip", o.loop.clip);
+  loop.set("weight_decay", o.loop.adamw.weight_decay), loop.set("beta1", o.loop.adamw.beta1);
+  loop.set("beta2", o.loop.adamw.beta2);
+  out.set("training", loop);
+  out.set("resumed_from", start);
+  out.set("final_train_loss", last_loss);
+  out.set("final_validation_loss", full.loss);
+  out.set("validation_tokens", full.tokens);
+  out.set("baselines", baselines);
+  out.set("tokens_per_second", double(o.loop.steps - start) * o.batch * o.seq * o.loop.accum / train_seconds);
+  out.set("seconds", now() - t0);
+  out.set("device", backend.description());
+  out.set("command_line", o.command_line);
+  write_bytes_atomically(o.out / "run.json", "JSON", out.json());
+  return out;
+}
+
+}  // namespace qkvlab::lm
