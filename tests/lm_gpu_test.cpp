@@ -38,6 +38,7 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -496,6 +497,10 @@ struct ModelCase {
   std::string name;
   lm::Config config;
 };
+
+// GoogleTest prints a parameter into the test's description, and so into ctest's test names:
+// the name, not the object's bytes (which hold a pointer and change from build to build).
+void PrintTo(const ModelCase& c, std::ostream* os) { *os << c.name; }
 
 // Two layers, d = 16, four heads of 4 (llama: on two key/value heads, GQA), T up to 8, V = 32;
 // six variants of each family, MLA in each, and the options that switch kernels (GELU's erf form,
