@@ -10,11 +10,14 @@
 //   at square n = 512, 1024, 2048; threads = the second argument.
 // - BM_step_*: one step at d = 64, batch 4096 (row vectors X ∈ R^{4096×64},
 //   W1 ∈ R^{64×256}, W2 ∈ R^{256×64}): data, target, and each operation's
-//   forward alone and forward + backward (the backward is the difference),
-//   clipping + AdamW, and the whole step; on one thread (OpenBLAS and sampling),
-//   so that CPU time is each part's whole work.
+//   forward alone and forward + backward on the engine's tape (the backward is
+//   the difference), clipping + AdamW on the tape, and the whole step as
+//   `qkvlab transfer` runs it (transfer::SkipMlp on the CPU backend); on one
+//   thread (OpenBLAS, sampling and the backend), so that CPU time is each
+//   part's whole work.
 // FLOP/s count 2 m n k per product.
 #include "engine/blas.hpp"
+#include "engine/cpu_backend.hpp"
 #include "engine/ops.hpp"
 #include "engine/optim.hpp"
 #include "engine/rng.hpp"
@@ -88,9 +91,11 @@ struct Step {
   transfer::Target target = transfer::draw_target(d, 1);
   transfer::Mlp mlp = transfer::init_mlp(d, 1);
   MatF X = transfer::draw_inputs(d, batch, 1, "bench/x", 1);
-  MatF Y = transfer::evaluate_target(target, X);
+  engine::CpuBackend<float> backend{1};
+  transfer::SkipMlp model{backend, target, mlp, transfer::TrainConfig{}};
+  MatF Y = model.target(X);
   MatF A = X * mlp.W1;
-  MatF H = transfer::gelu(A);
+  MatF H = A.cwiseProduct(engine::normal_cdf(A));
   MatF HW2 = H * mlp.W2;
   MatF F = X + HW2;
 };
@@ -105,7 +110,7 @@ void BM_step_draw_inputs(benchmark::State& state) {
 void BM_step_target(benchmark::State& state) {
   setup_threads();
   Step s;
-  for (auto _ : state) benchmark::DoNotOptimize(transfer::evaluate_target(s.target, s.X).data());
+  for (auto _ : state) benchmark::DoNotOptimize(s.model.target(s.X).data());
 }
 
 // An operation on a tape: forward only (range(0) = 0) or forward and backward (1).
@@ -169,15 +174,14 @@ void BM_step_clip_adamw(benchmark::State& state) {
 }
 BENCHMARK(BM_step_clip_adamw)->Unit(benchmark::kMillisecond)->UseRealTime();
 
-// The whole step as run_transfer runs it: draw, then CpuSkipMlpTrainer::step (target, forward, backward, AdamW).
+// The whole step as run_transfer runs it: draw, then SkipMlp::step on the CPU backend (target,
+// forward, loss, backward, clipping, AdamW).
 void BM_step_whole(benchmark::State& state) {
   setup_threads();
   Step s;
-  transfer::TrainConfig config;
-  transfer::CpuSkipMlpTrainer trainer(s.mlp, s.target, config);
   for (auto _ : state) {
     const MatF X = transfer::draw_inputs(Step::d, Step::batch, 1, "bench/x", 1);
-    benchmark::DoNotOptimize(trainer.step(X, 1e-3f));
+    benchmark::DoNotOptimize(s.model.step(X, 1e-3));
   }
 }
 BENCHMARK(BM_step_whole)->Unit(benchmark::kMillisecond)->UseRealTime();

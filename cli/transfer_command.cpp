@@ -148,7 +148,7 @@ int run_transfer(TransferArgs a, const CLI::App& cmd, const std::string& command
   c.train.steps = a.steps;
   c.train.batch = a.batch;
   c.train.lr = a.lr;
-  c.train.cuda = a.device == Device::cuda;
+  c.train.device = a.device == Device::cuda ? engine::Device::cuda : engine::Device::cpu;
   c.train.checkpoint_dir = a.checkpoint;
 
   const Progress progress{"transfer", Progress::wanted(a.quiet)};
@@ -211,7 +211,7 @@ Command add_transfer_command(CLI::App& app, const std::string& command_line) {
   cmd->add_option("--seed", a->seed, "Seed of every random draw")->capture_default_str();
   cmd->add_flag("--paper", a->paper, "The paper's configuration: batch 65,536, 20,000 steps (needs a GPU)");
   add_device_option(cmd, a->device);
-  cmd->add_option("--threads", a->threads, "Threads for OpenBLAS and sampling (0: one per core)")
+  cmd->add_option("--threads", a->threads, "Threads for the CPU backend, OpenBLAS and sampling (0: one per core)")
       ->check(integer_in(0, 1024))
       ->capture_default_str();
   cmd->add_option("--out", a->out, "Write the numbers and loss curves to this HDF5 file");
@@ -219,7 +219,7 @@ Command add_transfer_command(CLI::App& app, const std::string& command_line) {
   cmd->add_option("--figure", a->figure, "Draw the errors against d to FILE.svg and FILE.png (gnuplot)");
   cmd->add_option("--format", a->format, "Output on stdout")->check(CLI::IsMember({"table", "json"}))->capture_default_str();
   cmd->add_option("--checkpoint", a->checkpoint,
-                  "Existing directory: save training state there every 500 steps and resume from it (cpu only)");
+                  "Existing directory: save training state there every 500 steps and resume from it");
   cmd->add_flag("--quiet", a->quiet, "No progress on stderr");
   return {cmd, [a, cmd, command_line] { return run_transfer(*a, *cmd, command_line); }};
 }

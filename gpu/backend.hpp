@@ -1,7 +1,7 @@
 // The backend a model runs on, chosen at run time: `--device cpu` gives the
 // CPU backend (engine/cpu_backend.hpp), `--device cuda` the CUDA backend
 // (gpu/cuda_backend.hpp) when device_status() says a device can be used, and
-// otherwise std::runtime_error with device_status().description. No CUDA in
+// otherwise std::runtime_error, one line with device_status().description. No CUDA in
 // this header.
 #pragma once
 

@@ -150,11 +150,3 @@ double PhaseTimer::total_ms() const {
 
 }  // namespace qkvlab::gpu
 
-// Until gpu/cuda_backend.cu implements the language model's kernels, --device cuda
-// is refused for the backend-based models with this message.
-#include "gpu/backend.hpp"
-namespace qkvlab::gpu {
-std::unique_ptr<engine::Backend<float>> make_cuda_backend() {
-  throw std::runtime_error("the CUDA backend of engine/backend.hpp is not built yet");
-}
-}  // namespace qkvlab::gpu

@@ -1,7 +1,7 @@
-// Built when nvcc is absent: no CUDA device can be used.
+// Built when nvcc is absent: no CUDA device can be used, and the CUDA backend
+// is refused with that reason.
 #include "gpu/backend.hpp"
 #include "gpu/device.hpp"
-#include "gpu/skip_mlp.hpp"
 
 #include <stdexcept>
 
@@ -13,18 +13,7 @@ const DeviceStatus& device_status() {
 }
 
 std::unique_ptr<engine::Backend<float>> make_cuda_backend() {
-  throw std::runtime_error(device_status().description);
+  throw std::runtime_error("no CUDA device can be used (" + device_status().description + ")");
 }
-
-struct SkipMlpTrainer::Impl {};
-
-SkipMlpTrainer::SkipMlpTrainer(const MatF&, const MatF&, const MatF&, const MatF&, const MatF&,
-                               const SkipMlpOptions&) {
-  throw std::runtime_error(device_status().description);
-}
-SkipMlpTrainer::~SkipMlpTrainer() = default;
-float SkipMlpTrainer::step(const MatF&, float) { throw std::runtime_error(device_status().description); }
-SkipMlpSums SkipMlpTrainer::evaluate(const MatF&) const { throw std::runtime_error(device_status().description); }
-void SkipMlpTrainer::weights(MatF&, MatF&) const { throw std::runtime_error(device_status().description); }
 
 }  // namespace qkvlab::gpu

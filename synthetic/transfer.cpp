@@ -6,22 +6,24 @@
 #include "core/rng.hpp"
 #include "engine/blas.hpp"
 #include "engine/checkpoint.hpp"
-#include "engine/ops.hpp"
+#include "engine/linear.hpp"
+#include "engine/optimizer.hpp"
 #include "engine/rng.hpp"
 #include "engine/schedule.hpp"
-#include "gpu/skip_mlp.hpp"
+#include "gpu/backend.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <map>
 
 namespace qkvlab::transfer {
 namespace {
 
 using engine::Op;
-using engine::product;
 
 std::string stream_name(int d, const std::string& purpose) {
   return "transfer/d=" + std::to_string(d) + "/" + purpose;
@@ -53,20 +55,6 @@ Mlp init_mlp(int d, std::uint64_t seed) {
   const int r = 4 * d;
   return {engine::normal_matrix<float>(d, r, 1 / std::sqrt(double(d)), rng),
           engine::normal_matrix<float>(r, d, 1 / std::sqrt(double(r)), rng)};
-}
-
-MatF gelu(const MatF& Z) { return Z.cwiseProduct(engine::normal_cdf(Z)); }
-
-MatF evaluate_target(const Target& t, const MatF& X) {
-  MatF Y = product(X, Op::none, t.R, Op::none);
-  engine::add_product(Y, gelu(product(X, Op::none, t.U, Op::none)), Op::none, t.V, Op::none);
-  return Y;
-}
-
-MatF evaluate_mlp(const Mlp& mlp, const MatF& X) {
-  MatF Y = X;
-  engine::add_product(Y, gelu(product(X, Op::none, mlp.W1, Op::none)), Op::none, mlp.W2, Op::none);
-  return Y;
 }
 
 MatD population_linear_map(const Target& t) {
@@ -104,15 +92,14 @@ MatD fit_ridge(int d, const ChunkTarget& target, const RidgeConfig& config, std:
   return llt.solve(B);
 }
 
-Metrics evaluate(const Target& target, const Predictor& predict, std::int64_t samples, std::uint64_t seed,
-                 int threads) {
-  const int d = target.d();
+Metrics evaluate(int d, const Predictor& target, const Predictor& predict, std::int64_t samples,
+                 std::uint64_t seed, int threads) {
   constexpr Eigen::Index kEvalChunk = 8192;
   double squared_error = 0, squared_target = 0, cosine = 0;
   for (std::int64_t c = 0; c * kEvalChunk < samples; ++c) {
     const Eigen::Index rows = std::min<std::int64_t>(kEvalChunk, samples - c * kEvalChunk);
     const MatF X = draw_inputs(d, rows, seed, stream_name(d, "eval/chunk=" + std::to_string(c)), threads);
-    const MatD Y = evaluate_target(target, X).cast<double>();
+    const MatD Y = target(X);
     const MatD P = predict(X);
     squared_error += (P - Y).squaredNorm();
     squared_target += Y.squaredNorm();
@@ -125,41 +112,215 @@ Metrics evaluate(const Target& target, const Predictor& predict, std::int64_t sa
   return m;
 }
 
-CpuSkipMlpTrainer::CpuSkipMlpTrainer(const Mlp& init, const Target& target, const TrainConfig& config)
-    : target_(target),
-      W1_("W1", init.W1),
-      W2_("W2", init.W2),
-      adamw_({.weight_decay = config.weight_decay}),
-      clip_norm_(config.clip_norm) {}
+// ---- SkipMlp: the model on a backend ---------------------------------------------------------
 
-float CpuSkipMlpTrainer::step(const MatF& X, float lr) {
-  MatF Y = evaluate_target(target_, X);
-  const double target_energy = Y.cast<double>().squaredNorm();
-  engine::Tape<float> tape;
-  const engine::Var<float> x = tape.constant(X), y = tape.constant(std::move(Y));
-  const engine::Var<float> f = x + engine::gelu(x * tape.parameter(W1_)) * tape.parameter(W2_);
-  // mse_loss is Σ‖f − f*‖²/N over the N entries; scaled to Σ‖f − f*‖²/Σ‖f*‖².
-  const engine::Var<float> loss =
-      engine::scale(engine::mse_loss(f, y), float(double(X.size()) / target_energy));
-  const engine::Parameters<float> params{&W1_, &W2_};
-  engine::zero_grad(params);
-  tape.backward(loss);
-  if (clip_norm_ > 0) engine::clip_grad_norm(params, clip_norm_);
-  adamw_.step(params, lr);
-  return loss.value()(0, 0);
+namespace {
+
+using RowMatF = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+using engine::Buffer;
+using engine::View;
+
+engine::ParameterLayout skip_mlp_layout(int d, int r) {
+  engine::ParameterLayout layout;
+  layout.add("W1", {d, r}, true);
+  layout.add("W2", {r, d}, true);
+  return layout;
 }
 
-void CpuSkipMlpTrainer::save(engine::SafeTensors& file) const {
-  const engine::Parameters<float> params{const_cast<engine::Parameter<float>*>(&W1_),
-                                         const_cast<engine::Parameter<float>*>(&W2_)};
-  engine::store_parameters(file, params);
-  engine::store_state(file, params, adamw_);
+// A host matrix as the backend's row-major buffer.
+Buffer<float> to_backend(engine::Backend<float>& be, const MatF& M) {
+  const RowMatF rows = M;
+  Buffer<float> buffer(be, std::size_t(rows.size()));
+  buffer.upload(rows.data(), std::size_t(rows.size()));
+  return buffer;
 }
 
-void CpuSkipMlpTrainer::restore(const engine::SafeTensors& file) {
-  const engine::Parameters<float> params{&W1_, &W2_};
-  engine::restore_parameters(file, params);
-  engine::restore_state(file, params, adamw_);
+}  // namespace
+
+struct SkipMlp::Impl {
+  Impl(engine::Backend<float>& be_, const Target& t, const Mlp& init, const TrainConfig& config)
+      : be(be_), d(t.d()), r(int(init.W1.cols())), rs(t.r()), batch(config.batch),
+        params(be_, skip_mlp_layout(d, r)), adamw(be_, params.layout.total()),
+        adamw_config{.weight_decay = config.weight_decay}, clip_norm(config.clip_norm),
+        R(to_backend(be_, t.R)), U(to_backend(be_, t.U)), V(to_backend(be_, t.V)),
+        X(be_, rows(d)), Z(be_, rows(r)), H(be_, rows(r)), F(be_, rows(d)), Zs(be_, rows(rs)), Hs(be_, rows(rs)),
+        Fs(be_, rows(d)), D(be_, rows(d)), dH(be_, rows(r)), dZ(be_, rows(r)), staging(rows(d)) {
+    if (init.W1.rows() != d || init.W2.rows() != r || init.W2.cols() != d || batch < 1)
+      throw std::invalid_argument("SkipMlp: need W1 d×r and W2 r×d for the target's d, and a positive batch");
+    set(params.values, init);
+    W1 = params.value("W1"), W2 = params.value("W2"), dW1 = params.grad("W1"), dW2 = params.grad("W2");
+  }
+
+  std::size_t rows(int width) const { return std::size_t(batch) * width; }
+
+  void set(Buffer<float>& values, const Mlp& m) {
+    const RowMatF w1 = m.W1, w2 = m.W2;
+    values.upload(w1.data(), std::size_t(w1.size()), params.layout.at("W1").offset);
+    values.upload(w2.data(), std::size_t(w2.size()), params.layout.at("W2").offset);
+  }
+
+  // Rows begin … begin + n − 1 of X into the buffer X.
+  void upload_rows(const MatF& host, Eigen::Index begin, int n) {
+    Eigen::Map<RowMatF>(staging.data(), n, d) = host.middleRows(begin, n);
+    X.upload(staging.data(), std::size_t(n) * d);
+  }
+
+  void download_rows(const Buffer<float>& from, MatF& host, Eigen::Index begin, int n) {
+    from.download(staging.data(), std::size_t(n) * d);
+    host.middleRows(begin, n) = Eigen::Map<const RowMatF>(staging.data(), n, d);
+  }
+
+  // Fs = X R + GELU(X U) V for the first n rows.
+  void target(int n) {
+    engine::linear_forward<float>(be, n, d, rs, {X.data(), d}, U.data(), nullptr, {Zs.data(), rs});
+    be.gelu_forward(std::size_t(n) * rs, engine::GeluForm::erf, Zs.data(), Hs.data());
+    engine::linear_forward<float>(be, n, d, d, {X.data(), d}, R.data(), nullptr, {Fs.data(), d});
+    engine::linear_forward<float>(be, n, rs, d, {Hs.data(), rs}, V.data(), nullptr, {Fs.data(), d}, true);
+  }
+
+  // F = X + GELU(X W1) W2 for the first n rows.
+  void forward(int n) {
+    engine::linear_forward<float>(be, n, d, r, {X.data(), d}, W1, nullptr, {Z.data(), r});
+    be.gelu_forward(std::size_t(n) * r, engine::GeluForm::erf, Z.data(), H.data());
+    be.axpby(n, d, 1.0f, X.data(), d, 0.0f, F.data(), d);
+    engine::linear_forward<float>(be, n, r, d, {H.data(), r}, W2, nullptr, {F.data(), d}, true);
+  }
+
+  // The loss of the batch in X; D holds dF = 2 (F − F*)/S* on return.
+  double loss() {
+    const int n = batch;
+    be.axpby(n, d, 1.0f, F.data(), d, 0.0f, D.data(), d);
+    be.axpby(n, d, -1.0f, Fs.data(), d, 1.0f, D.data(), d);  // D = F − F*
+    const double target_energy = be.dot(rows(d), Fs.data(), Fs.data());
+    const double value = be.dot(rows(d), D.data(), D.data()) / target_energy;
+    be.axpby(n, d, float(2 / target_energy), D.data(), d, 0.0f, D.data(), d);
+    return value;
+  }
+
+  void backward() {
+    const int n = batch;
+    be.fill(params.grads.size(), 0.0f, params.grads.data());
+    engine::linear_backward<float>(be, n, r, d, {H.data(), r}, W2, {D.data(), d}, {dH.data(), r}, dW2, nullptr);
+    be.fill(rows(r), 0.0f, dZ.data());
+    be.gelu_backward(rows(r), engine::GeluForm::erf, Z.data(), dH.data(), dZ.data());
+    engine::linear_backward<float>(be, n, d, r, {X.data(), d}, W1, {dZ.data(), r}, {nullptr, 0}, dW1, nullptr);
+  }
+
+  template <class Pass>
+  MatF over_rows(const MatF& host, Pass pass, const Buffer<float>& result) {
+    if (host.cols() != d)
+      throw std::invalid_argument("SkipMlp: X has " + std::to_string(host.cols()) + " columns, expected " +
+                                  std::to_string(d));
+    MatF out(host.rows(), d);
+    for (Eigen::Index begin = 0; begin < host.rows(); begin += batch) {
+      const int n = int(std::min<Eigen::Index>(batch, host.rows() - begin));
+      upload_rows(host, begin, n);
+      pass(n);
+      download_rows(result, out, begin, n);
+    }
+    return out;
+  }
+
+  engine::Backend<float>& be;
+  int d, r, rs, batch;
+  engine::ParameterSet<float> params;
+  engine::AdamWState<float> adamw;
+  engine::AdamWConfig adamw_config;
+  double clip_norm;
+  Buffer<float> R, U, V;                          // the target, row-major
+  Buffer<float> X, Z, H, F, Zs, Hs, Fs, D, dH, dZ;  // batch rows each
+  std::vector<float> staging;                     // host rows, row-major
+  float *W1 = nullptr, *W2 = nullptr, *dW1 = nullptr, *dW2 = nullptr;
+};
+
+SkipMlp::SkipMlp(engine::Backend<float>& backend, const Target& target, const Mlp& init, const TrainConfig& config)
+    : impl_(std::make_unique<Impl>(backend, target, init, config)) {}
+SkipMlp::~SkipMlp() = default;
+
+MatF SkipMlp::target(const MatF& X) {
+  return impl_->over_rows(X, [&](int n) { impl_->target(n); }, impl_->Fs);
+}
+
+MatF SkipMlp::predict(const MatF& X) {
+  return impl_->over_rows(X, [&](int n) { impl_->forward(n); }, impl_->F);
+}
+
+float SkipMlp::step(const MatF& X, double lr) {
+  Impl& m = *impl_;
+  if (X.rows() != m.batch || X.cols() != m.d)
+    throw std::invalid_argument("SkipMlp::step: X is " + std::to_string(X.rows()) + "x" + std::to_string(X.cols()) +
+                                ", expected " + std::to_string(m.batch) + "x" + std::to_string(m.d));
+  m.upload_rows(X, 0, m.batch);
+  m.target(m.batch);
+  m.forward(m.batch);
+  const double value = m.loss();
+  m.backward();
+  if (m.clip_norm > 0) engine::clip_gradients(m.be, m.params, m.clip_norm);
+  m.adamw.step(m.be, m.params, m.adamw_config, lr);
+  return float(value);
+}
+
+Mlp SkipMlp::weights() const {
+  const std::vector<float> values = impl_->params.values.to_host();
+  const auto& layout = impl_->params.layout;
+  const int d = impl_->d, r = impl_->r;
+  return {Eigen::Map<const RowMatF>(values.data() + layout.at("W1").offset, d, r),
+          Eigen::Map<const RowMatF>(values.data() + layout.at("W2").offset, r, d)};
+}
+
+std::int64_t SkipMlp::steps() const { return impl_->adamw.t; }
+
+namespace {
+
+// The tensor of one parameter's entries in a flat row-major array (layout offsets).
+engine::Tensor tensor_of(const engine::ParameterSpec& spec, const std::vector<float>& values) {
+  engine::Tensor t;
+  t.dtype = engine::DType::F32;
+  for (auto s : spec.shape) t.shape.push_back(std::uint64_t(s));
+  t.data.resize(spec.size() * sizeof(float));
+  std::memcpy(t.data.data(), values.data() + spec.offset, t.data.size());
+  return t;
+}
+
+// engine/checkpoint.hpp's checks (present, F32, the shape), into the flat array.
+void read_tensor(const engine::SafeTensors& file, const std::string& name, const engine::ParameterSpec& spec,
+                 std::vector<float>& values) {
+  const RowMatF M = engine::restore_matrix<float>(file, name, spec.shape[0], spec.shape[1]);
+  std::memcpy(values.data() + spec.offset, M.data(), spec.size() * sizeof(float));
+}
+
+}  // namespace
+
+void SkipMlp::save(engine::SafeTensors& file) const {
+  const Impl& m = *impl_;
+  const std::vector<float> values = m.params.values.to_host(), mom = m.adamw.m.to_host(), var = m.adamw.v.to_host();
+  for (const auto& spec : m.params.layout.specs()) {
+    file.tensors[spec.name] = tensor_of(spec, values);
+    file.tensors["adamw.m/" + spec.name] = tensor_of(spec, mom);
+    file.tensors["adamw.v/" + spec.name] = tensor_of(spec, var);
+  }
+  file.metadata["adamw.steps"] = std::to_string(m.adamw.t);
+}
+
+void SkipMlp::restore(const engine::SafeTensors& file) {
+  Impl& m = *impl_;
+  const auto it = file.metadata.find("adamw.steps");
+  if (it == file.metadata.end()) throw std::runtime_error("checkpoint: no metadata \"adamw.steps\"");
+  std::int64_t t = -1;
+  const auto [end, error] = std::from_chars(it->second.data(), it->second.data() + it->second.size(), t);
+  if (error != std::errc() || end != it->second.data() + it->second.size() || t < 0)
+    throw std::runtime_error("checkpoint: metadata \"adamw.steps\" is not a step count: \"" + it->second + "\"");
+  const std::size_t total = m.params.layout.total();
+  std::vector<float> values(total, 0.0f), mom(total, 0.0f), var(total, 0.0f);
+  for (const auto& spec : m.params.layout.specs()) {
+    read_tensor(file, spec.name, spec, values);
+    read_tensor(file, "adamw.m/" + spec.name, spec, mom);
+    read_tensor(file, "adamw.v/" + spec.name, spec, var);
+  }
+  m.params.values.upload(values);
+  m.adamw.m.upload(mom);
+  m.adamw.v.upload(var);
+  m.adamw.t = t;
 }
 
 namespace {
@@ -176,7 +337,8 @@ std::map<std::string, std::string> checkpoint_identity(int d, const TransferConf
           {"seed", std::to_string(c.seed)},     {"steps", std::to_string(t.steps)},
           {"batch", std::to_string(t.batch)},   {"lr", text(t.lr)},
           {"lr_floor", text(t.lr_floor)},       {"warmup", text(t.warmup)},
-          {"weight_decay", text(t.weight_decay)}, {"clip_norm", text(t.clip_norm)}};
+          {"weight_decay", text(t.weight_decay)}, {"clip_norm", text(t.clip_norm)},
+          {"device", t.device == engine::Device::cuda ? "cuda" : "cpu"}};
 }
 
 std::filesystem::path checkpoint_path(const TrainConfig& t, int d) {
@@ -184,7 +346,7 @@ std::filesystem::path checkpoint_path(const TrainConfig& t, int d) {
 }
 
 // Resumes from the checkpoint of this d if there is one; returns the step to start at.
-std::int64_t resume(CpuSkipMlpTrainer& trainer, int d, const TransferConfig& c, std::vector<double>& loss) {
+std::int64_t resume(SkipMlp& trainer, int d, const TransferConfig& c, std::vector<double>& loss) {
   const auto path = checkpoint_path(c.train, d);
   if (c.train.checkpoint_dir.empty() || !std::filesystem::exists(path)) return 0;
   const engine::SafeTensors file = engine::load_safetensors(path);
@@ -205,7 +367,7 @@ std::int64_t resume(CpuSkipMlpTrainer& trainer, int d, const TransferConfig& c, 
   return std::int64_t(loss.size());
 }
 
-void save_checkpoint(const CpuSkipMlpTrainer& trainer, int d, const TransferConfig& c,
+void save_checkpoint(const SkipMlp& trainer, int d, const TransferConfig& c,
                      const std::vector<double>& loss) {
   engine::SafeTensors file;
   trainer.save(file);
@@ -214,15 +376,14 @@ void save_checkpoint(const CpuSkipMlpTrainer& trainer, int d, const TransferConf
   engine::save_safetensors(checkpoint_path(c.train, d), file);
 }
 
-template <class Trainer>
-void train(Trainer& trainer, int d, const TransferConfig& c, std::int64_t start, std::vector<double>& loss,
+void train(SkipMlp& trainer, int d, const TransferConfig& c, std::int64_t start, std::vector<double>& loss,
            const StepObserver& observe, const std::function<void()>& checkpoint) {
   const auto& t = c.train;
   const std::int64_t warmup = std::min<std::int64_t>(t.steps - 1, std::int64_t(std::llround(t.warmup * t.steps)));
   const engine::WarmupCosine schedule(t.lr, t.lr * t.lr_floor, warmup, t.steps);
   for (std::int64_t s = start; s < t.steps; ++s) {
     const MatF X = draw_inputs(d, t.batch, c.seed, stream_name(d, "train/step=" + std::to_string(s)), c.threads);
-    const double value = trainer.step(X, float(schedule(s)));
+    const double value = trainer.step(X, schedule(s));
     require_finite(value, "training loss at d = " + std::to_string(d) + ", step " + std::to_string(s));
     loss.push_back(value);
     if (observe) observe(s + 1, value);
@@ -236,37 +397,26 @@ TransferResult run_transfer(int d, const TransferConfig& c, const StepObserver& 
   if (d < 1) throw UsageError("--d: every d must be at least 1, got " + std::to_string(d));
   if (c.train.steps < 1) throw UsageError("--steps: must be at least 1");
   if (c.train.batch < 1) throw UsageError("--batch: must be at least 1");
-  if (c.train.cuda && !c.train.checkpoint_dir.empty())
-    throw UsageError("--checkpoint: works with --device cpu only (the CUDA trainer keeps its optimizer state on the device)");
   TransferResult result;
   result.d = d;
   const Target target = draw_target(d, c.seed);
+  const std::unique_ptr<engine::Backend<float>> backend = gpu::make_backend(c.train.device, c.threads);
+  SkipMlp model(*backend, target, init_mlp(d, c.seed), c.train);
+  const Predictor target_values = [&](const MatF& X) { return MatD(model.target(X).cast<double>()); };
 
   auto start = std::chrono::steady_clock::now();
   const MatD W = fit_ridge(
-      d, [&](const MatF& X, std::int64_t) { return MatD(evaluate_target(target, X).cast<double>()); }, c.ridge,
-      c.seed, stream_name(d, "ridge"), c.threads);
+      d, [&](const MatF& X, std::int64_t) { return target_values(X); }, c.ridge, c.seed, stream_name(d, "ridge"),
+      c.threads);
   const MatD W_population = population_linear_map(target);
   result.ridge_distance = (W - W_population).norm() / W_population.norm();
   result.ridge_seconds = seconds_since(start);
 
   start = std::chrono::steady_clock::now();
-  const Mlp init = init_mlp(d, c.seed);
-  Mlp trained;
-  if (c.train.cuda) {
-    gpu::SkipMlpTrainer trainer(init.W1, init.W2, target.R, target.U, target.V,
-                                {.batch = c.train.batch, .weight_decay = float(c.train.weight_decay),
-                                 .clip_norm = float(c.train.clip_norm)});
-    train(trainer, d, c, 0, result.loss, observe, {});
-    trainer.weights(trained.W1, trained.W2);
-  } else {
-    CpuSkipMlpTrainer trainer(init, target, c.train);
-    result.resumed_from = resume(trainer, d, c, result.loss);
-    std::function<void()> checkpoint;
-    if (!c.train.checkpoint_dir.empty()) checkpoint = [&] { save_checkpoint(trainer, d, c, result.loss); };
-    train(trainer, d, c, result.resumed_from, result.loss, observe, checkpoint);
-    trained = trainer.weights();
-  }
+  result.resumed_from = resume(model, d, c, result.loss);
+  std::function<void()> checkpoint;
+  if (!c.train.checkpoint_dir.empty()) checkpoint = [&] { save_checkpoint(model, d, c, result.loss); };
+  train(model, d, c, result.resumed_from, result.loss, observe, checkpoint);
   result.steps = c.train.steps;
   const std::size_t tail = std::max<std::size_t>(1, result.loss.size() / 20);
   for (std::size_t i = result.loss.size() - tail; i < result.loss.size(); ++i) result.final_loss += result.loss[i];
@@ -275,13 +425,14 @@ TransferResult run_transfer(int d, const TransferConfig& c, const StepObserver& 
 
   start = std::chrono::steady_clock::now();
   result.mlp = evaluate(
-      target, [&](const MatF& X) { return MatD(evaluate_mlp(trained, X).cast<double>()); }, c.eval_samples, c.seed,
-      c.threads);
+      d, target_values, [&](const MatF& X) { return MatD(model.predict(X).cast<double>()); }, c.eval_samples,
+      c.seed, c.threads);
   result.linear = evaluate(
-      target, [&](const MatF& X) { return MatD(X.cast<double>() * W); }, c.eval_samples, c.seed, c.threads);
+      d, target_values, [&](const MatF& X) { return MatD(X.cast<double>() * W); }, c.eval_samples, c.seed,
+      c.threads);
   result.population_linear_rel_l2 =
-      evaluate(target, [&](const MatF& X) { return MatD(X.cast<double>() * W_population); }, c.eval_samples,
-               c.seed, c.threads)
+      evaluate(d, target_values, [&](const MatF& X) { return MatD(X.cast<double>() * W_population); },
+               c.eval_samples, c.seed, c.threads)
           .rel_l2;
   result.eval_seconds = seconds_since(start);
   return result;

@@ -8,12 +8,21 @@
 //
 // Here, the engine's row-vector convention: a batch X is n×d, one sample per row, and
 //     f*(X) = X Rᵀ + GELU(X Uᵀ) Vᵀ,   f(X) = X + GELU(X W1) W2   (W1 = W̃1ᵀ d×r, W2 = W̃2ᵀ r×d).
-// Target keeps the transposes (Target::R = Rᵀ, U = Uᵀ, V = Vᵀ), so f*(X) = X R + GELU(X U) V,
-// the form gpu/skip_mlp.hpp takes. GELU is the exact erf form; everything trains in float.
+// Target keeps the transposes (Target::R = Rᵀ, U = Uᵀ, V = Vᵀ), so f*(X) = X R + GELU(X U) V.
+// GELU is the exact erf form; everything trains in float.
 //
-// Training: fresh x ~ N(0, I) every step; per batch the loss Σ‖f − f*‖² / Σ‖f*‖²; AdamW
-// (engine/optim.hpp), linear warmup then cosine decay to a floor (engine/schedule.hpp),
-// clipping at global gradient norm 3.0.
+// The model and its target exist once, in SkipMlp, written against engine/backend.hpp: the
+// CPU backend and the CUDA backend (`--device cpu|cuda`, gpu/backend.hpp) run the same code.
+// Forward, with Z = X W1 (n×r), H = GELU(Z), F = X + H W2 and Z* = X U, H* = GELU(Z*),
+// F* = X R + H* V (the target is data: no gradient flows into it):
+//     loss = Σ‖F − F*‖² / Σ‖F*‖² over the batch   (backend dot products, summed in double)
+// Backward, with S* = Σ‖F*‖²:
+//     dF = 2 (F − F*) / S*,  dW2 = Hᵀ dF,  dH = dF W2ᵀ,  dZ = dH ⊙ GELU'(Z),  dW1 = Xᵀ dZ
+// (engine/linear.hpp), then clipping by the global norm of (dW1, dW2) (engine::clip_gradients)
+// and AdamW on W1 and W2, both decayed (engine::AdamWState).
+//
+// Training: fresh x ~ N(0, I) every step; linear warmup then cosine decay to a floor
+// (engine/schedule.hpp), clipping at global gradient norm 3.0.
 //
 // Linear baseline: streaming ridge regression. Over chunks of samples accumulate, in double,
 //     G = Σ x xᵀ = XᵀX,   B = Σ x f*(x)ᵀ = XᵀY,   then  W = (G + λ n I)⁻¹ B,  f_lin(X) = X W.
@@ -22,7 +31,7 @@
 // symmetric z. population_linear_map() returns it; the ridge fit estimates it from samples.
 //
 // Evaluation on held-out samples: relative L2 error sqrt(Σ‖f − f*‖² / Σ‖f*‖²) and mean cosine
-// similarity (1/n) Σ cos(f(x), f*(x)), sums in double.
+// similarity (1/n) Σ cos(f(x), f*(x)), sums in double; f* and the MLP's f come from SkipMlp.
 //
 // Randomness: every draw comes from Rng(seed, "transfer/d=D/PURPOSE[/step=S]/chunk=C") (purposes
 // target, init, train, ridge, eval; chunks of kChunkRows samples), so numbers do not depend on
@@ -30,12 +39,13 @@
 #pragma once
 
 #include "core/types.hpp"
-#include "engine/optim.hpp"
+#include "engine/backend.hpp"
 #include "engine/safetensors.hpp"
 
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -65,10 +75,6 @@ Target draw_target(int d, std::uint64_t seed);
 // W1 entries N(0, 1/d) and W2 entries N(0, 1/r): the target's scales, independent draws.
 Mlp init_mlp(int d, std::uint64_t seed);
 
-// GELU(Z) = Z Φ(Z) entrywise (exact erf form, engine/ops/activation.hpp's Φ).
-MatF gelu(const MatF& Z);
-MatF evaluate_target(const Target& target, const MatF& X);
-MatF evaluate_mlp(const Mlp& mlp, const MatF& X);
 // R + ½ U V (row form): the linear map minimizing E‖x W − f*(x)‖² for x ~ N(0, I).
 MatD population_linear_map(const Target& target);
 
@@ -95,9 +101,9 @@ struct Metrics {
   double mean_cosine = 0;  // (1/n) Σ cos(f(x), f*(x))
 };
 using Predictor = std::function<MatD(const MatF& X)>;
-// Metrics of `predict` against the target on `samples` held-out inputs (stream "transfer/d=D/eval").
-Metrics evaluate(const Target& target, const Predictor& predict, std::int64_t samples, std::uint64_t seed,
-                 int threads);
+// Metrics of `predict` against `target` on `samples` held-out inputs x ∈ R^d (stream "transfer/d=D/eval").
+Metrics evaluate(int d, const Predictor& target, const Predictor& predict, std::int64_t samples,
+                 std::uint64_t seed, int threads);
 
 struct TrainConfig {
   std::int64_t steps = 2000;
@@ -107,7 +113,7 @@ struct TrainConfig {
   double warmup = 0.02;        // warmup steps as a fraction of steps
   double weight_decay = 0.0;   // AdamW's decoupled weight decay
   double clip_norm = 3.0;
-  bool cuda = false;           // train with gpu::SkipMlpTrainer
+  engine::Device device = engine::Device::cpu;  // the backend every product and kernel runs on
   // Where to save (every checkpoint_every steps and at the end) and resume from; empty: none.
   std::filesystem::path checkpoint_dir;
   std::int64_t checkpoint_every = 500;
@@ -139,24 +145,32 @@ using StepObserver = std::function<void(std::int64_t step, double loss)>;
 // The whole experiment at one d: target, ridge baseline, MLP training, evaluation of both.
 TransferResult run_transfer(int d, const TransferConfig& config, const StepObserver& observe);
 
-// The CPU trainer: the engine's tape, ops and AdamW, with the interface of gpu::SkipMlpTrainer.
-class CpuSkipMlpTrainer {
+// The skip MLP and its target on a backend (the header's formulas): the one definition that
+// trains, predicts and computes the target on every device. Its buffers hold config.batch rows,
+// allocated once; target() and predict() take any number of rows, config.batch at a time.
+class SkipMlp {
  public:
-  CpuSkipMlpTrainer(const Mlp& init, const Target& target, const TrainConfig& config);
-  // One step on X: forward, the loss Σ‖f − f*‖²/Σ‖f*‖² (before the update), backward,
-  // clipping, AdamW at learning rate lr.
-  float step(const MatF& X, float lr);
-  Mlp weights() const { return {W1_.value, W2_.value}; }
-  std::int64_t steps() const { return adamw_.steps; }  // AdamW steps taken (restored ones included)
-  // Parameters and AdamW state as engine/checkpoint.hpp stores them.
+  SkipMlp(engine::Backend<float>& backend, const Target& target, const Mlp& init, const TrainConfig& config);
+  ~SkipMlp();
+  SkipMlp(const SkipMlp&) = delete;
+  SkipMlp& operator=(const SkipMlp&) = delete;
+
+  MatF target(const MatF& X);   // f*(X)
+  MatF predict(const MatF& X);  // f(X)
+  // One step on X (config.batch × d): forward, the loss Σ‖f − f*‖²/Σ‖f*‖² (before the update),
+  // backward, clipping, AdamW at learning rate lr.
+  float step(const MatF& X, double lr);
+  Mlp weights() const;
+  std::int64_t steps() const;  // AdamW steps taken (restored ones included)
+  // Parameters "W1", "W2" (F32, row-major d×r and r×d), AdamW's moments "adamw.m/W1", … and the
+  // step count in metadata "adamw.steps" (engine/checkpoint.hpp's names). Restoring is bit-exact
+  // and all-or-nothing: a missing or mis-shaped tensor throws std::runtime_error, nothing changed.
   void save(engine::SafeTensors& file) const;
   void restore(const engine::SafeTensors& file);
 
  private:
-  const Target& target_;
-  engine::Parameter<float> W1_, W2_;
-  engine::AdamW<float> adamw_;
-  double clip_norm_;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace qkvlab::transfer

@@ -1,10 +1,14 @@
 // qwe.exp8.4 (synthetic/transfer.hpp, cli/transfer_command.cpp): the streaming ridge
-// baseline, the target and model against a plain column-vector evaluation, training,
-// reproducibility across thread counts, resuming from a checkpoint, and the CLI contract.
+// baseline, the target and model (SkipMlp on the CPU backend) against a plain column-vector
+// evaluation, training, reproducibility across thread counts, resuming from a checkpoint, the
+// CLI contract, and the same model on the CUDA backend against the CPU backend (TransferCuda.*:
+// skipped without a device, naming CUDA's reason; run on the CPU by scripts/cuda_emulation).
 // Each check has a negative control that must fail by a wide margin.
 #include "core/errors.hpp"
 #include "core/rng.hpp"
 #include "engine/blas.hpp"
+#include "engine/cpu_backend.hpp"
+#include "gpu/backend.hpp"
 #include "gpu/device.hpp"
 #include "synthetic/transfer.hpp"
 #include "tests/run_command.hpp"
@@ -31,6 +35,13 @@ namespace fs = std::filesystem;
 constexpr double kU64 = 0x1p-53;
 
 double rel(const MatD& a, const MatD& b) { return (a - b).norm() / b.norm(); }
+
+// f* of `t` on the CPU backend, as a ridge target.
+ChunkTarget cpu_target(const Target& t) {
+  auto be = std::make_shared<engine::CpuBackend<float>>(2);
+  auto model = std::make_shared<SkipMlp>(*be, t, init_mlp(t.d(), 0), TrainConfig{});
+  return [be, model](const MatF& X, std::int64_t) { return MatD(model->target(X).cast<double>()); };
+}
 
 // Ridge on an exact linear target Y = X A recovers A to rounding (λ = 0); λ = 1e-2 must not.
 TEST(TransferRidge, RecoversExactLinearMap) {
@@ -76,20 +87,24 @@ TEST(TransferRidge, NoisyLinearTargetWithinStandardError) {
 TEST(TransferRidge, ConvergesToPopulationLinearMap) {
   const int d = 8;
   const Target t = draw_target(d, 3);
-  const MatD W = fit_ridge(
-      d, [&](const MatF& X, std::int64_t) { return MatD(evaluate_target(t, X).cast<double>()); },
-      {.samples = 200'000, .chunk_rows = 8192, .lambda = 1e-6}, 3, "test/ridge", 2);
+  const MatD W = fit_ridge(d, cpu_target(t), {.samples = 200'000, .chunk_rows = 8192, .lambda = 1e-6}, 3,
+                           "test/ridge", 2);
   const MatD population = population_linear_map(t);
   EXPECT_LT(rel(W, population), 0.02) << rel(W, population);
   EXPECT_GT(rel(t.R.cast<double>(), population), 0.2);
 }
 
 // f*(x) = R x + V GELU(U x) and f(x) = x + W̃2 GELU(W̃1 x) column by column in double with
-// std::erf, against the row-form batch evaluation in float. Controls: R not transposed; no skip.
+// std::erf, against SkipMlp's row-form batch evaluation in float on the CPU backend (50 rows in
+// pieces of a 16-row batch). Controls: R not transposed; no skip.
 TEST(TransferModel, TargetAndMlpMatchColumnVectorDefinition) {
   const int d = 6;
   const Target t = draw_target(d, 4);
   const Mlp m = init_mlp(d, 4);
+  engine::CpuBackend<float> be(2);
+  TrainConfig config;
+  config.batch = 16;
+  SkipMlp model(be, t, m, config);
   EXPECT_EQ(t.r(), 4 * d);
   const MatF X = draw_inputs(d, 50, 4, "test/x", 1);
   auto gelu = [](double z) { return 0.5 * z * (1 + std::erf(z / std::sqrt(2.0))); };
@@ -105,10 +120,10 @@ TEST(TransferModel, TargetAndMlpMatchColumnVectorDefinition) {
   };
   const MatD Rp = t.R.cast<double>().transpose(), Up = t.U.cast<double>().transpose(),
              Vp = t.V.cast<double>().transpose();
-  const MatD target = evaluate_target(t, X).cast<double>();
+  const MatD target = model.target(X).cast<double>();
   EXPECT_LT(rel(target, column_form(Rp, Up, Vp, false)), 1e-5);
   EXPECT_GT(rel(target, column_form(Rp.transpose(), Up, Vp, false)), 0.1);
-  const MatD mlp = evaluate_mlp(m, X).cast<double>();
+  const MatD mlp = model.predict(X).cast<double>();
   EXPECT_LT(rel(mlp, column_form(Rp, m.W1.cast<double>().transpose(), m.W2.cast<double>().transpose(), true)), 1e-5);
   // Control: the same MLP without its skip connection.
   EXPECT_GT(rel(mlp, column_form(MatD::Zero(d, d), m.W1.cast<double>().transpose(),
@@ -134,14 +149,15 @@ TEST(TransferTraining, ShortRunReducesLoss) {
   ASSERT_EQ(r.loss.size(), 300u);
   EXPECT_LT(r.final_loss, 0.5 * r.loss.front()) << r.loss.front() << " -> " << r.final_loss;
   // The trained MLP beats the untrained one on held-out data.
-  const Target t = draw_target(8, 5);
-  const Mlp init = init_mlp(8, 5);
+  engine::CpuBackend<float> be(2);
+  SkipMlp untrained_model(be, draw_target(8, 5), init_mlp(8, 5), c.train);
   const Metrics untrained = evaluate(
-      t, [&](const MatF& X) { return MatD(evaluate_mlp(init, X).cast<double>()); }, c.eval_samples, c.seed, 2);
+      8, [&](const MatF& X) { return MatD(untrained_model.target(X).cast<double>()); },
+      [&](const MatF& X) { return MatD(untrained_model.predict(X).cast<double>()); }, c.eval_samples, c.seed, 2);
   EXPECT_LT(r.mlp.rel_l2, 0.7 * untrained.rel_l2) << r.mlp.rel_l2 << " vs " << untrained.rel_l2;
 }
 
-// Same seed: bit-identical losses and metrics on 1 and 2 threads (sampling and OpenBLAS).
+// Same seed: bit-identical losses and metrics on 1 and 2 threads (sampling, the CPU backend, OpenBLAS).
 // Control: another seed gives other numbers.
 TEST(TransferTraining, SameSeedBitIdenticalAcrossThreads) {
   engine::set_blas_threads(1);
@@ -180,6 +196,121 @@ TEST(TransferTraining, ResumesBitIdenticalFromCheckpoint) {
   fs::rename(dir / "transfer_d8.safetensors", dir / "keep");
   fs::copy_file(dir / "keep", dir / "transfer_d8.safetensors");
   EXPECT_THROW(run_transfer(8, other, {}), UsageError);
+}
+
+// ---- The same model on the CUDA backend (skipped without a device) --------------------------
+//
+// Error model. Both backends run SkipMlp's one definition in float; they differ only in the order
+// of their sums (cuBLAS against OpenBLAS tiles, block trees against row loops) and in expf/erff
+// against the CPU's (a few ulp). A value reached through reductions of total length k then carries
+// on each side a rounding error of about u·sqrt(k) relative (u = 2⁻²⁴, zero-mean data: Higham &
+// Mary 2019), so the two agree to
+//     rel = ‖cpu − cuda‖ / ‖cpu‖ ≤ 16 · u · sqrt(k),
+// as tests/gpu_agreement_test.cpp allowed the trainer this replaces. One step's loss chains
+// k_step = batch·d (the sums over the batch) + 2·batch (dW) + d (dH) + r (H W2); over s steps the
+// errors of the weights add, k = s·k_step. Controls: a perturbed input, another learning rate, a
+// checkpoint of the other device: each must fail the same check.
+class TransferCuda : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!qkvlab::gpu::device_status().available) GTEST_SKIP() << qkvlab::gpu::device_status().description;
+  }
+  static double tolerance(double k) { return 16 * 0x1p-24 * std::sqrt(k); }
+};
+
+double rel_vec(const std::vector<double>& a, const std::vector<double>& b) {
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) num += (a[i] - b[i]) * (a[i] - b[i]), den += a[i] * a[i];
+  return std::sqrt(num / den);
+}
+
+// Three steps of SkipMlp on both backends from the same weights (d = 8, r = 32, batch 64,
+// weight decay and clipping active), then predict and target on 150 rows (two full batches and
+// a partial one). The moved GpuSkipMlp.TrainerAgreesWithEngine.
+TEST_F(TransferCuda, StepsAgreeWithCpu) {
+  const int d = 8, steps = 3;
+  TrainConfig config;
+  config.batch = 64, config.weight_decay = 0.01, config.clip_norm = 0.5;
+  const Target t = draw_target(d, 31);
+  engine::CpuBackend<float> cpu_be(2);
+  const auto cuda_be = qkvlab::gpu::make_cuda_backend();
+  SkipMlp cpu(cpu_be, t, init_mlp(d, 31), config), cuda(*cuda_be, t, init_mlp(d, 31), config),
+      other_lr(*cuda_be, t, init_mlp(d, 31), config);
+  const double k_step = config.batch * d + 2 * config.batch + d + 4 * d;
+  for (int s = 0; s < steps; ++s) {
+    const MatF X = draw_inputs(d, config.batch, 31, "test/steps/" + std::to_string(s), 1);
+    MatF X_off = X;
+    X_off(5, 3) += 1.0f;
+    SkipMlp probe(*cuda_be, t, cpu.weights(), config);  // control: the same weights, one input moved
+    const double lc = cpu.step(X, 0.02), lg = cuda.step(X, 0.02), lp = probe.step(X_off, 0.02);
+    other_lr.step(X, 0.03);
+    EXPECT_LE(std::abs(lg - lc) / lc, tolerance((s + 1) * k_step)) << "step " << s;
+    EXPECT_GT(std::abs(lp - lc) / lc, tolerance((s + 1) * k_step)) << "control, step " << s;
+  }
+  const auto W = [](const Mlp& m) { return MatD(m.W1.cast<double>()); };
+  EXPECT_LE(rel(W(cuda.weights()), W(cpu.weights())), tolerance(steps * k_step));
+  EXPECT_LE(rel(MatD(cuda.weights().W2.cast<double>()), MatD(cpu.weights().W2.cast<double>())),
+            tolerance(steps * k_step));
+  EXPECT_GT(rel(W(other_lr.weights()), W(cpu.weights())), tolerance(steps * k_step)) << "control: lr 0.03";
+  const MatF X = draw_inputs(d, 150, 31, "test/eval", 1);
+  const double k_eval = 2 * d + 4 * d;  // X W1 (d), H W2 (r = 4d), X R + H* V (d + r)
+  EXPECT_LE(rel(cuda.predict(X).cast<double>(), cpu.predict(X).cast<double>()), tolerance(k_eval));
+  EXPECT_LE(rel(cuda.target(X).cast<double>(), cpu.target(X).cast<double>()), tolerance(k_eval));
+  EXPECT_GT(rel(cuda.predict(X).cast<double>(), cpu.target(X).cast<double>()), tolerance(k_eval)) << "control";
+}
+
+TransferConfig tiny_config(engine::Device device, std::uint64_t seed = 21) {
+  TransferConfig c;
+  c.seed = seed;
+  c.threads = 2;
+  c.train.steps = 12;
+  c.train.batch = 64;
+  c.train.device = device;
+  c.ridge.samples = 2048;
+  c.ridge.chunk_rows = 1024;
+  c.eval_samples = 512;
+  return c;
+}
+
+// The whole experiment on both devices: the loss curve and the held-out errors agree (12 steps:
+// k = 12·k_step). Control: another seed on the CUDA backend.
+TEST_F(TransferCuda, RunAgreesWithCpu) {
+  const int d = 4;
+  const TransferResult cpu = run_transfer(d, tiny_config(engine::Device::cpu), {});
+  const TransferResult cuda = run_transfer(d, tiny_config(engine::Device::cuda), {});
+  const double k = 12.0 * (64 * d + 2 * 64 + d + 4 * d);
+  EXPECT_LE(rel_vec(cpu.loss, cuda.loss), tolerance(k));
+  EXPECT_LE(std::abs(cuda.mlp.rel_l2 - cpu.mlp.rel_l2) / cpu.mlp.rel_l2, tolerance(k));
+  EXPECT_LE(std::abs(cuda.linear.rel_l2 - cpu.linear.rel_l2) / cpu.linear.rel_l2, tolerance(k));
+  const TransferResult other = run_transfer(d, tiny_config(engine::Device::cuda, 22), {});
+  EXPECT_GT(rel_vec(cpu.loss, other.loss), tolerance(k)) << "control: seed 22";
+}
+
+// Checkpointing on the CUDA backend: interrupted after step 8 (checkpoints every 5 steps), the run
+// resumes at step 5 and ends bit-identical to an uninterrupted CUDA run. Control: the checkpoint
+// is refused by a CPU run (it records the device).
+TEST_F(TransferCuda, ResumesBitIdenticalFromCheckpoint) {
+  const qkvlab::test_support::ScratchDir scratch;
+  const fs::path& dir = scratch.path();
+  const TransferResult straight = run_transfer(4, tiny_config(engine::Device::cuda), {});
+  TransferConfig c = tiny_config(engine::Device::cuda);
+  c.train.checkpoint_dir = dir;
+  c.train.checkpoint_every = 5;
+  EXPECT_THROW(run_transfer(4, c,
+                            [](std::int64_t step, double) {
+                              if (step == 8) throw std::runtime_error("interrupted");
+                            }),
+               std::runtime_error);
+  fs::copy_file(dir / "transfer_d4.safetensors", dir / "at_step_5");
+  const TransferResult resumed = run_transfer(4, c, {});
+  EXPECT_EQ(resumed.resumed_from, 5);
+  EXPECT_EQ(resumed.loss, straight.loss);
+  EXPECT_EQ(resumed.mlp.rel_l2, straight.mlp.rel_l2);
+  fs::remove(dir / "transfer_d4.safetensors");
+  fs::copy_file(dir / "at_step_5", dir / "transfer_d4.safetensors");
+  TransferConfig on_cpu = c;
+  on_cpu.train.device = engine::Device::cpu;
+  EXPECT_THROW(run_transfer(4, on_cpu, {}), UsageError);
 }
 
 using RunResult = qkvlab::test_support::CommandResult;

@@ -7,10 +7,11 @@
 #   --root DIR       the qkvlab checkout (default: this script's ../..)
 #   --build-dir DIR  where everything is built (default /tmp/cuda-emulation-build)
 #   --test FILE      a test source to build and run instead of tests/gpu_agreement_test.cpp
-#                    (repeatable; relative to the root). Linked with qkvlab_synthetic,
-#                    qkvlab_results, qkvlab_engine and qkvlab_core.
-#   --gpu-src DIR    take gpu/*.cu, gpu/*.cuh and gpu/*.cpp from DIR instead of ROOT/gpu
-#                    (headers .hpp still come from ROOT): for trying modified kernels
+#                    (repeatable; relative to the root). Linked with qkvlab_core and
+#                    qkvlab_engine, lm_gpu_test also with qkvlab_lm, the others with
+#                    qkvlab_synthetic and qkvlab_results as well.
+#   --gpu-src DIR    take gpu/*.cu, gpu/*.cuh, gpu/kernels/*.cuh and gpu/*.cpp from DIR instead
+#                    of ROOT/gpu (headers .hpp still come from ROOT): for trying modified kernels
 #   --no-run         build only
 # Arguments the script does not know (--gtest_*) go to the test binaries.
 # The non-GPU libraries come from a CMake build of the project with
@@ -40,7 +41,7 @@ while [[ $# -gt 0 ]]; do
 done
 [[ ${#tests[@]} -gt 0 ]] || tests=(tests/gpu_agreement_test.cpp)
 gpu_src=${gpu_src:-$root/gpu}
-mkdir -p "$build/src/gpu" "$build/obj" "$build/bin"
+mkdir -p "$build/src/gpu/kernels" "$build/obj" "$build/bin"
 build=$(cd "$build" && pwd)
 
 cxx="g++"
@@ -56,8 +57,13 @@ includes=(-I"$here" -I"$build/src" -I"$root" -isystem /usr/include/eigen3)
 # ---- 1. The project's non-GPU libraries (CMake, QKVLAB_CUDA=OFF) -----------------------------
 libs=(qkvlab_core qkvlab_engine)
 for t in "${tests[@]}"; do
-  [[ $(basename "$t") == gpu_agreement_test.cpp ]] || libs=(qkvlab_core qkvlab_engine qkvlab_results qkvlab_synthetic)
+  case $(basename "$t") in
+    gpu_agreement_test.cpp) ;;
+    lm_gpu_test.cpp) libs+=(qkvlab_lm) ;;
+    *) libs+=(qkvlab_results qkvlab_synthetic) ;;
+  esac
 done
+mapfile -t libs < <(printf '%s\n' "${libs[@]}" | awk '!seen[$0]++')
 # QKVLAB_HAVE_CUDA=1 for every file, as a CUDA build defines it for everything
 # that links qkvlab_gpu: code outside gpu/ has CUDA-only paths too
 # (synthetic/icl/theory_gpu.cpp). The gpu library CMake builds there
@@ -79,7 +85,7 @@ hdf5=$(cache_value HDF5_C_LIBRARY_hdf5)
 [[ -n $hdf5 && $hdf5 != *NOTFOUND ]] && system_libs+=("$hdf5")
 system_libs+=(-lmpfr -lgmp -lgtest_main -lgtest -ldl)
 project_libs=()
-for lib in qkvlab_synthetic qkvlab_results qkvlab_engine qkvlab_core; do  # dependents first
+for lib in qkvlab_synthetic qkvlab_lm qkvlab_results qkvlab_engine qkvlab_core; do  # dependents first
   [[ " ${libs[*]} " == *" $lib "* ]] && project_libs+=("$cmake_dir/${lib#qkvlab_}/lib$lib.a")
 done
 
@@ -90,12 +96,12 @@ $cxx "${flags[@]}" -fPIC -shared -I"$here" "$here/fake_cublas.cpp" -o "$build/li
 
 # ---- 3. gpu/: .cu and .cuh rewritten for g++ (convert_cu.py), .cpp as they are ----------------
 echo "== building gpu/ from $gpu_src"
-rm -f "$build"/src/gpu/* "$build"/obj/gpu_*.o
+rm -f "$build"/src/gpu/*.* "$build"/src/gpu/kernels/* "$build"/obj/gpu_*.o
 gpu_flags=(-DQKVLAB_HAVE_CUDA=1 -DQKVLAB_CUBLAS_LIBRARY="\"$build/libfake_cublas.so\""
            -DQKVLAB_CUBLAS_SONAME="\"libfake_cublas.so\"")
 shopt -s nullglob
-for header in "$gpu_src"/*.cuh; do
-  python3 "$here/convert_cu.py" "$header" "$build/src/gpu/$(basename "$header")"
+for header in "$gpu_src"/*.cuh "$gpu_src"/kernels/*.cuh; do
+  python3 "$here/convert_cu.py" "$header" "$build/src/gpu/${header#"$gpu_src"/}"
 done
 gpu_objects=()
 for source in "$gpu_src"/*.cu "$gpu_src"/*.cpp; do
@@ -108,6 +114,7 @@ for source in "$gpu_src"/*.cu "$gpu_src"/*.cpp; do
   fi
   object="$build/obj/gpu_$name.o"
   echo "   $name"
+  while (( $(jobs -rp | wc -l) >= $(nproc) )); do wait -n; done  # at most one compile per core
   $cxx "${flags[@]}" "${gpu_flags[@]}" "${includes[@]}" -c "$input" -o "$object" &
   gpu_objects+=("$object")
 done

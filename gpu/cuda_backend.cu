@@ -1,0 +1,331 @@
+// CudaBackend (gpu/cuda_backend.hpp): memory, the cuBLAS products and the
+// launches of the kernels in gpu/kernels/. Shapes are checked by the callers
+// (lm/model.cpp, engine/linear.hpp) as on the CPU backend; launch errors and
+// cuBLAS statuses become std::runtime_error.
+#include "gpu/cuda_backend.hpp"
+
+#include "engine/kernels/rope.hpp"
+#include "gpu/backend.hpp"
+#include "gpu/cublas.cuh"
+#include "gpu/cuda_check.cuh"
+#include "gpu/device.hpp"
+#include "gpu/device_buffer.hpp"
+#include "gpu/kernels/attention.cuh"
+#include "gpu/kernels/cross_entropy.cuh"
+#include "gpu/kernels/elementwise.cuh"
+#include "gpu/kernels/embedding.cuh"
+#include "gpu/kernels/launch.cuh"
+#include "gpu/kernels/norm.cuh"
+#include "gpu/kernels/reduce.cuh"
+#include "gpu/kernels/rope.cuh"
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+namespace qkvlab::gpu {
+
+namespace kn = kernels;
+using engine::Trans;
+
+namespace {
+
+cublasOperation_t to_cublas(Trans t) { return t == Trans::none ? CUBLAS_OP_N : CUBLAS_OP_T; }
+
+// One line naming why, as --device cuda reports it (cli/device_option.hpp).
+void require_device() {
+  if (!device_status().available)
+    throw std::runtime_error("no CUDA device can be used (" + device_status().description + ")");
+}
+
+}  // namespace
+
+CudaBackend::CudaBackend() : dot_host_(kn::kDotBlocks) {
+  require_device();
+  dot_partials_ = static_cast<double*>(allocate(kn::kDotBlocks * sizeof(double)));
+}
+
+CudaBackend::~CudaBackend() {
+  release(dot_partials_);
+  release(column_partials_);
+  for (auto& [key, table] : rope_tables_) release(table);
+}
+
+std::string CudaBackend::description() const { return "cuda (" + device_status().description + ", cuBLAS)"; }
+
+// ---- Memory --------------------------------------------------------------------
+
+void* CudaBackend::allocate(std::size_t bytes) {
+  ++allocations_;
+  void* p = detail::device_allocate(bytes);
+  detail::set_zero(p, bytes);
+  return p;
+}
+void CudaBackend::release(void* p) { detail::device_free(p); }
+void CudaBackend::upload(void* dst, const void* host, std::size_t bytes) { detail::copy_to_device(dst, host, bytes); }
+void CudaBackend::download(void* host, const void* src, std::size_t bytes) { detail::copy_to_host(host, src, bytes); }
+void CudaBackend::synchronize() { QKVLAB_CUDA_CHECK(cudaDeviceSynchronize()); }
+
+double* CudaBackend::column_partials(std::size_t count) {
+  if (count > column_capacity_) {
+    release(column_partials_);
+    column_partials_ = nullptr, column_capacity_ = 0;
+    column_partials_ = static_cast<double*>(allocate(count * sizeof(double)));
+    column_capacity_ = count;
+  }
+  return column_partials_;
+}
+
+// ---- Elementwise -------------------------------------------------------------------
+
+void CudaBackend::axpby(int rows, int cols, float alpha, const float* X, int ldx, float beta, float* Y, int ldy) {
+  const std::size_t count = std::size_t(rows) * cols;
+  if (count == 0) return;
+  kn::axpby_kernel<<<kn::blocks_for(count), kn::kThreads>>>(rows, cols, alpha, X, ldx, beta, Y, ldy);
+  QKVLAB_KERNEL_CHECK();
+}
+
+void CudaBackend::fill(std::size_t count, float value, float* X) {
+  if (count == 0) return;
+  kn::fill_kernel<<<kn::blocks_for(count), kn::kThreads>>>(count, value, X);
+  QKVLAB_KERNEL_CHECK();
+}
+
+double CudaBackend::dot(std::size_t count, const float* X, const float* Y) {
+  if (count == 0) return 0;
+  const int blocks = kn::dot_blocks(count);
+  kn::dot_kernel<<<blocks, kn::kThreads>>>(count, X, Y, dot_partials_);
+  QKVLAB_KERNEL_CHECK();
+  download(dot_host_.data(), dot_partials_, std::size_t(blocks) * sizeof(double));
+  double total = 0;
+  for (int b = 0; b < blocks; ++b) total += dot_host_[std::size_t(b)];
+  return total;
+}
+
+// ---- Products ------------------------------------------------------------------------
+
+void CudaBackend::gemm(Trans ta, Trans tb, int m, int n, int k, float alpha, const float* A, int lda,
+                       std::int64_t stride_a, const float* B, int ldb, std::int64_t stride_b, float beta, float* C,
+                       int ldc, std::int64_t stride_c, int batch) {
+  if (m <= 0 || n <= 0 || batch <= 0) return;
+  if (k <= 0) {  // C = β C (β = 0: zeros)
+    for (int b = 0; b < batch; ++b) axpby(m, n, beta, C + b * stride_c, ldc, 0.0f, C + b * stride_c, ldc);
+    return;
+  }
+  // Row-major C (m×n) read column-major is Cᵀ (n×m) = op(B)ᵀ op(A)ᵀ.
+  QKVLAB_CUBLAS_CHECK(detail::gemm_call(to_cublas(tb), to_cublas(ta), n, m, k, &alpha, B, ldb, stride_b, A, lda,
+                                        stride_a, &beta, C, ldc, stride_c, batch));
+}
+
+void CudaBackend::add_bias(int rows, int cols, const float* b, float* Y, int ldy) {
+  const std::size_t count = std::size_t(rows) * cols;
+  if (count == 0) return;
+  kn::add_bias_kernel<<<kn::blocks_for(count), kn::kThreads>>>(rows, cols, b, Y, ldy);
+  QKVLAB_KERNEL_CHECK();
+}
+
+namespace {
+
+// out_k[c] += Σ_r f_k(r, c) (reduce.cuh), with `partial` holding chunks·K·cols doubles.
+template <int K, class F>
+void column_sums(int rows, int cols, F f, double* partial, float* out0, float* out1) {
+  const int chunks = kn::column_chunks(rows);
+  const dim3 grid((cols + 31) / 32, chunks), block(32, kn::kColumnLanes);
+  kn::column_partials_kernel<K><<<grid, block>>>(rows, cols, f, partial);
+  QKVLAB_KERNEL_CHECK();
+  kn::column_finish_kernel<K><<<kn::blocks_for(std::size_t(cols)), kn::kThreads>>>(chunks, cols, partial, out0, out1);
+  QKVLAB_KERNEL_CHECK();
+}
+
+}  // namespace
+
+void CudaBackend::bias_backward(int rows, int cols, const float* dY, int ldy, float* db) {
+  if (rows <= 0 || cols <= 0) return;
+  double* partial = column_partials(std::size_t(kn::column_chunks(rows)) * cols);
+  column_sums<1>(rows, cols, kn::BiasColumns{dY, ldy}, partial, db, nullptr);
+}
+
+// ---- Embedding ----------------------------------------------------------------------------
+
+void CudaBackend::embedding_forward(int B, int T, int C, const std::int32_t* ids, const float* wte, const float* wpe,
+                                    float* out) {
+  const std::size_t count = std::size_t(B) * T * C;
+  if (count == 0) return;
+  kn::embedding_forward_kernel<<<kn::blocks_for(count), kn::kThreads>>>(B * T, T, C, ids, wte, wpe, out);
+  QKVLAB_KERNEL_CHECK();
+}
+
+void CudaBackend::embedding_backward(int B, int T, int C, const std::int32_t* ids, const float* dout, float* dwte,
+                                     float* dwpe) {
+  if (std::size_t(B) * T * C == 0) return;
+  const dim3 grid((C + 31) / 32, kn::kEmbeddingSlices);
+  kn::embedding_scatter_kernel<<<grid, 32>>>(B * T, C, ids, dout, dwte);
+  QKVLAB_KERNEL_CHECK();
+  if (!dwpe) return;
+  kn::embedding_positions_kernel<<<kn::blocks_for(std::size_t(T) * C), kn::kThreads>>>(B, T, C, dout, dwpe);
+  QKVLAB_KERNEL_CHECK();
+}
+
+// ---- Normalization -----------------------------------------------------------------------------
+
+void CudaBackend::norm_forward(int N, int C, engine::Centering centering, float eps, const float* X,
+                               const float* gain, const float* bias, float* out, float* mean, float* rstd) {
+  if (N <= 0) return;
+  kn::norm_forward_kernel<<<N, kn::row_threads(C)>>>(C, centering == engine::Centering::mean, eps, X, gain, bias,
+                                                      out, mean, rstd);
+  QKVLAB_KERNEL_CHECK();
+}
+
+void CudaBackend::norm_backward(int N, int C, engine::Centering centering, const float* X, const float* gain,
+                                const float* mean, const float* rstd, const float* dout, float* dX, float* dgain,
+                                float* dbias) {
+  if (N <= 0) return;
+  kn::norm_backward_kernel<<<N, kn::row_threads(C)>>>(C, centering == engine::Centering::mean, X, gain, mean, rstd,
+                                                       dout, dX);
+  QKVLAB_KERNEL_CHECK();
+  double* partial = column_partials(std::size_t(kn::column_chunks(N)) * 2 * C);
+  column_sums<2>(N, C, kn::NormColumns{X, mean, rstd, dout, C}, partial, dgain, dbias);
+}
+
+// ---- Activations ---------------------------------------------------------------------------------
+
+void CudaBackend::gelu_forward(std::size_t count, engine::GeluForm form, const float* X, float* Y) {
+  if (count == 0) return;
+  kn::gelu_forward_kernel<<<kn::blocks_for(count), kn::kThreads>>>(count, form == engine::GeluForm::tanh, X, Y);
+  QKVLAB_KERNEL_CHECK();
+}
+
+void CudaBackend::gelu_backward(std::size_t count, engine::GeluForm form, const float* X, const float* dY,
+                                float* dX) {
+  if (count == 0) return;
+  kn::gelu_backward_kernel<<<kn::blocks_for(count), kn::kThreads>>>(count, form == engine::GeluForm::tanh, X, dY,
+                                                                     dX);
+  QKVLAB_KERNEL_CHECK();
+}
+
+void CudaBackend::swiglu_forward(std::size_t count, const float* G, const float* U, float* Y) {
+  if (count == 0) return;
+  kn::swiglu_forward_kernel<<<kn::blocks_for(count), kn::kThreads>>>(count, G, U, Y);
+  QKVLAB_KERNEL_CHECK();
+}
+
+void CudaBackend::swiglu_backward(std::size_t count, const float* G, const float* U, const float* dY, float* dG,
+                                  float* dU) {
+  if (count == 0) return;
+  kn::swiglu_backward_kernel<<<kn::blocks_for(count), kn::kThreads>>>(count, G, U, dY, dG, dU);
+  QKVLAB_KERNEL_CHECK();
+}
+
+// ---- Rotary positions ------------------------------------------------------------------------------
+
+const float* CudaBackend::rope_table(int T, int d, double theta) {
+  const auto key = std::make_tuple(T, d, theta);
+  auto it = rope_tables_.find(key);
+  if (it == rope_tables_.end()) {
+    const std::vector<float> host = engine::kernels::rope_table<float>(T, d, theta);
+    float* table = static_cast<float*>(allocate(host.size() * sizeof(float)));
+    upload(table, host.data(), host.size() * sizeof(float));
+    it = rope_tables_.emplace(key, table).first;
+  }
+  return it->second;
+}
+
+void CudaBackend::rope(int B, int T, int heads, int d, int ld, double theta, bool inverse, float* X) {
+  if (d % 2) throw std::invalid_argument("rope: the head width must be even, got " + std::to_string(d));
+  const std::size_t count = std::size_t(B) * T * heads * (d / 2);
+  if (count == 0) return;
+  const float* table = rope_table(T, d, theta);
+  kn::rope_kernel<<<kn::blocks_for(count), kn::kThreads>>>(B * T, T, heads, d, ld, table, inverse, X);
+  QKVLAB_KERNEL_CHECK();
+}
+
+// ---- Attention ---------------------------------------------------------------------------------------
+
+namespace {
+
+// Strides of one head's operands across the B sequences (cuda_backend.hpp).
+struct HeadLayout {
+  int ldq, ldk, ldv, ldz;
+  std::int64_t sq, sk, sv, sz, TT, sp;  // per-sequence strides; one pattern; patterns of one sequence
+  explicit HeadLayout(const engine::AttentionShape& s)
+      : ldq(s.H * s.dk), ldk(s.Hkv * s.dk), ldv(s.Hkv * s.dv), ldz(s.H * s.dv),
+        sq(std::int64_t(s.T) * ldq), sk(std::int64_t(s.T) * ldk), sv(std::int64_t(s.T) * ldv),
+        sz(std::int64_t(s.T) * ldz), TT(std::int64_t(s.T) * s.T), sp(s.H * TT) {}
+};
+
+}  // namespace
+
+void CudaBackend::attention_forward(const engine::AttentionShape& s, float scale, const float* q, const float* k,
+                                    const float* v, float* pattern, float* z) {
+  const HeadLayout L(s);
+  const int T = s.T;
+  for (int h = 0; h < s.H; ++h) {  // S_bh = scale · q_bh k_bgᵀ
+    const int g = h / s.group();
+    gemm(Trans::none, Trans::transpose, T, T, s.dk, scale, q + h * s.dk, L.ldq, L.sq, k + g * s.dk, L.ldk, L.sk,
+         0.0f, pattern + h * L.TT, T, L.sp, s.B);
+  }
+  kn::causal_softmax_kernel<<<unsigned(std::int64_t(s.B) * s.H * T), kn::row_threads(T)>>>(T, pattern);
+  QKVLAB_KERNEL_CHECK();
+  for (int h = 0; h < s.H; ++h) {  // z_bh = P_bh v_bg
+    const int g = h / s.group();
+    gemm(Trans::none, Trans::none, T, s.dv, T, 1.0f, pattern + h * L.TT, T, L.sp, v + g * s.dv, L.ldv, L.sv, 0.0f,
+         z + h * s.dv, L.ldz, L.sz, s.B);
+  }
+}
+
+void CudaBackend::attention_backward(const engine::AttentionShape& s, float scale, const float* q, const float* k,
+                                     const float* v, const float* pattern, const float* dz, float* dq, float* dk,
+                                     float* dv, float* scratch) {
+  const HeadLayout L(s);
+  const int T = s.T;
+  for (int h = 0; h < s.H; ++h) {  // dP_bh = dz_bh v_bgᵀ
+    const int g = h / s.group();
+    gemm(Trans::none, Trans::transpose, T, T, s.dv, 1.0f, dz + h * s.dv, L.ldz, L.sz, v + g * s.dv, L.ldv, L.sv,
+         0.0f, scratch + h * L.TT, T, L.sp, s.B);
+  }
+  kn::causal_softmax_backward_kernel<<<unsigned(std::int64_t(s.B) * s.H * T), kn::row_threads(T)>>>(T, pattern,
+                                                                                                     scratch);
+  QKVLAB_KERNEL_CHECK();
+  for (int h = 0; h < s.H; ++h) {  // in head order: the group's heads add into dk_g, dv_g one after another
+    const int g = h / s.group();
+    const float* dS = scratch + h * L.TT;
+    gemm(Trans::none, Trans::none, T, s.dk, T, scale, dS, T, L.sp, k + g * s.dk, L.ldk, L.sk, 1.0f, dq + h * s.dk,
+         L.ldq, L.sq, s.B);
+    gemm(Trans::transpose, Trans::none, T, s.dk, T, scale, dS, T, L.sp, q + h * s.dk, L.ldq, L.sq, 1.0f,
+         dk + g * s.dk, L.ldk, L.sk, s.B);
+    gemm(Trans::transpose, Trans::none, T, s.dv, T, 1.0f, pattern + h * L.TT, T, L.sp, dz + h * s.dv, L.ldz, L.sz,
+         1.0f, dv + g * s.dv, L.ldv, L.sv, s.B);
+  }
+}
+
+// ---- Loss and optimizer -----------------------------------------------------------------------------------
+
+void CudaBackend::cross_entropy(int N, int V, const float* logits, const std::int32_t* targets, float* loss,
+                                float scale, float* dlogits) {
+  if (N <= 0) return;
+  kn::cross_entropy_kernel<<<N, kn::row_threads(V)>>>(V, logits, targets, loss, scale, dlogits);
+  QKVLAB_KERNEL_CHECK();
+}
+
+void CudaBackend::adamw(std::size_t count, const AdamW& a, bool decay, float* theta, const float* grad, float* m,
+                        float* v) {
+  if (count == 0) return;
+  const kn::AdamWScalars s{float(a.lr),
+                           float(a.beta1),
+                           float(a.beta2),
+                           float(a.eps),
+                           decay ? float(a.lr * a.weight_decay) : 0.0f,
+                           float(1 / (1 - std::pow(a.beta1, double(a.t)))),
+                           float(1 / (1 - std::pow(a.beta2, double(a.t))))};
+  kn::adamw_kernel<<<kn::blocks_for(count), kn::kThreads>>>(count, s, theta, grad, m, v);
+  QKVLAB_KERNEL_CHECK();
+}
+
+// ---- make_cuda_backend (gpu/backend.hpp) ------------------------------------------------------------------
+
+std::unique_ptr<engine::Backend<float>> make_cuda_backend() {
+  require_device();
+  return std::make_unique<CudaBackend>();
+}
+
+}  // namespace qkvlab::gpu

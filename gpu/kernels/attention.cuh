@@ -1,0 +1,51 @@
+// The row kernels of causal softmax attention on the CUDA backend (CUDA-only);
+// the products around them are cuBLAS calls (cuda_backend.cu). Row t of a
+// sequence's T×T pattern (query position t), one block per row, as
+// engine/kernels/attention.hpp:
+//   forward   P_tj = exp(S_tj − max_{j'≤t} S_tj') / Σ_{j≤t} exp(…) for j ≤ t, 0 for j > t
+//   backward  dS_tj = P_tj (dP_tj − Σ_{j'≤t} P_tj' dP_tj') for j ≤ t, 0 for j > t
+// with the sums in double (block_sum.cuh). A thread touches the same entries
+// j = threadIdx.x, threadIdx.x + blockDim.x, … in every pass.
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+
+#include "gpu/block_sum.cuh"
+#include "gpu/kernels/reduce.cuh"
+
+namespace qkvlab::gpu::kernels {
+
+// Rows of all (b, h) patterns: block r is row t = r mod T of pattern r / T.
+__global__ void causal_softmax_kernel(int T, float* pattern) {
+  const std::size_t r = blockIdx.x;
+  const int t = int(r % T);
+  float* row = pattern + r * T;
+  float local = -INFINITY;
+  for (int j = threadIdx.x; j <= t; j += blockDim.x) local = row[j] > local ? row[j] : local;
+  const float m = block_max(local);
+  double acc[1] = {0};
+  for (int j = threadIdx.x; j <= t; j += blockDim.x) {
+    const float e = expf(row[j] - m);
+    row[j] = e;
+    acc[0] += double(e);
+  }
+  detail::block_sum<1>(acc);
+  const float inv = float(1 / acc[0]);
+  for (int j = threadIdx.x; j < T; j += blockDim.x) row[j] = j <= t ? row[j] * inv : 0.0f;
+}
+
+// dS in place of dP.
+__global__ void causal_softmax_backward_kernel(int T, const float* pattern, float* dS) {
+  const std::size_t r = blockIdx.x;
+  const int t = int(r % T);
+  const float* p = pattern + r * T;
+  float* d = dS + r * T;
+  double acc[1] = {0};
+  for (int j = threadIdx.x; j <= t; j += blockDim.x) acc[0] += double(p[j]) * double(d[j]);
+  detail::block_sum<1>(acc);
+  const float c = float(acc[0]);
+  for (int j = threadIdx.x; j < T; j += blockDim.x) d[j] = j <= t ? p[j] * (d[j] - c) : 0.0f;
+}
+
+}  // namespace qkvlab::gpu::kernels
