@@ -1,10 +1,13 @@
 #include "analysis/analyze.hpp"
 
+#include <algorithm>
 #include <memory>
+#include <numeric>
 
 #include "core/errors.hpp"
 #include "core/parallel.hpp"
 #include "core/random_matrix.hpp"
+#include "core/rng.hpp"
 #include "core/statistics.hpp"
 
 namespace qkvlab::analysis {
@@ -26,20 +29,25 @@ RowMatrix sequence(const Activation<float>& a, int b, HeadCombination how) {
   return combine_heads(a.data + std::size_t(b) * a.T * a.heads * a.width, a.T, a.heads, a.width, how);
 }
 
-// Per-layer scalar summaries as result rows {layer, mean, std, se} and a table.
+// Per-layer scalar summaries as result rows {layer, mean, std, se} and a table whose
+// figure is the mean over layers with a band of ± one standard deviation over sequences.
 void scalar_layers(Report& out, const std::string& name, const std::vector<RunningStats>& stats, int first) {
   results::Value layers = results::Value::array();
-  results::Table t{name, {{"layer", {}}, {"mean", {}}, {"std", {}}, {"se", {}}}};
+  results::Table t{name, {{"layer", {}}, {"mean", {}}, {"std", {}}, {"se", {}}, {"low", {}}, {"high", {}}}};
   for (std::size_t l = 0; l < stats.size(); ++l) {
     const Summary s = stats[l].summary();
     results::Value row = results::Value::object();
     row.set("layer", std::int64_t(l) + first), row.set("mean", s.mean), row.set("std", s.std), row.set("se", s.se);
     layers.push(row);
-    t.columns[0].values.push_back(double(l) + first), t.columns[1].values.push_back(s.mean);
-    t.columns[2].values.push_back(s.std), t.columns[3].values.push_back(s.se);
+    const double x[] = {double(l) + first, s.mean, s.std, s.se, s.mean - s.std, s.mean + s.std};
+    for (std::size_t c = 0; c < 6; ++c) t.columns[c].values.push_back(x[c]);
   }
   out.value.set("layers", layers);
   out.tables.push_back(t);
+  out.figures.push_back({name + " per layer (mean over sequences, band: ± 1 std)", "layer", name, false, false,
+                         {{"layer", "low", "", "± 1 std", "filledcurves fs transparent solid 0.25 noborder", "high"},
+                          {"layer", "mean", "", "mean", "linespoints", ""}},
+                         {}});
 }
 
 class Entropy final : public Analysis {
@@ -115,6 +123,9 @@ class Spectrum final : public Analysis {
     }
     out.value.set("layers", layers);
     out.tables.push_back(t);
+    results::Figure f{"value covariance eigenvalues by rank (mean over sequences)", "rank", "eigenvalue", false, true, {}, {}};
+    for (std::size_t c = 1; c < t.columns.size(); ++c) f.series.push_back({"rank", t.columns[c].name, "", t.columns[c].name, "lines", ""});
+    out.figures.push_back(f);
   }
 
  private:
@@ -171,6 +182,9 @@ class FirstToken final : public Analysis {
     }
     out.value.set("layers", layers);
     out.tables.push_back(t);
+    results::Figure f{"first token over the mean of the others", "layer", "ratio", false, true, {}, {}};
+    for (int k = 0; k < 3; ++k) f.series.push_back({"layer", names[k], "", names[k], "linespoints", ""});
+    out.figures.push_back(f);
   }
 
  private:
@@ -202,15 +216,18 @@ class CosineMatrix final : public Analysis {
   void report(Report& out) const override {
     const RowMatrix m = sum_ / double(n_);
     results::Value matrix = results::Value::array();
-    results::Table t{name_, {}};
+    results::Table t{name_, {{"i", {}}, {"j", {}}, {"cosine", {}}}};
     for (Eigen::Index i = 0; i < m.rows(); ++i) {
-      std::vector<double> row(m.row(i).data(), m.row(i).data() + m.cols());
-      matrix.push(results::Value::array_of(row));
-      t.columns.push_back({"c" + std::to_string(i), std::vector<double>(m.col(i).data(), m.col(i).data() + m.rows())});
+      matrix.push(results::Value::array_of(std::vector<double>(m.row(i).data(), m.row(i).data() + m.cols())));
+      for (Eigen::Index j = 0; j < m.cols(); ++j)
+        t.columns[0].values.push_back(double(i)), t.columns[1].values.push_back(double(j)), t.columns[2].values.push_back(m(i, j));
     }
     out.value.set("layer", std::int64_t(layer_) + 1);
     out.value.set("matrix", matrix);
     out.tables.push_back(t);
+    out.figures.push_back({name_ + ": cosine similarity, layer " + std::to_string(layer_ + 1), name_ == "heads" ? "head" : "token",
+                           name_ == "heads" ? "head" : "token", false, false, {{"i", "j", "", "", "image", "cosine"}},
+                           {"set yrange [*:*] reverse", "set palette rgbformulae 33,13,10", "set cbrange [-1:1]"}});
   }
 
  private:
@@ -255,6 +272,7 @@ class Together final : public Analysis {
       p->report(part);
       out.value.set(part.tables.front().name, part.value);
       for (auto& t : part.tables) out.tables.push_back(std::move(t));
+      for (auto& f : part.figures) out.figures.push_back(std::move(f));
     }
   }
 };
@@ -319,25 +337,44 @@ Kind parse_kind(const std::string& name) {
 
 std::string to_string(Kind kind) { return kNames[int(kind)]; }
 
-Report analyze(lm::Model<float>& model, Kind kind, const Sequences& data, const Options& o,
+lm::TokenSequences choose_sequences(const lm::TokenSequences& all, std::int64_t n, std::uint64_t seed) {
+  if (n <= 0 || n >= all.sequences) return all;
+  std::vector<std::int64_t> order(std::size_t(all.sequences));
+  std::iota(order.begin(), order.end(), 0);
+  Rng rng(seed, "analysis/sequences");
+  for (std::int64_t i = 0; i < n; ++i) {  // order[i] := a uniform pick among order[i …]
+    const std::uint64_t left = std::uint64_t(all.sequences - i);
+    std::swap(order[std::size_t(i)], order[std::size_t(i + std::int64_t(rng.next_u64() % left))]);
+  }
+  std::sort(order.begin(), order.begin() + n);
+  lm::TokenSequences out{{}, n, all.length};
+  out.ids.reserve(std::size_t(n) * all.length);
+  for (std::int64_t i = 0; i < n; ++i) {
+    const auto first = all.ids.begin() + std::ptrdiff_t(order[std::size_t(i)] * all.length);
+    out.ids.insert(out.ids.end(), first, first + all.length);
+  }
+  return out;
+}
+
+Report analyze(lm::Model<float>& model, Kind kind, const lm::TokenSequences& data, const Options& o,
                const std::function<void(std::int64_t, std::int64_t)>& progress) {
-  if (data.count < 1 || data.length < 2) throw UsageError("analyses need at least one sequence of 2 tokens");
-  const int B = int(std::min<std::int64_t>(o.batch, data.count)), T = data.length;
-  auto analysis = make(kind, model.config(), o, 0);
+  if (data.sequences < 1 || data.length < 2) throw UsageError("analyses need at least one sequence of 2 tokens");
+  const int B = int(std::min<std::int64_t>(o.batch, data.sequences)), T = data.length;
+  auto analysis = make(kind, model.config(), o, o.threads);
   std::vector<std::int32_t> ids(std::size_t(B) * T);
-  for (std::int64_t first = 0; first < data.count; first += B) {
-    analysis->valid = int(std::min<std::int64_t>(B, data.count - first));
+  for (std::int64_t first = 0; first < data.sequences; first += B) {
+    analysis->valid = int(std::min<std::int64_t>(B, data.sequences - first));
     for (int b = 0; b < B; ++b) {  // rows past the end repeat the last sequence and are not counted
-      const std::int64_t k = std::min(first + b, data.count - 1);
+      const std::int64_t k = std::min(first + b, data.sequences - 1);
       std::copy_n(data.ids.begin() + std::ptrdiff_t(k * T), T, ids.begin() + std::ptrdiff_t(b) * T);
     }
     model.forward(ids.data(), nullptr, B, T, lm::Pass::eval, 0, analysis.get());
-    if (progress) progress(first + analysis->valid, data.count);
+    if (progress) progress(first + analysis->valid, data.sequences);
   }
   Report out{results::Value::object(), {}};
   out.value.set("analysis", to_string(kind));
   out.value.set("definition", definition(kind, o, model.config().layers));
-  out.value.set("sequences", data.count);
+  out.value.set("sequences", data.sequences);
   out.value.set("seq_len", std::int64_t(T));
   analysis->report(out);
   return out;

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "analysis/measures.hpp"
+#include "lm/evaluate.hpp"
 #include "lm/model.hpp"
 #include "results/figure.hpp"
 #include "results/value.hpp"
@@ -47,20 +48,21 @@ struct Options {
   int layer = -1;  // heads, tokens: 0-based; −1 the last
   int top_k = 0;   // spectrum: 0 every eigenvalue; k > 0 the k largest by Lanczos (matrix-free)
   int batch = 4;   // sequences per forward pass
+  int threads = 0;  // CPU threads for the per-sequence measures (0: all cores)
 };
 
-struct Sequences {
-  std::vector<std::int32_t> ids;  // count × length
-  std::int64_t count = 0;
-  int length = 0;
-};
+// n of the sequences (all of them when n = 0 or n ≥ their number), chosen without replacement
+// by a partial Fisher–Yates shuffle driven by Rng(seed, "analysis/sequences") and kept in
+// their order in the file, so the same seed picks the same sequences.
+lm::TokenSequences choose_sequences(const lm::TokenSequences& all, std::int64_t n, std::uint64_t seed);
 
 struct Report {
   results::Value value;                // analysis, definition, sequences, seq_len, layers | matrix
   std::vector<results::Table> tables;  // the same numbers as columns (CSV, HDF5, figures)
+  std::vector<results::Figure> figures;  // one per table, drawn from its CSV
 };
 
-Report analyze(lm::Model<float>& model, Kind kind, const Sequences& data, const Options& options,
+Report analyze(lm::Model<float>& model, Kind kind, const lm::TokenSequences& data, const Options& options,
                const std::function<void(std::int64_t done, std::int64_t total)>& progress = {});
 
 }  // namespace qkvlab::analysis

@@ -147,7 +147,7 @@ bool render_figure(const Figure& figure, const Table& table, const std::filesyst
     if (!s.expression.empty()) body << s.expression;
     else
       body << gp_string(csv.string()) << " skip 1 using " << table.column_number(s.x) << ":"
-           << table.column_number(s.y);
+           << table.column_number(s.y) << (s.z.empty() ? "" : ":" + std::to_string(table.column_number(s.z)));
     body << " with " << s.style << " title " << gp_string(s.title);
   }
   body << "\n";

@@ -32,9 +32,12 @@ void write_tables_hdf5(const std::filesystem::path& path, const std::vector<Tabl
 
 // One curve: columns x and y of the figure's CSV, or, when `expression` is set, a
 // gnuplot function of x (e.g. "0.5*x**(-2.0/3)") drawn over the plotted range.
+// A third column `z`, when set, is passed too (x:y:z): a band's upper edge with
+// style "filledcurves", an error with "yerrorbars".
 struct Series {
   std::string x, y, expression, title;
   std::string style = "lines";  // gnuplot "with" clause: lines, points, linespoints, boxes, ...
+  std::string z;
 };
 
 struct Figure {

@@ -35,6 +35,12 @@ Value& Value::push(Value v) {
   return items_.back();
 }
 
+const Value& Value::operator[](const std::string& key) const {
+  const Value* v = find(key);
+  if (!v) throw std::out_of_range("no key \"" + key + "\" in the result");
+  return *v;
+}
+
 const Value* Value::find(const std::string& key) const {
   for (std::size_t k = 0; k < keys_.size(); ++k)
     if (keys_[k] == key) return &items_[k];

@@ -40,6 +40,7 @@ class Value {
   Value& set(const std::string& key, Value v);
   Value& push(Value v);
   const Value* find(const std::string& key) const;
+  const Value& operator[](const std::string& key) const;  // std::out_of_range naming a missing key
 
   Kind kind() const { return kind_; }
   double number() const;  // integer or number

@@ -1,0 +1,143 @@
+// `qkvlab analyze KIND CKPT`: the per-layer analyses of a trained model on
+// token sequences (analysis/analyze.hpp; definitions in docs/analysis.md).
+#include <iostream>
+
+#include "analysis/analyze.hpp"
+#include "cli/commands.hpp"
+#include "cli/device_option.hpp"
+#include "cli/plot_common.hpp"
+#include "cli/validators.hpp"
+#include "core/atomic_file.hpp"
+#include "corpus/token_file.hpp"
+#include "gpu/backend.hpp"
+#include "lm/model_files.hpp"
+
+namespace qkvlab::cli {
+
+namespace {
+
+struct AnalyzeArgs {
+  std::string kind, checkpoint, tokens, corpus, data = "data/brown", split = "validation";
+  std::string definition = "column", states = "hf", of, heads = "concat", format = "table", out, csv, figure;
+  int seq_len = 256, batch = 4, threads = 0, layer = 0, k = 0;
+  std::int64_t sequences = 64;
+  std::uint64_t seed = 1;
+  Device device = Device::cpu;
+  bool quiet = false;
+};
+
+analysis::Options analysis_options(const AnalyzeArgs& a, analysis::Kind kind) {
+  using namespace analysis;
+  Options o;
+  o.entropy = a.definition == "row" ? EntropyDefinition::row : a.definition == "printed" ? EntropyDefinition::printed
+                                                                                           : EntropyDefinition::column;
+  o.states = a.states == "raw" ? States::raw : States::hf;
+  o.heads = a.heads == "mean" ? HeadCombination::mean : HeadCombination::concat;
+  const bool similarity = kind == Kind::similarity || kind == Kind::all;
+  if (!a.of.empty() && !(similarity && (a.of == "hidden" || a.of == "keys" || a.of == "values")) &&
+      !(kind == Kind::heads && (a.of == "outputs" || a.of == "patterns")))
+    throw UsageError("--of " + a.of + " does not apply to '" + a.kind +
+                     "' (similarity: hidden|keys|values; heads: outputs|patterns)");
+  o.of = a.of == "keys" ? Of::keys : a.of == "values" ? Of::values : Of::hidden;
+  o.head_matrix = a.of == "patterns" ? HeadMatrixOf::patterns : HeadMatrixOf::outputs;
+  o.layer = a.layer - 1, o.top_k = a.k, o.batch = a.batch, o.threads = a.threads;
+  return o;
+}
+
+lm::TokenSequences read_sequences(const AnalyzeArgs& a) {
+  if (a.corpus.empty() == a.tokens.empty()) throw UsageError("give one of --tokens FILE and --corpus brown");
+  const std::filesystem::path file =
+      a.tokens.empty() ? std::filesystem::path(a.data) / (a.split + "_tokens.npy") : std::filesystem::path(a.tokens);
+  const corpus::TokenArray t = corpus::read_token_file(file);
+  return analysis::choose_sequences(lm::token_sequences(t.ids, t.rows, t.cols, a.seq_len, 0), a.sequences, a.seed);
+}
+
+// --csv FILE: one table to FILE, several (all) to FILE's stem + "-" + table + its extension;
+// --figure STEM likewise, each drawn from its CSV.
+void write_files(const AnalyzeArgs& a, const analysis::Report& r, const std::string& command_line) {
+  const bool several = r.tables.size() > 1;
+  const auto named = [&](const std::string& base, const std::string& table, const std::string& ext) {
+    const std::filesystem::path p(base);
+    return several ? p.parent_path() / (p.stem().string() + "-" + table + ext) : p;
+  };
+  if (!a.out.empty()) results::write_tables_hdf5(a.out, r.tables, a.seed, command_line);
+  for (std::size_t i = 0; i < r.tables.size() && !a.csv.empty(); ++i) {
+    const auto csv = named(a.csv, r.tables[i].name, std::filesystem::path(a.csv).extension().string());
+    results::write_csv(csv, r.tables[i]);
+    if (!a.figure.empty()) results::render_figure(r.figures[i], r.tables[i], csv, named(a.figure, r.tables[i].name, ""));
+  }
+}
+
+int run_analyze(const AnalyzeArgs& a, const std::string& command_line) {
+  require_device(a.device);
+  if (!a.figure.empty() && a.csv.empty()) throw UsageError("--figure needs --csv (the figure is drawn from it)");
+  const analysis::Kind kind = analysis::parse_kind(a.kind);
+  const analysis::Options options = analysis_options(a, kind);
+  const lm::TokenSequences data = read_sequences(a);
+  const auto backend = gpu::make_backend(a.device, a.threads);
+  const auto model = lm::load_model(a.checkpoint, *backend);
+  const Progress show{"analyze", Progress::wanted(a.quiet)};
+  analysis::Report r = analysis::analyze(*model, kind, data, options, [&](std::int64_t done, std::int64_t total) {
+    show("sequences", std::size_t(done), std::size_t(total));
+  });
+  r.value.set("checkpoint", a.checkpoint);
+  r.value.set("tokens", a.tokens.empty() ? "corpus " + a.corpus + " (" + a.data + ", " + a.split + ")" : a.tokens);
+  r.value.set("seed", a.seed);
+  r.value.set("device", backend->description());
+  r.value.set("command_line", command_line);
+  write_files(a, r, command_line);
+  std::cout << (a.format == "json" ? r.value.json() : r.value.text());
+  return 0;
+}
+
+}  // namespace
+
+Command add_analyze_command(CLI::App& app, const std::string& command_line) {
+  auto a = std::make_shared<AnalyzeArgs>();
+  auto* cmd = app.add_subcommand("analyze", "Per-layer analyses of a trained model: attention entropy, token "
+                                            "similarity, value spectra, first-token ratios, head and token cosines");
+  cmd->footer("Definitions: docs/analysis.md. Each sequence is measured on its own; the output gives the mean,\n"
+              "standard deviation and standard error over sequences, the definition used, the checkpoint,\n"
+              "the sequences, T and the seed.");
+  cmd->add_option("KIND", a->kind, "entropy|similarity|spectrum|first-token|heads|tokens|all")
+      ->required()
+      ->check(CLI::IsMember({"entropy", "similarity", "spectrum", "first-token", "heads", "tokens", "all"}));
+  cmd->add_option("CKPT", a->checkpoint, "Checkpoint directory (qkvlab's own or Hugging Face's)")->required();
+  cmd->add_option("--tokens", a->tokens, "Token file: .npy of integers (2-D: one sequence per row) or nanoGPT .bin");
+  cmd->add_option("--corpus", a->corpus, "A prepared corpus: brown (see --data, --split)")->check(CLI::IsMember({"brown"}));
+  cmd->add_option("--data", a->data, "Where 'qkvlab data brown' prepared the corpus")->capture_default_str();
+  cmd->add_option("--split", a->split, "Corpus split")->check(CLI::IsMember({"train", "validation"}))->capture_default_str();
+  cmd->add_option("--sequences", a->sequences, "Sequences analysed, chosen by --seed among all (0: all)")
+      ->check(CLI::Range(std::int64_t(0), std::int64_t(1) << 40))
+      ->capture_default_str();
+  cmd->add_option("--seq-len", a->seq_len, "Tokens per sequence (a 1-D stream is cut into pieces of this length)")
+      ->check(integer_in(2, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("--seed", a->seed, "Seed of the choice of sequences (recorded in the output)")->capture_default_str();
+  add_device_option(cmd, a->device);
+  cmd->add_option("--threads", a->threads, "CPU threads (0: all cores)")->check(integer_in(0, 1024))->capture_default_str();
+  cmd->add_option("--batch", a->batch, "Sequences per forward pass")->check(integer_in(1, 4096))->capture_default_str();
+  cmd->add_option("--definition", a->definition, "entropy: column (the released script's), row, or printed (Eq. 11)")
+      ->check(CLI::IsMember({"column", "row", "printed"}))
+      ->capture_default_str();
+  cmd->add_option("--states", a->states, "similarity of hidden states: hf (L + 1, as output_hidden_states) or raw")
+      ->check(CLI::IsMember({"hf", "raw"}))
+      ->capture_default_str();
+  cmd->add_option("--of", a->of, "similarity: hidden|keys|values (default hidden); heads: outputs|patterns (default outputs)")
+      ->check(CLI::IsMember({"hidden", "keys", "values", "outputs", "patterns"}));
+  cmd->add_option("--heads", a->heads, "keys and values: heads concatenated or averaged")
+      ->check(CLI::IsMember({"concat", "mean"}))
+      ->capture_default_str();
+  cmd->add_option("--layer", a->layer, "heads, tokens: the layer, 1 … L (default: the last)")->check(integer_in(1, 1 << 16));
+  cmd->add_option("--k", a->k, "spectrum: only the k largest eigenvalues, by Lanczos (0: all)")
+      ->check(integer_in(0, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("--format", a->format, "Output: table or json")->check(CLI::IsMember({"table", "json"}))->capture_default_str();
+  cmd->add_option("--out", a->out, "Write the tables to an HDF5 file");
+  cmd->add_option("--csv", a->csv, "Write the tables as CSV (several: FILE's stem + -TABLE)");
+  cmd->add_option("--figure", a->figure, "Draw STEM.svg and STEM.png from the CSV (needs --csv)");
+  cmd->add_flag("--quiet", a->quiet, "No progress on stderr");
+  return {cmd, [a, command_line] { return run_analyze(*a, command_line); }};
+}
+
+}  // namespace qkvlab::cli

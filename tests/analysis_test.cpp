@@ -1,0 +1,218 @@
+// analysis/: the measures against closed forms, each with a control that must
+// move the number, and analyze() on a model whose attention is known exactly.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "analysis/analyze.hpp"
+#include "analysis/measures.hpp"
+#include "core/errors.hpp"
+#include "core/rng.hpp"
+#include "engine/cpu_backend.hpp"
+#include "lm/model.hpp"
+
+namespace qkvlab::analysis {
+namespace {
+
+// H heads of the uniform causal pattern: A_ij = 1/(i+1) for j ≤ i.
+std::vector<float> uniform_causal(int H, int T) {
+  std::vector<float> p(std::size_t(H) * T * T, 0.0f);
+  for (int h = 0; h < H; ++h)
+    for (int i = 0; i < T; ++i)
+      for (int j = 0; j <= i; ++j) p[(std::size_t(h) * T + i) * T + j] = 1.0f / float(i + 1);
+  return p;
+}
+
+// Every query on token 0 (an attention sink).
+std::vector<float> sink(int H, int T) {
+  std::vector<float> p(std::size_t(H) * T * T, 0.0f);
+  for (int h = 0; h < H; ++h)
+    for (int i = 0; i < T; ++i) p[(std::size_t(h) * T + i) * T] = 1.0f;
+  return p;
+}
+
+// Column entropy of the uniform causal pattern: a_j = Σ_{i≥j} 1/(i+1), normalized by T.
+double uniform_column_entropy(int T) {
+  double e = 0;
+  for (int j = 0; j < T; ++j) {
+    double a = 0;
+    for (int i = j; i < T; ++i) a += 1.0 / (i + 1);
+    e -= a / T * std::log(a / T);
+  }
+  return e;
+}
+
+TEST(AttentionEntropy, ClosedFormsOfTheUniformCausalPattern) {
+  const int H = 3, T = 17;
+  const auto p = uniform_causal(H, T);
+  EXPECT_NEAR(attention_entropy(p.data(), H, T, EntropyDefinition::column), uniform_column_entropy(T), 1e-6);
+  double row = 0;  // query i spreads over i + 1 tokens: entropy ln(i + 1)
+  for (int i = 0; i < T; ++i) row += std::log(double(i + 1)) / T;
+  EXPECT_NEAR(attention_entropy(p.data(), H, T, EntropyDefinition::row), row, 1e-6);
+  EXPECT_NEAR(attention_entropy(p.data(), H, T, EntropyDefinition::printed), std::log(double(T)), 1e-12);
+}
+
+// Control: a sink concentrates everything on one token. The column and row definitions
+// drop to 0; Eq. 11 as printed stays at ln T, because it cannot tell the two apart.
+TEST(AttentionEntropy, ASinkMovesColumnAndRowButNotThePrintedDefinition) {
+  const int H = 2, T = 9;
+  const auto p = sink(H, T);
+  EXPECT_NEAR(attention_entropy(p.data(), H, T, EntropyDefinition::column), 0.0, 1e-12);
+  EXPECT_NEAR(attention_entropy(p.data(), H, T, EntropyDefinition::row), 0.0, 1e-12);
+  EXPECT_NEAR(attention_entropy(p.data(), H, T, EntropyDefinition::printed), std::log(double(T)), 1e-12);
+  EXPECT_GT(uniform_column_entropy(T), 1.0);
+}
+
+TEST(AttentionEntropy, ImportanceSumsTheQueryRows) {
+  const int H = 2, T = 5;
+  const auto a = token_importance(uniform_causal(H, T).data(), H, T);
+  EXPECT_NEAR(std::accumulate(a.begin(), a.end(), 0.0), double(T), 1e-6);  // every row sums to 1
+  EXPECT_NEAR(a[0], 1 + 1. / 2 + 1. / 3 + 1. / 4 + 1. / 5, 1e-6);
+  EXPECT_NEAR(a[4], 1. / 5, 1e-6);
+  EXPECT_TRUE(std::isinf(first_ratio(token_importance(sink(H, T).data(), H, T))));
+  EXPECT_NEAR(first_ratio({4, 1, 2, 3}), 2.0, 1e-15);
+}
+
+TEST(TokenSimilarity, IdenticalOrthogonalAndRandomTokens) {
+  RowMatrix same(6, 4);
+  for (int i = 0; i < 6; ++i) same.row(i) << 1, -2, 3, 0.5;
+  same.row(3) *= 7;  // the scale of a token does not change its direction
+  EXPECT_NEAR(token_similarity(same), 1.0, 1e-14);
+  EXPECT_NEAR(token_similarity(RowMatrix::Identity(5, 5)), 0.0, 1e-14);
+  // Control: random tokens in 64 dimensions are nearly orthogonal, far from 1.
+  Rng rng(3, "analysis_test/similarity");
+  const RowMatrix random = rng.gaussian(16, 64);
+  EXPECT_LT(std::abs(token_similarity(random)), 0.2);
+  // Against the definition: the mean of the T(T−1) off-diagonal cosines.
+  const RowMatrix c = cosine_matrix(random);
+  EXPECT_NEAR(token_similarity(random), (c.sum() - c.trace()) / (16.0 * 15.0), 1e-12);
+}
+
+TEST(ValueSpectrum, TraceIsTheMeanSquaredNormAndBothShapesAgreeWithTheCovariance) {
+  Rng rng(5, "analysis_test/spectrum");
+  for (auto [T, width] : {std::pair{10, 4}, std::pair{4, 10}}) {
+    const RowMatrix V = rng.gaussian(T, width);
+    const auto ev = covariance_spectrum(V);
+    ASSERT_EQ(int(ev.size()), std::min(T, width));
+    EXPECT_TRUE(std::is_sorted(ev.rbegin(), ev.rend()));
+    EXPECT_NEAR(std::accumulate(ev.begin(), ev.end(), 0.0), V.squaredNorm() / T, 1e-12);
+    const Eigen::MatrixXd C = V.transpose() * V / double(T);
+    Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> direct(C);
+    EXPECT_NEAR(ev.front(), direct.eigenvalues().maxCoeff(), 1e-12);
+    // Control: doubling the values quadruples the spectrum (so the 1/T is not silently a 1/T²).
+    EXPECT_NEAR(covariance_spectrum(RowMatrix(2 * V)).front(), 4 * ev.front(), 1e-11);
+  }
+}
+
+TEST(HeadCombination, ConcatKeepsAndMeanAverages) {
+  const std::vector<float> x = {1, 2, 3, 4, 5, 6, 7, 8};  // T = 2, heads = 2, width = 2
+  EXPECT_EQ(combine_heads(x.data(), 2, 2, 2, HeadCombination::concat).row(1), Eigen::RowVector4d(5, 6, 7, 8));
+  EXPECT_EQ(combine_heads(x.data(), 2, 2, 2, HeadCombination::mean).row(1), Eigen::RowVector2d(6, 7));
+}
+
+lm::TokenSequences numbered(std::int64_t n, int T) {
+  lm::TokenSequences s{{}, n, T};
+  for (std::int64_t i = 0; i < n * T; ++i) s.ids.push_back(std::int32_t(i / T));
+  return s;
+}
+
+TEST(ChooseSequences, SeededWithoutReplacementInFileOrder) {
+  const auto all = numbered(50, 3);
+  const auto a = choose_sequences(all, 10, 1), b = choose_sequences(all, 10, 1), c = choose_sequences(all, 10, 2);
+  EXPECT_EQ(a.ids, b.ids);
+  EXPECT_NE(a.ids, c.ids);  // control: the seed matters
+  ASSERT_EQ(a.sequences, 10);
+  for (std::int64_t i = 0; i < 10; ++i) {
+    EXPECT_EQ(a.ids[std::size_t(3 * i)], a.ids[std::size_t(3 * i + 2)]);  // whole sequences
+    if (i) EXPECT_LT(a.ids[std::size_t(3 * (i - 1))], a.ids[std::size_t(3 * i)]);  // distinct, in order
+  }
+  EXPECT_EQ(choose_sequences(all, 0, 1).ids, all.ids);
+  EXPECT_EQ(choose_sequences(all, 80, 1).ids, all.ids);
+}
+
+// A model whose query and key maps are zero attends uniformly over the causal prefix in
+// every layer: its column entropy is the closed form at every layer. Control: the same
+// model with its query and key maps scaled by 50 (entries of standard deviation 1, so the
+// scores are far from 0) is measured differently.
+struct TinyModel {
+  engine::CpuBackend<float> backend{1};
+  lm::Config config;
+  std::unique_ptr<lm::Model<float>> model;
+  explicit TinyModel(float qk_scale = 1) {
+    config = lm::family_defaults(lm::Family::gpt2, 3, 16, 4, 32, 64);
+    config.bias = false;
+    model = std::make_unique<lm::Model<float>>(config, backend);
+    model->initialize(9);
+    if (qk_scale == 1) return;
+    std::vector<float> values = model->parameter_values();
+    for (const auto& spec : model->parameters().layout.specs())
+      if (spec.name.find("attn.q.") != std::string::npos || spec.name.find("attn.k.") != std::string::npos)
+        for (std::size_t i = 0; i < spec.size(); ++i) values[spec.offset + i] *= qk_scale;
+    model->set_parameters(values);
+  }
+};
+
+lm::TokenSequences random_tokens(std::int64_t n, int T, int vocab) {
+  Rng rng(4, "analysis_test/tokens");
+  lm::TokenSequences s{{}, n, T};
+  for (std::int64_t i = 0; i < n * T; ++i) s.ids.push_back(std::int32_t(rng.uniform_int(vocab)));
+  return s;
+}
+
+TEST(Analyze, UniformAttentionGivesTheClosedFormAtEveryLayer) {
+  const int T = 12;
+  const auto data = random_tokens(5, T, 32);
+  TinyModel zero(0), random(50);
+  Options o;
+  o.batch = 2;  // 5 sequences: the last batch has one row that is not counted
+  const Report r = analyze(*zero.model, Kind::entropy, data, o);
+  const Report control = analyze(*random.model, Kind::entropy, data, o);
+  ASSERT_EQ(r.value["layers"].items().size(), 3u);
+  for (std::size_t l = 0; l < 3; ++l) {
+    const auto& layer = r.value["layers"].items()[l];
+    EXPECT_EQ(layer["layer"].number(), std::int64_t(l) + 1);
+    EXPECT_NEAR(layer["mean"].number(), uniform_column_entropy(T), 1e-5);
+    EXPECT_NEAR(layer["std"].number(), 0.0, 1e-5);
+    EXPECT_GT(std::abs(control.value["layers"].items()[l]["mean"].number() - uniform_column_entropy(T)), 1e-3);
+  }
+  EXPECT_EQ(r.value["sequences"].number(), 5);
+  EXPECT_EQ(r.value["seq_len"].number(), T);
+}
+
+// The batch size is how the work is cut, not what is measured.
+TEST(Analyze, AllAnalysesAreIndependentOfTheBatch) {
+  const auto data = random_tokens(5, 10, 32);
+  TinyModel m;
+  Options one, three;
+  one.batch = 1, three.batch = 3;
+  const Report a = analyze(*m.model, Kind::all, data, one), b = analyze(*m.model, Kind::all, data, three);
+  for (const char* part : {"entropy", "similarity", "first_token"}) {
+    const auto& la = a.value[part]["layers"];
+    const auto& lb = b.value[part]["layers"];
+    ASSERT_EQ(la.items().size(), lb.items().size());
+    for (std::size_t l = 0; l < la.items().size(); ++l) {
+      const char* key = std::string(part) == "first_token" ? "importance_ratio" : "mean";
+      EXPECT_NEAR(la.items()[l][key].number(), lb.items()[l][key].number(), 1e-5) << part << " " << l;
+    }
+  }
+  EXPECT_EQ(a.value["similarity"]["layers"].items().size(), 4u);  // hf: L + 1 states
+  EXPECT_EQ(a.tables.size(), a.figures.size());
+}
+
+TEST(Analyze, MatricesOfOneLayer) {
+  const auto data = random_tokens(2, 6, 32);
+  TinyModel m;
+  Options o;
+  o.layer = 1;
+  const Report heads = analyze(*m.model, Kind::heads, data, o), tokens = analyze(*m.model, Kind::tokens, data, o);
+  EXPECT_EQ(heads.value["matrix"].items().size(), 4u);
+  EXPECT_EQ(tokens.value["matrix"].items().size(), 6u);
+  for (std::size_t i = 0; i < 4; ++i) EXPECT_NEAR(heads.value["matrix"].items()[i].items()[i].number(), 1.0, 1e-6);
+  o.layer = 3;
+  EXPECT_THROW(analyze(*m.model, Kind::heads, data, o), qkvlab::UsageError);
+}
+
+}  // namespace
+}  // namespace qkvlab::analysis

@@ -1,0 +1,148 @@
+// lm/train and lm/compare: a resumed run is bit-identical to an uninterrupted one
+// (and a resume with other settings is refused); compare's numbers against
+// run.json's, with the baseline's relative curve identically zero.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+#include "core/errors.hpp"
+#include "core/rng.hpp"
+#include "engine/cpu_backend.hpp"
+#include "lm/compare.hpp"
+#include "lm/train.hpp"
+
+namespace qkvlab::lm {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct ScratchDir {
+  fs::path path;
+  ScratchDir() {
+    std::string t = (fs::temp_directory_path() / "qkvlab_train_XXXXXX").string();
+    path = mkdtemp(t.data());
+  }
+  ~ScratchDir() { fs::remove_all(path); }
+};
+
+std::string read_file(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+// A token stream with structure to learn: runs of a rising sequence mod V.
+TrainData toy_data() {
+  TrainData d;
+  Rng rng(1, "lm_train_test/data");
+  for (auto* s : {&d.train, &d.validation})
+    for (int i = 0, x = 0; i < (s == &d.train ? 4000 : 800); ++i) {
+      if (i % 17 == 0) x = rng.uniform_int(64);
+      s->push_back(std::int32_t(x = (x + 3) % 64));
+    }
+  d.source = "toy";
+  return d;
+}
+
+RunOptions tiny_run(const fs::path& out, std::uint64_t seed, VariantKind variant = VariantKind::vanilla) {
+  RunOptions o;
+  o.model = family_defaults(Family::gpt2, 2, 16, 2, 64, 16);
+  o.model.variant.kind = variant;
+  o.loop.steps = 6, o.loop.lr = 3e-3, o.loop.min_lr = 3e-4, o.loop.warmup = 2, o.loop.clip = 1.0;
+  o.loop.adamw = {0.9, 0.95, 1e-8, 0.1};
+  o.batch = 4, o.seq = 16, o.seed = seed, o.eval_every = 2, o.checkpoint_every = 3, o.eval_windows = 8;
+  o.out = out;
+  return o;
+}
+
+// train.csv without its time column.
+std::string losses(const fs::path& run) {
+  std::istringstream in(read_file(run / "train.csv"));
+  std::string line, out;
+  while (std::getline(in, line)) out += line.substr(0, line.rfind(',')) + "\n";
+  return out;
+}
+
+struct Interrupt : std::runtime_error {
+  Interrupt() : std::runtime_error("interrupted") {}
+};
+
+TEST(LmTrain, ResumeIsBitIdenticalToAnUninterruptedRun) {
+  ScratchDir dir;
+  const TrainData data = toy_data();
+  engine::CpuBackend<float> backend(2);
+  train_language_model(tiny_run(dir.path / "whole", 5), data, backend, {});
+  // The same run stopped after step 4 (its last checkpoint is step 3's), then resumed.
+  EXPECT_THROW(train_language_model(tiny_run(dir.path / "cut", 5), data, backend,
+                                    [](const Progress& p) {
+                                      if (p.step == 4) throw Interrupt();
+                                    }),
+               Interrupt);
+  RunOptions resumed = tiny_run(dir.path / "cut", 5);
+  resumed.resume = true;
+  const results::Value r = train_language_model(resumed, data, backend, {});
+  EXPECT_EQ(r["resumed_from"].number(), 3);
+  EXPECT_EQ(losses(dir.path / "cut"), losses(dir.path / "whole"));
+  EXPECT_EQ(read_file(dir.path / "cut" / "validation.csv"), read_file(dir.path / "whole" / "validation.csv"));
+  EXPECT_EQ(read_file(dir.path / "cut" / "checkpoint" / "model.safetensors"),
+            read_file(dir.path / "whole" / "checkpoint" / "model.safetensors"));
+  // Controls: another seed gives other losses; a resume with another learning rate is refused.
+  train_language_model(tiny_run(dir.path / "other", 6), data, backend, {});
+  EXPECT_NE(losses(dir.path / "other"), losses(dir.path / "whole"));
+  RunOptions changed = tiny_run(dir.path / "cut", 5);
+  changed.resume = true, changed.loop.lr = 1e-3;
+  EXPECT_THROW(train_language_model(changed, data, backend, {}), UsageError);
+}
+
+TEST(LmTrain, WritesBaselinesAndLearnsBelowTheUnigramModel) {
+  ScratchDir dir;
+  const TrainData data = toy_data();
+  engine::CpuBackend<float> backend(2);
+  RunOptions o = tiny_run(dir.path / "run", 1);
+  o.loop.steps = 60, o.loop.warmup = 5, o.checkpoint_every = 60, o.eval_every = 30;
+  const results::Value r = train_language_model(o, data, backend, {});
+  const double unigram = r["baselines"]["unigram_nats"].number();
+  EXPECT_NEAR(unigram, std::log(64.0), 0.05);  // the toy stream's tokens are nearly uniform
+  EXPECT_LT(r["final_validation_loss"].number(), unigram - 0.3);
+  for (const char* f : {"train.csv", "validation.csv", "baselines.json", "run.json", "checkpoint/model.safetensors"})
+    EXPECT_TRUE(fs::exists(dir.path / "run" / f)) << f;
+}
+
+TEST(LmCompare, GroupsBySeedAndMeasuresAgainstTheBaseline) {
+  ScratchDir dir;
+  const TrainData data = toy_data();
+  engine::CpuBackend<float> backend(2);
+  std::vector<fs::path> runs;
+  std::map<std::string, std::vector<double>> finals;
+  for (VariantKind v : {VariantKind::vanilla, VariantKind::resformer})
+    for (std::uint64_t seed : {1, 2}) {
+      runs.push_back(dir.path / (to_string(v) + std::to_string(seed)));
+      const results::Value r = train_language_model(tiny_run(runs.back(), seed, v), data, backend, {});
+      finals[to_string(v)].push_back(r["final_validation_loss"].number());
+    }
+  CompareOptions o;
+  o.window = 2;
+  const results::Value c = compare_runs(runs, o);
+  const auto& groups = c["groups"].items();
+  ASSERT_EQ(groups.size(), 2u);
+  for (const auto& g : groups) {
+    const auto& f = finals.at(g["variant"].string());
+    EXPECT_EQ(g["runs"].number(), 2);
+    EXPECT_NEAR(g["final_validation_loss_mean"].number(), (f[0] + f[1]) / 2, 1e-12);
+    if (g["variant"].string() == "vanilla") {  // the baseline is not measured against itself
+      EXPECT_TRUE(std::isnan(g["delta_vs_baseline_mean"].number()));
+      EXPECT_EQ(g.find("final_relative_train_loss"), nullptr);
+      continue;
+    }
+    const double delta = (f[0] + f[1]) / 2 - (finals["vanilla"][0] + finals["vanilla"][1]) / 2;
+    EXPECT_NEAR(g["delta_vs_baseline_mean"].number(), delta, 1e-12);  // paired by seed: the mean difference
+    EXPECT_EQ(g["paired_seeds"].number(), 2);
+    EXPECT_NE(g["final_relative_train_loss"].number(), 0.0);  // control: the variants' curves differ
+  }
+  EXPECT_EQ(moving_average({1, 2, 3, 4}, 2), (std::vector<double>{1, 1.5, 2.5, 3.5}));
+}
+
+}  // namespace
+}  // namespace qkvlab::lm
