@@ -2,11 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <sstream>
 
 #include "core/errors.hpp"
+#include "core/statistics.hpp"
 #include "engine/json.hpp"
 #include "results/figure.hpp"
 
@@ -25,6 +28,7 @@ struct Curve {
 struct Run {
   fs::path dir;
   std::string family, variant, key, label;
+  std::map<std::string, std::string> fields;  // model.* and training.*, to tell groups with one label apart
   std::uint64_t seed = 0;
   double final_validation = 0;
   Curve train, validation;
@@ -61,9 +65,19 @@ std::string text_of(const Json& j) {
   return s;
 }
 
+// A JSON number as a label shows it (%.6g: 0.4, not 0.40000000000000002); other text as it is.
+std::string shown(const std::string& text) {
+  char* end = nullptr;
+  const double x = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || text.find_first_of(".eE") == std::string::npos) return text;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6g", x);
+  return buf;
+}
+
 // The variant's options that distinguish it, e.g. "resformer alpha=1 beta=2".
 std::string label_of(const Json& model, const fs::path& file) {
-  auto field = [&](const char* k) { return member(model, k, file).text; };
+  auto field = [&](const char* k) { return shown(member(model, k, file).text); };
   const std::string v = field("variant");
   std::string label = v;
   if (v == "resformer") label += " alpha=" + field("alpha") + " beta=" + field("beta");
@@ -95,6 +109,8 @@ Run read_run(const fs::path& dir) {
   r.family = member(model, "family", file).text;
   r.variant = member(model, "variant", file).text;
   r.key = text_of(model) + "|" + text_of(training);
+  for (const auto& [prefix, object] : {std::pair{"model.", &model}, std::pair{"training.", &training}})
+    for (std::size_t i = 0; i < object->keys.size(); ++i) r.fields[prefix + object->keys[i]] = text_of(object->items[i]);
   r.label = r.family + " " + label_of(model, file);
   r.seed = engine::json_to_u64(member(json, "seed", file), "seed");
   r.final_validation = std::stod(member(json, "final_validation_loss", file).text);
@@ -104,22 +120,26 @@ Run read_run(const fs::path& dir) {
 }
 
 struct Group {
-  std::string key, label, family, variant;
+  std::string key, label, family, variant, display;
   std::vector<const Run*> runs;
 };
 
-double mean(const std::vector<double>& v) {
-  double s = 0;
-  for (double x : v) s += x;
-  return v.empty() ? std::nan("") : s / double(v.size());
-}
+double mean(const std::vector<double>& v) { return summarize(v).mean; }
+double stddev(const std::vector<double>& v) { return summarize(v).std; }
 
-double stddev(const std::vector<double>& v) {
-  if (v.size() < 2) return std::nan("");
-  const double m = mean(v);
-  double s = 0;
-  for (double x : v) s += (x - m) * (x - m);
-  return std::sqrt(s / double(v.size() - 1));
+// Groups that share a label (Q-identity at two learning rates, say) get the fields that tell them apart.
+void disambiguate(std::vector<Group>& groups) {
+  for (Group& g : groups) {
+    std::string extra;
+    for (const auto& [name, value] : g.runs.front()->fields)
+      for (const Group& h : groups)
+        if (&h != &g && h.label == g.label && h.runs.front()->fields.at(name) != value) {
+          extra += " " + name.substr(name.find('.') + 1) + "=" + shown(value);
+          break;
+        }
+    g.display = g.label + extra;
+  }
+  for (Group& g : groups) g.label = g.display;
 }
 
 // The baseline's curve for a seed: its own run of that seed, else the mean of its runs.
@@ -162,9 +182,10 @@ results::Value compare_runs(const std::vector<fs::path>& dirs, const CompareOpti
   std::vector<Group> groups;
   for (const Run& r : runs) {
     auto it = std::find_if(groups.begin(), groups.end(), [&](const Group& g) { return g.key == r.key; });
-    if (it == groups.end()) it = groups.insert(groups.end(), Group{r.key, r.label, r.family, r.variant, {}});
+    if (it == groups.end()) it = groups.insert(groups.end(), Group{r.key, r.label, r.family, r.variant, "", {}});
     it->runs.push_back(&r);
   }
+  disambiguate(groups);
   results::Value out = results::Value::object();
   out.set("window", o.window);
   out.set("baseline", o.baseline);
