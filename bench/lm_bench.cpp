@@ -15,21 +15,15 @@
 #include <string>
 #include <vector>
 
-#include "core/rng.hpp"
+#include "bench/lm_bench_common.hpp"
 #include "engine/cpu_backend.hpp"
-#include "engine/optimizer.hpp"
-#include "lm/model.hpp"
 
 using namespace qkvlab;
 
 namespace {
 
-double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using bench::median;
+using bench::now_seconds;
 
 // Matrix flops of one training step (forward + backward = 3 × forward products).
 double step_flops(const lm::Config& c, int B, int T, bool train) {
@@ -47,10 +41,10 @@ double sgemm_rate(engine::CpuBackend<float>& be) {
   engine::Buffer<float> A(be, n * n), B(be, n * n), C(be, n * n);
   std::vector<double> t;
   for (int i = 0; i < 5; ++i) {
-    const double t0 = now();
+    const double t0 = now_seconds();
     be.gemm(engine::Trans::none, engine::Trans::none, n, n, n, 1.f, A.data(), n, 0, B.data(), n, 0, 0.f, C.data(), n,
             0, 1);
-    t.push_back(now() - t0);
+    t.push_back(now_seconds() - t0);
   }
   return 2.0 * n * n * n / median(t);
 }
@@ -58,60 +52,21 @@ double sgemm_rate(engine::CpuBackend<float>& be) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  lm::Family family = lm::Family::gpt2;
-  int L = 6, d = 128, H = 4, T = 128, B = 16, V = 4096, threads = 0, steps = 10, warmup = 3;
-  bool eval = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&] { return std::stoi(argv[++i]); };
-    if (a == "--family") family = lm::parse_family(argv[++i]);
-    else if (a == "--layers") L = next();
-    else if (a == "--d") d = next();
-    else if (a == "--heads") H = next();
-    else if (a == "--seq") T = next();
-    else if (a == "--batch") B = next();
-    else if (a == "--vocab") V = next();
-    else if (a == "--threads") threads = next();
-    else if (a == "--steps") steps = next();
-    else if (a == "--warmup") warmup = next();
-    else if (a == "--eval") eval = true;
-    else {
-      std::fprintf(stderr, "lm_bench: unknown option %s\n", a.c_str());
-      return 2;
-    }
-  }
-  lm::Config c = lm::family_defaults(family, L, d, H, V, std::max(T, 1024));
-  engine::CpuBackend<float> be(threads);
-  lm::Model<float> model(c, be);
-  model.initialize(1);
-  engine::AdamWState<float> adamw(be, model.parameters().layout.total());
-  std::vector<std::int32_t> ids(std::size_t(B) * T), targets(ids.size());
-  Rng rng(1, "bench/tokens");
-  for (auto& x : ids) x = rng.uniform_int(V);
-  for (auto& x : targets) x = rng.uniform_int(V);
-  std::vector<double> times;
-  for (int s = 0; s < warmup + steps; ++s) {
-    const double t0 = now();
-    if (eval) {
-      model.forward(ids.data(), targets.data(), B, T, lm::Pass::eval);
-    } else {
-      auto& p = model.parameters();
-      be.fill(p.grads.size(), 0.f, p.grads.data());
-      model.forward(ids.data(), targets.data(), B, T, lm::Pass::train, 1.0 / double(B * T));
-      model.backward();
-      engine::clip_gradients(be, p, 1.0);
-      adamw.step(be, p, {0.9, 0.95, 1e-8, 0.1}, 1e-3);
-    }
-    if (s >= warmup) times.push_back(now() - t0);
-  }
-  const double step = median(times), flops = step_flops(c, B, T, !eval), rate = sgemm_rate(be);
+  const auto options = bench::parse_lm_bench_options(argc, argv, "lm_bench", {});
+  if (!options) return 2;
+  const bench::LmBenchOptions& o = *options;
+  engine::CpuBackend<float> be(o.threads);
+  bench::LmBenchRun run(o, be);
+  const std::vector<double> times = run.time_steps([] {});
+  const lm::Config& c = run.model.config();
+  const double step = bench::median(times), flops = step_flops(c, o.B, o.T, !o.eval), rate = sgemm_rate(be);
   std::printf(
       "{\"mode\": \"%s\", \"family\": \"%s\", \"layers\": %d, \"d\": %d, \"heads\": %d, \"seq\": %d, \"batch\": %d, "
       "\"vocab\": %d, \"threads\": %d, \"step_seconds_median\": %.6f, \"step_seconds_min\": %.6f, "
       "\"tokens_per_second\": %.1f, \"step_gflop\": %.3f, \"sgemm_gflops\": %.1f, \"floor_seconds\": %.6f, "
       "\"ratio_to_floor\": %.2f}\n",
-      eval ? "eval" : "train", lm::to_string(family).c_str(), L, d, H, T, B, V, be.threads(), step,
-      *std::min_element(times.begin(), times.end()), double(B) * T / step, flops / 1e9, rate / 1e9, flops / rate,
+      o.eval ? "eval" : "train", lm::to_string(o.family).c_str(), o.L, o.d, o.H, o.T, o.B, o.V, be.threads(), step,
+      *std::min_element(times.begin(), times.end()), double(o.B) * o.T / step, flops / 1e9, rate / 1e9, flops / rate,
       step / (flops / rate));
   return 0;
 }

@@ -25,12 +25,10 @@
 #include <string>
 #include <vector>
 
-#include "core/rng.hpp"
-#include "engine/optimizer.hpp"
+#include "bench/lm_bench_common.hpp"
 #include "gpu/backend.hpp"
 #include "gpu/device.hpp"
 #include "gpu/timer.hpp"
-#include "lm/model.hpp"
 
 using namespace qkvlab;
 
@@ -38,12 +36,7 @@ namespace {
 
 using engine::Backend;
 
-double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using bench::median;
 
 // A backend that forwards every call to another and, when timing, brackets each gemm with
 // CUDA events (phases "other" and "gemm") and counts its flops.
@@ -151,72 +144,32 @@ int main(int argc, char** argv) {
     std::printf("no CUDA device: %s\n", gpu::device_status().description.c_str());
     return 0;
   }
-  lm::Family family = lm::Family::gpt2;
-  int L = 12, d = 768, H = 12, T = 1024, B = 8, V = 50257, steps = 10, warmup = 3;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&] { return std::stoi(argv[++i]); };
-    if (i + 1 >= argc) {
-      std::fprintf(stderr, "lm_gpu_bench: %s needs a value\n", a.c_str());
-      return 2;
-    }
-    if (a == "--family") family = lm::parse_family(argv[++i]);
-    else if (a == "--layers") L = next();
-    else if (a == "--d") d = next();
-    else if (a == "--heads") H = next();
-    else if (a == "--seq") T = next();
-    else if (a == "--batch") B = next();
-    else if (a == "--vocab") V = next();
-    else if (a == "--steps") steps = next();
-    else if (a == "--warmup") warmup = next();
-    else {
-      std::fprintf(stderr, "lm_gpu_bench: unknown option %s\n", a.c_str());
-      return 2;
-    }
-  }
+  const auto options = bench::parse_lm_bench_options(argc, argv, "lm_gpu_bench",
+                                                     {lm::Family::gpt2, 12, 768, 12, 1024, 8, 50257, 0, 10, 3, false});
+  if (!options) return 2;
+  const bench::LmBenchOptions& o = *options;
   const auto cuda = gpu::make_cuda_backend();
   ProductTimer be(*cuda);
-  const lm::Config c = lm::family_defaults(family, L, d, H, V, std::max(T, 1024));
-  lm::Model<float> model(c, be);
-  model.initialize(1);
-  engine::AdamWState<float> adamw(be, model.parameters().layout.total());
-  std::vector<std::int32_t> ids(std::size_t(B) * T), targets(ids.size());
-  Rng rng(1, "bench/tokens");
-  for (auto& x : ids) x = rng.uniform_int(V);
-  for (auto& x : targets) x = rng.uniform_int(V);
-  auto step = [&] {
-    auto& p = model.parameters();
-    be.fill(p.grads.size(), 0.f, p.grads.data());
-    model.forward(ids.data(), targets.data(), B, T, lm::Pass::train, 1.0 / double(B * T));
-    model.backward();
-    engine::clip_gradients(be, p, 1.0);
-    adamw.step(be, p, {0.9, 0.95, 1e-8, 0.1}, 6e-4);
-    be.synchronize();
-  };
-  std::vector<double> times;
-  for (int s = 0; s < warmup + steps; ++s) {
-    be.flops = 0;
-    const double t0 = now();
-    step();
-    if (s >= warmup) times.push_back(now() - t0);
-  }
+  bench::LmBenchRun run(o, be);
+  const std::vector<double> times = run.time_steps([&] { be.flops = 0; });
   const double flops = be.flops;
   be.timing = true;  // one instrumented step: time in products and around them
   be.timer.start();
-  step();
+  run.step();
   be.timer.mark("other");
   double gemm_ms = 0, other_ms = 0;
   for (const auto& [phase, ms] : be.timer.phases()) (phase == "gemm" ? gemm_ms : other_ms) += ms;
   be.timing = false;
   const double peak = sgemm_peak(be), t = median(times);
   std::printf(
-      "{\"device\": \"%s\", \"family\": \"%s\", \"layers\": %d, \"d\": %d, \"heads\": %d, \"seq\": %d, "
-      "\"batch\": %d, \"vocab\": %d, \"parameters\": %zu, \"step_seconds_median\": %.6f, \"step_seconds_min\": %.6f, "
-      "\"tokens_per_second\": %.1f, \"step_matmul_tflop\": %.4f, \"sgemm_peak_tflops\": %.2f, "
-      "\"instrumented_gemm_ms\": %.3f, \"instrumented_other_ms\": %.3f, \"product_share_of_peak\": %.3f, "
-      "\"step_share_of_peak\": %.3f}\n",
-      gpu::device_status().description.c_str(), lm::to_string(family).c_str(), L, d, H, T, B, V,
-      model.parameters().layout.count(), t, *std::min_element(times.begin(), times.end()), double(B) * T / t,
-      flops / 1e12, peak / 1e12, gemm_ms, other_ms, (flops / (gemm_ms / 1e3)) / peak, (flops / t) / peak);
+      "{\"device\": \"%s\", \"mode\": \"%s\", \"family\": \"%s\", \"layers\": %d, \"d\": %d, \"heads\": %d, "
+      "\"seq\": %d, \"batch\": %d, \"vocab\": %d, \"parameters\": %zu, \"step_seconds_median\": %.6f, "
+      "\"step_seconds_min\": %.6f, \"tokens_per_second\": %.1f, \"step_matmul_tflop\": %.4f, "
+      "\"sgemm_peak_tflops\": %.2f, \"instrumented_gemm_ms\": %.3f, \"instrumented_other_ms\": %.3f, "
+      "\"product_share_of_peak\": %.3f, \"step_share_of_peak\": %.3f}\n",
+      gpu::device_status().description.c_str(), o.eval ? "eval" : "train", lm::to_string(o.family).c_str(), o.L, o.d,
+      o.H, o.T, o.B, o.V, run.model.parameters().layout.count(), t, *std::min_element(times.begin(), times.end()),
+      double(o.B) * o.T / t, flops / 1e12, peak / 1e12, gemm_ms, other_ms, (flops / (gemm_ms / 1e3)) / peak,
+      (flops / t) / peak);
   return 0;
 }
