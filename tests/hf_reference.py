@@ -7,6 +7,9 @@ for Llama), HF's formulas. Nothing is shared with the C++ loader or model.
 BF16 and F16 values are used as stored (as rounded), widened exactly.
 
     hf_reference.py DIR --tokens 3,1,4,1,5   →  {"loss": mean cross-entropy of next tokens, "count": T-1}
+    hf_reference.py DIR --tokens ... --analyze  →  the per-layer analyses of docs/analysis.md for
+        this one sequence, from the same forward pass: entropy (column and row definitions),
+        similarity of the L + 1 hf states, the value covariance's eigenvalues, first-token ratios
 """
 import argparse
 import json
@@ -64,17 +67,19 @@ def log_softmax(z):
     return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
 
 
-def causal_attention(q, k, v):
-    """q: (H, T, dh), k, v: (H, T, dh) -> (H, T, dh)."""
+def causal_attention(q, k, v, rec=None):
+    """q: (H, T, dh), k, v: (H, T, dh) -> (H, T, dh); rec (a list) gets the patterns (H, T, T)."""
     T, dh = q.shape[1], q.shape[2]
     s = q @ k.transpose(0, 2, 1) / math.sqrt(dh)
     s = np.where(np.tril(np.ones((T, T), bool)), s, -np.inf)
     a = np.exp(s - s.max(axis=-1, keepdims=True))
     a /= a.sum(axis=-1, keepdims=True)
+    if rec is not None:
+        rec.append(a)
     return a @ v
 
 
-def gpt2_logits(c, t, ids):
+def gpt2_logits(c, t, ids, rec=None):
     t = strip(t, "transformer.")
     d, H, L = c["n_embd"], c["n_head"], c["n_layer"]
     eps = c.get("layer_norm_epsilon", 1e-5)
@@ -92,20 +97,24 @@ def gpt2_logits(c, t, ids):
         return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
 
     x = t["wte.weight"][ids] + t["wpe.weight"][np.arange(T)]
+    record(rec, "hidden", x)
     for i in range(L):
         h = f"h.{i}."
         qkv = ln(x, h + "ln_1") @ t[h + "attn.c_attn.weight"] + t[h + "attn.c_attn.bias"]
         q, k, v = (qkv[:, j * d:(j + 1) * d].reshape(T, H, d // H).transpose(1, 0, 2) for j in range(3))
-        z = causal_attention(q, k, v).transpose(1, 0, 2).reshape(T, d)
+        record(rec, "values", v.transpose(1, 0, 2).reshape(T, d))
+        z = causal_attention(q, k, v, None if rec is None else rec["patterns"]).transpose(1, 0, 2).reshape(T, d)
         x = x + z @ t[h + "attn.c_proj.weight"] + t[h + "attn.c_proj.bias"]
         m = gelu(ln(x, h + "ln_2") @ t[h + "mlp.c_fc.weight"] + t[h + "mlp.c_fc.bias"])
         x = x + m @ t[h + "mlp.c_proj.weight"] + t[h + "mlp.c_proj.bias"]
+        record(rec, "blocks", x)
     x = ln(x, "ln_f")
+    record(rec, "final", x)
     head = t["wte.weight"] if c.get("tie_word_embeddings", True) else t["lm_head.weight"]
     return x @ head.T
 
 
-def llama_logits(c, t, ids):
+def llama_logits(c, t, ids, rec=None):
     t = strip(t, "model.")
     d, H, L = c["hidden_size"], c["num_attention_heads"], c["num_hidden_layers"]
     G = c.get("num_key_value_heads") or H
@@ -129,33 +138,88 @@ def llama_logits(c, t, ids):
         return x * cos + half * sin
 
     x = t["embed_tokens.weight"][ids]
+    record(rec, "hidden", x)
     for i in range(L):
         h = f"layers.{i}."
         n = rms(x, h + "input_layernorm")
         q = rope(linear(n, h + "self_attn.q_proj").reshape(T, H, dh).transpose(1, 0, 2))
         k = rope(linear(n, h + "self_attn.k_proj").reshape(T, G, dh).transpose(1, 0, 2))
         v = linear(n, h + "self_attn.v_proj").reshape(T, G, dh).transpose(1, 0, 2)
+        record(rec, "values", v.transpose(1, 0, 2).reshape(T, G * dh))  # the G key/value heads
         group = np.arange(H) // (H // G)
-        z = causal_attention(q, k[group], v[group]).transpose(1, 0, 2).reshape(T, H * dh)
+        z = causal_attention(q, k[group], v[group], None if rec is None else rec["patterns"])
+        z = z.transpose(1, 0, 2).reshape(T, H * dh)
         x = x + linear(z, h + "self_attn.o_proj")
         n = rms(x, h + "post_attention_layernorm")
         g = linear(n, h + "mlp.gate_proj")
         x = x + linear(g / (1 + np.exp(-g)) * linear(n, h + "mlp.up_proj"), h + "mlp.down_proj")
+        record(rec, "blocks", x)
     x = rms(x, "norm")
+    record(rec, "final", x)
     head = t["embed_tokens.weight"] if c.get("tie_word_embeddings", False) else t["lm_head.weight"]
     return x @ head.T
+
+
+def record(rec, what, x):
+    if rec is not None:
+        rec[what].append(x)
+
+
+def entropy(w):
+    p = w / w.sum()
+    p = p[p > 0]
+    return float(-(p * np.log(p)).sum())
+
+
+def similarity(X):
+    U = X / np.linalg.norm(X, axis=1, keepdims=True)
+    C = U @ U.T
+    T = len(X)
+    return float((C.sum() - np.trace(C)) / (T * (T - 1)))
+
+
+def first_ratio(x):
+    return float(x[0] / x[1:].mean())
+
+
+def analyses(rec):
+    """docs/analysis.md's definitions, from the recorded forward pass of one sequence."""
+    L = len(rec["patterns"])
+    out = {"entropy": [], "entropy_row": [], "importance_ratio": [], "value_norm_ratio": [],
+           "hidden_norm_ratio": [], "eigenvalues": []}
+    for l in range(L):
+        A = rec["patterns"][l]  # (H, T, T)
+        a = A.mean(0).sum(0)  # column importance: attention each token receives
+        out["entropy"].append(entropy(a))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rows = -np.where(A > 0, A * np.log(A), 0.0).sum(-1)
+        out["entropy_row"].append(float(rows.mean()))
+        out["importance_ratio"].append(first_ratio(a))
+        V = rec["values"][l]
+        out["value_norm_ratio"].append(first_ratio(np.linalg.norm(V, axis=1)))
+        out["hidden_norm_ratio"].append(first_ratio(np.linalg.norm(rec["blocks"][l], axis=1)))
+        ev = np.linalg.eigvalsh(V.T @ V / len(V))[::-1]
+        out["eigenvalues"].append([float(e) for e in ev[:min(V.shape)]])
+    states = rec["hidden"] + rec["blocks"][:-1] + rec["final"]  # output_hidden_states: L + 1
+    out["similarity"] = [similarity(X) for X in states]
+    return out
 
 
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("dir")
     p.add_argument("--tokens", required=True)
+    p.add_argument("--analyze", action="store_true")
     a = p.parse_args()
     with open(os.path.join(a.dir, "config.json")) as f:
         c = json.load(f)
     ids = np.array([int(s) for s in a.tokens.split(",")])
     t = read_dir(a.dir)
-    logits = gpt2_logits(c, t, ids) if c["model_type"] == "gpt2" else llama_logits(c, t, ids)
+    rec = {"hidden": [], "values": [], "patterns": [], "blocks": [], "final": []} if a.analyze else None
+    logits = gpt2_logits(c, t, ids, rec) if c["model_type"] == "gpt2" else llama_logits(c, t, ids, rec)
+    if a.analyze:
+        print(json.dumps(analyses(rec)))
+        return 0
     lp = log_softmax(logits)
     losses = -lp[np.arange(len(ids) - 1), ids[1:]]
     print(json.dumps({"loss": float(losses.mean()), "count": int(len(ids) - 1)}))

@@ -25,6 +25,8 @@
 #include <vector>
 
 #include "core/errors.hpp"
+#include "corpus/token_file.hpp"
+#include "engine/json.hpp"
 #include "engine/cpu_backend.hpp"
 #include "lm/checkpoint.hpp"
 #include "lm/hf.hpp"
@@ -402,6 +404,76 @@ TEST(LmHf, ExportRefusesWhatTheLayoutCannotHold) {
     EXPECT_NE(r.err.find("the Hugging Face layout has no place for"), std::string::npos) << r.err;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
     EXPECT_FALSE(fs::exists(own / "hf")) << flags;
+  }
+}
+
+// ---- qkvlab analyze on HF directories against the reference's analyses --------------------------
+
+const engine::Json& field(const engine::Json& j, const std::string& key) {
+  for (std::size_t i = 0; i < j.keys.size(); ++i)
+    if (j.keys[i] == key) return j.items[i];
+  throw std::out_of_range("no \"" + key + "\"");
+}
+
+double number(const engine::Json& j) { return std::stod(j.text); }
+
+// The reference's value of `key` at layer l, averaged over the sequences.
+double reference_mean(const std::vector<engine::Json>& refs, const std::string& key, std::size_t l) {
+  double sum = 0;
+  for (const auto& r : refs) sum += number(field(r, key).items[l]);
+  return sum / double(refs.size());
+}
+
+// Entropy, similarity, the value spectrum and the first-token ratios of `qkvlab analyze all`
+// (float32 forward passes) against the reference's float64 implementation of docs/analysis.md on
+// the same two sequences, for a GPT-2 directory (F32, prefixed) and a Llama one (GQA, BF16 in two
+// shards). Tolerance 1e3·u·max(|reference|, 1). Control: the row definition of the entropy, which
+// the reference also computes, is off from what analyze reports by the default (column) one.
+TEST(LmHf, AnalysesMatchTheReference) {
+  ScratchDir dir;
+  fixture("gpt2 " + shell_quoted(dir / "g") + " --dtype F32 --prefix transformer.");
+  fixture("llama " + shell_quoted(dir / "l") + " --dtype BF16 --shards 2");
+  for (const auto& [name, vocab] : {std::pair{"g", 61}, std::pair{"l", 53}}) {
+    const int T = 12, S = 2;
+    const auto ids = tokens(T * S, vocab);
+    corpus::write_tokens_npy(dir / "t.npy", ids, S, T);
+    const auto r = run_qkvlab("analyze all " + shell_quoted(dir / name) + " --tokens " + shell_quoted(dir / "t.npy") +
+                              " --sequences 0 --format json --quiet");
+    ASSERT_EQ(r.status, 0) << r.err;
+    const engine::Json got = engine::parse_json(r.out);
+    std::vector<engine::Json> refs;
+    for (int s = 0; s < S; ++s) {
+      const std::vector<std::int32_t> seq(ids.begin() + s * T, ids.begin() + (s + 1) * T);
+      const auto ref = run_command(python() + " " + script("hf_reference.py") + " " + shell_quoted(dir / name) +
+                                   " --tokens " + joined(seq) + " --analyze");
+      ASSERT_EQ(ref.status, 0) << ref.err;
+      refs.push_back(engine::parse_json(ref.out));
+    }
+    const auto near = [](double value, double reference) {
+      return std::abs(value - reference) <= kBudget * kU * std::max(std::abs(reference), 1.0);
+    };
+    const auto& entropy = field(field(got, "entropy"), "layers").items;
+    const auto& first = field(field(got, "first_token"), "layers").items;
+    const auto& spectrum = field(field(got, "spectrum"), "layers").items;
+    const auto& similarity = field(field(got, "similarity"), "layers").items;
+    ASSERT_EQ(entropy.size(), 2u);
+    ASSERT_EQ(similarity.size(), 3u);  // L + 1 hf states
+    for (std::size_t l = 0; l < entropy.size(); ++l) {
+      const double e = number(field(entropy[l], "mean")), e_ref = reference_mean(refs, "entropy", l);
+      EXPECT_TRUE(near(e, e_ref)) << name << " layer " << l << ": entropy " << e << " vs " << e_ref;
+      EXPECT_FALSE(near(e, reference_mean(refs, "entropy_row", l))) << "control: the row definition";
+      for (const char* k : {"importance_ratio", "value_norm_ratio", "hidden_norm_ratio"})
+        EXPECT_TRUE(near(number(field(first[l], k)), reference_mean(refs, k, l))) << name << " " << k << " " << l;
+      const auto& ev = field(spectrum[l], "eigenvalues").items;
+      for (std::size_t i = 0; i < ev.size(); ++i) {
+        double ref = 0;
+        for (const auto& rj : refs) ref += number(field(rj, "eigenvalues").items[l].items[i]) / S;
+        EXPECT_TRUE(near(number(ev[i]), ref)) << name << " layer " << l << " eigenvalue " << i;
+      }
+    }
+    for (std::size_t l = 0; l < similarity.size(); ++l)
+      EXPECT_TRUE(near(number(field(similarity[l], "mean")), reference_mean(refs, "similarity", l)))
+          << name << " state " << l;
   }
 }
 
