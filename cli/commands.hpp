@@ -46,6 +46,8 @@ Command add_kv_command(CLI::App& app, const std::string& command_line);
 Command add_data_command(CLI::App& app, const std::string& command_line);
 // `qkvlab analyze KIND CKPT` (analyze_command.cpp): per-layer analyses of a trained model.
 Command add_analyze_command(CLI::App& app, const std::string& command_line);
+// `qkvlab probe CKPT` (probe_command.cpp): layerwise linear probes of a frozen model.
+Command add_probe_command(CLI::App& app, const std::string& command_line);
 // `qkvlab lm eval|train|compare` (lm_eval_command.cpp, lm_train_command.cpp, lm_compare_command.cpp).
 std::vector<Command> add_lm_eval_commands(CLI::App& lm, const std::string& command_line);
 std::vector<Command> add_lm_train_commands(CLI::App& lm, const std::string& command_line);

@@ -32,6 +32,7 @@ int main(int argc, char** argv) {
       qkvlab::cli::add_kv_command(app, command_line),
       qkvlab::cli::add_data_command(app, command_line),
       qkvlab::cli::add_analyze_command(app, command_line),
+      qkvlab::cli::add_probe_command(app, command_line),
   };
   try {
     app.parse(argc, argv);

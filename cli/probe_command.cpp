@@ -1,0 +1,136 @@
+// `qkvlab probe CKPT`: layerwise linear probes of a frozen model (probes/layerwise.hpp).
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "cli/commands.hpp"
+#include "cli/device_option.hpp"
+#include "cli/plot_common.hpp"
+#include "cli/validators.hpp"
+#include "corpus/token_file.hpp"
+#include "engine/json.hpp"
+#include "gpu/backend.hpp"
+#include "lm/model_files.hpp"
+#include "probes/layerwise.hpp"
+
+namespace qkvlab::cli {
+
+namespace {
+
+struct ProbeArgs {
+  std::string checkpoint, corpus, data = "data/brown", tokens, val_tokens, target = "next", init = "model";
+  std::string format = "table", out, csv, figure;
+  probes::ProbeOptions options;
+  int threads = 0;
+  Device device = Device::cpu;
+  bool quiet = false;
+};
+
+std::vector<std::int32_t> stream(const std::filesystem::path& file, bool tags) {
+  return (tags ? corpus::read_tag_file(file) : corpus::read_token_file(file)).ids;
+}
+
+probes::ProbeData probe_data(const ProbeArgs& a) {
+  if (a.corpus.empty() == a.tokens.empty()) throw UsageError("give one of --corpus brown and --tokens FILE");
+  if (a.target == "pos" && a.corpus.empty()) throw UsageError("--target pos needs --corpus brown (the tags come with it)");
+  probes::ProbeData d;
+  const std::filesystem::path dir(a.data);
+  if (!a.corpus.empty()) {
+    d.train = stream(dir / "train_tokens.npy", false), d.validation = stream(dir / "validation_tokens.npy", false);
+  } else {
+    d.train = stream(a.tokens, false);
+    if (!a.val_tokens.empty()) d.validation = stream(a.val_tokens, false);
+    else {  // the last tenth validates
+      const auto cut = d.train.begin() + std::ptrdiff_t(d.train.size() - d.train.size() / 10);
+      d.validation.assign(cut, d.train.end()), d.train.erase(cut, d.train.end());
+    }
+  }
+  if (a.target == "pos") {
+    d.train_tags = stream(dir / "train_tags.npy", true), d.validation_tags = stream(dir / "validation_tags.npy", true);
+    std::ifstream in(dir / "tags.json");
+    std::stringstream text;
+    text << in.rdbuf();
+    d.tags = int(engine::parse_json(text.str()).items.size());
+    if (d.tags == 0 || d.train_tags.size() != d.train.size() || d.validation_tags.size() != d.validation.size())
+      throw UsageError(a.data + ": the tag files do not match the token files (run 'qkvlab data brown' again)");
+  }
+  return d;
+}
+
+int run_probe(const ProbeArgs& a, const std::string& command_line) {
+  require_device(a.device);
+  if (!a.figure.empty() && a.csv.empty()) throw UsageError("--figure needs --csv (the figure is drawn from it)");
+  probes::ProbeOptions o = a.options;
+  if (o.steps > 0 && o.warmup >= o.steps)
+    throw UsageError("--warmup " + std::to_string(o.warmup) + " must be less than --steps " + std::to_string(o.steps));
+  o.tags = a.target == "pos", o.init_model = a.init == "model";
+  const probes::ProbeData data = probe_data(a);
+  const auto backend = gpu::make_backend(a.device, a.threads);
+  const auto model = lm::load_model(a.checkpoint, *backend);
+  for (const auto* s : {&data.train, &data.validation})
+    for (std::int32_t id : *s)
+      if (id >= model->config().vocab)
+        throw UsageError("token id " + std::to_string(id) + " is outside the model's vocabulary of " +
+                         std::to_string(model->config().vocab));
+  if (a.options.seq_len > model->config().positions)
+    throw UsageError("--seq-len " + std::to_string(a.options.seq_len) + " is longer than the model's positions");
+  const Progress show{"probe", Progress::wanted(a.quiet)};
+  probes::ProbeReport r = probes::run_probes(*model, data, o, [&](std::int64_t done, std::int64_t total) {
+    show("steps", std::size_t(done), std::size_t(total));
+  });
+  r.value.set("checkpoint", a.checkpoint);
+  r.value.set("tokens", a.tokens.empty() ? "corpus " + a.corpus + " (" + a.data + ")" : a.tokens);
+  r.value.set("device", backend->description());
+  r.value.set("command_line", command_line);
+  if (!a.out.empty()) results::write_tables_hdf5(a.out, {r.table}, o.seed, command_line);
+  if (!a.csv.empty()) results::write_csv(a.csv, r.table);
+  if (!a.figure.empty()) results::render_figure(r.figure, r.table, a.csv, a.figure);
+  std::cout << (a.format == "json" ? r.value.json() : r.value.text());
+  return 0;
+}
+
+}  // namespace
+
+Command add_probe_command(CLI::App& app, const std::string& command_line) {
+  auto a = std::make_shared<ProbeArgs>();
+  auto* cmd = app.add_subcommand("probe", "Layerwise linear probes of a frozen model: validation loss per layer and "
+                                          "the deeper half's slope (SkipV1Former App. C.1)");
+  cmd->footer("Each layer output h_0 (embedding) ... h_L gets a probe (the family's norm, then a linear map) per\n"
+              "learning rate; the model runs once per batch and is never backpropagated through. docs/analysis.md.");
+  cmd->add_option("CKPT", a->checkpoint, "Checkpoint directory (qkvlab's own or Hugging Face's)")->required();
+  cmd->add_option("--corpus", a->corpus, "A prepared corpus: brown (see --data)")->check(CLI::IsMember({"brown"}));
+  cmd->add_option("--data", a->data, "Where 'qkvlab data brown' prepared the corpus")->capture_default_str();
+  cmd->add_option("--tokens", a->tokens, "Training tokens: .npy of integers or nanoGPT's uint16 .bin");
+  cmd->add_option("--val-tokens", a->val_tokens, "Validation tokens (default: the last tenth of --tokens)");
+  cmd->add_option("--target", a->target, "next (the next token) or pos (the Brown tag of the token's word)")
+      ->check(CLI::IsMember({"next", "pos"}))
+      ->capture_default_str();
+  cmd->add_option("--init", a->init, "model (the final norm and unembedding) or random")
+      ->check(CLI::IsMember({"model", "random"}))
+      ->capture_default_str();
+  cmd->add_option("--lr-grid", a->options.lr_grid, "Peak learning rates tried (the best per layer is reported)")
+      ->delimiter(',')
+      ->check(CLI::Range(1e-12, 10.0))
+      ->capture_default_str();
+  cmd->add_option("--steps", a->options.steps, "Training steps per probe (0: evaluate the probes as started)")
+      ->check(CLI::Range(std::int64_t(0), std::int64_t(1) << 40))
+      ->capture_default_str();
+  cmd->add_option("--warmup", a->options.warmup, "Warmup steps (default: a tenth of --steps)")
+      ->check(CLI::Range(std::int64_t(0), std::int64_t(1) << 40));
+  cmd->add_option("--batch", a->options.batch, "Windows per step")->check(integer_in(1, 4096))->capture_default_str();
+  cmd->add_option("--seq-len", a->options.seq_len, "Tokens per window")->check(integer_in(2, 1 << 20))->capture_default_str();
+  cmd->add_option("--eval-windows", a->options.eval_windows, "Validation windows (consecutive, from the start)")
+      ->check(integer_in(1, 1 << 24))
+      ->capture_default_str();
+  cmd->add_option("--seed", a->options.seed, "Seed of the training windows and random starts")->capture_default_str();
+  add_device_option(cmd, a->device);
+  cmd->add_option("--threads", a->threads, "CPU threads (0: all cores)")->check(integer_in(0, 1024))->capture_default_str();
+  cmd->add_option("--format", a->format, "Output: table or json")->check(CLI::IsMember({"table", "json"}))->capture_default_str();
+  cmd->add_option("--out", a->out, "Write the per-layer table to an HDF5 file");
+  cmd->add_option("--csv", a->csv, "Write the per-layer table as CSV");
+  cmd->add_option("--figure", a->figure, "Draw STEM.svg and STEM.png from the CSV (needs --csv)");
+  cmd->add_flag("--quiet", a->quiet, "No progress on stderr");
+  return {cmd, [a, command_line] { return run_probe(*a, command_line); }};
+}
+
+}  // namespace qkvlab::cli

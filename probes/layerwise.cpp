@@ -1,0 +1,171 @@
+#include "probes/layerwise.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <memory>
+
+#include "core/errors.hpp"
+#include "core/rng.hpp"
+#include "core/statistics.hpp"
+#include "engine/trainer.hpp"
+#include "probes/probe.hpp"
+
+namespace qkvlab::probes {
+
+namespace {
+
+using lm::Site;
+
+// Every layer output of one forward pass, h_0 … h_L (host copies, N × d each).
+class LayerOutputs final : public lm::Recorder<float> {
+ public:
+  explicit LayerOutputs(int L) : h(std::size_t(L) + 1) {}
+  bool wants(Site s, int l) const override { return (s == Site::resid_pre && l == 0) || s == Site::resid_post; }
+  void record(const lm::Activation<float>& a) override {
+    auto& out = h[a.site == Site::resid_pre ? 0 : std::size_t(a.layer) + 1];
+    out.assign(a.data, a.data + std::size_t(a.B) * a.T * a.width);
+  }
+  std::vector<std::vector<float>> h;
+};
+
+// B windows of T tokens and their targets (the next token, or the token's own tag).
+struct Batch {
+  std::vector<std::int32_t> ids, targets;
+};
+
+void window(const ProbeData& d, bool train, bool tags, std::size_t at, int T, Batch& b) {
+  const auto& stream = train ? d.train : d.validation;
+  const auto& tag = train ? d.train_tags : d.validation_tags;
+  for (int t = 0; t < T; ++t) {
+    b.ids.push_back(stream[at + std::size_t(t)]);
+    b.targets.push_back(tags ? tag[at + std::size_t(t)] : stream[at + std::size_t(t) + 1]);
+  }
+}
+
+Batch training_batch(const ProbeData& d, const ProbeOptions& o, std::int64_t step) {
+  Rng rng(o.seed, "probe/step=" + std::to_string(step));
+  const std::uint64_t starts = d.train.size() - std::size_t(o.seq_len);  // the window and its next token fit
+  Batch b;
+  for (int i = 0; i < o.batch; ++i) window(d, true, o.tags, std::size_t(rng.next_u64() % starts), o.seq_len, b);
+  return b;
+}
+
+struct Layer {  // one layer's probe at one learning rate (no trainer when steps = 0: as initialized)
+  Probe<float> probe;
+  std::unique_ptr<engine::Trainer<float>> trainer;
+};
+
+}  // namespace
+
+Slope least_squares_slope(const std::vector<double>& x, const std::vector<double>& y) {
+  const std::size_t n = x.size();
+  if (n < 3) return {std::nan(""), std::nan("")};
+  double mx = 0, my = 0;
+  for (std::size_t i = 0; i < n; ++i) mx += x[i] / double(n), my += y[i] / double(n);
+  double sxx = 0, sxy = 0;
+  for (std::size_t i = 0; i < n; ++i) sxx += (x[i] - mx) * (x[i] - mx), sxy += (x[i] - mx) * (y[i] - my);
+  const double slope = sxy / sxx;
+  double rss = 0;
+  for (std::size_t i = 0; i < n; ++i) rss += std::pow(y[i] - my - slope * (x[i] - mx), 2);
+  return {slope, std::sqrt(rss / double(n - 2) / sxx)};
+}
+
+ProbeReport run_probes(lm::Model<float>& model, const ProbeData& d, const ProbeOptions& o,
+                       const std::function<void(std::int64_t, std::int64_t)>& progress) {
+  const lm::Config& c = model.config();
+  const int L = c.layers, T = o.seq_len, N = o.batch * T, outputs = o.tags ? d.tags : c.vocab;
+  if (o.tags && o.init_model) throw UsageError("a probe of tags starts at random (--init random): its outputs are the tags");
+  if (d.train.size() <= std::size_t(T) || d.validation.size() <= std::size_t(T))
+    throw UsageError("the token streams need more than --seq-len " + std::to_string(T) + " tokens");
+  const int windows = int(std::min<std::size_t>(std::size_t(o.eval_windows), (d.validation.size() - 1) / std::size_t(T)));
+  auto& be = model.backend();
+  engine::Buffer<float> h(be, std::size_t(N) * c.d);
+  LayerOutputs outputs_of(L);
+  const std::int64_t warmup = o.warmup < 0 ? o.steps / 10 : o.warmup;
+  if (o.steps > 0 && warmup >= o.steps)
+    throw UsageError("the warmup (" + std::to_string(warmup) + " steps) must be shorter than the " +
+                     std::to_string(o.steps) + " steps");
+  const engine::TrainConfig loop{o.steps, 0, 0, warmup, 1.0, 1, {0.9, 0.95, 1e-8, 0.1}};
+
+  // validation[g][ℓ]: per-window losses at grid point g
+  std::vector<std::vector<RunningStats>> validation(o.lr_grid.size(), std::vector<RunningStats>(std::size_t(L) + 1));
+  for (std::size_t g = 0; g < o.lr_grid.size(); ++g) {
+    std::vector<std::unique_ptr<Layer>> layers;
+    engine::TrainConfig cfg = loop;
+    cfg.lr = o.lr_grid[g], cfg.min_lr = o.lr_grid[g] / 10;
+    for (int l = 0; l <= L; ++l) {
+      Probe<float> p(c, outputs, N, be);
+      o.init_model ? p.initialize_from(model) : p.initialize_random(o.seed + std::uint64_t(l));
+      auto& params = p.parameters();  // lives with the probe's state, which the move keeps in place
+      auto trainer = o.steps > 0 ? std::make_unique<engine::Trainer<float>>(be, params, cfg) : nullptr;
+      layers.push_back(std::make_unique<Layer>(Layer{std::move(p), std::move(trainer)}));
+    }
+    for (std::int64_t s = 0; s < o.steps; ++s) {
+      const Batch b = training_batch(d, o, s);
+      model.forward(b.ids.data(), nullptr, o.batch, T, lm::Pass::eval, 0, &outputs_of);
+      std::int64_t count = 0;
+      for (std::int32_t t : b.targets) count += t >= 0;
+      for (int l = 0; l <= L; ++l) {
+        h.upload(outputs_of.h[std::size_t(l)]);
+        layers[std::size_t(l)]->trainer->step([&](int) {
+          const lm::LossSum r = layers[std::size_t(l)]->probe.forward(h.data(), b.targets.data(), N, true, 1.0 / double(count));
+          return engine::MicroLoss{r.sum, r.count};
+        });
+      }
+      if (progress) progress(std::int64_t(g) * o.steps + s + 1, std::int64_t(o.lr_grid.size()) * o.steps);
+    }
+    for (int w0 = 0; w0 < windows; w0 += o.batch) {  // validation, B windows at a time
+      const int n = std::min(o.batch, windows - w0);
+      Batch b;
+      for (int w = 0; w < o.batch; ++w) window(d, false, o.tags, std::size_t(std::min(w0 + w, windows - 1)) * T, T, b);
+      model.forward(b.ids.data(), nullptr, o.batch, T, lm::Pass::eval, 0, &outputs_of);
+      for (int l = 0; l <= L; ++l) {
+        h.upload(outputs_of.h[std::size_t(l)]);
+        std::vector<double> rows;
+        layers[std::size_t(l)]->probe.forward(h.data(), b.targets.data(), N, false, 1.0, &rows);
+        for (int w = 0; w < n; ++w) {
+          double sum = 0;
+          int k = 0;
+          for (int t = 0; t < T; ++t)
+            if (b.targets[std::size_t(w * T + t)] >= 0) sum += rows[std::size_t(w * T + t)], ++k;
+          if (k) validation[g][std::size_t(l)].add(sum / k);
+        }
+      }
+    }
+  }
+
+  ProbeReport r{results::Value::object(), {"probe", {{"layer", {}}, {"loss", {}}, {"std", {}}, {"se", {}}, {"lr", {}}}}, {}};
+  results::Value layers = results::Value::array();
+  std::vector<double> xs, ys;
+  for (int l = 0; l <= L; ++l) {
+    std::size_t best = 0;
+    for (std::size_t g = 1; g < o.lr_grid.size(); ++g)
+      if (validation[g][std::size_t(l)].mean() < validation[best][std::size_t(l)].mean()) best = g;
+    const Summary s = validation[best][std::size_t(l)].summary();
+    results::Value row = results::Value::object(), by_lr = results::Value::array();
+    for (std::size_t g = 0; g < o.lr_grid.size(); ++g) by_lr.push(validation[g][std::size_t(l)].mean());
+    row.set("layer", l), row.set("loss", s.mean), row.set("std", s.std), row.set("se", s.se);
+    row.set("lr", o.lr_grid[best]), row.set("loss_by_lr", by_lr);
+    layers.push(row);
+    const double cols[] = {double(l), s.mean, s.std, s.se, o.lr_grid[best]};
+    for (std::size_t k = 0; k < 5; ++k) r.table.columns[k].values.push_back(cols[k]);
+    if (l >= (L + 1) / 2) xs.push_back(l), ys.push_back(s.mean);  // the deeper half
+  }
+  const Slope slope = least_squares_slope(xs, ys);
+  results::Value sv = results::Value::object();
+  sv.set("from_layer", std::int64_t(xs.front())), sv.set("to_layer", L), sv.set("slope", slope.slope), sv.set("se", slope.se);
+  r.value.set("target", o.tags ? "tag" : "next-token");
+  r.value.set("init", o.init_model ? "model" : "random");
+  r.value.set("outputs", outputs);
+  r.value.set("steps", o.steps), r.value.set("warmup", warmup), r.value.set("batch", o.batch);
+  r.value.set("seq_len", T), r.value.set("seed", o.seed), r.value.set("validation_windows", windows);
+  r.value.set("lr_grid", results::Value::array_of(o.lr_grid));
+  r.value.set("layers", layers);
+  r.value.set("deeper_half_slope", sv);
+  r.figure = {"probe validation loss per layer", "layer (0: embedding output)", "loss (nats)", false, false,
+              {{"layer", "loss", "", "loss", "linespoints", ""}, {"layer", "loss", "", "± se", "yerrorbars", "se"}}, {}};
+  return r;
+}
+
+}  // namespace qkvlab::probes

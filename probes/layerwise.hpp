@@ -1,0 +1,57 @@
+// `qkvlab probe`: layerwise linear probes of a frozen model (SkipV1Former App. C.1, Fig. 12).
+//
+// For each layer output h_ℓ (ℓ = 0 the embedding output, ℓ = 1 … L the blocks' outputs,
+// before the final norm) and each learning rate of the grid, a probe (probes/probe.hpp) is
+// trained for `steps` AdamW steps (0: evaluated as initialized) (β = 0.9, 0.95, weight decay 0.1 on U, warmup then cosine to
+// lr/10, clipping at 1) on B windows of T training tokens a step, drawn at offsets from
+// Rng(seed, "probe/step=s"); the model runs once per batch (eval pass) and is never
+// backpropagated through. Targets: the next token, or the Brown tag of the word each token
+// belongs to (position t's own tag; <|endoftext|> is not predicted).
+// Validation: consecutive windows of T tokens of the validation stream (at most
+// `eval_windows`); per layer, the mean loss over the windows with its std and se, at the
+// learning rate of the grid with the lowest mean. The slope: least squares of that loss
+// against ℓ over the deeper half (ℓ = ⌊(L+1)/2⌋ … L), with its standard error.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "lm/model.hpp"
+#include "results/figure.hpp"
+#include "results/value.hpp"
+
+namespace qkvlab::probes {
+
+struct ProbeData {
+  std::vector<std::int32_t> train, validation;          // token streams
+  std::vector<std::int32_t> train_tags, validation_tags;  // per token (tags target), else empty
+  int tags = 0;                                           // number of tag classes
+};
+
+struct ProbeOptions {
+  bool tags = false;          // target: false the next token, true the tag
+  bool init_model = true;     // start from the model's final norm and unembedding (next token only)
+  std::vector<double> lr_grid = {1e-4, 2e-4, 3e-4};
+  std::int64_t steps = 200, warmup = -1;  // warmup −1: a tenth of the steps
+  int batch = 8, seq_len = 128, eval_windows = 64;
+  std::uint64_t seed = 1;
+};
+
+struct ProbeReport {
+  results::Value value;
+  results::Table table;
+  results::Figure figure;
+};
+
+// The least-squares slope of y against x, and its standard error (NaN with fewer than 3 points).
+struct Slope {
+  double slope = 0, se = 0;
+};
+Slope least_squares_slope(const std::vector<double>& x, const std::vector<double>& y);
+
+ProbeReport run_probes(lm::Model<float>& model, const ProbeData& data, const ProbeOptions& options,
+                       const std::function<void(std::int64_t done, std::int64_t total)>& progress = {});
+
+}  // namespace qkvlab::probes

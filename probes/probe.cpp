@@ -1,0 +1,137 @@
+#include "probes/probe.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+#include <vector>
+
+#include "core/rng.hpp"
+
+namespace qkvlab::probes {
+
+namespace {
+
+engine::ParameterLayout probe_layout(const lm::Config& c, int outputs) {
+  engine::ParameterLayout layout;
+  layout.add("norm.weight", {c.d}, false);
+  if (c.family == lm::Family::gpt2 && c.bias) layout.add("norm.bias", {c.d}, false);
+  layout.add("head", {outputs, c.d}, true);
+  return layout;
+}
+
+constexpr int kRows = 512;  // rows of logits at a time
+
+}  // namespace
+
+template <class S>
+struct Probe<S>::Impl {
+  lm::Config config;
+  int V, rows;
+  engine::Backend<S>& be;
+  engine::ParameterSet<S> params;
+  engine::Buffer<S> nh, mean, rstd, logits, losses, dnh, dh;
+  engine::Buffer<std::int32_t> targets;
+
+  Impl(const lm::Config& c, int outputs, int rows_, engine::Backend<S>& backend)
+      : config(c), V(outputs), rows(rows_), be(backend), params(backend, probe_layout(c, outputs)),
+        nh(backend, std::size_t(rows_) * c.d), mean(backend, rows_), rstd(backend, rows_),
+        logits(backend, std::size_t(std::min(rows_, kRows)) * outputs), losses(backend, rows_),
+        dnh(backend, std::size_t(rows_) * c.d), dh(backend, std::size_t(rows_) * c.d), targets(backend, rows_) {}
+
+  engine::Centering centering() const {
+    return config.family == lm::Family::gpt2 ? engine::Centering::mean : engine::Centering::none;
+  }
+  S* bias() { return params.layout.find("norm.bias") ? params.value("norm.bias") : nullptr; }
+  S* dbias() { return params.layout.find("norm.bias") ? params.grad("norm.bias") : nullptr; }
+
+  lm::LossSum forward(const S* h, const std::int32_t* host_targets, int N, bool train, double scale,
+                      std::vector<double>* per_row) {
+    if (N > rows) throw std::invalid_argument("probe: more rows than it was made for");
+    const int d = config.d;
+    targets.upload(host_targets, std::size_t(N));
+    S *U = params.value("head"), *g = params.value("norm.weight");
+    be.norm_forward(N, d, centering(), S(config.norm_eps), h, g, bias(), nh.data(), mean.data(), rstd.data());
+    for (int r0 = 0; r0 < N; r0 += kRows) {  // logits = n(h) Uᵀ, a block of rows at a time
+      const int n = std::min(kRows, N - r0);
+      const S* x = nh.data() + std::size_t(r0) * d;
+      be.gemm(engine::Trans::none, engine::Trans::transpose, n, V, d, S(1), x, d, 0, U, d, 0, S(0), logits.data(), V,
+              0, 1);
+      be.cross_entropy(n, V, logits.data(), targets.data() + r0, losses.data() + r0, S(scale),
+                       train ? logits.data() : nullptr);
+      if (!train) continue;
+      // dU += dlogitsᵀ n(h);  dn(h) = dlogits U
+      be.gemm(engine::Trans::transpose, engine::Trans::none, V, d, n, S(1), logits.data(), V, 0, x, d, 0, S(1),
+              params.grad("head"), d, 0, 1);
+      be.gemm(engine::Trans::none, engine::Trans::none, n, d, V, S(1), logits.data(), V, 0, U, d, 0, S(0),
+              dnh.data() + std::size_t(r0) * d, d, 0, 1);
+    }
+    if (train) {  // the norm's gain and bias; h is frozen (its gradient is not used)
+      be.fill(std::size_t(N) * d, S(0), dh.data());
+      be.norm_backward(N, d, centering(), h, g, mean.data(), rstd.data(), dnh.data(), dh.data(),
+                       params.grad("norm.weight"), dbias());
+    }
+    std::vector<S> host(static_cast<std::size_t>(N));
+    losses.download(host.data(), host.size());
+    lm::LossSum total;
+    if (per_row) per_row->assign(host.begin(), host.end());
+    for (int i = 0; i < N; ++i)
+      if (host_targets[i] >= 0) total.sum += double(host[std::size_t(i)]), ++total.count;
+    return total;
+  }
+};
+
+template <class S>
+Probe<S>::Probe(const lm::Config& model, int outputs, int rows, engine::Backend<S>& backend)
+    : impl_(std::make_unique<Impl>(model, outputs, rows, backend)) {}
+template <class S>
+Probe<S>::~Probe() = default;
+template <class S>
+Probe<S>::Probe(Probe&&) noexcept = default;
+
+template <class S>
+engine::ParameterSet<S>& Probe<S>::parameters() {
+  return impl_->params;
+}
+template <class S>
+int Probe<S>::outputs() const {
+  return impl_->V;
+}
+
+template <class S>
+void Probe<S>::initialize_from(lm::Model<S>& model) {
+  const lm::Config& c = model.config();
+  if (c.vocab != impl_->V) throw std::invalid_argument("probe: a model-initialized probe predicts the vocabulary");
+  const std::vector<S> all = model.parameter_values();
+  const auto& from = model.parameters().layout;
+  const auto& to = impl_->params.layout;
+  std::vector<S> mine(to.total(), S(0));
+  const auto copy = [&](const std::string& source, const std::string& target) {
+    const auto& s = from.at(source);
+    std::copy_n(all.begin() + std::ptrdiff_t(s.offset), s.size(), mine.begin() + std::ptrdiff_t(to.at(target).offset));
+  };
+  copy("ln_f.weight", "norm.weight");
+  if (to.find("norm.bias")) copy("ln_f.bias", "norm.bias");
+  copy(c.tied ? "wte" : "lm_head.weight", "head");
+  impl_->params.values.upload(mine);
+}
+
+template <class S>
+void Probe<S>::initialize_random(std::uint64_t seed) {
+  const auto& layout = impl_->params.layout;
+  std::vector<S> v(layout.total(), S(0));
+  Rng rng(seed, "probe");
+  for (const auto& s : layout.specs())
+    for (std::size_t i = 0; i < s.size(); ++i)
+      v[s.offset + i] = s.name == "head" ? S(0.02 * rng.normal()) : s.name == "norm.weight" ? S(1) : S(0);
+  impl_->params.values.upload(v);
+}
+
+template <class S>
+lm::LossSum Probe<S>::forward(const S* h, const std::int32_t* targets, int N, bool train, double scale,
+                              std::vector<double>* per_row) {
+  return impl_->forward(h, targets, N, train, scale, per_row);
+}
+
+template class Probe<float>;
+template class Probe<double>;
+
+}  // namespace qkvlab::probes
