@@ -1,5 +1,7 @@
 // `qkvlab lm export CKPT --hf DIR`: a vanilla model written in the Hugging Face
 // layout of its family (lm/hf.hpp): config.json and model.safetensors (F32).
+// `qkvlab lm convert CKPT --to skipv1 --method M --out DIR`: a vanilla model
+// converted into SkipV1Former for uptraining (lm/convert.hpp).
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -7,6 +9,7 @@
 #include "cli/commands.hpp"
 #include "core/errors.hpp"
 #include "lm/checkpoint.hpp"
+#include "lm/convert.hpp"
 #include "lm/hf.hpp"
 #include "lm/parameters.hpp"
 #include "results/value.hpp"
@@ -36,6 +39,24 @@ int run_export(const ExportArgs& a) {
   return 0;
 }
 
+struct ConvertArgs {
+  std::string checkpoint, to = "skipv1", method = "mean-v", out, format = "table";
+  double skip_ratio = 0.5;
+};
+
+int run_convert(const ConvertArgs& a) {
+  const lm::Checkpoint source = lm::load_checkpoint(a.checkpoint);
+  const lm::Checkpoint converted = lm::convert_to_skipv1(source, lm::parse_conversion(a.method), a.skip_ratio);
+  lm::save_checkpoint(a.out, converted);
+  const auto count = [](const lm::Config& c) { return std::int64_t(lm::parameter_layout(c, lm::make_plan(c)).count()); };
+  results::Value out = results::Value::object();
+  out.set("checkpoint", a.checkpoint), out.set("out", a.out), out.set("to", a.to), out.set("method", a.method);
+  out.set("skip_ratio", a.skip_ratio);
+  out.set("parameters_before", count(source.config)), out.set("parameters_after", count(converted.config));
+  std::cout << (a.format == "json" ? out.json() : out.text());
+  return 0;
+}
+
 }  // namespace
 
 std::vector<Command> add_lm_export_commands(CLI::App& lm, const std::string&) {
@@ -47,7 +68,20 @@ std::vector<Command> add_lm_export_commands(CLI::App& lm, const std::string&) {
   cmd->add_option("--format", a->format, "Output: table or json")
       ->check(CLI::IsMember({"table", "json"}))
       ->capture_default_str();
-  return {{cmd, [a] { return run_export(*a); }}};
+  auto c = std::make_shared<ConvertArgs>();
+  auto* convert = lm.add_subcommand("convert", "Convert a trained vanilla model into SkipV1Former for uptraining "
+                                               "(SkipV1Former §5.1, App. B.1; methods: lm/convert.hpp)");
+  convert->add_option("CKPT", c->checkpoint, "The vanilla model's qkvlab checkpoint directory")->required();
+  convert->add_option("--to", c->to, "The variant to convert into")->check(CLI::IsMember({"skipv1"}))->capture_default_str();
+  convert->add_option("--method", c->method, "mean-v (the paper's), mean-vo, top-v, top-vo or svd")
+      ->check(CLI::IsMember({"mean-v", "mean-vo", "top-v", "top-vo", "svd"}))
+      ->capture_default_str();
+  convert->add_option("--skip-ratio", c->skip_ratio, "Share of value heads taken from layer 1")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  convert->add_option("--out", c->out, "Checkpoint directory to write")->required();
+  convert->add_option("--format", c->format, "Output: table or json")->check(CLI::IsMember({"table", "json"}))->capture_default_str();
+  return {{cmd, [a] { return run_export(*a); }}, {convert, [c] { return run_convert(*c); }}};
 }
 
 }  // namespace qkvlab::cli

@@ -9,6 +9,7 @@
 #include "cli/plot_common.hpp"
 #include "cli/validators.hpp"
 #include "gpu/backend.hpp"
+#include "lm/checkpoint.hpp"
 #include "lm/train.hpp"
 
 namespace qkvlab::cli {
@@ -16,7 +17,7 @@ namespace qkvlab::cli {
 namespace {
 
 struct TrainArgs {
-  std::string preset = "tiny", corpus, data = "data/brown", tokens, val_tokens, out, format = "table";
+  std::string preset = "tiny", corpus, data = "data/brown", tokens, val_tokens, out, from, format = "table";
   ModelOptions model;
   lm::RunOptions run;  // loop fields filled from the preset, then from the flags given
   int threads = 0;
@@ -27,6 +28,10 @@ struct TrainArgs {
 lm::RunOptions run_options(const TrainArgs& a, const CLI::App& cmd, const std::string& command_line) {
   lm::RunOptions o = lm::find_preset(a.preset).options;
   o.model = model_config(o.model, a.model, cmd);
+  if (!a.from.empty()) {  // the model is the checkpoint's: its configuration, then its values
+    o.model = lm::load_checkpoint(a.from).config;
+    o.init_from = a.from;
+  }
   auto given = [&cmd](const char* flag) { return cmd.count(flag) > 0; };
   if (given("--steps")) o.loop.steps = a.run.loop.steps, o.loop.warmup = std::max<std::int64_t>(1, o.loop.steps / 20);
   if (given("--lr")) o.loop.lr = a.run.loop.lr, o.loop.min_lr = a.run.loop.lr / 10;
@@ -87,6 +92,8 @@ std::vector<Command> add_lm_train_commands(CLI::App& lm, const std::string& comm
   cmd->add_option("--val-tokens", a->val_tokens, "Validation tokens (default: the last tenth of --tokens)");
   cmd->add_option("--out", a->out, "Run directory: checkpoint/, train.csv, validation.csv, baselines.json, run.json")
       ->required();
+  cmd->add_option("--from", a->from, "Start from this checkpoint's model (e.g. 'lm convert' output) instead of "
+                                     "a fresh initialization; the model is then the checkpoint's");
   cmd->add_flag("--resume", a->run.resume, "Continue from --out's checkpoint (same settings required)");
   cmd->add_option("--steps", a->run.loop.steps, "Optimizer steps")->check(CLI::Range(std::int64_t(1), std::int64_t(1) << 40));
   cmd->add_option("--batch", a->run.batch, "Sequences per micro-batch")->check(integer_in(1, 65536));

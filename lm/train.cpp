@@ -148,6 +148,7 @@ std::map<std::string, std::string> run_identity(const RunOptions& o, const Train
           {"run.clip", real(l.clip)},                    {"run.weight_decay", real(l.adamw.weight_decay)},
           {"run.beta1", real(l.adamw.beta1)},            {"run.beta2", real(l.adamw.beta2)},
           {"run.eps", real(l.adamw.eps)},                {"run.train_tokens", std::to_string(data.train.size())},
+          {"run.from", o.init_from ? o.init_from->string() : ""},
           {"run.train_hash", std::to_string(fnv1a(data.train))}};
 }
 
@@ -234,7 +235,7 @@ struct Session {
       throw UsageError("--resume: " + checkpoint_dir().string() + " holds a model of another configuration");
     for (const auto& [key, value] : run_identity(o, data)) {
       const auto it = ck.metadata.find(key);
-      if (it == ck.metadata.end() || it->second != value)
+      if (it == ck.metadata.end() ? !value.empty() : it->second != value)  // an absent entry was empty
         throw UsageError("--resume: " + checkpoint_dir().string() + " was made with " + key.substr(4) + " = " +
                          (it == ck.metadata.end() ? "(none)" : it->second) + ", this run has " + value);
     }
@@ -265,6 +266,12 @@ results::Value train_language_model(const RunOptions& o, const TrainData& data, 
   fs::create_directories(o.out);
   Session run(o, data, backend);
   run.model.initialize(o.seed);
+  if (o.init_from) {
+    const Checkpoint from = load_checkpoint(*o.init_from);
+    if (to_metadata(from.config) != to_metadata(o.model))
+      throw UsageError(o.init_from->string() + " holds a model of another configuration than this run's");
+    run.model.set_parameters(from.values);
+  }
   const std::int64_t start = run.restore();
   const results::Value baselines = baselines_value(data.train, data.validation, o.model.vocab);
   write_bytes_atomically(o.out / "baselines.json", "JSON", baselines.json());

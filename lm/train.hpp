@@ -55,6 +55,7 @@ struct RunOptions {
   int eval_windows = 128;
   std::filesystem::path out;
   bool resume = false;
+  std::optional<std::filesystem::path> init_from;  // start from this checkpoint's values (same configuration)
   std::string command_line;
 };
 
