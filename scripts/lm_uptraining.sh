@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Uptraining SkipV1Former from trained vanilla models (SkipV1Former §5.1, Fig. 8, 10), as in
+# docs/lm-comparisons.md: each vanilla checkpoint converted by every method of `qkvlab lm convert`,
+# its validation loss as converted, then `qkvlab lm train --from` for a tenth and a fifth of the
+# preset's 1,200 steps (peak lr 3e-4 = 1.5x the preset's floor, as 000 App. B.1 found best relative
+# to its pretraining's final rate; fresh windows: seed + 100).
+#
+#   scripts/lm_uptraining.sh --vanilla DIR_WITH_vanilla-sSEED/checkpoint... [--qkvlab BIN] [--device D]
+#                            [--data DIR] [--out DIR] [--jobs N]
+set -euo pipefail
+qkvlab=build/qkvlab device=cpu data=data/brown out=results/lm/uptraining jobs=1 vanilla=results/lm/gpt2
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --qkvlab) qkvlab=$2; shift 2 ;;
+    --device) device=$2; shift 2 ;;
+    --data) data=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    --jobs) jobs=$2; shift 2 ;;
+    --vanilla) vanilla=$2; shift 2 ;;
+    *) echo "lm_uptraining.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+trap 'kill $(jobs -p) 2>/dev/null; exit 143' TERM INT
+mkdir -p "$out"
+summary="$out/initial.csv"
+echo "seed,method,initial_validation_loss" > "$summary"
+for ck in "$vanilla"/vanilla-s*/checkpoint; do
+  seed=$(basename "$(dirname "$ck")"); seed=${seed#vanilla-s}
+  for method in mean-v mean-vo top-v top-vo svd; do
+    conv="$out/converted/$method-s$seed"
+    "$qkvlab" lm convert "$ck" --to skipv1 --method "$method" --out "$conv" >/dev/null
+    loss=$("$qkvlab" lm eval "$conv" --tokens "$data/validation_tokens.npy" --seq-len 128 --device "$device" \
+           --quiet --format json | grep -o '"loss": [0-9.e+-]*' | cut -d' ' -f2)
+    echo "$seed,$method,$loss" >> "$summary"
+    for steps in 120 240; do
+      while (($(jobs -rp | wc -l) >= jobs)); do wait -n || true; done
+      "$qkvlab" lm train --from "$conv" --preset tiny --steps "$steps" --lr 3e-4 --min-lr 3e-5 --corpus brown \
+        --data "$data" --seed $((seed + 100)) --device "$device" --eval-every 60 --checkpoint-every 100000 \
+        --out "$out/$method-$steps-s$seed" --quiet --format json >/dev/null &
+    done
+  done
+done
+wait
