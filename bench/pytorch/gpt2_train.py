@@ -30,17 +30,19 @@ class Block(nn.Module):
         self.fc = nn.Linear(d, 4 * d)
         self.proj = nn.Linear(4 * d, d)
 
-    def attention(self, x):
+    def attention(self, x, record=None):
         B, T, C = x.shape
         q, k, v = self.c_attn(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2) for t in (q, k, v))
         scores = (q @ k.transpose(-2, -1)) / math.sqrt(C // self.heads)
         mask = torch.ones(T, T, dtype=torch.bool).tril()
         att = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)  # eager attention
+        if record is not None:  # bench/pytorch/gpt2_analyze.py: the patterns and values, as output_attentions
+            record.append((att, v))
         return self.c_proj((att @ v).transpose(1, 2).reshape(B, T, C))
 
-    def forward(self, x):
-        x = x + self.attention(self.ln_1(x))
+    def forward(self, x, record=None):
+        x = x + self.attention(self.ln_1(x), record)
         return x + self.proj(F.gelu(self.fc(self.ln_2(x)), approximate="tanh"))
 
 
