@@ -78,7 +78,8 @@ TEST(RobustCli, RealOptionsRefuseNanAndInfinity) {
   const std::vector<std::pair<std::string, std::string>> options{
       {"absorb fit", "--min-sine"}, {"absorb fit", "--lr"},  {"icl theory", "--sigma"}, {"icl lemmas", "--w0-scale"},
       {"icl lemmas", "--sigma"},    {"icl train", "--lr"},   {"icl train", "--w0-scale"}, {"icl anchor", "--sigma"},
-      {"transfer", "--lr"}};
+      {"transfer", "--lr"},         {"lm init ckpt", "--mlp-ratio"}, {"lm init ckpt", "--rope-theta"},
+      {"lm init ckpt", "--skip-ratio"}};
   for (const auto& [command, option] : options)
     for (const char* value : {"nan", "NaN", "inf", "-inf", "1e400"}) {
       const std::string args = command + " " + option + " " + value;
@@ -117,7 +118,7 @@ TEST(RobustCli, SeedsOutOfRangeAreUsageErrors) {
     const std::string args = std::string("verify --seed ") + seed;
     expect_usage_error(run_bounded(args, 60), args, "--seed");
   }
-  for (const std::string command : {"absorb fit", "rmt", "lnorm", "transfer", "icl theory", "icl train"})
+  for (const std::string command : {"absorb fit", "rmt", "lnorm", "transfer", "icl theory", "icl train", "lm init ckpt"})
     expect_usage_error(run_bounded(command + " --seed -1", 60), command, "--seed");
   // The last seed of a run must not wrap either.
   expect_usage_error(run_bounded("absorb fit --seed 18446744073709551615 --seeds 2", 60), "--seeds 2",
