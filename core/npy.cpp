@@ -122,6 +122,8 @@ Header parse_header(std::string_view bytes, const std::string& name) {
   else bad(name, "malformed fortran_order " + order);
   const auto shape = parse_shape(dict_value(h, "shape", name), name);
   if (shape.size() != 2) bad(name, std::to_string(shape.size()) + "-D array (a 2-D matrix is needed)");
+  if (shape[0] > INT32_MAX || shape[1] > INT32_MAX)
+    bad(name, "shape (" + std::to_string(shape[0]) + ", " + std::to_string(shape[1]) + ") has a dimension past 2^31 - 1");
   out.rows = shape[0];
   out.cols = shape[1];
   out.data_at = header_at + header_len;

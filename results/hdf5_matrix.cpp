@@ -6,14 +6,20 @@
 #include "results/hdf5_handle.hpp"
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <bit>
 #include <cerrno>
+#include <csignal>
+#include <cstdio>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <vector>
 
 namespace qkvlab::results {
@@ -167,8 +173,9 @@ std::optional<Hdf5Location> parse_hdf5_location(const std::string& argument) {
   return Hdf5Location{file, dataset};
 }
 
-Hdf5Matrix read_hdf5_matrix(const Hdf5Location& where) {
-  const std::string name = where.file + ":" + where.dataset;
+namespace {
+
+Hdf5Matrix read_in_this_process(const Hdf5Location& where, const std::string& name) {
   try {
     const QuietErrors quiet;
     const std::uint64_t size = regular_file_size(where.file);
@@ -178,6 +185,131 @@ Hdf5Matrix read_hdf5_matrix(const Hdf5Location& where) {
     if (dynamic_cast<const UsageError*>(&e)) throw;
     throw UsageError(name + ": " + e.what());
   }
+}
+
+// Writes all of `n` bytes to fd; false on failure.
+bool put(int fd, const void* data, std::size_t n) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t w = ::write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    p += w, n -= std::size_t(w);
+  }
+  return true;
+}
+
+bool get(int fd, void* data, std::size_t n) {
+  char* p = static_cast<char*>(data);
+  while (n > 0) {
+    const ssize_t r = ::read(fd, p, n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    p += r, n -= std::size_t(r);
+  }
+  return true;
+}
+
+// The process's address space now, in bytes (/proc/self/statm's first field); 0 if unknown.
+std::uint64_t address_space_bytes() {
+  unsigned long long pages = 0;
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  if (!f) return 0;
+  const int n = std::fscanf(f, "%llu", &pages);
+  std::fclose(f);
+  return n == 1 ? pages * std::uint64_t(::sysconf(_SC_PAGESIZE)) : 0;
+}
+
+// Seconds the reading process may take: 30 s plus 1 s per 10 MB of file.
+unsigned read_seconds(const std::string& path) {
+  struct stat st {};
+  const std::uint64_t size = ::stat(path.c_str(), &st) == 0 ? std::uint64_t(st.st_size) : 0;
+  return unsigned(std::min<std::uint64_t>(30 + size / 10'000'000, 86'400));
+}
+
+// In the reading process: a crash is the signal's default action (not a handler inherited
+// from a sanitizer or fuzzer), a hang ends at SIGALRM, and libhdf5's own allocations are
+// bounded by the memory budget (an absurd size declared in the file fails as it should).
+void bound_the_reading_process(unsigned seconds) {
+  for (const int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGTRAP, SIGALRM}) std::signal(sig, SIG_DFL);
+  if (const std::uint64_t now = address_space_bytes(); now > 0) {
+    const rlim_t limit = rlim_t(now + memory_budget());
+    struct rlimit current {};
+    if (::getrlimit(RLIMIT_AS, &current) == 0 && (current.rlim_cur == RLIM_INFINITY || limit < current.rlim_cur)) {
+      const struct rlimit bounded {limit, current.rlim_max};
+      ::setrlimit(RLIMIT_AS, &bounded);
+    }
+  }
+  ::alarm(seconds);
+}
+
+}  // namespace
+
+// libhdf5 (1.10.8, Debian's) dereferences failed allocations, overflows buffers and
+// runs for minutes on some malformed files (docs/robustness.md, found by fuzzing): the
+// file is opened and read in a child process, bounded in time and memory, which sends
+// the matrix or the error message back through a pipe, so that a crash or a hang in
+// the library is a one-line error here, not the end of qkvlab.
+Hdf5Matrix read_hdf5_matrix(const Hdf5Location& where) {
+  const std::string name = where.file + ":" + where.dataset;
+  const unsigned seconds = read_seconds(where.file);
+  H5open();  // initialized once here, not in every reading process
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) return read_in_this_process(where, name);
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(fds[0]), ::close(fds[1]);
+    return read_in_this_process(where, name);
+  }
+  if (pid == 0) {  // the child: one message, then _exit (no destructors, no atexit handlers)
+    ::close(fds[0]);
+    bound_the_reading_process(seconds);
+    int code = 0;
+    try {
+      const Hdf5Matrix m = read_in_this_process(where, name);
+      const std::uint64_t header[3] = {0, std::uint64_t(m.data.rows()), std::uint64_t(m.data.cols())};
+      const std::uint8_t f32 = m.single_precision ? 1 : 0;
+      const RowMajor rows = m.data;
+      code = put(fds[1], header, sizeof header) && put(fds[1], &f32, 1) &&
+                     put(fds[1], rows.data(), sizeof(double) * std::size_t(rows.size()))
+                 ? 0
+                 : 1;
+    } catch (const std::exception& e) {
+      const std::string what = e.what();
+      const std::uint64_t header[3] = {1, what.size(), 0};
+      code = put(fds[1], header, sizeof header) && put(fds[1], what.data(), what.size()) ? 0 : 1;
+    }
+    ::_exit(code);
+  }
+  ::close(fds[1]);
+  std::uint64_t header[3] = {2, 0, 0};
+  std::optional<Hdf5Matrix> result;
+  std::string error;
+  if (get(fds[0], header, sizeof header)) {
+    if (header[0] == 0) {
+      std::uint8_t f32 = 0;
+      RowMajor rows(static_cast<Eigen::Index>(header[1]), static_cast<Eigen::Index>(header[2]));
+      if (get(fds[0], &f32, 1) && get(fds[0], rows.data(), sizeof(double) * std::size_t(rows.size())))
+        result = Hdf5Matrix{MatD(std::move(rows)), f32 != 0};
+    } else if (header[0] == 1 && header[1] < (1u << 20)) {
+      error.resize(std::size_t(header[1]));
+      if (!get(fds[0], error.data(), error.size())) error.clear();
+    }
+  }
+  ::close(fds[0]);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (result) return *result;
+  if (!error.empty()) throw UsageError(error);
+  if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM)
+    throw UsageError(name + ": the HDF5 library did not finish reading it in " + std::to_string(seconds) +
+                     " s: a malformed file");
+  if (WIFSIGNALED(status))
+    throw UsageError(name + ": the HDF5 library crashed reading it (signal " + std::to_string(WTERMSIG(status)) +
+                     "): a malformed file");
+  throw UsageError(name + ": cannot read it (the reading process exited with status " +
+                   std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) + ")");
 }
 
 Hdf5Matrix read_hdf5_matrix_image(std::string_view image, const std::string& dataset, const std::string& name) {

@@ -8,7 +8,9 @@
 // chunks all allocated; no external or virtual storage) and fit the memory
 // budget (core/limits.hpp). Every value must be exactly what the file holds:
 // a 64-bit integer beyond 2^53 that double cannot represent, or a wider float
-// that does not round-trip, is refused, as is a non-finite entry.
+// that does not round-trip, is refused, as is a non-finite entry. The file is read in
+// a child process: libhdf5 1.10 crashes on some malformed files (docs/robustness.md),
+// and there that is a UsageError naming the file, not the end of qkvlab.
 #pragma once
 
 #include "core/atomic_file.hpp"
