@@ -79,7 +79,8 @@ TEST(RobustCli, RealOptionsRefuseNanAndInfinity) {
       {"absorb fit", "--min-sine"}, {"absorb fit", "--lr"},  {"icl theory", "--sigma"}, {"icl lemmas", "--w0-scale"},
       {"icl lemmas", "--sigma"},    {"icl train", "--lr"},   {"icl train", "--w0-scale"}, {"icl anchor", "--sigma"},
       {"transfer", "--lr"},         {"lm init ckpt", "--mlp-ratio"}, {"lm init ckpt", "--rope-theta"},
-      {"lm init ckpt", "--skip-ratio"}};
+      {"lm init ckpt", "--skip-ratio"}, {"lm train --out run", "--lr"}, {"lm train --out run", "--min-lr"},
+      {"lm train --out run", "--weight-decay"}, {"lm train --out run", "--clip"}};
   for (const auto& [command, option] : options)
     for (const char* value : {"nan", "NaN", "inf", "-inf", "1e400"}) {
       const std::string args = command + " " + option + " " + value;
@@ -118,7 +119,8 @@ TEST(RobustCli, SeedsOutOfRangeAreUsageErrors) {
     const std::string args = std::string("verify --seed ") + seed;
     expect_usage_error(run_bounded(args, 60), args, "--seed");
   }
-  for (const std::string command : {"absorb fit", "rmt", "lnorm", "transfer", "icl theory", "icl train", "lm init ckpt"})
+  for (const std::string command : {"absorb fit", "rmt", "lnorm", "transfer", "icl theory", "icl train", "lm init ckpt",
+                                    "lm train --out run", "analyze all ckpt"})
     expect_usage_error(run_bounded(command + " --seed -1", 60), command, "--seed");
   // The last seed of a run must not wrap either.
   expect_usage_error(run_bounded("absorb fit --seed 18446744073709551615 --seeds 2", 60), "--seeds 2",
@@ -132,11 +134,15 @@ TEST(RobustCli, SeedsOutOfRangeAreUsageErrors) {
 }
 
 TEST(RobustCli, ThreadCountsAreCapped) {
-  for (const std::string command : {"verify", "transfer", "icl theory", "icl lemmas", "icl train"}) {
+  for (const std::string command : {"verify", "transfer", "icl theory", "icl lemmas", "icl train", "lm train --out run",
+                                    "lm eval ckpt", "analyze all ckpt"}) {
     const std::string args = command + " --threads 1000";
     expect_usage_error(run_bounded(args, 60), args, "--threads: must be an integer from");
     EXPECT_NE(run_bounded(args, 60).err.find("to 256"), std::string::npos);
   }
+  // Control: the cap itself is accepted and runs.
+  const CommandResult ok = run_bounded("icl theory --threads 256 --d 1 --n 2 --prompts 64 --format json");
+  EXPECT_EQ(ok.status, 0) << ok.err;
 }
 
 TEST(RobustCli, AThreadThatCannotStartIsOneLineAndANonZeroExit) {
