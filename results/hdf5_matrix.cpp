@@ -187,16 +187,14 @@ Hdf5Matrix read_in_this_process(const Hdf5Location& where, const std::string& na
   }
 }
 
-// Writes all of `n` bytes to fd; false on failure.
+// Writes all of `n` bytes to fd (core/atomic_file's write_all); false on failure.
 bool put(int fd, const void* data, std::size_t n) {
-  const char* p = static_cast<const char*>(data);
-  while (n > 0) {
-    const ssize_t w = ::write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return false;
-    p += w, n -= std::size_t(w);
+  try {
+    write_all(fd, std::string_view(static_cast<const char*>(data), n));
+    return true;
+  } catch (const std::exception&) {
+    return false;
   }
-  return true;
 }
 
 bool get(int fd, void* data, std::size_t n) {
