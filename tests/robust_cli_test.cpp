@@ -80,7 +80,7 @@ TEST(RobustCli, RealOptionsRefuseNanAndInfinity) {
       {"icl lemmas", "--sigma"},    {"icl train", "--lr"},   {"icl train", "--w0-scale"}, {"icl anchor", "--sigma"},
       {"transfer", "--lr"},         {"lm init ckpt", "--mlp-ratio"}, {"lm init ckpt", "--rope-theta"},
       {"lm init ckpt", "--skip-ratio"}, {"lm train --out run", "--lr"}, {"lm train --out run", "--min-lr"},
-      {"lm train --out run", "--weight-decay"}, {"lm train --out run", "--clip"}};
+      {"lm train --out run", "--weight-decay"}, {"lm train --out run", "--clip"}, {"probe ckpt", "--lr-grid"}};
   for (const auto& [command, option] : options)
     for (const char* value : {"nan", "NaN", "inf", "-inf", "1e400"}) {
       const std::string args = command + " " + option + " " + value;
@@ -120,7 +120,7 @@ TEST(RobustCli, SeedsOutOfRangeAreUsageErrors) {
     expect_usage_error(run_bounded(args, 60), args, "--seed");
   }
   for (const std::string command : {"absorb fit", "rmt", "lnorm", "transfer", "icl theory", "icl train", "lm init ckpt",
-                                    "lm train --out run", "analyze all ckpt"})
+                                    "lm train --out run", "analyze all ckpt", "probe ckpt"})
     expect_usage_error(run_bounded(command + " --seed -1", 60), command, "--seed");
   // The last seed of a run must not wrap either.
   expect_usage_error(run_bounded("absorb fit --seed 18446744073709551615 --seeds 2", 60), "--seeds 2",
@@ -135,7 +135,7 @@ TEST(RobustCli, SeedsOutOfRangeAreUsageErrors) {
 
 TEST(RobustCli, ThreadCountsAreCapped) {
   for (const std::string command : {"verify", "transfer", "icl theory", "icl lemmas", "icl train", "lm train --out run",
-                                    "lm eval ckpt", "analyze all ckpt"}) {
+                                    "lm eval ckpt", "analyze all ckpt", "probe ckpt"}) {
     const std::string args = command + " --threads 1000";
     expect_usage_error(run_bounded(args, 60), args, "--threads: must be an integer from");
     EXPECT_NE(run_bounded(args, 60).err.find("to 256"), std::string::npos);
