@@ -9,6 +9,7 @@
 #include "cli/matrix_argument.hpp"
 #include "cli/validators.hpp"
 #include "core/absorb.hpp"
+#include "core/atomic_file.hpp"
 #include "core/errors.hpp"
 #include "core/json_text.hpp"
 #include "core/npy.hpp"
@@ -34,8 +35,9 @@ std::string index_list(const std::vector<int>& J, const char* open, const char* 
   return s + close;
 }
 
-// The absorbed weights in the inputs' format: W1_absorbed.npy and W2_absorbed.npy,
-// or absorbed.h5 with datasets W1 and W2 when the inputs were HDF5.
+// The absorbed weights in the inputs' format: W1_absorbed.npy and W2_absorbed.npy
+// (both or neither: staged, then renamed), or absorbed.h5 with datasets W1 and W2
+// when the inputs were HDF5.
 std::vector<std::string> write_absorbed(const AbsorbArgs& a, const SkiplessMlp<double>& w, NpyDtype d1, NpyDtype d2) {
   const std::filesystem::path dir(a.out_dir);
   if (results::parse_hdf5_location(a.w1)) {
@@ -44,8 +46,10 @@ std::vector<std::string> write_absorbed(const AbsorbArgs& a, const SkiplessMlp<d
     return {path + ":/W1", path + ":/W2"};
   }
   // Rows of W1 negated and W2 unchanged: exact in the inputs' own dtypes.
-  write_npy(dir / "W1_absorbed.npy", w.W_1, d1);
-  write_npy(dir / "W2_absorbed.npy", w.W_2, d2);
+  StagedFiles files;
+  files.add_bytes(dir / "W1_absorbed.npy", ".npy", npy_bytes(w.W_1, d1));
+  files.add_bytes(dir / "W2_absorbed.npy", ".npy", npy_bytes(w.W_2, d2));
+  files.commit();
   return {(dir / "W1_absorbed.npy").string(), (dir / "W2_absorbed.npy").string()};
 }
 
@@ -104,7 +108,8 @@ Command add_absorb_command(CLI::App& app, const std::string& command_line) {
       "W1 (m x d) and W2 (d x m) are 2-D .npy files (dtype <f8 or <f4, C or Fortran order) or HDF5 datasets\n"
       "named FILE.h5:DATASET (any float or integer type, row-major as h5py writes them).\n"
       "The skip is absorbable iff W2 P_J W1 = -I for some J with |J| >= d (rows of W1 pairwise non-collinear,\n"
-      "non-zero; columns of W2 non-zero). Tolerance: 1e3 * u * ||W2||_F ||W1||_F, u of the inputs' dtype.\n"
+      "non-zero; columns of W2 non-zero). Tolerance: 1e3 * u * sum_i ||W2[:,i]|| ||W1[i,:]||, u of the inputs' dtype\n"
+      "(unchanged by rescaling a unit: row i of W1 times c > 0, column i of W2 divided by c).\n"
       "yes: prints J (0-based) and writes W1_absorbed.npy = (I - 2 P_J) W1 and W2_absorbed.npy = W2 to --out-dir\n"
       "(for HDF5 inputs: absorbed.h5 with datasets W1 and W2).\n"
       "no: prints the reason and the best real relaxation's residual.\n"

@@ -14,6 +14,7 @@
 #include "core/absorb.hpp"
 #include "core/errors.hpp"
 #include "core/json_text.hpp"
+#include "core/limits.hpp"
 #include "core/linalg.hpp"
 #include "results/figure.hpp"
 #include "synthetic/absorb_fit.hpp"
@@ -113,10 +114,22 @@ synthetic::SkipNetwork given_network(const FitArgs& a) {
   return {MatD::Identity(d, d), W_1.data, W_2.data};
 }
 
+// The memory the sizes imply, before anything is allocated: per step the batch's
+// inputs, targets, hidden layer and their gradients on the tape; the selection
+// and held-out samples with their hidden layers.
+double fit_memory_bytes(const FitArgs& a, int d, int m) {
+  const auto& c = a.config;
+  return 8.0 * (double(c.batch) * (6.0 * d + 8.0 * m) +
+                double(c.select_samples + c.heldout_samples) * (2.0 * m + 6.0 * d) * 2);
+}
+
 void validate(FitArgs& a) {
   if (a.w1.empty() != a.w2.empty()) throw UsageError("--w1 and --w2 go together");
   if (!a.w1.empty() && (a.skip != "identity"))
     throw UsageError("--skip: a given pair (--w1, --w2) is fitted with R = I");
+  if (a.seed > UINT64_MAX - std::uint64_t(a.seeds - 1))
+    throw UsageError("--seed " + std::to_string(a.seed) + " with --seeds " + std::to_string(a.seeds) +
+                     ": the last seed would pass 2^64 - 1");
   if (a.m == 0) a.m = 2 * a.d;
   if (a.w1.empty() && a.pair != "generic" && a.m < a.d)
     throw UsageError("--m: a representable pair needs m >= d, got m=" + std::to_string(a.m) + ", d=" + std::to_string(a.d));
@@ -125,6 +138,10 @@ void validate(FitArgs& a) {
     if (!parent.empty() && !std::filesystem::is_directory(parent))
       throw UsageError("--out: directory " + parent.string() + " does not exist");
   }
+  if (a.w1.empty())
+    require_memory("--d " + std::to_string(a.d) + " --m " + std::to_string(a.m) + " --batch " +
+                       std::to_string(a.config.batch),
+                   fit_memory_bytes(a, a.d, a.m));
 }
 
 void print_table(const FitArgs& a, const std::vector<PairFit>& fits, int d, int m, bool holds) {
@@ -213,6 +230,10 @@ int run_fit(FitArgs& a, const std::string& command_line) {
   const bool given = !a.w1.empty();
   const synthetic::SkipNetwork user = given ? given_network(a) : synthetic::SkipNetwork{};
   const int d = given ? int(user.W_1.cols()) : a.d, m = given ? int(user.W_1.rows()) : a.m;
+  if (given)
+    require_memory("--w1 " + a.w1 + " (" + std::to_string(m) + "x" + std::to_string(d) + ") with --batch " +
+                       std::to_string(a.config.batch),
+                   fit_memory_bytes(a, d, m));
   std::vector<Kind> kinds;
   if (given) kinds = {Kind::given};
   if (!given && a.pair != "generic") kinds.push_back(Kind::representable);
@@ -227,9 +248,17 @@ int run_fit(FitArgs& a, const std::string& command_line) {
       progress("fits", fits.size(), total);
       Rng rng(seed, std::string("absorb fit/pair/") + kind_name(kind));
       const MatD R = skip_matrix(a, d, seed);
-      const synthetic::SkipNetwork f = kind == Kind::given           ? user
-                                       : kind == Kind::representable ? synthetic::representable_network(rng, d, m, R, a.min_sine)
-                                                                     : synthetic::generic_network(rng, d, m, R, a.min_sine);
+      synthetic::SkipNetwork f;
+      try {
+        f = kind == Kind::given           ? user
+            : kind == Kind::representable ? synthetic::representable_network(rng, d, m, R, a.min_sine)
+                                          : synthetic::generic_network(rng, d, m, R, a.min_sine);
+      } catch (const SamplingLimit& e) {  // the options ask for W1 that cannot (practically) be drawn
+        std::ostringstream sine;
+        sine << a.min_sine;
+        throw UsageError("--min-sine " + sine.str() + " with --d " + std::to_string(d) + " --m " + std::to_string(m) +
+                         ": " + e.what() + " (lower --min-sine or --m)");
+      }
       PairFit p{kind, seed, decide_absorption(f.W_1, f.W_2, f.R, AbsorbLimits{}),
                 synthetic::fit_skipless(f, a.config, seed, std::string("absorb fit/") + kind_name(kind)), false, ""};
       judge(p);
@@ -244,20 +273,6 @@ int run_fit(FitArgs& a, const std::string& command_line) {
   else
     print_table(a, fits, d, m, holds);
   return holds ? 0 : 1;
-}
-
-CLI::Validator positive_real(const char* what) {
-  return CLI::Validator(
-      [what](std::string& value) -> std::string {
-        try {
-          std::size_t used = 0;
-          const double x = std::stod(value, &used);
-          if (used == value.size() && std::isfinite(x) && x > 0) return "";
-        } catch (const std::exception&) {
-        }
-        return std::string("must be ") + what + ", got '" + value + "'";
-      },
-      "POSITIVE");
 }
 
 }  // namespace
@@ -293,9 +308,9 @@ Command add_absorb_fit_command(CLI::App& absorb, const std::string& command_line
       ->capture_default_str();
   cmd->add_option("--min-sine", a->min_sine,
                   "Rows of W1 are redrawn until every pair is at least this far from collinear (sine of the angle)")
-      ->check(CLI::Range(0.0, 1.0))
+      ->check(real_in(0.0, 1.0))
       ->capture_default_str();
-  cmd->add_option("--seed", a->seed, "First seed")->capture_default_str();
+  cmd->add_option("--seed", a->seed, "First seed")->check(seed_value)->capture_default_str();
   cmd->add_option("--seeds", a->seeds, "Number of seeds (S, S+1, ...)")->check(integer_in(1, 1000))->capture_default_str();
   cmd->add_option("--restarts", a->config.restarts, "Random restarts per fit")
       ->check(integer_in(1, 1000))
@@ -304,7 +319,7 @@ Command add_absorb_fit_command(CLI::App& absorb, const std::string& command_line
       ->check(integer_in(10, 10000000))
       ->capture_default_str();
   cmd->add_option("--batch", a->config.batch, "Fresh inputs per step")->check(integer_in(1, 1 << 20))->capture_default_str();
-  cmd->add_option("--lr", a->config.lr, "Peak learning rate")->check(positive_real("a positive number"))->capture_default_str();
+  cmd->add_option("--lr", a->config.lr, "Peak learning rate")->check(positive_real)->capture_default_str();
   cmd->add_option("--w1", a->w1, "Fit this W1 (m x d, .npy or FILE.h5:DATASET) instead of drawn pairs");
   cmd->add_option("--w2", a->w2, "Fit this W2 (d x m), with --w1");
   cmd->add_option("--format", a->format, "Output on stdout")

@@ -60,12 +60,14 @@ void write_files(const AnalyzeArgs& a, const analysis::Report& r, const std::str
     const std::filesystem::path p(base);
     return several ? p.parent_path() / (p.stem().string() + "-" + table + ext) : p;
   };
-  if (!a.out.empty()) results::write_tables_hdf5(a.out, r.tables, a.seed, command_line);
+  StagedFiles files;  // every output of the run: all or none
+  if (!a.out.empty()) results::stage_tables_hdf5(files, a.out, r.tables, a.seed, command_line);
   for (std::size_t i = 0; i < r.tables.size() && !a.csv.empty(); ++i) {
     const auto csv = named(a.csv, r.tables[i].name, std::filesystem::path(a.csv).extension().string());
-    results::write_csv(csv, r.tables[i]);
-    if (!a.figure.empty()) results::render_figure(r.figures[i], r.tables[i], csv, named(a.figure, r.tables[i].name, ""));
+    results::stage_csv(files, csv, r.tables[i]);
+    if (!a.figure.empty()) results::stage_figure(files, r.figures[i], r.tables[i], named(a.figure, r.tables[i].name, ""));
   }
+  files.commit();
 }
 
 int run_analyze(const AnalyzeArgs& a, const std::string& command_line) {
@@ -113,9 +115,9 @@ Command add_analyze_command(CLI::App& app, const std::string& command_line) {
   cmd->add_option("--seq-len", a->seq_len, "Tokens per sequence (a 1-D stream is cut into pieces of this length)")
       ->check(integer_in(2, 1 << 20))
       ->capture_default_str();
-  cmd->add_option("--seed", a->seed, "Seed of the choice of sequences (recorded in the output)")->capture_default_str();
+  cmd->add_option("--seed", a->seed, "Seed of the choice of sequences (recorded in the output)")->check(seed_value)->capture_default_str();
   add_device_option(cmd, a->device);
-  cmd->add_option("--threads", a->threads, "CPU threads (0: all cores)")->check(integer_in(0, 1024))->capture_default_str();
+  cmd->add_option("--threads", a->threads, "CPU threads (0: all cores; at most 256)")->check(thread_count)->capture_default_str();
   cmd->add_option("--batch", a->batch, "Sequences per forward pass")->check(integer_in(1, 4096))->capture_default_str();
   cmd->add_option("--definition", a->definition, "entropy: column (the released script's), row, or printed (Eq. 11)")
       ->check(CLI::IsMember({"column", "row", "printed"}))

@@ -12,6 +12,7 @@
 #include "cli/validators.hpp"
 #include "core/errors.hpp"
 #include "core/json_text.hpp"
+#include "core/limits.hpp"
 #include "results/figure.hpp"
 #include "synthetic/icl/lemmas.hpp"
 #include "synthetic/icl/theory.hpp"
@@ -52,11 +53,18 @@ struct TaskArgs {
 void add_task_options(CLI::App* cmd, TaskArgs& a) {
   cmd->add_option("--d", a.d, "Dimension d of x, y and every weight")->check(integer_in(1, 4096))->capture_default_str();
   cmd->add_option("--n", a.n, "In-context examples n per prompt")->check(integer_in(1, 1 << 20))->capture_default_str();
-  cmd->add_option("--sigma", a.sigma, "Noise standard deviation sigma (>= 0)")->capture_default_str();
-  cmd->add_option("--prompts", a.prompts, "Monte Carlo prompts")->capture_default_str();
-  cmd->add_option("--seed", a.seed, "Seed of every random draw (recorded in the output)")->capture_default_str();
-  cmd->add_option("--threads", a.threads, "Worker threads (0: one per hardware thread); results do not depend on it")
-      ->check(integer_in(0, 1024))
+  cmd->add_option("--sigma", a.sigma, "Noise standard deviation sigma (>= 0)")
+      ->check(non_negative_real)
+      ->capture_default_str();
+  cmd->add_option("--prompts", a.prompts, "Monte Carlo prompts")
+      ->check(integer64_in(2, 1000000000000LL))
+      ->capture_default_str();
+  cmd->add_option("--seed", a.seed, "Seed of every random draw (recorded in the output)")
+      ->check(seed_value)
+      ->capture_default_str();
+  cmd->add_option("--threads", a.threads,
+                  "Worker threads (0: one per hardware thread; at most 256); results do not depend on it")
+      ->check(thread_count)
       ->capture_default_str();
   cmd->add_option("--format", a.format, "Output on stdout")
       ->check(CLI::IsMember({"table", "json"}))
@@ -88,6 +96,14 @@ icl::TheoryOptions theory_options(const TheoryArgs& a) {
   icl::TheoryOptions o{a.prompts, a.seed, a.threads};
   o.cuda = a.device == Device::cuda;
   return o;
+}
+
+// Refuses, before anything is allocated, sizes whose Monte Carlo would not fit the memory budget.
+void require_theory_memory(const TheoryArgs& a) {
+  const icl::Task sizes{a.d, a.n, 0.0, {}};
+  require_memory("--d " + std::to_string(a.d) + " --n " + std::to_string(a.n) + " --prompts " +
+                     std::to_string(a.prompts),
+                 icl::theory_memory_bytes(sizes, theory_options(a)));
 }
 
 MatD prior_mean(const TheoryArgs& a) {
@@ -205,9 +221,8 @@ void print_theory_table(const icl::Theory& t, const TheoryArgs& a) {
               2.0 * double(t.options.prompts) / t.wall_seconds);
 }
 
-void write_theory_figure(const icl::Theory& t, const results::Table& tab, const std::string& stem) {
-  const std::filesystem::path csv = stem + ".csv";
-  results::write_csv(csv, tab);
+void stage_theory_figure(StagedFiles& files, const icl::Theory& t, const results::Table& tab, const std::string& stem) {
+  results::stage_csv(files, stem + ".csv", tab);
   char title[160];
   std::snprintf(title, sizeof title, "d = %d, n = %d, sigma = %g, ||W_0||_F = %g, %ld prompts", t.task.d, t.task.n,
                 t.task.sigma, t.task.prior_mean().norm(), t.options.prompts);
@@ -217,7 +232,7 @@ void write_theory_figure(const icl::Theory& t, const results::Table& tab, const 
   f.series.push_back({"a", "skipv1_value", "", "SkipV1 at the construction", "linespoints pt 5 lw 2"});
   f.series.push_back({"a", "c_a", "", "c_a", "linespoints pt 9 lw 2"});
   f.series.push_back({"a", "C", "", "C", "lines dt 2"});
-  results::render_figure(f, tab, csv, stem);
+  results::stage_figure(files, f, tab, stem);
 }
 
 // ---- icl theory sweep -----------------------------------------------------
@@ -301,7 +316,7 @@ results::Table sweep_by_a_table(const Grid& g, const std::vector<icl::Theory>& t
 
 // Against the first swept axis (order d, n, sigma, w0_scale), SkipV1 at a = d (C + C_3) and the MHA
 // bound at a = d−1, one pair of curves per value of the second swept axis; other axes at their first value.
-void write_sweep_figure(const Grid& g, const std::vector<icl::Theory>& ts, const std::string& stem) {
+void stage_sweep_figure(StagedFiles& files, const Grid& g, const std::vector<icl::Theory>& ts, const std::string& stem) {
   std::vector<std::size_t> swept;
   for (std::size_t k = 0; k < 4; ++k)
     if (g.axes[k].size() > 1) swept.push_back(k);
@@ -325,8 +340,8 @@ void write_sweep_figure(const Grid& g, const std::vector<icl::Theory>& ts, const
     f.series.push_back({Grid::names[x], "skipv1_" + id, "", std::string("SkipV1, ") + label, "linespoints pt 7" + colour});
     f.series.push_back({Grid::names[x], "mha_" + id, "", std::string("MHA bound, ") + label, "linespoints dt 2 pt 6" + colour});
   }
-  results::write_csv(stem + ".figure.csv", tab);  // STEM.csv is left to --csv's points table
-  results::render_figure(f, tab, stem + ".figure.csv", stem);
+  results::stage_csv(files, stem + ".figure.csv", tab);  // STEM.csv is left to --csv's points table
+  results::stage_figure(files, f, tab, stem);
 }
 
 void print_sweep_json(const Grid& g, const std::vector<icl::Theory>& ts, const TheoryArgs& a,
@@ -369,6 +384,7 @@ int run_theory_sweep(const TheoryArgs& a, const std::string& command_line) {
   std::vector<icl::Task> tasks;
   for (std::size_t p = 0; p < g.size(); ++p) {
     const TheoryArgs q = point_args(a, g, p);
+    require_theory_memory(q);
     tasks.push_back(make_task(q, prior_mean(q)));
   }
   const Progress progress{"icl theory", Progress::wanted(false)};
@@ -379,9 +395,11 @@ int run_theory_sweep(const TheoryArgs& a, const std::string& command_line) {
   }
   progress("points", tasks.size(), tasks.size());
   const results::Table points = points_table(g, ts);
-  if (!a.out.empty()) results::write_tables_hdf5(a.out, {points, sweep_by_a_table(g, ts)}, a.seed, command_line);
-  if (!a.csv.empty()) results::write_csv(a.csv, points);
-  if (!a.figure.empty()) write_sweep_figure(g, ts, a.figure);
+  StagedFiles files;  // --out, --csv and --figure: all or none
+  if (!a.out.empty()) results::stage_tables_hdf5(files, a.out, {points, sweep_by_a_table(g, ts)}, a.seed, command_line);
+  if (!a.csv.empty()) results::stage_csv(files, a.csv, points);
+  if (!a.figure.empty()) stage_sweep_figure(files, g, ts, a.figure);
+  files.commit();
   if (a.format == "json") print_sweep_json(g, ts, a, command_line);
   else print_sweep_table(g, ts, a);
   return 0;
@@ -390,12 +408,15 @@ int run_theory_sweep(const TheoryArgs& a, const std::string& command_line) {
 int run_theory(const TheoryArgs& a, const std::string& command_line) {
   if (a.sweep()) return run_theory_sweep(a, command_line);
   require_device(a.device);
+  require_theory_memory(a);
   const icl::Task task = make_task(a, prior_mean(a));
   const icl::Theory t = icl::estimate_theory(task, theory_options(a));
   const results::Table by_a = by_a_table(t), scalars = scalar_table(t);
-  if (!a.out.empty()) results::write_tables_hdf5(a.out, {by_a, scalars}, a.seed, command_line);
-  if (!a.csv.empty()) results::write_csv(a.csv, by_a);
-  if (!a.figure.empty()) write_theory_figure(t, by_a, a.figure);
+  StagedFiles files;  // --out, --csv and --figure: all or none
+  if (!a.out.empty()) results::stage_tables_hdf5(files, a.out, {by_a, scalars}, a.seed, command_line);
+  if (!a.csv.empty()) results::stage_csv(files, a.csv, by_a);
+  if (!a.figure.empty()) stage_theory_figure(files, t, by_a, a.figure);
+  files.commit();
   if (a.format == "json") print_theory_json(t, a, command_line);
   else print_theory_table(t, a);
   return 0;
@@ -416,6 +437,9 @@ std::string lemma_json(const icl::LemmaResult& r) {
 }
 
 int run_lemmas(const LemmaArgs& a, const std::string& command_line) {
+  require_memory("--d " + std::to_string(a.d) + " --n " + std::to_string(a.n) + " --prompts " +
+                     std::to_string(a.prompts),
+                 icl::lemmas_memory_bytes(icl::Task{a.d, a.n, 0.0, {}}, icl::LemmaOptions{a.prompts, a.seed, a.threads}));
   const icl::Task zero = make_task(a, MatD::Zero(a.d, a.d));
   const double c = a.w0_scale >= 0 ? a.w0_scale : icl::theorem_w0_scale(zero);
   if (!std::isfinite(c)) throw UsageError("--w0-scale: must be a finite number");
@@ -467,7 +491,9 @@ std::vector<Command> add_icl_theory_commands(CLI::App& icl, const std::string& c
   add_task_options(theory, *t);
   theory->add_option("--w0", t->w0, "Prior mean W_0: zero, identity, or a d x d matrix FILE.npy (or FILE.h5:DATASET)")
       ->capture_default_str();
-  theory->add_option("--w0-scale", t->w0_scale, "Multiplies W_0 (identity or file; ignored for zero)")->capture_default_str();
+  theory->add_option("--w0-scale", t->w0_scale, "Multiplies W_0 (identity or file; ignored for zero)")
+      ->check(finite_real)
+      ->capture_default_str();
   add_device_option(theory, t->device);
   theory->add_option("--out", t->out, "Write the tables by_a and scalars to this HDF5 file");
   theory->add_option("--csv", t->csv, "Write the per-a table (c_a, bounds, SkipV1 value, gap, C, C3) to this CSV");
@@ -502,7 +528,8 @@ std::vector<Command> add_icl_theory_commands(CLI::App& icl, const std::string& c
   auto* lemmas = icl.add_subcommand("lemmas", "Lemmas 1-4 and Theorem 2 of Appendix A as Monte Carlo checks, two priors");
   add_task_options(lemmas, *l);
   lemmas->add_option("--w0-scale", l->w0_scale,
-                     "c of the second prior W_0 = c I (default 3 sqrt(d) sigma, so sigma_d(W_0) > 2 sqrt(d) sigma)");
+                     "c >= 0 of the second prior W_0 = c I (default 3 sqrt(d) sigma, so sigma_d(W_0) > 2 sqrt(d) sigma)")
+      ->check(non_negative_real);
   lemmas->add_option("--form", l->form, "W_D used: posterior (the Bayes posterior mean), ridge (the paper's), ridge-sigma-typo (sigma I)")
       ->transform(CLI::CheckedTransformer(std::map<std::string, icl::Form>{{"posterior", icl::Form::posterior_mean},
                                                                            {"ridge", icl::Form::ridge},

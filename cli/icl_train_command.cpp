@@ -10,6 +10,7 @@
 #include "cli/validators.hpp"
 #include "core/errors.hpp"
 #include "core/json_text.hpp"
+#include "core/limits.hpp"
 #include "engine/blas.hpp"
 #include "results/figure.hpp"
 #include "synthetic/icl/anchor.hpp"
@@ -50,20 +51,22 @@ struct CommonArgs {
 void add_common_options(CLI::App* cmd, CommonArgs& a, bool with_w0) {
   cmd->add_option("--d", a.d, "Dimension d of x and y")->check(integer_in(1, 64))->capture_default_str();
   cmd->add_option("--n", a.n, "Number n of (x, y) pairs in a prompt")->check(integer_in(1, 4096))->capture_default_str();
-  cmd->add_option("--sigma", a.sigma, "Noise standard deviation sigma")->check(CLI::NonNegativeNumber)->capture_default_str();
+  cmd->add_option("--sigma", a.sigma, "Noise standard deviation sigma")->check(non_negative_real)->capture_default_str();
   if (with_w0)
-    cmd->add_option("--w0-scale", a.w0_scale, "Prior mean W_0 = c I (0: W_0 = 0)")->capture_default_str();
+    cmd->add_option("--w0-scale", a.w0_scale, "Prior mean W_0 = c I (0: W_0 = 0)")->check(finite_real)->capture_default_str();
   cmd->add_option("--steps", a.steps, "Adam steps per run")->check(positive_integer)->capture_default_str();
   cmd->add_option("--batch", a.batch, "Fresh prompts per step")->check(positive_integer)->capture_default_str();
   cmd->add_option("--lr", a.lr, "Peak learning rate (linear warmup, cosine decay to 1% of it)")
-      ->check(CLI::PositiveNumber)
+      ->check(positive_real)
       ->capture_default_str();
   cmd->add_option("--restarts", a.restarts, "Independent initializations per model")->check(positive_integer)->capture_default_str();
   cmd->add_option("--eval-samples", a.eval_samples, "Held-out prompts for the final losses")
       ->check(integer_in(2, 100000000))
       ->capture_default_str();
-  cmd->add_option("--seed", a.seed, "Seed of every random draw")->capture_default_str();
-  cmd->add_option("--threads", a.threads, "Worker threads (results do not depend on it)")->check(positive_integer)->capture_default_str();
+  cmd->add_option("--seed", a.seed, "Seed of every random draw")->check(seed_value)->capture_default_str();
+  cmd->add_option("--threads", a.threads, "Worker threads, at most 256 (results do not depend on it)")
+      ->check(positive_thread_count)
+      ->capture_default_str();
   cmd->add_option("--out", a.out, "Write every table to this HDF5 file");
   cmd->add_option("--csv", a.csv, "Write the main table to this CSV file");
   cmd->add_option("--figure", a.figure, "Write the figure to STEM.svg and STEM.png (its data to STEM.csv; needs gnuplot)");
@@ -98,10 +101,26 @@ void check_paths(const CommonArgs& a) {
   }
 }
 
+// The memory the sizes imply, before anything is allocated: each thread's training
+// batch on the tape (about 30 matrices of batch x tokens x 3d), every run's
+// held-out losses (kept per prompt for paired differences) and a held-out chunk's
+// probes, and the Monte Carlo of the bounds (theory_prompts; 0 when none).
+void require_train_memory(const CommonArgs& a, int d, int n, double runs, long theory_prompts) {
+  const double tokens = 2.0 * n + 1, threads = std::min<double>(a.threads, runs);
+  double bytes = threads * 30 * 8 * double(a.batch) * tokens * 3 * d + runs * 8 * 2 * double(a.eval_samples) +
+                 threads * 2000.0 * d * tokens * 3 * d * 8;
+  if (theory_prompts > 0) bytes += theory_memory_bytes(Task{d, n, 0.0, {}}, {theory_prompts, a.seed, a.threads});
+  require_memory("--d " + std::to_string(d) + " --n " + std::to_string(n) + " --batch " + std::to_string(a.batch) +
+                     " --eval-samples " + std::to_string(a.eval_samples) +
+                     (theory_prompts > 0 ? " --theory-prompts " + std::to_string(theory_prompts) : ""),
+                 bytes);
+}
+
 void prepare(const CommonArgs& a) {
   require_device(a.device, kGpuPath);
   check_paths(a);
-  if (a.threads > 1) engine::set_blas_threads(1);  // runs are parallel; keep products single-threaded
+  // OpenBLAS follows --threads: the runs are what runs in parallel, each product on its run's thread.
+  engine::set_blas_threads(1);
 }
 
 fs::path stem_of(const std::string& figure) {
@@ -132,16 +151,18 @@ std::function<void(int, int)> progress_of(const std::string& name, const std::st
   return [p, what](int done, int total) { (*p)(what, std::size_t(done), std::size_t(total)); };
 }
 
+// --out, --csv and --figure (STEM.csv, STEM.svg, STEM.png): all or none.
 void write_outputs(const CommonArgs& a, const std::vector<results::Table>& tables, const results::Table& main,
                    const results::Table& figure_table, const results::Figure& figure, const std::string& command_line) {
-  if (!a.out.empty()) results::write_tables_hdf5(a.out, tables, a.seed, command_line);
-  if (!a.csv.empty()) results::write_csv(a.csv, main);
+  StagedFiles files;
+  if (!a.out.empty()) results::stage_tables_hdf5(files, a.out, tables, a.seed, command_line);
+  if (!a.csv.empty()) results::stage_csv(files, a.csv, main);
   if (!a.figure.empty()) {
     const fs::path stem = stem_of(a.figure);
-    const fs::path csv = fs::path(stem.string() + ".csv");
-    results::write_csv(csv, figure_table);
-    results::render_figure(figure, figure_table, csv, stem);
+    results::stage_csv(files, fs::path(stem.string() + ".csv"), figure_table);
+    results::stage_figure(files, figure, figure_table, stem);
   }
+  files.commit();
 }
 
 double model_code(Variant v) { return double(int(v)); }
@@ -245,6 +266,8 @@ void print_train_json(const TrainExperimentResult& r) {
 int run_train(const TrainArgs& t, const std::string& command_line) {
   const TrainExperimentConfig c = experiment_of(t);
   prepare(t.common);
+  require_train_memory(t.common, c.task.d, c.task.n, double(c.models.size()) * c.restarts,
+                       t.assumption1 ? t.theory_prompts : 0);
   const TrainExperimentResult r = run_train_experiment(c, progress_of("icl train", "runs", t.common.quiet));
   // Tables: one row per run; the curves (one column per run); per model.
   results::Table runs{"runs", {{"model", {}}, {"restart", {}}, {"loss", {}}, {"loss_se", {}}, {"final_train_loss", {}}}};
@@ -306,6 +329,8 @@ int run_sweep(const SweepArgs& s, const std::string& command_line) {
   require_each_integer_in("--d-list", s.ds, 1, 64);
   require_each_integer_in("--n-list", s.ns, 1, 4096);
   require_each_non_negative("--sigma-list", s.sigmas);
+  for (int d : s.ds)
+    for (int n : s.ns) require_train_memory(s.common, d, n, 2.0 * s.common.restarts, s.theory_prompts);
   std::vector<TrainExperimentConfig> points;
   for (int d : s.ds)
     for (int n : s.ns)
@@ -387,6 +412,7 @@ int run_anchor_command(const CommonArgs& a, const std::string& command_line) {
   c.seed = a.seed, c.threads = a.threads;
   validate(c);
   prepare(a);
+  require_train_memory(a, a.d, a.n, a.restarts, 0);
   const AnchorResult r = run_anchor(c, progress_of("icl anchor", "restarts", a.quiet));
   const AnchorRun& best = r.runs[std::size_t(r.best)];
   results::Table summary{"anchor", {{"restart", {}}, {"trained_loss", {}}, {"trained_se", {}}, {"analytic_optimum", {}},
@@ -455,6 +481,7 @@ int run_depth_command(const DepthArgs& a, const std::string& command_line) {
   c.eval_samples = a.common.eval_samples, c.seed = a.common.seed, c.threads = a.common.threads;
   validate(c);
   prepare(a.common);
+  require_train_memory(a.common, a.common.d, a.common.n, 2.0 * double(a.layers.size()), 0);
   const std::vector<DepthRun> runs = run_depth(c, progress_of("icl depth", "runs", a.common.quiet));
   results::Table losses{"depth", {{"layers", {}}, {"skipv1", {}}, {"trained_loss", {}}, {"trained_se", {}},
                                   {"gd_same_steps_loss", {}}}};
@@ -539,7 +566,7 @@ std::vector<Command> add_icl_train_commands(CLI::App& icl, const std::string& co
     cmd->add_option("--a", t->a, "Rows of A under Assumption 1 (default d)")->check(integer_in(0, 64));
     cmd->add_option("--models", t->models, "Models to train: mha, skipv1, resformer, svformer")->delimiter(',')->capture_default_str();
     cmd->add_option("--theory-prompts", t->theory_prompts, "Monte Carlo prompts for C and the bounds")
-        ->check(CLI::Range(2L, 100000000L))
+        ->check(integer64_in(2, 100000000))
         ->capture_default_str();
     cmd->footer(
         "Trains each model from --restarts initializations with Adam on fresh batches (the same prompts for every\n"
@@ -558,7 +585,7 @@ std::vector<Command> add_icl_train_commands(CLI::App& icl, const std::string& co
     cmd->add_option("--n-list", s->ns, "Values of n")->delimiter(',')->capture_default_str();
     cmd->add_option("--sigma-list", s->sigmas, "Values of sigma")->delimiter(',')->capture_default_str();
     cmd->add_option("--theory-prompts", s->theory_prompts, "Monte Carlo prompts for C and the bounds")
-        ->check(CLI::Range(2L, 100000000L))
+        ->check(integer64_in(2, 100000000))
         ->capture_default_str();
     cmd->footer(
         "For every (d, n, sigma) of the lists and a = 0..d: trains MHA and SkipV1 with Assumption 1's fixed copying\n"
@@ -588,6 +615,7 @@ std::vector<Command> add_icl_train_commands(CLI::App& icl, const std::string& co
     add_common_options(cmd, a->common, false);
     cmd->add_option("--layers", a->layers, "Depths L to train")->delimiter(',')->capture_default_str();
     cmd->add_option("--heads", a->heads, "Heads per layer (even; SkipV1 takes the second half from layer 1)")
+        ->check(integer_in(1, 64))
         ->capture_default_str();
     cmd->footer(
         "Trains L-layer linear self-attention (residual, concatenated tokens) for each L, MHA and SkipV1 (L >= 2),\n"

@@ -76,7 +76,7 @@ std::vector<Command> add_lm_eval_commands(CLI::App& lm, const std::string&) {
       ->check(CLI::Range(std::int64_t(1), std::int64_t(1) << 40));
   cmd->add_option("--batch", a->batch, "Sequences per forward pass")->check(integer_in(1, 4096))->capture_default_str();
   add_device_option(cmd, a->device);
-  cmd->add_option("--threads", a->threads, "CPU threads (0: all cores)")->check(integer_in(0, 1024))->capture_default_str();
+  cmd->add_option("--threads", a->threads, "CPU threads (0: all cores; at most 256)")->check(thread_count)->capture_default_str();
   cmd->add_option("--format", a->format, "Output: table or json")
       ->check(CLI::IsMember({"table", "json"}))
       ->capture_default_str();

@@ -43,7 +43,7 @@ std::vector<Command> add_lm_init_commands(CLI::App& lm, const std::string&) {
                                         "scaled by 1/sqrt(2L)) to a checkpoint directory");
   cmd->add_option("CKPT", a->dir, "Checkpoint directory to write (model.safetensors, config.json)")->required();
   add_model_options(cmd, a->model);
-  cmd->add_option("--seed", a->seed, "Seed of the initialization")->capture_default_str();
+  cmd->add_option("--seed", a->seed, "Seed of the initialization")->check(seed_value)->capture_default_str();
   cmd->add_option("--format", a->format, "Output: table or json")
       ->check(CLI::IsMember({"table", "json"}))
       ->capture_default_str();

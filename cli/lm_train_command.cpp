@@ -100,20 +100,20 @@ std::vector<Command> add_lm_train_commands(CLI::App& lm, const std::string& comm
   cmd->add_option("--seq-len", a->run.seq, "Tokens per sequence")->check(integer_in(2, 1 << 20));
   cmd->add_option("--accum", a->run.loop.accum, "Micro-batches per step")->check(integer_in(1, 65536));
   cmd->add_option("--lr", a->run.loop.lr, "Peak learning rate (the floor becomes lr/10 unless --min-lr)")
-      ->check(CLI::Range(0.0, 10.0));
-  cmd->add_option("--min-lr", a->run.loop.min_lr, "Floor of the cosine decay")->check(CLI::Range(0.0, 10.0));
+      ->check(real_in(0.0, 10.0));
+  cmd->add_option("--min-lr", a->run.loop.min_lr, "Floor of the cosine decay")->check(real_in(0.0, 10.0));
   cmd->add_option("--warmup", a->run.loop.warmup, "Linear warmup steps")->check(CLI::Range(std::int64_t(0), std::int64_t(1) << 40));
   cmd->add_option("--weight-decay", a->run.loop.adamw.weight_decay, "AdamW's decoupled weight decay")
-      ->check(CLI::Range(0.0, 10.0));
-  cmd->add_option("--clip", a->run.loop.clip, "Clip the gradient's global norm (0: no clipping)")->check(CLI::Range(0.0, 1e6));
-  cmd->add_option("--seed", a->run.seed, "Seed of the initialization and the batches")->capture_default_str();
+      ->check(real_in(0.0, 10.0));
+  cmd->add_option("--clip", a->run.loop.clip, "Clip the gradient's global norm (0: no clipping)")->check(real_in(0.0, 1e6));
+  cmd->add_option("--seed", a->run.seed, "Seed of the initialization and the batches")->check(seed_value)->capture_default_str();
   cmd->add_option("--eval-every", a->run.eval_every, "Validation every N steps")->check(CLI::Range(std::int64_t(1), std::int64_t(1) << 40));
   cmd->add_option("--eval-windows", a->run.eval_windows, "Validation windows at each evaluation (the end uses all)")
       ->check(integer_in(1, 1 << 24));
   cmd->add_option("--checkpoint-every", a->run.checkpoint_every, "Checkpoint every N steps (and at the end)")
       ->check(CLI::Range(std::int64_t(1), std::int64_t(1) << 40));
   add_device_option(cmd, a->device);
-  cmd->add_option("--threads", a->threads, "CPU threads (0: all cores)")->check(integer_in(0, 1024))->capture_default_str();
+  cmd->add_option("--threads", a->threads, "CPU threads (0: all cores; at most 256)")->check(thread_count)->capture_default_str();
   cmd->add_option("--format", a->format, "Output: table or json")->check(CLI::IsMember({"table", "json"}))->capture_default_str();
   cmd->add_flag("--quiet", a->quiet, "No progress on stderr");
   return {{cmd, [a, cmd, command_line] { return run_train(*a, *cmd, command_line); }}};

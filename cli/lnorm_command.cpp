@@ -7,6 +7,8 @@
 // entries. Writes lnorm.h5, lnorm.csv, lnorm.svg, lnorm.png.
 #include "cli/commands.hpp"
 #include "cli/plot_common.hpp"
+#include "cli/validators.hpp"
+#include "core/limits.hpp"
 #include "core/normalize.hpp"
 #include "core/rng.hpp"
 #include "results/figure.hpp"
@@ -28,6 +30,8 @@ struct LnormArgs {
 
 int run_lnorm(const LnormArgs& a, bool out_given, const std::string& command_line) {
   if (a.d < 2) throw UsageError("--d: must be at least 2, got " + std::to_string(a.d));
+  // 16 d samples of d: the four sample matrices, the fit's QR and its products, about 10 · 16 d² doubles.
+  require_memory("--d " + std::to_string(a.d), 8.0 * 160 * double(a.d) * a.d);
   const auto dir = prepare_out_dir(a.out_dir, out_given);
   const Progress progress{"lnorm", Progress::wanted(a.quiet)};
   const int d = a.d, n = 16 * d;
@@ -59,14 +63,16 @@ int run_lnorm(const LnormArgs& a, bool out_given, const std::string& command_lin
                           {"points_outside_image", outside}}};
   const results::Table params{
       "parameters", {{"d", {double(d)}}, {"eps", {kEps}}, {"samples_fit", {double(n)}}, {"samples_test", {double(n)}}}};
-  results::write_tables_hdf5(dir / "lnorm.h5", {t, params}, a.seed, command_line);
-  results::write_csv(dir / "lnorm.csv", t);
+  StagedFiles files;  // the numbers and the figure: all or none
+  results::stage_tables_hdf5(files, dir / "lnorm.h5", {t, params}, a.seed, command_line);
+  results::stage_csv(files, dir / "lnorm.csv", t);
   results::Figure fig{"Linearity defect of f = N^-1(A N(x)), d = " + std::to_string(d) + ", eps = 1e-5",
                       "s / sqrt(d eps)   (x = s g, g ~ N(0, I))", "relative error of the best linear fit", true, true,
                       {}, {"set key top left"}};
   fig.series.push_back({"r", "rel_err_held_out", "", "held-out samples", "linespoints pt 7 lw 2"});
   fig.series.push_back({"r", "rel_err_in_sample", "", "fit samples", "lines dt 2 lw 2"});
-  results::render_figure(fig, t, dir / "lnorm.csv", dir / "lnorm");
+  results::stage_figure(files, fig, t, dir / "lnorm");
+  files.commit();
   return 0;
 }
 
@@ -79,8 +85,8 @@ Command add_lnorm_command(CLI::App& app, const std::string& command_line) {
               "Exit 2 on a usage error.");
   auto* out = cmd->add_option("--out-dir", a->out_dir, "Existing output directory (the default is created)")
                   ->capture_default_str();
-  cmd->add_option("--seed", a->seed, "Seed of every random draw")->capture_default_str();
-  cmd->add_option("--d", a->d, "Width d (at least 2)")->capture_default_str();
+  cmd->add_option("--seed", a->seed, "Seed of every random draw")->check(seed_value)->capture_default_str();
+  cmd->add_option("--d", a->d, "Width d (at least 2)")->check(integer_in(0, 1 << 20))->capture_default_str();
   cmd->add_flag("--quiet", a->quiet, "No progress on stderr");
   return {cmd, [a, out, command_line] { return run_lnorm(*a, out->count() > 0, command_line); }};
 }

@@ -1,9 +1,49 @@
 // qkvlab: one program, one subcommand per job. Exit status: 0 success, 1 a
-// check failed, 2 a usage error (one-line message on stderr).
+// check failed, 2 a usage error (one-line message on stderr), 3 an unexpected
+// error (one line too).
 #include "cli/commands.hpp"
 #include "core/errors.hpp"
 
 #include <iostream>
+#include <new>
+#include <optional>
+
+namespace {
+
+// Messages are one line: a newline inside one (from a library) becomes a space.
+std::string one_line(std::string text) {
+  for (char& c : text)
+    if (c == '\n' || c == '\r') c = ' ';
+  return text;
+}
+
+// Where a subcommand is required, the first word that is not an option must name
+// one; CLI11 would report "A subcommand is required" for a misspelt one.
+std::optional<std::string> unknown_subcommand(CLI::App& app, int argc, char** argv) {
+  CLI::App* current = &app;
+  std::string path = "qkvlab";
+  for (int i = 1; i < argc; ++i) {
+    const std::string word = argv[i];
+    if (word.empty() || word[0] == '-') return std::nullopt;  // options: CLI11 reports what follows
+    const auto subs = current->get_subcommands([](const CLI::App*) { return true; });
+    CLI::App* next = nullptr;
+    std::string names;
+    for (CLI::App* s : subs) {
+      if (s->check_name(word)) next = s;
+      names += (names.empty() ? "" : ", ") + s->get_name();
+    }
+    if (next) {
+      current = next;
+      path += " " + word;
+      continue;
+    }
+    if (current->get_require_subcommand_min() == 0 || subs.empty()) return std::nullopt;
+    return "unknown command '" + word + "' after '" + path + "' (one of: " + names + ")";
+  }
+  return std::nullopt;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   std::string command_line = argv[0];
@@ -34,6 +74,10 @@ int main(int argc, char** argv) {
       qkvlab::cli::add_analyze_command(app, command_line),
       qkvlab::cli::add_probe_command(app, command_line),
   };
+  if (const auto unknown = unknown_subcommand(app, argc, argv)) {
+    std::cerr << "qkvlab: error: " << one_line(*unknown) << " (see 'qkvlab --help')\n";
+    return 2;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -43,7 +87,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::cerr << "qkvlab: error: " << e.what() << " (see 'qkvlab --help')\n";
+    std::cerr << "qkvlab: error: " << one_line(e.what()) << " (see 'qkvlab --help')\n";
     return 2;
   }
   try {
@@ -51,10 +95,13 @@ int main(int argc, char** argv) {
       if (command.app->parsed()) return command.run();
     return 2;  // unreachable: require_subcommand(1)
   } catch (const qkvlab::UsageError& e) {
-    std::cerr << "qkvlab: error: " << e.what() << "\n";
+    std::cerr << "qkvlab: error: " << one_line(e.what()) << "\n";
     return 2;
+  } catch (const std::bad_alloc&) {
+    std::cerr << "qkvlab: error: out of memory\n";
+    return 3;
   } catch (const std::exception& e) {
-    std::cerr << "qkvlab: error: " << e.what() << "\n";
+    std::cerr << "qkvlab: error: " << one_line(e.what()) << "\n";
     return 3;
   }
 }

@@ -26,7 +26,7 @@ void add_model_options(CLI::App* cmd, ModelOptions& o) {
       ->check(integer_in(1, 1 << 20));
   g->add_option("--mlp-ratio", o.mlp_ratio, "MLP hidden width as a multiple of d (e.g. 4.5: Q-identity's "
                                             "reallocated parameters); excludes --ffn")
-      ->check(CLI::Range(0.001, 1024.0));
+      ->check(real_in(0.001, 1024.0));
   g->add_option("--vocab", o.vocab, "Vocabulary size V")->check(integer_in(1, 1 << 24))->capture_default_str();
   g->add_option("--positions", o.positions, "Longest sequence (learned positions for gpt2)")
       ->check(integer_in(1, 1 << 20))
@@ -37,19 +37,19 @@ void add_model_options(CLI::App* cmd, ModelOptions& o) {
       ->check(CLI::IsMember({"tanh", "erf"}))
       ->capture_default_str();
   g->add_option("--norm-eps", o.norm_eps, "Norm epsilon; default 1e-5 (gpt2), 1e-6 (llama)")
-      ->check(CLI::Range(1e-30, 1.0));
-  g->add_option("--rope-theta", o.rope_theta, "RoPE base (llama)")->check(CLI::Range(1.0, 1e12))->capture_default_str();
+      ->check(real_in(1e-30, 1.0));
+  g->add_option("--rope-theta", o.rope_theta, "RoPE base (llama)")->check(real_in(1.0, 1e12))->capture_default_str();
   g->add_flag("--mla", o.mla, "Multi-head latent attention (cache a latent of width --d-c and a rotary key --d-r)");
   g->add_option("--d-c", o.d_c, "MLA latent width d_c")->check(integer_in(0, 65536));
   g->add_option("--d-r", o.d_r, "MLA decoupled rotary key width d_R")->check(integer_in(0, 4096));
   g->add_option("--lambda", o.lambda, "resformer: V_n + lambda V_1; neutreno: its lambda (default 0.4)")
-      ->check(CLI::Range(-1e6, 1e6));
+      ->check(real_in(-1e6, 1e6));
   g->add_option("--alpha", o.alpha, "resformer: alpha in alpha V_n + beta V_1 (default 0.5)")
-      ->check(CLI::Range(-1e6, 1e6));
+      ->check(real_in(-1e6, 1e6));
   g->add_option("--beta", o.beta, "resformer: beta in alpha V_n + beta V_1 (default 0.5)")
-      ->check(CLI::Range(-1e6, 1e6));
+      ->check(real_in(-1e6, 1e6));
   g->add_option("--skip-ratio", o.skip_ratio, "skipv1 family: share of value heads taken from the source layer")
-      ->check(CLI::Range(0.0, 1.0))
+      ->check(real_in(0.0, 1.0))
       ->capture_default_str();
   g->add_option("--source-layer", o.source_layer, "skipv1 family: the source layer k (SkipVk; 0: SkipV0)")
       ->check(integer_in(0, 1024))

@@ -7,6 +7,7 @@
 #include "cli/device_option.hpp"
 #include "cli/plot_common.hpp"
 #include "cli/validators.hpp"
+#include "core/atomic_file.hpp"
 #include "corpus/token_file.hpp"
 #include "engine/json.hpp"
 #include "gpu/backend.hpp"
@@ -82,9 +83,11 @@ int run_probe(const ProbeArgs& a, const std::string& command_line) {
   r.value.set("tokens", a.tokens.empty() ? "corpus " + a.corpus + " (" + a.data + ")" : a.tokens);
   r.value.set("device", backend->description());
   r.value.set("command_line", command_line);
-  if (!a.out.empty()) results::write_tables_hdf5(a.out, {r.table}, o.seed, command_line);
-  if (!a.csv.empty()) results::write_csv(a.csv, r.table);
-  if (!a.figure.empty()) results::render_figure(r.figure, r.table, a.csv, a.figure);
+  StagedFiles files;  // the HDF5, the CSV and the figure: all or none
+  if (!a.out.empty()) results::stage_tables_hdf5(files, a.out, {r.table}, o.seed, command_line);
+  if (!a.csv.empty()) results::stage_csv(files, a.csv, r.table);
+  if (!a.figure.empty()) results::stage_figure(files, r.figure, r.table, a.figure);
+  files.commit();
   std::cout << (a.format == "json" ? r.value.json() : r.value.text());
   return 0;
 }
@@ -110,7 +113,7 @@ Command add_probe_command(CLI::App& app, const std::string& command_line) {
       ->capture_default_str();
   cmd->add_option("--lr-grid", a->options.lr_grid, "Peak learning rates tried (the best per layer is reported)")
       ->delimiter(',')
-      ->check(CLI::Range(1e-12, 10.0))
+      ->check(real_in(1e-12, 10.0))
       ->capture_default_str();
   cmd->add_option("--steps", a->options.steps, "Training steps per probe (0: evaluate the probes as started)")
       ->check(CLI::Range(std::int64_t(0), std::int64_t(1) << 40))
@@ -122,9 +125,9 @@ Command add_probe_command(CLI::App& app, const std::string& command_line) {
   cmd->add_option("--eval-windows", a->options.eval_windows, "Validation windows (consecutive, from the start)")
       ->check(integer_in(1, 1 << 24))
       ->capture_default_str();
-  cmd->add_option("--seed", a->options.seed, "Seed of the training windows and random starts")->capture_default_str();
+  cmd->add_option("--seed", a->options.seed, "Seed of the training windows and random starts")->check(seed_value)->capture_default_str();
   add_device_option(cmd, a->device);
-  cmd->add_option("--threads", a->threads, "CPU threads (0: all cores)")->check(integer_in(0, 1024))->capture_default_str();
+  cmd->add_option("--threads", a->threads, "CPU threads (0: all cores; at most 256)")->check(thread_count)->capture_default_str();
   cmd->add_option("--format", a->format, "Output: table or json")->check(CLI::IsMember({"table", "json"}))->capture_default_str();
   cmd->add_option("--out", a->out, "Write the per-layer table to an HDF5 file");
   cmd->add_option("--csv", a->csv, "Write the per-layer table as CSV");

@@ -9,6 +9,8 @@
 // The math is core/random_matrix.hpp's; this file only sweeps and writes.
 #include "cli/commands.hpp"
 #include "cli/plot_common.hpp"
+#include "cli/validators.hpp"
+#include "core/limits.hpp"
 #include "core/random_matrix.hpp"
 #include "core/rng.hpp"
 #include "results/figure.hpp"
@@ -136,6 +138,8 @@ void sweep_tables(const RmtArgs& a, const Progress& progress, results::Table& ed
 
 int run_rmt(const RmtArgs& a, bool out_given, const std::string& command_line) {
   if (a.d_max < 64) throw UsageError("--d-max: must be at least 64, got " + std::to_string(a.d_max));
+  // The largest sweep matrix, its Lanczos workspace and the sphere samples: about 4 d² doubles.
+  require_memory("--d-max " + std::to_string(a.d_max), 8.0 * 4 * double(a.d_max) * a.d_max);
   const auto dir = prepare_out_dir(a.out_dir, out_given);
   const Progress progress{"rmt", Progress::wanted(a.quiet)};
 
@@ -148,9 +152,11 @@ int run_rmt(const RmtArgs& a, bool out_given, const std::string& command_line) {
   sweep_tables(a, progress, edge, spread);
   const results::Table summary{"mp_summary", {{"d", {double(kHistogramD)}}, {"v", {kV}}, {"ks_distance", {ks}}}};
 
-  results::write_tables_hdf5(dir / "rmt.h5", {defect, histogram, edge, spread, summary}, a.seed, command_line);
+  // Every file staged, then all renamed: the set appears whole or not at all.
+  StagedFiles files;
+  results::stage_tables_hdf5(files, dir / "rmt.h5", {defect, histogram, edge, spread, summary}, a.seed, command_line);
   for (const results::Table* t : std::vector<const results::Table*>{&defect, &histogram, &edge, &spread})
-    results::write_csv(dir / (t->name + ".csv"), *t);
+    results::stage_csv(files, dir / (t->name + ".csv"), *t);
 
   results::Figure f1{"s(u) against |u|/sqrt(d eps), d = " + std::to_string(kDefectD) + " (dashed: 1/m(u))",
                      "|u| / sqrt(d eps)", "s(u)", true, false, {}, {"set key bottom left"}};
@@ -180,7 +186,8 @@ int run_rmt(const RmtArgs& a, bool out_given, const std::string& command_line) {
   const std::pair<const results::Figure*, const results::Table*> figures[] = {
       {&f1, &defect}, {&f2, &histogram}, {&f3, &edge}, {&f4, &spread}};
   for (const auto& [figure, table] : figures)
-    if (!results::render_figure(*figure, *table, dir / (table->name + ".csv"), dir / table->name)) break;
+    if (!results::stage_figure(files, *figure, *table, dir / table->name)) break;
+  files.commit();
   return 0;
 }
 
@@ -194,8 +201,9 @@ Command add_rmt_command(CLI::App& app, const std::string& command_line) {
       "defect_scale, mp_histogram, edge_excess, m2_spread (figures need gnuplot). Exit 2 on a usage error.");
   auto* out = cmd->add_option("--out-dir", a->out_dir, "Existing output directory (the default is created)")
                   ->capture_default_str();
-  cmd->add_option("--seed", a->seed, "Seed of every random draw")->capture_default_str();
+  cmd->add_option("--seed", a->seed, "Seed of every random draw")->check(seed_value)->capture_default_str();
   cmd->add_option("--d-max", a->d_max, "Largest d of the sweeps (64, 128, ... up to it; at least 64)")
+      ->check(integer_in(0, 1 << 20))
       ->capture_default_str();
   cmd->add_flag("--quiet", a->quiet, "No progress on stderr");
   return {cmd, [a, out, command_line] { return run_rmt(*a, out->count() > 0, command_line); }};

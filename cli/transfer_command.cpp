@@ -9,11 +9,13 @@
 #include "cli/validators.hpp"
 #include "core/errors.hpp"
 #include "core/json_text.hpp"
+#include "core/limits.hpp"
 #include "core/parallel.hpp"
 #include "engine/blas.hpp"
 #include "results/figure.hpp"
 #include "synthetic/transfer.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -43,6 +45,29 @@ std::string number(double x) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.6g", x);
   return buf;
+}
+
+// A JSON number: null when not finite (never "inf" or "nan", which are not JSON).
+std::string json_value(double x) { return std::isfinite(x) ? number(x) : "null"; }
+
+// The first reported value that is not finite, named, or empty.
+std::string non_finite_value(const std::vector<transfer::TransferResult>& runs) {
+  for (const auto& r : runs)
+    for (const auto& [name, v] : {std::pair<const char*, double>{"mlp_rel_l2", r.mlp.rel_l2}, {"mlp_cosine", r.mlp.mean_cosine},
+                                  {"linear_rel_l2", r.linear.rel_l2}, {"linear_cosine", r.linear.mean_cosine},
+                                  {"population_linear_rel_l2", r.population_linear_rel_l2},
+                                  {"final_train_loss", r.final_loss}})
+      if (!std::isfinite(v)) return std::string(name) + " at d = " + std::to_string(r.d);
+  return "";
+}
+
+// The memory one d implies: a training step's batch through the tape (inputs,
+// hidden layer of 4d, their gradients: about 50 floats per sample and input
+// coordinate), the weights with AdamW's state, the loss history, the ridge and
+// evaluation chunks.
+double transfer_memory_bytes(int d, int batch, std::int64_t steps) {
+  return 4.0 * 50 * double(batch) * d + 4.0 * 16 * 4 * double(d) * d + 8.0 * double(steps) +
+         8.0 * 8192 * 4 * 6 * double(d);
 }
 
 results::Table summary_table(const std::vector<transfer::TransferResult>& runs, const transfer::TransferConfig& c) {
@@ -91,24 +116,26 @@ void print_json(const std::vector<transfer::TransferResult>& runs, const transfe
   std::cout << "{\"experiment\": \"qwe.exp8.4\", \"seed\": " << c.seed
             << ", \"command_line\": " << json_quote(command_line) << ", \"device\": \"" << device
             << "\", \"steps\": " << c.train.steps << ", \"batch\": " << c.train.batch
-            << ", \"lr\": " << number(c.train.lr) << ", \"ridge_samples\": " << c.ridge.samples
-            << ", \"ridge_lambda\": " << number(c.ridge.lambda) << ", \"eval_samples\": " << c.eval_samples
+            << ", \"lr\": " << json_value(c.train.lr) << ", \"ridge_samples\": " << c.ridge.samples
+            << ", \"ridge_lambda\": " << json_value(c.ridge.lambda) << ", \"eval_samples\": " << c.eval_samples
             << ", \"mlp_beats_linear\": " << (beats ? "true" : "false") << ", \"results\": [";
   for (std::size_t k = 0; k < runs.size(); ++k) {
     const auto& r = runs[k];
-    std::cout << (k ? ", " : "") << "{\"d\": " << r.d << ", \"mlp_rel_l2\": " << number(r.mlp.rel_l2)
-              << ", \"mlp_cosine\": " << number(r.mlp.mean_cosine) << ", \"linear_rel_l2\": " << number(r.linear.rel_l2)
-              << ", \"linear_cosine\": " << number(r.linear.mean_cosine)
-              << ", \"population_linear_rel_l2\": " << number(r.population_linear_rel_l2)
+    std::cout << (k ? ", " : "") << "{\"d\": " << r.d << ", \"mlp_rel_l2\": " << json_value(r.mlp.rel_l2)
+              << ", \"mlp_cosine\": " << json_value(r.mlp.mean_cosine)
+              << ", \"linear_rel_l2\": " << json_value(r.linear.rel_l2)
+              << ", \"linear_cosine\": " << json_value(r.linear.mean_cosine)
+              << ", \"population_linear_rel_l2\": " << json_value(r.population_linear_rel_l2)
               << ", \"steps\": " << r.steps << ", \"resumed_from\": " << r.resumed_from
-              << ", \"final_train_loss\": " << number(r.final_loss)
-              << ", \"train_seconds\": " << number(r.train_seconds) << ", \"ridge_seconds\": " << number(r.ridge_seconds)
-              << ", \"eval_seconds\": " << number(r.eval_seconds) << "}";
+              << ", \"final_train_loss\": " << json_value(r.final_loss)
+              << ", \"train_seconds\": " << json_value(r.train_seconds)
+              << ", \"ridge_seconds\": " << json_value(r.ridge_seconds)
+              << ", \"eval_seconds\": " << json_value(r.eval_seconds) << "}";
   }
   std::cout << "]}\n";
 }
 
-void write_figure(const results::Table& t, const std::filesystem::path& csv, const std::string& figure) {
+void stage_transfer_figure(StagedFiles& files, const results::Table& t, const std::string& figure) {
   std::filesystem::path stem(figure);
   if (stem.extension() == ".svg" || stem.extension() == ".png") stem.replace_extension();
   results::Figure fig{"MLP basis transfer (qwe.exp8.4): held-out error against d", "d",
@@ -118,7 +145,7 @@ void write_figure(const results::Table& t, const std::filesystem::path& csv, con
   fig.series.push_back({"d", "mlp_one_minus_cosine", "", "MLP 1 - cos", "linespoints pt 6 dt 2 lc rgb '#c03020'"});
   fig.series.push_back(
       {"d", "linear_one_minus_cosine", "", "linear 1 - cos", "linespoints pt 4 dt 2 lc rgb '#3060b0'"});
-  results::render_figure(fig, t, csv, stem);
+  results::stage_figure(files, fig, t, stem);
 }
 
 int run_transfer(TransferArgs a, const CLI::App& cmd, const std::string& command_line) {
@@ -139,8 +166,13 @@ int run_transfer(TransferArgs a, const CLI::App& cmd, const std::string& command
     if (!parent.empty() && !std::filesystem::is_directory(parent))
       throw UsageError("output directory " + parent.string() + " does not exist");
   }
+  for (int d : a.d)
+    require_memory("--d " + std::to_string(d) + " --batch " + std::to_string(a.batch) + " --steps " +
+                       std::to_string(a.steps),
+                   transfer_memory_bytes(d, a.batch, a.steps));
   const int threads = worker_count(a.threads);
-  engine::set_blas_threads(threads);
+  // OpenBLAS follows --threads (up to the hardware threads: more only oversubscribes the cores).
+  engine::set_blas_threads(std::min(threads, hardware_threads()));
 
   transfer::TransferConfig c;
   c.seed = a.seed;
@@ -165,15 +197,17 @@ int run_transfer(TransferArgs a, const CLI::App& cmd, const std::string& command
   for (const auto& r : runs) beats = beats && r.mlp.rel_l2 < r.linear.rel_l2;
 
   const results::Table summary = summary_table(runs, c);
+  StagedFiles files;  // --out, --csv and --figure: all or none
   if (!a.out.empty()) {
     std::vector<results::Table> tables{summary};
     for (const auto& r : runs) tables.push_back(loss_table(r));
-    results::write_tables_hdf5(a.out, tables, a.seed, command_line);
+    results::stage_tables_hdf5(files, a.out, tables, a.seed, command_line);
   }
   std::filesystem::path csv = a.csv;
   if (csv.empty() && !a.figure.empty()) csv = std::filesystem::path(a.figure).replace_extension(".csv");
-  if (!csv.empty()) results::write_csv(csv, summary);
-  if (!a.figure.empty()) write_figure(summary, csv, a.figure);
+  if (!csv.empty()) results::stage_csv(files, csv, summary);
+  if (!a.figure.empty()) stage_transfer_figure(files, summary, a.figure);
+  files.commit();
 
   const std::string device = a.device == Device::cuda ? "cuda" : "cpu";
   if (a.format == "json") print_json(runs, c, device, command_line, beats);
@@ -186,6 +220,11 @@ int run_transfer(TransferArgs a, const CLI::App& cmd, const std::string& command
     print_table(runs);
     std::printf(beats ? "MLP error below the best linear map at every d\n"
                       : "MLP error NOT below the linear map at every d\n");
+  }
+  // A reported value that is not finite is a numerical failure, whatever the comparison says.
+  if (const std::string bad = non_finite_value(runs); !bad.empty()) {
+    std::cout.flush();
+    throw NumericalError("transfer: a reported value is not finite (" + bad + ")");
   }
   return beats ? 0 : 1;
 }
@@ -207,12 +246,12 @@ Command add_transfer_command(CLI::App& app, const std::string& command_line) {
       ->check(integer_in(1, 4096));
   cmd->add_option("--steps", a->steps, "Training steps per d")->check(positive_integer)->capture_default_str();
   cmd->add_option("--batch", a->batch, "Fresh samples per step")->check(positive_integer)->capture_default_str();
-  cmd->add_option("--lr", a->lr, "Peak learning rate")->capture_default_str();
-  cmd->add_option("--seed", a->seed, "Seed of every random draw")->capture_default_str();
+  cmd->add_option("--lr", a->lr, "Peak learning rate")->check(positive_real)->capture_default_str();
+  cmd->add_option("--seed", a->seed, "Seed of every random draw")->check(seed_value)->capture_default_str();
   cmd->add_flag("--paper", a->paper, "The paper's configuration: batch 65,536, 20,000 steps (needs a GPU)");
   add_device_option(cmd, a->device);
-  cmd->add_option("--threads", a->threads, "Threads for the CPU backend, OpenBLAS and sampling (0: one per core)")
-      ->check(integer_in(0, 1024))
+  cmd->add_option("--threads", a->threads, "Threads for the CPU backend, OpenBLAS and sampling (0: one per core; at most 256)")
+      ->check(thread_count)
       ->capture_default_str();
   cmd->add_option("--out", a->out, "Write the numbers and loss curves to this HDF5 file");
   cmd->add_option("--csv", a->csv, "Write the per-d numbers to this CSV file");

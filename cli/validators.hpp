@@ -1,15 +1,21 @@
 // CLI11 validators shared by the subcommands, with plain one-line messages
-// (CLI11's PositiveNumber prints its range as 0 to 1.8e308 in full), and the
-// checks of list options (--d-list, --sigma-list, ...) made after parsing,
-// which throw UsageError naming the option.
+// (CLI11's PositiveNumber prints its range as 0 to 1.8e308 in full, and its range
+// checks let NaN through), and the checks of list options (--d-list,
+// --sigma-list, ...) made after parsing, which throw UsageError naming the option.
+// Every real-valued option takes one of the real validators: NaN and ±Inf are
+// refused where the option enters. Seeds take `seed_value` (0 to 2^64 − 1; a
+// sign or an overflow is refused, not wrapped), thread counts `thread_count`.
 #pragma once
 
 #include "core/errors.hpp"
+#include "core/parallel.hpp"
 
 #include <CLI/CLI.hpp>
 
 #include <charconv>
 #include <climits>
+#include <cstdint>
+#include <cstdio>
 #include <cmath>
 #include <sstream>
 #include <string>
@@ -33,6 +39,60 @@ inline CLI::Validator integer_in(int lo, int hi) {
 }
 
 inline const CLI::Validator positive_integer = integer_in(1, INT_MAX);
+
+// A 64-bit integer in [lo, hi] (for options stored as long or int64).
+inline CLI::Validator integer64_in(long long lo, long long hi) {
+  const std::string range = "an integer from " + std::to_string(lo) + " to " + std::to_string(hi);
+  return CLI::Validator(
+      [lo, hi, range](std::string& value) -> std::string {
+        long long n = 0;
+        const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+        if (ec != std::errc() || end != value.data() + value.size() || n < lo || n > hi)
+          return "must be " + range + ", got '" + value + "'";
+        return "";
+      },
+      std::to_string(lo) + ".." + std::to_string(hi));
+}
+
+// A seed: a decimal integer from 0 to 2^64 − 1, nothing else (no sign, no wrap-around).
+inline const CLI::Validator seed_value(
+    [](std::string& value) -> std::string {
+      std::uint64_t n = 0;
+      const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+      if (value.empty() || ec != std::errc() || end != value.data() + value.size())
+        return "must be an integer from 0 to 18446744073709551615, got '" + value + "'";
+      return "";
+    },
+    "0..2^64-1");
+
+// --threads: 0 (one per hardware thread) up to qkvlab::max_threads.
+inline const CLI::Validator thread_count = integer_in(0, max_threads);
+inline const CLI::Validator positive_thread_count = integer_in(1, max_threads);
+
+// A finite real number satisfying `ok`, described by `must` ("a positive number", ...).
+template <class Ok>
+CLI::Validator real_where(std::string must, Ok ok, std::string name) {
+  return CLI::Validator(
+      [must, ok](std::string& value) -> std::string {
+        double x = 0;
+        const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), x);
+        if (value.empty() || ec != std::errc() || end != value.data() + value.size() || !std::isfinite(x) || !ok(x))
+          return "must be " + must + ", got '" + value + "'";
+        return "";
+      },
+      std::move(name));
+}
+
+inline const CLI::Validator finite_real = real_where("a finite number", [](double) { return true; }, "REAL");
+inline const CLI::Validator positive_real = real_where("a positive number", [](double x) { return x > 0; }, "POSITIVE");
+inline const CLI::Validator non_negative_real =
+    real_where("a non-negative number", [](double x) { return x >= 0; }, "NON-NEGATIVE");
+// A real in [lo, hi] (bounds printed with %g).
+inline CLI::Validator real_in(double lo, double hi) {
+  char range[96];
+  std::snprintf(range, sizeof range, "a number from %g to %g", lo, hi);
+  return real_where(range, [lo, hi](double x) { return x >= lo && x <= hi; }, "REAL");
+}
 
 // A list option's values: at least one, each satisfying `ok` (described by `must`).
 template <class T, class Ok>

@@ -59,8 +59,10 @@ int run_verify(VerifyArgs& a) {
   const auto report = theory::verify(o);
   if (a.format == "json") results::write_json(std::cout, report);
   else results::print_table(std::cout, report);
-  if (!a.out.empty()) results::write_hdf5(a.out, report);
-  if (!a.junit.empty()) results::write_junit(a.junit, report);
+  StagedFiles files;  // --out and --junit: both or neither
+  if (!a.out.empty()) results::stage_hdf5(files, a.out, report);
+  if (!a.junit.empty()) results::stage_junit(files, a.junit, report);
+  files.commit();
   return report.summary().ok ? 0 : 1;
 }
 
@@ -83,7 +85,7 @@ Command add_verify_command(CLI::App& app, const std::string& command_line) {
       ->capture_default_str();
   cmd->add_option("--out", a->out, "Also write the results to this HDF5 file");
   cmd->add_option("--junit", a->junit, "Also write a JUnit XML report to this file");
-  cmd->add_option("--seed", a->options.seed, "Seed of every random draw")->capture_default_str();
+  cmd->add_option("--seed", a->options.seed, "Seed of every random draw")->check(seed_value)->capture_default_str();
   cmd->add_option("--trials", a->options.trials, "Independent draws per configuration")
       ->check(positive_integer)
       ->capture_default_str();
@@ -103,7 +105,9 @@ Command add_verify_command(CLI::App& app, const std::string& command_line) {
                   "Precisions, comma-separated: float, double, long_double, mp50 [default: all four]")
       ->delimiter(',')
       ->allow_extra_args(false);
-  cmd->add_option("--threads", a->options.threads, "Worker threads (0: one per core)")->capture_default_str();
+  cmd->add_option("--threads", a->options.threads, "Worker threads (0: one per core; at most 256)")
+      ->check(thread_count)
+      ->capture_default_str();
   cmd->add_flag("--quiet", a->quiet, "No progress on stderr");
   return {cmd, [a] { return run_verify(*a); }};
 }

@@ -46,13 +46,29 @@ std::vector<int> subset(std::uint64_t bits, int m) {
 
 }  // namespace
 
+// Σ_i ‖W_2[:,i]‖ ‖w_i‖: invariant under the positive per-unit rescalings
+// (w_i → c w_i, W_2[:,i] → W_2[:,i]/c) that leave the network unchanged.
+static double unit_scale(const MatD& W_1, const MatD& W_2) {
+  double sum = 0;
+  for (Eigen::Index i = 0; i < W_1.rows(); ++i) sum += W_1.row(i).norm() * W_2.col(i).norm();
+  return sum;
+}
+
 std::optional<std::string> absorption_hypothesis_failure(const MatD& W_1, const MatD& W_2, const AbsorbLimits& l) {
   const double eps = l.tol_factor * l.unit_roundoff;
-  const double n1 = W_1.norm(), n2 = W_2.norm();
-  for (Eigen::Index i = 0; i < W_1.rows(); ++i)
-    if (!(W_1.row(i).norm() > eps * n1)) return "row " + std::to_string(i) + " of W_1 is zero";
-  for (Eigen::Index i = 0; i < W_2.cols(); ++i)
-    if (!(W_2.col(i).norm() > eps * n2)) return "column " + std::to_string(i) + " of W_2 is zero";
+  // Unit i is zero when its rank-one term W_2[:,i] w_iᵀ is below the rounding of
+  // the sum of all of them (a scale-invariant test); the factor named is the one
+  // that is zero, or relatively the smaller.
+  const double total = unit_scale(W_1, W_2), n1 = W_1.norm(), n2 = W_2.norm();
+  std::vector<int> rows, cols;
+  for (Eigen::Index i = 0; i < W_1.rows(); ++i) {
+    const double r = W_1.row(i).norm(), c = W_2.col(i).norm();
+    if (r * c > eps * total) continue;
+    const bool row = r == 0 || (c != 0 && r / n1 <= c / n2);
+    (row ? rows : cols).push_back(int(i));
+  }
+  if (!rows.empty()) return "row " + std::to_string(rows.front()) + " of W_1 is zero";
+  if (!cols.empty()) return "column " + std::to_string(cols.front()) + " of W_2 is zero";
   for (Eigen::Index i = 0; i < W_1.rows(); ++i) {
     const VecD u = W_1.row(i).transpose().normalized();
     for (Eigen::Index j = i + 1; j < W_1.rows(); ++j) {
@@ -79,7 +95,7 @@ AbsorbDecision decide_absorption(const MatD& W_1, const MatD& W_2, const MatD& R
   out.hypotheses_hold = !failure;
   if (failure) out.hypothesis_failure = *failure;
   const double r_norm = R.norm();
-  const double tau = limits.tol_factor * limits.unit_roundoff * W_2.norm() * W_1.norm();
+  const double tau = limits.tol_factor * limits.unit_roundoff * unit_scale(W_1, W_2);
   out.tolerance = tau / r_norm;
   const std::string target = R.isIdentity(0.0) ? "-I" : "-R";
 

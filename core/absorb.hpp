@@ -19,12 +19,16 @@
 //
 // Tolerances (Limits): with u the unit roundoff of the data (double, or float for
 // float inputs), a subset J is accepted when ‖W_2 P_J W_1 + R‖_F ≤ τ,
-//   τ = tol_factor · u · ‖W_2‖_F ‖W_1‖_F      (tol_factor = 1e3, the verify budget),
-// which bounds the rounding of the products Σ_i W_2[:,i] w_iᵀ (|Σ_i ‖W_2[:,i]‖‖w_i‖|
-// ≤ ‖W_2‖_F‖W_1‖_F by Cauchy–Schwarz) and of a pseudo-inverse computed at u (its error
-// is u·cond, and cond(W_1[J,:]) ≤ ‖W_2‖_F‖W_1‖_F when W_2[:,J] = −W_1[J,:]⁺).
-// A row of W_1 counts as zero when ‖w_i‖ ≤ tol_factor·u·‖W_1‖_F (columns of W_2 alike);
-// rows i, j as collinear when the sine of their angle is ≤ tol_factor·u.
+//   τ = tol_factor · u · Σ_i ‖W_2[:,i]‖ ‖w_i‖      (tol_factor = 1e3, the verify budget),
+// which bounds the rounding of the products Σ_i W_2[:,i] w_iᵀ (each rank-one term
+// is computed to relative u) and of a pseudo-inverse computed at u. τ is invariant
+// under the positive per-unit rescalings w_i → c w_i, W_2[:,i] → W_2[:,i]/c that
+// leave the network unchanged, and so is every decision: it equals
+// tol_factor·u·‖W_2‖_F‖W_1‖_F at the balanced representative (‖w_i‖ = ‖W_2[:,i]‖),
+// the minimum of that product over the rescalings (Cauchy–Schwarz).
+// Unit i counts as zero when ‖W_2[:,i]‖‖w_i‖ ≤ tol_factor·u·Σ_j ‖W_2[:,j]‖‖w_j‖ (its
+// term is below the sum's rounding); rows i, j as collinear when the sine of their
+// angle is ≤ tol_factor·u.
 // Rank of A: singular values ≤ tol_factor·u·σ_max count as zero.
 #pragma once
 

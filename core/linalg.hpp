@@ -9,6 +9,7 @@
 // huge error being passed off as a measurement.
 #pragma once
 
+#include "core/limits.hpp"
 #include "core/rng.hpp"
 #include "core/types.hpp"
 
@@ -66,12 +67,15 @@ inline constexpr double singular_threshold = 1e-3;
 // its own negative control. cond_2 here is exact (Jacobi SVD in double).
 inline const double max_basis_condition = singular_threshold / unit_roundoff<float>();
 
+// Bounded (core/limits.hpp): a SamplingLimit after default_max_attempts draws.
 inline MatD draw_basis(Rng& rng, Eigen::Index d, double stddev) {
-  for (;;) {
-    MatD m = rng.gaussian(d, d, stddev);
-    const auto sv = Eigen::JacobiSVD<MatD>(m).singularValues();
-    if (sv(d - 1) > 0 && sv(0) / sv(d - 1) <= max_basis_condition) return m;
-  }
+  return draw_until(
+      default_max_attempts, "cond_2(T) <= 1.7e4 for a " + std::to_string(d) + "x" + std::to_string(d) + " Gaussian T",
+      [&] { return rng.gaussian(d, d, stddev); },
+      [&](const MatD& m) {
+        const auto sv = Eigen::JacobiSVD<MatD>(m).singularValues();
+        return sv(d - 1) > 0 && sv(0) / sv(d - 1) <= max_basis_condition;
+      });
 }
 
 template <class S> ChangeOfBasis<S> change_of_basis(const Mat<S>& T) {

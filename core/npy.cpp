@@ -2,8 +2,15 @@
 
 #include "core/atomic_file.hpp"
 #include "core/errors.hpp"
+#include "core/limits.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <bit>
+#include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -69,29 +76,43 @@ std::vector<long long> parse_shape(const std::string& v, const std::string& name
   return dims;
 }
 
-}  // namespace
+// Everything before the data: the layout the header declares.
+struct Header {
+  NpyDtype dtype = NpyDtype::f8;
+  bool fortran_order = false;
+  long long rows = 0, cols = 0;
+  std::size_t data_at = 0;  // offset of the data
+  std::size_t item() const { return dtype == NpyDtype::f8 ? 8 : 4; }
+};
 
-NpyMatrix parse_npy(const std::string& bytes, const std::string& name) {
-  if (bytes.size() < 10 || bytes.compare(0, 6, kMagic, 6) != 0) bad(name, "bad magic (not an .npy file)");
+constexpr std::size_t kMaxHeader = 1 << 20;  // numpy writes a few hundred bytes; it reads at most 10000 by default
+
+// The bytes before the header text (10 for version 1.0, 12 for 2.0) and the header's length.
+std::pair<std::size_t, std::size_t> header_extent(std::string_view bytes, const std::string& name) {
+  if (bytes.size() < 10 || bytes.compare(0, 6, std::string_view(kMagic, 6)) != 0) bad(name, "bad magic (not an .npy file)");
   const int major = static_cast<unsigned char>(bytes[6]);
-  std::size_t header_len = 0, header_at = 0;
+  std::size_t header_len = 0;
   if (major == 1) {
     header_len = std::size_t(static_cast<unsigned char>(bytes[8])) | std::size_t(static_cast<unsigned char>(bytes[9])) << 8;
-    header_at = 10;
-  } else if (major == 2) {
-    if (bytes.size() < 12) bad(name, "truncated header");
-    for (int i = 0; i < 4; ++i) header_len |= std::size_t(static_cast<unsigned char>(bytes[8 + i])) << (8 * i);
-    header_at = 12;
-  } else {
-    bad(name, "unsupported format version " + std::to_string(major) + " (1.0 and 2.0 are read)");
+    return {10, header_len};
   }
+  if (major != 2) bad(name, "unsupported format version " + std::to_string(major) + " (1.0 and 2.0 are read)");
+  if (bytes.size() < 12) bad(name, "truncated header");
+  for (int i = 0; i < 4; ++i) header_len |= std::size_t(static_cast<unsigned char>(bytes[8 + i])) << (8 * i);
+  if (header_len > kMaxHeader) bad(name, "header of " + std::to_string(header_len) + " bytes (at most 1 MiB is read)");
+  return {12, header_len};
+}
+
+// Parses the header from `bytes`, which must hold at least the whole header.
+Header parse_header(std::string_view bytes, const std::string& name) {
+  const auto [header_at, header_len] = header_extent(bytes, name);
   if (bytes.size() < header_at + header_len) bad(name, "truncated header");
-  const std::string h = bytes.substr(header_at, header_len);
+  const std::string h(bytes.substr(header_at, header_len));
   const auto open = h.find('{');
   if (open == std::string::npos || h.find('}') == std::string::npos) bad(name, "malformed header");
 
+  Header out;
   const std::string descr = dict_value(h, "descr", name);
-  NpyMatrix out;
   if (descr == "'<f8'" || descr == "\"<f8\"") out.dtype = NpyDtype::f8;
   else if (descr == "'<f4'" || descr == "\"<f4\"") out.dtype = NpyDtype::f4;
   else bad(name, "dtype " + descr + " (only '<f8' and '<f4' are read)");
@@ -101,22 +122,34 @@ NpyMatrix parse_npy(const std::string& bytes, const std::string& name) {
   else bad(name, "malformed fortran_order " + order);
   const auto shape = parse_shape(dict_value(h, "shape", name), name);
   if (shape.size() != 2) bad(name, std::to_string(shape.size()) + "-D array (a 2-D matrix is needed)");
+  if (shape[0] > INT32_MAX || shape[1] > INT32_MAX)
+    bad(name, "shape (" + std::to_string(shape[0]) + ", " + std::to_string(shape[1]) + ") has a dimension past 2^31 - 1");
+  out.rows = shape[0];
+  out.cols = shape[1];
+  out.data_at = header_at + header_len;
+  return out;
+}
 
-  const long long rows = shape[0], cols = shape[1];
-  const std::size_t item = out.dtype == NpyDtype::f8 ? 8 : 4;
-  const std::size_t data_at = header_at + header_len;
-  const std::size_t available = bytes.size() - data_at;
-  if (rows > 0 && std::size_t(cols) > available / item / std::size_t(rows))
-    bad(name, "truncated data (" + std::to_string(available) + " bytes for a " + std::to_string(rows) + "x" +
-                  std::to_string(cols) + " matrix)");
-  const std::size_t need = std::size_t(rows) * std::size_t(cols) * item;
-  if (bytes.size() - data_at < need)
-    bad(name, "truncated data (" + std::to_string(bytes.size() - data_at) + " of " + std::to_string(need) + " bytes)");
-  if (bytes.size() - data_at > need) bad(name, "trailing bytes after the data");
+// The data's size in bytes, checked against the `available` bytes after the header
+// (truncated or trailing data is an error) before anything is allocated.
+std::size_t data_bytes(const Header& h, std::size_t available, const std::string& name) {
+  const unsigned __int128 need = static_cast<unsigned __int128>(h.rows) * static_cast<unsigned __int128>(h.cols) * h.item();
+  if (need > available)
+    bad(name, "truncated data (" + std::to_string(available) + " bytes for a " + std::to_string(h.rows) + "x" +
+                  std::to_string(h.cols) + " matrix of " + std::to_string(h.item()) + "-byte entries)");
+  if (need < available) bad(name, "trailing bytes after the data");
+  return std::size_t(need);
+}
 
+NpyMatrix convert(const Header& h, const char* data, const std::string& name) {
+  NpyMatrix out;
+  out.dtype = h.dtype;
+  out.fortran_order = h.fortran_order;
+  const long long rows = h.rows, cols = h.cols;
+  const std::size_t item = h.item();
   out.data.resize(rows, cols);
   for (long long k = 0; k < rows * cols; ++k) {
-    const char* p = bytes.data() + data_at + std::size_t(k) * item;
+    const char* p = data + std::size_t(k) * item;
     double v;
     if (item == 8) {
       std::memcpy(&v, p, 8);
@@ -134,12 +167,66 @@ NpyMatrix parse_npy(const std::string& bytes, const std::string& name) {
   return out;
 }
 
+// Reads exactly n bytes at the descriptor's position.
+void read_exactly(int fd, char* into, std::size_t n, const std::string& name) {
+  while (n > 0) {
+    const ssize_t got = ::read(fd, into, n);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) bad(name, got == 0 ? "truncated (the file shrank while read)" : "read error (" + std::string(std::strerror(errno)) + ")");
+    into += got;
+    n -= std::size_t(got);
+  }
+}
+
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+}  // namespace
+
+NpyMatrix parse_npy(const std::string& bytes, const std::string& name) {
+  const Header h = parse_header(bytes, name);
+  data_bytes(h, bytes.size() - h.data_at, name);
+  return convert(h, bytes.data() + h.data_at, name);
+}
+
 NpyMatrix read_npy(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw UsageError(path.string() + ": cannot open for reading");
-  std::ostringstream s;
-  s << in.rdbuf();
-  return parse_npy(s.str(), path.string());
+  const std::string name = path.string();
+  // O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused below.
+  const Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  if (fd.get() < 0) throw UsageError(name + ": cannot open for reading (" + std::strerror(errno) + ")");
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) throw UsageError(name + ": cannot open for reading (" + std::strerror(errno) + ")");
+  if (!S_ISREG(st.st_mode)) throw UsageError(name + ": not a regular file");
+  const int flags = ::fcntl(fd.get(), F_GETFL);
+  if (flags >= 0) ::fcntl(fd.get(), F_SETFL, flags & ~O_NONBLOCK);
+  const std::size_t size = std::size_t(st.st_size);
+  // The header first: the fixed prefix, then the header text, then the declared data size
+  // against the file's size and the memory budget, and only then the data.
+  std::string head(std::min<std::size_t>(size, 12), '\0');
+  read_exactly(fd.get(), head.data(), head.size(), name);
+  const auto [header_at, header_len] = header_extent(head, name);
+  if (size < header_at + header_len) bad(name, "truncated header");
+  head.resize(header_at + header_len);
+  if (head.size() > 12) read_exactly(fd.get(), head.data() + 12, head.size() - 12, name);
+  else if (head.size() < 12 && ::lseek(fd.get(), off_t(head.size()), SEEK_SET) < 0) bad(name, "cannot seek");
+  const Header h = parse_header(head, name);
+  const std::size_t need = data_bytes(h, size - h.data_at, name);
+  require_memory(name + " (a " + std::to_string(h.rows) + "x" + std::to_string(h.cols) + " matrix)",
+                 double(need) + 8.0 * double(h.rows) * double(h.cols));
+  std::string data(need, '\0');
+  read_exactly(fd.get(), data.data(), need, name);
+  return convert(h, data.data(), name);
 }
 
 std::string npy_bytes(const MatD& m, NpyDtype dtype, bool fortran_order) {

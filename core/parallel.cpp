@@ -13,11 +13,14 @@
 
 namespace qkvlab {
 
-int worker_count(int requested) {
-  return requested > 0 ? requested : int(std::max(1u, std::thread::hardware_concurrency()));
-}
+int hardware_threads() { return int(std::max(1u, std::thread::hardware_concurrency())); }
+
+int worker_count(int requested) { return requested > 0 ? requested : hardware_threads(); }
 
 namespace {
+
+std::mutex hook_mutex;
+std::function<void(int)> thread_start_hook;
 
 thread_local bool inside_job = false;
 
@@ -85,8 +88,12 @@ class Pool {
     while (int(threads_.size()) < count) {
       const int index = int(threads_.size());
       try {
+        {
+          std::lock_guard lock(hook_mutex);
+          if (thread_start_hook) thread_start_hook(index);
+        }
         threads_.emplace_back([this, index] { serve(index); });
-      } catch (const std::system_error& e) {
+      } catch (const std::exception& e) {  // std::system_error, or std::bad_alloc for its state
         throw std::runtime_error("cannot start worker thread " + std::to_string(index + 2) + " of " +
                                  std::to_string(count + 1) + ": " + e.what());
       }
@@ -112,6 +119,7 @@ class Pool {
     }
   }
 
+  friend int qkvlab::pool_threads();
   std::mutex dispatch_, mutex_;
   std::condition_variable wake_, done_;
   std::vector<std::thread> threads_;
@@ -127,6 +135,16 @@ Pool& pool() {
 }
 
 }  // namespace
+
+void set_thread_start_hook(std::function<void(int)> hook) {
+  std::lock_guard lock(hook_mutex);
+  thread_start_hook = std::move(hook);
+}
+
+int pool_threads() {
+  std::lock_guard turn(pool().dispatch_);
+  return int(pool().threads_.size());
+}
 
 void parallel_for(std::int64_t jobs, int threads, const std::function<void(std::int64_t)>& job) {
   if (jobs <= 0) return;

@@ -15,8 +15,14 @@
 
 namespace qkvlab {
 
+// The most threads a command may ask for (--threads above it is a usage error):
+// far above any useful count, far below where thread stacks alone exhaust memory.
+inline constexpr int max_threads = 256;
+
 // requested when positive, else one per hardware thread.
 int worker_count(int requested);
+// Hardware threads (at least 1).
+int hardware_threads();
 
 // Runs job(i) for i = 0 … jobs−1 on up to worker_count(threads) threads, the
 // calling thread among them; indices are taken in increasing order. After a
@@ -25,5 +31,13 @@ int worker_count(int requested);
 // started, the threads already started stay in the pool and the call throws
 // std::runtime_error naming the failure before running any job.
 void parallel_for(std::int64_t jobs, int threads, const std::function<void(std::int64_t)>& job);
+
+// For tests: called before each worker thread is started, with the number of
+// threads the pool has; a hook that throws std::system_error stands for a
+// failed thread start (a memory or process limit). An empty hook removes it.
+void set_thread_start_hook(std::function<void(int started)> hook);
+
+// Worker threads the pool has started so far (for tests).
+int pool_threads();
 
 }  // namespace qkvlab

@@ -8,6 +8,7 @@
 #include <map>
 #include <sstream>
 
+#include "core/atomic_file.hpp"
 #include "core/errors.hpp"
 #include "core/statistics.hpp"
 #include "engine/json.hpp"
@@ -246,7 +247,8 @@ results::Value compare_runs(const std::vector<fs::path>& dirs, const CompareOpti
   }
   out.set("groups", list);
   if (o.csv && !curves.columns.empty()) {
-    results::write_csv(*o.csv, curves);
+    StagedFiles files;  // the CSV and its figure: all or none
+    results::stage_csv(files, *o.csv, curves);
     if (o.figure) {
       results::Figure fig{"Training loss relative to " + o.baseline + " (moving average of " +
                               std::to_string(o.window) + " steps)",
@@ -254,8 +256,9 @@ results::Value compare_runs(const std::vector<fs::path>& dirs, const CompareOpti
       for (std::size_t c = 1; c < curves.columns.size(); c += 2)
         fig.series.push_back({"step", curves.columns[c].name, "", curves.columns[c].name, "lines"});
       fig.extra.push_back("set key bottom left");
-      results::render_figure(fig, curves, *o.csv, *o.figure);
+      results::stage_figure(files, fig, curves, *o.figure);
     }
+    files.commit();
   }
   return out;
 }

@@ -1,4 +1,4 @@
-// write_csv, write_tables_hdf5 and render_figure (results/figure.hpp).
+// write_csv, write_tables_hdf5 and the figures (results/figure.hpp).
 #include "results/figure.hpp"
 
 #include "core/atomic_file.hpp"
@@ -6,13 +6,22 @@
 
 #include <hdf5.h>
 
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
+#include <cstring>
 #include <iostream>
 #include <sstream>
 #include <stdexcept>
-#include <unistd.h>
 #include <utility>
 
 namespace qkvlab::results {
@@ -40,30 +49,141 @@ std::string gp_string(const std::string& s) {
   return q + "'";
 }
 
-std::string shell_quoted(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
+// The data rows of the table as CSV lines (no header).
+std::string csv_rows(const Table& table) {
+  std::string text;
+  for (std::size_t i = 0; i < table.columns.front().values.size(); ++i) {
+    for (std::size_t j = 0; j < table.columns.size(); ++j) {
+      if (j) text += ',';
+      text += number(table.columns[j].values[i]);
+    }
+    text += "\n";
+  }
+  return text;
+}
+
+std::string csv_text(const Table& table) {
+  check_shape(table);
+  std::string text;
+  for (std::size_t j = 0; j < table.columns.size(); ++j) {
+    if (j) text += ',';
+    text += table.columns[j].name;
+  }
+  return text + "\n" + csv_rows(table);
+}
+
+// gnuplot's path on the PATH, or empty.
+std::string gnuplot_path() {
+  const char* path = std::getenv("PATH");
+  std::string dirs = path ? path : "/usr/local/bin:/usr/bin:/bin";
+  std::size_t at = 0;
+  while (at <= dirs.size()) {
+    const std::size_t end = std::min(dirs.find(':', at), dirs.size());
+    std::string dir = dirs.substr(at, end - at);
+    if (dir.empty()) dir = ".";
+    const std::string candidate = dir + "/gnuplot";
+    struct stat st {};
+    if (::stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(candidate.c_str(), X_OK) == 0)
+      return candidate;
+    at = end + 1;
+  }
+  return "";
+}
+
+// Runs gnuplot on `script` (its standard input), its standard output to out_fd.
+// The child dies with qkvlab (PR_SET_PDEATHSIG). Returns the exit status and the
+// first non-empty line gnuplot wrote to its standard error.
+std::pair<int, std::string> run_gnuplot(const std::string& script, int out_fd) {
+  const std::string exe = gnuplot_path();
+  if (exe.empty()) throw std::runtime_error("gnuplot not found");
+  int in[2], err[2];
+  if (::pipe2(in, O_CLOEXEC) != 0) throw std::runtime_error("cannot create a pipe");
+  if (::pipe2(err, O_CLOEXEC) != 0) {
+    ::close(in[0]), ::close(in[1]);
+    throw std::runtime_error("cannot create a pipe");
+  }
+  char* const argv[] = {const_cast<char*>("gnuplot"), nullptr};
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid == 0) {  // only async-signal-safe calls until exec
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(127);
+    if (::dup2(in[0], 0) < 0 || ::dup2(out_fd, 1) < 0 || ::dup2(err[1], 2) < 0) ::_exit(127);
+    ::execv(exe.c_str(), argv);
+    ::_exit(127);
+  }
+  ::close(in[0]);
+  ::close(err[1]);
+  if (pid < 0) {
+    ::close(in[1]), ::close(err[0]);
+    throw std::runtime_error(std::string("cannot start gnuplot (") + std::strerror(errno) + ")");
+  }
+  // Feed the script and drain stderr together, so neither side can block the other.
+  // SIGPIPE is blocked meanwhile: a gnuplot that exits early must not kill qkvlab.
+  sigset_t pipe_set, old_set;
+  sigemptyset(&pipe_set);
+  sigaddset(&pipe_set, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe_set, &old_set);
+  std::string errors;
+  std::size_t written = 0;
+  int in_fd = in[1];
+  ::fcntl(in_fd, F_SETFL, ::fcntl(in_fd, F_GETFL) | O_NONBLOCK);
+  for (bool err_open = true; err_open;) {
+    pollfd fds[2] = {{err[0], POLLIN, 0}, {in_fd, POLLOUT, 0}};
+    if (::poll(fds, in_fd >= 0 ? 2 : 1, -1) < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    if (in_fd >= 0 && (fds[1].revents & (POLLOUT | POLLERR | POLLHUP))) {
+      const ssize_t n = ::write(in_fd, script.data() + written, script.size() - written);
+      if (n > 0) written += std::size_t(n);
+      if ((n < 0 && errno != EAGAIN && errno != EINTR) || written == script.size()) {
+        ::close(in_fd);
+        in_fd = -1;
+      }
+    }
+    if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) {
+      char buf[4096];
+      const ssize_t n = ::read(err[0], buf, sizeof buf);
+      if (n > 0) {
+        if (errors.size() < 65536) errors.append(buf, std::size_t(n));
+      } else if (n == 0 || errno != EINTR) {
+        err_open = false;
+      }
+    }
+  }
+  if (in_fd >= 0) ::close(in_fd);
+  ::close(err[0]);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  const timespec zero{0, 0};
+  while (sigtimedwait(&pipe_set, nullptr, &zero) > 0) {  // a SIGPIPE raised above, if any
+  }
+  pthread_sigmask(SIG_SETMASK, &old_set, nullptr);
+  std::string first;
+  std::istringstream lines(errors);
+  for (std::string line; first.empty() && std::getline(lines, line);) {
+    const auto b = line.find_first_not_of(" \t\r");
+    if (b != std::string::npos) first = line.substr(b);
+  }
+  const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  return {code, first};
 }
 
 bool pngcairo_available() {
-  static const bool yes = std::system("gnuplot -e 'set terminal' 2>&1 | grep -q pngcairo") == 0;
+  static const bool yes = [] {
+    const int null = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+    if (null < 0) return false;
+    bool ok = false;
+    try {
+      ok = run_gnuplot("set terminal pngcairo\n", null).first == 0;
+    } catch (const std::exception&) {
+    }
+    ::close(null);
+    return ok;
+  }();
   return yes;
-}
-
-void run_gnuplot(const std::string& script, const std::filesystem::path& work) {
-  const std::filesystem::path file = work.string() + ".gp", log = work.string() + ".log";
-  std::ofstream(file) << script;
-  const int status = std::system(("gnuplot " + shell_quoted(file.string()) + " >" + shell_quoted(log.string()) +
-                                  " 2>&1")
-                                     .c_str());
-  std::ifstream in(log);
-  std::string first;
-  std::getline(in, first);
-  std::error_code ignored;
-  std::filesystem::remove(file, ignored);
-  std::filesystem::remove(log, ignored);
-  if (status != 0) throw std::runtime_error("gnuplot failed" + (first.empty() ? "" : ": " + first));
 }
 
 }  // namespace
@@ -74,31 +194,23 @@ int Table::column_number(const std::string& wanted) const {
   throw std::runtime_error("table " + name + " has no column " + wanted);
 }
 
-void write_csv(const std::filesystem::path& path, const Table& table) {
-  check_shape(table);
-  std::string text;
-  for (std::size_t j = 0; j < table.columns.size(); ++j) {
-    if (j) text += ',';
-    text += table.columns[j].name;
-  }
-  text += "\n";
-  for (std::size_t i = 0; i < table.columns.front().values.size(); ++i) {
-    for (std::size_t j = 0; j < table.columns.size(); ++j) {
-      if (j) text += ',';
-      text += number(table.columns[j].values[i]);
-    }
-    text += "\n";
-  }
-  write_bytes_atomically(path, "CSV", text);
+void stage_csv(StagedFiles& files, const std::filesystem::path& path, const Table& table) {
+  files.add_bytes(path, "CSV", csv_text(table));
 }
 
-void write_tables_hdf5(const std::filesystem::path& path, const std::vector<Table>& tables, std::uint64_t seed,
-                       const std::string& command_line) {
+void write_csv(const std::filesystem::path& path, const Table& table) {
+  StagedFiles files;
+  stage_csv(files, path, table);
+  files.commit();
+}
+
+void stage_tables_hdf5(StagedFiles& files, const std::filesystem::path& path, const std::vector<Table>& tables,
+                       std::uint64_t seed, const std::string& command_line) {
   for (const auto& t : tables) check_shape(t);
-  write_atomically(path, "HDF5", [&](const std::filesystem::path& temporary) {
+  std::string image;
+  try {
     QuietErrors quiet;
-    Handle file(H5Fcreate(temporary.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose,
-                "cannot create file");
+    MemoryFile file;
     write_attribute(file.get(), "seed", H5T_NATIVE_UINT64, &seed);
     write_string_attribute(file.get(), "command_line", string_type().get(), command_line);
     for (const auto& t : tables) {
@@ -115,24 +227,33 @@ void write_tables_hdf5(const std::filesystem::path& path, const std::vector<Tabl
                 "cannot write dataset " + t.name + "/" + c.name);
       }
     }
-    file.close("cannot close file");
-  });
+    image = file.image();
+  } catch (const std::exception& e) {
+    throw std::runtime_error("cannot write HDF5 file " + path.string() + ": " + e.what());
+  }
+  files.add_bytes(path, "HDF5", image);
 }
 
-bool gnuplot_available() {
-  static const bool yes = std::system("command -v gnuplot >/dev/null 2>&1") == 0;
-  return yes;
+void write_tables_hdf5(const std::filesystem::path& path, const std::vector<Table>& tables, std::uint64_t seed,
+                       const std::string& command_line) {
+  StagedFiles files;
+  stage_tables_hdf5(files, path, tables, seed, command_line);
+  files.commit();
 }
 
-bool render_figure(const Figure& figure, const Table& table, const std::filesystem::path& csv,
-                   const std::filesystem::path& stem) {
+bool gnuplot_available() { return !gnuplot_path().empty(); }
+
+bool stage_figure(StagedFiles& files, const Figure& figure, const Table& table, const std::filesystem::path& stem) {
   if (!gnuplot_available()) {
     std::cerr << "qkvlab: warning: gnuplot not found; wrote the numbers but not " << stem.string()
               << ".svg/.png (install gnuplot-nox)\n";
     return false;
   }
+  check_shape(table);
   std::ostringstream body;
   body << "set datafile separator ','\n"
+       << "$qkvlab_data << EOD\n"
+       << csv_rows(table) << "EOD\n"
        << "set title " << gp_string(figure.title) << " noenhanced\n"
        << "set xlabel " << gp_string(figure.xlabel) << " noenhanced\n"
        << "set ylabel " << gp_string(figure.ylabel) << " noenhanced\n"
@@ -146,8 +267,8 @@ bool render_figure(const Figure& figure, const Table& table, const std::filesyst
     if (i) body << ", \\\n     ";
     if (!s.expression.empty()) body << s.expression;
     else
-      body << gp_string(csv.string()) << " skip 1 using " << table.column_number(s.x) << ":"
-           << table.column_number(s.y) << (s.z.empty() ? "" : ":" + std::to_string(table.column_number(s.z)));
+      body << "$qkvlab_data using " << table.column_number(s.x) << ":" << table.column_number(s.y)
+           << (s.z.empty() ? "" : ":" + std::to_string(table.column_number(s.z)));
     body << " with " << s.style << " title " << gp_string(s.title);
   }
   body << "\n";
@@ -157,14 +278,21 @@ bool render_figure(const Figure& figure, const Table& table, const std::filesyst
                                     : "set terminal png size 800,560"}};
   for (const auto& [suffix, terminal] : terminals) {
     const std::filesystem::path target = stem.string() + suffix;
-    write_atomically(target, "figure", [&](const std::filesystem::path& temporary) {
-      run_gnuplot(terminal + "\nset output " + gp_string(temporary.string()) + "\n" + body.str() + "unset output\n",
-                  temporary);
-      if (!std::filesystem::exists(temporary) || std::filesystem::file_size(temporary) == 0)
-        throw std::runtime_error("gnuplot wrote nothing");
+    files.add(target, "figure", [&](int fd) {
+      const auto [status, message] = run_gnuplot(terminal + "\nset output\n" + body.str() + "unset output\n", fd);
+      if (status != 0) throw std::runtime_error("gnuplot failed" + (message.empty() ? "" : ": " + message));
+      struct stat st {};
+      if (::fstat(fd, &st) != 0 || st.st_size == 0) throw std::runtime_error("gnuplot wrote nothing");
     });
   }
   return true;
+}
+
+bool render_figure(const Figure& figure, const Table& table, const std::filesystem::path& stem) {
+  StagedFiles files;
+  const bool drawn = stage_figure(files, figure, table, stem);
+  files.commit();
+  return drawn;
 }
 
 }  // namespace qkvlab::results

@@ -3,9 +3,15 @@
 // header line, %.17g) and, several tables at once, as an HDF5 file with one
 // group per table holding one 1-D double dataset per column; the root carries
 // the attributes seed (uint64) and command_line (string). A Figure is rendered
-// by running gnuplot on a generated script that reads the CSV, to SVG and PNG
-// (pngcairo, else png). Every file is written atomically (core/atomic_file.hpp).
+// by running gnuplot on a generated script that holds the table's numbers, to SVG
+// and PNG (pngcairo, else png). Every file is written atomically, and a command's
+// files all or none: each writer has a stage_* form that adds its files to a
+// StagedFiles set committed at the end (core/atomic_file.hpp). gnuplot writes to
+// its standard output, a descriptor of the staged file: it opens no path of the
+// output directory, and it is killed when qkvlab dies (PR_SET_PDEATHSIG).
 #pragma once
+
+#include "core/atomic_file.hpp"
 
 #include <cstdint>
 #include <filesystem>
@@ -27,10 +33,13 @@ struct Table {
 };
 
 void write_csv(const std::filesystem::path& path, const Table& table);
+void stage_csv(StagedFiles& files, const std::filesystem::path& path, const Table& table);
 void write_tables_hdf5(const std::filesystem::path& path, const std::vector<Table>& tables, std::uint64_t seed,
                        const std::string& command_line);
+void stage_tables_hdf5(StagedFiles& files, const std::filesystem::path& path, const std::vector<Table>& tables,
+                       std::uint64_t seed, const std::string& command_line);
 
-// One curve: columns x and y of the figure's CSV, or, when `expression` is set, a
+// One curve: columns x and y of the figure's table, or, when `expression` is set, a
 // gnuplot function of x (e.g. "0.5*x**(-2.0/3)") drawn over the plotted range.
 // A third column `z`, when set, is passed too (x:y:z): a band's upper edge with
 // style "filledcurves", an error with "yerrorbars".
@@ -47,13 +56,14 @@ struct Figure {
   std::vector<std::string> extra;  // further gnuplot commands before `plot` (e.g. "set yrange [0:*]")
 };
 
-// True when `gnuplot` runs on this machine.
+// True when an executable `gnuplot` is on the PATH.
 bool gnuplot_available();
 
-// Renders `figure` from the table (already written to `csv`) into stem.svg and
-// stem.png. Returns false, having printed a one-line warning on stderr, when
+// Renders `figure` from the table into stem.svg and stem.png, staged into
+// `files`. Returns false, having printed a one-line warning on stderr, when
 // gnuplot is missing; throws std::runtime_error when gnuplot fails.
-bool render_figure(const Figure& figure, const Table& table, const std::filesystem::path& csv,
-                   const std::filesystem::path& stem);
+bool stage_figure(StagedFiles& files, const Figure& figure, const Table& table, const std::filesystem::path& stem);
+// The same, written at once.
+bool render_figure(const Figure& figure, const Table& table, const std::filesystem::path& stem);
 
 }  // namespace qkvlab::results

@@ -1,6 +1,6 @@
 // write_hdf5. Every HDF5 handle is owned by a small RAII wrapper and every
-// failing HDF5 call throws, so a single catch in write_hdf5 closes everything,
-// removes the temporary file and reports one line. Absent numbers are NaN,
+// failing HDF5 call throws, so a single catch in stage_hdf5 closes everything
+// and reports one line. The file is built in memory and staged (core/atomic_file.hpp). Absent numbers are NaN,
 // HDF5's conventional missing value; every claim group holds all three
 // datasets, zero-length when it has no such records.
 #include <hdf5.h>
@@ -137,8 +137,8 @@ void write_dataset(hid_t group, const std::string& id, const char* name, hid_t m
   }
 }
 
-void write_file(const std::string& file_name, const Report& report) {
-  Handle file(H5Fcreate(file_name.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose, "cannot create file");
+std::string file_image(const Report& report) {
+  MemoryFile file;
   {
     const Handle str = string_type();
     write_attribute(file.get(), "seed", H5T_NATIVE_UINT64, &report.seed);
@@ -153,16 +153,26 @@ void write_file(const std::string& file_name, const Report& report) {
       write_dataset(group.get(), id, "ladders", ladders.get(), rows.ladders);
     }
   }
-  file.close("cannot close file");
+  return file.image();
 }
 
 }  // namespace
 
-void write_hdf5(const std::string& path, const Report& report) {
-  write_atomically(path, "HDF5", [&](const std::filesystem::path& temporary) {
+void stage_hdf5(StagedFiles& files, const std::string& path, const Report& report) {
+  std::string image;
+  try {
     const QuietErrors quiet;
-    write_file(temporary.string(), report);
-  });
+    image = file_image(report);
+  } catch (const std::exception& e) {
+    throw std::runtime_error("cannot write HDF5 file " + path + ": " + e.what());
+  }
+  files.add_bytes(path, "HDF5", image);
+}
+
+void write_hdf5(const std::string& path, const Report& report) {
+  StagedFiles files;
+  stage_hdf5(files, path, report);
+  files.commit();
 }
 
 }  // namespace qkvlab::results

@@ -6,11 +6,38 @@
 
 #include <hdf5.h>
 
+#include <cctype>
 #include <stdexcept>
 #include <string>
 #include <utility>
 
 namespace qkvlab::results::hdf5 {
+
+// HDF5's text as one line without addresses: its descriptions may hold newlines
+// and pointers ("... addr = 0x7ffd..."), neither of which belongs in a message.
+inline std::string one_line(const std::string& text) {
+  std::string out;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '0' && i + 1 < text.size() && (text[i + 1] == 'x' || text[i + 1] == 'X')) {
+      std::size_t j = i + 2;
+      while (j < text.size() && std::isxdigit(static_cast<unsigned char>(text[j]))) ++j;
+      if (j > i + 2) {
+        out += "0x...";
+        i = j - 1;
+        continue;
+      }
+    }
+    const bool space = c == '\n' || c == '\r' || c == '\t' || c == ' ';
+    if (space) {
+      if (!out.empty() && out.back() != ' ') out += ' ';
+    } else if (static_cast<unsigned char>(c) >= 0x20) {
+      out += c;
+    }
+  }
+  while (!out.empty() && out.back() == ' ') out.pop_back();
+  return out;
+}
 
 // The innermost entry of HDF5's error stack says what actually went wrong.
 inline herr_t keep_innermost(unsigned n, const H5E_error2_t* error, void* data) {
@@ -21,6 +48,7 @@ inline herr_t keep_innermost(unsigned n, const H5E_error2_t* error, void* data) 
 [[noreturn]] inline void fail(const std::string& what) {
   std::string detail;
   H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, keep_innermost, &detail);
+  detail = one_line(detail);
   throw std::runtime_error(detail.empty() ? what : what + " (" + detail + ")");
 }
 
@@ -64,6 +92,34 @@ class QuietErrors {
  private:
   H5E_auto2_t func_ = nullptr;
   void* data_ = nullptr;
+};
+
+// An HDF5 file built in memory (the core driver, no backing store): image() is
+// its bytes, which core/atomic_file.hpp writes through a descriptor it created,
+// so HDF5 never opens a path of the output directory.
+class MemoryFile {
+ public:
+  MemoryFile()
+      : fapl_(H5Pcreate(H5P_FILE_ACCESS), H5Pclose, "cannot create file access properties"),
+        file_(create(fapl_.get()), H5Fclose, "cannot create file") {}
+  hid_t get() const { return file_.get(); }
+  std::string image() {
+    check(H5Fflush(file_.get(), H5F_SCOPE_GLOBAL), "cannot flush file");
+    const ssize_t size = H5Fget_file_image(file_.get(), nullptr, 0);
+    if (size < 0) fail("cannot read the file image");
+    std::string bytes(std::size_t(size), '\0');
+    if (H5Fget_file_image(file_.get(), bytes.data(), bytes.size()) != size) fail("cannot read the file image");
+    return bytes;
+  }
+
+ private:
+  static hid_t create(hid_t fapl) {
+    check(H5Pset_fapl_core(fapl, 1 << 16, 0), "cannot use the core driver");
+    static unsigned long counter = 0;  // each memory file its own name
+    const std::string name = "qkvlab-memory-" + std::to_string(++counter) + ".h5";
+    return H5Fcreate(name.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+  }
+  Handle fapl_, file_;
 };
 
 // A variable-length UTF-8 string type (h5py reads it as str).

@@ -42,9 +42,14 @@ std::string number(std::optional<double> x) {
 struct Suite {
   std::vector<const CheckRecord*> checks;
   std::vector<const ControlRecord*> controls;
+  std::size_t errors() const {
+    std::size_t n = 0;
+    for (const CheckRecord* c : checks) n += c->status == "error" ? 1 : 0;
+    return n;
+  }
   std::size_t failures() const {
     std::size_t n = 0;
-    for (const CheckRecord* c : checks) n += c->pass ? 0 : 1;
+    for (const CheckRecord* c : checks) n += c->pass || c->status == "error" ? 0 : 1;
     for (const ControlRecord* c : controls) n += c->failed_as_expected ? 0 : 1;
     return n;
   }
@@ -68,22 +73,27 @@ std::string check_failure(const CheckRecord& c) {
   return message;
 }
 
-// A testcase element; `failure` is empty when the case passed.
+// A testcase element; `failure` is empty when the case passed. An error (the
+// check threw) is JUnit's <error>, distinct from a <failure> (a measurement).
 void write_case(std::ostream& out, const std::string& classname, const std::string& name, const std::string& failure,
-                const std::string& note) {
+                const std::string& note, bool error = false) {
   out << "    <testcase classname=\"" << xml(classname) << "\" name=\"" << xml(name) << "\"";
   if (failure.empty()) {
     out << "/>\n";
     return;
   }
-  out << ">\n      <failure message=\"" << xml(failure) << "\">" << xml(note) << "</failure>\n    </testcase>\n";
+  const char* element = error ? "error" : "failure";
+  out << ">\n      <" << element << " message=\"" << xml(failure) << "\">" << xml(note) << "</" << element
+      << ">\n    </testcase>\n";
 }
 
 void write_suite(std::ostream& out, const std::string& id, const Suite& suite) {
   out << "  <testsuite name=\"" << xml(id) << "\" tests=\"" << suite.checks.size() + suite.controls.size()
-      << "\" failures=\"" << suite.failures() << "\">\n";
+      << "\" failures=\"" << suite.failures() << "\" errors=\"" << suite.errors() << "\">\n";
   for (const CheckRecord* c : suite.checks) {
-    write_case(out, id, c->config + " [" + c->precision + "]", c->pass ? "" : check_failure(*c), c->note);
+    const bool error = c->status == "error";
+    write_case(out, id, c->config + " [" + c->precision + "]", c->pass ? "" : error ? c->note : check_failure(*c),
+               c->note, error);
   }
   for (const ControlRecord* c : suite.controls) {
     const std::string failure = c->failed_as_expected ? "" : "control did not fail: rel_err=" + number(c->rel_err);
@@ -94,11 +104,13 @@ void write_suite(std::ostream& out, const std::string& id, const Suite& suite) {
 
 std::string junit_document(const Report& report) {
   const Summary s = report.summary();
-  const std::size_t failures = (s.checks - s.passed) + (s.controls - s.controls_failed_as_expected);
+  std::size_t errors = 0;
+  for (const CheckRecord& c : report.checks) errors += c.status == "error" ? 1 : 0;
+  const std::size_t failures = (s.checks - s.passed) + (s.controls - s.controls_failed_as_expected) - errors;
   std::ostringstream out;
   out << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
   out << "<testsuites name=\"qkvlab verify\" tests=\"" << s.checks + s.controls << "\" failures=\"" << failures
-      << "\">\n";
+      << "\" errors=\"" << errors << "\">\n";
   for (const auto& [id, suite] : suites_by_claim(report)) write_suite(out, id, suite);
   out << "</testsuites>\n";
   return out.str();
@@ -106,8 +118,14 @@ std::string junit_document(const Report& report) {
 
 }  // namespace
 
+void stage_junit(StagedFiles& files, const std::string& path, const Report& report) {
+  files.add_bytes(path, "JUnit", junit_document(report));
+}
+
 void write_junit(const std::string& path, const Report& report) {
-  write_bytes_atomically(path, "JUnit", junit_document(report));
+  StagedFiles files;
+  stage_junit(files, path, report);
+  files.commit();
 }
 
 }  // namespace qkvlab::results

@@ -4,6 +4,8 @@
 // writer prints them as null, never as NaN.
 #pragma once
 
+#include "core/atomic_file.hpp"
+
 #include <cstdint>
 #include <optional>
 #include <ostream>
@@ -22,7 +24,7 @@ struct CheckRecord {
   std::optional<double> normalized_err;
   double budget = 1e3;
   bool pass = false;
-  std::string status = "ok";  // ok | singular | non_finite | ...
+  std::string status = "ok";  // ok | singular | non_finite | error (the check threw; note: "error: message")
   std::string note;           // one line, empty when nothing to add
   // Statistical checks only (e.g. qwe.scale8.2).
   std::optional<double> statistic, expected, std_err;
@@ -77,9 +79,12 @@ void write_json(std::ostream& out, const Report& report);
 // file and renamed, so a failure never leaves a half-written file. Throws
 // std::runtime_error with a one-line message on failure.
 void write_hdf5(const std::string& path, const Report& report);
+// The same staged into a set of files committed together (core/atomic_file.hpp).
+void stage_hdf5(StagedFiles& files, const std::string& path, const Report& report);
 
 // JUnit XML: one testsuite per claim id, one testcase per check and per
 // control; failures carry the measured numbers. Same atomic write.
 void write_junit(const std::string& path, const Report& report);
+void stage_junit(StagedFiles& files, const std::string& path, const Report& report);
 
 }  // namespace qkvlab::results

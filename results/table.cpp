@@ -74,6 +74,7 @@ std::string format_slope(const std::map<LadderKey, std::optional<double>>& ladde
 
 std::string format_result(const CheckRecord& c) {
   if (c.pass) return "PASS";
+  if (c.status == "error") return "ERROR (" + (c.note.rfind("error: ", 0) == 0 ? c.note.substr(7) : c.note) + ")";
   return c.status == "ok" ? "FAIL" : "FAIL (" + c.status + ")";
 }
 

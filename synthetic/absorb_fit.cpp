@@ -10,6 +10,7 @@
 #include "synthetic/absorb_fit.hpp"
 
 #include "core/errors.hpp"
+#include "core/limits.hpp"
 #include "core/linalg.hpp"
 #include "engine/ops.hpp"
 #include "engine/optim.hpp"
@@ -17,6 +18,7 @@
 #include "engine/schedule.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <cmath>
 #include <numeric>
 #include <stdexcept>
@@ -123,10 +125,32 @@ double min_row_sine(const MatD& W) {
   return sine;
 }
 
+bool rows_separated(const MatD& W, double min_sine) {
+  if (!(min_sine >= 0 && min_sine <= 1)) throw std::invalid_argument("absorb fit: min_sine must be in [0, 1]");
+  if (min_sine == 0) return true;
+  std::vector<VecD> unit;
+  for (Eigen::Index i = 0; i < W.rows(); ++i) unit.push_back(W.row(i).transpose().normalized());
+  for (std::size_t i = 0; i < unit.size(); ++i)
+    for (std::size_t j = i + 1; j < unit.size(); ++j)
+      if (!((unit[j] - unit[j].dot(unit[i]) * unit[i]).norm() >= min_sine)) return false;
+  return true;
+}
+
+namespace {
+
+std::string separation_condition(int m, int d, double min_sine) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "rows of a %dx%d W_1 pairwise at least %g (sine) from collinear", m, d, min_sine);
+  return buf;
+}
+
+}  // namespace
+
 SkipNetwork generic_network(Rng& rng, int d, int m, const MatD& R, double min_sine) {
-  MatD W_1;
-  do W_1 = rng.gaussian(m, d, 1 / std::sqrt(double(d)));
-  while (!(min_row_sine(W_1) >= min_sine));
+  const MatD W_1 = draw_until(
+      default_max_attempts, separation_condition(m, d, min_sine),
+      [&] { return rng.gaussian(m, d, 1 / std::sqrt(double(d))); },
+      [&](const MatD& W) { return rows_separated(W, min_sine); });
   SkipNetwork f{R, W_1, rng.gaussian(d, m, 1 / std::sqrt(double(m)))};
   check_shapes(f);
   return f;
@@ -135,13 +159,15 @@ SkipNetwork generic_network(Rng& rng, int d, int m, const MatD& R, double min_si
 SkipNetwork representable_network(Rng& rng, int d, int m, const MatD& R, double min_sine, std::vector<int>* J_out) {
   if (m < d) throw std::invalid_argument("absorb fit: a representable pair needs m >= d");
   const std::vector<int> J = random_subset(rng, m, d);
-  MatD W_1;
-  for (;;) {  // condition the rows that get inverted, as bases are (core/linalg.hpp)
-    W_1 = rng.gaussian(m, d, 1 / std::sqrt(double(d)));
-    MatD rows(d, d);
-    for (int k = 0; k < d; ++k) rows.row(k) = W_1.row(J[std::size_t(k)]);
-    if (cond2(rows) <= max_basis_condition && min_row_sine(W_1) >= min_sine) break;
-  }
+  // Condition the rows that get inverted, as bases are (core/linalg.hpp).
+  const MatD W_1 = draw_until(
+      default_max_attempts, separation_condition(m, d, min_sine) + " with cond_2(W_1[J,:]) <= 1.7e4",
+      [&] { return rng.gaussian(m, d, 1 / std::sqrt(double(d))); },
+      [&](const MatD& W) {
+        MatD rows(d, d);
+        for (int k = 0; k < d; ++k) rows.row(k) = W.row(J[std::size_t(k)]);
+        return cond2(rows) <= max_basis_condition && rows_separated(W, min_sine);
+      });
   const MatD W_2 = rng.gaussian(d, m, 1 / std::sqrt(double(m)));
   // W_2' P_J W_1 = R · (R⁻¹W_2 with J-columns −W_1[J,:]⁻¹) P_J W_1 = R · (−I) = −R.
   const MatD R_inv_W_2 = R.partialPivLu().solve(W_2);

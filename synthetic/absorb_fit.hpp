@@ -53,6 +53,9 @@ MatD apply(const SkiplessMlp<double>& g, const MatD& X);
 // two rows is ≥ min_sine (the theorem's "pairwise non-collinear", with a margin;
 // min_sine = 0 accepts every draw). Two kinks closer than that are where a
 // same-width fit from random starts gets stuck (docs/claims.md, qwe.cor8.4.1).
+// The redrawing is bounded: after core/limits.hpp's default_max_attempts draws a
+// SamplingLimit names the condition (an infeasible one, such as d = 1 with m >= 2
+// and min_sine > 0, or one too unlikely to meet).
 // generic_network: the draw as it is (representable with probability 0).
 // representable_network: J a uniformly random d-subset (sorted), W_1 redrawn also until
 // cond₂(W_1[J,:]) ≤ max_basis_condition (core/linalg.hpp, as bases are), then the
@@ -63,6 +66,8 @@ SkipNetwork representable_network(Rng& rng, int d, int m, const MatD& R, double 
 
 // min over pairs i ≠ j of the sine of the angle between rows i and j of W (1 for one row).
 double min_row_sine(const MatD& W);
+// min_row_sine(W) >= min_sine, stopping at the first pair closer than that.
+bool rows_separated(const MatD& W, double min_sine);
 
 struct FitConfig {
   int restarts = 16;

@@ -346,24 +346,40 @@ std::filesystem::path checkpoint_path(const TrainConfig& t, int d) {
 }
 
 // Resumes from the checkpoint of this d if there is one; returns the step to start at.
+// A checkpoint that cannot be used (malformed, another configuration, a loss history
+// that disagrees with the optimizer or holds a non-finite value, which training never
+// saves) is a UsageError naming --checkpoint and the file.
 std::int64_t resume(SkipMlp& trainer, int d, const TransferConfig& c, std::vector<double>& loss) {
   const auto path = checkpoint_path(c.train, d);
   if (c.train.checkpoint_dir.empty() || !std::filesystem::exists(path)) return 0;
-  const engine::SafeTensors file = engine::load_safetensors(path);
-  for (const auto& [key, value] : checkpoint_identity(d, c)) {
-    const auto it = file.metadata.find(key);
-    if (it == file.metadata.end() || it->second != value)
-      throw UsageError("--checkpoint: " + path.string() + " was written with " + key + " = " +
-                       (it == file.metadata.end() ? std::string("(none)") : it->second) + ", this run has " +
-                       value + " (use another directory)");
+  try {
+    const engine::SafeTensors file = engine::load_safetensors(path);
+    for (const auto& [key, value] : checkpoint_identity(d, c)) {
+      const auto it = file.metadata.find(key);
+      if (it == file.metadata.end() || it->second != value)
+        throw UsageError("--checkpoint: " + path.string() + " was written with " + key + " = " +
+                         (it == file.metadata.end() ? std::string("(none)") : it->second) + ", this run has " +
+                         value + " (use another directory)");
+    }
+    const auto L = file.tensors.find("loss");
+    if (L == file.tensors.end()) throw std::runtime_error("no tensor \"loss\"");
+    const MatD losses = engine::to_matrix<double>(L->second, "loss");
+    for (Eigen::Index k = 0; k < losses.size(); ++k)
+      if (!std::isfinite(losses.data()[k]))
+        throw std::runtime_error("the loss history holds a non-finite value at step " + std::to_string(k + 1));
+    if (losses.size() > c.train.steps)
+      throw std::runtime_error("the loss history has " + std::to_string(losses.size()) + " steps, more than --steps");
+    trainer.restore(file);
+    if (losses.size() != trainer.steps()) throw std::runtime_error("the loss history and adamw.steps disagree");
+    loss.assign(losses.data(), losses.data() + losses.size());
+  } catch (const UsageError&) {
+    throw;
+  } catch (const std::exception& e) {
+    std::string why = e.what();
+    if (why.rfind("safetensors: ", 0) == 0) why = why.substr(13);
+    if (why.rfind(path.string() + ": ", 0) == 0) why = why.substr(path.string().size() + 2);
+    throw UsageError("--checkpoint: " + path.string() + ": " + why + " (a corrupt checkpoint; use another directory)");
   }
-  trainer.restore(file);
-  const auto L = file.tensors.find("loss");
-  if (L == file.tensors.end()) throw std::runtime_error("checkpoint " + path.string() + ": no tensor \"loss\"");
-  const MatD losses = engine::to_matrix<double>(L->second, "loss");
-  if (losses.size() != trainer.steps())
-    throw std::runtime_error("checkpoint " + path.string() + ": the loss history and adamw.steps disagree");
-  loss.assign(losses.data(), losses.data() + losses.size());
   return std::int64_t(loss.size());
 }
 

@@ -456,7 +456,7 @@ TEST_F(Cli, RmtWritesNumbersAndFigures) {
       EXPECT_GT(fs::file_size(figure), 1000u) << figure;
     }
   for (const auto& entry : fs::directory_iterator(outputs_))
-    EXPECT_EQ(entry.path().string().find(".tmp-"), std::string::npos) << entry.path();
+    EXPECT_EQ(entry.path().string().find(".qkvlab-tmp."), std::string::npos) << entry.path();
 }
 
 TEST_F(Cli, LnormWritesNumbersAndFigureAndIsNearLinearAtSmallScale) {

@@ -451,7 +451,7 @@ TEST(Hdf5Matrix, BadInputIsAUsageErrorNamingFileAndDataset) {
     return std::string("no error");
   };
   EXPECT_EQ(message({path.string(), "/missing"}).rfind(path.string() + ":/missing: no such dataset", 0), 0u);
-  EXPECT_EQ(message({path.string(), "/N"}), path.string() + ":/N: non-finite entry");
+  EXPECT_EQ(message({path.string(), "/N"}), path.string() + ":/N: non-finite entry (0, 1)");
   EXPECT_EQ(message({"/nonexistent/w.h5", "/A"}).rfind("/nonexistent/w.h5:/A: cannot open file", 0), 0u);
 }
 

@@ -54,11 +54,10 @@ template <class S> Pair<S> representable_pair(Rng& rng, const Config& c) {
   auto perm = random_permutation(rng, m);
   std::vector<int> J(perm.begin(), perm.begin() + subset_size(c));
   std::sort(J.begin(), J.end());
-  MatD W_1 = rng.gaussian(m, d, 1.0 / std::sqrt(double(d)));
-  for (;;) {  // condition the rows that get inverted, as bases are (linalg.hpp)
-    if (cond2(rows_of(W_1, J)) <= max_basis_condition) break;
-    W_1 = rng.gaussian(m, d, 1.0 / std::sqrt(double(d)));
-  }
+  // Condition the rows that get inverted, as bases are (linalg.hpp); bounded (core/limits.hpp).
+  const MatD W_1 = draw_until(
+      default_max_attempts, "cond_2(W_1[J,:]) <= 1.7e4", [&] { return rng.gaussian(m, d, 1.0 / std::sqrt(double(d))); },
+      [&](const MatD& W) { return cond2(rows_of(W, J)) <= max_basis_condition; });
   const MatD W_2 = rng.gaussian(d, m, 1.0 / std::sqrt(double(m)));
   Pair<S> p{cast<S>(W_1), Mat<S>(), cast<S>(W_2), J, cond2(rows_of(W_1, J))};
   p.W_2 = representable_w2<S>(p.W_1, p.W_2_generic, J);

@@ -85,12 +85,13 @@ template <class S> Mat<S> with_column(const MatD& X, const Vec<S>& x) {
 // cond₂(D_0 T) ≤ 1.7e4: Thm 8.3 inverts A = D T, which must be verifiable in
 // float too. This excludes δ_i ≈ 0 (the zero_delta status has its own test).
 MatD draw_conjugacy_basis(Rng& rng, int d) {
-  for (;;) {
-    MatD T = draw_basis(rng, d, 1.0 / std::sqrt(double(d)));
-    const VecD delta = T.transpose().partialPivLu().solve(VecD::Ones(d));
-    const auto sv = Eigen::JacobiSVD<MatD>(MatD(delta.asDiagonal() * T)).singularValues();
-    if (sv(d - 1) > 0 && sv(0) / sv(d - 1) <= max_basis_condition) return T;
-  }
+  return draw_until(
+      default_max_attempts, "cond_2(D_0 T) <= 1.7e4", [&] { return draw_basis(rng, d, 1.0 / std::sqrt(double(d))); },
+      [&](const MatD& T) {
+        const VecD delta = T.transpose().partialPivLu().solve(VecD::Ones(d));
+        const auto sv = Eigen::JacobiSVD<MatD>(MatD(delta.asDiagonal() * T)).singularValues();
+        return sv(d - 1) > 0 && sv(0) / sv(d - 1) <= max_basis_condition;
+      });
 }
 
 // Controls by detection: the tool must report the points that left the image.

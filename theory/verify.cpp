@@ -2,6 +2,7 @@
 
 #include "core/error_model.hpp"
 #include "core/errors.hpp"
+#include "core/limits.hpp"
 #include "core/parallel.hpp"
 
 #include <algorithm>
@@ -44,6 +45,32 @@ const std::vector<int>& pick(const std::optional<std::vector<int>>& given, const
 
 }  // namespace
 
+// Bytes of one configuration at its widest scalar, up to a constant: per layer
+// the weights, their reparametrized copies and bases (≈ 40 d²), activations
+// (≈ 40 n d) and attention scores (4 H n²); the bases' inverses and LU (≈ 20 d²).
+double configuration_bytes(const Config& c, double scalar_bytes) {
+  const double d = c.d, n = c.seq, L = c.layers, H = c.heads;
+  return scalar_bytes * (40 * L * d * d + 20 * d * d + 40 * L * n * d + 4 * L * H * n * n);
+}
+
+std::string sizes_text(const VerifyOptions& o) {
+  std::string text;
+  auto add = [&](const char* option, const std::optional<std::vector<int>>& list) {
+    if (!list) return;
+    text += std::string(text.empty() ? "" : " ") + option + " ";
+    for (std::size_t k = 0; k < list->size(); ++k) {  // += only: GCC 12 warns falsely on "," + string
+      if (k) text += ',';
+      text += std::to_string((*list)[k]);
+    }
+  };
+  add("--d", o.d);
+  add("--heads", o.heads);
+  add("--layers", o.layers);
+  add("--seq", o.seq);
+  if (o.trials != 1) text += std::string(text.empty() ? "" : " ") + "--trials " + std::to_string(o.trials);
+  return text.empty() ? "the default sweep" : text;
+}
+
 void validate(const VerifyOptions& o) {
   require_positive(o.d, "--d");
   require_positive(o.heads, "--heads");
@@ -52,6 +79,20 @@ void validate(const VerifyOptions& o) {
   if (o.trials <= 0) throw UsageError("--trials: must be positive, got " + std::to_string(o.trials));
   if (o.precisions.empty()) throw UsageError("--precision: the list is empty");
   if (o.threads < 0) throw UsageError("--threads: must be non-negative");
+  if (o.threads > max_threads)
+    throw UsageError("--threads: at most " + std::to_string(max_threads) + ", got " + std::to_string(o.threads));
+  // The memory the sizes imply: the largest configuration on every thread at once,
+  // and the records of every configuration, before anything is drawn.
+  double scalar_bytes = 4, widest = 0, records = 0;
+  for (Precision p : o.precisions) scalar_bytes = std::max(scalar_bytes, p == Precision::mp50 ? double(sizeof(mp50)) : p == Precision::f80 ? 16.0 : 8.0);
+  VerifyOptions one_trial = o;
+  one_trial.trials = 1;
+  for (const Claim* c : select_claims(o.ids)) {
+    const auto configs = sweep(*c, one_trial);
+    records += double(configs.size()) * double(o.trials) * double(o.precisions.size() + 1);
+    for (const Config& config : configs) widest = std::max(widest, configuration_bytes(config, scalar_bytes));
+  }
+  require_memory(sizes_text(o), widest * double(worker_count(o.threads)) + 1024.0 * records);
   for (const Claim* c : select_claims(o.ids))
     for (int d : pick(o.d, c->defaults.d, default_d)) {
       if (d < 2) throw UsageError("--d: d must be at least 2, got " + std::to_string(d));
@@ -141,13 +182,23 @@ TaskResult run_task(const Claim& claim, const Config& config, const VerifyOption
   for (Precision p : claim.kind == Kind::statistical ? stat_precision : o.precisions) {
     Rng rng(o.seed, claim.id + "|" + where);  // the same draws at every precision
     Outcome out;
+    bool error = false;
     try {
       out = claim.run(config, p, rng);
     } catch (const std::exception& e) {
+      // An exception is not a measurement: reported as an error with its message,
+      // distinct from a numerical failure (non_finite, singular).
+      out = Outcome{};
       out.rel_err = NAN;
       out.note = std::string("error: ") + e.what();
+      error = true;
     }
     auto rec = check_record(claim, where, p, out);
+    if (error) {
+      rec.status = "error";
+      rec.pass = false;
+      rec.kappa.reset();
+    }
     ladder.push_back({unit_roundoff(p), out.rel_err});
     t.checks.push_back(rec);
     for (const auto& c : out.controls)
@@ -199,6 +250,18 @@ results::Report verify(const VerifyOptions& o) {
     report.controls.insert(report.controls.end(), t.controls.begin(), t.controls.end());
     if (t.ladder) report.ladders.push_back(*t.ladder);
   }
+  return report;
+}
+
+results::Report verify_configuration(const Claim& claim, const Config& config, const VerifyOptions& o) {
+  TaskResult t = run_task(claim, config, o);
+  results::Report report;
+  report.seed = o.seed;
+  report.command_line = o.command_line;
+  report.version = QKVLAB_VERSION;
+  report.checks = std::move(t.checks);
+  report.controls = std::move(t.controls);
+  if (t.ladder) report.ladders.push_back(*t.ladder);
   return report;
 }
 

@@ -46,4 +46,8 @@ std::string describe(const Claim& claim, const Config& config);
 
 results::Report verify(const VerifyOptions& options);
 
+// One configuration of one claim (every precision): what verify() records for it.
+// A check whose run throws is recorded with status "error", its message as the note.
+results::Report verify_configuration(const Claim& claim, const Config& config, const VerifyOptions& options);
+
 }  // namespace qkvlab::theory

@@ -2,6 +2,8 @@
 // "icl/lemmas/<id>/<variant>" and its random weights from ".../weights".
 #include "synthetic/icl/lemmas.hpp"
 
+#include "core/parallel.hpp"
+
 #include "core/errors.hpp"
 #include "synthetic/icl/monte_carlo.hpp"
 
@@ -93,6 +95,11 @@ template <class F> Estimate lambda_mc(const Task& task, const LemmaOptions& o, c
 }
 
 }  // namespace
+
+double lemmas_memory_bytes(const Task& task, const LemmaOptions& o) {
+  const double d = task.d, n = task.n, chunks = std::ceil(double(o.prompts) / double(chunk_size));
+  return chunks * 16 * (d * d * d + 1) + double(worker_count(o.threads)) * 8 * (6 * d * n + 40 * d * d);
+}
 
 double theorem_w0_scale(const Task& task) {
   return task.sigma > 0 ? 1.5 * 2.0 * std::sqrt(double(task.d)) * task.sigma : 1.0;

@@ -84,6 +84,10 @@ LemmaResult check_thm2(const Task& task, const LemmaOptions& o, Thm2Part part);
 // Every check above, in ledger order.
 std::vector<LemmaResult> check_all_lemmas(const Task& task, const LemmaOptions& o);
 
+// The memory check_all_lemmas would allocate, in bytes, roughly: its largest
+// per-chunk moments (d³ + 1 entries, chunks of 512 prompts) and each thread's prompt.
+double lemmas_memory_bytes(const Task& task, const LemmaOptions& o);
+
 // W_0 = c I with c the smallest "round" multiple making σ_d(W_0) > 2 sqrt(d) σ:
 // c = 1.5 · 2 sqrt(d) σ (or 1 when σ = 0).
 double theorem_w0_scale(const Task& task);

@@ -12,6 +12,8 @@
 
 #include <Eigen/SVD>
 
+#include "core/parallel.hpp"
+
 #include <chrono>
 #include <cmath>
 #include <ctime>
@@ -158,6 +160,17 @@ TheoryMoments theory_moments_cpu(const Task& task, const TheoryOptions& options)
   Moments m2 = kept.empty() ? lambda_dependent_moments(d, options.prompts, options.threads, lam, Q, redrawn_chunks, pass2)
                             : lambda_dependent_moments(d, options.prompts, options.threads, lam, Q, kept_chunks, pass2);
   return {std::move(m1), std::move(lam), std::move(m2)};
+}
+
+double theory_memory_bytes(const Task& task, const TheoryOptions& o) {
+  const double d = task.d, n = task.n, chunks = std::ceil(double(o.prompts) / double(chunk_size));
+  const int Q = Pass2Layout{task.d}.quantities();
+  const double p1 = Pass1Layout{task.d}.size(), p2 = lambda_dependent_size(task.d, Q),
+               full2 = lambda_dependent_full(task.d, Q);
+  const double moments = chunks * 8 * (2 * p1 + 2 * p2 + full2 * full2);
+  const double kept = cache_fits(task, o) ? double(o.prompts) * (8.0 * (3 * d * d + 1) + 128) : 0;
+  const double per_thread = 8 * (6 * d * n + 40 * d * d);
+  return moments + kept + double(worker_count(o.threads)) * per_thread;
 }
 
 Theory estimate_theory(const Task& task, const TheoryOptions& options) {

@@ -53,6 +53,12 @@ struct TheoryOptions {
   bool cuda = false;
 };
 
+// The memory estimate_theory would allocate, in bytes, roughly: the per-chunk
+// moments of both passes (chunks of 512 prompts, merged at the end), pass 1's
+// kept statistics and each thread's prompt. Commands refuse sizes past the
+// memory budget with it before anything is allocated.
+double theory_memory_bytes(const Task& task, const TheoryOptions& options);
+
 // A predictor form's first-order residual R = E[(U x_{n+1} − y_{n+1}) x_{n+1}ᵀ]
 // = E[U − W*] (d×d) and its prediction loss E‖U x_{n+1} − y_{n+1}‖².
 struct FormReport {

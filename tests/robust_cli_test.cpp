@@ -1,0 +1,320 @@
+// Bad input, faults and hostile files (issue 16), through the qkvlab program:
+// sampling loops that used to run for ever now end with a usage error (every run
+// bounded by `timeout`, so a hang fails the test instead of stalling ctest); real
+// options refuse NaN and ±Inf; seeds out of range; --threads capped, and a thread
+// start that fails under a memory limit is one line and a non-zero exit; size
+// options refused with the memory they imply; absorb on a rescaled pair; a
+// resumed checkpoint whose loss history holds NaN; a multi-file output whose
+// second target cannot be written; verify's report of a check that throws.
+#include "cli/validators.hpp"
+#include "core/absorb.hpp"
+#include "core/npy.hpp"
+#include "core/rng.hpp"
+#include "engine/safetensors.hpp"
+#include "run_command.hpp"
+#include "scratch_dir.hpp"
+#include "theory/verify.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <regex>
+#include <string>
+#include <vector>
+
+namespace qkvlab {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace cli;
+using test_support::CommandResult;
+using test_support::ScratchDir;
+using test_support::shell_quoted;
+
+// qkvlab ARGS under `timeout`: a run past `seconds` is killed and reported as status 124.
+CommandResult run_bounded(const std::string& args, int seconds = 120) {
+  return test_support::run_command("timeout -s KILL " + std::to_string(seconds) + " " + shell_quoted(QKVLAB_BINARY) +
+                                   " " + args);
+}
+
+int lines(const std::string& s) { return int(std::count(s.begin(), s.end(), '\n')); }
+
+// A usage error: exit 2, one line on stderr starting "qkvlab: error: " and holding `names`, nothing on stdout.
+void expect_usage_error(const CommandResult& r, const std::string& args, const std::string& names) {
+  EXPECT_EQ(r.status, 2) << args << ": " << r.err;
+  EXPECT_EQ(lines(r.err), 1) << args << ": " << r.err;
+  EXPECT_EQ(r.err.rfind("qkvlab: error: ", 0), 0u) << args << ": " << r.err;
+  EXPECT_NE(r.err.find(names), std::string::npos) << args << ": " << r.err;
+  EXPECT_TRUE(r.out.empty()) << args << ": " << r.out;
+}
+
+// ---- loops that sampled until a condition held ------------------------------------
+
+TEST(RobustCli, InfeasibleSamplingConditionsEndWithAUsageError) {
+  // Each of these ran for ever: rows of an m x 1 W_1 are all collinear; 16 rows in R^2 cannot be
+  // pairwise 0.2 apart (sine); 0.99 apart is infeasible for 6 rows in R^3.
+  for (const std::string args : {"absorb fit --d 1", "absorb fit --d 2 --m 16", "absorb fit --min-sine 0.99",
+                                 "absorb fit --pair generic --d 2 --m 16"}) {
+    const CommandResult r = run_bounded(args + " --quiet");
+    ASSERT_NE(r.status, 124) << args << ": still running after 120 s";
+    expect_usage_error(r, args, "--min-sine");
+    EXPECT_NE(r.err.find("no draw satisfied rows of a"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("in 10000 attempts"), std::string::npos) << r.err;
+  }
+  // Control: a feasible condition samples and fits (exit 0: the prediction holds, or 1).
+  const CommandResult ok =
+      run_bounded("absorb fit --d 2 --m 4 --seeds 1 --restarts 1 --steps 10 --batch 8 --quiet --min-sine 0.2");
+  EXPECT_TRUE(ok.status == 0 || ok.status == 1) << ok.status << " " << ok.err;
+}
+
+// ---- real-valued options, seeds, threads ----------------------------------------------
+
+TEST(RobustCli, RealOptionsRefuseNanAndInfinity) {
+  const std::vector<std::pair<std::string, std::string>> options{
+      {"absorb fit", "--min-sine"}, {"absorb fit", "--lr"},  {"icl theory", "--sigma"}, {"icl lemmas", "--w0-scale"},
+      {"icl lemmas", "--sigma"},    {"icl train", "--lr"},   {"icl train", "--w0-scale"}, {"icl anchor", "--sigma"},
+      {"transfer", "--lr"},         {"lm init ckpt", "--mlp-ratio"}, {"lm init ckpt", "--rope-theta"},
+      {"lm init ckpt", "--skip-ratio"}, {"lm train --out run", "--lr"}, {"lm train --out run", "--min-lr"},
+      {"lm train --out run", "--weight-decay"}, {"lm train --out run", "--clip"}, {"probe ckpt", "--lr-grid"}};
+  for (const auto& [command, option] : options)
+    for (const char* value : {"nan", "NaN", "inf", "-inf", "1e400"}) {
+      const std::string args = command + " " + option + " " + value;
+      expect_usage_error(run_bounded(args, 60), args, option);
+    }
+  // icl lemmas --w0-scale: a negative scale ran the default silently.
+  expect_usage_error(run_bounded("icl lemmas --w0-scale -1", 60), "--w0-scale -1", "--w0-scale");
+}
+
+TEST(RobustCli, RealValidatorsAcceptFiniteNumbersOnly) {
+  auto ok = [](const CLI::Validator& v, std::string value) { return v(value).empty(); };
+  // Controls: ordinary numbers pass.
+  EXPECT_TRUE(ok(positive_real, "1e-3"));
+  EXPECT_TRUE(ok(non_negative_real, "0"));
+  EXPECT_TRUE(ok(finite_real, "-2.5"));
+  EXPECT_TRUE(ok(real_in(0, 1), "1"));
+  for (const char* bad : {"nan", "-nan", "inf", "-inf", "infinity", "1e309", "", "1x", " 1"}) {
+    EXPECT_FALSE(ok(finite_real, bad)) << bad;
+    EXPECT_FALSE(ok(positive_real, bad)) << bad;
+    EXPECT_FALSE(ok(real_in(0, 1), bad)) << bad;
+  }
+  EXPECT_FALSE(ok(positive_real, "0"));
+  EXPECT_FALSE(ok(non_negative_real, "-1e-300"));
+  EXPECT_FALSE(ok(real_in(0, 1), "1.0000001"));
+  // Negative control: CLI11's own range check lets NaN through (why these validators exist).
+  EXPECT_TRUE(ok(CLI::Range(0.0, 1.0), "nan"));
+  // A range message is short (CLI11's PositiveNumber prints a 309-digit bound).
+  std::string huge = "-1";
+  const std::string message = positive_real(huge);
+  EXPECT_LT(message.size(), 80u) << message;
+}
+
+TEST(RobustCli, SeedsOutOfRangeAreUsageErrors) {
+  // --seed -1 and --seed 2^64 both ran as 2^64 - 1.
+  for (const char* seed : {"-1", "18446744073709551616", "1e3", "0x10", "+5"}) {
+    const std::string args = std::string("verify --seed ") + seed;
+    expect_usage_error(run_bounded(args, 60), args, "--seed");
+  }
+  for (const std::string command : {"absorb fit", "rmt", "lnorm", "transfer", "icl theory", "icl train", "lm init ckpt",
+                                    "lm train --out run", "analyze all ckpt", "probe ckpt"})
+    expect_usage_error(run_bounded(command + " --seed -1", 60), command, "--seed");
+  // The last seed of a run must not wrap either.
+  expect_usage_error(run_bounded("absorb fit --seed 18446744073709551615 --seeds 2", 60), "--seeds 2",
+                     "would pass 2^64 - 1");
+  // Control: the largest seed is accepted.
+  std::string max = "18446744073709551615";
+  EXPECT_TRUE(seed_value(max).empty());
+  const CommandResult ok = run_bounded("icl theory --d 1 --n 2 --prompts 64 --seed 18446744073709551615 --format json");
+  EXPECT_EQ(ok.status, 0) << ok.err;
+  EXPECT_NE(ok.out.find("18446744073709551615"), std::string::npos) << ok.out;
+}
+
+TEST(RobustCli, ThreadCountsAreCapped) {
+  for (const std::string command : {"verify", "transfer", "icl theory", "icl lemmas", "icl train", "lm train --out run",
+                                    "lm eval ckpt", "analyze all ckpt", "probe ckpt"}) {
+    const std::string args = command + " --threads 1000";
+    expect_usage_error(run_bounded(args, 60), args, "--threads: must be an integer from");
+    EXPECT_NE(run_bounded(args, 60).err.find("to 256"), std::string::npos);
+  }
+  // Control: the cap itself is accepted and runs.
+  const CommandResult ok = run_bounded("icl theory --threads 256 --d 1 --n 2 --prompts 64 --format json");
+  EXPECT_EQ(ok.status, 0) << ok.err;
+}
+
+TEST(RobustCli, AThreadThatCannotStartIsOneLineAndANonZeroExit) {
+  // 256 threads' stacks (8 MiB each) do not fit 1 GB of address space: thread creation fails.
+  const std::string args = "icl theory --threads 256 --d 2 --n 4 --prompts 100000 --format json";
+  const CommandResult r = test_support::run_command("ulimit -v 1000000; timeout -s KILL 120 " +
+                                                    shell_quoted(QKVLAB_BINARY) + " " + args);
+  EXPECT_EQ(r.status, 3) << r.err;  // not 134 (abort) or 137 (a hang killed)
+  EXPECT_EQ(lines(r.err), 1) << r.err;
+  EXPECT_EQ(r.err.rfind("qkvlab: error: ", 0), 0u) << r.err;
+  EXPECT_EQ(r.err.find("terminate"), std::string::npos) << r.err;
+  // Control: the same run with the threads the machine has succeeds.
+  const CommandResult ok = run_bounded("icl theory --threads 2 --d 2 --n 4 --prompts 2000 --format json");
+  EXPECT_EQ(ok.status, 0) << ok.err;
+}
+
+// ---- sizes -------------------------------------------------------------------------------
+
+TEST(RobustCli, SizeOptionsPastTheMemoryBudgetAreRefusedWithTheEstimate) {
+  const std::vector<std::pair<std::string, std::string>> cases{
+      {"lnorm --d 1000000", "--d 1000000 needs about"},
+      {"rmt --d-max 1000000", "--d-max 1000000 needs about"},
+      {"icl theory --d 4096 --n 1048576", "--d 4096 --n 1048576 --prompts 200000 needs about"},
+      {"icl theory --prompts 1000000000000", "--prompts 1000000000000 needs about"},
+      {"icl lemmas --d 4096 --prompts 100000000", "needs about"},
+      {"transfer --d 4096 --batch 100000000", "--d 4096 --batch 100000000 --steps 2000 needs about"},
+      {"verify --d 100000 --seq 100000", "--d 100000 --seq 100000 needs about"}};
+  for (const auto& [args, names] : cases) {
+    const CommandResult r = run_bounded(args, 60);
+    expect_usage_error(r, args, names);
+    EXPECT_NE(r.err.find("of memory, more than the budget of"), std::string::npos) << r.err;
+  }
+}
+
+TEST(RobustCli, TheMemoryBudgetFollowsTheAddressSpaceLimit) {
+  // ulimit -v 1000000 (KiB): 1.024 GB of address space, of which the budget is 3/4.
+  const std::string args = "lnorm --d 1000000 --quiet";
+  const CommandResult limited =
+      test_support::run_command("ulimit -v 1000000; timeout -s KILL 60 " + shell_quoted(QKVLAB_BINARY) + " " + args);
+  expect_usage_error(limited, args, "more than the budget of 768 MB");
+  // Control: without the limit the budget is another (the machine's memory).
+  const CommandResult free = run_bounded(args, 60);
+  expect_usage_error(free, args, "more than the budget of");
+  EXPECT_EQ(free.err.find("budget of 768 MB"), std::string::npos) << free.err;
+}
+
+// ---- messages ----------------------------------------------------------------------------
+
+TEST(RobustCli, UnknownSubcommandsAreNamed) {
+  expect_usage_error(run_bounded("frobnicate", 60), "frobnicate", "unknown command 'frobnicate' after 'qkvlab'");
+  expect_usage_error(run_bounded("icl frob", 60), "icl frob", "unknown command 'frob' after 'qkvlab icl'");
+  // Control: a missing subcommand is still reported as such.
+  const CommandResult none = run_bounded("icl", 60);
+  EXPECT_EQ(none.status, 2);
+  EXPECT_EQ(none.err.find("unknown command"), std::string::npos) << none.err;
+}
+
+// ---- absorb on a rescaled pair -------------------------------------------------------------
+
+TEST(RobustCli, AbsorbSaysNoForARescaledNoPairAndWritesNothing) {
+  ScratchDir dir;
+  Rng rng(5, "robust_cli absorb");
+  const int d = 4, m = 8;
+  MatD W_1 = rng.gaussian(m, d, 0.5), W_2 = rng.gaussian(d, m, 1 / std::sqrt(double(m)));
+  W_2 = representable_w2<double>(W_1, W_2, {0, 1, 2, 3});
+  auto run_absorb = [&](const MatD& a, const MatD& b, const std::string& tag) {
+    write_npy(dir / (tag + "1.npy"), a);
+    write_npy(dir / (tag + "2.npy"), b);
+    fs::create_directory(dir / tag);
+    return run_bounded("absorb " + shell_quoted(dir / (tag + "1.npy")) + " " + shell_quoted(dir / (tag + "2.npy")) +
+                       " --out-dir " + shell_quoted(dir / tag));
+  };
+  // Control: the representable pair, and it rescaled, are absorbed.
+  MatD S_1 = W_1, S_2 = W_2;
+  S_1.row(6) *= 1e6;
+  S_2.col(6) /= 1e6;
+  for (const auto& [a, b, tag] : {std::tuple{W_1, W_2, std::string("yes")}, std::tuple{S_1, S_2, std::string("yes_s")}}) {
+    const CommandResult r = run_absorb(a, b, tag);
+    EXPECT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(r.out.rfind("yes", 0), 0u) << r.out;
+    EXPECT_TRUE(fs::exists(dir / tag / "W1_absorbed.npy") && fs::exists(dir / tag / "W2_absorbed.npy"));
+  }
+  // Perturbed by 1e-9: no; the same rescaled by 1e6 was a "yes" under the old tolerance.
+  W_2(0, 0) += 1e-9;
+  S_2(0, 0) += 1e-9;
+  for (const auto& [a, b, tag] : {std::tuple{W_1, W_2, std::string("no")}, std::tuple{S_1, S_2, std::string("no_s")}}) {
+    const CommandResult r = run_absorb(a, b, tag);
+    EXPECT_EQ(r.status, 0) << r.err;  // "no" is an answer (exit 1 is "undecided")
+    EXPECT_EQ(r.out.rfind("no\n", 0), 0u) << r.out;
+    EXPECT_TRUE(fs::is_empty(dir / tag)) << tag;
+  }
+}
+
+TEST(RobustCli, AbsorbWritesBothWeightsOrNeither) {
+  ScratchDir dir;
+  Rng rng(6, "robust_cli absorb pair");
+  const MatD W_1 = rng.gaussian(6, 3, 0.5);
+  const MatD W_2 = representable_w2<double>(W_1, rng.gaussian(3, 6, 0.4), {0, 2, 4});
+  write_npy(dir / "W1.npy", W_1);
+  write_npy(dir / "W2.npy", W_2);
+  fs::create_directory(dir / "out");
+  fs::create_directory(dir / "out" / "W2_absorbed.npy");  // the second target cannot be replaced
+  const std::string args = "absorb " + shell_quoted(dir / "W1.npy") + " " + shell_quoted(dir / "W2.npy") +
+                           " --out-dir " + shell_quoted(dir / "out");
+  const CommandResult r = run_bounded(args);
+  EXPECT_EQ(r.status, 3) << r.err;
+  EXPECT_EQ(lines(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find("W2_absorbed.npy: it is a directory"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(dir / "out" / "W1_absorbed.npy"));
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(dir / "out")) left.push_back(e.path().filename().string());
+  EXPECT_EQ(left, std::vector<std::string>{"W2_absorbed.npy"});  // no temporary left behind
+  // Control: with the directory gone, both are written.
+  fs::remove(dir / "out" / "W2_absorbed.npy");
+  EXPECT_EQ(run_bounded(args).status, 0);
+  EXPECT_TRUE(fs::is_regular_file(dir / "out" / "W1_absorbed.npy") && fs::is_regular_file(dir / "out" / "W2_absorbed.npy"));
+}
+
+// ---- a resumed checkpoint holding NaN -----------------------------------------------------
+
+TEST(RobustCli, AResumedCheckpointWithANonFiniteLossIsRefused) {
+  ScratchDir dir;
+  const std::string args = "transfer --d 2 --steps 500 --batch 16 --format json --checkpoint " + shell_quoted(dir.path());
+  const CommandResult first = run_bounded(args);
+  ASSERT_TRUE(first.status == 0 || first.status == 1) << first.err;
+  const fs::path file = dir / "transfer_d2.safetensors";
+  ASSERT_TRUE(fs::exists(file));
+  // Control: the intact checkpoint resumes at its last step; the JSON holds only numbers.
+  const CommandResult resumed = run_bounded(args);
+  EXPECT_EQ(resumed.status, first.status) << resumed.err;
+  EXPECT_NE(resumed.out.find("\"resumed_from\": 500"), std::string::npos) << resumed.out;
+  engine::SafeTensors ck = engine::load_safetensors(file);
+  for (const auto& [step, value] : {std::pair<int, double>{500, NAN}, {11, INFINITY}}) {
+    engine::SafeTensors bad = ck;
+    std::memcpy(bad.tensors.at("loss").data.data() + 8 * (step - 1), &value, 8);
+    engine::save_safetensors(file, bad);
+    const CommandResult r = run_bounded(args);
+    expect_usage_error(r, "resume", "--checkpoint: " + file.string() + ": the loss history holds a non-finite value at step " +
+                                        std::to_string(step));
+    for (const char* word : {"nan", "inf"}) EXPECT_EQ(r.out.find(word), std::string::npos) << r.out;
+  }
+}
+
+// ---- verify: a check that throws -------------------------------------------------------------
+
+TEST(RobustVerify, ACheckThatThrowsIsAnErrorNotANumericalFailure) {
+  theory::Claim claim;
+  claim.id = "test.throws";
+  claim.kind = theory::Kind::identity;
+  claim.run = [](const theory::Config&, Precision, Rng&) -> theory::Outcome {
+    throw std::runtime_error("the basis has no inverse here");
+  };
+  theory::Claim non_finite = claim;
+  non_finite.id = "test.nan";
+  non_finite.run = [](const theory::Config&, Precision, Rng&) {
+    theory::Outcome o;
+    o.rel_err = NAN;
+    return o;
+  };
+  theory::VerifyOptions o;
+  o.precisions = {Precision::f64};
+  const theory::Config config{};
+  const results::Report thrown = theory::verify_configuration(claim, config, o);
+  ASSERT_EQ(thrown.checks.size(), 1u);
+  EXPECT_EQ(thrown.checks[0].status, "error");
+  EXPECT_FALSE(thrown.checks[0].pass);
+  EXPECT_EQ(thrown.checks[0].note, "error: the basis has no inverse here");
+  // Control: a non-finite measurement is still a numerical failure, not an error.
+  const results::Report nan = theory::verify_configuration(non_finite, config, o);
+  ASSERT_EQ(nan.checks.size(), 1u);
+  EXPECT_EQ(nan.checks[0].status, "non_finite");
+}
+
+}  // namespace
+}  // namespace qkvlab
