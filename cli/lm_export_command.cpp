@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "cli/commands.hpp"
+#include "cli/validators.hpp"
 #include "core/errors.hpp"
 #include "lm/checkpoint.hpp"
 #include "lm/convert.hpp"
@@ -77,7 +78,7 @@ std::vector<Command> add_lm_export_commands(CLI::App& lm, const std::string&) {
       ->check(CLI::IsMember({"mean-v", "mean-vo", "top-v", "top-vo", "svd"}))
       ->capture_default_str();
   convert->add_option("--skip-ratio", c->skip_ratio, "Share of value heads taken from layer 1")
-      ->check(CLI::Range(0.0, 1.0))
+      ->check(real_in(0.0, 1.0))
       ->capture_default_str();
   convert->add_option("--out", c->out, "Checkpoint directory to write")->required();
   convert->add_option("--format", c->format, "Output: table or json")->check(CLI::IsMember({"table", "json"}))->capture_default_str();
