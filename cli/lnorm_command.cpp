@@ -22,7 +22,7 @@ namespace {
 constexpr double kEps = 1e-5;
 
 struct LnormArgs {
-  std::string out_dir = "results/lnorm";
+  std::string out_dir = "outputs/lnorm";
   std::uint64_t seed = 1;
   int d = 64;
   bool quiet = false;

@@ -31,7 +31,7 @@ constexpr int kBins = 50;
 constexpr int kSphereSamples = 400;  // u per d for the spread of m(u)²
 
 struct RmtArgs {
-  std::string out_dir = "results/rmt";
+  std::string out_dir = "outputs/rmt";
   std::uint64_t seed = 1;
   int d_max = 2048;
   bool quiet = false;

@@ -11,7 +11,7 @@
 # N trainings at once (each is deterministic on its own). Needs `qkvlab data brown`.
 set -euo pipefail
 
-qkvlab=build/qkvlab device=cpu out=results/lm only=. data=data/brown jobs=1
+qkvlab=build/qkvlab device=cpu out=outputs/lm only=. data=data/brown jobs=1
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --qkvlab) qkvlab=$2; shift 2 ;;

@@ -8,7 +8,7 @@
 #   scripts/lm_uptraining.sh --vanilla DIR_WITH_vanilla-sSEED/checkpoint... [--qkvlab BIN] [--device D]
 #                            [--data DIR] [--out DIR] [--jobs N]
 set -euo pipefail
-qkvlab=build/qkvlab device=cpu data=data/brown out=results/lm/uptraining jobs=1 vanilla=results/lm/gpt2
+qkvlab=build/qkvlab device=cpu data=data/brown out=outputs/lm/uptraining jobs=1 vanilla=outputs/lm/gpt2
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --qkvlab) qkvlab=$2; shift 2 ;;
