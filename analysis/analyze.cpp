@@ -37,9 +37,9 @@ void scalar_layers(Report& out, const std::string& name, const std::vector<Runni
   for (std::size_t l = 0; l < stats.size(); ++l) {
     const Summary s = stats[l].summary();
     results::Value row = results::Value::object();
-    row.set("layer", std::int64_t(l) + first), row.set("mean", s.mean), row.set("std", s.std), row.set("se", s.se);
+    row.set("layer", std::int64_t(l) + first), row.set("mean", s.value), row.set("std", s.std), row.set("se", s.se);
     layers.push(row);
-    const double x[] = {double(l) + first, s.mean, s.std, s.se, s.mean - s.std, s.mean + s.std};
+    const double x[] = {double(l) + first, s.value, s.std, s.se, s.value - s.std, s.value + s.std};
     for (std::size_t c = 0; c < 6; ++c) t.columns[c].values.push_back(x[c]);
   }
   out.value.set("layers", layers);
@@ -115,7 +115,7 @@ class Spectrum final : public Analysis {
       const Summary m = max_[l].summary();
       results::Value row = results::Value::object();
       row.set("layer", std::int64_t(l) + 1), row.set("eigenvalues", results::Value::array_of(mean));
-      row.set("max", m.mean), row.set("max_std", m.std), row.set("max_se", m.se);
+      row.set("max", m.value), row.set("max_std", m.std), row.set("max_se", m.se);
       layers.push(row);
       if (t.columns[0].values.empty())
         for (std::size_t i = 0; i < mean.size(); ++i) t.columns[0].values.push_back(double(i) + 1);
@@ -168,8 +168,8 @@ class FirstToken final : public Analysis {
       t.columns[0].values.push_back(double(l) + 1);
       for (int k = 0; k < 3; ++k) {
         const Summary s = ratio_[std::size_t(k)][l].summary();
-        row.set(names[k], s.mean), row.set(std::string(names[k]) + "_std", s.std);
-        t.columns[std::size_t(1 + 2 * k)].values.push_back(s.mean), t.columns[std::size_t(2 + 2 * k)].values.push_back(s.std);
+        row.set(names[k], s.value), row.set(std::string(names[k]) + "_std", s.std);
+        t.columns[std::size_t(1 + 2 * k)].values.push_back(s.value), t.columns[std::size_t(2 + 2 * k)].values.push_back(s.std);
       }
       results::Value positions = results::Value::object();
       for (int k = 0; k < 3; ++k) {

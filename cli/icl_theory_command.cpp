@@ -1,6 +1,6 @@
 // `qkvlab icl theory` and `qkvlab icl lemmas`: the SkipV1 theorem's closed-form
 // quantities by Monte Carlo (synthetic/icl/theory.hpp) and the Appendix A
-// statements as statistical checks under two priors (synthetic/icl/lemmas.hpp).
+// statements as statistical checks under two priors (theory/skipv1_lemmas.hpp).
 // No numerics here: options, validation, output. A sweep (any of --d-list,
 // --n-list, --sigma-list, --w0-scale-list) runs the grid product; every point
 // uses --seed exactly as a single run does (common random numbers), so a point
@@ -14,7 +14,7 @@
 #include "core/json_text.hpp"
 #include "core/limits.hpp"
 #include "results/figure.hpp"
-#include "synthetic/icl/lemmas.hpp"
+#include "theory/skipv1_lemmas.hpp"
 #include "synthetic/icl/theory.hpp"
 
 #include <algorithm>
@@ -29,13 +29,13 @@
 namespace qkvlab::cli {
 namespace {
 
-std::string json_values(const std::vector<icl::Estimate>& v, bool se) {
+std::string json_values(const std::vector<qkvlab::Estimate>& v, bool se) {
   std::string s = "[";
   for (std::size_t k = 0; k < v.size(); ++k) s += (k ? ", " : "") + json_number(se ? v[k].se : v[k].value);
   return s + "]";
 }
 
-std::string pm(const icl::Estimate& e) {
+std::string pm(const qkvlab::Estimate& e) {
   char buf[96];
   std::snprintf(buf, sizeof buf, "%.6g +- %.2g", e.value, e.se);
   return buf;
@@ -122,7 +122,7 @@ results::Table by_a_table(const icl::Theory& t) {
   std::vector<double> a;
   for (int k = 0; k <= t.task.d; ++k) a.push_back(k);
   tab.columns.push_back({"a", a});
-  auto add = [&](const std::string& name, const std::vector<icl::Estimate>& v) {
+  auto add = [&](const std::string& name, const std::vector<qkvlab::Estimate>& v) {
     std::vector<double> x, s;
     for (const auto& e : v) x.push_back(e.value), s.push_back(e.se);
     tab.columns.push_back({name, x});
@@ -133,7 +133,7 @@ results::Table by_a_table(const icl::Theory& t) {
   add("skipv1_value", t.skipv1_value);
   add("gap", t.gap);
   const std::size_t rows = a.size();
-  auto constant = [&](const std::string& name, const icl::Estimate& e) {
+  auto constant = [&](const std::string& name, const qkvlab::Estimate& e) {
     tab.columns.push_back({name, std::vector<double>(rows, e.value)});
     tab.columns.push_back({name + "_se", std::vector<double>(rows, e.se)});
   };
@@ -144,7 +144,7 @@ results::Table by_a_table(const icl::Theory& t) {
 
 results::Table scalar_table(const icl::Theory& t) {
   results::Table tab{"scalars", {}};
-  auto add = [&](const std::string& name, const icl::Estimate& e) {
+  auto add = [&](const std::string& name, const qkvlab::Estimate& e) {
     tab.columns.push_back({name, {e.value}});
     tab.columns.push_back({name + "_se", {e.se}});
   };
@@ -165,13 +165,13 @@ results::Table scalar_table(const icl::Theory& t) {
   return tab;
 }
 
-std::string est_json(const char* name, const icl::Estimate& e) {
+std::string est_json(const char* name, const qkvlab::Estimate& e) {
   return std::string("\"") + name + "\": " + json_number(e.value) + ", \"" + name + "_se\": " + json_number(e.se);
 }
 
 // lambda, C, C3, W_hat_sq, LambdaYX_sq and the per-a arrays, each with *_se; `sep` between groups.
 std::string theory_fields_json(const icl::Theory& t, const std::string& sep) {
-  auto arr = [](const char* name, const std::vector<icl::Estimate>& v) {
+  auto arr = [](const char* name, const std::vector<qkvlab::Estimate>& v) {
     return std::string("\"") + name + "\": " + json_values(v, false) + ", \"" + name + "_se\": " + json_values(v, true);
   };
   return arr("lambda", t.lambda) + sep + est_json("C", t.C) + ", " + est_json("C3", t.C3) + ", " +
@@ -268,15 +268,15 @@ TheoryArgs point_args(const TheoryArgs& a, const Grid& g, std::size_t p) {
 }
 
 // λ̄ = mean_i λ_i; its SE treats the λ_i as independent (sqrt(Σ se_i²)/d).
-icl::Estimate lambda_mean(const icl::Theory& t) {
-  icl::Estimate m;
+qkvlab::Estimate lambda_mean(const icl::Theory& t) {
+  qkvlab::Estimate m;
   for (const auto& e : t.lambda) m.value += e.value, m.se += e.se * e.se;
   return {m.value / t.task.d, std::sqrt(m.se) / t.task.d};
 }
 
 // The per-point summary: c_a at a = floor(d/2) and a = d−1 (the latter is the separation
 // mha_bound[d−1] − skipv1_value[d], per prompt), the MHA bound at a = d−1 and d, SkipV1 at a = d.
-std::vector<std::pair<std::string, icl::Estimate>> point_summary(const icl::Theory& t) {
+std::vector<std::pair<std::string, qkvlab::Estimate>> point_summary(const icl::Theory& t) {
   const auto d = std::size_t(t.task.d);
   return {{"C", t.C}, {"C3", t.C3}, {"lambda_mean", lambda_mean(t)}, {"c_a_half", t.c_a[d / 2]},
           {"c_a_dm1", t.c_a[d - 1]}, {"mha_bound_dm1", t.mha_bound[d - 1]}, {"mha_bound_d", t.mha_bound[d]},
@@ -537,7 +537,7 @@ std::vector<Command> add_icl_theory_commands(CLI::App& icl, const std::string& c
       ->capture_default_str();
   lemmas->add_option("--a", l->a, "Copy width a of the random weights (default floor(d/2))")->check(integer_in(0, 4096));
   lemmas->footer(
-      "Each row is a per-prompt statistic whose mean is 0 when the statement holds (synthetic/icl/lemmas.hpp):\n"
+      "Each row is a per-prompt statistic whose mean is 0 when the statement holds (theory/skipv1_lemmas.hpp):\n"
       "mean +- standard error, and 'holds' when |mean| <= 4 SE. Columns: W_0 = 0 and W_0 = c I.\n"
       "The checks use the posterior mean W_D unless --form says otherwise; the same ids run in 'qkvlab verify skipv1' with negative controls.\n"
       "Defaults: d 4, n 16, sigma 0.5, 20000 prompts per check, seed 1.\n"

@@ -205,7 +205,7 @@ void print_train_table(const TrainExperimentResult& r) {
   std::cout << "  model      restart  held-out loss (se)      last train loss\n";
   for (const auto& run : r.runs)
     std::cout << "  " << std::left << std::setw(10) << variant_name(run.model) << std::right << std::setw(4)
-              << run.restart << "     " << fixed(run.loss.mean) << " (" << fixed(run.loss.se) << ")      "
+              << run.restart << "     " << fixed(run.loss.value) << " (" << fixed(run.loss.se) << ")      "
               << fixed(run.curve.loss.back()) << "\n";
   std::cout << "  model      best (se)            spread [min, max]      KV/token  params(decoder)  params(trained)\n";
   for (const auto& s : r.models)
@@ -222,7 +222,7 @@ void print_train_table(const TrainExperimentResult& r) {
               << " +- " << fixed(se) << " (" << fixed(diff / se, 1) << " se)\n";
   }
   if (r.skipv1_minus_mha)
-    std::cout << "  skipv1 - mha (best runs, paired): " << fixed(r.skipv1_minus_mha->mean) << " +- "
+    std::cout << "  skipv1 - mha (best runs, paired): " << fixed(r.skipv1_minus_mha->value) << " +- "
               << fixed(r.skipv1_minus_mha->se) << "\n";
 }
 
@@ -238,7 +238,7 @@ void print_train_json(const TrainExperimentResult& r) {
   for (std::size_t i = 0; i < r.runs.size(); ++i) {
     const auto& run = r.runs[i];
     o << (i ? ", " : "") << "{\"model\": " << json_quote(variant_name(run.model)) << ", \"restart\": " << run.restart
-      << ", \"loss\": " << estimate_json(run.loss.mean, run.loss.se)
+      << ", \"loss\": " << estimate_json(run.loss.value, run.loss.se)
       << ", \"final_train_loss\": " << num(run.curve.loss.back()) << "}";
   }
   o << "], \"models\": [";
@@ -258,7 +258,7 @@ void print_train_json(const TrainExperimentResult& r) {
   }
   o << "]";
   if (r.skipv1_minus_mha)
-    o << ", \"skipv1_minus_mha\": " << estimate_json(r.skipv1_minus_mha->mean, r.skipv1_minus_mha->se);
+    o << ", \"skipv1_minus_mha\": " << estimate_json(r.skipv1_minus_mha->value, r.skipv1_minus_mha->se);
   o << "}\n";
   std::cout << o.str();
 }
@@ -279,7 +279,7 @@ int run_train(const TrainArgs& t, const std::string& command_line) {
   results::Table references{"references", {{"model", {}}, {"reference", {}}, {"reference_se", {}},
                                            {"best_minus_reference", {}}, {"difference_se", {}}}};
   for (const auto& run : r.runs) {
-    for (auto [k, v] : {std::pair{0, model_code(run.model)}, {1, double(run.restart)}, {2, run.loss.mean},
+    for (auto [k, v] : {std::pair{0, model_code(run.model)}, {1, double(run.restart)}, {2, run.loss.value},
                         {3, run.loss.se}, {4, run.curve.loss.back()}})
       runs.columns[std::size_t(k)].values.push_back(v);
     curves.columns.push_back({variant_name(run.model) + "_" + std::to_string(run.restart), run.curve.loss});
@@ -368,7 +368,7 @@ int run_sweep(const SweepArgs& s, const std::string& command_line) {
     const double row[] = {double(e.task.d), double(e.task.n), e.task.sigma, s.common.w0_scale, double(e.a),
                           mha.best_loss, mha.best_se, mha.reference->value, mha.reference->se,
                           skip.best_loss, skip.best_se, skip.reference->value, skip.reference->se,
-                          r.C.value, r.C.se, r.skipv1_minus_mha->mean, r.skipv1_minus_mha->se};
+                          r.C.value, r.C.se, r.skipv1_minus_mha->value, r.skipv1_minus_mha->se};
     for (std::size_t k = 0; k < table.columns.size(); ++k) table.columns[k].values.push_back(row[k]);
     json << (i ? ", " : "") << "{\"d\": " << e.task.d << ", \"n\": " << e.task.n << ", \"sigma\": " << num(e.task.sigma)
          << ", \"a\": " << e.a << ", \"mha_trained\": " << estimate_json(mha.best_loss, mha.best_se)
@@ -376,7 +376,7 @@ int run_sweep(const SweepArgs& s, const std::string& command_line) {
          << ", \"skipv1_trained\": " << estimate_json(skip.best_loss, skip.best_se)
          << ", \"skipv1_construction\": " << estimate_json(skip.reference->value, skip.reference->se)
          << ", \"C\": " << estimate_json(r.C.value, r.C.se)
-         << ", \"skipv1_minus_mha\": " << estimate_json(r.skipv1_minus_mha->mean, r.skipv1_minus_mha->se) << "}";
+         << ", \"skipv1_minus_mha\": " << estimate_json(r.skipv1_minus_mha->value, r.skipv1_minus_mha->se) << "}";
     if (s.common.format == "table")
       std::cout << std::setw(4) << e.task.d << std::setw(5) << e.task.n << std::setw(7) << e.task.sigma << std::setw(3)
                 << e.a << "   " << fixed(mha.best_loss) << " (" << fixed(mha.best_se) << ")  " << fixed(mha.reference->value)
@@ -421,9 +421,9 @@ int run_anchor_command(const CommonArgs& a, const std::string& command_line) {
   results::Table curves{"curves", {{"step", best.curve.step}}};
   for (std::size_t i = 0; i < r.runs.size(); ++i) {
     const auto& run = r.runs[i];
-    const double row[] = {double(i), run.trained.mean, run.trained.se, r.analytic.loss, r.analytic.eta,
-                          (run.trained.mean - r.analytic.loss) / r.analytic.loss, run.gap_to_gd.mean, run.gap_to_gd.se,
-                          r.gd_monte_carlo.mean, r.gd_monte_carlo.se};
+    const double row[] = {double(i), run.trained.value, run.trained.se, r.analytic.loss, r.analytic.eta,
+                          (run.trained.value - r.analytic.loss) / r.analytic.loss, run.gap_to_gd.value, run.gap_to_gd.se,
+                          r.gd_monte_carlo.value, r.gd_monte_carlo.se};
     for (std::size_t k = 0; k < summary.columns.size(); ++k) summary.columns[k].values.push_back(row[k]);
     curves.columns.push_back({"restart_" + std::to_string(i), run.curve.loss});
   }
@@ -441,12 +441,12 @@ int run_anchor_command(const CommonArgs& a, const std::string& command_line) {
       << ", \"sigma\": " << num(a.sigma) << ", \"steps\": " << a.steps << ", \"batch\": " << a.batch
       << ", \"lr\": " << num(a.lr) << ", \"eta_star\": " << num(r.analytic.eta)
       << ", \"analytic_optimum\": " << num(r.analytic.loss)
-      << ", \"gd_monte_carlo\": " << estimate_json(r.gd_monte_carlo.mean, r.gd_monte_carlo.se)
-      << ", \"trained\": " << estimate_json(best.trained.mean, best.trained.se) << ", \"best_restart\": " << r.best
-      << ", \"relative_gap\": " << num(rel) << ", \"paired_gap\": " << estimate_json(best.gap_to_gd.mean, best.gap_to_gd.se)
+      << ", \"gd_monte_carlo\": " << estimate_json(r.gd_monte_carlo.value, r.gd_monte_carlo.se)
+      << ", \"trained\": " << estimate_json(best.trained.value, best.trained.se) << ", \"best_restart\": " << r.best
+      << ", \"relative_gap\": " << num(rel) << ", \"paired_gap\": " << estimate_json(best.gap_to_gd.value, best.gap_to_gd.se)
       << ", \"restarts\": [";
     for (std::size_t i = 0; i < r.runs.size(); ++i)
-      o << (i ? ", " : "") << estimate_json(r.runs[i].trained.mean, r.runs[i].trained.se);
+      o << (i ? ", " : "") << estimate_json(r.runs[i].trained.value, r.runs[i].trained.se);
     o << "]}\n";
     std::cout << o.str();
   } else {
@@ -455,13 +455,13 @@ int run_anchor_command(const CommonArgs& a, const std::string& command_line) {
               << a.steps << " Adam steps, batch " << a.batch << ", lr " << a.lr << "; seed " << a.seed << "\n"
               << "  analytic one-step GD optimum: eta* = 1/(n+d+1+sigma^2) = " << num(r.analytic.eta)
               << ", L(eta*) = " << fixed(r.analytic.loss) << "\n"
-              << "  eta* step on the " << a.eval_samples << " held-out prompts: " << fixed(r.gd_monte_carlo.mean) << " +- "
+              << "  eta* step on the " << a.eval_samples << " held-out prompts: " << fixed(r.gd_monte_carlo.value) << " +- "
               << fixed(r.gd_monte_carlo.se) << "\n";
     for (std::size_t i = 0; i < r.runs.size(); ++i)
-      std::cout << "  restart " << i << ": trained " << fixed(r.runs[i].trained.mean) << " +- "
-                << fixed(r.runs[i].trained.se) << ", paired gap to the eta* step " << fixed(r.runs[i].gap_to_gd.mean)
+      std::cout << "  restart " << i << ": trained " << fixed(r.runs[i].trained.value) << " +- "
+                << fixed(r.runs[i].trained.se) << ", paired gap to the eta* step " << fixed(r.runs[i].gap_to_gd.value)
                 << " +- " << fixed(r.runs[i].gap_to_gd.se) << "\n";
-    std::cout << "  best trained " << fixed(best.trained.mean) << " vs analytic " << fixed(r.analytic.loss)
+    std::cout << "  best trained " << fixed(best.trained.value) << " vs analytic " << fixed(r.analytic.loss)
               << ": relative gap " << fixed(100 * rel, 2) << "%\n";
   }
   return 0;
@@ -500,18 +500,18 @@ int run_depth_command(const DepthArgs& a, const std::string& command_line) {
   for (std::size_t i = 0; i < runs.size(); ++i) {
     const DepthRun& r = runs[i];
     const double gd_loss = r.probes.back().gd.loss;
-    for (auto [k, v] : {std::pair{0, double(r.layers)}, {1, double(r.skipv1)}, {2, r.trained.mean}, {3, r.trained.se},
+    for (auto [k, v] : {std::pair{0, double(r.layers)}, {1, double(r.skipv1)}, {2, r.trained.value}, {3, r.trained.se},
                         {4, gd_loss}})
       losses.columns[std::size_t(k)].values.push_back(v);
-    if (r.skipv1) skip_fig.columns[0].values.push_back(r.layers), skip_fig.columns[1].values.push_back(r.trained.mean);
+    if (r.skipv1) skip_fig.columns[0].values.push_back(r.layers), skip_fig.columns[1].values.push_back(r.trained.value);
     else
-      mha_fig.columns[0].values.push_back(r.layers), mha_fig.columns[1].values.push_back(r.trained.mean),
+      mha_fig.columns[0].values.push_back(r.layers), mha_fig.columns[1].values.push_back(r.trained.value),
           mha_fig.columns[2].values.push_back(gd_loss);
     json << (i ? ", " : "") << "{\"layers\": " << r.layers << ", \"model\": " << json_quote(r.skipv1 ? "skipv1" : "mha")
-         << ", \"trained\": " << estimate_json(r.trained.mean, r.trained.se) << ", \"probes\": [";
+         << ", \"trained\": " << estimate_json(r.trained.value, r.trained.se) << ", \"probes\": [";
     if (a.common.format == "table")
       std::cout << "  " << r.layers << "  " << std::left << std::setw(7) << (r.skipv1 ? "skipv1" : "mha") << std::right
-                << "  " << fixed(r.trained.mean) << " (" << fixed(r.trained.se) << ")\n";
+                << "  " << fixed(r.trained.value) << " (" << fixed(r.trained.se) << ")\n";
     for (std::size_t l = 0; l < r.probes.size(); ++l) {
       const LayerProbe& p = r.probes[l];
       const double row[] = {double(r.layers), double(r.skipv1), double(p.layer), p.model_loss, p.gd.eta, p.gd.loss,
@@ -535,9 +535,9 @@ int run_depth_command(const DepthArgs& a, const std::string& command_line) {
     if (r.skipv1) continue;
     double skip = std::nan("");
     for (const DepthRun& s : runs)
-      if (s.skipv1 && s.layers == r.layers) skip = s.trained.mean;
-    fig.columns[0].values.push_back(r.layers), fig.columns[1].values.push_back(r.trained.mean);
-    fig.columns[2].values.push_back(std::isnan(skip) ? r.trained.mean : skip);  // L = 1: SkipV1 is MHA
+      if (s.skipv1 && s.layers == r.layers) skip = s.trained.value;
+    fig.columns[0].values.push_back(r.layers), fig.columns[1].values.push_back(r.trained.value);
+    fig.columns[2].values.push_back(std::isnan(skip) ? r.trained.value : skip);  // L = 1: SkipV1 is MHA
     fig.columns[3].values.push_back(r.probes.back().gd.loss);
   }
   results::Figure f{"Depth: trained L-layer linear attention against L steps of GD (d = " + std::to_string(a.common.d) +

@@ -1,7 +1,8 @@
-// Mean, sample standard deviation and standard error of the mean of
-// independent samples, accumulated by Welford's update (numerically stable;
-// a variance is never clamped: a negative one cannot arise). With one sample
-// the standard deviation and error are NaN (undefined), reported as null.
+// The one mean-with-standard-error type (`Estimate`), and the mean, sample
+// standard deviation and standard error of independent samples, accumulated by
+// Welford's update (numerically stable; a variance is never clamped: a negative
+// one cannot arise). With one sample the standard deviation and error are NaN
+// (undefined), reported as null.
 #pragma once
 
 #include <cmath>
@@ -11,8 +12,15 @@
 
 namespace qkvlab {
 
-struct Summary {
-  double mean = 0, std = 0, se = 0;
+// A mean (or a smooth function of means) and its standard error.
+struct Estimate {
+  double value = 0, se = 0;
+};
+
+// A sample's summary: the mean as `value` with its standard error, the sample
+// standard deviation and the number of samples.
+struct Summary : Estimate {
+  double std = 0;
   std::int64_t count = 0;
 };
 
@@ -29,7 +37,9 @@ class RunningStats {
   double variance() const { return n_ > 1 ? m2_ / double(n_ - 1) : std::numeric_limits<double>::quiet_NaN(); }
   Summary summary() const {
     const double sd = std::sqrt(variance());
-    return {mean(), sd, sd / std::sqrt(double(n_)), n_};
+    Summary s;
+    s.value = mean(), s.se = sd / std::sqrt(double(n_)), s.std = sd, s.count = n_;
+    return s;
   }
 
  private:

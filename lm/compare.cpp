@@ -125,7 +125,7 @@ struct Group {
   std::vector<const Run*> runs;
 };
 
-double mean(const std::vector<double>& v) { return summarize(v).mean; }
+double mean(const std::vector<double>& v) { return summarize(v).value; }
 double stddev(const std::vector<double>& v) { return summarize(v).std; }
 
 // Groups that share a label (Q-identity at two learning rates, say) get the fields that tell them apart.

@@ -145,12 +145,12 @@ ProbeReport run_probes(lm::Model<float>& model, const ProbeData& d, const ProbeO
     const Summary s = validation[best][std::size_t(l)].summary();
     results::Value row = results::Value::object(), by_lr = results::Value::array();
     for (std::size_t g = 0; g < o.lr_grid.size(); ++g) by_lr.push(validation[g][std::size_t(l)].mean());
-    row.set("layer", l), row.set("loss", s.mean), row.set("std", s.std), row.set("se", s.se);
+    row.set("layer", l), row.set("loss", s.value), row.set("std", s.std), row.set("se", s.se);
     row.set("lr", o.lr_grid[best]), row.set("loss_by_lr", by_lr);
     layers.push(row);
-    const double cols[] = {double(l), s.mean, s.std, s.se, o.lr_grid[best]};
+    const double cols[] = {double(l), s.value, s.std, s.se, o.lr_grid[best]};
     for (std::size_t k = 0; k < 5; ++k) r.table.columns[k].values.push_back(cols[k]);
-    if (l >= (L + 1) / 2) xs.push_back(l), ys.push_back(s.mean);  // the deeper half
+    if (l >= (L + 1) / 2) xs.push_back(l), ys.push_back(s.value);  // the deeper half
   }
   const Slope slope = least_squares_slope(xs, ys);
   results::Value sv = results::Value::object();

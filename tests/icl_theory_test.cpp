@@ -3,10 +3,10 @@
 // mean against the ridge form, the Monte Carlo quantities, the lemma checks
 // with their controls, and `qkvlab icl theory|lemmas` as a user runs them.
 #include "gpu/device.hpp"
-#include "synthetic/icl/construction.hpp"
-#include "synthetic/icl/lemmas.hpp"
-#include "synthetic/icl/models.hpp"
-#include "synthetic/icl/posterior.hpp"
+#include "core/icl/construction.hpp"
+#include "theory/skipv1_lemmas.hpp"
+#include "core/icl/models.hpp"
+#include "core/icl/posterior.hpp"
 #include "synthetic/icl/theory.hpp"
 #include "tests/icl_theory_numbers.hpp"
 #include "tests/run_command.hpp"

@@ -1,7 +1,7 @@
 // The trained models and experiments of icl-skipv1.md (experiments 2–5):
 // the batched linear-attention operation against the engine's, gradients by
 // central differences, forward equality with the column-convention models of
-// synthetic/icl/models.hpp, the structural facts the estimators rely on
+// core/icl/models.hpp, the structural facts the estimators rely on
 // (linearity in x_{n+1}) or the report states (parity in Y), the closed-form
 // one-step GD loss against Monte Carlo, training, determinism, and the CLI.
 // Every check has a negative control that must fail by a wide margin.
@@ -12,7 +12,7 @@
 #include "synthetic/icl/batched_linear_attention.hpp"
 #include "synthetic/icl/depth.hpp"
 #include "synthetic/icl/linear_attention_models.hpp"
-#include "synthetic/icl/models.hpp"
+#include "core/icl/models.hpp"
 #include "synthetic/icl/train_experiment.hpp"
 #include "tests/run_command.hpp"
 #include "tests/scratch_dir.hpp"
@@ -305,12 +305,12 @@ TEST(IclAnchor, OneStepGdLossMatchesMonteCarlo) {
         loss.push_back((y_hat.row(Eigen::Index(b)).transpose() - ps[b].y_query).squaredNorm());
       const LossEstimate mc = estimate(loss);
       const double analytic = one_step_gd_loss(task.d, task.n, task.sigma, eta);
-      EXPECT_LT(std::abs(mc.mean - analytic), 4 * mc.se) << "eta " << eta;
+      EXPECT_LT(std::abs(mc.value - analytic), 4 * mc.se) << "eta " << eta;
       if (eta < best.eta) continue;
       // Control: E S² = n² I (dropping the Wishart's (d + 1) n term).
       const double s2 = task.sigma * task.sigma, dd = double(task.d) * task.d;
       const double wrong = eta * eta * task.n * dd * (task.n + s2) - 2 * eta * task.n * dd + dd + task.d * s2;
-      EXPECT_GT(std::abs(mc.mean - wrong), 10 * mc.se);
+      EXPECT_GT(std::abs(mc.value - wrong), 10 * mc.se);
     }
     EXPECT_LT(best.loss, one_step_gd_loss(task.d, task.n, task.sigma, 0.9 * best.eta));
     EXPECT_LT(best.loss, one_step_gd_loss(task.d, task.n, task.sigma, 1.1 * best.eta));
@@ -325,16 +325,16 @@ TEST(IclAnchor, ShortTrainingReachesTheOneStepLossAndIsDeterministic) {
   const AnchorResult r1 = run_anchor(c);
   const double zero_predictor = c.task.d * c.task.d + c.task.d * 0.25;
   EXPECT_LT(r1.runs[0].curve.loss.back(), 0.7 * r1.runs[0].curve.loss.front());
-  EXPECT_LT(r1.runs[std::size_t(r1.best)].trained.mean, 0.5 * zero_predictor);
+  EXPECT_LT(r1.runs[std::size_t(r1.best)].trained.value, 0.5 * zero_predictor);
   EXPECT_LT(r1.relative_gap(), 0.10);
   c.threads = 2;
   const AnchorResult r2 = run_anchor(c);
   for (std::size_t i = 0; i < r1.runs.size(); ++i) {
-    EXPECT_EQ(r1.runs[i].trained.mean, r2.runs[i].trained.mean);
+    EXPECT_EQ(r1.runs[i].trained.value, r2.runs[i].trained.value);
     EXPECT_EQ(r1.runs[i].curve.loss, r2.runs[i].curve.loss);
   }
   c.seed = 4;  // control: another seed gives other numbers
-  EXPECT_NE(run_anchor(c).runs[0].trained.mean, r1.runs[0].trained.mean);
+  EXPECT_NE(run_anchor(c).runs[0].trained.value, r1.runs[0].trained.value);
 }
 
 TEST(IclTrain, SkipV1UnderAssumption1LearnsAndMhaCannotSeeY) {

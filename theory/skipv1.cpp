@@ -3,13 +3,13 @@
 //
 // skipv1.reduction (identity, precision ladder): the token-level two-layer
 // model with Assumption 1's first layer, ŷ = H E_out[:, last], equals the reduced
-// form Σ_h W^h G^h M^h x_{n+1} (synthetic/icl/models.hpp) for random weights, for
+// form Σ_h W^h G^h M^h x_{n+1} (core/icl/models.hpp) for random weights, for
 // MHA and SkipV1 and copy widths a ∈ {1, ⌊d/2⌋, d} (at a = 0 both sides are 0: the
 // query token F_last = [A; 0] x_{n+1} vanishes). Nothing is inverted: κ = 1.
 // Control: Eq. 3 as printed (W_Q^{2,2} in the first head's score) against the
 // reduced SkipV1 form.
 //
-// The statistical claims run synthetic/icl/lemmas.hpp's checks (20000 prompts,
+// The statistical claims run theory/skipv1_lemmas.hpp's checks (20000 prompts,
 // d from --d, n from --seq, σ = 0.5) under the prior(s) where the statement
 // holds mathematically, and pass when |mean| ≤ 4 SE:
 //   lemma1, thm2/skipv1: any prior (they use only E[W* | D] = Ŵ_D and the
@@ -24,7 +24,7 @@
 // condition); thm2/skipv1 with the paper's σ I typo under W_0 = 0.
 // --trials T runs T independent replicates of every check, each with its own
 // stream: T × 20000 prompts per check in all, each replicate judged separately.
-#include "synthetic/icl/lemmas.hpp"
+#include "theory/skipv1_lemmas.hpp"
 #include "theory/claims.hpp"
 
 #include <cmath>

@@ -60,7 +60,7 @@ AnchorResult run_anchor(const AnchorConfig& c, const std::function<void(int, int
     if (progress) progress(++done, c.restarts);
   });
   for (std::size_t i = 1; i < r.runs.size(); ++i)
-    if (r.runs[i].trained.mean < r.runs[std::size_t(r.best)].trained.mean) r.best = int(i);
+    if (r.runs[i].trained.value < r.runs[std::size_t(r.best)].trained.value) r.best = int(i);
   return r;
 }
 

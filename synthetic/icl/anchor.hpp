@@ -51,7 +51,7 @@ struct AnchorResult {
   LossEstimate gd_monte_carlo;  // the η* predictor on the held-out prompts
   std::vector<AnchorRun> runs;
   int best = 0;  // index of the run with the lowest held-out loss
-  double relative_gap() const { return (runs[std::size_t(best)].trained.mean - analytic.loss) / analytic.loss; }
+  double relative_gap() const { return (runs[std::size_t(best)].trained.value - analytic.loss) / analytic.loss; }
 };
 
 // progress(done, total) after each finished restart (may be empty).

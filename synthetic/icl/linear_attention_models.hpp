@@ -33,7 +33,7 @@
 #pragma once
 
 #include "engine/tape.hpp"
-#include "synthetic/icl/prompt.hpp"
+#include "core/icl/prompt.hpp"
 
 #include <deque>
 #include <string>

@@ -6,8 +6,8 @@
 #include "synthetic/icl/theory.hpp"
 
 #include "core/errors.hpp"
-#include "synthetic/icl/construction.hpp"
-#include "synthetic/icl/monte_carlo.hpp"
+#include "core/icl/construction.hpp"
+#include "core/icl/monte_carlo.hpp"
 #include "synthetic/icl/theory_passes.hpp"
 
 #include <Eigen/SVD>
@@ -167,7 +167,7 @@ double theory_memory_bytes(const Task& task, const TheoryOptions& o) {
   const int Q = Pass2Layout{task.d}.quantities();
   const double p1 = Pass1Layout{task.d}.size(), p2 = lambda_dependent_size(task.d, Q),
                full2 = lambda_dependent_full(task.d, Q);
-  const double moments = chunks * 8 * (2 * p1 + 2 * p2 + full2 * full2);
+  const double moments = chunks * 8 * (4 * p1 + 4 * p2 + full2 * full2);
   const double kept = cache_fits(task, o) ? double(o.prompts) * (8.0 * (3 * d * d + 1) + 128) : 0;
   const double per_thread = 8 * (6 * d * n + 40 * d * d);
   return moments + kept + double(worker_count(o.threads)) * per_thread;

@@ -29,17 +29,14 @@
 // options.cache_bytes, and otherwise draws the prompts again (same numbers).
 #pragma once
 
-#include "synthetic/icl/posterior.hpp"
-#include "synthetic/icl/prompt.hpp"
+#include "core/icl/posterior.hpp"
+#include "core/icl/prompt.hpp"
+#include "core/statistics.hpp"
 
 #include <cstdint>
 #include <vector>
 
 namespace qkvlab::icl {
-
-struct Estimate {
-  double value = 0, se = 0;
-};
 
 struct TheoryOptions {
   long prompts = 200000;

@@ -163,10 +163,9 @@ TheoryMoments theory_moments_gpu(const Task& task, const TheoryOptions& options)
     gpu::icl::add_feature_moments(L.size(), int(count), batch.features.data(), sum1.data(), sumsq1.data());
   }
   TheoryMoments m{Moments(L.size(), 0), {}, Moments(lambda_dependent_size(d, Q), full2)};
-  m.pass1.count = N;
   const std::vector<double> s1 = download(sum1), q1 = download(sumsq1);
-  m.pass1.sum = Eigen::Map<const VecD>(s1.data(), L.size());
-  m.pass1.sumsq = Eigen::Map<const VecD>(q1.data(), L.size());
+  m.pass1 = Moments::from_sums(N, Eigen::Map<const VecD>(s1.data(), L.size()),
+                               Eigen::Map<const VecD>(q1.data(), L.size()), MatD(0, 0));
   m.lam = lambda_sums(m.pass1, d);
 
   // Pass 2 at the estimated Λ.
@@ -187,12 +186,12 @@ TheoryMoments theory_moments_gpu(const Task& task, const TheoryOptions& options)
     gpu::gemm<double>(Op::none, Op::transpose, full2, full2, int(count), 1.0, batch.features.data(),
                       batch.features.data(), 1.0, cross.data());
   }
-  m.pass2.count = N;
   const std::vector<double> sf = download(sum_full), qf = download(sumsq_full), sg = download(sum_grad),
                             qg = download(sumsq_grad), cr = download(cross);
-  m.pass2.sum << Eigen::Map<const VecD>(sf.data(), full2), Eigen::Map<const VecD>(sg.data(), grad2);
-  m.pass2.sumsq << Eigen::Map<const VecD>(qf.data(), full2), Eigen::Map<const VecD>(qg.data(), grad2);
-  m.pass2.cross = Eigen::Map<const MatD>(cr.data(), full2, full2);
+  VecD sum2(full2 + grad2), sumsq2(full2 + grad2);
+  sum2 << Eigen::Map<const VecD>(sf.data(), full2), Eigen::Map<const VecD>(sg.data(), grad2);
+  sumsq2 << Eigen::Map<const VecD>(qf.data(), full2), Eigen::Map<const VecD>(qg.data(), grad2);
+  m.pass2 = Moments::from_sums(N, sum2, sumsq2, Eigen::Map<const MatD>(cr.data(), full2, full2));
   return m;
 }
 

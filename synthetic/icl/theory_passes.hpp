@@ -4,7 +4,7 @@
 // turns moments into estimates. Private to theory*.cpp and their tests.
 #pragma once
 
-#include "synthetic/icl/monte_carlo.hpp"
+#include "core/icl/monte_carlo.hpp"
 #include "synthetic/icl/theory.hpp"
 
 #include <string>

@@ -50,11 +50,11 @@ Curve train_adam(const engine::Parameters<double>& params, const BatchLoss& batc
 LossEstimate estimate(std::vector<double> per_prompt) {
   LossEstimate e;
   const double n = double(per_prompt.size());
-  for (double v : per_prompt) e.mean += v / n;
+  for (double v : per_prompt) e.value += v / n;
   double var = 0;
-  for (double v : per_prompt) var += (v - e.mean) * (v - e.mean);
+  for (double v : per_prompt) var += (v - e.value) * (v - e.value);
   e.se = n > 1 ? std::sqrt(var / (n - 1) / n) : 0.0;
-  if (!std::isfinite(e.mean) || !std::isfinite(e.se)) throw NumericalError("a held-out loss is not finite");
+  if (!std::isfinite(e.value) || !std::isfinite(e.se)) throw NumericalError("a held-out loss is not finite");
   e.per_prompt = std::move(per_prompt);
   return e;
 }

@@ -10,7 +10,8 @@
 #pragma once
 
 #include "engine/tape.hpp"
-#include "synthetic/icl/prompt.hpp"
+#include "core/icl/prompt.hpp"
+#include "core/statistics.hpp"
 
 #include <cstdint>
 #include <functional>
@@ -56,9 +57,9 @@ Curve train_on_fresh_prompts(Model& model, const Task& task, Rng& data, const Tr
       config);
 }
 
-// Per-prompt losses ‖ŷ_b − y_b‖² and their mean and standard error.
-struct LossEstimate {
-  double mean = 0, se = 0;
+// Per-prompt losses ‖ŷ_b − y_b‖² and their mean with its standard error
+// (two-pass: the mean, then the centered sum of squares).
+struct LossEstimate : Estimate {
   std::vector<double> per_prompt;
 };
 LossEstimate estimate(std::vector<double> per_prompt);

@@ -66,11 +66,11 @@ TrainExperimentResult run_train_experiment(const TrainExperimentConfig& c,
     s.best = m * c.restarts, s.min = 1e300, s.max = -1e300;
     for (int k = 0; k < c.restarts; ++k) {
       const int i = m * c.restarts + k;
-      const double v = r.runs[std::size_t(i)].loss.mean;
-      if (v < r.runs[std::size_t(s.best)].loss.mean) s.best = i;
+      const double v = r.runs[std::size_t(i)].loss.value;
+      if (v < r.runs[std::size_t(s.best)].loss.value) s.best = i;
       s.min = std::min(s.min, v), s.max = std::max(s.max, v), s.mean += v / c.restarts;
     }
-    s.best_loss = r.runs[std::size_t(s.best)].loss.mean, s.best_se = r.runs[std::size_t(s.best)].loss.se;
+    s.best_loss = r.runs[std::size_t(s.best)].loss.value, s.best_se = r.runs[std::size_t(s.best)].loss.se;
     if (r.theory && s.model == Variant::mha) s.reference = r.theory->mha_bound[std::size_t(c.a)];
     if (r.theory && s.model == Variant::skipv1) s.reference = r.theory->skipv1_value[std::size_t(c.a)];
     r.models.push_back(s);

@@ -1,4 +1,4 @@
-#include "synthetic/icl/posterior.hpp"
+#include "core/icl/posterior.hpp"
 
 #include "core/errors.hpp"
 

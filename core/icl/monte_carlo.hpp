@@ -7,12 +7,13 @@
 // `full` entries); chunks are merged in chunk order after all have run, so
 // the sums are bitwise the same for any number of threads. A second pass may
 // visit, instead of the prompts, items computed from them and kept in memory
-// (theory.cpp): the same chunks in the same order give the same sums.
+// (synthetic/icl/theory.cpp): the same chunks in the same order give the same sums.
 #pragma once
 
+#include "core/errors.hpp"
 #include "core/parallel.hpp"
-#include "synthetic/icl/prompt.hpp"
-#include "synthetic/icl/theory.hpp"
+#include "core/icl/prompt.hpp"
+#include "core/statistics.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -23,34 +24,77 @@ namespace qkvlab::icl {
 
 inline constexpr long chunk_size = 512;
 
+// sqrt(variance / n). A negative variance (cancellation) is reported as a
+// NumericalError with its value, never clamped to zero.
+inline double standard_error(double variance, long n) {
+  if (variance < 0)
+    throw NumericalError("a Monte Carlo variance is negative (" + std::to_string(variance) + " over " +
+                         std::to_string(n) + " samples): cancellation in its accumulation");
+  return std::sqrt(variance / double(n));
+}
+
+// Per-prompt vectors' sums (the means are sum / count, as they always were) and
+// their centered second moments, by Welford's update and Chan et al.'s merge
+// (numerically stable: no sum of squares minus a squared sum).
 struct Moments {
   long count = 0;
-  VecD sum, sumsq;
-  MatD cross;  // full × full
+  VecD sum;
+  VecD center, m2;  // running mean; Σ (f − mean)², entry by entry
+  MatD cross;       // Σ (f − mean)(f − mean)ᵀ of the first `full` entries (lower triangle)
 
-  Moments(int p, int full) : sum(VecD::Zero(p)), sumsq(VecD::Zero(p)), cross(MatD::Zero(full, full)) {}
-  void add(const VecD& f) {
-    ++count;
-    sum += f;
-    sumsq += f.cwiseAbs2();
-    const Eigen::Index k = cross.rows();
-    if (k > 0) cross.selfadjointView<Eigen::Lower>().rankUpdate(f.head(k));
-  }
-  void merge(const Moments& o) {
-    count += o.count;
-    sum += o.sum;
-    sumsq += o.sumsq;
-    cross += o.cross;
-  }
+  Moments(int p, int full)
+      : sum(VecD::Zero(p)), center(VecD::Zero(p)), m2(VecD::Zero(p)), cross(MatD::Zero(full, full)) {}
+  // From raw sums Σ f, Σ f², Σ f fᵀ (a device's one-pass totals): centered here, so a
+  // cancellation shows as a negative variance, which standard_error reports.
+  static Moments from_sums(long count, const VecD& sum, const VecD& sumsq, const MatD& cross);
+  void add(const VecD& f);
+  void merge(const Moments& o);
   double mean(int i) const { return sum(i) / double(count); }
   // Sample covariance (N − 1) of entries i, j (both < full, or i == j).
   double covariance(int i, int j) const {
-    const double n = double(count);
-    const double s = i == j ? sumsq(i) : cross(std::max(i, j), std::min(i, j));
-    return (s - sum(i) * sum(j) / n) / (n - 1);
+    const double s = i == j ? m2(i) : cross(std::max(i, j), std::min(i, j));
+    return s / double(count - 1);
   }
-  Estimate estimate(int i) const { return {mean(i), std::sqrt(std::max(0.0, covariance(i, i)) / double(count))}; }
+  Estimate estimate(int i) const { return {mean(i), standard_error(covariance(i, i), count)}; }
 };
+
+inline void Moments::add(const VecD& f) {
+  ++count;
+  sum += f;
+  const VecD delta = f - center;
+  center += delta / double(count);
+  m2 += delta.cwiseProduct(f - center);
+  const Eigen::Index k = cross.rows();
+  if (k > 0) cross.selfadjointView<Eigen::Lower>().rankUpdate(delta.head(k), double(count - 1) / double(count));
+}
+
+inline void Moments::merge(const Moments& o) {
+  if (o.count == 0) return;
+  if (count == 0) {
+    *this = o;
+    return;
+  }
+  const double na = double(count), nb = double(o.count), n = na + nb;
+  const VecD delta = o.center - center;
+  count += o.count;
+  sum += o.sum;
+  center += delta * (nb / n);
+  m2 += o.m2 + delta.cwiseAbs2() * (na * nb / n);
+  cross += o.cross;
+  const Eigen::Index k = cross.rows();
+  if (k > 0) cross.selfadjointView<Eigen::Lower>().rankUpdate(delta.head(k), na * nb / n);
+}
+
+inline Moments Moments::from_sums(long count, const VecD& sum, const VecD& sumsq, const MatD& cross) {
+  Moments m(int(sum.size()), int(cross.rows()));
+  m.count = count;
+  m.sum = sum;
+  m.center = sum / double(count);
+  m.m2 = sumsq - sum.cwiseProduct(m.center);
+  const Eigen::Index k = cross.rows();
+  if (k > 0) m.cross = cross - m.center.head(k) * sum.head(k).transpose();
+  return m;
+}
 
 
 // The chunk skeleton: `items` items in chunks of chunk_size; visit_chunk(j, each)
@@ -136,9 +180,8 @@ Moments lambda_dependent_moments(int d, long items, int threads, const LambdaSum
 inline LambdaDependent finish_lambda_dependent(const Moments& m, const LambdaSums& lam, int Q) {
   const int d = int(lam.lambda.size()), full = lambda_dependent_full(d, Q);
   LambdaDependent r;
-  const double n = double(m.count);
   for (int i = 0; i < d; ++i)
-    r.lambda.push_back({lam.lambda(i), std::sqrt(std::max(0.0, m.covariance(Q + i, Q + i)) / n)});
+    r.lambda.push_back({lam.lambda(i), standard_error(m.covariance(Q + i, Q + i), m.count)});
   for (int q = 0; q < Q; ++q) {
     VecD gbar(d);
     for (int i = 0; i < d; ++i) gbar(i) = m.mean(full + i * Q + q);
@@ -147,7 +190,7 @@ inline LambdaDependent finish_lambda_dependent(const Moments& m, const LambdaSum
       var += 2 * gbar(i) * m.covariance(q, Q + i);
       for (int j = 0; j < d; ++j) var += gbar(i) * gbar(j) * m.covariance(Q + i, Q + j);
     }
-    r.values.push_back({m.mean(q), std::sqrt(std::max(0.0, var) / n)});
+    r.values.push_back({m.mean(q), standard_error(var, m.count)});
   }
   return r;
 }

@@ -1,11 +1,11 @@
 // The checks of lemmas.hpp. Each check draws its prompts from its own stream
 // "icl/lemmas/<id>/<variant>" and its random weights from ".../weights".
-#include "synthetic/icl/lemmas.hpp"
+#include "theory/skipv1_lemmas.hpp"
 
 #include "core/parallel.hpp"
 
 #include "core/errors.hpp"
-#include "synthetic/icl/monte_carlo.hpp"
+#include "core/icl/monte_carlo.hpp"
 
 #include <cmath>
 
@@ -98,7 +98,7 @@ template <class F> Estimate lambda_mc(const Task& task, const LemmaOptions& o, c
 
 double lemmas_memory_bytes(const Task& task, const LemmaOptions& o) {
   const double d = task.d, n = task.n, chunks = std::ceil(double(o.prompts) / double(chunk_size));
-  return chunks * 16 * (d * d * d + 1) + double(worker_count(o.threads)) * 8 * (6 * d * n + 40 * d * d);
+  return chunks * 32 * (d * d * d + 1) + double(worker_count(o.threads)) * 8 * (6 * d * n + 40 * d * d);
 }
 
 double theorem_w0_scale(const Task& task) {

@@ -1,4 +1,4 @@
-#include "synthetic/icl/prompt.hpp"
+#include "core/icl/prompt.hpp"
 
 #include "core/errors.hpp"
 

@@ -25,7 +25,7 @@
 #pragma once
 
 #include "core/types.hpp"
-#include "synthetic/icl/prompt.hpp"
+#include "core/icl/prompt.hpp"
 
 #include <array>
 

@@ -44,9 +44,9 @@
 //   With rank U_odd ≤ a this gives L_1 ≥ C + C_3 + c_a (Eckart–Young).
 #pragma once
 
-#include "synthetic/icl/models.hpp"
-#include "synthetic/icl/posterior.hpp"
-#include "synthetic/icl/theory.hpp"
+#include "core/icl/models.hpp"
+#include "core/icl/posterior.hpp"
+#include "core/statistics.hpp"
 
 #include <string>
 #include <vector>
@@ -85,7 +85,7 @@ LemmaResult check_thm2(const Task& task, const LemmaOptions& o, Thm2Part part);
 std::vector<LemmaResult> check_all_lemmas(const Task& task, const LemmaOptions& o);
 
 // The memory check_all_lemmas would allocate, in bytes, roughly: its largest
-// per-chunk moments (d³ + 1 entries, chunks of 512 prompts) and each thread's prompt.
+// per-chunk moments (sums, running means and centered squares of d³ + 1 entries, chunks of 512 prompts) and each thread's prompt.
 double lemmas_memory_bytes(const Task& task, const LemmaOptions& o);
 
 // W_0 = c I with c the smallest "round" multiple making σ_d(W_0) > 2 sqrt(d) σ:
