@@ -550,7 +550,9 @@ int run_depth_command(const DepthArgs& a, const std::string& command_line) {
   return 0;
 }
 
-const char* kExit = "Exit status: 0 success, 2 usage error (one line on stderr, nothing written), 3 unexpected error.";
+const char* kExit =
+    "Exit status: 0 success, 2 usage error (one line on stderr, nothing written),\n"
+    "3 a numerical failure (a diverged run) or another error.";
 
 }  // namespace
 

@@ -1,6 +1,8 @@
-// qkvlab: one program, one subcommand per job. Exit status: 0 success, 1 a
-// check failed, 2 a usage error (one-line message on stderr), 3 an unexpected
-// error (one line too).
+// qkvlab: one program, one subcommand per job. Exit status: 0 success; 1 the
+// subcommand's verdict is negative (verify: a check failed or a control did not
+// fail; absorb: undecided; absorb fit, transfer: the expected separation not
+// seen); 2 a usage error (one-line message on stderr); 3 any other error, a
+// numerical failure (NumericalError) or out of memory included (one line too).
 #include "cli/commands.hpp"
 #include "core/errors.hpp"
 
@@ -61,7 +63,7 @@ int main(int argc, char** argv) {
       qkvlab::cli::add_parent_command(
           app, "icl", "In-context linear regression of the SkipV1 theorem (icl-skipv1.md)",
           "Tokens are columns: E = (x_1, y_1, ..., x_n, y_n, x_{n+1}), W* ~ N(W_0, I), y = W* x + eps.\n"
-          "Exit status: that of the subcommand (0 success, 1 a check failed, 2 usage error).",
+          "Exit status: that of the subcommand (0 success, 2 usage error, 3 a numerical failure or another error).",
           command_line, {qkvlab::cli::add_icl_theory_commands, qkvlab::cli::add_icl_train_commands}),
       qkvlab::cli::add_parent_command(
           app, "lm", "Transformer language models: GPT-2 and Llama families, every variant (docs/lm.md)",

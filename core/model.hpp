@@ -49,7 +49,9 @@ struct ModelShape {
   int heads = 2, layers = 2;
 };
 
-// A model with entries N(0, 1/fan_in) (E and P at unit scale per entry / sqrt(d)).
+// A random model, drawn in double and rounded to S: token embedding E (vocab×d) with entries
+// N(0, 1); positions P (seq×d) and, untied, the head U (d×vocab) with entries N(0, 1/d); each
+// block as random_block (entries N(0, 1/fan_in); W_Q, W_K, W_V conditioned by draw_basis).
 template <class S>
 Model<S> random_model(Rng& rng, const ModelShape& s, Skip skip, Mask mask, bool tied, bool shared) {
   Model<S> m;

@@ -33,9 +33,14 @@
 // Evaluation on held-out samples: relative L2 error sqrt(Σ‖f − f*‖² / Σ‖f*‖²) and mean cosine
 // similarity (1/n) Σ cos(f(x), f*(x)), sums in double; f* and the MLP's f come from SkipMlp.
 //
-// Randomness: every draw comes from Rng(seed, "transfer/d=D/PURPOSE[/step=S]/chunk=C") (purposes
-// target, init, train, ridge, eval; chunks of kChunkRows samples), so numbers do not depend on
-// the number of threads.
+// Randomness: every draw comes from its own named stream Rng(seed, NAME), so numbers do not
+// depend on the number of threads. Inputs are drawn by draw_inputs in sub-chunks of kChunkRows
+// rows, each appending "/chunk=K" to its caller's name:
+//     target     "transfer/d=D/target"                      (R, U, V)
+//     init       "transfer/d=D/init"                        (W1, W2)
+//     train      "transfer/d=D/train/step=S/chunk=K"        (the batch of step S)
+//     ridge      "transfer/d=D/ridge/chunk=C/chunk=K"       (C: the ridge chunk of RidgeConfig::chunk_rows rows)
+//     eval       "transfer/d=D/eval/chunk=C/chunk=K"        (C: the evaluation chunk of 8192 rows)
 #pragma once
 
 #include "core/types.hpp"
@@ -92,7 +97,8 @@ struct RidgeConfig {
   double lambda = 1e-6;
 };
 using ChunkTarget = std::function<MatD(const MatF& X, std::int64_t chunk)>;
-// W (d×d, row form f_lin(X) = X W). Inputs come from Rng(seed, stream + "/chunk=" + c).
+// W (d×d, row form f_lin(X) = X W). Chunk c's inputs are draw_inputs(…, stream + "/chunk=" + c, …),
+// i.e. from Rng(seed, stream + "/chunk=" + c + "/chunk=" + k) for its sub-chunks k.
 MatD fit_ridge(int d, const ChunkTarget& target, const RidgeConfig& config, std::uint64_t seed,
                const std::string& stream, int threads);
 
@@ -101,7 +107,8 @@ struct Metrics {
   double mean_cosine = 0;  // (1/n) Σ cos(f(x), f*(x))
 };
 using Predictor = std::function<MatD(const MatF& X)>;
-// Metrics of `predict` against `target` on `samples` held-out inputs x ∈ R^d (stream "transfer/d=D/eval").
+// Metrics of `predict` against `target` on `samples` held-out inputs x ∈ R^d, drawn in chunks of
+// 8192 rows (streams "transfer/d=D/eval/chunk=C/chunk=K").
 Metrics evaluate(int d, const Predictor& target, const Predictor& predict, std::int64_t samples,
                  std::uint64_t seed, int threads);
 

@@ -67,7 +67,7 @@ Outcome attention_scaling(const Config& c, Precision, Rng& rng) {
 
 void register_scale_claims(std::vector<Claim>& claims) {
   claims.push_back({"qwe.scale8.2",
-                    "with W_Q = I, score std at init shrinks by 1/(sigma_w sqrt(d)) (paper: 2); Monte Carlo vs analytic",
+                    "with W_Q = I, score std at init is larger by 1/(sigma_w sqrt(d)) (paper: 2); Monte Carlo vs analytic",
                     Kind::statistical, Dims{.heads = true, .layers = false, .seq = false, .mask = false}, 4.0,
                     nullptr, {.d = {64, 256, 768}, .heads = {1, 4}}, attention_scaling});
 }
