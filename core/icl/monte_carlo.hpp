@@ -17,6 +17,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -27,9 +29,30 @@ inline constexpr long chunk_size = 512;
 // sqrt(variance / n). A negative variance (cancellation) is reported as a
 // NumericalError with its value, never clamped to zero.
 inline double standard_error(double variance, long n) {
-  if (variance < 0)
-    throw NumericalError("a Monte Carlo variance is negative (" + std::to_string(variance) + " over " +
-                         std::to_string(n) + " samples): cancellation in its accumulation");
+  if (variance < 0) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "a Monte Carlo variance is negative (%.3g over %ld samples): cancellation", variance, n);
+    throw NumericalError(buf);
+  }
+  return std::sqrt(variance / double(n));
+}
+
+// A variance computed as a sum of `terms` products (the delta method's quadratic
+// form), with `magnitude` the sum of their absolute values. Summation rounds it by
+// at most γ_terms · magnitude (γ_k = k u / (1 − k u)); a value below zero by no
+// more than that is zero to working precision (its terms cancel exactly in exact
+// arithmetic: the influence is constant). Below that bound it is reported.
+inline double standard_error(double variance, double magnitude, int terms, long n) {
+  const double u = std::numeric_limits<double>::epsilon() / 2, gamma = terms * u / (1 - terms * u);
+  if (variance < 0 && -variance <= gamma * magnitude) return 0;
+  if (variance < 0) {
+    char buf[200];
+    std::snprintf(buf, sizeof buf,
+                  "a delta-method variance is negative (%.3g, its terms summing to %.3g in absolute value, over %ld "
+                  "samples): cancellation beyond rounding",
+                  variance, magnitude, n);
+    throw NumericalError(buf);
+  }
   return std::sqrt(variance / double(n));
 }
 
@@ -185,12 +208,16 @@ inline LambdaDependent finish_lambda_dependent(const Moments& m, const LambdaSum
   for (int q = 0; q < Q; ++q) {
     VecD gbar(d);
     for (int i = 0; i < d; ++i) gbar(i) = m.mean(full + i * Q + q);
-    double var = m.covariance(q, q);
+    double var = m.covariance(q, q), magnitude = std::abs(var);
     for (int i = 0; i < d; ++i) {
-      var += 2 * gbar(i) * m.covariance(q, Q + i);
-      for (int j = 0; j < d; ++j) var += gbar(i) * gbar(j) * m.covariance(Q + i, Q + j);
+      const double cross = 2 * gbar(i) * m.covariance(q, Q + i);
+      var += cross, magnitude += std::abs(cross);
+      for (int j = 0; j < d; ++j) {
+        const double term = gbar(i) * gbar(j) * m.covariance(Q + i, Q + j);
+        var += term, magnitude += std::abs(term);
+      }
     }
-    r.values.push_back({m.mean(q), standard_error(var, m.count)});
+    r.values.push_back({m.mean(q), standard_error(var, magnitude, 1 + 2 * d + d * d, m.count)});
   }
   return r;
 }
