@@ -70,6 +70,11 @@ struct Report {
 // error, ladder slope, worst control error, PASS/FAIL; then a summary line.
 void print_table(std::ostream& out, const Report& report);
 
+// One row per claim id, in the report's order: checks passed/total, the largest
+// normalized error at each precision run, the range of its ladder slopes,
+// controls failed as expected/total and PASS/FAIL; then the same summary line.
+void print_claims(std::ostream& out, const Report& report);
+
 // {"seed", "checks": [...], "controls": [...], "ladders": [...], "summary": {...}}
 // plus "version" and "command_line".
 void write_json(std::ostream& out, const Report& report);

@@ -1,7 +1,7 @@
-// print_table. The table is built as a grid of strings first, so every
-// column's width is known before anything is printed. Columns are separated
-// by one space, except two around the configuration (which contains spaces);
-// that keeps a typical passing row within 120 columns.
+// print_table: a row per check (`qkvlab verify --verbose`), built as a grid of
+// strings (table_grid.hpp). Columns are separated by one space, except two
+// around the configuration (which contains spaces); that keeps a typical
+// passing row within 120 columns.
 #include <algorithm>
 #include <cstdio>
 #include <iterator>
@@ -9,24 +9,18 @@
 #include <tuple>
 
 #include "results/report.hpp"
+#include "results/table_grid.hpp"
 
 namespace qkvlab::results {
 namespace {
 
-using Row = std::vector<std::string>;
+using Row = GridRow;
 
-struct Column {
-  const char* header;
-  bool number;      // right-aligned
-  const char* gap;  // printed before the column
-};
-
-constexpr Column kColumns[] = {
+const std::vector<GridColumn> kColumns = {
     {"id", false, ""},      {"config", false, "  "}, {"precision", false, "  "},
     {"rel_err", true, " "}, {"kappa", true, " "},    {"norm_err", true, " "},
     {"slope", true, " "},   {"ctrl_min", true, " "}, {"result", false, " "},
 };
-constexpr std::size_t kColumnCount = std::size(kColumns);
 
 // The controls of one (id, config, precision): the smallest error, and whether
 // any of them failed to fail.
@@ -37,13 +31,6 @@ struct ControlSummary {
 
 using ControlKey = std::tuple<std::string, std::string, std::string>;
 using LadderKey = std::pair<std::string, std::string>;
-
-std::string format_number(std::optional<double> x) {
-  if (!x) return "-";
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2e", *x);
-  return buf;
-}
 
 std::map<ControlKey, ControlSummary> summarize_controls(const std::vector<ControlRecord>& controls) {
   std::map<ControlKey, ControlSummary> out;
@@ -82,9 +69,6 @@ std::vector<Row> build_rows(const Report& report) {
   const auto controls = summarize_controls(report.controls);
   const auto ladders = index_ladders(report.ladders);
   std::vector<Row> rows;
-  Row header;
-  for (const Column& col : kColumns) header.emplace_back(col.header);
-  rows.push_back(std::move(header));
   for (const CheckRecord& c : report.checks) {
     rows.push_back({c.id, c.config, c.precision, format_number(c.rel_err), format_number(c.kappa),
                     format_number(c.normalized_err), format_slope(ladders, c), format_controls(controls, c),
@@ -93,36 +77,10 @@ std::vector<Row> build_rows(const Report& report) {
   return rows;
 }
 
-std::vector<std::size_t> column_widths(const std::vector<Row>& rows) {
-  std::vector<std::size_t> widths(kColumnCount, 0);
-  for (const Row& row : rows) {
-    for (std::size_t i = 0; i < kColumnCount; ++i) widths[i] = std::max(widths[i], row[i].size());
-  }
-  return widths;
-}
-
-void print_row(std::ostream& out, const Row& row, const std::vector<std::size_t>& widths) {
-  std::string line;
-  for (std::size_t i = 0; i < kColumnCount; ++i) {
-    line += kColumns[i].gap;
-    const std::string padding(widths[i] - row[i].size(), ' ');
-    const bool last = i + 1 == kColumnCount;
-    line += kColumns[i].number ? padding + row[i] : (last ? row[i] : row[i] + padding);
-  }
-  out << line << '\n';
-}
-
-void print_summary(std::ostream& out, const Summary& s) {
-  out << "qkvlab verify: " << s.passed << '/' << s.checks << " checks passed, " << s.controls_failed_as_expected << '/'
-      << s.controls << " controls failed as expected \u2014 " << (s.ok ? "OK" : "FAILED") << '\n';
-}
-
 }  // namespace
 
 void print_table(std::ostream& out, const Report& report) {
-  const std::vector<Row> rows = build_rows(report);
-  const std::vector<std::size_t> widths = column_widths(rows);
-  for (const Row& row : rows) print_row(out, row, widths);
+  print_grid(out, kColumns, build_rows(report));
   out << '\n';
   print_summary(out, report.summary());
 }

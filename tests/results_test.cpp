@@ -189,6 +189,38 @@ TEST(Table, SummaryLine) {
   EXPECT_EQ(table_lines(r).back(), "qkvlab verify: 3/3 checks passed, 2/2 controls failed as expected \u2014 OK");
 }
 
+std::vector<std::string> claim_lines(const Report& r) {
+  std::ostringstream out;
+  print_claims(out, r);
+  std::vector<std::string> lines;
+  std::istringstream in(out.str());
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+TEST(ClaimTable, OneLinePerClaimThenTheSummaryLine) {
+  const auto lines = claim_lines(sample_report());
+  ASSERT_EQ(lines.size(), 5u);  // header, 2 claims, blank, summary
+  EXPECT_EQ(lines[0], "id            checks   double long_double    slope controls result");
+  // qwe.lemma3.1: 2/2 checks, largest normalized error 0.5625 at double, none at long
+  // double, one ladder, one of its two controls did not fail: FAIL.
+  EXPECT_EQ(lines[1], "qwe.lemma3.1     2/2 5.62e-01           - 1.00e+00      1/2 FAIL");
+  EXPECT_EQ(lines[2], "qwe.scale8.2     0/1        -           -        -      0/0 FAIL");
+  EXPECT_EQ(lines.back(), table_lines(sample_report()).back());
+}
+
+TEST(ClaimTable, PassingClaimAndSlopeRange) {
+  Report r = sample_report();
+  r.checks.resize(2);
+  r.controls[1].failed_as_expected = true;
+  r.ladders = {ladder("qwe.lemma3.1", "a", 0.98), ladder("qwe.lemma3.1", "b", 1.01)};
+  const auto lines = claim_lines(r);
+  ASSERT_EQ(lines.size(), 4u);
+  EXPECT_NE(lines[1].find(" 0.98..1.01 "), std::string::npos) << lines[1];
+  EXPECT_TRUE(lines[1].ends_with(" 2/2 PASS")) << lines[1];
+  EXPECT_EQ(lines.back(), "qkvlab verify: 2/2 checks passed, 2/2 controls failed as expected \u2014 OK");
+}
+
 // ---- JSON ----
 
 const char* const kJsonCheck = R"PY(
