@@ -281,7 +281,7 @@ constexpr const char* kNames[] = {"entropy", "similarity", "spectrum", "first-to
 
 std::unique_ptr<Analysis> make(Kind kind, const lm::Config& c, const Options& o, int threads) {
   const int L = c.layers, layer = o.layer < 0 ? L - 1 : o.layer;
-  if (layer >= L) throw UsageError("--layer " + std::to_string(layer + 1) + " is beyond the model's " + std::to_string(L) + " layers");
+  if (layer >= L) throw UsageError("layer " + std::to_string(layer + 1) + " is beyond the model's " + std::to_string(L) + " layers");
   switch (kind) {
     case Kind::entropy: return std::make_unique<Entropy>(L, o.entropy);
     case Kind::similarity: return std::make_unique<Similarity>(L, o);

@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "analysis/analyze.hpp"
+#include "cli/threads_option.hpp"
 #include "cli/commands.hpp"
 #include "cli/device_option.hpp"
 #include "cli/plot_common.hpp"
@@ -76,6 +77,7 @@ int run_analyze(const AnalyzeArgs& a, const std::string& command_line) {
   const analysis::Kind kind = analysis::parse_kind(a.kind);
   const analysis::Options options = analysis_options(a, kind);
   const lm::TokenSequences data = read_sequences(a);
+  apply_threads(a.threads, BlasUse::per_worker);  // the CPU backend runs one product per worker
   const auto backend = gpu::make_backend(a.device, a.threads);
   const auto model = lm::load_model(a.checkpoint, *backend);
   const Progress show{"analyze", Progress::wanted(a.quiet)};
@@ -117,7 +119,7 @@ Command add_analyze_command(CLI::App& app, const std::string& command_line) {
       ->capture_default_str();
   cmd->add_option("--seed", a->seed, "Seed of the choice of sequences (recorded in the output)")->check(seed_value)->capture_default_str();
   add_device_option(cmd, a->device);
-  cmd->add_option("--threads", a->threads, "CPU threads (0: all cores; at most 256)")->check(thread_count)->capture_default_str();
+  add_threads_option(cmd, a->threads);
   cmd->add_option("--batch", a->batch, "Sequences per forward pass")->check(integer_in(1, 4096))->capture_default_str();
   cmd->add_option("--definition", a->definition, "entropy: column (the released script's), row, or printed (Eq. 11)")
       ->check(CLI::IsMember({"column", "row", "printed"}))

@@ -9,6 +9,7 @@
 #include "cli/device_option.hpp"
 #include "cli/matrix_argument.hpp"
 #include "cli/plot_common.hpp"
+#include "cli/threads_option.hpp"
 #include "cli/validators.hpp"
 #include "core/errors.hpp"
 #include "core/json_text.hpp"
@@ -62,10 +63,7 @@ void add_task_options(CLI::App* cmd, TaskArgs& a) {
   cmd->add_option("--seed", a.seed, "Seed of every random draw (recorded in the output)")
       ->check(seed_value)
       ->capture_default_str();
-  cmd->add_option("--threads", a.threads,
-                  "Worker threads (0: one per hardware thread; at most 256); results do not depend on it")
-      ->check(thread_count)
-      ->capture_default_str();
+  add_threads_option(cmd, a.threads);
   cmd->add_option("--format", a.format, "Output on stdout")
       ->check(CLI::IsMember({"table", "json"}))
       ->capture_default_str();
@@ -406,6 +404,7 @@ int run_theory_sweep(const TheoryArgs& a, const std::string& command_line) {
 }
 
 int run_theory(const TheoryArgs& a, const std::string& command_line) {
+  apply_threads(a.threads, BlasUse::shared);
   if (a.sweep()) return run_theory_sweep(a, command_line);
   require_device(a.device);
   require_theory_memory(a);
@@ -437,6 +436,7 @@ std::string lemma_json(const icl::LemmaResult& r) {
 }
 
 int run_lemmas(const LemmaArgs& a, const std::string& command_line) {
+  apply_threads(a.threads, BlasUse::shared);
   require_memory("--d " + std::to_string(a.d) + " --n " + std::to_string(a.n) + " --prompts " +
                      std::to_string(a.prompts),
                  icl::lemmas_memory_bytes(icl::Task{a.d, a.n, 0.0, {}}, icl::LemmaOptions{a.prompts, a.seed, a.threads}));
@@ -491,7 +491,7 @@ std::vector<Command> add_icl_theory_commands(CLI::App& icl, const std::string& c
   add_task_options(theory, *t);
   theory->add_option("--w0", t->w0, "Prior mean W_0: zero, identity, or a d x d matrix FILE.npy (or FILE.h5:DATASET)")
       ->capture_default_str();
-  theory->add_option("--w0-scale", t->w0_scale, "Multiplies W_0 (identity or file; ignored for zero)")
+  theory->add_option("--w0-scale", t->w0_scale, "c of the prior mean: W_0 = c I (--w0 identity) or c times the --w0 matrix; no effect with --w0 zero")
       ->check(finite_real)
       ->capture_default_str();
   add_device_option(theory, t->device);
@@ -528,7 +528,7 @@ std::vector<Command> add_icl_theory_commands(CLI::App& icl, const std::string& c
   auto* lemmas = icl.add_subcommand("lemmas", "Lemmas 1-4 and Theorem 2 of Appendix A as Monte Carlo checks, two priors");
   add_task_options(lemmas, *l);
   lemmas->add_option("--w0-scale", l->w0_scale,
-                     "c >= 0 of the second prior W_0 = c I (default 3 sqrt(d) sigma, so sigma_d(W_0) > 2 sqrt(d) sigma)")
+                     "c >= 0 of the second prior's mean W_0 = c I, run beside W_0 = 0 (default 3 sqrt(d) sigma, so sigma_d(W_0) > 2 sqrt(d) sigma)")
       ->check(non_negative_real);
   lemmas->add_option("--form", l->form, "W_D used: posterior (the Bayes posterior mean), ridge (the paper's), ridge-sigma-typo (sigma I)")
       ->transform(CLI::CheckedTransformer(std::map<std::string, icl::Form>{{"posterior", icl::Form::posterior_mean},

@@ -7,6 +7,7 @@
 #include "cli/commands.hpp"
 #include "cli/device_option.hpp"
 #include "cli/plot_common.hpp"
+#include "cli/threads_option.hpp"
 #include "cli/validators.hpp"
 #include "core/errors.hpp"
 #include "core/json_text.hpp"
@@ -41,32 +42,40 @@ struct CommonArgs {
   double sigma = 0.5, w0_scale = 0;
   int steps = 3000, batch = 64;
   double lr = 1e-2;
-  int restarts = 3, eval_samples = 20000, threads = 1;
+  int restarts = 3, eval_samples = 20000, threads = 0;
   std::uint64_t seed = 1;
   std::string out, csv, figure, format = "table";
   Device device = Device::cpu;
   bool quiet = false;
 };
 
-void add_common_options(CLI::App* cmd, CommonArgs& a, bool with_w0) {
-  cmd->add_option("--d", a.d, "Dimension d of x and y")->check(integer_in(1, 64))->capture_default_str();
-  cmd->add_option("--n", a.n, "Number n of (x, y) pairs in a prompt")->check(integer_in(1, 4096))->capture_default_str();
-  cmd->add_option("--sigma", a.sigma, "Noise standard deviation sigma")->check(non_negative_real)->capture_default_str();
-  if (with_w0)
-    cmd->add_option("--w0-scale", a.w0_scale, "Prior mean W_0 = c I (0: W_0 = 0)")->check(finite_real)->capture_default_str();
+// Which of the shared options a subcommand uses: it accepts only those.
+struct CommonOptions {
+  bool task = true;      // --d, --n, --sigma (icl sweep has lists instead)
+  bool w0 = false;       // --w0-scale
+  bool restarts = true;  // --restarts (icl depth trains one run per L and model)
+};
+
+void add_common_options(CLI::App* cmd, CommonArgs& a, CommonOptions use) {
+  if (use.task) {
+    cmd->add_option("--d", a.d, "Dimension d of x and y")->check(integer_in(1, 64))->capture_default_str();
+    cmd->add_option("--n", a.n, "Number n of (x, y) pairs in a prompt")->check(integer_in(1, 4096))->capture_default_str();
+    cmd->add_option("--sigma", a.sigma, "Noise standard deviation sigma")->check(non_negative_real)->capture_default_str();
+  }
+  if (use.w0)
+    cmd->add_option("--w0-scale", a.w0_scale, "c of the prior mean W_0 = c I (0: W_0 = 0)")->check(finite_real)->capture_default_str();
   cmd->add_option("--steps", a.steps, "Adam steps per run")->check(positive_integer)->capture_default_str();
   cmd->add_option("--batch", a.batch, "Fresh prompts per step")->check(positive_integer)->capture_default_str();
   cmd->add_option("--lr", a.lr, "Peak learning rate (linear warmup, cosine decay to 1% of it)")
       ->check(positive_real)
       ->capture_default_str();
-  cmd->add_option("--restarts", a.restarts, "Independent initializations per model")->check(positive_integer)->capture_default_str();
+  if (use.restarts)
+    cmd->add_option("--restarts", a.restarts, "Independent initializations per model")->check(positive_integer)->capture_default_str();
   cmd->add_option("--eval-samples", a.eval_samples, "Held-out prompts for the final losses")
       ->check(integer_in(2, 100000000))
       ->capture_default_str();
   cmd->add_option("--seed", a.seed, "Seed of every random draw")->check(seed_value)->capture_default_str();
-  cmd->add_option("--threads", a.threads, "Worker threads, at most 256 (results do not depend on it)")
-      ->check(positive_thread_count)
-      ->capture_default_str();
+  add_threads_option(cmd, a.threads);
   cmd->add_option("--out", a.out, "Write every table to this HDF5 file");
   cmd->add_option("--csv", a.csv, "Write the main table to this CSV file");
   cmd->add_option("--figure", a.figure, "Write the figure to STEM.svg and STEM.png (its data to STEM.csv; needs gnuplot)");
@@ -106,7 +115,7 @@ void check_paths(const CommonArgs& a) {
 // held-out losses (kept per prompt for paired differences) and a held-out chunk's
 // probes, and the Monte Carlo of the bounds (theory_prompts; 0 when none).
 void require_train_memory(const CommonArgs& a, int d, int n, double runs, long theory_prompts) {
-  const double tokens = 2.0 * n + 1, threads = std::min<double>(a.threads, runs);
+  const double tokens = 2.0 * n + 1, threads = std::min<double>(worker_count(a.threads), runs);
   double bytes = threads * 30 * 8 * double(a.batch) * tokens * 3 * d + runs * 8 * 2 * double(a.eval_samples) +
                  threads * 2000.0 * d * tokens * 3 * d * 8;
   if (theory_prompts > 0) bytes += theory_memory_bytes(Task{d, n, 0.0, {}}, {theory_prompts, a.seed, a.threads});
@@ -119,8 +128,8 @@ void require_train_memory(const CommonArgs& a, int d, int n, double runs, long t
 void prepare(const CommonArgs& a) {
   require_device(a.device, kGpuPath);
   check_paths(a);
-  // OpenBLAS follows --threads: the runs are what runs in parallel, each product on its run's thread.
-  engine::set_blas_threads(1);
+  // The runs are what runs in parallel, each product on its run's thread.
+  apply_threads(a.threads, BlasUse::per_worker);
 }
 
 fs::path stem_of(const std::string& figure) {
@@ -129,11 +138,11 @@ fs::path stem_of(const std::string& figure) {
   return p;
 }
 
+// A JSON number (core/json_text.hpp: 17 significant digits); a diverged run is
+// reported as an error, never written.
 std::string num(double v) {
   if (!std::isfinite(v)) throw NumericalError("a reported value is not finite");
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.9g", v);
-  return buf;
+  return json_number(v);
 }
 
 std::string estimate_json(double mean, double se) { return "{\"value\": " + num(mean) + ", \"se\": " + num(se) + "}"; }
@@ -561,7 +570,7 @@ std::vector<Command> add_icl_train_commands(CLI::App& icl, const std::string& co
   {
     auto t = std::make_shared<TrainArgs>();
     auto* cmd = icl.add_subcommand("train", "Experiments 2 and 3: trained two-layer linear attention (MHA, SkipV1, ResFormer, SVFormer)");
-    add_common_options(cmd, t->common, true);
+    add_common_options(cmd, t->common, {.w0 = true});
     cmd->add_flag("--assumption1", t->assumption1,
                   "Experiment 2: Assumption 1's copying first layer (A = [I_a 0], B = [0 I_(d-a)]); default: a learned first layer (experiment 3)");
     cmd->add_flag("--learn-ab", t->learn_ab, "With --assumption1: learn A and B (started at the coordinate copying layer)");
@@ -582,7 +591,7 @@ std::vector<Command> add_icl_train_commands(CLI::App& icl, const std::string& co
   {
     auto s = std::make_shared<SweepArgs>();
     auto* cmd = icl.add_subcommand("sweep", "Trained MHA and SkipV1 under Assumption 1 for a = 0..d against the bound lines");
-    add_common_options(cmd, s->common, true);
+    add_common_options(cmd, s->common, {.task = false, .w0 = true});
     cmd->add_option("--d-list", s->ds, "Values of d")->delimiter(',')->capture_default_str();
     cmd->add_option("--n-list", s->ns, "Values of n")->delimiter(',')->capture_default_str();
     cmd->add_option("--sigma-list", s->sigmas, "Values of sigma")->delimiter(',')->capture_default_str();
@@ -592,8 +601,8 @@ std::vector<Command> add_icl_train_commands(CLI::App& icl, const std::string& co
     cmd->footer(
         "For every (d, n, sigma) of the lists and a = 0..d: trains MHA and SkipV1 with Assumption 1's fixed copying\n"
         "layer and reports the best held-out losses against MHA's lower bound and the SkipV1 construction's value.\n"
-        "The figure draws the first (d, n, sigma); --d, --n, --sigma are ignored (use the lists). Defaults: d = 4,\n"
-        "n = 16, sigma = 0.5, W0 = 0, 3000 steps, batch 64, lr 0.01, 3 restarts, 20000 held-out prompts, seed 1.\n" +
+        "The figure draws the first (d, n, sigma). Defaults: d-list 4, n-list 16, sigma-list 0.5, W0 = 0,\n"
+        "3000 steps, batch 64, lr 0.01, 3 restarts, 20000 held-out prompts, seed 1.\n" +
         std::string(kExit));
     out.push_back({cmd, [s, command_line] { return run_sweep(*s, command_line); }});
   }
@@ -601,7 +610,7 @@ std::vector<Command> add_icl_train_commands(CLI::App& icl, const std::string& co
     auto a = std::make_shared<CommonArgs>();
     a->steps = 3000, a->batch = 128, a->lr = 5e-3, a->restarts = 2, a->eval_samples = 40000;
     auto* cmd = icl.add_subcommand("anchor", "Experiment 4: one-layer linear self-attention against the best one-step GD");
-    add_common_options(cmd, *a, false);
+    add_common_options(cmd, *a, {});
     cmd->footer(
         "Trains a one-layer linear self-attention on tokens [x_i; y_i] (query [x_{n+1}; 0], residual read-out) and\n"
         "compares its held-out loss with L(eta*) = d sigma^2 + d^2 (d+1+sigma^2)/(n+d+1+sigma^2), the loss of the\n"
@@ -614,7 +623,7 @@ std::vector<Command> add_icl_train_commands(CLI::App& icl, const std::string& co
     auto a = std::make_shared<DepthArgs>();
     a->common.steps = 1500, a->common.batch = 64, a->common.lr = 5e-3, a->common.restarts = 1;
     auto* cmd = icl.add_subcommand("depth", "Experiment 5: depth, SkipV1 against MHA, and a layerwise probe against GD");
-    add_common_options(cmd, a->common, false);
+    add_common_options(cmd, a->common, {.restarts = false});
     cmd->add_option("--layers", a->layers, "Depths L to train")->delimiter(',')->capture_default_str();
     cmd->add_option("--heads", a->heads, "Heads per layer (even; SkipV1 takes the second half from layer 1)")
         ->check(integer_in(1, 64))
@@ -622,7 +631,7 @@ std::vector<Command> add_icl_train_commands(CLI::App& icl, const std::string& co
     cmd->footer(
         "Trains L-layer linear self-attention (residual, concatenated tokens) for each L, MHA and SkipV1 (L >= 2),\n"
         "and compares the query's y-slot after each layer l with l steps of GD from zero (best constant step).\n"
-        "--restarts is not used (one run per L and model). Defaults: d = 4, n = 16, sigma = 0.5, L = 1..4,\n"
+        "One run per L and model. Defaults: d = 4, n = 16, sigma = 0.5, L = 1..4,\n"
         "2 heads, 1500 steps, batch 64, lr 0.005, 20000 held-out prompts, seed 1.\n" +
         std::string(kExit));
     out.push_back({cmd, [a, command_line] { return run_depth_command(*a, command_line); }});

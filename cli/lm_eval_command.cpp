@@ -2,6 +2,7 @@
 // model on the sequences of a token file (lm/evaluate.hpp).
 #include <iostream>
 
+#include "cli/threads_option.hpp"
 #include "cli/commands.hpp"
 #include "cli/device_option.hpp"
 #include "cli/plot_common.hpp"
@@ -39,6 +40,7 @@ int run_eval(const EvalArgs& a) {
   require_device(a.device);
   const corpus::TokenArray tokens = corpus::read_token_file(a.tokens);
   const lm::TokenSequences data = lm::token_sequences(tokens.ids, tokens.rows, tokens.cols, a.seq_len, a.sequences);
+  apply_threads(a.threads, BlasUse::per_worker);  // the CPU backend runs one product per worker
   const auto backend = gpu::make_backend(a.device, a.threads);
   const auto model = lm::load_model(a.checkpoint, *backend);
   check_tokens(a, data, model->config());
@@ -76,7 +78,7 @@ std::vector<Command> add_lm_eval_commands(CLI::App& lm, const std::string&) {
       ->check(CLI::Range(std::int64_t(1), std::int64_t(1) << 40));
   cmd->add_option("--batch", a->batch, "Sequences per forward pass")->check(integer_in(1, 4096))->capture_default_str();
   add_device_option(cmd, a->device);
-  cmd->add_option("--threads", a->threads, "CPU threads (0: all cores; at most 256)")->check(thread_count)->capture_default_str();
+  add_threads_option(cmd, a->threads);
   cmd->add_option("--format", a->format, "Output: table or json")
       ->check(CLI::IsMember({"table", "json"}))
       ->capture_default_str();

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <iostream>
 
+#include "cli/threads_option.hpp"
 #include "cli/commands.hpp"
 #include "cli/device_option.hpp"
 #include "cli/model_options.hpp"
@@ -61,6 +62,7 @@ int run_train(const TrainArgs& a, const CLI::App& cmd, const std::string& comman
                                  ? lm::file_data(a.tokens, a.val_tokens.empty() ? std::nullopt
                                                                                 : std::optional<std::filesystem::path>(a.val_tokens))
                                  : lm::brown_data(a.data);
+  apply_threads(a.threads, BlasUse::per_worker);  // the CPU backend runs one product per worker
   const auto backend = gpu::make_backend(a.device, a.threads);
   const Progress show{"lm train", Progress::wanted(a.quiet)};
   const results::Value out = lm::train_language_model(o, data, *backend, [&](const lm::Progress& p) {
@@ -113,7 +115,7 @@ std::vector<Command> add_lm_train_commands(CLI::App& lm, const std::string& comm
   cmd->add_option("--checkpoint-every", a->run.checkpoint_every, "Checkpoint every N steps (and at the end)")
       ->check(CLI::Range(std::int64_t(1), std::int64_t(1) << 40));
   add_device_option(cmd, a->device);
-  cmd->add_option("--threads", a->threads, "CPU threads (0: all cores; at most 256)")->check(thread_count)->capture_default_str();
+  add_threads_option(cmd, a->threads);
   cmd->add_option("--format", a->format, "Output: table or json")->check(CLI::IsMember({"table", "json"}))->capture_default_str();
   cmd->add_flag("--quiet", a->quiet, "No progress on stderr");
   return {{cmd, [a, cmd, command_line] { return run_train(*a, *cmd, command_line); }}};

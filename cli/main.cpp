@@ -63,6 +63,8 @@ int main(int argc, char** argv) {
       qkvlab::cli::add_parent_command(
           app, "icl", "In-context linear regression of the SkipV1 theorem (icl-skipv1.md)",
           "Tokens are columns: E = (x_1, y_1, ..., x_n, y_n, x_{n+1}), W* ~ N(W_0, I), y = W* x + eps.\n"
+          "--w0-scale c means one thing in every icl subcommand: the prior mean W_0 = c I (icl theory: c times\n"
+          "the --w0 matrix; icl lemmas: its second prior, run beside W_0 = 0).\n"
           "Exit status: that of the subcommand (0 success, 2 usage error, 3 a numerical failure or another error).",
           command_line, {qkvlab::cli::add_icl_theory_commands, qkvlab::cli::add_icl_train_commands}),
       qkvlab::cli::add_parent_command(

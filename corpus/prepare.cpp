@@ -113,9 +113,9 @@ std::string manifest_json(const PrepareOptions& o, const std::vector<BrownFile>&
 PrepareSummary prepare_brown(const PrepareOptions& o, const std::function<void(const std::string&)>& say) {
   const auto start = Clock::now();
   PrepareSummary summary;
-  if (o.vocab < 257) throw UsageError("--vocab: at least 257 (256 bytes and <|endoftext|>), got " + std::to_string(o.vocab));
+  if (o.vocab < 257) throw UsageError("the vocabulary size must be at least 257 (256 bytes and <|endoftext|>), got " + std::to_string(o.vocab));
   if (std::filesystem::exists(o.out) && !std::filesystem::is_directory(o.out))
-    throw UsageError("--out: " + o.out.string() + " is not a directory");
+    throw UsageError(o.out.string() + " is not a directory");
   std::filesystem::create_directories(o.out);
   if (up_to_date(o.out, options_key(o))) return summary.up_to_date = true, summary;
   std::filesystem::remove(o.out / "manifest.json");

@@ -23,7 +23,7 @@ void require_expressible(const Config& c) {
   if (c.mla) throw UsageError(why + "multi-head latent attention (MLA): only vanilla models export");
   if (c.family == Family::gpt2 && c.kv_heads != c.heads)
     throw UsageError(why + "grouped-query attention in a gpt2 model (" + std::to_string(c.kv_heads) +
-                     " key/value heads for " + std::to_string(c.heads) + " heads); use --family llama");
+                     " key/value heads for " + std::to_string(c.heads) + " heads); a llama-family model has them");
   if (c.family == Family::gpt2 && c.heads * c.head_dim != c.d)
     throw UsageError(why + "a gpt2 model with heads x head width != d (" + std::to_string(c.heads) + " x " +
                      std::to_string(c.head_dim) + " != " + std::to_string(c.d) + ")");

@@ -229,14 +229,14 @@ struct Session {
   std::int64_t restore() {
     if (!o.resume) return 0;
     if (!fs::exists(checkpoint_dir() / "model.safetensors"))
-      throw UsageError("--resume: no checkpoint in " + checkpoint_dir().string());
+      throw UsageError("cannot resume: no checkpoint in " + checkpoint_dir().string());
     const Checkpoint ck = load_checkpoint(checkpoint_dir(), true);
     if (to_metadata(ck.config) != to_metadata(o.model))
-      throw UsageError("--resume: " + checkpoint_dir().string() + " holds a model of another configuration");
+      throw UsageError("cannot resume: " + checkpoint_dir().string() + " holds a model of another configuration");
     for (const auto& [key, value] : run_identity(o, data)) {
       const auto it = ck.metadata.find(key);
       if (it == ck.metadata.end() ? !value.empty() : it->second != value)  // an absent entry was empty
-        throw UsageError("--resume: " + checkpoint_dir().string() + " was made with " + key.substr(4) + " = " +
+        throw UsageError("cannot resume: " + checkpoint_dir().string() + " was made with " + key.substr(4) + " = " +
                          (it == ck.metadata.end() ? "(none)" : it->second) + ", this run has " + value);
     }
     model.set_parameters(ck.values);
@@ -260,8 +260,8 @@ results::Value train_language_model(const RunOptions& o, const TrainData& data, 
                                     const std::function<void(const Progress&)>& progress) {
   validate(o.model);
   if (data.train.size() < std::size_t(o.seq) + 1 || data.validation.size() < std::size_t(o.seq) + 1)
-    throw UsageError("the training and validation streams need more than --seq-len " + std::to_string(o.seq) +
-                     " tokens each (" + std::to_string(data.train.size()) + " and " +
+    throw UsageError("the training and validation streams need more than the sequence length, " +
+                     std::to_string(o.seq) + " tokens, each (" + std::to_string(data.train.size()) + " and " +
                      std::to_string(data.validation.size()) + ")");
   fs::create_directories(o.out);
   Session run(o, data, backend);

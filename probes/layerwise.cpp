@@ -75,9 +75,9 @@ ProbeReport run_probes(lm::Model<float>& model, const ProbeData& d, const ProbeO
                        const std::function<void(std::int64_t, std::int64_t)>& progress) {
   const lm::Config& c = model.config();
   const int L = c.layers, T = o.seq_len, N = o.batch * T, outputs = o.tags ? d.tags : c.vocab;
-  if (o.tags && o.init_model) throw UsageError("a probe of tags starts at random (--init random): its outputs are the tags");
+  if (o.tags && o.init_model) throw UsageError("a probe of tags starts from a random initialization: its outputs are the tags");
   if (d.train.size() <= std::size_t(T) || d.validation.size() <= std::size_t(T))
-    throw UsageError("the token streams need more than --seq-len " + std::to_string(T) + " tokens");
+    throw UsageError("the token streams need more than the sequence length, " + std::to_string(T) + " tokens");
   const int windows = int(std::min<std::size_t>(std::size_t(o.eval_windows), (d.validation.size() - 1) / std::size_t(T)));
   auto& be = model.backend();
   engine::Buffer<float> h(be, std::size_t(N) * c.d);

@@ -348,7 +348,7 @@ std::filesystem::path checkpoint_path(const TrainConfig& t, int d) {
 // Resumes from the checkpoint of this d if there is one; returns the step to start at.
 // A checkpoint that cannot be used (malformed, another configuration, a loss history
 // that disagrees with the optimizer or holds a non-finite value, which training never
-// saves) is a UsageError naming --checkpoint and the file.
+// saves) is a CheckpointError naming the file.
 std::int64_t resume(SkipMlp& trainer, int d, const TransferConfig& c, std::vector<double>& loss) {
   const auto path = checkpoint_path(c.train, d);
   if (c.train.checkpoint_dir.empty() || !std::filesystem::exists(path)) return 0;
@@ -357,7 +357,7 @@ std::int64_t resume(SkipMlp& trainer, int d, const TransferConfig& c, std::vecto
     for (const auto& [key, value] : checkpoint_identity(d, c)) {
       const auto it = file.metadata.find(key);
       if (it == file.metadata.end() || it->second != value)
-        throw UsageError("--checkpoint: " + path.string() + " was written with " + key + " = " +
+        throw CheckpointError(path.string() + " was written with " + key + " = " +
                          (it == file.metadata.end() ? std::string("(none)") : it->second) + ", this run has " +
                          value + " (use another directory)");
     }
@@ -368,17 +368,17 @@ std::int64_t resume(SkipMlp& trainer, int d, const TransferConfig& c, std::vecto
       if (!std::isfinite(losses.data()[k]))
         throw std::runtime_error("the loss history holds a non-finite value at step " + std::to_string(k + 1));
     if (losses.size() > c.train.steps)
-      throw std::runtime_error("the loss history has " + std::to_string(losses.size()) + " steps, more than --steps");
+      throw std::runtime_error("the loss history has " + std::to_string(losses.size()) + " steps, more than this run's " + std::to_string(c.train.steps));
     trainer.restore(file);
     if (losses.size() != trainer.steps()) throw std::runtime_error("the loss history and adamw.steps disagree");
     loss.assign(losses.data(), losses.data() + losses.size());
-  } catch (const UsageError&) {
+  } catch (const CheckpointError&) {
     throw;
   } catch (const std::exception& e) {
     std::string why = e.what();
     if (why.rfind("safetensors: ", 0) == 0) why = why.substr(13);
     if (why.rfind(path.string() + ": ", 0) == 0) why = why.substr(path.string().size() + 2);
-    throw UsageError("--checkpoint: " + path.string() + ": " + why + " (a corrupt checkpoint; use another directory)");
+    throw CheckpointError(path.string() + ": " + why + " (a corrupt checkpoint; use another directory)");
   }
   return std::int64_t(loss.size());
 }
@@ -410,9 +410,9 @@ void train(SkipMlp& trainer, int d, const TransferConfig& c, std::int64_t start,
 }  // namespace
 
 TransferResult run_transfer(int d, const TransferConfig& c, const StepObserver& observe) {
-  if (d < 1) throw UsageError("--d: every d must be at least 1, got " + std::to_string(d));
-  if (c.train.steps < 1) throw UsageError("--steps: must be at least 1");
-  if (c.train.batch < 1) throw UsageError("--batch: must be at least 1");
+  if (d < 1) throw UsageError("every d must be at least 1, got " + std::to_string(d));
+  if (c.train.steps < 1) throw UsageError("steps must be at least 1");
+  if (c.train.batch < 1) throw UsageError("batch must be at least 1");
   TransferResult result;
   result.d = d;
   const Target target = draw_target(d, c.seed);

@@ -43,6 +43,7 @@
 //     eval       "transfer/d=D/eval/chunk=C/chunk=K"        (C: the evaluation chunk of 8192 rows)
 #pragma once
 
+#include "core/errors.hpp"
 #include "core/types.hpp"
 #include "engine/backend.hpp"
 #include "engine/safetensors.hpp"
@@ -55,6 +56,12 @@
 #include <vector>
 
 namespace qkvlab::transfer {
+
+// A checkpoint that cannot be resumed (another configuration, corrupt): a usage
+// error naming the file; the command adds its option's name.
+struct CheckpointError : UsageError {
+  using UsageError::UsageError;
+};
 
 using MatF = Mat<float>;
 

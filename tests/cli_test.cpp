@@ -4,6 +4,7 @@
 #include "core/absorb.hpp"
 #include "core/npy.hpp"
 #include "theory/claim.hpp"
+#include "tests/json_digits.hpp"
 #include "tests/run_command.hpp"
 #include "tests/scratch_dir.hpp"
 
@@ -220,6 +221,7 @@ TEST_F(Cli, SameCommandTwiceGivesByteIdenticalJson) {
   ASSERT_EQ(second.status, 0) << second.err;
   EXPECT_GT(first.out.size(), 1000u);
   EXPECT_EQ(first.out, second.out);
+  EXPECT_EQ(qkvlab::test_support::short_json_numbers(first.out), std::vector<std::string>{});  // 17 digits
 }
 
 TEST_F(Cli, ThreadCountDoesNotChangeTheJson) {
@@ -241,8 +243,25 @@ TEST_F(Cli, ThreadCountDoesNotChangeTheJson) {
 
 // --- table ---------------------------------------------------------------------------------
 
-TEST_F(Cli, TableHasPassRowsAndTheSummaryLine) {
-  const RunResult r = qkvlab("verify qwe.prop4.1 --d 8 --seq 4");
+TEST_F(Cli, DefaultTableHasOneLinePerClaimAndTheSummaryLine) {
+  const RunResult r = qkvlab("verify qwe.prop4 --d 8 --seq 4");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto lines = lines_of(r.out);
+  ASSERT_EQ(lines.size(), 5u) << r.out;  // header, qwe.prop4.1, qwe.prop4.2, blank, summary
+  EXPECT_EQ(lines[0].rfind("id ", 0), 0u) << lines[0];
+  for (const char* precision : {" float ", " double ", " long_double ", " mp50 "})
+    EXPECT_NE(lines[0].find(precision), std::string::npos) << lines[0];
+  EXPECT_EQ(lines[1].rfind("qwe.prop4.1 ", 0), 0u) << lines[1];
+  EXPECT_NE(lines[1].find(" 8/8 "), std::string::npos) << lines[1];  // 2 masks × 4 precisions
+  EXPECT_TRUE(lines[1].ends_with(" PASS")) << lines[1];
+  EXPECT_EQ(lines[2].rfind("qwe.prop4.2 ", 0), 0u) << lines[2];
+  EXPECT_TRUE(lines[2].ends_with(" PASS")) << lines[2];
+  EXPECT_EQ(lines.back().rfind("qkvlab verify: ", 0), 0u) << lines.back();
+  EXPECT_TRUE(lines.back().ends_with(" OK")) << lines.back();
+}
+
+TEST_F(Cli, VerboseTableHasPassRowsAndTheSummaryLine) {
+  const RunResult r = qkvlab("verify qwe.prop4.1 --d 8 --seq 4 --verbose");
   ASSERT_EQ(r.status, 0) << r.err;
   const auto lines = lines_of(r.out);
   ASSERT_GE(lines.size(), 3u) << r.out;

@@ -14,6 +14,7 @@
 #include "synthetic/icl/linear_attention_models.hpp"
 #include "core/icl/models.hpp"
 #include "synthetic/icl/train_experiment.hpp"
+#include "tests/json_digits.hpp"
 #include "tests/run_command.hpp"
 #include "tests/scratch_dir.hpp"
 
@@ -408,6 +409,7 @@ TEST(IclCli, JsonHasTheDocumentedFields) {
     ASSERT_EQ(r.status, 0) << args << ": " << r.err;
     std::ofstream(json) << r.out;
     EXPECT_EQ(std::system((check + json.string() + " " + keys + " >/dev/null").c_str()), 0) << args << ": " << r.out;
+    EXPECT_EQ(qkvlab::test_support::short_json_numbers(r.out), std::vector<std::string>{}) << args;  // 17 digits
   }
   EXPECT_NE(std::system((check + json.string() + " no_such_field >/dev/null").c_str()), 0);  // control
 }

@@ -11,6 +11,7 @@
 #include "gpu/backend.hpp"
 #include "gpu/device.hpp"
 #include "synthetic/transfer.hpp"
+#include "tests/json_digits.hpp"
 #include "tests/run_command.hpp"
 #include "tests/scratch_dir.hpp"
 
@@ -329,6 +330,23 @@ TEST(TransferCli, BadInputExitsTwoWithOneLine) {
   }
   const RunResult ok = run("--d 2 --steps 3 --batch 16 --format json");
   EXPECT_NE(ok.status, 2) << ok.err;
+}
+
+TEST(JsonDigits, CheckerFlagsASixDigitWriterAndNonNumbers) {
+  using qkvlab::test_support::short_json_numbers;
+  const double x = 0.123456789012345;
+  char six[32];
+  std::snprintf(six, sizeof six, "%.6g", x);  // the writer transfer used to have
+  EXPECT_EQ(short_json_numbers(std::string("{\"a\": ") + six + "}"), std::vector<std::string>{six});
+  EXPECT_TRUE(short_json_numbers("{\"a\": " + qkvlab::json_number(x) + ", \"n\": 3, \"s\": \"0.1 nan\"}").empty());
+  EXPECT_EQ(short_json_numbers("{\"a\": nan, \"b\": -inf, \"c\": null}"), (std::vector<std::string>{"nan", "inf"}));
+}
+
+TEST(TransferCli, JsonNumbersCarry17Digits) {
+  const RunResult r = run("--d 2 --steps 3 --batch 16 --format json");
+  ASSERT_TRUE(r.status == 0 || r.status == 1) << r.err;
+  EXPECT_NE(r.out.find("\"mlp_rel_l2\": "), std::string::npos) << r.out;
+  EXPECT_EQ(qkvlab::test_support::short_json_numbers(r.out), std::vector<std::string>{}) << r.out;
 }
 
 TEST(TransferCli, JsonFieldsPresent) {

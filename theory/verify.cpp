@@ -32,9 +32,9 @@ namespace {
 
 void require_positive(const std::optional<std::vector<int>>& list, const char* option) {
   if (!list) return;
-  if (list->empty()) throw UsageError(std::string(option) + ": the list is empty");
+  if (list->empty()) throw UsageError(std::string("the list of ") + option + " is empty");
   for (int v : *list)
-    if (v <= 0) throw UsageError(std::string(option) + ": sizes must be positive, got " + std::to_string(v));
+    if (v <= 0) throw UsageError(std::string(option) + " must be positive, got " + std::to_string(v));
 }
 
 const std::vector<int>& pick(const std::optional<std::vector<int>>& given, const std::vector<int>& claim_default,
@@ -72,15 +72,15 @@ std::string sizes_text(const VerifyOptions& o) {
 }
 
 void validate(const VerifyOptions& o) {
-  require_positive(o.d, "--d");
-  require_positive(o.heads, "--heads");
-  require_positive(o.layers, "--layers");
-  require_positive(o.seq, "--seq");
-  if (o.trials <= 0) throw UsageError("--trials: must be positive, got " + std::to_string(o.trials));
-  if (o.precisions.empty()) throw UsageError("--precision: the list is empty");
-  if (o.threads < 0) throw UsageError("--threads: must be non-negative");
+  require_positive(o.d, "model widths d");
+  require_positive(o.heads, "head counts H");
+  require_positive(o.layers, "depths L");
+  require_positive(o.seq, "sequence lengths n");
+  if (o.trials <= 0) throw UsageError("trials must be positive, got " + std::to_string(o.trials));
+  if (o.precisions.empty()) throw UsageError("the list of precisions is empty");
+  if (o.threads < 0) throw UsageError("threads must be non-negative, got " + std::to_string(o.threads));
   if (o.threads > max_threads)
-    throw UsageError("--threads: at most " + std::to_string(max_threads) + ", got " + std::to_string(o.threads));
+    throw UsageError("threads must be at most " + std::to_string(max_threads) + ", got " + std::to_string(o.threads));
   // The memory the sizes imply: the largest configuration on every thread at once,
   // and the records of every configuration, before anything is drawn.
   double scalar_bytes = 4, widest = 0, records = 0;
@@ -95,7 +95,7 @@ void validate(const VerifyOptions& o) {
   require_memory(sizes_text(o), widest * double(worker_count(o.threads)) + 1024.0 * records);
   for (const Claim* c : select_claims(o.ids))
     for (int d : pick(o.d, c->defaults.d, default_d)) {
-      if (d < 2) throw UsageError("--d: d must be at least 2, got " + std::to_string(d));
+      if (d < 2) throw UsageError("d must be at least 2, got " + std::to_string(d));
       if (!c->dims.heads) continue;
       for (int h : pick(o.heads, c->defaults.heads, default_heads))
         if (d % h != 0)

@@ -32,9 +32,9 @@ void validate(const AnchorConfig& c) {
   if (c.task.W0.size() != 0 && c.task.W0.norm() != 0)
     throw UsageError("the one-step anchor is defined for W0 = 0");
   validate(c.train);
-  if (c.restarts < 1) throw UsageError("--restarts must be at least 1");
-  if (c.eval_samples < 2) throw UsageError("--eval-samples must be at least 2");
-  if (c.threads < 1) throw UsageError("--threads must be at least 1");
+  if (c.restarts < 1) throw UsageError("restarts must be at least 1");
+  if (c.eval_samples < 2) throw UsageError("held-out samples must be at least 2");
+  if (c.threads < 0) throw UsageError("threads must be non-negative (0: one per hardware thread)");
 }
 
 AnchorResult run_anchor(const AnchorConfig& c, const std::function<void(int, int)>& progress) {

@@ -54,12 +54,12 @@ void validate(const DepthConfig& c) {
   validate(c.task);
   if (c.task.W0.size() != 0 && c.task.W0.norm() != 0) throw UsageError("the depth probe is defined for W0 = 0");
   validate(c.train);
-  if (c.layers.empty()) throw UsageError("--layers needs at least one depth");
+  if (c.layers.empty()) throw UsageError("the list of depths L is empty");
   for (int L : c.layers)
-    if (L < 1 || L > 16) throw UsageError("--layers: each depth must be in [1, 16] (got " + std::to_string(L) + ")");
-  if (c.heads < 2 || c.heads % 2 != 0) throw UsageError("--heads must be even and at least 2 (SkipV1 splits them)");
-  if (c.eval_samples < 2) throw UsageError("--eval-samples must be at least 2");
-  if (c.threads < 1) throw UsageError("--threads must be at least 1");
+    if (L < 1 || L > 16) throw UsageError("each depth L must be in [1, 16] (got " + std::to_string(L) + ")");
+  if (c.heads < 2 || c.heads % 2 != 0) throw UsageError("heads must be even and at least 2 (SkipV1 splits them), got " + std::to_string(c.heads));
+  if (c.eval_samples < 2) throw UsageError("held-out samples must be at least 2");
+  if (c.threads < 0) throw UsageError("threads must be non-negative (0: one per hardware thread)");
 }
 
 std::vector<DepthRun> run_depth(const DepthConfig& c, const std::function<void(int, int)>& progress) {

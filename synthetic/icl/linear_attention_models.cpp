@@ -111,7 +111,7 @@ void validate(const TwoLayerConfig& c) {
   validate(Task{c.d, c.n, 0.0, {}});
   const bool copying = c.first != FirstLayer::attention;
   if (copying && (c.a < 0 || c.a > c.d))
-    throw UsageError("--a must be in [0, d] = [0, " + std::to_string(c.d) + "] (got " + std::to_string(c.a) + ")");
+    throw UsageError("a must be in [0, d] = [0, " + std::to_string(c.d) + "] (got " + std::to_string(c.a) + ")");
 }
 
 namespace {
@@ -227,8 +227,8 @@ Var<double> TwoLayerModel::predict(Tape<double>& tape, const TokenBatch& batch) 
 
 void validate(const StackConfig& c) {
   validate(Task{c.d, c.n, 0.0, {}});
-  if (c.layers < 1) throw UsageError("--layers must be at least 1 (got " + std::to_string(c.layers) + ")");
-  if (c.heads < 1) throw UsageError("--heads must be at least 1 (got " + std::to_string(c.heads) + ")");
+  if (c.layers < 1) throw UsageError("layers must be at least 1 (got " + std::to_string(c.layers) + ")");
+  if (c.heads < 1) throw UsageError("heads must be at least 1 (got " + std::to_string(c.heads) + ")");
   if (c.skipv1 && c.heads < 2) throw UsageError("SkipV1 needs at least 2 heads per layer");
 }
 

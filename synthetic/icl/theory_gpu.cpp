@@ -117,7 +117,7 @@ DeviceBuffer<double> zeros(std::size_t size) {
 TheoryMoments theory_moments_gpu(const Task& task, const TheoryOptions& options) {
   if (!gpu::device_status().available) throw std::runtime_error(gpu::device_status().description);
   if (task.d > gpu::icl::max_d)
-    throw UsageError("--device cuda handles d up to " + std::to_string(gpu::icl::max_d) + " (got " +
+    throw UsageError("the CUDA path handles d up to " + std::to_string(gpu::icl::max_d) + " (got " +
                      std::to_string(task.d) + ")");
   const int d = task.d, n = task.n;
   const long N = options.prompts;

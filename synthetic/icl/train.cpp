@@ -10,9 +10,9 @@
 namespace qkvlab::icl {
 
 void validate(const TrainConfig& c) {
-  if (c.steps < 1) throw UsageError("--steps must be at least 1 (got " + std::to_string(c.steps) + ")");
-  if (c.batch < 1) throw UsageError("--batch must be at least 1 (got " + std::to_string(c.batch) + ")");
-  if (!(c.lr > 0) || !std::isfinite(c.lr)) throw UsageError("--lr must be a positive number");
+  if (c.steps < 1) throw UsageError("steps must be at least 1 (got " + std::to_string(c.steps) + ")");
+  if (c.batch < 1) throw UsageError("batch must be at least 1 (got " + std::to_string(c.batch) + ")");
+  if (!(c.lr > 0) || !std::isfinite(c.lr)) throw UsageError("the learning rate must be a positive number, got " + std::to_string(c.lr));
   if (!(c.lr_floor >= 0 && c.lr_floor <= 1)) throw UsageError("the learning-rate floor must be in [0, 1]");
   if (!(c.clip > 0)) throw UsageError("the gradient clip must be positive");
   if (c.log_every < 1) throw UsageError("the logging interval must be at least 1");

@@ -27,11 +27,11 @@ void validate(const TrainExperimentConfig& c) {
   validate(c.task);
   validate(TwoLayerConfig{Variant::mha, c.first, c.task.d, c.task.n, c.a});
   validate(c.train);
-  if (c.models.empty()) throw UsageError("--models needs at least one model");
-  if (c.restarts < 1) throw UsageError("--restarts must be at least 1");
-  if (c.eval_samples < 2) throw UsageError("--eval-samples must be at least 2");
-  if (c.theory_prompts < 2) throw UsageError("--theory-prompts must be at least 2");
-  if (c.threads < 1) throw UsageError("--threads must be at least 1");
+  if (c.models.empty()) throw UsageError("the list of models is empty");
+  if (c.restarts < 1) throw UsageError("restarts must be at least 1");
+  if (c.eval_samples < 2) throw UsageError("held-out samples must be at least 2");
+  if (c.theory_prompts < 2) throw UsageError("Monte Carlo prompts of the bounds must be at least 2");
+  if (c.threads < 0) throw UsageError("threads must be non-negative (0: one per hardware thread)");
 }
 
 TrainExperimentResult run_train_experiment(const TrainExperimentConfig& c,
