@@ -145,6 +145,28 @@ TEST(RobustCli, ThreadCountsAreCapped) {
   EXPECT_EQ(ok.status, 0) << ok.err;
 }
 
+TEST(RobustCli, ThreadsZeroIsTheDefaultEverywhere) {
+  for (const std::string command : {"verify", "transfer", "icl theory", "icl lemmas", "icl train", "icl sweep",
+                                    "icl anchor", "icl depth", "lm train", "lm eval", "analyze all", "probe"}) {
+    const CommandResult help = run_bounded(command + " --help", 60);
+    EXPECT_EQ(help.status, 0) << command << ": " << help.err;
+    EXPECT_NE(help.out.find("--threads INT:0..256=0"), std::string::npos) << command << ": " << help.out;
+    EXPECT_NE(help.out.find("0: one per hardware thread"), std::string::npos) << command;
+  }
+  // icl train refused 0 before; it runs with every core now.
+  const CommandResult ok = run_bounded(
+      "icl anchor --threads 0 --steps 5 --restarts 1 --eval-samples 50 --quiet --format json", 120);
+  EXPECT_EQ(ok.status, 0) << ok.err;
+}
+
+TEST(RobustCli, OptionsASubcommandDoesNotUseAreRefused) {
+  for (const std::string args : {"icl sweep --d 3", "icl sweep --n 8", "icl sweep --sigma 1", "icl depth --restarts 2"}) {
+    const CommandResult r = run_bounded(args, 60);
+    EXPECT_EQ(r.status, 2) << args << ": " << r.err;
+    EXPECT_EQ(lines(r.err), 1) << args << ": " << r.err;
+  }
+}
+
 TEST(RobustCli, AThreadThatCannotStartIsOneLineAndANonZeroExit) {
   // 256 threads' stacks (8 MiB each) do not fit 1 GB of address space: thread creation fails.
   const std::string args = "icl theory --threads 256 --d 2 --n 4 --prompts 100000 --format json";
