@@ -334,12 +334,18 @@ TEST(TransferCli, BadInputExitsTwoWithOneLine) {
 
 TEST(JsonDigits, CheckerFlagsASixDigitWriterAndNonNumbers) {
   using qkvlab::test_support::short_json_numbers;
-  const double x = 0.123456789012345;
-  char six[32];
-  std::snprintf(six, sizeof six, "%.6g", x);  // the writer transfer used to have
-  EXPECT_EQ(short_json_numbers(std::string("{\"a\": ") + six + "}"), std::vector<std::string>{six});
-  EXPECT_TRUE(short_json_numbers("{\"a\": " + qkvlab::json_number(x) + ", \"n\": 3, \"s\": \"0.1 nan\"}").empty());
-  EXPECT_EQ(short_json_numbers("{\"a\": nan, \"b\": -inf, \"c\": null}"), (std::vector<std::string>{"nan", "inf"}));
+  std::string six = "[", seventeen = "[";
+  for (double x : {0.1, 1.0 / 3, 2.0 / 7, 0.123456789012345, 6.25}) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.6g", x);  // the writer transfer used to have
+    six += std::string(six.size() > 1 ? ", " : "") + buf;
+    seventeen += (seventeen.size() > 1 ? ", " : "") + qkvlab::json_number(x);
+  }
+  six += "]", seventeen += "]";
+  EXPECT_EQ(short_json_numbers(six), (std::vector<std::string>{"0.1", "0.333333", "0.285714"})) << six;
+  EXPECT_TRUE(short_json_numbers(seventeen).empty()) << seventeen;
+  EXPECT_TRUE(short_json_numbers("{\"n\": -3, \"s\": \"0.1 nan\", \"b\": true}").empty());
+  EXPECT_EQ(short_json_numbers("{\"a\": nan, \"b\": -inf, \"c\": null}"), (std::vector<std::string>{"nan", "-inf"}));
 }
 
 TEST(TransferCli, JsonNumbersCarry17Digits) {
