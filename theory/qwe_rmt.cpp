@@ -45,6 +45,7 @@
 
 #include "core/normalize.hpp"
 #include "core/random_matrix.hpp"
+#include "core/statistics.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -135,17 +136,17 @@ double quarter_circle_cdf(double y) {
 
 Outcome marchenko_pastur(const Config& c, Precision, Rng& rng) {
   const int d = std::max(c.d, mp_min_d);
-  double D = 0, D2 = 0, wrong_scale = 0, wrong_law = 0;
+  double D = 0, wrong_scale = 0, wrong_law = 0;
   std::vector<double> each;
   for (int k = 0; k < mp_draws; ++k) {
     const auto x = squared_singular_values(random_matrix(rng, d));
     const double Dk = ks_distance(x, [](double t) { return mp_cdf(t, v); });
     each.push_back(Dk);
-    D += Dk / mp_draws, D2 += Dk * Dk;
+    D += Dk / mp_draws;
     wrong_scale += ks_distance(x, [](double t) { return mp_cdf(t, 2 * v); }) / mp_draws;
     wrong_law += ks_distance(x, quarter_circle_cdf) / mp_draws;
   }
-  const double spread = std::sqrt(std::max(0.0, (D2 - mp_draws * D * D) / (mp_draws - 1)));
+  const double spread = summarize(each).std;  // Welford: never negative, never clamped
   const double scale = std::log(double(d)) / d;
   Outcome o;
   o.statistic = Statistic{D, 0.0, scale};
@@ -167,7 +168,8 @@ Outcome edge_scaling(const Config& c, Precision, Rng& rng) {
   for (int k = edge_points - 1; k >= 0; --k) {
     const int d = d_max >> k;
     const int draws = std::max(edge_draws_min, edge_draws_work / d);
-    double mean_abs = 0, sq_abs = 0, mean_signed = 0, clamp = 0;
+    double mean_abs = 0, mean_signed = 0, clamp = 0;
+    RunningStats abs_excess;  // for the standard deviation of |e| (Welford)
     for (int i = 0; i < draws; ++i) {
       const auto top = top_singular_value(random_matrix(rng, d), 1e-9);
       if (!top.ok) {
@@ -177,10 +179,11 @@ Outcome edge_scaling(const Config& c, Precision, Rng& rng) {
         return o;
       }
       const double e = top.sigma - edge;
-      mean_abs += std::abs(e) / draws, sq_abs += e * e, mean_signed += e / draws;
+      mean_abs += std::abs(e) / draws, mean_signed += e / draws;
+      abs_excess.add(std::abs(e));
       clamp += std::max(0.0, top.sigma - 1) / draws;
     }
-    const double sd = std::sqrt(std::max(0.0, (sq_abs - draws * mean_abs * mean_abs) / (draws - 1)));
+    const double sd = std::sqrt(abs_excess.variance());
     const double se_log = sd / std::sqrt(double(draws)) / mean_abs;
     t.push_back(std::log(double(d))), y.push_back(std::log(mean_abs)), w.push_back(1 / (se_log * se_log));
     table += (table.empty() ? " " : "; ") +
