@@ -145,6 +145,15 @@ std::string num(double v) {
   return json_number(v);
 }
 
+// A number in text, figures and stream tags (9 significant digits, as always: the
+// sweep's stream names carry sigma this way, so changing it would change the draws).
+std::string text_num(double v) {
+  if (!std::isfinite(v)) throw NumericalError("a reported value is not finite");
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.9g", v);
+  return buf;
+}
+
 std::string estimate_json(double mean, double se) { return "{\"value\": " + num(mean) + ", \"se\": " + num(se) + "}"; }
 
 
@@ -206,7 +215,7 @@ std::string reference_name(Variant v) { return v == Variant::mha ? "lower_bound"
 void print_train_table(const TrainExperimentResult& r) {
   const auto& c = r.config;
   std::cout << "icl train: d = " << c.task.d << ", n = " << c.task.n << ", sigma = " << c.task.sigma
-            << ", W0 = " << (c.task.W0.size() ? num(c.task.W0(0, 0)) + " I" : "0") << ", first layer "
+            << ", W0 = " << (c.task.W0.size() ? text_num(c.task.W0(0, 0)) + " I" : "0") << ", first layer "
             << first_layer_name(c.first) << (c.first != FirstLayer::attention ? ", a = " + std::to_string(c.a) : "")
             << "\n  " << c.restarts << " restarts x " << c.train.steps << " Adam steps, batch " << c.train.batch
             << ", lr " << c.train.lr << "; held-out loss on " << c.eval_samples << " prompts; seed " << c.seed << "\n";
@@ -311,11 +320,11 @@ int run_train(const TrainArgs& t, const std::string& command_line) {
     f.series.push_back({"step", variant_name(best.model) + "_" + std::to_string(best.restart), "",
                         variant_name(s.model) + " (best restart)", "lines lw 2 lc " + std::to_string(colour++)});
     if (s.reference)
-      f.series.push_back({"", "", num(s.reference->value),
+      f.series.push_back({"", "", text_num(s.reference->value),
                           s.model == Variant::mha ? "MHA lower bound C + C3 + c_a" : "SkipV1 construction value",
                           "lines dt 2 lw 2 lc " + std::to_string(colour - 1)});
   }
-  f.series.push_back({"", "", num(r.C.value), "Bayes loss C", "lines dt 3 lc rgb 'black'"});
+  f.series.push_back({"", "", text_num(r.C.value), "Bayes loss C", "lines dt 3 lc rgb 'black'"});
   std::vector<results::Table> tables{runs, curves, models};
   if (r.theory) tables.push_back(references);
   write_outputs(t.common, tables, runs, curves, f, command_line);
@@ -351,7 +360,7 @@ int run_sweep(const SweepArgs& s, const std::string& command_line) {
           e.task = task_of(c), e.first = FirstLayer::copying_fixed, e.a = a, e.models = {Variant::mha, Variant::skipv1};
           e.train = train_of(c), e.restarts = c.restarts, e.eval_samples = c.eval_samples;
           e.theory_prompts = s.theory_prompts, e.seed = c.seed, e.threads = c.threads;
-          e.tag = "sweep/d=" + std::to_string(d) + "/n=" + std::to_string(n) + "/sigma=" + num(sigma) + "/a=" + std::to_string(a);
+          e.tag = "sweep/d=" + std::to_string(d) + "/n=" + std::to_string(n) + "/sigma=" + text_num(sigma) + "/a=" + std::to_string(a);
           validate(e);
           points.push_back(e);
         }
@@ -397,7 +406,7 @@ int run_sweep(const SweepArgs& s, const std::string& command_line) {
   json << "]}\n";
   if (s.common.format == "json") std::cout << json.str();
   results::Figure f{"Trained losses against the bounds (Assumption 1, d = " + std::to_string(s.ds.front()) +
-                        ", n = " + std::to_string(s.ns.front()) + ", sigma = " + num(s.sigmas.front()) + ")",
+                        ", n = " + std::to_string(s.ns.front()) + ", sigma = " + text_num(s.sigmas.front()) + ")",
                     "a (rows of A)", "loss E|y_hat - y|^2", false, false, {},
                     {"set key top center", "set xtics 1", "set yrange [0:24]"}};
   f.series = {{"a", "mha_bound", "", "MHA lower bound C + C3 + c_a", "lines dt 2 lw 2 lc rgb '#c03020'"},
@@ -437,11 +446,11 @@ int run_anchor_command(const CommonArgs& a, const std::string& command_line) {
     curves.columns.push_back({"restart_" + std::to_string(i), run.curve.loss});
   }
   results::Figure f{"One-layer linear self-attention against the best one-step GD (d = " + std::to_string(a.d) +
-                        ", n = " + std::to_string(a.n) + ", sigma = " + num(a.sigma) + ")",
+                        ", n = " + std::to_string(a.n) + ", sigma = " + text_num(a.sigma) + ")",
                     "Adam step", "batch loss E|y_hat - y|^2", false, true, {}, {"set key top right"}};
   for (std::size_t i = 0; i < r.runs.size(); ++i)
     f.series.push_back({"step", "restart_" + std::to_string(i), "", "trained, restart " + std::to_string(i), "lines lw 2"});
-  f.series.push_back({"", "", num(r.analytic.loss), "analytic one-step GD optimum L(eta*)", "lines dt 2 lw 2 lc rgb 'black'"});
+  f.series.push_back({"", "", text_num(r.analytic.loss), "analytic one-step GD optimum L(eta*)", "lines dt 2 lw 2 lc rgb 'black'"});
   write_outputs(a, {summary, curves}, summary, curves, f, command_line);
   const double rel = r.relative_gap();
   if (a.format == "json") {
@@ -462,7 +471,7 @@ int run_anchor_command(const CommonArgs& a, const std::string& command_line) {
     std::cout << "icl anchor: one-layer linear self-attention (tokens [x_i; y_i], query [x_{n+1}; 0], residual)\n"
               << "  d = " << a.d << ", n = " << a.n << ", sigma = " << a.sigma << ", W0 = 0; " << a.restarts << " restarts x "
               << a.steps << " Adam steps, batch " << a.batch << ", lr " << a.lr << "; seed " << a.seed << "\n"
-              << "  analytic one-step GD optimum: eta* = 1/(n+d+1+sigma^2) = " << num(r.analytic.eta)
+              << "  analytic one-step GD optimum: eta* = 1/(n+d+1+sigma^2) = " << text_num(r.analytic.eta)
               << ", L(eta*) = " << fixed(r.analytic.loss) << "\n"
               << "  eta* step on the " << a.eval_samples << " held-out prompts: " << fixed(r.gd_monte_carlo.value) << " +- "
               << fixed(r.gd_monte_carlo.se) << "\n";
@@ -531,7 +540,7 @@ int run_depth_command(const DepthArgs& a, const std::string& command_line) {
            << ", \"relative_distance\": " << num(p.relative_distance) << "}";
       if (a.common.format == "table")
         std::cout << "       layer " << p.layer << ": " << fixed(p.model_loss) << ", GD-" << p.layer << " " << fixed(p.gd.loss)
-                  << " (eta " << num(p.gd.eta) << "), cos " << fixed(p.cosine, 3) << ", rel " << fixed(p.relative_distance, 3)
+                  << " (eta " << text_num(p.gd.eta) << "), cos " << fixed(p.cosine, 3) << ", rel " << fixed(p.relative_distance, 3)
                   << "\n";
     }
     json << "]}";
