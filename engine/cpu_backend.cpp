@@ -196,17 +196,17 @@ void CpuBackend<S>::swiglu_backward(std::size_t count, const S* G, const S* U, c
 // ---- Rotary positions --------------------------------------------------------------------
 
 template <class S>
-const S* CpuBackend<S>::rope_table(int T_, int d, double theta) {
-  auto key = std::make_tuple(T_, d, theta);
+const S* CpuBackend<S>::rope_table(int T_, int d, const k::RopeFrequencies& f) {
+  auto key = std::make_tuple(T_, d, f.key());
   auto it = rope_tables_.find(key);
-  if (it == rope_tables_.end()) it = rope_tables_.emplace(key, k::rope_table<S>(T_, d, theta)).first;
+  if (it == rope_tables_.end()) it = rope_tables_.emplace(key, k::rope_table<S>(T_, d, f)).first;
   return it->second.data();
 }
 
 template <class S>
-void CpuBackend<S>::rope(int B, int T_, int heads, int d, int ld, double theta, bool inverse, S* X) {
+void CpuBackend<S>::rope(int B, int T_, int heads, int d, int ld, const k::RopeFrequencies& f, bool inverse, S* X) {
   if (d % 2) throw std::invalid_argument("rope: the head width must be even, got " + std::to_string(d));
-  const S* table = rope_table(T_, d, theta);
+  const S* table = rope_table(T_, d, f);
   split(std::size_t(B) * T_, 16, [&](std::size_t n0, std::size_t n1) {
     k::rope_rows(int(n0), int(n1), T_, heads, d, ld, table, inverse, X);
   });
