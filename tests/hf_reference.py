@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """An independent implementation, in numpy float64, of the loss of a Hugging
 Face GPT-2 or Llama/Mistral checkpoint directory, written from the HF layout
-directly (lm.md, "Hugging Face checkpoints"): its own safetensors reader, the
+directly (docs/math/lm.md, "Hugging Face checkpoints"): its own safetensors reader, the
 tensors as stored (Conv1D input-by-output for GPT-2, nn.Linear output-by-input
 for Llama), HF's formulas. Nothing is shared with the C++ loader or model.
 BF16 and F16 values are used as stored (as rounded), widened exactly.

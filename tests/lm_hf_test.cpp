@@ -5,13 +5,13 @@
 // HF layout (tests/hf_reference.py) to float32 rounding.
 //
 // Tolerance: |loss − reference| ≤ 1e3 · u · |reference|, u = 2^-24 (float32's
-// unit roundoff): the project's error budget (e ≤ 1e3, κ = 1; conventions.md)
+// unit roundoff): the project's error budget (e ≤ 1e3, κ = 1; docs/math/conventions.md)
 // for a float32 forward against a float64 one on the same weights (BF16 and
 // F16 values widen exactly, so both sides see the same numbers); measured
 // e = |loss − reference| / (u · reference) is below 1. Each test has controls,
 // the loader's likely bugs planted (a wrong transpose, q and k swapped in
 // GPT-2's c_attn, BF16 bits decoded as F16): each must move the loss by a
-// relative 1e-3 or more (conventions.md's rule for a control), far outside the
+// relative 1e-3 or more (docs/math/conventions.md's rule for a control), far outside the
 // tolerance.
 #include <gtest/gtest.h>
 
