@@ -8,7 +8,9 @@
 
 #include <map>
 #include <memory>
+#include <mutex>
 #include <tuple>
+#include <unordered_map>
 #include <vector>
 
 #include "engine/backend.hpp"
@@ -68,6 +70,8 @@ class CpuBackend final : public Backend<S> {
 
   int threads_;
   std::map<std::tuple<int, int, std::tuple<double, double, double, double, double>>, std::vector<S>> rope_tables_;
+  std::mutex mapped_mutex_;
+  std::unordered_map<void*, std::size_t> mapped_;  // blocks from mmap, by address, with their sizes
 };
 
 extern template class CpuBackend<float>;

@@ -295,7 +295,9 @@ void read_parameters(const ModelFiles& files, const engine::ParameterLayout& lay
     throw std::invalid_argument("read_parameters: the layout is not the configuration's of " + files.dir.string());
   std::vector<float> staging(largest), block;  // bounded by the file: every tensor was found in it
   for (const auto& spec : layout.specs()) {
-    read_tensor(files, spec, files.sources.at(spec.name), block, staging.data());
+    const ModelFiles::Source& src = files.sources.at(spec.name);
+    read_tensor(files, spec, src, block, staging.data());
+    files.shards[src.shard].release(*src.entry);  // a model as large as memory is read, not held twice
     sink(spec, staging.data());
   }
 }
