@@ -7,6 +7,7 @@
 #include <map>
 #include <optional>
 #include <sstream>
+#include <thread>
 
 #include "analysis/analyze.hpp"
 #include "core/atomic_file.hpp"
@@ -204,6 +205,7 @@ void resformer_fig1_left(Session& s, Output& out) {
   Table t{"relative_loss", {{"step", steps}}};
   results::Figure f{"training loss minus vanilla's (moving average of 10 steps), seed " + std::to_string(s.options().seed),
                     "step", "loss - vanilla loss (nats)", false, false, {}, {"set key bottom left", "set grid"}};
+  f.series.push_back({"", "", "0", "vanilla", "lines dt 2 lc rgb 'black'", ""});
   for (std::size_t k = 1; k < models.size(); ++k) {
     const auto mine = lm::moving_average(read_train_losses(dirs[k] / "train.csv", nullptr), window);
     std::vector<double> rel(std::min(mine.size(), base.size()));
@@ -231,7 +233,22 @@ void first_token(Session& s, Output& out, bool per_position) {
   static const char* names[3] = {"importance_ratio", "value_norm_ratio", "hidden_norm_ratio"};
   static const char* short_names[3] = {"importance", "value_norm", "hidden_norm"};
   Table t{"first_token", {}};
-  results::Figure f{"first token over the mean of the others (T = 128)", "layer", "ratio", false, true, {}, {"set key outside"}};
+  results::Figure f{"first token over the mean of the others (T = 128)", "layer", "ratio", false, true, {},
+                    {"set key top right", "set yrange [0.3:80]"}};
+  {  // the importance ratio of a uniform causal pattern (a_j = Σ_{i ≥ j} 1/(i+1)): what position alone gives
+    const int T = 128;
+    std::vector<double> a(T, 0.0);
+    for (int i = 0; i < T; ++i)
+      for (int j = 0; j <= i; ++j) a[std::size_t(j)] += 1.0 / (i + 1);
+    double others = 0;
+    for (int j = 1; j < T; ++j) others += a[std::size_t(j)] / (T - 1);
+    const double uniform = a[0] / others;
+    if (!per_position) {
+      f.series.push_back({"", "", fixed(uniform, 6), "importance of a uniform causal pattern", "lines dt 2 lc rgb 'black'", ""});
+      out.value.set("uniform_causal_importance_ratio", uniform);
+      out.notes += "- a uniform causal pattern's first-token importance ratio at T = 128: " + fixed(uniform, 2) + "\n";
+    }
+  }
   for (const auto& name : kResFormerPair) {
     const analysis::Report r = s.analyze(name, analysis::Kind::first_token, {}, 128);
     const auto& layers = r.value["layers"].items();
@@ -265,7 +282,8 @@ void first_token(Session& s, Output& out, bool per_position) {
       out.notes += "- " + name + ", " + short_names[k] + " of position 0 over the mean of all positions, layers 1 … L: " + first + "\n";
       out.draw({name + ": " + short_names[k] + " per position / mean (log10)", "position", "layer", false, false,
                 {{"position", "layer", "", "", "image", "ratio"}},
-                {"set palette rgbformulae 33,13,10", "set cbrange [-1:2]", "set yrange [0.5:*]"}},
+                {"set palette rgbformulae 33,13,10", "set cbrange [-1:2]", "set xrange [-0.5:31.5]",
+                 "set yrange [0.5:" + std::to_string(layers.size()) + ".5]"}},
                out.add(m), name + "-" + short_names[k]);
     }
     out.value.set(name, r.value["layers"]);
@@ -506,7 +524,8 @@ void qwe_table2(Session& s, Output& out) {
 
 void qwe_exp84(Session& s, Output& out) {
   transfer::TransferConfig c;  // `qkvlab transfer`'s defaults: d 16, 32, 64; 2,000 steps of 4,096
-  c.seed = s.options().seed, c.threads = s.options().threads > 0 ? s.options().threads : 2;
+  c.seed = s.options().seed;
+  c.threads = s.options().threads > 0 ? s.options().threads : int(std::max(1u, std::thread::hardware_concurrency()));
   c.train.device = s.options().device;
   if (s.options().steps > 0)
     c.train.steps = s.options().steps, c.train.batch = 256, c.ridge.samples = 4096, c.eval_samples = 4096;
@@ -534,18 +553,18 @@ void qwe_exp84(Session& s, Output& out) {
            out.add(t), "transfer");
 }
 
-// `qkvlab icl anchor` and `icl depth` at their defaults (d = 4, n = 16, σ = 0.5, 3,000 steps of 64,
-// lr 1e-2, 20,000 held-out prompts).
-icl::TrainConfig icl_train(const Options& o) {
+// `qkvlab icl anchor` and `icl depth` at their defaults (d = 4, n = 16, σ = 0.5, lr 5e-3; anchor:
+// 3,000 steps of 128, 2 restarts, 40,000 held-out prompts; depth: 1,500 steps of 64, 20,000).
+icl::TrainConfig icl_train(const Options& o, int steps, int batch) {
   icl::TrainConfig t;
-  t.steps = o.steps > 0 ? int(o.steps) : 3000, t.batch = 64, t.lr = 1e-2, t.log_every = std::max(1, t.steps / 100);
+  t.steps = o.steps > 0 ? int(o.steps) : steps, t.batch = batch, t.lr = 5e-3, t.log_every = std::max(1, t.steps / 100);
   return t;
 }
 
 void icl_anchor(Session& s, Output& out) {
   icl::AnchorConfig c;
-  c.task = icl::Task{4, 16, 0.5, {}}, c.train = icl_train(s.options()), c.restarts = 3;
-  c.eval_samples = s.options().steps > 0 ? 2000 : 20000, c.seed = s.options().seed;
+  c.task = icl::Task{4, 16, 0.5, {}}, c.train = icl_train(s.options(), 3000, 128), c.restarts = 2;
+  c.eval_samples = s.options().steps > 0 ? 2000 : 40000, c.seed = s.options().seed;
   c.threads = s.options().threads > 0 ? s.options().threads : 2;
   const icl::AnchorResult r = icl::run_anchor(c, [&](int done, int total) { s.progress("icl anchor", "restarts", done, total); });
   const auto& best = r.runs[std::size_t(r.best)];
@@ -564,7 +583,7 @@ void icl_anchor(Session& s, Output& out) {
 
 void icl_depth(Session& s, Output& out) {
   icl::DepthConfig c;
-  c.task = icl::Task{4, 16, 0.5, {}}, c.train = icl_train(s.options());
+  c.task = icl::Task{4, 16, 0.5, {}}, c.train = icl_train(s.options(), 1500, 64);
   c.eval_samples = s.options().steps > 0 ? 2000 : 20000, c.seed = s.options().seed;
   c.threads = s.options().threads > 0 ? s.options().threads : 2;
   const auto runs = icl::run_depth(c, [&](int done, int total) { s.progress("icl depth", "runs", done, total); });
