@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/errors.hpp"
+#include "engine/blas.hpp"
+
 namespace qkvlab::analysis {
 
 std::vector<double> token_importance(const float* pattern, int H, int T) {
@@ -63,10 +66,15 @@ double token_similarity(const RowMatrix& X) {
 }
 
 std::vector<double> covariance_spectrum(const RowMatrix& X) {
-  const Eigen::Index T = X.rows();
-  const Eigen::MatrixXd M = T < X.cols() ? Eigen::MatrixXd(X * X.transpose()) : Eigen::MatrixXd(X.transpose() * X);
-  Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> solver(M / double(T), Eigen::EigenvaluesOnly);
-  std::vector<double> ev(solver.eigenvalues().data(), solver.eigenvalues().data() + solver.eigenvalues().size());
+  // The smaller Gram matrix, (1/T) X Xᵀ (T×T) or (1/T) Xᵀ X (n×n): the same non-zero eigenvalues.
+  const int T = int(X.rows()), n = int(X.cols()), m = std::min(T, n);
+  const bool tokens = T < n;
+  Mat<double> M(m, m);  // symmetric: row- and column-major read alike
+  engine::gemm_serial(tokens ? engine::Trans::none : engine::Trans::transpose,
+                      tokens ? engine::Trans::transpose : engine::Trans::none, m, m, tokens ? n : T, 1.0 / T,
+                      X.data(), n, X.data(), n, 0.0, M.data(), m);
+  std::vector<double> ev;
+  if (!engine::symmetric_eigenvalues(M, ev)) throw NumericalError("spectrum: the eigensolver did not converge");
   std::sort(ev.rbegin(), ev.rend());
   return ev;
 }

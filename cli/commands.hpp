@@ -48,6 +48,8 @@ Command add_data_command(CLI::App& app, const std::string& command_line);
 Command add_analyze_command(CLI::App& app, const std::string& command_line);
 // `qkvlab probe CKPT` (probe_command.cpp): layerwise linear probes of a frozen model.
 Command add_probe_command(CLI::App& app, const std::string& command_line);
+// `qkvlab reproduce FIGURE | --list` (reproduce/).
+Command add_reproduce_command(CLI::App& app, const std::string& command_line);
 // `qkvlab lm eval|train|compare` (lm_eval_command.cpp, lm_train_command.cpp, lm_compare_command.cpp).
 std::vector<Command> add_lm_eval_commands(CLI::App& lm, const std::string& command_line);
 std::vector<Command> add_lm_train_commands(CLI::App& lm, const std::string& command_line);

@@ -1,4 +1,4 @@
-// `qkvlab lnorm`: the linearity defect of Remark 6 (spec qwe.thm8.3). The
+// `qkvlab lnorm`: the linearity defect of Remark 6 (docs/math/qkv.md, qwe.thm8.3). The
 // previous sublayer must produce f(x) = N⁻¹(A N(x)) (Lemma 8.2, core/normalize.hpp),
 // which is nonlinear. For inputs x = s·g, g ~ N(0, I_d), fit the best linear map W
 // by least squares on n_fit = 16 d samples and report the relative error

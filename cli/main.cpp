@@ -77,6 +77,7 @@ int main(int argc, char** argv) {
       qkvlab::cli::add_data_command(app, command_line),
       qkvlab::cli::add_analyze_command(app, command_line),
       qkvlab::cli::add_probe_command(app, command_line),
+      qkvlab::cli::add_reproduce_command(app, command_line),
   };
   if (const auto unknown = unknown_subcommand(app, argc, argv)) {
     std::cerr << "qkvlab: error: " << one_line(*unknown) << " (see 'qkvlab --help')\n";

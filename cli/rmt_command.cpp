@@ -1,4 +1,4 @@
-// `qkvlab rmt`: the curves behind §8.3.1 (spec qwe.sec8.3.1), as numbers (HDF5
+// `qkvlab rmt`: the curves behind §8.3.1 (docs/math/qkv.md, qwe.sec8.3.1), as numbers (HDF5
 // and CSV) and figures (SVG and PNG via gnuplot):
 //   defect_scale  s(u) against ‖u‖/sqrt(d ε) for three spectra Σ, with the limits
 //                 1 (small inputs) and 1/m(u) (large inputs);

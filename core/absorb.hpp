@@ -1,5 +1,5 @@
 // qwe.thm8.4 / qwe.cor8.4.1: absorbing the skip of a ReLU MLP (column-vector
-// convention of theory-ln-relu.md: x ↦ x + W_2 σ(W_1 x), W_1 ∈ R^{m×d},
+// convention of docs/math/qkv.md, part 2: x ↦ x + W_2 σ(W_1 x), W_1 ∈ R^{m×d},
 // W_2 ∈ R^{d×m}, σ = ReLU).
 //
 // Theorem (qwe.thm8.4). With pairwise non-collinear non-zero rows w_i of W_1
@@ -76,7 +76,7 @@ template <class S> SkiplessMlp<S> absorb_skip(const Mat<S>& W_1, const Mat<S>& W
 
 // Another representation of the same skipless map: W̃_1' = D Π W̃_1, W̃_2' = W̃_2 Πᵀ D⁻¹,
 // Π the permutation sending unit i to perm[i], D = diag(scale) with POSITIVE entries.
-// The spec's necessity statement allows any non-zero D (with |D|⁻¹): there the signs
+// Theorem 8.4's necessity statement (docs/math/qkv.md) allows any non-zero D (with |D|⁻¹): there the signs
 // of D are what turn a skip network's rows into its absorbed ones (they encode J).
 // Applied to an already skipless network, only a positive D keeps the map: ReLU is
 // positively homogeneous, σ(c t) = c σ(t) for c > 0 and σ commutes with Π, whereas a

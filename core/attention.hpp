@@ -1,4 +1,4 @@
-// Multi-head self-attention, row-vector convention (conventions.md):
+// Multi-head self-attention, row-vector convention (docs/math/conventions.md):
 // X ∈ R^{n×d}, head h uses the column block h·d_h … (h+1)·d_h − 1 of W_Q, W_K, W_V,
 //   A_h = softmax_M((X W_Q^h)(X W_K^h)ᵀ / s),  head_h = A_h X W_V^h,
 //   SA(X) = [head_1 … head_H],  MHA(X) = SA(X) W_O,  s = sqrt(d_h) unless set.

@@ -1,4 +1,4 @@
-// The error model of conventions.md.
+// The error model of docs/math/conventions.md.
 //   rel_err = ‖a − b‖_F / ‖a‖_F (core/linalg.hpp), u = unit roundoff,
 //   κ = the conditioning factor a check names, e = rel_err / (u κ).
 // A check passes when e ≤ budget (default 1e3). The precision ladder fits

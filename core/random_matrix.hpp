@@ -1,5 +1,5 @@
 // The metric defect of RMSNorm and the random-matrix picture (seed 003 §8.3.1;
-// spec theory-ln-relu.md, qwe.sec8.3.1). Column-vector convention: x ↦ A x.
+// docs/math/qkv.md, qwe.sec8.3.1). Column-vector convention: x ↦ A x.
 //
 // Metric defect. R(x) = ρ(‖x‖) x with ρ(r) = (r²/d + ε)^{−1/2} (core/normalize.hpp's
 // rms_norm) is radial, so for A = U Σ Vᵀ: R(A x) = U R(Σ Vᵀ x), and for u = Vᵀx
@@ -40,7 +40,7 @@ template <class S> S metric_defect(const Vec<S>& sigma, const Vec<S>& u) {
   return S(sigma.cwiseProduct(u).norm() / u.norm());
 }
 
-// s(u) = sqrt((‖u‖²/d + ε) / (m(u)² ‖u‖²/d + ε)), written as the spec states it.
+// s(u) = sqrt((‖u‖²/d + ε) / (m(u)² ‖u‖²/d + ε)), written as docs/math/qkv.md states it.
 template <class S> S defect_scale(const Vec<S>& sigma, const Vec<S>& u, double eps) {
   using std::sqrt;
   const S d = S(u.rows()), n2 = u.squaredNorm(), m = metric_defect<S>(sigma, u);

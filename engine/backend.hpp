@@ -25,6 +25,7 @@
 
 #include "engine/buffer.hpp"
 #include "engine/kernel_types.hpp"
+#include "engine/kernels/rope.hpp"
 
 namespace qkvlab::engine {
 
@@ -87,7 +88,7 @@ class Backend : public Memory {
   // In place on X (N, heads·d) (a column block may be given through X and ld):
   // within each head, dimensions i and i + d/2 rotate by the angle
   // t·θ^(−2i/d), t the position of the row (n mod T). backward = the inverse rotation.
-  virtual void rope(int B, int T, int heads, int d, int ld, double theta, bool inverse, S* X) = 0;
+  virtual void rope(int B, int T, int heads, int d, int ld, const kernels::RopeFrequencies& f, bool inverse, S* X) = 0;
 
   // ---- Causal softmax attention ---------------------------------------------
   // P_bh = softmax(scale · q_bh k_bgᵀ + causal mask) (zero above the diagonal),

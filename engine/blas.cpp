@@ -4,8 +4,14 @@
 #include <algorithm>
 #include <type_traits>
 
+#include <Eigen/Eigenvalues>
+
 #if QKVLAB_ENGINE_BLAS
 #include <cblas.h>
+
+extern "C" void dsyevd_(const char* jobz, const char* uplo, const int* n, double* a, const int* lda, double* w,
+                        double* work, const int* lwork, int* iwork, const int* liwork, int* info, std::size_t,
+                        std::size_t);
 #endif
 
 namespace qkvlab::engine {
@@ -51,6 +57,29 @@ void serial_gemm(Trans ta, Trans tb, int m, int n, int k, S alpha, const S* A, i
 }
 
 }  // namespace
+
+bool symmetric_eigenvalues(Mat<double>& A, std::vector<double>& w) {
+  const int n = int(A.rows());
+  w.assign(std::size_t(n), 0.0);
+  if (n == 0) return true;
+#if QKVLAB_ENGINE_BLAS
+  int info = 0, lwork = -1, liwork = -1, iwork_size = 0;
+  double work_size = 0;
+  const int lda = int(A.outerStride());
+  dsyevd_("N", "L", &n, A.data(), &lda, w.data(), &work_size, &lwork, &iwork_size, &liwork, &info, 1, 1);
+  if (info != 0) return false;
+  lwork = std::max(int(work_size), 2 * n + 1), liwork = std::max(iwork_size, 1);
+  std::vector<double> work(static_cast<std::size_t>(lwork));
+  std::vector<int> iwork(static_cast<std::size_t>(liwork));
+  dsyevd_("N", "L", &n, A.data(), &lda, w.data(), work.data(), &lwork, iwork.data(), &liwork, &info, 1, 1);
+  return info == 0;
+#else
+  Eigen::SelfAdjointEigenSolver<Mat<double>> solver(A, Eigen::EigenvaluesOnly);
+  if (solver.info() != Eigen::Success) return false;
+  w.assign(solver.eigenvalues().data(), solver.eigenvalues().data() + n);
+  return true;
+#endif
+}
 
 void gemm_serial(Trans ta, Trans tb, int m, int n, int k, float alpha, const float* A, int lda, const float* B,
                  int ldb, float beta, float* C, int ldc) {

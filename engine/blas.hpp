@@ -15,6 +15,8 @@
 // anywhere, so core/ and theory/ keep Eigen's single-threaded products.
 #pragma once
 
+#include <vector>
+
 #include "core/types.hpp"
 #include "engine/kernel_types.hpp"
 
@@ -39,6 +41,12 @@ void gemm_serial(Trans ta, Trans tb, int m, int n, int k, float alpha, const flo
                  int ldb, float beta, float* C, int ldc);
 void gemm_serial(Trans ta, Trans tb, int m, int n, int k, double alpha, const double* A, int lda, const double* B,
                  int ldb, double beta, double* C, int ldc);
+
+// The eigenvalues, ascending, of the symmetric n×n matrix A (its lower triangle is read and
+// overwritten) into w: LAPACK's dsyevd, eigenvalues only, where OpenBLAS (which carries LAPACK) is
+// built in, on the calling thread's BLAS; Eigen's SelfAdjointEigenSolver otherwise. False when the
+// solver reports that it did not converge.
+bool symmetric_eigenvalues(Mat<double>& A, std::vector<double>& w);
 
 namespace detail {
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <sys/mman.h>
 #include <new>
 #include <stdexcept>
 #include <string>
@@ -23,6 +24,8 @@
 namespace qkvlab::engine {
 
 namespace k = kernels;
+
+constexpr std::size_t kMappedBytes = std::size_t(1) << 20;
 
 template <class S>
 CpuBackend<S>::CpuBackend(int threads) : threads_(worker_count(threads)) {
@@ -51,6 +54,16 @@ void CpuBackend<S>::split(std::size_t count, std::size_t grain, F&& f) {
 
 template <class S>
 void* CpuBackend<S>::allocate(std::size_t bytes) {
+  // Blocks of 1 MiB and more come from mmap: the kernel's pages are zero already and take no memory
+  // until written, so a buffer never written (the gradients of a model that is only evaluated)
+  // costs nothing resident.
+  if (bytes >= kMappedBytes) {
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+    const std::lock_guard lock(mapped_mutex_);
+    mapped_.emplace(p, bytes);
+    return p;
+  }
   void* p = std::aligned_alloc(64, (std::max<std::size_t>(bytes, 1) + 63) / 64 * 64);
   if (!p) throw std::bad_alloc();
   std::memset(p, 0, bytes);
@@ -58,6 +71,14 @@ void* CpuBackend<S>::allocate(std::size_t bytes) {
 }
 template <class S>
 void CpuBackend<S>::release(void* p) {
+  {
+    const std::lock_guard lock(mapped_mutex_);
+    if (const auto it = mapped_.find(p); it != mapped_.end()) {
+      ::munmap(p, it->second);
+      mapped_.erase(it);
+      return;
+    }
+  }
   std::free(p);
 }
 template <class S>
@@ -196,17 +217,17 @@ void CpuBackend<S>::swiglu_backward(std::size_t count, const S* G, const S* U, c
 // ---- Rotary positions --------------------------------------------------------------------
 
 template <class S>
-const S* CpuBackend<S>::rope_table(int T_, int d, double theta) {
-  auto key = std::make_tuple(T_, d, theta);
+const S* CpuBackend<S>::rope_table(int T_, int d, const k::RopeFrequencies& f) {
+  auto key = std::make_tuple(T_, d, f.key());
   auto it = rope_tables_.find(key);
-  if (it == rope_tables_.end()) it = rope_tables_.emplace(key, k::rope_table<S>(T_, d, theta)).first;
+  if (it == rope_tables_.end()) it = rope_tables_.emplace(key, k::rope_table<S>(T_, d, f)).first;
   return it->second.data();
 }
 
 template <class S>
-void CpuBackend<S>::rope(int B, int T_, int heads, int d, int ld, double theta, bool inverse, S* X) {
+void CpuBackend<S>::rope(int B, int T_, int heads, int d, int ld, const k::RopeFrequencies& f, bool inverse, S* X) {
   if (d % 2) throw std::invalid_argument("rope: the head width must be even, got " + std::to_string(d));
-  const S* table = rope_table(T_, d, theta);
+  const S* table = rope_table(T_, d, f);
   split(std::size_t(B) * T_, 16, [&](std::size_t n0, std::size_t n1) {
     k::rope_rows(int(n0), int(n1), T_, heads, d, ld, table, inverse, X);
   });

@@ -8,7 +8,9 @@
 
 #include <map>
 #include <memory>
+#include <mutex>
 #include <tuple>
+#include <unordered_map>
 #include <vector>
 
 #include "engine/backend.hpp"
@@ -50,7 +52,7 @@ class CpuBackend final : public Backend<S> {
   void gelu_backward(std::size_t count, GeluForm form, const S* X, const S* dY, S* dX) override;
   void swiglu_forward(std::size_t count, const S* G, const S* U, S* Y) override;
   void swiglu_backward(std::size_t count, const S* G, const S* U, const S* dY, S* dG, S* dU) override;
-  void rope(int B, int T_, int heads, int d, int ld, double theta, bool inverse, S* X) override;
+  void rope(int B, int T_, int heads, int d, int ld, const kernels::RopeFrequencies& f, bool inverse, S* X) override;
   void attention_forward(const AttentionShape& s, S scale, const S* q, const S* k, const S* v, S* pattern,
                          S* z) override;
   void attention_backward(const AttentionShape& s, S scale, const S* q, const S* k, const S* v, const S* pattern,
@@ -64,10 +66,12 @@ class CpuBackend final : public Backend<S> {
   // f(begin, end) over [0, count) in pieces of at least `grain`, on the pool.
   template <class F>
   void split(std::size_t count, std::size_t grain, F&& f);
-  const S* rope_table(int T_, int d, double theta);
+  const S* rope_table(int T_, int d, const kernels::RopeFrequencies& f);
 
   int threads_;
-  std::map<std::tuple<int, int, double>, std::vector<S>> rope_tables_;
+  std::map<std::tuple<int, int, std::tuple<double, double, double, double, double>>, std::vector<S>> rope_tables_;
+  std::mutex mapped_mutex_;
+  std::unordered_map<void*, std::size_t> mapped_;  // blocks from mmap, by address, with their sizes
 };
 
 extern template class CpuBackend<float>;

@@ -5,7 +5,7 @@
 // output entry takes part: the tape's gradient is backward(y, R), and the
 // finite-difference gradient is (φ(x + h e) − φ(x − h e)) / (2h) for each
 // input entry e. The result is rel_err = ‖g_fd − g_tape‖ / ‖g_fd‖ over all
-// inputs together (conventions.md's rel_err with the finite differences as
+// inputs together (docs/math/conventions.md's rel_err with the finite differences as
 // the reference).
 //
 // Accuracy: the truncation error of central differences is about h² |φ'''| / 6

@@ -9,6 +9,7 @@
 #include <bit>
 #include <cerrno>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -326,6 +327,14 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
 
 MappedFile::~MappedFile() {
   if (data_) ::munmap(data_, size_);
+}
+
+void MappedFile::release(std::span<const std::uint8_t> range) const {
+  const auto page = std::uintptr_t(::sysconf(_SC_PAGESIZE));
+  const auto begin = (std::uintptr_t(range.data()) + page - 1) / page * page;
+  const auto end = (std::uintptr_t(range.data()) + range.size()) / page * page;
+  const auto first = std::uintptr_t(data_), last = first + size_;
+  if (begin < end && begin >= first && end <= last) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
 }
 
 MappedSafeTensors::MappedSafeTensors(const std::filesystem::path& path)

@@ -95,6 +95,9 @@ class MappedFile {
   MappedFile& operator=(const MappedFile&) = delete;
   ~MappedFile();
   std::span<const std::uint8_t> bytes() const { return {static_cast<const std::uint8_t*>(data_), size_}; }
+  // Hands the whole pages inside `range` (a part of bytes()) back to the kernel: they stop counting
+  // as this process's memory, and a later read faults them in again from the page cache.
+  void release(std::span<const std::uint8_t> range) const;
 
  private:
   void* data_ = nullptr;
@@ -108,6 +111,7 @@ class MappedSafeTensors {
   explicit MappedSafeTensors(const std::filesystem::path& path);
   const std::filesystem::path& path() const { return path_; }
   const SafeTensorsView& view() const { return view_; }
+  void release(const TensorEntry& entry) const { file_.release(view_.bytes(entry)); }  // MappedFile::release
 
  private:
   std::filesystem::path path_;

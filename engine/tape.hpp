@@ -7,7 +7,7 @@
 // micro-batches is therefore just several backward passes.
 //
 // Layout: Mat<S> is core's Mat<S>, Eigen's default column-major dynamic matrix. Rows are tokens or samples, columns are features: the
-// row-vector convention of conventions.md, X ∈ R^{n×d}, projections X W.
+// row-vector convention of docs/math/conventions.md, X ∈ R^{n×d}, projections X W.
 //
 // A tape is built for one forward pass: each operation (ops/*.hpp) computes
 // its value at once and records its backward step; backward() replays the

@@ -218,11 +218,11 @@ void CudaBackend::swiglu_backward(std::size_t count, const float* G, const float
 
 // ---- Rotary positions ------------------------------------------------------------------------------
 
-const float* CudaBackend::rope_table(int T, int d, double theta) {
-  const auto key = std::make_tuple(T, d, theta);
+const float* CudaBackend::rope_table(int T, int d, const engine::kernels::RopeFrequencies& f) {
+  const auto key = std::make_tuple(T, d, f.key());
   auto it = rope_tables_.find(key);
   if (it == rope_tables_.end()) {
-    const std::vector<float> host = engine::kernels::rope_table<float>(T, d, theta);
+    const std::vector<float> host = engine::kernels::rope_table<float>(T, d, f);
     float* table = static_cast<float*>(allocate(host.size() * sizeof(float)));
     upload(table, host.data(), host.size() * sizeof(float));
     it = rope_tables_.emplace(key, table).first;
@@ -230,11 +230,12 @@ const float* CudaBackend::rope_table(int T, int d, double theta) {
   return it->second;
 }
 
-void CudaBackend::rope(int B, int T, int heads, int d, int ld, double theta, bool inverse, float* X) {
+void CudaBackend::rope(int B, int T, int heads, int d, int ld, const engine::kernels::RopeFrequencies& f, bool inverse,
+                       float* X) {
   if (d % 2) throw std::invalid_argument("rope: the head width must be even, got " + std::to_string(d));
   const std::size_t count = std::size_t(B) * T * heads * (d / 2);
   if (count == 0) return;
-  const float* table = rope_table(T, d, theta);
+  const float* table = rope_table(T, d, f);
   kn::rope_kernel<<<kn::blocks_for(count), kn::kThreads>>>(B * T, T, heads, d, ld, table, inverse, X);
   QKVLAB_KERNEL_CHECK();
 }

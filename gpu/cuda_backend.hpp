@@ -78,7 +78,8 @@ class CudaBackend final : public engine::Backend<float> {
   void swiglu_forward(std::size_t count, const float* G, const float* U, float* Y) override;
   void swiglu_backward(std::size_t count, const float* G, const float* U, const float* dY, float* dG,
                        float* dU) override;
-  void rope(int B, int T, int heads, int d, int ld, double theta, bool inverse, float* X) override;
+  void rope(int B, int T, int heads, int d, int ld, const engine::kernels::RopeFrequencies& f, bool inverse,
+            float* X) override;
   void attention_forward(const engine::AttentionShape& s, float scale, const float* q, const float* k,
                          const float* v, float* pattern, float* z) override;
   void attention_backward(const engine::AttentionShape& s, float scale, const float* q, const float* k,
@@ -91,13 +92,13 @@ class CudaBackend final : public engine::Backend<float> {
 
  private:
   double* column_partials(std::size_t count);  // kept scratch of at least `count` doubles
-  const float* rope_table(int T, int d, double theta);
+  const float* rope_table(int T, int d, const engine::kernels::RopeFrequencies& f);
 
   double* dot_partials_ = nullptr;             // kernels::kDotBlocks per-block sums
   std::vector<double> dot_host_;               // their host copy
   double* column_partials_ = nullptr;          // the column sums' per-chunk partials
   std::size_t column_capacity_ = 0;
-  std::map<std::tuple<int, int, double>, float*> rope_tables_;
+  std::map<std::tuple<int, int, std::tuple<double, double, double, double, double>>, float*> rope_tables_;
   std::size_t allocations_ = 0;
 };
 

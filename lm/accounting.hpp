@@ -1,5 +1,5 @@
-// Exact parameter and KV-cache accounting of a configuration (variants.md,
-// "KV-cache accounting" and "Parameter accounting"), from the description the
+// Exact parameter and KV-cache accounting of a configuration (docs/math/lm.md,
+// "KV-cache and parameter counting"), from the description the
 // model itself is built from — one mechanism, no per-variant formula:
 //
 // Parameters: every tensor of parameter_layout(config, make_plan(config)),

@@ -102,6 +102,12 @@ void validate(const Config& c) {
   require(c.norm_eps > 0 && std::isfinite(c.norm_eps), "the norm epsilon must be positive and finite");
   require(c.rope_theta > 0 && std::isfinite(c.rope_theta), "rope theta must be positive and finite");
   require(!c.rope() || c.head_dim % 2 == 0, "RoPE needs an even head width, got " + std::to_string(c.head_dim));
+  require(c.rope_original_context == 0 ||
+              (c.rope_original_context > 0 && std::isfinite(c.rope_original_context) && c.rope_factor >= 1 &&
+               std::isfinite(c.rope_factor) && c.rope_low_freq_factor > 0 &&
+               c.rope_high_freq_factor > c.rope_low_freq_factor && std::isfinite(c.rope_high_freq_factor)),
+          "llama3 RoPE scaling needs an original context > 0, a factor >= 1 and 0 < low_freq_factor < "
+          "high_freq_factor, all finite");
   const Variant& v = c.variant;
   if (c.mla) {
     require(c.d_c >= 1 && c.d_r >= 0 && c.d_r % 2 == 0, "MLA needs d_c >= 1 and an even d_R >= 0");
@@ -135,7 +141,7 @@ void validate(const Config& c) {
 
 std::map<std::string, std::string> to_metadata(const Config& c) {
   const Variant& v = c.variant;
-  return {{"family", to_string(c.family)},
+  std::map<std::string, std::string> m{{"family", to_string(c.family)},
           {"layers", std::to_string(c.layers)},
           {"d", std::to_string(c.d)},
           {"heads", std::to_string(c.heads)},
@@ -159,6 +165,12 @@ std::map<std::string, std::string> to_metadata(const Config& c) {
           {"skip_ratio", real(v.skip_ratio)},
           {"source_layer", std::to_string(v.source_layer)},
           {"strategy", to_string(v.strategy)}};
+  if (c.rope_original_context > 0) {  // written only when on, so unscaled checkpoints keep their metadata
+    m["rope_factor"] = real(c.rope_factor), m["rope_low_freq_factor"] = real(c.rope_low_freq_factor);
+    m["rope_high_freq_factor"] = real(c.rope_high_freq_factor);
+    m["rope_original_context"] = real(c.rope_original_context);
+  }
+  return m;
 }
 
 Config from_metadata(const std::map<std::string, std::string>& m) {
@@ -202,6 +214,11 @@ Config from_metadata(const std::map<std::string, std::string>& m) {
   c.gelu = kGelu.parse(get("gelu"), "GELU form");
   c.norm_eps = number("norm_eps"), c.rope_theta = number("rope_theta");
   c.mla = boolean("mla"), c.d_c = integer("d_c"), c.d_r = integer("d_r");
+  if (m.count("rope_original_context")) {
+    c.rope_factor = number("rope_factor"), c.rope_low_freq_factor = number("rope_low_freq_factor");
+    c.rope_high_freq_factor = number("rope_high_freq_factor");
+    c.rope_original_context = number("rope_original_context");
+  }
   c.variant.kind = parse_variant(get("variant"));
   c.variant.alpha = number("alpha"), c.variant.beta = number("beta"), c.variant.lambda = number("lambda");
   c.variant.skip_ratio = number("skip_ratio"), c.variant.source_layer = integer("source_layer");

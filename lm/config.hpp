@@ -24,6 +24,7 @@
 #include <string>
 
 #include "engine/kernel_types.hpp"
+#include "engine/kernels/rope.hpp"
 
 namespace qkvlab::lm {
 
@@ -75,12 +76,17 @@ struct Config {
   GeluForm gelu = GeluForm::tanh;
   double norm_eps = 1e-5;
   double rope_theta = 10000;
+  // Llama 3.1's "llama3" RoPE scaling (engine/kernels/rope.hpp); off while rope_original_context is 0.
+  double rope_factor = 1, rope_low_freq_factor = 1, rope_high_freq_factor = 4, rope_original_context = 0;
   bool mla = false;        // multi-head latent attention: cache c = x W_DKV (d_c) and a rotary key (d_R)
   int d_c = 0, d_r = 0;
   Variant variant;
 
   double attention_scale() const;
   bool rope() const { return family == Family::llama; }
+  engine::kernels::RopeFrequencies rope_frequencies() const {
+    return {rope_theta, rope_factor, rope_low_freq_factor, rope_high_freq_factor, rope_original_context};
+  }
 };
 
 // The family's defaults for the given sizes (head_dim = d/heads, ffn = 4d for

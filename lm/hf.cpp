@@ -29,6 +29,16 @@ void require_expressible(const Config& c) {
                      std::to_string(c.head_dim) + " != " + std::to_string(c.d) + ")");
 }
 
+// null, or Llama 3.1's "llama3" object (the form lm/hf_config.cpp reads).
+results::Value rope_scaling(const Config& c) {
+  if (c.rope_original_context <= 0) return {};
+  results::Value s = results::Value::object();
+  s.set("rope_type", "llama3"), s.set("factor", c.rope_factor), s.set("low_freq_factor", c.rope_low_freq_factor);
+  s.set("high_freq_factor", c.rope_high_freq_factor);
+  s.set("original_max_position_embeddings", std::int64_t(c.rope_original_context));
+  return s;
+}
+
 }  // namespace
 
 std::string hf_prefix(Family family) { return family == Family::gpt2 ? "transformer." : "model."; }
@@ -105,7 +115,7 @@ std::string hf_config_json(const Config& c) {
     v.set("hidden_size", c.d), v.set("intermediate_size", c.ffn), v.set("num_hidden_layers", c.layers);
     v.set("num_attention_heads", c.heads), v.set("num_key_value_heads", c.kv_heads), v.set("head_dim", c.head_dim);
     v.set("max_position_embeddings", c.positions), v.set("vocab_size", c.vocab);
-    v.set("rms_norm_eps", c.norm_eps), v.set("rope_theta", c.rope_theta), v.set("rope_scaling", Value());
+    v.set("rms_norm_eps", c.norm_eps), v.set("rope_theta", c.rope_theta), v.set("rope_scaling", rope_scaling(c));
     v.set("hidden_act", "silu"), v.set("attention_bias", c.bias), v.set("mlp_bias", c.bias);
     v.set("attention_dropout", 0.0);
   }

@@ -1,4 +1,4 @@
-// The Hugging Face layouts of lm.md ("Hugging Face checkpoints"), as one table
+// The Hugging Face layouts of docs/math/lm.md ("Hugging Face checkpoints"), as one table
 // read in both directions: loading (lm/model_files.hpp) gathers the toolkit's
 // tensors out of it, `lm export --hf` scatters them into it.
 //

@@ -91,6 +91,26 @@ Json parse_object(std::string_view text, const std::string& source) {
   return json;
 }
 
+// rope_scaling: null, {"rope_type": "default"} or Llama 3.1's {"rope_type": "llama3", "factor",
+// "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"} (transformers' defaults
+// for none of them: each is required). Any other type is refused by name.
+void read_rope_scaling(const Json& scaling, const Reader& parent, Config& c) {
+  if (scaling.kind != Json::Kind::object) parent.fail("rope_scaling is neither null nor an object");
+  const std::string source = "rope_scaling";
+  const Reader r(scaling, source);
+  const std::string type = r.has("rope_type") ? r.string("rope_type", "") : r.string("type", "?");
+  if (type == "default") return;
+  if (type != "llama3")
+    parent.fail("rope_scaling (type \"" + type + "\") is not implemented; only null, \"default\" and \"llama3\" are");
+  for (const char* key : {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"})
+    if (!r.has(key)) parent.fail(std::string("rope_scaling (llama3) has no \"") + key + "\"");
+  c.rope_factor = r.number("factor", 1), c.rope_low_freq_factor = r.number("low_freq_factor", 1);
+  c.rope_high_freq_factor = r.number("high_freq_factor", 4);
+  c.rope_original_context = double(r.integer("original_max_position_embeddings", 0, 1, 1 << 24));
+  if (!(c.rope_factor >= 1 && c.rope_low_freq_factor > 0 && c.rope_high_freq_factor > c.rope_low_freq_factor))
+    parent.fail("rope_scaling (llama3) needs factor >= 1 and 0 < low_freq_factor < high_freq_factor");
+}
+
 constexpr std::int64_t kMaxLayers = 1024, kMaxWidth = 65536, kMaxHeads = 1024, kMaxHeadDim = 4096,
                        kMaxFfn = 1 << 20, kMaxVocab = 1 << 24;
 
@@ -142,15 +162,7 @@ Config llama_config(const Reader& r, bool mistral) {
   if (attention_bias != mlp_bias)
     r.fail("attention_bias and mlp_bias differ: the toolkit's llama has biases on every linear map or none");
   c.bias = attention_bias;
-  if (const Json* scaling = r.find("rope_scaling")) {
-    std::string type = "?";
-    if (scaling->kind == Json::Kind::object)
-      for (std::size_t k = 0; k < scaling->keys.size(); ++k)
-        if ((scaling->keys[k] == "rope_type" || scaling->keys[k] == "type") &&
-            scaling->items[k].kind == Json::Kind::string)
-          type = scaling->items[k].text;
-    r.fail("rope_scaling (type \"" + type + "\") is not implemented; only rope_scaling null is supported");
-  }
+  if (const Json* scaling = r.find("rope_scaling")) read_rope_scaling(*scaling, r, c);
   const std::string act = r.string("hidden_act", "silu");
   if (act != "silu") r.fail("hidden_act \"" + act + "\" is not supported (llama's MLP is SwiGLU: silu)");
   if (r.has("partial_rotary_factor") && r.number("partial_rotary_factor", 1) != 1)

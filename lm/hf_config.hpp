@@ -1,5 +1,5 @@
 // The two JSON files of a Hugging Face checkpoint directory, read into the
-// toolkit's terms (lm.md, "Hugging Face checkpoints"):
+// toolkit's terms (docs/math/lm.md, "Hugging Face checkpoints"):
 //
 // config.json → lm::Config (a vanilla model; HF's defaults where a key is
 // absent or null, as transformers applies them):

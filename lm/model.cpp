@@ -338,9 +338,9 @@ struct Model<S>::Impl {
       engine::linear_forward<S>(backend, N, d, p.own_value_heads * dh, {s.n1.data(), d}, w.v.W, w.v.b,
                                 {own_values(l), p.own_value_heads * dh});
     if (config.rope()) {
-      backend.rope(B, T_, config.heads, dh, qwidth(), config.rope_theta, false, s.q.data());
+      backend.rope(B, T_, config.heads, dh, qwidth(), config.rope_frequencies(), false, s.q.data());
       if (p.own_key_heads)
-        backend.rope(B, T_, p.own_key_heads, dh, p.own_key_heads * dh, config.rope_theta, false, own_keys(l));
+        backend.rope(B, T_, p.own_key_heads, dh, p.own_key_heads * dh, config.rope_frequencies(), false, own_keys(l));
     }
     return {mixed(p.keys, l, true, s.kmix.data()), mixed(p.values, l, false, s.vmix.data())};
   }
@@ -362,10 +362,10 @@ struct Model<S>::Impl {
     engine::linear_forward<S>(backend, N, dc, qwidth(), {c, dc}, w.uv.W, nullptr, {s.vmix.data(), qwidth()});
     if (dr > 0) {
       engine::linear_forward<S>(backend, N, d, H * dr, {s.n1.data(), d}, w.qr.W, nullptr, {mla_tmp[1].data(), H * dr});
-      backend.rope(B, T_, H, dr, H * dr, config.rope_theta, false, mla_tmp[1].data());
+      backend.rope(B, T_, H, dr, H * dr, config.rope_frequencies(), false, mla_tmp[1].data());
       interleave(H, dr, mla_tmp[1].data(), s.q.data(), dk(), dh, false);
       engine::linear_forward<S>(backend, N, d, dr, {s.n1.data(), d}, w.kr.W, nullptr, {mla_tmp[2].data(), dr});
-      backend.rope(B, T_, 1, dr, dr, config.rope_theta, false, mla_tmp[2].data());
+      backend.rope(B, T_, 1, dr, dr, config.rope_frequencies(), false, mla_tmp[2].data());
       for (int h = 0; h < H; ++h)
         backend.axpby(N, dr, S(1), mla_tmp[2].data(), dr, S(0), s.kmix.data() + std::size_t(h) * dk() + dh, H * dk());
     }
@@ -535,9 +535,9 @@ struct Model<S>::Impl {
     if (!own_k) unmix(p.keys, true, dkmix.data());
     if (!own_v) unmix(p.values, false, dvmix.data());
     if (config.rope()) {
-      backend.rope(B, T_, config.heads, dh, qwidth(), config.rope_theta, true, dq.data());
+      backend.rope(B, T_, config.heads, dh, qwidth(), config.rope_frequencies(), true, dq.data());
       if (p.own_key_heads)
-        backend.rope(B, T_, p.own_key_heads, dh, p.own_key_heads * dh, config.rope_theta, true,
+        backend.rope(B, T_, p.own_key_heads, dh, p.own_key_heads * dh, config.rope_frequencies(), true,
                      dkown[std::size_t(l)].data());
     }
     if (p.identity_query)
@@ -574,13 +574,13 @@ struct Model<S>::Impl {
     if (!own_c) unmix(p.values, false, dc.data());
     if (dr > 0) {
       interleave(H, dr, mla_tmp[1].data(), dq.data(), dk(), dh, true);  // dq_R
-      backend.rope(B, T_, H, dr, H * dr, config.rope_theta, true, mla_tmp[1].data());
+      backend.rope(B, T_, H, dr, H * dr, config.rope_frequencies(), true, mla_tmp[1].data());
       engine::linear_backward<S>(backend, N, d, H * dr, {s.n1.data(), d}, w.qr.W, {mla_tmp[1].data(), H * dr},
                                  {dn.data(), d}, w.qr.dW, nullptr, true);
       for (int h = 0; h < H; ++h)  // dk_R: the shared rotary key collects every head's gradient
         backend.axpby(N, dr, S(1), dkmix.data() + std::size_t(h) * dk() + dh, H * dk(), h ? S(1) : S(0),
                       mla_tmp[2].data(), dr);
-      backend.rope(B, T_, 1, dr, dr, config.rope_theta, true, mla_tmp[2].data());
+      backend.rope(B, T_, 1, dr, dr, config.rope_frequencies(), true, mla_tmp[2].data());
       engine::linear_backward<S>(backend, N, d, dr, {s.n1.data(), d}, w.kr.W, {mla_tmp[2].data(), dr},
                                  {dn.data(), d}, w.kr.dW, nullptr, true);
     }

@@ -151,7 +151,7 @@ int layer_of(const std::string& name, const std::string& head, const std::string
 }
 
 // A buffer that carries no parameters: GPT-2's causal masks, Llama's old RoPE
-// inv_freq (checked against rope_theta). True when `name` is one.
+// inv_freq (checked against rope_theta and rope_scaling). True when `name` is one.
 bool buffer_tensor(const Config& c, const std::string& name, const TensorEntry& e,
                    const engine::SafeTensorsView& view, const fs::path& file) {
   if (c.family == Family::gpt2)
@@ -165,9 +165,10 @@ bool buffer_tensor(const Config& c, const std::string& name, const TensorEntry& 
   engine::decode_floats(e.dtype, view.bytes(e).data(), n, x.data());
   const double eps = e.dtype == engine::DType::BF16 ? 0x1p-7 : e.dtype == engine::DType::F16 ? 0x1p-10 : 0x1p-22;
   for (std::size_t i = 0; i < n; ++i) {
-    const double expected = std::pow(c.rope_theta, -2.0 * double(i) / c.head_dim);
+    const double expected = c.rope_frequencies().omega(int(i), c.head_dim);
     if (!(std::abs(x[i] - expected) <= eps * expected))
-      fail(file, "tensor \"" + name + "\" disagrees with rope_theta " + std::to_string(c.rope_theta) + " at " +
+      fail(file, "tensor \"" + name + "\" disagrees with rope_theta " + std::to_string(c.rope_theta) +
+                     (c.rope_original_context > 0 ? " and rope_scaling" : "") + " at " +
                      std::to_string(i) + " (" + std::to_string(x[i]) + " vs " + std::to_string(expected) + ")");
   }
   return true;
@@ -294,7 +295,9 @@ void read_parameters(const ModelFiles& files, const engine::ParameterLayout& lay
     throw std::invalid_argument("read_parameters: the layout is not the configuration's of " + files.dir.string());
   std::vector<float> staging(largest), block;  // bounded by the file: every tensor was found in it
   for (const auto& spec : layout.specs()) {
-    read_tensor(files, spec, files.sources.at(spec.name), block, staging.data());
+    const ModelFiles::Source& src = files.sources.at(spec.name);
+    read_tensor(files, spec, src, block, staging.data());
+    files.shards[src.shard].release(*src.entry);  // a model as large as memory is read, not held twice
     sink(spec, staging.data());
   }
 }

@@ -138,7 +138,8 @@ std::uint64_t fnv1a(const std::vector<std::int32_t>& tokens) {
   return h;
 }
 
-// Everything besides the model configuration that changes a run's numbers.
+}  // namespace
+
 std::map<std::string, std::string> run_identity(const RunOptions& o, const TrainData& data) {
   const auto& l = o.loop;
   return {{"run.seed", std::to_string(o.seed)},          {"run.batch", std::to_string(o.batch)},
@@ -151,6 +152,8 @@ std::map<std::string, std::string> run_identity(const RunOptions& o, const Train
           {"run.from", o.init_from ? o.init_from->string() : ""},
           {"run.train_hash", std::to_string(fnv1a(data.train))}};
 }
+
+namespace {
 
 // Mean validation loss over `windows` windows spread evenly over the stream (all when ≥ the count).
 struct Validation {

@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -72,6 +73,11 @@ struct Progress {
   double loss = 0, lr = 0, tokens_per_second = 0, seconds = 0, eta_seconds = 0;
   std::optional<double> validation_loss;
 };
+
+// Everything besides the model configuration that changes a run's numbers, as the checkpoint's
+// metadata records it ("run.seed", "run.steps", "run.lr", …, "run.train_hash"): --resume checks
+// it, and reproduce/ keys its checkpoint cache on it with to_metadata(model).
+std::map<std::string, std::string> run_identity(const RunOptions& options, const TrainData& data);
 
 // Runs (or resumes) the training and returns what run.json holds.
 results::Value train_language_model(const RunOptions& options, const TrainData& data,

@@ -1,4 +1,4 @@
-// qwe.cor8.4.1, empirical half (theory-ln-relu.md): fit a skipless ReLU MLP of
+// qwe.cor8.4.1, empirical half (docs/math/qkv.md, qwe.cor8.4.1): fit a skipless ReLU MLP of
 // the same width to a skip ReLU MLP. Column-vector convention of that section:
 //   target  f(x) = R x + W_2 σ(W_1 x),   W_1 ∈ R^{m×d}, W_2 ∈ R^{d×m}, R ∈ R^{d×d} invertible,
 //   model   g(x) = W̃_2 σ(W̃_1 x),         W̃_1 ∈ R^{m×d}, W̃_2 ∈ R^{d×m}, σ = ReLU.
@@ -34,7 +34,7 @@ namespace qkvlab::synthetic {
 
 // The statement checked (qwe.cor8.4.1, empirical), on the best restart's held-out rel_err:
 // a representable pair is fitted to optimizer precision, rel_err ≤ optimizer_precision;
-// a generic one stays above the floor, rel_err ≥ generic_floor (conventions.md's margin
+// a generic one stays above the floor, rel_err ≥ generic_floor (docs/math/conventions.md's margin
 // for a negative control). Measured values: docs/claims.md, qwe.cor8.4.1.
 inline constexpr double optimizer_precision = 1e-6;
 inline constexpr double generic_floor = 1e-3;

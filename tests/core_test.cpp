@@ -305,7 +305,7 @@ TEST(Precision, UnknownNamesAreUsageErrors) {
 // --- multi-head attention --------------------------------------------------------------
 
 // MHA written out with explicit loops, head by head, straight from the
-// definition in conventions.md.
+// definition in docs/math/conventions.md.
 MatD naive_mha(const MatD& X, const AttentionWeights<double>& w, Mask mask) {
   const Eigen::Index n = X.rows(), d = X.cols(), dh = d / w.heads;
   const double s = std::sqrt(double(dh));

@@ -21,7 +21,7 @@ using Vars = std::vector<Var<double>>;
 // (truncation h²/6 |φ'''| ≈ 2e-11, rounding u |φ|/h ≈ 1e-11 for O(1) values;
 // see gradcheck.hpp), so 1e-6 leaves four orders of margin for a correct
 // gradient, while a wrong gradient shows an O(1) error. The negative controls
-// below must exceed 1e-3 (conventions.md: a control fails by a wide margin).
+// below must exceed 1e-3 (docs/math/conventions.md: a control fails by a wide margin).
 constexpr double grad_tolerance = 1e-6;
 constexpr double control_min_error = 1e-3;
 
@@ -202,7 +202,7 @@ TEST(EngineForward, GeluIsExactErfForm) {
   EXPECT_NEAR(Y32(1), -0.15865525393145707, 3e-7);
 }
 
-// SA(X) W_O computed entry by entry from conventions.md, with explicit loops.
+// SA(X) W_O computed entry by entry from docs/math/conventions.md, with explicit loops.
 MatD mha_by_loops(const MatD& X, const MatD& W_Q, const MatD& W_K, const MatD& W_V, const MatD& W_O, int H,
                   Mask mask) {
   const MatD Q = X * W_Q, K = X * W_K, V = X * W_V;

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -373,6 +375,47 @@ TEST(EngineSafetensors, ViewAndMappingReadInPlace) {
   }
   fs::remove(path);
   EXPECT_THROW(MappedSafeTensors(temp_path("absent.safetensors")), std::runtime_error);
+}
+
+// The resident KiB of the mapping that holds `address` (/proc/self/smaps), or -1.
+long resident_kib(const void* address) {
+  std::ifstream smaps("/proc/self/smaps");
+  const auto at = std::uintptr_t(address);
+  bool inside = false;
+  for (std::string line; std::getline(smaps, line);) {
+    unsigned long long lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%llx-%llx ", &lo, &hi) == 2 && line.find(':') > line.find(' '))
+      inside = lo <= at && at < hi;
+    else if (inside && line.rfind("Rss:", 0) == 0)
+      return std::stol(line.substr(4));
+  }
+  return -1;
+}
+
+// release hands a tensor's whole pages back (the loader of large models reads each tensor once):
+// reading them again gives the file's bytes, from the page cache.
+TEST(EngineSafetensors, ReleasedPagesReadBackTheFile) {
+  const std::size_t n = 5000;  // 20,000 bytes: several pages, starting inside one
+  const std::string header = "{" + entry("w", "F32", "[" + std::to_string(n) + "]", "[0," + std::to_string(4 * n) + "]") + "}";
+  Bytes data(4 * n);
+  for (std::size_t i = 0; i < data.size(); ++i) data[i] = std::uint8_t(i * 7 + 3);
+  const fs::path path = temp_path("released.safetensors");
+  const Bytes bytes = file_bytes(header, data);
+  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
+  {
+    const MappedSafeTensors mapped(path);
+    const auto& w = mapped.view().tensors.at("w");
+    const auto span = mapped.view().bytes(w);
+    EXPECT_EQ(Bytes(span.begin(), span.end()), data);
+    const long before = resident_kib(span.data());  // every page was just read: resident
+    mapped.release(w);
+    const long after = resident_kib(span.data());
+    EXPECT_GE(before, 16) << "the measure sees the mapping's pages";
+    EXPECT_LE(after, before - 12) << "the pages inside the tensor (at least 3 of 4 KiB) left";
+    EXPECT_EQ(Bytes(span.begin(), span.end()), data);
+    EXPECT_GE(resident_kib(span.data()), 16) << "read again, they are back";
+  }
+  fs::remove(path);
 }
 
 }  // namespace

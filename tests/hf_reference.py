@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """An independent implementation, in numpy float64, of the loss of a Hugging
 Face GPT-2 or Llama/Mistral checkpoint directory, written from the HF layout
-directly (lm.md, "Hugging Face checkpoints"): its own safetensors reader, the
+directly (docs/math/lm.md, "Hugging Face checkpoints"): its own safetensors reader, the
 tensors as stored (Conv1D input-by-output for GPT-2, nn.Linear output-by-input
 for Llama), HF's formulas. Nothing is shared with the C++ loader or model.
 BF16 and F16 values are used as stored (as rounded), widened exactly.
@@ -114,6 +114,22 @@ def gpt2_logits(c, t, ids, rec=None):
     return x @ head.T
 
 
+def scaled_inv_freq(inv_freq, scaling):
+    """Llama 3.1's rope_scaling "llama3", as transformers' _compute_llama3_parameters states it:
+    by wavelength 2π/ω, keep the short ones, divide the long ones by the factor, and blend the
+    band between linearly in original_context/wavelength."""
+    if not scaling or scaling.get("rope_type", scaling.get("type")) == "default":
+        return inv_freq
+    assert scaling["rope_type"] == "llama3", scaling
+    s, lo, hi = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
+    C = scaling["original_max_position_embeddings"]
+    wavelen = 2 * np.pi / inv_freq
+    out = np.where(wavelen > C / lo, inv_freq / s, inv_freq)
+    g = (C / wavelen - lo) / (hi - lo)
+    medium = (wavelen >= C / hi) & (wavelen <= C / lo)
+    return np.where(medium, (1 - g) * out / s + g * out, out)
+
+
 def llama_logits(c, t, ids, rec=None):
     t = strip(t, "model.")
     d, H, L = c["hidden_size"], c["num_attention_heads"], c["num_hidden_layers"]
@@ -129,7 +145,7 @@ def llama_logits(c, t, ids, rec=None):
         y = x @ t[name + ".weight"].T
         return y + t[name + ".bias"] if name + ".bias" in t else y
 
-    inv_freq = theta ** (-np.arange(0, dh, 2) / dh)
+    inv_freq = scaled_inv_freq(theta ** (-np.arange(0, dh, 2) / dh), c.get("rope_scaling"))
     angles = np.outer(np.arange(T), inv_freq)
     cos, sin = np.cos(np.concatenate([angles, angles], -1)), np.sin(np.concatenate([angles, angles], -1))
 

@@ -1,4 +1,4 @@
-// The closed-form half of the SkipV1 in-context regression (icl-skipv1.md):
+// The closed-form half of the SkipV1 in-context regression (docs/math/icl.md):
 // prompts, the token-level models against the reduced form, the posterior
 // mean against the ridge form, the Monte Carlo quantities, the lemma checks
 // with their controls, and `qkvlab icl theory|lemmas` as a user runs them.

@@ -1,4 +1,4 @@
-// The trained models and experiments of icl-skipv1.md (experiments 2–5):
+// The trained models and experiments of docs/math/icl.md (experiments 2–5):
 // the batched linear-attention operation against the engine's, gradients by
 // central differences, forward equality with the column-convention models of
 // core/icl/models.hpp, the structural facts the estimators rely on

@@ -1,6 +1,6 @@
 // Parameter and KV-cache accounting (lm/accounting.hpp, qkvlab params/kv):
 // the counts come from the model's own layout and plan; here they are checked
-// against published totals and against variants.md's closed forms, which the
+// against published totals and against docs/math/lm.md's closed forms, which the
 // code does not use. Controls: the closed form of another variant, and the
 // count with a planted bug (reused heads counted again), must disagree.
 #include <gtest/gtest.h>
@@ -62,7 +62,7 @@ lm::Config llama(int L, int d, int H, int G, lm::VariantKind kind = lm::VariantK
 
 std::int64_t kv(const lm::Config& c) { return lm::count_kv(c).elements_per_token(); }
 
-// variants.md's closed forms, per token, in elements.
+// docs/math/lm.md's closed forms, per token, in elements.
 TEST(LmAccounting, KvCacheMatchesTheClosedForms) {
   using K = lm::VariantKind;
   for (const auto& [L, d, H, G] : std::vector<std::array<int, 4>>{{24, 1024, 16, 16}, {24, 1024, 16, 8}, {7, 256, 8, 4},

@@ -370,14 +370,16 @@ TEST_F(LmGpuKernels, Activations) {
 TEST_F(LmGpuKernels, Rope) {
   struct Case {
     int B, T, heads, d, ld;
-    double theta;
+    engine::kernels::RopeFrequencies f;
   };
-  for (const Case s : {Case{2, 5, 3, 6, 22, 10000.0}, Case{1, 7, 2, 8, 16, 500.0}, Case{3, 1, 2, 4, 8, 10000.0}})
+  const engine::kernels::RopeFrequencies llama3{500.0, 8, 1, 4, 64};  // the three bands at d = 8
+  for (const Case s : {Case{2, 5, 3, 6, 22, {10000.0}}, Case{1, 7, 2, 8, 16, {500.0}}, Case{3, 1, 2, 4, 8, {10000.0}},
+                       Case{2, 9, 2, 8, 16, llama3}})
     for (bool inverse : {false, true}) {
       const std::string what = "rope T = " + std::to_string(s.T) + (inverse ? " inverse" : "");
       const std::vector<Floats> in{normals(std::size_t(s.B) * s.T * s.ld, 1)};
       const Kernel k = [=](Backend<float>& be, Arrays& a) {
-        be.rope(s.B, s.T, s.heads, s.d, s.ld, s.theta, inverse, a[0]);
+        be.rope(s.B, s.T, s.heads, s.d, s.ld, s.f, inverse, a[0]);
       };
       const auto c = run(cpu, in, k), g = run(*cuda, in, k);
       EXPECT_LE(rel(c[0], g[0]), tol(2)) << what;

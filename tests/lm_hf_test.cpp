@@ -5,18 +5,19 @@
 // HF layout (tests/hf_reference.py) to float32 rounding.
 //
 // Tolerance: |loss − reference| ≤ 1e3 · u · |reference|, u = 2^-24 (float32's
-// unit roundoff): the project's error budget (e ≤ 1e3, κ = 1; conventions.md)
+// unit roundoff): the project's error budget (e ≤ 1e3, κ = 1; docs/math/conventions.md)
 // for a float32 forward against a float64 one on the same weights (BF16 and
 // F16 values widen exactly, so both sides see the same numbers); measured
 // e = |loss − reference| / (u · reference) is below 1. Each test has controls,
 // the loader's likely bugs planted (a wrong transpose, q and k swapped in
 // GPT-2's c_attn, BF16 bits decoded as F16): each must move the loss by a
-// relative 1e-3 or more (conventions.md's rule for a control), far outside the
+// relative 1e-3 or more (docs/math/conventions.md's rule for a control), far outside the
 // tolerance.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <bit>
+#include <numbers>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -212,6 +213,39 @@ TEST(LmHf, OtherLayoutsMatchTheReference) {
   }
 }
 
+// Llama 3.1's rope_scaling "llama3" against the reference's statement of it. At d_h = 8, θ = 1000
+// and an original context of 64, the four frequencies fall in all three bands (kept, blended,
+// divided by the factor). Control: the same weights without the scaling give a loss that is off,
+// so a loader that ignored it would fail the comparison.
+TEST(LmHf, Llama31RopeScalingMatchesTheReference) {
+  ScratchDir dir;
+  const std::string scaling = R"('{"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, )"
+                              R"("high_freq_factor": 4.0, "original_max_position_embeddings": 64}')";
+  fixture("llama " + shell_quoted(dir / "s") + " --dtype F32 --config rope_scaling=" + scaling);
+  fixture("llama " + shell_quoted(dir / "u") + " --dtype F32");
+  Loaded m;
+  m.model = lm::load_model(dir / "s", m.backend);
+  const lm::Config& c = m.model->config();
+  EXPECT_EQ(c.rope_factor, 8.0);
+  EXPECT_EQ(c.rope_original_context, 64.0);
+  const auto f = c.rope_frequencies();
+  const double w1 = std::pow(1000.0, -2.0 / 8);  // wavelength 35.3: between 64/4 and 64/1
+  const double g = (64 / (2 * std::numbers::pi / w1) - 1) / 3;
+  EXPECT_EQ(f.omega(0, 8), 1.0);
+  EXPECT_DOUBLE_EQ(f.omega(1, 8), (1 - g) * w1 / 8 + g * w1);
+  EXPECT_DOUBLE_EQ(f.omega(3, 8), std::pow(1000.0, -6.0 / 8) / 8);
+  const auto ids = tokens(32, 53);
+  const double ref = reference_loss(dir / "s", ids), loss = model_loss(*m.model, ids);
+  EXPECT_NEAR(loss, ref, tolerance(ref)) << "e = " << std::abs(loss - ref) / (kU * ref);
+  const double unscaled = reference_loss(dir / "u", ids);
+  EXPECT_TRUE(off(unscaled, ref)) << "scaled " << ref << ", unscaled " << unscaled;
+  std::cout << "llama3 rope scaling: loss " << loss << ", reference " << ref << ", unscaled reference " << unscaled
+            << "\n";
+  // The export writes the scaling back in the form the loader reads.
+  const lm::Config back = lm::parse_hf_config(lm::hf_config_json(c), "export").config;
+  EXPECT_EQ(lm::to_metadata(back), lm::to_metadata(c));
+}
+
 TEST(LmHf, ThePrefixIsOptionalAndChangesNothing) {
   ScratchDir dir;
   for (const std::string family : {"gpt2", "llama"}) {
@@ -323,6 +357,24 @@ TEST(LmHf, ConfigJsonMapsToTheToolkitsConfig) {
   EXPECT_EQ(lm::parse_hf_config(mistral + R"(, "sliding_window": 1024})", "c").config.positions, 1024);
   EXPECT_EQ(lm::parse_hf_config(mistral + R"(, "sliding_window": null})", "c").config.positions, 32768);
   EXPECT_EQ(lm::parse_hf_config(mistral + "}", "c").config.positions, 4096);
+  // rope_scaling: "default" is no scaling; "llama3" needs all four of its numbers.
+  const std::string llama = R"({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4,
+                                "num_hidden_layers": 2, "intermediate_size": 96, "vocab_size": 10, "rope_scaling": )";
+  EXPECT_EQ(lm::parse_hf_config(llama + R"({"rope_type": "default"}})", "c").config.rope_original_context, 0);
+  c = lm::parse_hf_config(llama + R"({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                      "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}})", "c")
+          .config;
+  EXPECT_EQ(c.rope_factor, 8);
+  EXPECT_EQ(c.rope_low_freq_factor, 1);
+  EXPECT_EQ(c.rope_high_freq_factor, 4);
+  EXPECT_EQ(c.rope_original_context, 8192);
+  try {
+    lm::parse_hf_config(llama + R"({"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                    "high_freq_factor": 4.0}})", "c");
+    ADD_FAILURE() << "a llama3 scaling without original_max_position_embeddings was accepted";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("original_max_position_embeddings"), std::string::npos) << e.what();
+  }
 }
 
 lm::Checkpoint random_checkpoint(lm::Config c, std::uint64_t seed) {

@@ -147,7 +147,8 @@ TEST(RobustCli, ThreadCountsAreCapped) {
 
 TEST(RobustCli, ThreadsZeroIsTheDefaultEverywhere) {
   for (const std::string command : {"verify", "transfer", "icl theory", "icl lemmas", "icl train", "icl sweep",
-                                    "icl anchor", "icl depth", "lm train", "lm eval", "analyze all", "probe"}) {
+                                    "icl anchor", "icl depth", "lm train", "lm eval", "analyze all", "probe",
+                                    "reproduce"}) {
     const CommandResult help = run_bounded(command + " --help", 60);
     EXPECT_EQ(help.status, 0) << command << ": " << help.err;
     EXPECT_NE(help.out.find("--threads INT:0..256=0"), std::string::npos) << command << ": " << help.out;

@@ -1,4 +1,4 @@
-// Softmax attention, row-vector convention (conventions.md): for one head,
+// Softmax attention, row-vector convention (docs/math/conventions.md): for one head,
 //   A = softmax_M(Q Kᵀ / sqrt(d_h)) row-wise,  head = A V,
 // with d_h = Q.cols() and M the mask (causal: query i sees keys j ≤ i;
 // bidirectional: all keys). Masked entries of A are exactly zero. For another

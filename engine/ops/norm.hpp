@@ -1,7 +1,7 @@
 // Row-wise normalizers with a gain g (a 1×d row), each row x ∈ R^d a token:
 //   LayerNorm  y = g ⊙ N(x),  N(x) = (x − μ(x)) / sqrt(σ²(x) + ε)  (σ² the population variance)
 //   RMSNorm    y = g ⊙ R(x),  R(x) = x / sqrt(‖x‖²/d + ε)
-// These are theory-ln-relu.md's N and R (there in column form) with gain
+// These are docs/math/qkv.md's N and R ("Normalizers", there in column form) with gain
 // G = diag(g). No bias: add one with add_bias. Backward, per row, with
 // r = 1/sqrt(σ² + ε) (resp. 1/sqrt(‖x‖²/d + ε)), n = N(x) (resp. R(x)), dn = dy ⊙ g:
 //   LayerNorm  dx = r (dn − mean(dn) − n mean(dn ⊙ n))

@@ -1,0 +1,108 @@
+// `qkvlab reproduce FIGURE` and `qkvlab reproduce --list`: the papers' figures remade at small
+// scale (reproduce/reproduce.hpp; docs/figures.md).
+#include <iostream>
+
+#include "cli/commands.hpp"
+#include "cli/device_option.hpp"
+#include "cli/plot_common.hpp"
+#include "cli/threads_option.hpp"
+#include "cli/validators.hpp"
+#include "gpu/backend.hpp"
+#include "reproduce/reproduce.hpp"
+
+namespace qkvlab::cli {
+
+namespace {
+
+struct ReproduceArgs {
+  std::string figure, out, work = "outputs/reproduce/work", data = "data/brown", format = "table";
+  bool list = false, quiet = false;
+  reproduce::Options options;
+  Device device = Device::cpu;
+};
+
+int list_figures(const ReproduceArgs& a) {
+  results::Value list = results::Value::array();
+  for (const auto& f : reproduce::figures()) {
+    results::Value v = results::Value::object();
+    v.set("figure", f.name), v.set("remakes", f.remakes), v.set("time", f.duration);
+    std::string trains;
+    for (const auto& r : f.recipes) trains += (trains.empty() ? "" : ", ") + r;
+    v.set("trains", trains.empty() ? "nothing" : trains);
+    list.push(v);
+  }
+  if (a.format == "json") {
+    std::cout << list.json();
+    return 0;
+  }
+  for (const auto& f : list.items())
+    std::cout << f["figure"].string() << "\n    " << f["remakes"].string() << "\n    trains: " << f["trains"].string()
+              << "; time: " << f["time"].string() << "\n";
+  return 0;
+}
+
+int run_reproduce(const ReproduceArgs& a, const std::string& command_line) {
+  if (a.list) return list_figures(a);
+  if (a.figure.empty()) throw UsageError("give a FIGURE or --list (see 'qkvlab reproduce --list')");
+  reproduce::find_figure(a.figure);  // an unknown name: one line, before any work
+  require_device(a.device);
+  apply_threads(a.options.threads, BlasUse::shared);  // CPU backends run one product per worker themselves
+  reproduce::Context c;
+  c.options = a.options;
+  c.options.work = a.work, c.options.data = a.data, c.options.device = a.device, c.options.command_line = command_line;
+  c.backend = [device = a.device, threads = a.options.threads] { return gpu::make_backend(device, threads); };
+  const bool show = Progress::wanted(a.quiet);
+  auto bar = std::make_shared<std::optional<Progress>>();
+  auto stage = std::make_shared<std::string>();
+  c.progress = [show, bar, stage](const std::string& s, const std::string& unit, std::int64_t done, std::int64_t total,
+                                  const std::string& extra) {
+    if (!show) return;
+    if (!*bar || *stage != s) bar->emplace(Progress{"reproduce " + s, true}), *stage = s;
+    (**bar)(unit, std::size_t(done), std::size_t(total), extra);
+  };
+  c.note = [quiet = a.quiet](const std::string& line) {
+    if (!quiet) std::cerr << "qkvlab reproduce: " << line << "\n";
+  };
+  const std::filesystem::path out = a.out.empty() ? std::filesystem::path("outputs/reproduce") / a.figure : std::filesystem::path(a.out);
+  const reproduce::Result r = reproduce::run_figure(c, a.figure, out);
+  if (a.format == "json") {
+    std::cout << r.value.json();
+  } else {
+    std::cout << a.figure << ": " << r.value["remakes"].string() << "\n";
+    for (const auto& p : r.written) std::cout << "wrote " << p.string() << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+Command add_reproduce_command(CLI::App& app, const std::string& command_line) {
+  auto a = std::make_shared<ReproduceArgs>();
+  auto* cmd = app.add_subcommand("reproduce", "Remake a figure of the papers at small scale: train what it needs "
+                                              "(cached), analyse, draw (docs/figures.md)");
+  cmd->footer("Trainings follow the committed recipes (scripts/lm_comparisons.sh: the tiny GPT-2 preset) and are\n"
+              "cached in --work by their full recipe: a figure reuses another's checkpoint only when every setting\n"
+              "that changes the numbers is the same. Exit status: 0 success, 2 usage error, 3 an unexpected error.");
+  cmd->add_option("FIGURE", a->figure, "A figure of 'qkvlab reproduce --list'");
+  cmd->add_flag("--list", a->list, "List the figures: name, what it remakes, what it trains, how long it takes");
+  cmd->add_option("--out", a->out, "Output directory [default: outputs/reproduce/FIGURE]");
+  cmd->add_option("--work", a->work, "Checkpoint cache, shared by the figures")->capture_default_str();
+  cmd->add_option("--data", a->data, "Where 'qkvlab data brown' prepared the corpus")->capture_default_str();
+  cmd->add_option("--seed", a->options.seed, "Seed of the trainings (the committed runs': 1) and of the choice of sequences")
+      ->check(seed_value)
+      ->capture_default_str();
+  cmd->add_option("--steps", a->options.steps, "Steps of every training, probe and synthetic run (0: the recipe's; "
+                                               "a few make a quick end-to-end check)")
+      ->check(CLI::Range(std::int64_t(0), std::int64_t(1) << 40))
+      ->capture_default_str();
+  cmd->add_option("--sequences", a->options.sequences, "Validation sequences per analysis")
+      ->check(CLI::Range(std::int64_t(1), std::int64_t(1) << 40))
+      ->capture_default_str();
+  add_device_option(cmd, a->device);
+  add_threads_option(cmd, a->options.threads);
+  cmd->add_option("--format", a->format, "Output: table or json")->check(CLI::IsMember({"table", "json"}))->capture_default_str();
+  cmd->add_flag("--quiet", a->quiet, "No progress or notes on stderr");
+  return {cmd, [a, command_line] { return run_reproduce(*a, command_line); }};
+}
+
+}  // namespace qkvlab::cli

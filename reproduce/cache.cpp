@@ -1,0 +1,168 @@
+// The committed training recipes and the checkpoint cache they are trained into (reproduce.hpp).
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "core/errors.hpp"
+#include "engine/json.hpp"
+#include "lm/checkpoint.hpp"
+#include "reproduce/reproduce.hpp"
+
+namespace qkvlab::reproduce {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// scripts/lm_comparisons.sh's GPT-2 runs that the figures use: name, flags on top of the tiny preset.
+struct Entry {
+  const char* name;
+  const char* flags;
+  void (*apply)(lm::RunOptions&);
+};
+
+const std::vector<Entry>& entries() {
+  static const std::vector<Entry> list = {
+      {"vanilla", "--variant vanilla", [](lm::RunOptions& o) { o.model.variant.kind = lm::VariantKind::vanilla; }},
+      {"resformer-half", "--variant resformer --alpha 0.5 --beta 0.5",
+       [](lm::RunOptions& o) {
+         o.model.variant.kind = lm::VariantKind::resformer;
+         o.model.variant.alpha = 0.5, o.model.variant.beta = 0.5;
+       }},
+      {"skipv1", "--variant skipv1 --skip-ratio 0.5",
+       [](lm::RunOptions& o) {
+         o.model.variant.kind = lm::VariantKind::skipv1;
+         o.model.variant.skip_ratio = 0.5;
+       }},
+      {"q-identity-lr", "--variant q-identity --lr 4e-3 --min-lr 4e-5",
+       [](lm::RunOptions& o) {
+         o.model.variant.kind = lm::VariantKind::q_identity;
+         o.loop.lr = 4e-3, o.loop.min_lr = 4e-5;
+       }},
+  };
+  return list;
+}
+
+}  // namespace
+
+const std::vector<std::string>& recipe_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> n;
+    for (const auto& e : entries()) n.push_back(e.name);
+    return n;
+  }();
+  return names;
+}
+
+Recipe recipe(const std::string& name, std::uint64_t seed, std::int64_t steps) {
+  for (const auto& e : entries()) {
+    if (name != e.name) continue;
+    Recipe r{e.name, e.flags, lm::find_preset("tiny").options};
+    e.apply(r.run);
+    if (steps > 0) r.run.loop.steps = steps, r.run.loop.warmup = std::max<std::int64_t>(1, steps / 20);
+    r.run.seed = seed;
+    r.run.eval_every = 100, r.run.checkpoint_every = 100000;  // as scripts/lm_comparisons.sh
+    return r;
+  }
+  throw UsageError("unknown training recipe \"" + name + "\"");
+}
+
+std::string recipe_text(const lm::RunOptions& run, const lm::TrainData& data) {
+  std::map<std::string, std::string> all = lm::to_metadata(run.model);
+  for (const auto& [key, value] : lm::run_identity(run, data))
+    if (!value.empty()) all[key] = value;  // an empty entry (no --from) is the same as an absent one
+  std::string text;
+  for (const auto& [key, value] : all) text += key + "=" + value + "\n";
+  return text;
+}
+
+std::string recipe_hash(const std::string& text) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016" PRIx64, h);
+  return buf;
+}
+
+namespace {
+
+// The recipe a finished cache entry was trained with, from its own checkpoint's record; empty when
+// the entry is not a finished run (no run.json, no checkpoint, or stopped before the last step).
+std::string recorded_recipe(const fs::path& dir) {
+  if (!fs::is_regular_file(dir / "run.json") || !lm::is_own_checkpoint(dir / "checkpoint")) return "";
+  const lm::Checkpoint ck = lm::load_checkpoint(dir / "checkpoint");
+  std::map<std::string, std::string> all = lm::to_metadata(ck.config);
+  for (const auto& [key, value] : ck.metadata)
+    if (key.rfind("run.", 0) == 0 && !value.empty()) all[key] = value;
+  const auto step = ck.metadata.find("step"), steps = ck.metadata.find("run.steps");
+  if (step == ck.metadata.end() || steps == ck.metadata.end() || step->second != steps->second) return "";
+  std::string text;
+  for (const auto& [key, value] : all) text += key + "=" + value + "\n";
+  return text;
+}
+
+results::Value from_json(const engine::Json& j) {
+  using K = engine::Json::Kind;
+  switch (j.kind) {
+    case K::number:
+      if (j.text.find_first_not_of("-0123456789") == std::string::npos) return results::Value(std::int64_t(std::stoll(j.text)));
+      return results::Value(std::strtod(j.text.c_str(), nullptr));
+    case K::string: return results::Value(j.text);
+    case K::literal: return j.text == "null" ? results::Value() : results::Value(j.text == "true");
+    case K::array: {
+      results::Value a = results::Value::array();
+      for (const auto& x : j.items) a.push(from_json(x));
+      return a;
+    }
+    case K::object: {
+      results::Value o = results::Value::object();
+      for (std::size_t i = 0; i < j.items.size(); ++i) o.set(j.keys[i], from_json(j.items[i]));
+      return o;
+    }
+  }
+  return {};
+}
+
+results::Value read_json_file(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return from_json(engine::parse_json(text.str()));
+}
+
+}  // namespace
+
+Trained train_or_reuse(const Context& c, const Recipe& r, const lm::TrainData& data) {
+  const std::string text = recipe_text(r.run, data);
+  const std::string label = r.name + "-s" + std::to_string(r.run.seed);
+  const fs::path dir = c.options.work / (label + "-" + recipe_hash(text));
+  if (fs::exists(dir) && recorded_recipe(dir) == text) {
+    if (c.note) c.note("reusing " + dir.string() + " (" + label + ", same recipe)");
+    return {dir, read_json_file(dir / "run.json"), true};
+  }
+  if (fs::exists(dir)) {
+    if (c.note) c.note("discarding " + dir.string() + ": unfinished, or made by another recipe");
+    fs::remove_all(dir);
+  }
+  if (c.note)
+    c.note("training " + label + " (tiny " + r.flags + ", " + std::to_string(r.run.loop.steps) + " steps) into " +
+           dir.string());
+  lm::RunOptions run = r.run;
+  run.out = dir;
+  run.command_line = c.options.command_line + "  [recipe: qkvlab lm train --preset tiny " + r.flags + " --seed " +
+                     std::to_string(r.run.seed) + " --steps " + std::to_string(r.run.loop.steps) + "]";
+  fs::create_directories(c.options.work);
+  const auto backend = c.backend();
+  results::Value out = lm::train_language_model(run, data, *backend, [&](const lm::Progress& p) {
+    if (!c.progress) return;
+    char extra[96];
+    std::snprintf(extra, sizeof extra, "loss %.4f", p.loss);
+    c.progress("train " + label, "step", p.step, p.steps, extra);
+  });
+  return {dir, out, false};
+}
+
+}  // namespace qkvlab::reproduce

@@ -1,0 +1,104 @@
+// `qkvlab reproduce FIGURE`: the papers' figures the toolkit can remake at small scale, one
+// call each. A figure trains what it needs with the committed recipes (the tiny GPT-2 preset of
+// scripts/lm_comparisons.sh, the same seeds), runs the analyses, probes or conversions on the
+// trained models, and writes into its output directory, all or none (core/atomic_file.hpp):
+//   FIGURE.json        the numbers (results/value.hpp: 17 significant digits), the recipes, the runs
+//   TABLE.csv          each table the figures are drawn from
+//   STEM.svg, .png     the figures (results/figure.hpp; gnuplot)
+//   README.md          the paper's figure in one paragraph, beside what was drawn here
+//
+// Trained checkpoints live in a cache directory (`work`), one entry per recipe:
+// work/LABEL-sSEED-HASH/ is an `lm train` run directory, HASH the FNV-1a hash of the recipe —
+// the model configuration (lm::to_metadata) and every setting that changes the numbers
+// (lm::run_identity: seed, batch, schedule, the training tokens' hash). An entry is reused only
+// when its checkpoint's recorded metadata equals the recipe and its run finished (run.json);
+// otherwise it is trained again from scratch. So figures share trainings, and a changed recipe
+// (other steps, data or seed) is never served a checkpoint made by another.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "engine/backend.hpp"
+#include "engine/kernel_types.hpp"
+#include "lm/train.hpp"
+#include "results/value.hpp"
+
+namespace qkvlab::reproduce {
+
+struct Options {
+  std::filesystem::path data = "data/brown";  // `qkvlab data brown`'s directory
+  std::filesystem::path work = "outputs/reproduce/work";
+  std::uint64_t seed = 1;       // of the trainings (as the committed runs) and of the choices of sequences
+  std::int64_t steps = 0;       // 0: each recipe's own; N: every training, probe and synthetic run takes N steps
+  std::int64_t sequences = 64;  // validation sequences per analysis
+  int threads = 0;              // CPU threads (0: all cores)
+  engine::Device device = engine::Device::cpu;
+  std::string command_line;
+};
+
+// Progress of the current stage: "train vanilla-s1", "step", done, total, an extra note.
+using ProgressFn = std::function<void(const std::string& stage, const std::string& unit, std::int64_t done,
+                                      std::int64_t total, const std::string& extra)>;
+// One line of news ("reusing work/vanilla-s1-…", "training …"), for stderr.
+using NoteFn = std::function<void(const std::string& line)>;
+
+// Where the backends come from: the command makes them (gpu/backend.hpp), this library uses them.
+using BackendFactory = std::function<std::unique_ptr<engine::Backend<float>>()>;
+
+struct Context {
+  Options options;
+  BackendFactory backend;
+  ProgressFn progress;
+  NoteFn note;
+};
+
+// ---- the recipes and the checkpoint cache ---------------------------------------------------------
+
+// A named training of the committed sweep (scripts/lm_comparisons.sh's name and flags).
+struct Recipe {
+  std::string name, flags;  // "vanilla", "--variant vanilla"
+  lm::RunOptions run;       // the tiny preset with the flags applied, seed and steps set
+};
+// The recipe `name` (vanilla, resformer-half, skipv1, q-identity-lr)
+// with the seed and, when steps > 0, that many steps (warmup steps/20, as `lm train --steps`).
+Recipe recipe(const std::string& name, std::uint64_t seed, std::int64_t steps);
+const std::vector<std::string>& recipe_names();
+
+// The recipe's key: "key=value" lines of its configuration and run identity (sorted), and its hash.
+std::string recipe_text(const lm::RunOptions& run, const lm::TrainData& data);
+std::string recipe_hash(const std::string& text);  // 16 hex digits
+
+struct Trained {
+  std::filesystem::path dir;  // the run directory (checkpoint/, train.csv, validation.csv, run.json)
+  results::Value run;         // its run.json
+  bool reused = false;
+};
+// The cache entry for `r`, trained now unless a finished entry with the same recipe exists.
+Trained train_or_reuse(const Context& context, const Recipe& r, const lm::TrainData& data);
+
+// ---- the figures ------------------------------------------------------------------------------------
+
+struct Figure {
+  std::string name;      // "resformer-fig1-middle"
+  std::string remakes;   // one line: what it remakes
+  std::string paper;     // one paragraph: the paper's figure
+  std::string duration;  // rough time at the default recipe on two CPU cores
+  std::vector<std::string> recipes;  // the trainings it needs
+};
+const std::vector<Figure>& figures();
+const Figure& find_figure(const std::string& name);  // UsageError naming the known figures
+
+struct Result {
+  results::Value value;                        // FIGURE.json
+  std::vector<std::filesystem::path> written;  // every file written, in order
+};
+
+// Runs figure `name` and writes its files into `out` (created), all or none.
+Result run_figure(const Context& context, const std::string& name, const std::filesystem::path& out);
+
+}  // namespace qkvlab::reproduce

@@ -1,0 +1,146 @@
+// qkvlab reproduce (reproduce/): every figure runs end to end at a few training steps and writes
+// its files; the checkpoint cache is reused when the recipe matches and never when it differs;
+// the command lists every figure of issue 13 and refuses an unknown one.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "corpus/token_file.hpp"
+#include "gpu/backend.hpp"
+#include "reproduce/reproduce.hpp"
+#include "results/figure.hpp"
+#include "tests/run_command.hpp"
+#include "tests/scratch_dir.hpp"
+
+namespace fs = std::filesystem;
+using namespace qkvlab;
+using test_support::run_command;
+using test_support::ScratchDir;
+using test_support::shell_quoted;
+
+namespace {
+
+// A corpus directory as `qkvlab data brown` lays it out, of random tokens of the tiny preset's vocabulary.
+void write_corpus(const fs::path& dir, std::uint32_t seed) {
+  fs::create_directories(dir);
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> id(0, 4095);
+  auto stream = [&](std::size_t n) {
+    std::vector<std::int32_t> t(n);
+    for (auto& x : t) x = id(rng);
+    return t;
+  };
+  const auto train = stream(20000), validation = stream(1100);
+  corpus::write_tokens_npy(dir / "train_tokens.npy", train, std::int64_t(train.size()), 0);
+  corpus::write_tokens_npy(dir / "validation_tokens.npy", validation, std::int64_t(validation.size()), 0);
+  std::ofstream(dir / "manifest.json") << "{}\n";
+}
+
+reproduce::Context quick(const fs::path& data, const fs::path& work, std::int64_t steps) {
+  reproduce::Context c;
+  c.options.data = data, c.options.work = work, c.options.steps = steps, c.options.sequences = 2;
+  c.options.threads = 2, c.options.command_line = "reproduce_test";
+  c.backend = [] { return gpu::make_backend(engine::Device::cpu, 2); };
+  return c;
+}
+
+const std::vector<std::string> kIssueFigures = {
+    "resformer-fig1-left", "resformer-fig1-middle", "resformer-fig10", "resformer-fig19", "resformer-fig12",
+    "resformer-fig18",     "resformer-fig20",       "skipv1-fig10",    "skipv1-fig12",    "skipv1-fig13",
+    "skipv1-fig14",        "skipv1-table2",         "qwe-table2",      "qwe-exp8.4",      "icl-anchor",
+    "icl-depth"};
+
+}  // namespace
+
+TEST(Reproduce, EveryFigureRunsEndToEndAndWritesItsFiles) {
+  ScratchDir dir;
+  write_corpus(dir / "data", 1);
+  const auto c = quick(dir / "data", dir / "work", 2);
+  for (const auto& f : reproduce::figures()) {
+    SCOPED_TRACE(f.name);
+    const fs::path out = dir / "out" / f.name;
+    const reproduce::Result r = reproduce::run_figure(c, f.name, out);
+    EXPECT_TRUE(fs::is_regular_file(out / (f.name + ".json")));
+    EXPECT_TRUE(fs::is_regular_file(out / "README.md"));
+    std::size_t csv = 0, png = 0;
+    for (const auto& p : r.written) {
+      EXPECT_TRUE(fs::is_regular_file(p)) << p;
+      EXPECT_GT(fs::file_size(p), 0u) << p;
+      csv += p.extension() == ".csv", png += p.extension() == ".png";
+    }
+    EXPECT_GE(csv, 1u);
+    if (results::gnuplot_available()) {
+      EXPECT_GE(png, 1u);
+    }
+    EXPECT_EQ(r.value["figure"].string(), f.name);
+    for (const auto& name : f.recipes) EXPECT_TRUE(r.value["runs"].find(name)) << name;
+  }
+  // Every training the figures share was done once: one cache entry per recipe.
+  std::size_t entries = 0;
+  for (const auto& e : fs::directory_iterator(dir / "work")) entries += e.is_directory();
+  EXPECT_EQ(entries, reproduce::recipe_names().size());
+}
+
+TEST(Reproduce, CacheIsReusedForTheSameRecipeAndNeverForAnother) {
+  ScratchDir dir;
+  write_corpus(dir / "data", 2);
+  const auto c = quick(dir / "data", dir / "work", 2);
+  const lm::TrainData data = lm::brown_data(dir / "data");
+  const auto first = reproduce::train_or_reuse(c, reproduce::recipe("vanilla", 1, 2), data);
+  EXPECT_FALSE(first.reused);
+  const auto again = reproduce::train_or_reuse(c, reproduce::recipe("vanilla", 1, 2), data);
+  EXPECT_TRUE(again.reused);
+  EXPECT_EQ(again.dir, first.dir);
+
+  // Other steps, seed or variant: another recipe, another entry, trained anew.
+  for (const auto& other : {reproduce::recipe("vanilla", 1, 3), reproduce::recipe("vanilla", 2, 2),
+                            reproduce::recipe("skipv1", 1, 2)}) {
+    const auto t = reproduce::train_or_reuse(c, other, data);
+    EXPECT_FALSE(t.reused);
+    EXPECT_NE(t.dir, first.dir);
+  }
+  // Other training tokens: the same settings, but not the same recipe.
+  write_corpus(dir / "data2", 3);
+  const auto other_data = reproduce::train_or_reuse(c, reproduce::recipe("vanilla", 1, 2), lm::brown_data(dir / "data2"));
+  EXPECT_FALSE(other_data.reused);
+
+  // Negative control: an entry sitting under the name of a recipe it was not made by (here the
+  // 2-step checkpoint copied to the 4-step recipe's name) is not reused but trained again.
+  const auto four = reproduce::recipe("vanilla", 1, 4);
+  const fs::path name = c.options.work / ("vanilla-s1-" + reproduce::recipe_hash(reproduce::recipe_text(four.run, data)));
+  fs::copy(first.dir, name, fs::copy_options::recursive);
+  const auto t = reproduce::train_or_reuse(c, four, data);
+  EXPECT_FALSE(t.reused);
+  EXPECT_EQ(t.dir, name);
+  EXPECT_EQ(t.run["training"]["steps"].number(), 4);
+  // An unfinished entry (no run.json) is not reused either.
+  fs::remove(first.dir / "run.json");
+  EXPECT_FALSE(reproduce::train_or_reuse(c, reproduce::recipe("vanilla", 1, 2), data).reused);
+}
+
+TEST(ReproduceCli, ListNamesEveryFigureOfTheIssue) {
+  const auto r = run_command(std::string(QKVLAB_BINARY) + " reproduce --list");
+  ASSERT_EQ(r.status, 0) << r.err;
+  for (const auto& name : kIssueFigures) EXPECT_NE(r.out.find(name + "\n"), std::string::npos) << name;
+  EXPECT_NE(r.out.find("time: "), std::string::npos);
+  const auto json = run_command(std::string(QKVLAB_BINARY) + " reproduce --list --format json");
+  ASSERT_EQ(json.status, 0);
+  for (const auto& name : kIssueFigures) EXPECT_NE(json.out.find("\"" + name + "\""), std::string::npos) << name;
+}
+
+TEST(ReproduceCli, RefusesAnUnknownFigureAndBadOptionsWithOneLine) {
+  ScratchDir dir;
+  for (const std::string args : {"resformer-fig99", "", "skipv1-fig12 --steps -1", "skipv1-fig12 --threads -3",
+                                 "skipv1-fig12 --device tpu"}) {
+    SCOPED_TRACE(args);
+    const auto r = run_command("cd " + shell_quoted(dir.path()) + " && " + QKVLAB_BINARY + " reproduce " + args);
+    EXPECT_EQ(r.status, 2);
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_TRUE(r.out.empty());
+  }
+  EXPECT_TRUE(fs::is_empty(dir.path()));  // nothing written, nothing trained
+  const auto r = run_command(std::string(QKVLAB_BINARY) + " reproduce resformer-fig99");
+  EXPECT_NE(r.err.find("unknown figure"), std::string::npos);
+}
