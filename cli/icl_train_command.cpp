@@ -1,8 +1,8 @@
 // `qkvlab icl train | sweep | anchor | depth`: the trained experiments 2–5 of
-// icl-skipv1.md. The models and experiments live in synthetic/icl/
+// docs/math/icl.md. The models and experiments live in synthetic/icl/
 // (linear_attention_models.hpp, train_experiment.hpp, anchor.hpp, depth.hpp);
 // this file parses options, prints tables or JSON, and writes HDF5, CSV and
-// figures. Tokens are columns in the spec; the trained models store Θ = Wᵀ
+// figures. Tokens are columns in docs/math/icl.md; the trained models store Θ = Wᵀ
 // (row convention, see linear_attention_models.hpp).
 #include "cli/commands.hpp"
 #include "cli/device_option.hpp"

@@ -61,7 +61,7 @@ int main(int argc, char** argv) {
       qkvlab::cli::add_lnorm_command(app, command_line),
       qkvlab::cli::add_transfer_command(app, command_line),
       qkvlab::cli::add_parent_command(
-          app, "icl", "In-context linear regression of the SkipV1 theorem (icl-skipv1.md)",
+          app, "icl", "In-context linear regression of the SkipV1 theorem (docs/math/icl.md)",
           "Tokens are columns: E = (x_1, y_1, ..., x_n, y_n, x_{n+1}), W* ~ N(W_0, I), y = W* x + eps.\n"
           "--w0-scale c means one thing in every icl subcommand: the prior mean W_0 = c I (icl theory: c times\n"
           "the --w0 matrix; icl lemmas: its second prior, run beside W_0 = 0).\n"

@@ -719,13 +719,13 @@ const std::vector<Registered>& registry() {
         "", {}},
        qwe_exp84},
       {{"icl-anchor", "SkipV1Former App. A, experiment 4: one-layer linear attention against one-step GD",
-        "SkipV1Former (000) App. A (icl-skipv1.md, experiment 4): a one-layer linear self-attention trained on "
+        "SkipV1Former (000) App. A (docs/math/icl.md, experiment 4): a one-layer linear self-attention trained on "
         "in-context linear regression reaches the loss of the best one-step gradient-descent predictor — the anchor "
         "of the theorem's comparison (qkvlab icl anchor at its defaults).",
         "", {}},
        icl_anchor},
       {{"icl-depth", "SkipV1Former App. A, experiment 5: held-out loss of L-layer MHA and SkipV1 linear attention",
-        "SkipV1Former (000) App. A (icl-skipv1.md, experiment 5): L-layer linear attention, MHA and SkipV1, trained on "
+        "SkipV1Former (000) App. A (docs/math/icl.md, experiment 5): L-layer linear attention, MHA and SkipV1, trained on "
         "in-context linear regression; the loss against depth, and the layerwise comparison with multi-step GD "
         "(qkvlab icl depth at its defaults).",
         "", {}},

@@ -1,4 +1,4 @@
-// The closed-form models of icl-skipv1.md, token level and reduced, templated
+// The closed-form models of docs/math/icl.md, token level and reduced, templated
 // on the scalar (the precision ladder of skipv1.reduction runs them at float,
 // double, long double and mp50). Column convention: tokens are columns.
 //

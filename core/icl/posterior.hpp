@@ -1,4 +1,4 @@
-// The in-context predictors of icl-skipv1.md and the closed forms behind the
+// The in-context predictors of docs/math/icl.md and the closed forms behind the
 // Monte Carlo estimators. Column convention: X, Y ∈ R^{d×n}, tokens are columns.
 //
 // Prior: the rows of W* are independent N(W_0 row, I_d); y_i = W* x_i + ε_i,

@@ -1,5 +1,5 @@
 // Prompts of the in-context linear-regression task behind the SkipV1 theorem
-// (icl-skipv1.md, "Data"). Column convention: tokens are columns.
+// (docs/math/icl.md, "Data"). Column convention: tokens are columns.
 //
 // W* ~ N(W_0, I_{d²}), x_i ~ N(0, I_d), ε_i ~ N(0, σ² I_d), y_i = W* x_i + ε_i
 // for i = 1 … n+1. X = (x_1 … x_n), Y = (y_1 … y_n) ∈ R^{d×n}; the query is

@@ -1,4 +1,4 @@
-// Experiment 4 of icl-skipv1.md, the external anchor: a one-layer linear
+// Experiment 4 of docs/math/icl.md, the external anchor: a one-layer linear
 // self-attention on the concatenated format (LinearAttentionStack with one
 // layer and one head; von Oswald et al. 2023, Ahn et al. 2023, Mahankali et
 // al. 2023) trained with Adam, against the best single step of gradient

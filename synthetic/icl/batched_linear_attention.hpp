@@ -3,7 +3,7 @@
 // consecutive rows (tokens), prompt b occupies rows b T … b T + T − 1.
 //
 // Within prompt b only its first `keys` rows are key/value sources (the mask
-// P = diag(I_keys, 0) of icl-skipv1.md: the query token is not a source), so,
+// P = diag(I_keys, 0) of docs/math/icl.md: the query token is not a source), so,
 // with K_b, V_b those rows and Q_b the prompt's query rows,
 //   G_b = K_bᵀ V_b                 (d_k × d_v, the linear-attention state)
 //   out_b = c Q_b G_b             (c a fixed scale)

@@ -1,4 +1,4 @@
-// Experiment 5 of icl-skipv1.md: depth. L-layer linear self-attention with
+// Experiment 5 of docs/math/icl.md: depth. L-layer linear self-attention with
 // residual on the concatenated format (LinearAttentionStack, two heads per
 // layer), MHA against SkipV1 (layers ≥ 2 take half of their heads' values from
 // the first layer's input) for L = 1, 2, …, and a layerwise probe: the

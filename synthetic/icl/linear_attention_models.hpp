@@ -1,12 +1,12 @@
-// The trained models of icl-skipv1.md (experiments 2–5) on the engine's tape.
+// The trained models of docs/math/icl.md (experiments 2–5) on the engine's tape.
 //
 // Row-vector convention (the engine's): a prompt is Eᵀ ∈ R^{T×d}, one token per
-// row, where icl-skipv1.md writes E ∈ R^{d×T} with tokens as columns. A weight
-// W of the spec (acting as W e on a column token) is stored as Θ = Wᵀ, acting
+// row, where docs/math/icl.md writes E ∈ R^{d×T} with tokens as columns. A weight
+// W of docs/math/icl.md (acting as W e on a column token) is stored as Θ = Wᵀ, acting
 // as e Θ on a row token; to_column_weight() undoes this for comparisons with
 // the column-convention models.
 //
-// 1. TwoLayerModel, the spec's two-layer two-head linear attention without
+// 1. TwoLayerModel, docs/math/icl.md's two-layer two-head linear attention without
 //    residual or normalization, P = diag(I_2n, 0) (T = 2n + 1 tokens, the query
 //    token is no key/value source), ŷ = H E_out[:, last]:
 //      head h of layer l:  Σ_{j ≤ 2n} (q_last · k_j) v_j,  q = e Θ_Q, k = e Θ_K.
@@ -15,14 +15,14 @@
 //    with A = [I_a 0] and B = [0 I_{d−a}] fixed or learned from that start, or a
 //    learned linear-attention layer TF_1 (two heads, values W_V^{1,h} E).
 //    Second layer: queries and keys from F; the value of head h is a sum of
-//    sources, each with its own d×d map (W_O folded into W_V, as the spec does):
+//    sources, each with its own d×d map (W_O folded into W_V, as docs/math/icl.md does):
 //      mha        head 1: W F,       head 2: W F
-//      skipv1     head 1: W F,       head 2: W' E          (the spec's Eq. 3)
-//      resformer  head h: W F + W' E                      (V_2 + V_1, variants.md)
-//      svformer   head h: W' E                            (V_1 only, variants.md)
+//      skipv1     head 1: W F,       head 2: W' E          (Eq. 3, docs/math/icl.md)
+//      resformer  head h: W F + W' E                      (V_2 + V_1, docs/math/lm.md)
+//      svformer   head h: W' E                            (V_1 only, docs/math/lm.md)
 //    The E-source is layer 1's value V_1 = W_V^{1,h} E seen through the head's
 //    free output map: W_O^{2,h} W_V^{1,h} is again a free d×d map, so V_1's tie
-//    to layer 1 disappears once W_O is folded (as it does in the spec's SkipV1).
+//    to layer 1 disappears once W_O is folded (as it does in docs/math/icl.md's SkipV1).
 // 2. LinearAttentionStack, L layers of linear self-attention with residual on
 //    the concatenated format (tokens z_i = [x_i; y_i] ∈ R^{2d}, query
 //    [x_{n+1}; 0]; T = n + 1, keys the first n tokens), scale 1/n:
@@ -133,10 +133,10 @@ struct LinearAttentionStack {
 LinearAttentionStack make_stack(const StackConfig& config, Rng& rng);
 void validate(const StackConfig& config);  // throws UsageError
 
-// Σ_b ‖ŷ_b − y_b‖² / B: the spec's E‖ŷ − y_{n+1}‖² on a batch (d times the engine's mse_loss).
+// Σ_b ‖ŷ_b − y_b‖² / B: docs/math/icl.md's E‖ŷ − y_{n+1}‖² on a batch (d times the engine's mse_loss).
 engine::Var<double> squared_error_loss(engine::Var<double> prediction, const MatD& target);
 
-// The spec's column-convention weight W from a stored Θ = Wᵀ.
+// docs/math/icl.md's column-convention weight W from a stored Θ = Wᵀ.
 inline MatD to_column_weight(const MatD& theta) { return theta.transpose(); }
 
 }  // namespace qkvlab::icl

@@ -1,4 +1,4 @@
-// The closed-form quantities of the SkipV1 theorem (icl-skipv1.md, Appendix A
+// The closed-form quantities of the SkipV1 theorem (docs/math/icl.md, Appendix A
 // of seed 000) by Monte Carlo over prompts, each with its standard error.
 // Column convention: tokens are columns; B_D = Y Xᵀ.
 //

@@ -1,4 +1,4 @@
-// Training and evaluation shared by the trained experiments of icl-skipv1.md
+// Training and evaluation shared by the trained experiments of docs/math/icl.md
 // (icl train, sweep, anchor, depth): Adam on fresh batches with linear warmup
 // and cosine decay, gradient clipping by global norm, and the held-out loss
 // E‖ŷ − y_{n+1}‖² estimated on a large independent sample with its standard

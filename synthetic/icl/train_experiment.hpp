@@ -1,4 +1,4 @@
-// Experiments 2 and 3 of icl-skipv1.md and the sweep: the two-layer models of
+// Experiments 2 and 3 of docs/math/icl.md and the sweep: the two-layer models of
 // linear_attention_models.hpp trained with Adam on fresh batches, several
 // restarts, against the bounds of theory.hpp.
 //
@@ -14,7 +14,7 @@
 // for every predictor.
 //
 // Decoder accounting of this setting (two layers, two heads of width d,
-// variants.md's counting; per token, all layers, cross-layer reuse once):
+// docs/math/lm.md's counting; per token, all layers, cross-layer reuse once):
 //   keys: 2 d per attention layer; values: 2 d in layer 1 (learned first layer);
 //   layer 2 values: mha 2 d, skipv1 d (head 2 reuses V_1's head 2), resformer
 //   2 d (V_1 is already cached), svformer 0. With Assumption 1 the first layer
