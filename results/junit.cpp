@@ -8,6 +8,7 @@
 
 #include "core/atomic_file.hpp"
 #include "results/report.hpp"
+#include "results/table_grid.hpp"
 
 namespace qkvlab::results {
 namespace {
@@ -30,13 +31,6 @@ std::string xml(std::string_view s) {
     }
   }
   return out;
-}
-
-std::string number(std::optional<double> x) {
-  if (!x) return "-";
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2e", *x);
-  return buf;
 }
 
 struct Suite {
@@ -63,12 +57,12 @@ std::map<std::string, Suite> suites_by_claim(const Report& report) {
 }
 
 std::string check_failure(const CheckRecord& c) {
-  std::string message = "rel_err=" + number(c.rel_err) + " kappa=" + number(c.kappa) +
-                        " normalized_err=" + number(c.normalized_err) + " budget=" + number(c.budget) +
+  std::string message = "rel_err=" + format_number(c.rel_err) + " kappa=" + format_number(c.kappa) +
+                        " normalized_err=" + format_number(c.normalized_err) + " budget=" + format_number(c.budget) +
                         " status=" + c.status;
   if (c.statistic) {
     message +=
-        " statistic=" + number(c.statistic) + " expected=" + number(c.expected) + " std_err=" + number(c.std_err);
+        " statistic=" + format_number(c.statistic) + " expected=" + format_number(c.expected) + " std_err=" + format_number(c.std_err);
   }
   return message;
 }
@@ -96,7 +90,7 @@ void write_suite(std::ostream& out, const std::string& id, const Suite& suite) {
                c->note, error);
   }
   for (const ControlRecord* c : suite.controls) {
-    const std::string failure = c->failed_as_expected ? "" : "control did not fail: rel_err=" + number(c->rel_err);
+    const std::string failure = c->failed_as_expected ? "" : "control did not fail: rel_err=" + format_number(c->rel_err);
     write_case(out, id + ".controls", c->name + ": " + c->config + " [" + c->precision + "]", failure, c->note);
   }
   out << "  </testsuite>\n";
