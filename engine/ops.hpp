@@ -6,7 +6,6 @@
 #include "engine/ops/arithmetic.hpp"
 #include "engine/ops/attention.hpp"
 #include "engine/ops/blocks.hpp"
-#include "engine/ops/linear_attention.hpp"
 #include "engine/ops/loss.hpp"
 #include "engine/ops/matmul.hpp"
 #include "engine/ops/norm.hpp"

@@ -116,15 +116,6 @@ TEST(EngineGrad, MultiHeadAttentionBothMasks) {
   }
 }
 
-TEST(EngineGrad, LinearAttentionBothMasks) {
-  for (Mask mask : {Mask::causal, Mask::bidirectional}) {
-    const double err = gradcheck_rel_err(
-        [mask](Tape<double>&, const Vars& x) { return linear_attention(x[0], x[1], x[2], mask); },
-        {draw(5, 3, 1), draw(5, 3, 2), draw(5, 4, 3)});
-    EXPECT_LT(err, grad_tolerance) << (mask == Mask::causal ? "causal" : "bidirectional");
-  }
-}
-
 TEST(EngineGrad, LayerNormWithGain) {
   const double err = gradcheck_rel_err([](Tape<double>&, const Vars& x) { return layer_norm(x[0], x[1]); },
                                        {draw(4, 6, 1), draw(1, 6, 2)});
@@ -250,18 +241,6 @@ TEST(EngineForward, CausalAttentionWeightsAreLowerTriangularRowStochastic) {
     for (Eigen::Index j = i + 1; j < 5; ++j) EXPECT_EQ(A(i, j), 0.0);
   }
   EXPECT_EQ(A(0, 0), 1.0);
-}
-
-TEST(EngineForward, LinearAttentionIsCausalSum) {
-  const MatD Q = draw(4, 3, 1), K = draw(4, 3, 2), V = draw(4, 2, 3);
-  Tape<double> tape;
-  const MatD got =
-      linear_attention(tape.constant(Q), tape.constant(K), tape.constant(V), Mask::causal).value();
-  for (Eigen::Index i = 0; i < 4; ++i) {
-    Eigen::RowVectorXd want = Eigen::RowVectorXd::Zero(2);
-    for (Eigen::Index j = 0; j <= i; ++j) want += Q.row(i).dot(K.row(j)) * V.row(j);
-    EXPECT_LT((got.row(i) - want).norm(), 1e-14);
-  }
 }
 
 TEST(EngineForward, NormsMatchTheirDefinitions) {

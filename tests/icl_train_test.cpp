@@ -1,15 +1,14 @@
 // The trained models and experiments of docs/math/icl.md (experiments 2–5):
-// the batched linear-attention operation against the engine's, gradients by
-// central differences, forward equality with the column-convention models of
-// core/icl/models.hpp, the structural facts the estimators rely on
+// engine/linear_attention.hpp against the scores-first formula and central
+// differences, every model's gradient (per tensor) against central differences
+// in double, forward equality with the column-convention models of
+// core/icl/models.hpp and, for the stack, with the direct formula, the structural facts the estimators rely on
 // (linearity in x_{n+1}) or the report states (parity in Y), the closed-form
 // one-step GD loss against Monte Carlo, training, determinism, and the CLI.
 // Every check has a negative control that must fail by a wide margin.
-#include "engine/gradcheck.hpp"
-#include "engine/ops.hpp"
-#include "engine/optim.hpp"
+#include "engine/cpu_backend.hpp"
+#include "engine/linear_attention.hpp"
 #include "synthetic/icl/anchor.hpp"
-#include "synthetic/icl/batched_linear_attention.hpp"
 #include "synthetic/icl/depth.hpp"
 #include "synthetic/icl/linear_attention_models.hpp"
 #include "core/icl/models.hpp"
@@ -26,6 +25,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 
@@ -33,8 +33,6 @@ namespace {
 
 using namespace qkvlab;
 using namespace qkvlab::icl;
-using engine::Tape;
-using engine::Var;
 
 double rel(const MatD& a, const MatD& b) { return (a - b).norm() / a.norm(); }
 
@@ -45,146 +43,227 @@ std::vector<Prompt> prompts(const Task& task, int count, std::uint64_t stream) {
   return p;
 }
 
-// ---------------------------------------------------------------- the batched operation
+// ---------------------------------------------------------------- the linear-attention operation
 
-TEST(IclBatchedAttention, MatchesEngineLinearAttentionPerPrompt) {
+using RowMatD = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+// Host matrices in and out of the backend (row-major).
+engine::Buffer<double> on_backend(engine::Backend<double>& be, const MatD& M) {
+  const RowMatD rows = M;
+  engine::Buffer<double> b(be, std::size_t(rows.size()));
+  b.upload(rows.data(), std::size_t(rows.size()));
+  return b;
+}
+MatD from_backend(const engine::Buffer<double>& b, Eigen::Index rows, Eigen::Index cols) {
+  RowMatD M(rows, cols);
+  b.download(M.data(), std::size_t(M.size()));
+  return M;
+}
+
+struct AttentionCase {
+  Eigen::Index B = 3, T = 5, keys = 4, dk = 3, dv = 2;
+  bool last = false;
+  double c = 0.5;
+  Eigen::Index q_rows() const { return last ? 1 : T; }
+  engine::LinearAttentionShape shape() const {
+    return {int(B), int(T), int(keys), int(q_rows()), int(dk), int(dv)};
+  }
+};
+
+// O = c Q_b (K_bᵀ V_b) through engine/linear_attention.hpp, Q holding q_rows rows per prompt.
+MatD attention_on_backend(engine::Backend<double>& be, const AttentionCase& s, const MatD& Q, const MatD& K,
+                          const MatD& V) {
+  auto q = on_backend(be, Q), k = on_backend(be, K), v = on_backend(be, V);
+  engine::Buffer<double> G(be, std::size_t(s.B * s.dk * s.dv)), O(be, std::size_t(s.B * s.q_rows() * s.dv));
+  engine::linear_attention_forward<double>(be, s.shape(), s.c, {q.data(), int(s.dk)}, {k.data(), int(s.dk)},
+                                           {v.data(), int(s.dv)}, G.data(), {O.data(), int(s.dv)});
+  return from_backend(O, s.B * s.q_rows(), s.dv);
+}
+
+// The query rows of every prompt (all rows, or the last of each block of T).
+MatD query_rows(const MatD& X, const AttentionCase& s) {
+  if (!s.last) return X;
+  MatD out(s.B, X.cols());
+  for (Eigen::Index b = 0; b < s.B; ++b) out.row(b) = X.row(b * s.T + s.T - 1);
+  return out;
+}
+
+TEST(IclLinearAttention, MatchesTheScoresOrderPerPrompt) {
+  engine::CpuBackend<double> be(2);
   Rng rng(1, "batched");
-  const Eigen::Index B = 3, T = 5, keys = 4, dk = 3, dv = 2;
-  const MatD Q = rng.gaussian(B * T, dk), K = rng.gaussian(B * T, dk), V = rng.gaussian(B * T, dv);
-  for (Queries queries : {Queries::all_queries, Queries::last_query}) {
-    Tape<double> tape;
-    const MatD out = batched_linear_attention(tape.constant(Q), tape.constant(K), tape.constant(V), T, keys, queries,
-                                              0.5).value();
-    const Eigen::Index q_rows = queries == Queries::all_queries ? T : 1;
-    for (Eigen::Index b = 0; b < B; ++b) {
-      const auto reference = [&](Eigen::Index k) {
-        Tape<double> t;
-        return MatD(engine::scale(engine::linear_attention(t.constant(Q.middleRows(b * T + T - q_rows, q_rows)),
-                                                           t.constant(K.middleRows(b * T, k)),
-                                                           t.constant(V.middleRows(b * T, k)),
-                                                           engine::Mask::bidirectional),
-                                  0.5)
-                        .value());
+  for (bool last : {false, true}) {
+    AttentionCase s;
+    s.last = last;
+    const MatD K = rng.gaussian(s.B * s.T, s.dk), V = rng.gaussian(s.B * s.T, s.dv);
+    const MatD Q = query_rows(rng.gaussian(s.B * s.T, s.dk), s);
+    const MatD out = attention_on_backend(be, s, Q, K, V);
+    for (Eigen::Index b = 0; b < s.B; ++b) {
+      // c (Q_b K_bᵀ) V_b, scores first, over the first `keys` rows (or, as a control, all T).
+      const auto reference = [&](Eigen::Index keys) {
+        const MatD scores = Q.middleRows(b * s.q_rows(), s.q_rows()) * K.middleRows(b * s.T, keys).transpose();
+        return MatD(s.c * scores * V.middleRows(b * s.T, keys));
       };
-      const MatD mine = out.middleRows(b * q_rows, q_rows);
-      EXPECT_LT(rel(reference(keys), mine), 1e-14);
-      EXPECT_GT(rel(reference(T), mine), 1e-2);  // control: the query token as a key/value source
+      const MatD mine = out.middleRows(b * s.q_rows(), s.q_rows());
+      EXPECT_LT(rel(reference(s.keys), mine), 1e-14);
+      EXPECT_GT(rel(reference(s.T), mine), 1e-2);  // control: the query token as a key/value source
     }
   }
 }
 
-TEST(IclBatchedAttention, GradientsByGradcheck) {
+// φ = Σ R ⊙ O against central differences in every entry of Q, K and V;
+// drop_dk: the backward given a scratch for dK instead (a wrong backward).
+double attention_gradient_error(const AttentionCase& s, bool drop_dk) {
+  engine::CpuBackend<double> be(1);
   Rng rng(2, "gradcheck");
-  const Eigen::Index T = 4;
-  const std::vector<MatD> inputs{rng.gaussian(2 * T, 3), rng.gaussian(2 * T, 3), rng.gaussian(2 * T, 2)};
-  for (Queries queries : {Queries::all_queries, Queries::last_query}) {
-    const double err = engine::gradcheck_rel_err(
-        [&](Tape<double>&, const std::vector<Var<double>>& x) {
-          return batched_linear_attention(x[0], x[1], x[2], T, T - 1, queries, 0.7);
-        },
-        inputs);
-    EXPECT_LT(err, 1e-7);
+  std::vector<MatD> x{query_rows(rng.gaussian(s.B * s.T, s.dk), s), rng.gaussian(s.B * s.T, s.dk),
+                      rng.gaussian(s.B * s.T, s.dv)};
+  const MatD R = rng.gaussian(s.B * s.q_rows(), s.dv);
+  const auto phi = [&] { return (R.array() * attention_on_backend(be, s, x[0], x[1], x[2]).array()).sum(); };
+  auto q = on_backend(be, x[0]), k = on_backend(be, x[1]), v = on_backend(be, x[2]), dO = on_backend(be, R);
+  engine::Buffer<double> G(be, std::size_t(s.B * s.dk * s.dv)), O(be, std::size_t(s.B * s.q_rows() * s.dv)),
+      dG(be, G.size()), scratch(be, k.size());
+  std::vector<engine::Buffer<double>> grads;
+  for (const auto& b : {&q, &k, &v}) grads.emplace_back(be, b->size());
+  const int dk = int(s.dk), dv = int(s.dv);
+  engine::linear_attention_forward<double>(be, s.shape(), s.c, {q.data(), dk}, {k.data(), dk}, {v.data(), dv},
+                                           G.data(), {O.data(), dv});
+  engine::linear_attention_backward<double>(be, s.shape(), s.c, {q.data(), dk}, {k.data(), dk}, {v.data(), dv},
+                                            G.data(), {dO.data(), dv}, {grads[0].data(), dk},
+                                            {(drop_dk ? scratch : grads[1]).data(), dk}, {grads[2].data(), dv},
+                                            dG.data());
+  double num = 0, den = 0;
+  const double h = 1e-5;
+  for (std::size_t t = 0; t < x.size(); ++t) {
+    const MatD analytic = from_backend(grads[t], x[t].rows(), x[t].cols());
+    for (Eigen::Index i = 0; i < x[t].size(); ++i) {
+      const double keep = x[t](i);
+      x[t](i) = keep + h;
+      const double up = phi();
+      x[t](i) = keep - h;
+      const double down = phi();
+      x[t](i) = keep;
+      const double fd = (up - down) / (2 * h);
+      num += (fd - analytic(i)) * (fd - analytic(i)), den += fd * fd;
+    }
   }
-  // The query rows of every prompt, gathered (last_token_rows), after the attention.
-  EXPECT_LT(engine::gradcheck_rel_err(
-                [&](Tape<double>&, const std::vector<Var<double>>& x) {
-                  return last_token_rows(batched_linear_attention(x[0], x[1], x[2], T, T - 1, Queries::all_queries), T);
-                },
-                inputs),
-            1e-7);
-  // Control: the same forward with the key gradient left out (K enters as a constant).
-  const double control = engine::gradcheck_rel_err(
-      [&](Tape<double>& tape, const std::vector<Var<double>>& x) {
-        return batched_linear_attention(x[0], tape.constant(x[1].value()), x[2], T, T - 1, Queries::all_queries);
-      },
-      inputs);
-  EXPECT_GT(control, 1e-2);
+  return std::sqrt(num / den);
+}
+
+TEST(IclLinearAttention, GradientsMatchFiniteDifferences) {
+  for (bool last : {false, true}) {
+    AttentionCase s;
+    s.last = last, s.B = 2, s.T = 4, s.keys = 3, s.c = 0.7;
+    EXPECT_LT(attention_gradient_error(s, false), 1e-8) << (last ? "last query" : "all queries");
+    EXPECT_GT(attention_gradient_error(s, true), 1e-2);  // control: the key gradient left out
+  }
 }
 
 // ---------------------------------------------------------------- models: gradients
 
-// Central differences of the loss in every parameter entry against the tape.
-double parameter_gradcheck(ParameterSet& params, const std::function<Var<double>(Tape<double>&)>& loss) {
-  auto list = params.list();
-  engine::zero_grad(list);
-  {
-    Tape<double> tape;
-    tape.backward(loss(tape));
-  }
-  double num = 0, den = 0;
+// ‖g_fd − g‖ / ‖g_fd‖ for each parameter tensor, g_fd the central differences
+// of model.loss(batch) in each of its entries and g the given analytic gradient
+// (the flat array of the model's ParameterSet).
+template <class Model, class Batch>
+std::map<std::string, double> tensor_errors(Model& m, const Batch& batch, const std::vector<double>& analytic) {
+  auto& params = m.params();
+  std::vector<double> values = params.values.to_host();
+  std::map<std::string, double> errors;
   const double h = 1e-5;
-  for (auto* p : list)
-    for (Eigen::Index i = 0; i < p->value.size(); ++i) {
-      const double keep = p->value(i);
-      p->value(i) = keep + h;
-      Tape<double> t1;
-      const double up = loss(t1).value()(0, 0);
-      p->value(i) = keep - h;
-      Tape<double> t2;
-      const double down = loss(t2).value()(0, 0);
-      p->value(i) = keep;
+  for (const auto& spec : params.layout.specs()) {
+    double num = 0, den = 0;
+    for (std::size_t i = spec.offset; i < spec.offset + spec.size(); ++i) {
+      const double keep = values[i];
+      values[i] = keep + h;
+      params.values.upload(values);
+      const double up = m.loss(batch);
+      values[i] = keep - h;
+      params.values.upload(values);
+      const double down = m.loss(batch);
+      values[i] = keep;
       const double fd = (up - down) / (2 * h);
-      num += (fd - p->grad(i)) * (fd - p->grad(i)), den += fd * fd;
+      num += (fd - analytic[i]) * (fd - analytic[i]), den += fd * fd;
     }
-  return std::sqrt(num / den);
+    params.values.upload(values);
+    errors[spec.name] = std::sqrt(num / den);
+  }
+  return errors;
+}
+
+template <class Model, class Batch>
+std::vector<double> analytic_gradient(Model& m, const Batch& batch) {
+  auto& params = m.params();
+  m.backend().fill(params.grads.size(), 0.0, params.grads.data());
+  m.add_gradient(batch);
+  return params.grads.to_host();
+}
+
+double largest(const std::map<std::string, double>& errors) {
+  double worst = 0;
+  for (const auto& [name, e] : errors) worst = std::max(worst, e);
+  return worst;
+}
+
+// The gradient of every tensor within 1e-7 of central differences; controls:
+// each tensor's gradient off by 1e-3 relative (a perturbed backward) is caught,
+// and so is the gradient of another batch.
+template <class Model, class Batch>
+void expect_gradient_matches(Model& m, const Batch& batch, const Batch& other, const std::string& what) {
+  const std::vector<double> analytic = analytic_gradient(m, batch);
+  EXPECT_LT(largest(tensor_errors(m, batch, analytic)), 1e-7) << what;
+  for (const auto& spec : m.params().layout.specs()) {
+    std::vector<double> perturbed = analytic;
+    for (std::size_t i = spec.offset; i < spec.offset + spec.size(); ++i) perturbed[i] *= 1 + 1e-3;
+    EXPECT_GT(tensor_errors(m, batch, perturbed)[spec.name], 5e-4) << what << " " << spec.name;
+  }
+  EXPECT_GT(largest(tensor_errors(m, batch, analytic_gradient(m, other))), 1e-2) << what;
 }
 
 TEST(IclModels, TwoLayerGradientsMatchFiniteDifferences) {
+  engine::CpuBackend<double> be(2);
   const Task task{3, 3, 0.5, {}};
   const TokenBatch batch = make_token_batch(prompts(task, 3, 1)), other = make_token_batch(prompts(task, 3, 2));
   for (FirstLayer first : {FirstLayer::copying_fixed, FirstLayer::copying_learned, FirstLayer::attention})
     for (Variant v : {Variant::mha, Variant::skipv1, Variant::resformer, Variant::svformer}) {
       Rng rng(3, variant_name(v) + first_layer_name(first));
-      TwoLayerModel m = make_two_layer_model({v, first, 3, 3, 2}, rng);
-      const double err = parameter_gradcheck(
-          m.params, [&](Tape<double>& t) { return squared_error_loss(m.predict(t, batch), batch.target); });
-      EXPECT_LT(err, 1e-6) << variant_name(v) << " " << first_layer_name(first);
-      // Control: the tape's gradient on one batch against differences on another.
-      auto list = m.params.list();
-      engine::zero_grad(list);
-      {
-        Tape<double> t;
-        t.backward(squared_error_loss(m.predict(t, batch), batch.target));
-      }
-      MatD g0 = list.front()->grad;
-      engine::zero_grad(list);
-      {
-        Tape<double> t;
-        t.backward(squared_error_loss(m.predict(t, other), other.target));
-      }
-      EXPECT_GT(rel(g0, list.front()->grad), 1e-2);
+      TwoLayerModel m(be, {v, first, 3, 3, 2}, rng);
+      if (first == FirstLayer::copying_learned)  // move A, B away from the coordinate start
+        for (const char* name : {"A", "B"})
+          set_weight(m.params(), name, weight(m.params(), name) + rng.gaussian(3, weight(m.params(), name).cols(), 0.3));
+      expect_gradient_matches(m, batch, other, variant_name(v) + " " + first_layer_name(first));
     }
 }
 
 TEST(IclModels, StackGradientsMatchFiniteDifferences) {
+  engine::CpuBackend<double> be(2);
   const Task task{2, 4, 0.5, {}};
-  const ConcatBatch batch = make_concat_batch(prompts(task, 3, 3));
-  for (bool skip : {false, true}) {
-    Rng rng(4, skip ? "skip" : "mha");
-    LinearAttentionStack m = make_stack({2, 4, 2, 2, skip}, rng);
-    const double err = parameter_gradcheck(
-        m.params, [&](Tape<double>& t) { return squared_error_loss(m.predict(t, batch), batch.target); });
-    EXPECT_LT(err, 1e-6);
+  const ConcatBatch batch = make_concat_batch(prompts(task, 3, 3)), other = make_concat_batch(prompts(task, 3, 4));
+  for (const StackConfig& c : {StackConfig{2, 4, 1, 1, false}, StackConfig{2, 4, 3, 2, false},
+                               StackConfig{2, 4, 3, 2, true}}) {
+    Rng rng(4, c.skipv1 ? "skip" : "mha");
+    LinearAttentionStack m(be, c, rng);
+    expect_gradient_matches(m, batch, other,
+                            "L=" + std::to_string(c.layers) + (c.skipv1 ? " skipv1" : " mha"));
   }
 }
 
-// ---------------------------------------------------------------- models: forward against models.hpp
+// ---------------------------------------------------------------- models: forward against direct formulas
 
 LayerTwo<double> layer_two_of(const TwoLayerModel& m) {
   LayerTwo<double> w;
   for (int h = 1; h <= 2; ++h) {
     const std::string p = "l2.h" + std::to_string(h) + ".";
     auto& head = w.heads[std::size_t(h - 1)];
-    head.W_Q = to_column_weight(m.params.at(p + "WQ").value);
-    head.W_K = to_column_weight(m.params.at(p + "WK").value);
-    const bool from_E = m.config.variant == Variant::skipv1 && h == 2;
-    head.W_V = to_column_weight(m.params.at(p + (from_E ? "WV_E" : "WV_F")).value);
+    head.W_Q = to_column_weight(weight(m.params(), p + "WQ"));
+    head.W_K = to_column_weight(weight(m.params(), p + "WK"));
+    const bool from_E = m.config().variant == Variant::skipv1 && h == 2;
+    head.W_V = to_column_weight(weight(m.params(), p + (from_E ? "WV_E" : "WV_F")));
   }
-  w.H = to_column_weight(m.params.at("H").value);
+  w.H = to_column_weight(weight(m.params(), "H"));
   return w;
 }
 
 TEST(IclModels, ForwardEqualsColumnConventionModels) {
+  engine::CpuBackend<double> be(2);
   const int d = 3, n = 4;
   const Task task{d, n, 0.5, {}};
   const auto ps = prompts(task, 4, 5);
@@ -193,19 +272,20 @@ TEST(IclModels, ForwardEqualsColumnConventionModels) {
     for (int a : {1, 2, 3})  // a = 0: the query token is 0 and every prediction is 0
       for (Variant v : {Variant::mha, Variant::skipv1}) {
         Rng rng(6, variant_name(v) + std::to_string(a) + first_layer_name(first));
-        TwoLayerModel m = make_two_layer_model({v, first, d, n, a}, rng);
+        TwoLayerModel m(be, {v, first, d, n, a}, rng);
         if (first == FirstLayer::copying_learned)  // move A, B away from the coordinate start
-          for (const char* name : {"A", "B"}) m.params.at(name).value += rng.gaussian(d, m.params.at(name).value.cols(), 0.3);
-        Tape<double> tape;
-        const MatD mine = m.predict(tape, batch).value();
+          for (const char* name : {"A", "B"})
+            if (m.params().layout.find(name))
+              set_weight(m.params(), name, weight(m.params(), name) + rng.gaussian(d, weight(m.params(), name).cols(), 0.3));
+        const MatD mine = m.predict(batch);
         const LayerTwo<double> w = layer_two_of(m);
         std::array<HeadWeights<double>, 2> first_heads;
         if (first == FirstLayer::attention)
           for (int h = 0; h < 2; ++h) {
             const std::string p = "l1.h" + std::to_string(h + 1) + ".";
-            first_heads[std::size_t(h)] = {to_column_weight(m.params.at(p + "WQ").value),
-                                           to_column_weight(m.params.at(p + "WK").value),
-                                           to_column_weight(m.params.at(p + "WV").value)};
+            first_heads[std::size_t(h)] = {to_column_weight(weight(m.params(), p + "WQ")),
+                                           to_column_weight(weight(m.params(), p + "WK")),
+                                           to_column_weight(weight(m.params(), p + "WV"))};
           }
         const auto column_model = [&](Architecture arch) {
           MatD out(Eigen::Index(ps.size()), d);
@@ -231,6 +311,46 @@ TEST(IclModels, ForwardEqualsColumnConventionModels) {
       }
 }
 
+// The stack's layer-by-layer query states against the scores-first formula per
+// prompt: Z_l = Z_{l−1} + Σ_h (1/n) (Z Θ_Q)(Z_keys Θ_K)ᵀ (Z'_keys Θ_V).
+std::vector<MatD> stack_states_directly(const LinearAttentionStack& m, const ConcatBatch& batch, bool skip_as_mha) {
+  const StackConfig& c = m.config();
+  const Eigen::Index T = c.n + 1, B = batch.prompts();
+  std::vector<MatD> states(std::size_t(c.layers), MatD(B, 2 * c.d));
+  for (Eigen::Index b = 0; b < B; ++b) {
+    const MatD Z0 = batch.Z.middleRows(b * T, T);
+    MatD Z = Z0;
+    for (int l = 1; l <= c.layers; ++l) {
+      MatD next = Z;
+      for (int h = 1; h <= c.heads; ++h) {
+        const std::string p = "l" + std::to_string(l) + ".h" + std::to_string(h) + ".";
+        const bool from_first = c.skipv1 && !skip_as_mha && l >= 2 && h > c.heads / 2;
+        const MatD V = (from_first ? Z0 : Z).topRows(c.n) * weight(m.params(), p + "WV");
+        const MatD scores = (Z * weight(m.params(), p + "WQ")) * (Z.topRows(c.n) * weight(m.params(), p + "WK")).transpose();
+        next += scores * V / c.n;
+      }
+      Z = next;
+      states[std::size_t(l - 1)].row(b) = Z.row(T - 1);
+    }
+  }
+  return states;
+}
+
+TEST(IclModels, StackForwardEqualsTheDirectFormula) {
+  engine::CpuBackend<double> be(2);
+  const Task task{2, 5, 0.5, {}};
+  const ConcatBatch batch = make_concat_batch(prompts(task, 4, 14));
+  for (bool skip : {false, true}) {
+    Rng rng(15, skip ? "skip" : "mha");
+    LinearAttentionStack m(be, {2, 5, 3, 2, skip}, rng);
+    const std::vector<MatD> mine = m.query_states(batch), direct = stack_states_directly(m, batch, false);
+    for (std::size_t l = 0; l < mine.size(); ++l) EXPECT_LT(rel(direct[l], mine[l]), 1e-13) << "layer " << l + 1;
+    EXPECT_LT(rel(direct.back().rightCols(2), m.predict(batch)), 1e-13);
+    if (skip)  // control: SkipV1's heads reading Z_{l−1} instead of Z_0
+      EXPECT_GT(rel(stack_states_directly(m, batch, true).back(), mine.back()), 1e-3);
+  }
+}
+
 // ---------------------------------------------------------------- structure
 
 std::vector<Prompt> with_query(std::vector<Prompt> ps, const std::function<VecD(const Prompt&)>& x) {
@@ -240,17 +360,15 @@ std::vector<Prompt> with_query(std::vector<Prompt> ps, const std::function<VecD(
 
 // Every model is linear in x_{n+1} (held_out_loss relies on it).
 TEST(IclModels, PredictionsAreLinearInTheQuery) {
+  engine::CpuBackend<double> be(2);
   const Task task{3, 4, 0.5, {}};
   const auto ps = prompts(task, 3, 8);
   Rng rng(9, "queries");
   const MatD u = rng.gaussian(3, 3), w = rng.gaussian(3, 3);
   for (FirstLayer first : {FirstLayer::copying_fixed, FirstLayer::attention})
     for (Variant v : {Variant::mha, Variant::skipv1, Variant::resformer, Variant::svformer}) {
-      TwoLayerModel m = make_two_layer_model({v, first, 3, 4, 2}, rng);
-      const auto predict = [&](const std::vector<Prompt>& p) {
-        Tape<double> t;
-        return MatD(m.predict(t, make_token_batch(p)).value());
-      };
+      TwoLayerModel m(be, {v, first, 3, 4, 2}, rng);
+      const auto predict = [&](const std::vector<Prompt>& p) { return m.predict(make_token_batch(p)); };
       std::size_t i = 0;
       const MatD a = predict(with_query(ps, [&](const Prompt&) { return VecD(u.col(Eigen::Index(i++ % 3))); }));
       i = 0;
@@ -263,11 +381,8 @@ TEST(IclModels, PredictionsAreLinearInTheQuery) {
       EXPECT_LT(rel(ab, a + 2 * b), 1e-12);
       EXPECT_GT(rel(ab, a + b), 1e-2);  // control
     }
-  LinearAttentionStack s = make_stack({3, 4, 3, 2, true}, rng);
-  const auto predict = [&](const std::vector<Prompt>& p) {
-    Tape<double> t;
-    return MatD(s.predict(t, make_concat_batch(p)).value());
-  };
+  LinearAttentionStack s(be, {3, 4, 3, 2, true}, rng);
+  const auto predict = [&](const std::vector<Prompt>& p) { return s.predict(make_concat_batch(p)); };
   const MatD a = predict(with_query(ps, [&](const Prompt&) { return VecD(u.col(0)); }));
   const MatD b = predict(with_query(ps, [&](const Prompt&) { return VecD(w.col(0)); }));
   const MatD ab = predict(with_query(ps, [&](const Prompt&) { return VecD(u.col(0) + 2 * w.col(0)); }));
@@ -278,19 +393,18 @@ TEST(IclModels, PredictionsAreLinearInTheQuery) {
 // layer-2 Gram pairs a token with itself, so ŷ is even in Y: at W_0 = 0 no model
 // can beat the zero predictor. With the copying layer SkipV1 is not even (control).
 TEST(IclModels, LearnedFirstLayerGivesPredictionsEvenInY) {
+  engine::CpuBackend<double> be(2);
   const Task task{3, 4, 0.5, {}};
   const auto ps = prompts(task, 4, 10);
   auto flipped = ps;
   for (auto& p : flipped) p.Y = -p.Y;
   Rng rng(11, "parity");
   for (Variant v : {Variant::mha, Variant::skipv1, Variant::resformer, Variant::svformer}) {
-    TwoLayerModel m = make_two_layer_model({v, FirstLayer::attention, 3, 4, 3}, rng);
-    Tape<double> t1, t2;
-    EXPECT_LT(rel(m.predict(t1, make_token_batch(ps)).value(), m.predict(t2, make_token_batch(flipped)).value()), 1e-12);
+    TwoLayerModel m(be, {v, FirstLayer::attention, 3, 4, 3}, rng);
+    EXPECT_LT(rel(m.predict(make_token_batch(ps)), m.predict(make_token_batch(flipped))), 1e-12);
   }
-  TwoLayerModel m = make_two_layer_model({Variant::skipv1, FirstLayer::copying_fixed, 3, 4, 3}, rng);
-  Tape<double> t1, t2;
-  EXPECT_GT(rel(m.predict(t1, make_token_batch(ps)).value(), m.predict(t2, make_token_batch(flipped)).value()), 1e-2);
+  TwoLayerModel m(be, {Variant::skipv1, FirstLayer::copying_fixed, 3, 4, 3}, rng);
+  EXPECT_GT(rel(m.predict(make_token_batch(ps)), m.predict(make_token_batch(flipped))), 1e-2);
 }
 
 // ---------------------------------------------------------------- one-step GD

@@ -2,6 +2,7 @@
 
 #include "core/errors.hpp"
 #include "core/parallel.hpp"
+#include "engine/cpu_backend.hpp"
 #include "synthetic/icl/linear_attention_models.hpp"
 
 #include <mutex>
@@ -51,7 +52,8 @@ AnchorResult run_anchor(const AnchorConfig& c, const std::function<void(int, int
   parallel_for(c.restarts, c.threads, [&](int i) {
     const std::string tag = "restart=" + std::to_string(i);
     Rng init(c.seed, "icl/anchor/init/" + tag), data(c.seed, "icl/anchor/batches/" + tag);
-    LinearAttentionStack model = make_stack({c.task.d, c.task.n, 1, 1, false}, init);
+    engine::CpuBackend<double> backend(1);  // one run per thread
+    LinearAttentionStack model(backend, {c.task.d, c.task.n, 1, 1, false}, init);
     AnchorRun& run = r.runs[std::size_t(i)];
     run.curve = train_on_fresh_prompts(model, c.task, data, c.train);
     run.trained = held_out_loss(c.task, trained_predictor(model, make_concat_batch), c.eval_samples, c.seed, eval_stream);

@@ -2,6 +2,7 @@
 
 #include "core/errors.hpp"
 #include "core/parallel.hpp"
+#include "engine/cpu_backend.hpp"
 #include "synthetic/icl/linear_attention_models.hpp"
 
 #include <algorithm>
@@ -87,18 +88,18 @@ std::vector<DepthRun> run_depth(const DepthConfig& c, const std::function<void(i
     DepthRun& run = runs[std::size_t(i)];
     const std::string tag = "L=" + std::to_string(run.layers) + "/" + (run.skipv1 ? "skipv1" : "mha");
     Rng init(c.seed, "icl/depth/init/" + tag), data(c.seed, "icl/depth/batches/L=" + std::to_string(run.layers));
-    LinearAttentionStack model = make_stack({c.task.d, c.task.n, run.layers, c.heads, run.skipv1}, init);
+    engine::CpuBackend<double> backend(1);  // one run per thread
+    LinearAttentionStack model(backend, {c.task.d, c.task.n, run.layers, c.heads, run.skipv1}, init);
     run.curve = train_on_fresh_prompts(model, c.task, data, c.train);
-    // Layer-l predictions on the held-out prompts, in chunks (one tape per chunk).
+    // Layer-l predictions on the held-out prompts, in chunks.
     std::vector<MatD> layer_pred(std::size_t(run.layers), MatD(Eigen::Index(eval.size()), c.task.d));
     constexpr std::size_t chunk = 2000;
     for (std::size_t begin = 0; begin < eval.size(); begin += chunk) {
       const std::vector<Prompt> part(eval.begin() + long(begin), eval.begin() + long(std::min(eval.size(), begin + chunk)));
-      engine::Tape<double> tape;
-      const auto states = model.query_states(tape, make_concat_batch(part));
+      const std::vector<MatD> states = model.query_states(make_concat_batch(part));
       for (int l = 0; l < run.layers; ++l)
         layer_pred[std::size_t(l)].middleRows(Eigen::Index(begin), Eigen::Index(part.size())) =
-            states[std::size_t(l)].value().rightCols(c.task.d);
+            states[std::size_t(l)].rightCols(c.task.d);
     }
     std::vector<double> per_prompt;
     for (int l = 1; l <= run.layers; ++l) {

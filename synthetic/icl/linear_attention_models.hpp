@@ -1,4 +1,5 @@
-// The trained models of docs/math/icl.md (experiments 2–5) on the engine's tape.
+// The trained models of docs/math/icl.md (experiments 2–5) on a backend
+// (engine/backend.hpp), in double.
 //
 // Row-vector convention (the engine's): a prompt is Eᵀ ∈ R^{T×d}, one token per
 // row, where docs/math/icl.md writes E ∈ R^{d×T} with tokens as columns. A weight
@@ -32,10 +33,10 @@
 //    layer l is the y-slot (columns d … 2d−1) of the query row of Z_l.
 #pragma once
 
-#include "engine/tape.hpp"
 #include "core/icl/prompt.hpp"
+#include "engine/parameters.hpp"
 
-#include <deque>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -73,15 +74,11 @@ struct ConcatBatch {
 };
 ConcatBatch make_concat_batch(const std::vector<Prompt>& prompts);
 
-// Parameters that live at stable addresses (a deque) with unique names.
-struct ParameterSet {
-  std::deque<engine::Parameter<double>> storage;
-  engine::Parameter<double>& add(const std::string& name, MatD value);
-  engine::Parameter<double>& at(const std::string& name);
-  const engine::Parameter<double>& at(const std::string& name) const;
-  engine::Parameters<double> list();
-  Eigen::Index count() const;  // number of scalars
-};
+// A model's parameters on its backend (engine/parameters.hpp: one flat array of
+// values and one of gradients, each tensor a row-major Θ named as below), with
+// host copies of single tensors for tests and comparisons.
+MatD weight(const engine::ParameterSet<double>& params, const std::string& name);  // Θ
+void set_weight(engine::ParameterSet<double>& params, const std::string& name, const MatD& theta);
 
 struct TwoLayerConfig {
   Variant variant = Variant::mha;
@@ -90,26 +87,45 @@ struct TwoLayerConfig {
 };
 
 // Parameter names (row convention Θ = Wᵀ): "l1.h{1,2}.{WQ,WK,WV}" (learned
-// first layer), "A", "B" (learned copying: Aᵀ, d×a, and Bᵀ, d×(d−a)), "l2.h{1,2}.{WQ,WK}",
-// "l2.h{1,2}.WV_F" and/or "l2.h{1,2}.WV_E" (the value sources), "H".
-struct TwoLayerModel {
-  TwoLayerConfig config;
-  ParameterSet params;
+// first layer), "A", "B" (learned copying: Aᵀ, d×a, and Bᵀ, d×(d−a); an empty
+// one is left out), "l2.h{1,2}.{WQ,WK}", "l2.h{1,2}.WV_F" and/or "l2.h{1,2}.WV_E"
+// (the value sources), "H".
+//
+// Forward and backward are explicit passes over the backend's kernels
+// (engine/linear.hpp, engine/linear_attention.hpp), in double:
+//   F = TF_1(E);  per head h: Q = F_last Θ_Q, K = F Θ_K, V = F Θ_V^F + E Θ_V^E;
+//   O = Σ_h LA_last(Q, K, V);  ŷ = O Θ_H;  loss = Σ_b ‖ŷ_b − y_b‖² / B,
+// and backward in reverse: dŷ = 2 (ŷ − y)/B, dΘ_H += Oᵀ dŷ, dO = dŷ Θ_Hᵀ, each head's
+// linear-attention backward, then dF (and the first layer's parameters) through
+// the projections.
+class TwoLayerModel {
+ public:
+  // Weights drawn with entries N(0, 1/d) (value maps N(0, 1/d)/(2n), so that the
+  // un-normalized sum over 2n keys starts at the scale of one token).
+  TwoLayerModel(engine::Backend<double>& backend, const TwoLayerConfig& config, Rng& rng);
+  TwoLayerModel(TwoLayerModel&&) noexcept;
+  ~TwoLayerModel();
+
+  const TwoLayerConfig& config() const;
+  engine::Backend<double>& backend();
+  engine::ParameterSet<double>& params();
+  const engine::ParameterSet<double>& params() const;
 
   // Assumption 1's A ∈ R^{a×d}, B ∈ R^{(d−a)×d} (column convention), fixed or learned.
   MatD A() const;
   MatD B() const;
-  // F = TF_1(E), (B T) × d.
-  engine::Var<double> first_layer(engine::Tape<double>& tape, const TokenBatch& batch);
-  // ŷ, B × d.
-  engine::Var<double> predict(engine::Tape<double>& tape, const TokenBatch& batch);
-  // squared_error_loss of predict on the prompts' token batch.
-  engine::Var<double> loss(engine::Tape<double>& tape, const std::vector<Prompt>& prompts);
+  MatD first_layer(const TokenBatch& batch);  // F = TF_1(E), (B T) × d
+  MatD predict(const TokenBatch& batch);      // ŷ, B × d
+  double loss(const TokenBatch& batch);       // squared-error loss of predict
+  // The loss, with its gradient added to params().grads.
+  double add_gradient(const TokenBatch& batch);
+  double add_gradient(const std::vector<Prompt>& prompts) { return add_gradient(make_token_batch(prompts)); }
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
 };
 
-// Weights drawn with entries N(0, 1/d) (value maps N(0, 1/d)/(2n), so that
-// the un-normalized sum over 2n keys starts at the scale of one token).
-TwoLayerModel make_two_layer_model(const TwoLayerConfig& config, Rng& rng);
 void validate(const TwoLayerConfig& config);  // throws UsageError
 
 struct StackConfig {
@@ -117,24 +133,41 @@ struct StackConfig {
   bool skipv1 = false;  // layers ≥ 2: heads heads/2 … heads−1 take values from Z_0
 };
 
-// Parameter names "l{l}.h{h}.{WQ,WK,WV}" (row convention, 2d × 2d).
-struct LinearAttentionStack {
-  StackConfig config;
-  ParameterSet params;
+// Parameter names "l{l}.h{h}.{WQ,WK,WV}" (row convention, 2d × 2d). Forward:
+// Z_l = Z_{l−1} + Σ_h LA_all(Z_{l−1} Θ_Q, Z_{l−1} Θ_K, Z_{l−1 or 0} Θ_V) / n;
+// backward: dZ_{l−1} = dZ_l + the projections' input gradients of layer l's heads
+// (a SkipV1 head's value gradient stops at the constant Z_0).
+class LinearAttentionStack {
+ public:
+  // Entries N(0, 1/(2d)) scaled by 1/sqrt(heads · layers).
+  LinearAttentionStack(engine::Backend<double>& backend, const StackConfig& config, Rng& rng);
+  LinearAttentionStack(LinearAttentionStack&&) noexcept;
+  ~LinearAttentionStack();
+
+  const StackConfig& config() const;
+  engine::Backend<double>& backend();
+  engine::ParameterSet<double>& params();
+  const engine::ParameterSet<double>& params() const;
+
   // The query row of Z_l for l = 1 … L, each B × 2d; the prediction after
   // layer l is its columns d … 2d−1.
-  std::vector<engine::Var<double>> query_states(engine::Tape<double>& tape, const ConcatBatch& batch);
-  engine::Var<double> predict(engine::Tape<double>& tape, const ConcatBatch& batch);  // B × d, after layer L
-  // squared_error_loss of predict on the prompts' concatenated batch.
-  engine::Var<double> loss(engine::Tape<double>& tape, const std::vector<Prompt>& prompts);
+  std::vector<MatD> query_states(const ConcatBatch& batch);
+  MatD predict(const ConcatBatch& batch);  // B × d, after layer L
+  double loss(const ConcatBatch& batch);
+  double add_gradient(const ConcatBatch& batch);
+  double add_gradient(const std::vector<Prompt>& prompts) { return add_gradient(make_concat_batch(prompts)); }
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
 };
 
-// Entries N(0, 1/(2d)) scaled by 1/sqrt(heads · layers).
-LinearAttentionStack make_stack(const StackConfig& config, Rng& rng);
 void validate(const StackConfig& config);  // throws UsageError
 
-// Σ_b ‖ŷ_b − y_b‖² / B: docs/math/icl.md's E‖ŷ − y_{n+1}‖² on a batch (d times the engine's mse_loss).
-engine::Var<double> squared_error_loss(engine::Var<double> prediction, const MatD& target);
+// Σ_b ‖ŷ_b − y_b‖² / B on the backend: docs/math/icl.md's E‖ŷ − y_{n+1}‖² on a
+// batch of B rows of width d; writes diff = ŷ − y.
+double squared_error_loss(engine::Backend<double>& backend, int B, int d, const double* prediction,
+                          const double* target, double* diff);
 
 // docs/math/icl.md's column-convention weight W from a stored Θ = Wᵀ.
 inline MatD to_column_weight(const MatD& theta) { return theta.transpose(); }

@@ -1,8 +1,7 @@
 #include "synthetic/icl/train.hpp"
 
 #include "core/errors.hpp"
-#include "engine/optim.hpp"
-#include "engine/schedule.hpp"
+#include "engine/trainer.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -18,27 +17,27 @@ void validate(const TrainConfig& c) {
   if (c.log_every < 1) throw UsageError("the logging interval must be at least 1");
 }
 
-Curve train_adam(const engine::Parameters<double>& params, const BatchLoss& batch_loss, const TrainConfig& config) {
+Curve train_adam(engine::Backend<double>& backend, engine::ParameterSet<double>& params, const BatchLoss& batch_loss,
+                 const TrainConfig& config) {
   validate(config);
-  engine::AdamW<double> adam;
-  const int warmup = std::min(config.warmup, config.steps / 10);
-  const engine::WarmupCosine schedule(config.lr, config.lr * config.lr_floor, warmup, config.steps);
+  engine::TrainConfig schedule;
+  schedule.steps = config.steps, schedule.lr = config.lr, schedule.min_lr = config.lr * config.lr_floor;
+  schedule.warmup = std::min(config.warmup, config.steps / 10), schedule.clip = config.clip;
+  schedule.adamw = engine::AdamWConfig{};  // Adam: β = (0.9, 0.999), ε = 1e-8, no weight decay
+  engine::Trainer<double> trainer(backend, params, schedule);
   Curve curve;
   double window = 0;
   int in_window = 0;
   for (int step = 0; step < config.steps; ++step) {
-    engine::Tape<double> tape;
-    const engine::Var<double> loss = batch_loss(tape);
-    const double value = loss.value()(0, 0);
-    if (!std::isfinite(value))
-      throw NumericalError("training diverged: the batch loss is not finite at step " + std::to_string(step));
-    engine::zero_grad(params);
-    tape.backward(loss);
-    const double norm = engine::clip_grad_norm(params, config.clip);
-    if (!std::isfinite(norm))
+    const engine::StepStats stats = trainer.step([&](int) {
+      const double value = batch_loss();
+      if (!std::isfinite(value))
+        throw NumericalError("training diverged: the batch loss is not finite at step " + std::to_string(step));
+      return engine::MicroLoss{value, 1};
+    });
+    if (!std::isfinite(stats.grad_norm))
       throw NumericalError("training diverged: the gradient is not finite at step " + std::to_string(step));
-    adam.step(params, schedule(step));
-    window += value, ++in_window;
+    window += stats.loss, ++in_window;
     if (in_window == config.log_every || step + 1 == config.steps) {
       curve.step.push_back(step + 1), curve.loss.push_back(window / in_window);
       window = 0, in_window = 0;

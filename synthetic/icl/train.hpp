@@ -9,8 +9,8 @@
 // names), never on how runs are spread over threads (run_parallel).
 #pragma once
 
-#include "engine/tape.hpp"
 #include "core/icl/prompt.hpp"
+#include "engine/parameters.hpp"
 #include "core/statistics.hpp"
 
 #include <cstdint>
@@ -35,24 +35,27 @@ struct Curve {
   std::vector<double> step, loss;  // step: last step of the window; loss: mean batch loss over it
 };
 
-// The loss on one fresh batch (the callable draws it from its own stream).
-using BatchLoss = std::function<engine::Var<double>(engine::Tape<double>&)>;
+// The loss on one fresh batch (the callable draws it from its own stream),
+// with its gradient added to the parameters' gradients.
+using BatchLoss = std::function<double()>;
 
-// Adam (no weight decay) on `params`; throws NumericalError when a batch loss
-// or a gradient is not finite.
-Curve train_adam(const engine::Parameters<double>& params, const BatchLoss& batch_loss, const TrainConfig& config);
+// Adam (no weight decay) on `params` through engine/trainer.hpp's step (clipping
+// by global norm, AdamW at the warmup-cosine rate); throws NumericalError when
+// a batch loss or a gradient is not finite.
+Curve train_adam(engine::Backend<double>& backend, engine::ParameterSet<double>& params, const BatchLoss& batch_loss,
+                 const TrainConfig& config);
 
 // train_adam on fresh prompts: every step draws config.batch prompts from
-// `data`, and model.loss(tape, prompts) is the batch's loss.
+// `data`, and model.add_gradient(prompts) is the batch's loss and gradient.
 template <class Model>
 Curve train_on_fresh_prompts(Model& model, const Task& task, Rng& data, const TrainConfig& config) {
   return train_adam(
-      model.params.list(),
-      [&](engine::Tape<double>& tape) {
+      model.backend(), model.params(),
+      [&] {
         std::vector<Prompt> prompts;
         prompts.reserve(std::size_t(config.batch));
         for (int b = 0; b < config.batch; ++b) prompts.push_back(draw_prompt(task, data));
-        return model.loss(tape, prompts);
+        return model.add_gradient(prompts);
       },
       config);
 }
@@ -81,14 +84,11 @@ using Predictor = std::function<MatD(const std::vector<Prompt>&)>;
 LossEstimate held_out_loss(const Task& task, const Predictor& predict, int samples, std::uint64_t seed,
                            const std::string& stream, int chunk = 2000);
 
-// A trained model as a Predictor: model.predict on a fresh tape over make_batch(prompts).
+// A trained model as a Predictor: model.predict(make_batch(prompts)).
 // The model must outlive the Predictor.
 template <class Model, class MakeBatch>
 Predictor trained_predictor(Model& model, MakeBatch make_batch) {
-  return [&model, make_batch](const std::vector<Prompt>& prompts) {
-    engine::Tape<double> tape;
-    return MatD(model.predict(tape, make_batch(prompts)).value());
-  };
+  return [&model, make_batch](const std::vector<Prompt>& prompts) { return model.predict(make_batch(prompts)); };
 }
 
 

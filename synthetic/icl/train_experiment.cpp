@@ -2,6 +2,7 @@
 
 #include "core/errors.hpp"
 #include "core/parallel.hpp"
+#include "engine/cpu_backend.hpp"
 
 #include <algorithm>
 #include <mutex>
@@ -52,8 +53,9 @@ TrainExperimentResult run_train_experiment(const TrainExperimentConfig& c,
     run.model = c.models[std::size_t(i / c.restarts)], run.restart = i % c.restarts;
     const std::string r_tag = std::to_string(run.restart);
     Rng init(c.seed, base + "init/" + variant_name(run.model) + "/" + r_tag), data(c.seed, base + "batches/" + r_tag);
-    TwoLayerModel model = make_two_layer_model({run.model, c.first, c.task.d, c.task.n, c.a}, init);
-    run.trained_parameters = long(model.params.count());
+    engine::CpuBackend<double> backend(1);  // one run per thread
+    TwoLayerModel model(backend, {run.model, c.first, c.task.d, c.task.n, c.a}, init);
+    run.trained_parameters = long(model.params().layout.count());
     run.curve = train_on_fresh_prompts(model, c.task, data, c.train);
     run.loss = held_out_loss(c.task, trained_predictor(model, make_token_batch), c.eval_samples, c.seed, base + "eval");
     std::lock_guard lock(mutex);
