@@ -30,10 +30,12 @@ using CommandGroup = std::function<std::vector<Command>(CLI::App& parent, const 
 Command add_parent_command(CLI::App& app, const std::string& name, const std::string& help,
                            const std::string& footer, const std::string& command_line,
                            const std::vector<CommandGroup>& groups);
-// `qkvlab icl theory` and `qkvlab icl lemmas` (icl_theory_command.cpp).
+// `qkvlab icl theory` (icl_theory_command.cpp) and `qkvlab icl lemmas` (icl_lemmas_command.cpp).
 std::vector<Command> add_icl_theory_commands(CLI::App& icl, const std::string& command_line);
-// `qkvlab icl train`, `sweep`, `anchor` and `depth` (icl_train_command.cpp).
+std::vector<Command> add_icl_lemmas_commands(CLI::App& icl, const std::string& command_line);
+// `qkvlab icl train` and `sweep` (icl_train_command.cpp), `anchor` and `depth` (icl_anchor_command.cpp).
 std::vector<Command> add_icl_train_commands(CLI::App& icl, const std::string& command_line);
+std::vector<Command> add_icl_anchor_commands(CLI::App& icl, const std::string& command_line);
 Command add_transfer_command(CLI::App& app, const std::string& command_line);
 // `qkvlab lm init`, `lm eval`, `lm train` (lm_init_command.cpp, lm_eval_command.cpp, lm_train_command.cpp).
 std::vector<Command> add_lm_init_commands(CLI::App& lm, const std::string& command_line);

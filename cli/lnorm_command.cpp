@@ -7,6 +7,7 @@
 // entries. Writes lnorm.h5, lnorm.csv, lnorm.svg, lnorm.png.
 #include "cli/commands.hpp"
 #include "cli/plot_common.hpp"
+#include "core/random_matrix.hpp"
 #include "cli/validators.hpp"
 #include "core/limits.hpp"
 #include "core/normalize.hpp"

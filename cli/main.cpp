@@ -66,7 +66,8 @@ int main(int argc, char** argv) {
           "--w0-scale c means one thing in every icl subcommand: the prior mean W_0 = c I (icl theory: c times\n"
           "the --w0 matrix; icl lemmas: its second prior, run beside W_0 = 0).\n"
           "Exit status: that of the subcommand (0 success, 2 usage error, 3 a numerical failure or another error).",
-          command_line, {qkvlab::cli::add_icl_theory_commands, qkvlab::cli::add_icl_train_commands}),
+          command_line, {qkvlab::cli::add_icl_theory_commands, qkvlab::cli::add_icl_lemmas_commands,
+                          qkvlab::cli::add_icl_train_commands, qkvlab::cli::add_icl_anchor_commands}),
       qkvlab::cli::add_parent_command(
           app, "lm", "Transformer language models: GPT-2 and Llama families, every variant (docs/lm.md)",
           "Exit status: 0 success, 2 usage error (one line on stderr), 3 an unexpected error.", command_line,

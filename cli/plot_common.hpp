@@ -1,5 +1,4 @@
-// Shared by the subcommands: output-directory checks,
-// progress on stderr, and log-spaced grids.
+// Shared by the subcommands: output-directory checks and progress on stderr.
 #pragma once
 
 #include "core/errors.hpp"
@@ -22,13 +21,6 @@ inline std::filesystem::path prepare_out_dir(const std::string& dir, bool given)
   if (given) throw UsageError("--out-dir: directory " + dir + " does not exist");
   std::filesystem::create_directories(p);
   return p;
-}
-
-// n points from a to b (both > 0), evenly spaced in log.
-inline std::vector<double> log_grid(double a, double b, int n) {
-  std::vector<double> g(static_cast<std::size_t>(n));
-  for (int i = 0; i < n; ++i) g[std::size_t(i)] = a * std::pow(b / a, n == 1 ? 0.0 : double(i) / (n - 1));
-  return g;
 }
 
 // A progress line on stderr (only when stderr is a terminal and not --quiet):

@@ -7,6 +7,7 @@
 #include "cli/threads_option.hpp"
 #include "cli/validators.hpp"
 #include "core/errors.hpp"
+#include "core/limits.hpp"
 #include "theory/verify.hpp"
 
 #include <filesystem>
@@ -54,6 +55,8 @@ int run_verify(VerifyArgs& a) {
   require_writable_dir(a.out, "--out");
   require_writable_dir(a.junit, "--junit");
   theory::validate(o);
+  require_memory(theory::sizes_text(o, {"--d", "--heads", "--layers", "--seq", "--trials"}, " "),
+                 theory::verify_memory_bytes(o));
   apply_threads(o.threads, BlasUse::shared);
   if (Progress::wanted(a.quiet))
     o.progress = [show = Progress{"verify", true}](std::size_t done, std::size_t total) {

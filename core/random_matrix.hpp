@@ -29,6 +29,14 @@
 
 namespace qkvlab {
 
+// n points from a to b (both > 0), evenly spaced in log: the abscissae of the
+// metric-defect curves (qkvlab rmt, qkvlab lnorm).
+inline std::vector<double> log_grid(double a, double b, int n) {
+  std::vector<double> g(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) g[std::size_t(i)] = a * std::pow(b / a, n == 1 ? 0.0 : double(i) / (n - 1));
+  return g;
+}
+
 // ρ(r) = (r²/d + ε)^{−1/2}, so that R(x) = ρ(‖x‖) x.
 template <class S> S rms_radial(const S& r, Eigen::Index d, double eps) {
   using std::sqrt;

@@ -56,6 +56,12 @@ struct Figure {
   std::vector<std::string> extra;  // further gnuplot commands before `plot` (e.g. "set yrange [0:*]")
 };
 
+// A figure with the table it is drawn from.
+struct Plot {
+  Table table;
+  Figure figure;
+};
+
 // True when an executable `gnuplot` is on the PATH.
 bool gnuplot_available();
 

@@ -20,13 +20,25 @@ Value Value::object() {
   return v;
 }
 
-Value& Value::set(const std::string& key, Value v) {
+Value& Value::set(const std::string& key, Value v) { return set(key, std::move(v), ""); }
+
+Value& Value::set(const std::string& key, Value v, std::string line_break) {
   if (kind_ != Kind::object) throw std::logic_error("Value::set on a non-object");
   for (std::size_t k = 0; k < keys_.size(); ++k)
-    if (keys_[k] == key) return items_[k] = std::move(v);
+    if (keys_[k] == key) {
+      breaks_[k] = std::move(line_break);
+      return items_[k] = std::move(v);
+    }
   keys_.push_back(key);
+  breaks_.push_back(std::move(line_break));
   items_.push_back(std::move(v));
   return items_.back();
+}
+
+Value& Value::break_items(std::string item_break, std::string close_break) {
+  if (kind_ != Kind::array) throw std::logic_error("Value::break_items on a non-array");
+  item_break_ = std::move(item_break), close_break_ = std::move(close_break), broken_items_ = true;
+  return *this;
 }
 
 Value& Value::push(Value v) {
@@ -108,6 +120,33 @@ void Value::write_json(std::string& out, int indent, int depth) const {
 std::string Value::json(int indent) const {
   std::string out;
   write_json(out, indent, 0);
+  return out + "\n";
+}
+
+void Value::write_line(std::string& out) const {
+  if (kind_ == Kind::array) {
+    out += "[";
+    for (std::size_t k = 0; k < items_.size(); ++k) {
+      out += broken_items_ ? (k ? "," : "") + item_break_ : k ? ", " : "";
+      items_[k].write_line(out);
+    }
+    out += (broken_items_ ? close_break_ : "") + "]";
+  } else if (kind_ == Kind::object) {
+    out += "{";
+    for (std::size_t k = 0; k < items_.size(); ++k) {
+      out += k ? "," + (breaks_[k].empty() ? std::string(" ") : breaks_[k]) : "";
+      out += json_quote(keys_[k]) + ": ";
+      items_[k].write_line(out);
+    }
+    out += "}";
+  } else {
+    write_json(out, 0, 0);
+  }
+}
+
+std::string Value::json_line() const {
+  std::string out;
+  write_line(out);
   return out + "\n";
 }
 

@@ -49,11 +49,21 @@ class Value {
   const std::vector<std::string>& keys() const { return keys_; }
 
   std::string json(int indent = 2) const;  // indent 0: one line
+
+  // The one-line JSON of the experiment commands (icl, transfer, absorb fit):
+  // ", " between items and ": " after keys, nested values inline, and line
+  // breaks only where the tree asks for them: `line_break` before a key (in
+  // place of the space after the comma), `break_items` around an array's items.
+  std::string json_line() const;
+  Value& set(const std::string& key, Value v, std::string line_break);
+  // Each item starts after `item_break` (e.g. "\n  "); the closing bracket after `close_break`.
+  Value& break_items(std::string item_break, std::string close_break = "");
   std::string text() const;                // "key  value" lines; nested objects indented
 
  private:
   void write_json(std::string& out, int indent, int depth) const;
   void write_text(std::string& out, const std::string& prefix) const;
+  void write_line(std::string& out) const;
 
   Kind kind_ = Kind::null;
   bool b_ = false;
@@ -64,6 +74,9 @@ class Value {
   std::string s_;
   std::vector<std::string> keys_;
   std::vector<Value> items_;
+  std::vector<std::string> breaks_;      // json_line: per key, "" for the usual space
+  std::string item_break_, close_break_;  // json_line: around an array's items
+  bool broken_items_ = false;
 };
 
 }  // namespace qkvlab::results

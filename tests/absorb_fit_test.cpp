@@ -7,6 +7,7 @@
 #include "core/absorb.hpp"
 #include "core/npy.hpp"
 #include "synthetic/absorb_fit.hpp"
+#include "synthetic/absorb_fit_check.hpp"
 #include "tests/run_command.hpp"
 #include "tests/scratch_dir.hpp"
 
@@ -121,6 +122,31 @@ TEST(AbsorbFit, BadConfigurationThrows) {
   SkipNetwork bad = pair(false, 1);
   bad.W_2 = MatD::Zero(2, 6);
   EXPECT_THROW(fit_skipless(bad, test_config(), 1, "x"), std::invalid_argument);
+}
+
+// The verdict on a pair (synthetic/absorb_fit_check.hpp): its decision must match its kind, and the
+// best rel_err must sit on the right side of the precision (representable) or the floor (generic).
+TEST(AbsorbFitCheck, AVerdictPerPairKind) {
+  const auto fit_with = [](double rel_err) {
+    FitResult f;
+    f.restarts.resize(2);
+    f.restarts[0].rel_err = 0.5, f.restarts[1].rel_err = rel_err, f.best = 1;
+    return f;
+  };
+  AbsorbDecision yes, no, undecided;
+  yes.verdict = Verdict::yes, no.verdict = Verdict::no, undecided.verdict = Verdict::undecided;
+  undecided.reason = "dependent";
+  EXPECT_EQ(pair_failure(PairKind::representable, 1, yes, fit_with(1e-9)), "");
+  EXPECT_EQ(pair_failure(PairKind::generic, 1, no, fit_with(0.05)), "");
+  EXPECT_EQ(pair_failure(PairKind::given, 1, no, fit_with(0.05)), "");
+  // Negative controls: each condition broken on its own.
+  EXPECT_EQ(pair_failure(PairKind::representable, 7, yes, fit_with(1e-4)),
+            "representable seed 7: best rel_err 0.0001 > precision 1e-06 on a representable pair");
+  EXPECT_EQ(pair_failure(PairKind::generic, 2, no, fit_with(1e-5)),
+            "generic seed 2: best rel_err 1e-05 < floor 0.001 on a non-representable pair");
+  EXPECT_EQ(pair_failure(PairKind::generic, 3, yes, fit_with(0.05)), "generic seed 3: decision yes, expected no");
+  EXPECT_EQ(pair_failure(PairKind::representable, 4, no, fit_with(1e-9)), "representable seed 4: decision no, expected yes");
+  EXPECT_EQ(pair_failure(PairKind::given, 5, undecided, fit_with(1e-9)), "given seed 5: decision undecided: dependent");
 }
 
 // --- the CLI ------------------------------------------------------------------------------

@@ -18,6 +18,8 @@
 #include <sstream>
 
 #include "core/errors.hpp"
+#include "results/value.hpp"
+#include "tests/json_digits.hpp"
 #include "results/hdf5_matrix.hpp"
 #include "results/report.hpp"
 #include "tests/run_command.hpp"
@@ -488,3 +490,24 @@ TEST(Hdf5Matrix, BadInputIsAUsageErrorNamingFileAndDataset) {
 }
 
 }  // namespace
+
+// results::Value::json_line: the one-line JSON of the experiment commands, with line breaks
+// only where the tree marks them, and 17 significant digits for every number.
+TEST(ResultValue, JsonLineBreaksOnlyWhereMarked) {
+  using qkvlab::results::Value;
+  Value o = Value::object();
+  o.set("a", 1);
+  o.set("x", 0.1);
+  Value items = Value::array();
+  items.push(Value::array({Value(1), Value(2.5)}));
+  items.push("s");
+  o.set("items", items);
+  EXPECT_EQ(o.json_line(), "{\"a\": 1, \"x\": 0.10000000000000001, \"items\": [[1, 2.5], \"s\"]}\n");
+  Value broken = items;
+  o.set("later", std::move(broken.break_items("\n  ", "\n")), "\n ");
+  EXPECT_EQ(o.json_line(), "{\"a\": 1, \"x\": 0.10000000000000001, \"items\": [[1, 2.5], \"s\"],\n"
+                           " \"later\": [\n  [1, 2.5],\n  \"s\"\n]}\n");
+  EXPECT_TRUE(qkvlab::test_support::short_json_numbers(o.json_line()).empty());
+  // The indented form ignores the marks.
+  EXPECT_EQ(o.json(0), "{\"a\":1,\"x\":0.10000000000000001,\"items\":[[1, 2.5],\"s\"],\"later\":[[1, 2.5],\"s\"]}\n");
+}

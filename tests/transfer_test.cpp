@@ -11,6 +11,7 @@
 #include "gpu/backend.hpp"
 #include "gpu/device.hpp"
 #include "synthetic/transfer.hpp"
+#include "synthetic/transfer_report.hpp"
 #include "tests/json_digits.hpp"
 #include "tests/run_command.hpp"
 #include "tests/scratch_dir.hpp"
@@ -368,3 +369,14 @@ TEST(TransferCli, JsonFieldsPresent) {
 }
 
 }  // namespace
+
+// transfer_report.hpp's check on the reported values: the first one that is not finite is
+// named with its d; finite ones pass (the negative control).
+TEST(TransferReport, NamesTheFirstValueThatIsNotFinite) {
+  std::vector<qkvlab::transfer::TransferResult> runs(2);
+  runs[0].d = 16, runs[1].d = 32;
+  EXPECT_EQ(qkvlab::transfer::non_finite_value(runs), "");
+  runs[1].linear.mean_cosine = std::nan("");
+  runs[1].final_loss = INFINITY;
+  EXPECT_EQ(qkvlab::transfer::non_finite_value(runs), "linear_cosine at d = 32");
+}

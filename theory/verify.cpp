@@ -53,22 +53,41 @@ double configuration_bytes(const Config& c, double scalar_bytes) {
   return scalar_bytes * (40 * L * d * d + 20 * d * d + 40 * L * n * d + 4 * L * H * n * n);
 }
 
-std::string sizes_text(const VerifyOptions& o) {
+std::string sizes_text(const VerifyOptions& o, const SizeLabels& labels, const std::string& separator) {
   std::string text;
-  auto add = [&](const char* option, const std::optional<std::vector<int>>& list) {
-    if (!list) return;
-    text += std::string(text.empty() ? "" : " ") + option + " ";
-    for (std::size_t k = 0; k < list->size(); ++k) {  // += only: GCC 12 warns falsely on "," + string
-      if (k) text += ',';
-      text += std::to_string((*list)[k]);
-    }
+  auto add = [&](const std::string& label, const std::string& values) {
+    text += (text.empty() ? "" : separator) + label + " " + values;
   };
-  add("--d", o.d);
-  add("--heads", o.heads);
-  add("--layers", o.layers);
-  add("--seq", o.seq);
-  if (o.trials != 1) text += std::string(text.empty() ? "" : " ") + "--trials " + std::to_string(o.trials);
+  auto add_list = [&](const std::string& label, const std::optional<std::vector<int>>& list) {
+    if (!list) return;
+    std::string values;
+    for (std::size_t k = 0; k < list->size(); ++k) {  // += only: GCC 12 warns falsely on "," + string
+      if (k) values += ',';
+      values += std::to_string((*list)[k]);
+    }
+    add(label, values);
+  };
+  add_list(labels[0], o.d);
+  add_list(labels[1], o.heads);
+  add_list(labels[2], o.layers);
+  add_list(labels[3], o.seq);
+  if (o.trials != 1) add(labels[4], std::to_string(o.trials));
   return text.empty() ? "the default sweep" : text;
+}
+
+double verify_memory_bytes(const VerifyOptions& o) {
+  // The memory the sizes imply: the largest configuration on every thread at once,
+  // and the records of every configuration, before anything is drawn.
+  double scalar_bytes = 4, widest = 0, records = 0;
+  for (Precision p : o.precisions) scalar_bytes = std::max(scalar_bytes, p == Precision::mp50 ? double(sizeof(mp50)) : p == Precision::f80 ? 16.0 : 8.0);
+  VerifyOptions one_trial = o;
+  one_trial.trials = 1;
+  for (const Claim* c : select_claims(o.ids)) {
+    const auto configs = sweep(*c, one_trial);
+    records += double(configs.size()) * double(o.trials) * double(o.precisions.size() + 1);
+    for (const Config& config : configs) widest = std::max(widest, configuration_bytes(config, scalar_bytes));
+  }
+  return widest * double(worker_count(o.threads)) + 1024.0 * records;
 }
 
 void validate(const VerifyOptions& o) {
@@ -81,18 +100,6 @@ void validate(const VerifyOptions& o) {
   if (o.threads < 0) throw UsageError("threads must be non-negative, got " + std::to_string(o.threads));
   if (o.threads > max_threads)
     throw UsageError("threads must be at most " + std::to_string(max_threads) + ", got " + std::to_string(o.threads));
-  // The memory the sizes imply: the largest configuration on every thread at once,
-  // and the records of every configuration, before anything is drawn.
-  double scalar_bytes = 4, widest = 0, records = 0;
-  for (Precision p : o.precisions) scalar_bytes = std::max(scalar_bytes, p == Precision::mp50 ? double(sizeof(mp50)) : p == Precision::f80 ? 16.0 : 8.0);
-  VerifyOptions one_trial = o;
-  one_trial.trials = 1;
-  for (const Claim* c : select_claims(o.ids)) {
-    const auto configs = sweep(*c, one_trial);
-    records += double(configs.size()) * double(o.trials) * double(o.precisions.size() + 1);
-    for (const Config& config : configs) widest = std::max(widest, configuration_bytes(config, scalar_bytes));
-  }
-  require_memory(sizes_text(o), widest * double(worker_count(o.threads)) + 1024.0 * records);
   for (const Claim* c : select_claims(o.ids))
     for (int d : pick(o.d, c->defaults.d, default_d)) {
       if (d < 2) throw UsageError("d must be at least 2, got " + std::to_string(d));
@@ -218,6 +225,8 @@ double estimated_cost(const Config& c) {
 
 results::Report verify(const VerifyOptions& o) {
   validate(o);
+  require_memory(sizes_text(o, {"model widths d", "head counts H", "depths L", "sequence lengths n", "trials"}, ", "),
+                 verify_memory_bytes(o));
   std::vector<std::pair<const Claim*, Config>> tasks;
   for (const Claim* c : select_claims(o.ids))
     for (const auto& config : sweep(*c, o)) tasks.emplace_back(c, config);

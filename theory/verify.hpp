@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <array>
 #include <optional>
 #include <string>
 #include <vector>
@@ -38,11 +39,21 @@ std::vector<const Claim*> select_claims(const std::vector<std::string>& ids);
 // non-positive trials, an empty precision list.
 void validate(const VerifyOptions& options);
 
+// The memory the sizes imply (valid options): the largest configuration on every
+// thread at once, and the records of every configuration. verify() refuses sizes
+// beyond the budget, naming their values.
+double verify_memory_bytes(const VerifyOptions& options);
+
 // A claim's configurations under the options (variants and trials included).
 std::vector<Config> sweep(const Claim& claim, const VerifyOptions& options);
 
 // The configuration as it appears in every output, e.g. "d=16 H=2 n=4 mask=causal elim=Q trial=0".
 std::string describe(const Claim& claim, const Config& config);
+
+// The size lists set, each as "LABEL v1,v2,…" (labels of d, heads, layers, seq and trials,
+// the latter only when not 1) joined by `separator`; "the default sweep" when none is set.
+using SizeLabels = std::array<std::string, 5>;
+std::string sizes_text(const VerifyOptions& options, const SizeLabels& labels, const std::string& separator);
 
 results::Report verify(const VerifyOptions& options);
 

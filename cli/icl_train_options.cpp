@@ -1,0 +1,105 @@
+#include "cli/icl_train_options.hpp"
+
+#include "cli/threads_option.hpp"
+#include "cli/validators.hpp"
+#include "core/errors.hpp"
+#include "core/limits.hpp"
+
+#include <filesystem>
+#include <memory>
+
+namespace qkvlab::cli {
+
+namespace fs = std::filesystem;
+using namespace qkvlab::icl;
+
+// The Monte Carlo and the training here run on the CPU only: no GPU path yet.
+constexpr bool kGpuPath = false;
+
+const char* const kIclTrainExit =
+    "Exit status: 0 success, 2 usage error (one line on stderr, nothing written),\n"
+    "3 a numerical failure (a diverged run) or another error.";
+
+void add_common_options(CLI::App* cmd, CommonArgs& a, CommonOptions use) {
+  if (use.task) {
+    cmd->add_option("--d", a.d, "Dimension d of x and y")->check(integer_in(1, 64))->capture_default_str();
+    cmd->add_option("--n", a.n, "Number n of (x, y) pairs in a prompt")->check(integer_in(1, 4096))->capture_default_str();
+    cmd->add_option("--sigma", a.sigma, "Noise standard deviation sigma")->check(non_negative_real)->capture_default_str();
+  }
+  if (use.w0)
+    cmd->add_option("--w0-scale", a.w0_scale, "c of the prior mean W_0 = c I (0: W_0 = 0)")->check(finite_real)->capture_default_str();
+  cmd->add_option("--steps", a.steps, "Adam steps per run")->check(positive_integer)->capture_default_str();
+  cmd->add_option("--batch", a.batch, "Fresh prompts per step")->check(positive_integer)->capture_default_str();
+  cmd->add_option("--lr", a.lr, "Peak learning rate (linear warmup, cosine decay to 1% of it)")
+      ->check(positive_real)
+      ->capture_default_str();
+  if (use.restarts)
+    cmd->add_option("--restarts", a.restarts, "Independent initializations per model")->check(positive_integer)->capture_default_str();
+  cmd->add_option("--eval-samples", a.eval_samples, "Held-out prompts for the final losses")
+      ->check(integer_in(2, 100000000))
+      ->capture_default_str();
+  cmd->add_option("--seed", a.seed, "Seed of every random draw")->check(seed_value)->capture_default_str();
+  add_threads_option(cmd, a.threads);
+  cmd->add_option("--out", a.out, "Write every table to this HDF5 file");
+  cmd->add_option("--csv", a.csv, "Write the main table to this CSV file");
+  cmd->add_option("--figure", a.figure, "Write the figure to STEM.svg and STEM.png (its data to STEM.csv; needs gnuplot)");
+  cmd->add_option("--format", a.format, "Output on stdout")->check(CLI::IsMember({"table", "json"}))->capture_default_str();
+  add_device_option(cmd, a.device, kGpuPath);
+  cmd->add_flag("--quiet", a.quiet, "No progress on stderr");
+}
+
+Task task_of(const CommonArgs& a) {
+  Task t{a.d, a.n, a.sigma, {}};
+  if (!std::isfinite(a.w0_scale)) throw UsageError("--w0-scale must be a finite number");
+  if (a.w0_scale != 0) t.W0 = a.w0_scale * MatD::Identity(a.d, a.d);
+  validate(t);
+  return t;
+}
+
+TrainConfig train_of(const CommonArgs& a) {
+  TrainConfig t;
+  t.steps = a.steps, t.batch = a.batch, t.lr = a.lr;
+  t.log_every = std::max(1, a.steps / 100);
+  validate(t);
+  return t;
+}
+
+void prepare(const CommonArgs& a) {
+  require_device(a.device, kGpuPath);
+  for (const auto& [option, path] : {std::pair{"--out", a.out}, {"--csv", a.csv}, {"--figure", a.figure}}) {
+    if (path.empty()) continue;
+    const fs::path parent = fs::path(path).parent_path();
+    if (!parent.empty() && !fs::is_directory(parent))
+      throw UsageError(std::string(option) + ": directory " + parent.string() + " does not exist");
+  }
+  apply_threads(a.threads, BlasUse::per_worker);
+}
+
+void require_train_memory(const CommonArgs& a, int d, int n, double runs, long theory_prompts) {
+  double bytes = trained_memory_bytes(d, n, a.batch, a.eval_samples, a.threads, runs);
+  if (theory_prompts > 0) bytes += theory_memory_bytes(Task{d, n, 0.0, {}}, {theory_prompts, a.seed, a.threads});
+  require_memory("--d " + std::to_string(d) + " --n " + std::to_string(n) + " --batch " + std::to_string(a.batch) +
+                     " --eval-samples " + std::to_string(a.eval_samples) +
+                     (theory_prompts > 0 ? " --theory-prompts " + std::to_string(theory_prompts) : ""),
+                 bytes);
+}
+
+std::function<void(int, int)> progress_of(const std::string& name, const std::string& what, bool quiet) {
+  auto p = std::make_shared<Progress>(Progress{name, Progress::wanted(quiet)});
+  return [p, what](int done, int total) { (*p)(what, std::size_t(done), std::size_t(total)); };
+}
+
+void write_outputs(const CommonArgs& a, const ExperimentTables& t, const std::string& command_line) {
+  StagedFiles files;
+  if (!a.out.empty()) results::stage_tables_hdf5(files, a.out, t.tables, a.seed, command_line);
+  if (!a.csv.empty()) results::stage_csv(files, a.csv, t.main);
+  if (!a.figure.empty()) {
+    fs::path stem(a.figure);
+    if (stem.extension() == ".svg" || stem.extension() == ".png") stem.replace_extension();
+    results::stage_csv(files, fs::path(stem.string() + ".csv"), t.plot.table);
+    results::stage_figure(files, t.plot.figure, t.plot.table, stem);
+  }
+  files.commit();
+}
+
+}  // namespace qkvlab::cli
