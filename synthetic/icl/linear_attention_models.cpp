@@ -14,7 +14,6 @@ namespace qkvlab::icl {
 using engine::Backend;
 using engine::Buffer;
 using engine::View;
-using RowMatD = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
 std::string variant_name(Variant v) {
   switch (v) {
@@ -41,40 +40,52 @@ std::string first_layer_name(FirstLayer f) {
   return "?";
 }
 
-TokenBatch make_token_batch(const std::vector<Prompt>& prompts) {
+void fill_token_batch(const std::vector<Prompt>& prompts, TokenBatch& t) {
   if (prompts.empty()) throw std::invalid_argument("make_token_batch: no prompts");
-  TokenBatch t;
   t.d = int(prompts.front().X.rows()), t.n = int(prompts.front().X.cols());
   const Eigen::Index B = Eigen::Index(prompts.size()), T = t.tokens(), d = t.d;
-  t.E = MatD::Zero(B * T, d), t.x_pass = MatD::Zero(B * T, d), t.x_pair = MatD::Zero(B * T, d);
-  t.y_pair = MatD::Zero(B * T, d), t.target = MatD(B, d);
+  for (RowMatD* M : {&t.E, &t.x_pass, &t.x_pair, &t.y_pair}) M->resize(B * T, d);
+  t.target.resize(B, d);
   for (Eigen::Index b = 0; b < B; ++b) {
     const Prompt& p = prompts[std::size_t(b)];
     for (Eigen::Index i = 0; i < t.n; ++i) {
       const Eigen::Index rx = b * T + 2 * i, ry = rx + 1;
       t.E.row(rx) = p.X.col(i).transpose(), t.E.row(ry) = p.Y.col(i).transpose();
-      t.x_pass.row(rx) = p.X.col(i).transpose();
-      t.x_pair.row(ry) = p.X.col(i).transpose(), t.y_pair.row(ry) = p.Y.col(i).transpose();
+      t.x_pass.row(rx) = p.X.col(i).transpose(), t.x_pass.row(ry).setZero();
+      t.x_pair.row(rx).setZero(), t.x_pair.row(ry) = p.X.col(i).transpose();
+      t.y_pair.row(rx).setZero(), t.y_pair.row(ry) = p.Y.col(i).transpose();
     }
-    t.E.row(b * T + T - 1) = p.x_query.transpose(), t.x_pair.row(b * T + T - 1) = p.x_query.transpose();
+    const Eigen::Index rq = b * T + T - 1;
+    t.E.row(rq) = p.x_query.transpose(), t.x_pair.row(rq) = p.x_query.transpose();
+    t.x_pass.row(rq).setZero(), t.y_pair.row(rq).setZero();
     t.target.row(b) = p.y_query.transpose();
   }
+}
+
+TokenBatch make_token_batch(const std::vector<Prompt>& prompts) {
+  TokenBatch t;
+  fill_token_batch(prompts, t);
   return t;
 }
 
-ConcatBatch make_concat_batch(const std::vector<Prompt>& prompts) {
+void fill_concat_batch(const std::vector<Prompt>& prompts, ConcatBatch& c) {
   if (prompts.empty()) throw std::invalid_argument("make_concat_batch: no prompts");
-  ConcatBatch c;
   c.d = int(prompts.front().X.rows()), c.n = int(prompts.front().X.cols());
   const Eigen::Index B = Eigen::Index(prompts.size()), T = c.tokens(), d = c.d;
-  c.Z = MatD::Zero(B * T, 2 * d), c.target = MatD(B, d);
+  c.Z.resize(B * T, 2 * d), c.target.resize(B, d);
   for (Eigen::Index b = 0; b < B; ++b) {
     const Prompt& p = prompts[std::size_t(b)];
     c.Z.block(b * T, 0, c.n, d) = p.X.transpose();
     c.Z.block(b * T, d, c.n, d) = p.Y.transpose();
     c.Z.block(b * T + c.n, 0, 1, d) = p.x_query.transpose();
+    c.Z.block(b * T + c.n, d, 1, d).setZero();
     c.target.row(b) = p.y_query.transpose();
   }
+}
+
+ConcatBatch make_concat_batch(const std::vector<Prompt>& prompts) {
+  ConcatBatch c;
+  fill_concat_batch(prompts, c);
   return c;
 }
 
@@ -82,10 +93,10 @@ ConcatBatch make_concat_batch(const std::vector<Prompt>& prompts) {
 
 namespace {
 
-// A host matrix into a backend buffer (row-major) at an offset, and back.
-void upload(Buffer<double>& to, const MatD& M, std::size_t offset = 0) {
-  const RowMatD rows = M;
-  to.upload(rows.data(), std::size_t(rows.size()), offset);
+// A host matrix into a backend buffer (row-major) at an offset, and back. A
+// column-major MatD converts to a row-major temporary on the way.
+void upload(Buffer<double>& to, const RowMatD& M, std::size_t offset = 0) {
+  to.upload(M.data(), std::size_t(M.size()), offset);
 }
 
 MatD download(const Buffer<double>& from, Eigen::Index rows, Eigen::Index cols, std::size_t offset = 0) {
@@ -308,7 +319,8 @@ struct TwoLayerModel::Impl : ModelCore {
     zero(be, x.dF);
     for (int h = 0; h < 2; ++h) {
       const bool from_F = F_values_in_head(c.variant, h + 1), from_E = has_E_values(c.variant, h + 1);
-      zero(be, x.dQ), zero(be, x.dK), zero(be, x.dV);
+      be.fill(std::size_t(B) * d, 0.0, x.dQ.data());  // layer 2's queries: one row per prompt
+      zero(be, x.dK), zero(be, x.dV);
       engine::linear_attention_backward(be, shape(false), 1.0, in(x.Q2[h], d), in(x.K2[h], d), in(x.V2[h], d),
                                         x.G2[h].data(), in(x.dO, d), out(x.dQ, d), out(x.dK, d), out(x.dV, d),
                                         x.dG.data());
@@ -341,6 +353,7 @@ struct TwoLayerModel::Impl : ModelCore {
 
   TwoLayerConfig c;
   std::unique_ptr<TokenActivations> a;  // for the last batch's size
+  TokenBatch staging;                   // add_gradient(prompts)'s batch, refilled in place
 };
 
 TwoLayerModel::TwoLayerModel(Backend<double>& backend, const TwoLayerConfig& config, Rng& rng)
@@ -382,6 +395,11 @@ double TwoLayerModel::add_gradient(const TokenBatch& batch) {
   const double value = impl_->forward_loss(batch);
   impl_->backward();
   return value;
+}
+
+double TwoLayerModel::add_gradient(const std::vector<Prompt>& prompts) {
+  fill_token_batch(prompts, impl_->staging);
+  return add_gradient(impl_->staging);
 }
 
 // ---------------------------------------------------------------- stack
@@ -495,6 +513,7 @@ struct LinearAttentionStack::Impl : ModelCore {
 
   StackConfig c;
   std::unique_ptr<StackActivations> a;  // for the last batch's size
+  ConcatBatch staging;                  // add_gradient(prompts)'s batch, refilled in place
 };
 
 LinearAttentionStack::LinearAttentionStack(Backend<double>& backend, const StackConfig& config, Rng& rng)
@@ -531,6 +550,11 @@ double LinearAttentionStack::add_gradient(const ConcatBatch& batch) {
   const double value = impl_->forward_loss(batch);
   impl_->backward();
   return value;
+}
+
+double LinearAttentionStack::add_gradient(const std::vector<Prompt>& prompts) {
+  fill_concat_batch(prompts, impl_->staging);
+  return add_gradient(impl_->staging);
 }
 
 }  // namespace qkvlab::icl

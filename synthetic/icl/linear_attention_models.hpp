@@ -49,30 +49,38 @@ std::string variant_name(Variant v);
 Variant parse_variant(const std::string& name);  // throws UsageError
 std::string first_layer_name(FirstLayer f);
 
+// Host batches are row-major, the layout of the backend's buffers, so a batch
+// goes up in one copy per matrix.
+using RowMatD = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
 // Prompts stacked by rows for the two-layer models: prompt b is rows
 // b T … b T + 2n of E (its Eᵀ); the other matrices hold what Assumption 1's
 // copying layer needs, row-aligned with E.
 struct TokenBatch {
   int d = 0, n = 0;
-  MatD E;       // (B T) × d
-  MatD x_pass;  // x_i on x-token rows, 0 elsewhere
-  MatD x_pair;  // x_i on y-token rows, x_{n+1} on the query row, 0 elsewhere
-  MatD y_pair;  // y_i on y-token rows, 0 elsewhere
-  MatD target;  // B × d, rows y_{n+1}ᵀ
+  RowMatD E;       // (B T) × d
+  RowMatD x_pass;  // x_i on x-token rows, 0 elsewhere
+  RowMatD x_pair;  // x_i on y-token rows, x_{n+1} on the query row, 0 elsewhere
+  RowMatD y_pair;  // y_i on y-token rows, 0 elsewhere
+  RowMatD target;  // B × d, rows y_{n+1}ᵀ
   Eigen::Index prompts() const { return target.rows(); }
   int tokens() const { return 2 * n + 1; }
 };
 TokenBatch make_token_batch(const std::vector<Prompt>& prompts);
+// The same in place: every entry of `batch` is written, and its storage is kept
+// when the shape is unchanged (a training step allocates nothing).
+void fill_token_batch(const std::vector<Prompt>& prompts, TokenBatch& batch);
 
 // Prompts in the concatenated format: prompt b is rows b (n+1) … b (n+1) + n.
 struct ConcatBatch {
   int d = 0, n = 0;
-  MatD Z;       // (B (n+1)) × 2d
-  MatD target;  // B × d
+  RowMatD Z;       // (B (n+1)) × 2d
+  RowMatD target;  // B × d
   Eigen::Index prompts() const { return target.rows(); }
   int tokens() const { return n + 1; }
 };
 ConcatBatch make_concat_batch(const std::vector<Prompt>& prompts);
+void fill_concat_batch(const std::vector<Prompt>& prompts, ConcatBatch& batch);  // in place, as fill_token_batch
 
 // A model's parameters on its backend (engine/parameters.hpp: one flat array of
 // values and one of gradients, each tensor a row-major Θ named as below), with
@@ -119,7 +127,8 @@ class TwoLayerModel {
   double loss(const TokenBatch& batch);       // squared-error loss of predict
   // The loss, with its gradient added to params().grads.
   double add_gradient(const TokenBatch& batch);
-  double add_gradient(const std::vector<Prompt>& prompts) { return add_gradient(make_token_batch(prompts)); }
+  // The same on prompts, through a batch the model keeps (filled in place).
+  double add_gradient(const std::vector<Prompt>& prompts);
 
  private:
   struct Impl;
@@ -155,7 +164,7 @@ class LinearAttentionStack {
   MatD predict(const ConcatBatch& batch);  // B × d, after layer L
   double loss(const ConcatBatch& batch);
   double add_gradient(const ConcatBatch& batch);
-  double add_gradient(const std::vector<Prompt>& prompts) { return add_gradient(make_concat_batch(prompts)); }
+  double add_gradient(const std::vector<Prompt>& prompts);  // through a batch the model keeps
 
  private:
   struct Impl;
