@@ -24,8 +24,8 @@ struct TransferSweep {
 using SweepObserver = std::function<void(int d, std::int64_t step, double loss)>;
 TransferSweep run_transfer_sweep(const std::vector<int>& ds, const TransferConfig& config, const SweepObserver& observe);
 
-// The memory one d implies: a training step's batch through the tape (inputs,
-// hidden layer of 4d, their gradients: about 50 floats per sample and input
+// The memory one d implies: a training step's batch on the backend (inputs,
+// hidden layer of 4d, their gradients: at most about 50 floats per sample and input
 // coordinate), the weights with AdamW's state, the loss history, the ridge and
 // evaluation chunks.
 double transfer_memory_bytes(int d, int batch, std::int64_t steps);

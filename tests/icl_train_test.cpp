@@ -346,8 +346,9 @@ TEST(IclModels, StackForwardEqualsTheDirectFormula) {
     const std::vector<MatD> mine = m.query_states(batch), direct = stack_states_directly(m, batch, false);
     for (std::size_t l = 0; l < mine.size(); ++l) EXPECT_LT(rel(direct[l], mine[l]), 1e-13) << "layer " << l + 1;
     EXPECT_LT(rel(direct.back().rightCols(2), m.predict(batch)), 1e-13);
-    if (skip)  // control: SkipV1's heads reading Z_{l−1} instead of Z_0
+    if (skip) {  // control: SkipV1's heads reading Z_{l−1} instead of Z_0
       EXPECT_GT(rel(stack_states_directly(m, batch, true).back(), mine.back()), 1e-3);
+    }
   }
 }
 
