@@ -98,19 +98,23 @@ struct TopGramEigenvalues {
   Eigen::Index matvecs = 0;  // products with AᵀA
 };
 
+// The operator w ↦ Aᵀ(A w) in Spectra's interface (Scalar, rows, cols, perform_op),
+// counting its products.
+template <class Matrix> struct GramOperator {
+  using Scalar = double;
+  const Matrix& A;
+  mutable Eigen::Index count = 0;
+  Eigen::Index rows() const { return A.cols(); }
+  Eigen::Index cols() const { return A.cols(); }
+  void perform_op(const double* x, double* y) const {
+    ++count;
+    Eigen::Map<VecD>(y, A.cols()) = A.transpose() * (A * Eigen::Map<const VecD>(x, A.cols()));
+  }
+};
+
 template <class Matrix>
 TopGramEigenvalues top_gram_eigenvalues(const Matrix& A, int k, double tol = 1e-12) {
-  struct GramOp {
-    using Scalar = double;
-    const Matrix& A;
-    mutable Eigen::Index count = 0;
-    Eigen::Index rows() const { return A.cols(); }
-    Eigen::Index cols() const { return A.cols(); }
-    void perform_op(const double* x, double* y) const {
-      ++count;
-      Eigen::Map<VecD>(y, A.cols()) = A.transpose() * (A * Eigen::Map<const VecD>(x, A.cols()));
-    }
-  };
+  using GramOp = GramOperator<Matrix>;
   const Eigen::Index d = A.cols();
   TopGramEigenvalues r;
   if (d < k + 2) {  // Spectra needs nev < ncv ≤ n

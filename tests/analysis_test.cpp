@@ -126,7 +126,9 @@ TEST(ChooseSequences, SeededWithoutReplacementInFileOrder) {
   ASSERT_EQ(a.sequences, 10);
   for (std::int64_t i = 0; i < 10; ++i) {
     EXPECT_EQ(a.ids[std::size_t(3 * i)], a.ids[std::size_t(3 * i + 2)]);  // whole sequences
-    if (i) EXPECT_LT(a.ids[std::size_t(3 * (i - 1))], a.ids[std::size_t(3 * i)]);  // distinct, in order
+    if (i) {
+      EXPECT_LT(a.ids[std::size_t(3 * (i - 1))], a.ids[std::size_t(3 * i)]);  // distinct, in order
+    }
   }
   EXPECT_EQ(choose_sequences(all, 0, 1).ids, all.ids);
   EXPECT_EQ(choose_sequences(all, 80, 1).ids, all.ids);
