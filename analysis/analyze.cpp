@@ -268,7 +268,7 @@ class Together final : public Analysis {
   }
   void report(Report& out) const override {
     for (const auto& p : parts) {
-      Report part{results::Value::object(), {}};
+      Report part{results::Value::object(), {}, {}};
       p->report(part);
       out.value.set(part.tables.front().name, part.value);
       for (auto& t : part.tables) out.tables.push_back(std::move(t));
@@ -371,7 +371,7 @@ Report analyze(lm::Model<float>& model, Kind kind, const lm::TokenSequences& dat
     model.forward(ids.data(), nullptr, B, T, lm::Pass::eval, 0, analysis.get());
     if (progress) progress(first + analysis->valid, data.sequences);
   }
-  Report out{results::Value::object(), {}};
+  Report out{results::Value::object(), {}, {}};
   out.value.set("analysis", to_string(kind));
   out.value.set("definition", definition(kind, o, model.config().layers));
   out.value.set("sequences", data.sequences);

@@ -254,7 +254,7 @@ results::Value compare_runs(const std::vector<fs::path>& dirs, const CompareOpti
                               std::to_string(o.window) + " steps)",
                           "step", "loss - baseline loss (nats)", false, false, {}, {}};
       for (std::size_t c = 1; c < curves.columns.size(); c += 2)
-        fig.series.push_back({"step", curves.columns[c].name, "", curves.columns[c].name, "lines"});
+        fig.series.push_back({"step", curves.columns[c].name, "", curves.columns[c].name, "lines", ""});
       fig.extra.push_back("set key bottom left");
       results::stage_figure(files, fig, curves, *o.figure);
     }

@@ -15,10 +15,6 @@ Mix own_heads(int layer, int heads) {
   return m;
 }
 
-bool skipv1_family(VariantKind k) {
-  return k == VariantKind::skipv1 || k == VariantKind::skipkv1 || k == VariantKind::skipv1_yoco;
-}
-
 // SkipV1's value (or key) heads of layer n (0-based) with `own` own heads and
 // heads own … G−1 injected from layer `src` (0-based; −1: SkipV0, zero heads).
 Mix skip_heads(const Config& c, int n, int own, int src) {

@@ -126,25 +126,25 @@ std::vector<results::Figure> figures(double ks) {
   const char* titles[3] = {"Sigma log-spaced in [1/8, 1]", "Sigma log-spaced in [1/2, 1]",
                            "Sigma = MP draw, v = 1/4"};
   for (int k = 0; k < 3; ++k) {
-    f1.series.push_back({"r", std::string("s_") + names[k], "", titles[k], "lines lw 2 lc " + std::to_string(k + 1)});
-    f1.series.push_back({"r", std::string("inv_m_") + names[k], "", "", "lines dt 2 lc " + std::to_string(k + 1)});
+    f1.series.push_back({"r", std::string("s_") + names[k], "", titles[k], "lines lw 2 lc " + std::to_string(k + 1), ""});
+    f1.series.push_back({"r", std::string("inv_m_") + names[k], "", "", "lines dt 2 lc " + std::to_string(k + 1), ""});
   }
-  f1.series.push_back({"", "", "1", "limit 1 (linear regime)", "lines dt 3 lc rgb 'black'"});
+  f1.series.push_back({"", "", "1", "limit 1 (linear regime)", "lines dt 3 lc rgb 'black'", ""});
   results::Figure f2{"Squared singular values, d = 1024, v = 1/4 (KS distance " + std::to_string(ks).substr(0, 6) +
                          ")",
                      "x = sigma^2", "density", false, false, {},
                      {"set style fill solid 0.4 border", "set yrange [0:*]", "set key top right"}};
-  f2.series.push_back({"x", "density_empirical", "", "empirical histogram", "boxes lc rgb '#7090c0'"});
+  f2.series.push_back({"x", "density_empirical", "", "empirical histogram", "boxes lc rgb '#7090c0'", ""});
   f2.series.push_back({"", "", "(x > 0 && x < 1) ? sqrt((1 - x) * x) / (2 * pi * 0.25 * x) : 1/0",
-                       "Marchenko-Pastur density", "lines lw 2 lc rgb '#c03020'"});
+                       "Marchenko-Pastur density", "lines lw 2 lc rgb '#c03020'", ""});
   f2.extra.push_back("set xrange [0:1.04]");
   results::Figure f3{"Mean edge excess |sigma_max - 2 sqrt(v)|, v = 1/4", "d", "mean |sigma_max - 1|", true, true,
                      {}, {"set key bottom left"}};
-  f3.series.push_back({"d", "mean_abs_excess", "", "mean over trials", "linespoints pt 7 lw 2"});
-  f3.series.push_back({"d", "reference_d_pow_minus_2_3", "", "d^(-2/3) through the first point", "lines dt 2"});
+  f3.series.push_back({"d", "mean_abs_excess", "", "mean over trials", "linespoints pt 7 lw 2", ""});
+  f3.series.push_back({"d", "reference_d_pow_minus_2_3", "", "d^(-2/3) through the first point", "lines dt 2", ""});
   results::Figure f4{"Spread of m(u)^2 over u uniform on the sphere", "d", "std(m(u)^2) * sqrt(d)", true, false, {},
                      {"set yrange [0:*]", "set key bottom right"}};
-  f4.series.push_back({"d", "std_m2_sqrt_d", "", "std(m^2) sqrt(d), 400 samples of u", "linespoints pt 7 lw 2"});
+  f4.series.push_back({"d", "std_m2_sqrt_d", "", "std(m^2) sqrt(d), 400 samples of u", "linespoints pt 7 lw 2", ""});
   return {f1, f2, f3, f4};
 }
 
