@@ -8,6 +8,7 @@
 #include "cli/device_option.hpp"
 #include "cli/model_options.hpp"
 #include "cli/plot_common.hpp"
+#include "cli/usage_hint.hpp"
 #include "cli/validators.hpp"
 #include "gpu/backend.hpp"
 #include "lm/checkpoint.hpp"
@@ -61,7 +62,8 @@ int run_train(const TrainArgs& a, const CLI::App& cmd, const std::string& comman
   const lm::TrainData data = a.corpus.empty()
                                  ? lm::file_data(a.tokens, a.val_tokens.empty() ? std::nullopt
                                                                                 : std::optional<std::filesystem::path>(a.val_tokens))
-                                 : lm::brown_data(a.data);
+                                 : with_hint([&] { return lm::brown_data(a.data); },
+                                             "prepare it with 'qkvlab data brown --out " + a.data + "'");
   apply_threads(a.threads, BlasUse::per_worker);  // the CPU backend runs one product per worker
   const auto backend = gpu::make_backend(a.device, a.threads);
   const Progress show{"lm train", Progress::wanted(a.quiet)};

@@ -6,6 +6,7 @@
 #include "cli/device_option.hpp"
 #include "cli/plot_common.hpp"
 #include "cli/threads_option.hpp"
+#include "cli/usage_hint.hpp"
 #include "cli/validators.hpp"
 #include "gpu/backend.hpp"
 #include "reproduce/reproduce.hpp"
@@ -44,7 +45,7 @@ int list_figures(const ReproduceArgs& a) {
 int run_reproduce(const ReproduceArgs& a, const std::string& command_line) {
   if (a.list) return list_figures(a);
   if (a.figure.empty()) throw UsageError("give a FIGURE or --list (see 'qkvlab reproduce --list')");
-  reproduce::find_figure(a.figure);  // an unknown name: one line, before any work
+  with_hint([&] { reproduce::find_figure(a.figure); }, "see 'qkvlab reproduce --list'");  // before any work
   require_device(a.device);
   apply_threads(a.options.threads, BlasUse::shared);  // CPU backends run one product per worker themselves
   reproduce::Context c;

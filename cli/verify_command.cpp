@@ -5,6 +5,7 @@
 #include "cli/commands.hpp"
 #include "cli/plot_common.hpp"
 #include "cli/threads_option.hpp"
+#include "cli/usage_hint.hpp"
 #include "cli/validators.hpp"
 #include "core/errors.hpp"
 #include "core/limits.hpp"
@@ -42,6 +43,7 @@ int run_verify(VerifyArgs& a) {
     return 0;
   }
   auto& o = a.options;
+  with_hint([&] { theory::select_claims(o.ids); }, "see 'qkvlab verify --list'");
   for (int d : a.d)
     if (d < 2) throw UsageError("--d: every claim needs d >= 2, got " + std::to_string(d));
   if (!a.d.empty()) o.d = a.d;

@@ -787,7 +787,7 @@ const Figure& find_figure(const std::string& name) {
     if (f.name == name) return f;
     known += (known.empty() ? "" : ", ") + f.name;
   }
-  throw UsageError("unknown figure \"" + name + "\" (known: " + known + "; see 'qkvlab reproduce --list')");
+  throw UsageError("unknown figure \"" + name + "\" (known: " + known + ")");
 }
 
 Result run_figure(const Context& context, const std::string& name, const fs::path& dir) {

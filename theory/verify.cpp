@@ -18,7 +18,7 @@ std::vector<const Claim*> select_claims(const std::vector<std::string>& ids) {
     bool matched = false;
     for (const auto& c : all_claims())
       if (c.id.starts_with(arg)) matched = true;
-    if (!matched) throw UsageError("unknown claim id or prefix '" + arg + "' (see 'qkvlab verify --list')");
+    if (!matched) throw UsageError("unknown claim id or prefix '" + arg + "'");
   }
   for (const auto& c : all_claims()) {
     bool wanted = ids.empty();
