@@ -95,7 +95,7 @@ results::Value baselines_value(const std::vector<std::int32_t>& train, const std
 TrainData brown_data(const fs::path& dir) {
   for (const char* name : {"train_tokens.npy", "validation_tokens.npy", "manifest.json"})
     if (!fs::is_regular_file(dir / name))
-      throw UsageError(dir.string() + ": no " + name + " (not a corpus prepared by 'qkvlab data brown')");
+      throw UsageError(dir.string() + ": no " + name + ": not a prepared corpus directory");
   TrainData d;
   d.train = read_stream(dir / "train_tokens.npy");
   d.validation = read_stream(dir / "validation_tokens.npy");
