@@ -109,7 +109,7 @@ int run_theory(const TheoryArgs& a, const std::string& command_line) {
 
 std::vector<Command> add_icl_theory_commands(CLI::App& icl, const std::string& command_line) {
   auto t = std::make_shared<TheoryArgs>();
-  t->prompts = 200000;
+  t->prompts = icl::TheoryOptions{}.prompts;  // 200000
   auto* theory = icl.add_subcommand("theory", "Monte Carlo estimates of the theorem's quantities (C, Lambda, C_3, c_a, bounds)");
   add_task_options(theory, *t);
   theory->add_option("--w0", t->w0, "Prior mean W_0: zero, identity, or a d x d matrix FILE.npy (or FILE.h5:DATASET)")

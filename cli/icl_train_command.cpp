@@ -14,27 +14,26 @@ namespace {
 
 using namespace qkvlab::icl;
 
+std::vector<std::string> all_model_names() {
+  std::vector<std::string> names;
+  for (Variant v : kAllVariants) names.push_back(variant_name(v));
+  return names;
+}
+
 struct TrainArgs {
   CommonArgs common;
   bool assumption1 = false, learn_ab = false;
   int a = -1;  // -1: d
-  std::vector<std::string> models{"mha", "skipv1", "resformer", "svformer"};
-  long theory_prompts = 100000;
+  std::vector<std::string> models = all_model_names();
+  long theory_prompts = kTrainTheoryPrompts;
 };
 
 TrainExperimentConfig experiment_of(const TrainArgs& t) {
-  TrainExperimentConfig c;
-  c.task = task_of(t.common);
-  c.first = !t.assumption1 ? FirstLayer::attention : t.learn_ab ? FirstLayer::copying_learned : FirstLayer::copying_fixed;
   if (!t.assumption1 && t.learn_ab) throw UsageError("--learn-ab needs --assumption1");
-  c.a = t.a < 0 ? c.task.d : t.a;
-  c.models.clear();
-  for (const auto& m : t.models) c.models.push_back(parse_variant(m));
-  c.train = train_of(t.common);
-  c.restarts = t.common.restarts, c.eval_samples = t.common.eval_samples, c.theory_prompts = t.theory_prompts;
-  c.seed = t.common.seed, c.threads = t.common.threads;
-  validate(c);
-  return c;
+  const FirstLayer first = !t.assumption1 ? FirstLayer::attention : t.learn_ab ? FirstLayer::copying_learned : FirstLayer::copying_fixed;
+  std::vector<Variant> models;
+  for (const auto& m : t.models) models.push_back(parse_variant(m));
+  return train_experiment_of(t.common, first, t.a, models, t.theory_prompts);
 }
 
 int run_train(const TrainArgs& t, const std::string& command_line) {
@@ -49,9 +48,9 @@ int run_train(const TrainArgs& t, const std::string& command_line) {
 
 struct SweepArgs {
   CommonArgs common;
-  std::vector<int> ds{4}, ns{16};
-  std::vector<double> sigmas{0.5};
-  long theory_prompts = 50000;
+  std::vector<int> ds{common.d}, ns{common.n};  // the lists default to the task's single values
+  std::vector<double> sigmas{common.sigma};
+  long theory_prompts = kSweepTheoryPrompts;
 };
 
 int run_sweep(const SweepArgs& s, const std::string& command_line) {
@@ -61,10 +60,7 @@ int run_sweep(const SweepArgs& s, const std::string& command_line) {
   require_each_non_negative("--sigma-list", s.sigmas);
   for (int d : s.ds)
     for (int n : s.ns) require_train_memory(s.common, d, n, 2.0 * s.common.restarts, s.theory_prompts);
-  TrainExperimentConfig base;
-  base.task = task_of(s.common), base.train = train_of(s.common);
-  base.restarts = s.common.restarts, base.eval_samples = s.common.eval_samples, base.theory_prompts = s.theory_prompts;
-  base.seed = s.common.seed, base.threads = s.common.threads;
+  const TrainExperimentConfig base = sweep_base_of(s.common, s.theory_prompts);
   const Progress progress{"icl sweep", Progress::wanted(s.common.quiet)};
   const TrainSweep sweep = run_train_sweep(sweep_points(base, s.ds, s.ns, s.sigmas),
                                            [&](std::size_t done, std::size_t total) { progress("points", done, total); });

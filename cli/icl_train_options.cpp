@@ -48,22 +48,6 @@ void add_common_options(CLI::App* cmd, CommonArgs& a, CommonOptions use) {
   cmd->add_flag("--quiet", a.quiet, "No progress on stderr");
 }
 
-Task task_of(const CommonArgs& a) {
-  Task t{a.d, a.n, a.sigma, {}};
-  if (!std::isfinite(a.w0_scale)) throw UsageError("--w0-scale must be a finite number");
-  if (a.w0_scale != 0) t.W0 = a.w0_scale * MatD::Identity(a.d, a.d);
-  validate(t);
-  return t;
-}
-
-TrainConfig train_of(const CommonArgs& a) {
-  TrainConfig t;
-  t.steps = a.steps, t.batch = a.batch, t.lr = a.lr;
-  t.log_every = std::max(1, a.steps / 100);
-  validate(t);
-  return t;
-}
-
 void prepare(const CommonArgs& a) {
   require_device(a.device, kGpuPath);
   for (const auto& [option, path] : {std::pair{"--out", a.out}, {"--csv", a.csv}, {"--figure", a.figure}}) {

@@ -14,13 +14,8 @@
 
 namespace qkvlab::cli {
 
-struct CommonArgs {
-  int d = 4, n = 16;
-  double sigma = 0.5, w0_scale = 0;
-  int steps = 3000, batch = 64;
-  double lr = 1e-2;
-  int restarts = 3, eval_samples = 20000, threads = 0;
-  std::uint64_t seed = 1;
+// The experiment's settings (icl::TrainSettings: the library's, with `icl train`'s defaults) and the outputs.
+struct CommonArgs : icl::TrainSettings {
   std::string out, csv, figure, format = "table";
   Device device = Device::cpu;
   bool quiet = false;
@@ -34,8 +29,6 @@ struct CommonOptions {
 };
 
 void add_common_options(CLI::App* cmd, CommonArgs& a, CommonOptions use);
-icl::Task task_of(const CommonArgs& a);
-icl::TrainConfig train_of(const CommonArgs& a);
 
 // Refuses cuda (no GPU path yet) and output paths outside existing directories, before any
 // work, and sets the threads: the runs are what runs in parallel, each product on its run's thread.

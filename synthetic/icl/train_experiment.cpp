@@ -5,6 +5,7 @@
 #include "engine/cpu_backend.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <mutex>
 
 namespace qkvlab::icl {
@@ -84,6 +85,36 @@ TrainExperimentResult run_train_experiment(const TrainExperimentConfig& c,
     r.skipv1_minus_mha = paired_difference(r.runs[std::size_t(find(Variant::skipv1)->best)].loss,
                                            r.runs[std::size_t(find(Variant::mha)->best)].loss);
   return r;
+}
+
+Task task_of(const TrainSettings& s) {
+  if (!std::isfinite(s.w0_scale)) throw UsageError("the prior mean's scale must be a finite number");
+  Task t{s.d, s.n, s.sigma, {}};
+  if (s.w0_scale != 0) t.W0 = s.w0_scale * MatD::Identity(s.d, s.d);
+  validate(t);
+  return t;
+}
+
+TrainConfig train_of(const TrainSettings& s) {
+  TrainConfig t;
+  t.steps = s.steps, t.batch = s.batch, t.lr = s.lr;
+  t.log_every = std::max(1, s.steps / 100);
+  validate(t);
+  return t;
+}
+
+TrainExperimentConfig train_experiment_of(const TrainSettings& s, FirstLayer first, int a,
+                                          const std::vector<Variant>& models, long theory_prompts) {
+  TrainExperimentConfig c;
+  c.task = task_of(s);
+  c.first = first;
+  c.a = a < 0 ? c.task.d : a;
+  c.models = models;
+  c.train = train_of(s);
+  c.restarts = s.restarts, c.eval_samples = s.eval_samples, c.theory_prompts = theory_prompts;
+  c.seed = s.seed, c.threads = s.threads;
+  validate(c);
+  return c;
 }
 
 }  // namespace qkvlab::icl

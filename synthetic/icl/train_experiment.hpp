@@ -82,4 +82,31 @@ struct TrainExperimentResult {
 TrainExperimentResult run_train_experiment(const TrainExperimentConfig& config,
                                            const std::function<void(int, int)>& progress = {});
 
+// ---- the commands' settings ------------------------------------------------------------------------
+// What `qkvlab icl train`, `sweep`, `anchor` and `depth` are given, with the defaults of `icl train`
+// and `icl sweep` (anchor and depth set their own steps, batch, lr, restarts and held-out prompts).
+// The commands and `qkvlab reproduce` build their configurations from it here, so a figure of
+// reproduce is the command's run at the same settings.
+struct TrainSettings {
+  int d = 4, n = 16;
+  double sigma = 0.5, w0_scale = 0;  // W_0 = w0_scale I (none at 0)
+  int steps = 3000, batch = 64;
+  double lr = 1e-2;
+  int restarts = 3, eval_samples = 20000;
+  std::uint64_t seed = 1;
+  int threads = 0;  // 0: one per hardware thread
+};
+Task task_of(const TrainSettings& s);          // validated (throws UsageError)
+TrainConfig train_of(const TrainSettings& s);  // one curve point per max(1, steps/100) steps; validated
+
+inline const std::vector<Variant> kAllVariants{Variant::mha, Variant::skipv1, Variant::resformer, Variant::svformer};
+inline constexpr long kTrainTheoryPrompts = 100000;  // `icl train`'s Monte Carlo prompts for C and the bounds
+inline constexpr long kSweepTheoryPrompts = 50000;   // `icl sweep`'s
+
+// `icl train`: experiment 2 under Assumption 1 (first = copying_fixed, or copying_learned: A, B learned
+// from the copying layer) or experiment 3 (first = attention, a learned first layer); a < 0: a = d. Validated.
+TrainExperimentConfig train_experiment_of(const TrainSettings& s, FirstLayer first, int a = -1,
+                                          const std::vector<Variant>& models = kAllVariants,
+                                          long theory_prompts = kTrainTheoryPrompts);
+
 }  // namespace qkvlab::icl

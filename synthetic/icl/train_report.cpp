@@ -223,6 +223,14 @@ std::vector<TrainExperimentConfig> sweep_points(const TrainExperimentConfig& bas
   return points;
 }
 
+TrainExperimentConfig sweep_base_of(const TrainSettings& s, long theory_prompts) {
+  TrainExperimentConfig base;
+  base.task = task_of(s), base.train = train_of(s);
+  base.restarts = s.restarts, base.eval_samples = s.eval_samples, base.theory_prompts = theory_prompts;
+  base.seed = s.seed, base.threads = s.threads;
+  return base;
+}
+
 TrainSweep run_train_sweep(const std::vector<TrainExperimentConfig>& points,
                            const std::function<void(std::size_t, std::size_t)>& progress) {
   TrainSweep s{points, {}};

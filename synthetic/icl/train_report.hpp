@@ -46,6 +46,8 @@ struct TrainSweep {
 };
 std::vector<TrainExperimentConfig> sweep_points(const TrainExperimentConfig& base, const std::vector<int>& ds,
                                                 const std::vector<int>& ns, const std::vector<double>& sigmas);
+// `icl sweep`'s base point from its settings (each point's task, a and models come from sweep_points).
+TrainExperimentConfig sweep_base_of(const TrainSettings& s, long theory_prompts = kSweepTheoryPrompts);
 // progress(done, total) before each point and at the end (may be empty).
 TrainSweep run_train_sweep(const std::vector<TrainExperimentConfig>& points,
                            const std::function<void(std::size_t, std::size_t)>& progress = {});
