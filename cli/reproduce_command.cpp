@@ -45,7 +45,8 @@ int list_figures(const ReproduceArgs& a) {
 int run_reproduce(const ReproduceArgs& a, const std::string& command_line) {
   if (a.list) return list_figures(a);
   if (a.figure.empty()) throw UsageError("give a FIGURE or --list (see 'qkvlab reproduce --list')");
-  with_hint([&] { reproduce::find_figure(a.figure); }, "see 'qkvlab reproduce --list'");  // before any work
+  const reproduce::Figure& figure =  // before any work
+      with_hint([&]() -> const reproduce::Figure& { return reproduce::find_figure(a.figure); }, "see 'qkvlab reproduce --list'");
   require_device(a.device);
   apply_threads(a.options.threads, BlasUse::shared);  // CPU backends run one product per worker themselves
   reproduce::Context c;
@@ -65,7 +66,7 @@ int run_reproduce(const ReproduceArgs& a, const std::string& command_line) {
     if (!quiet) std::cerr << "qkvlab reproduce: " << line << "\n";
   };
   const std::filesystem::path out = a.out.empty() ? std::filesystem::path("outputs/reproduce") / a.figure : std::filesystem::path(a.out);
-  const reproduce::Result r = reproduce::run_figure(c, a.figure, out);
+  const reproduce::Result r = reproduce::run_figure(c, figure, out);
   if (a.format == "json") {
     std::cout << r.value.json();
   } else {

@@ -41,6 +41,10 @@ std::string fixed(double x, int digits) {
   return buf;
 }
 
+}  // namespace
+
+namespace detail {
+
 // What a figure writes: its value (FIGURE.json), tables (CSV), figures drawn from them, and
 // notes (README.md, after the paper's paragraph).
 struct Output {
@@ -124,6 +128,13 @@ class Session {
   std::optional<lm::TrainData> data_;
   std::map<std::string, Trained> trained_;
 };
+
+}  // namespace detail
+
+namespace {
+
+using detail::Output;
+using detail::Session;
 
 // Per-layer mean and se of a scalar analysis (entropy, similarity) from its report's value.
 struct Curve {
@@ -618,120 +629,115 @@ void icl_depth(Session& s, Output& out) {
 
 // ---- the registry -----------------------------------------------------------------------------------
 
-struct Registered {
-  Figure figure;
-  void (*run)(Session&, Output&);
-};
-
-const std::vector<Registered>& registry() {
-  static const std::vector<Registered> list = {
-      {{"resformer-fig1-left", "ResFormer Fig. 1 left: training loss of ResFormer ½(V_n + V_1) relative to vanilla",
-        "ResFormer (002) Fig. 1, left: the relative training loss — the loss of each Transformer variant minus the "
-        "vanilla Transformer's — along training, at a fixed size of 82M parameters. ResFormer's curve stays below zero "
-        "and below those of DenseFormer and NeuTRENO: the paper's headline that value residual learning trains to a "
-        "lower loss than the vanilla model of the same size.",
-        "", {"vanilla", "resformer-half"}},
+// Each figure and the function that makes it; figures() adds the measured durations.
+std::vector<Figure> registry() {
+  return {
+      {"resformer-fig1-left", "ResFormer Fig. 1 left: training loss of ResFormer ½(V_n + V_1) relative to vanilla",
+       "ResFormer (002) Fig. 1, left: the relative training loss — the loss of each Transformer variant minus the "
+       "vanilla Transformer's — along training, at a fixed size of 82M parameters. ResFormer's curve stays below zero "
+       "and below those of DenseFormer and NeuTRENO: the paper's headline that value residual learning trains to a "
+       "lower loss than the vanilla model of the same size.",
+       "", {"vanilla", "resformer-half"},
        resformer_fig1_left},
-      {{"resformer-fig1-middle", "ResFormer Fig. 1 middle: attention entropy per layer, vanilla against ResFormer",
-        "ResFormer (002) Fig. 1, middle: the average entropy of token importance (Eq. 11: the attention a token "
-        "receives, averaged over queries and heads, normalized) per layer, in ResFormer and the vanilla Transformer. "
-        "Lower entropy means attention concentrated on fewer tokens. The paper: concentration grows markedly with "
-        "depth in the vanilla model and much less in ResFormer, whose entropy stays higher in the deeper layers.",
-        "", {"vanilla", "resformer-half"}},
+      {"resformer-fig1-middle", "ResFormer Fig. 1 middle: attention entropy per layer, vanilla against ResFormer",
+       "ResFormer (002) Fig. 1, middle: the average entropy of token importance (Eq. 11: the attention a token "
+       "receives, averaged over queries and heads, normalized) per layer, in ResFormer and the vanilla Transformer. "
+       "Lower entropy means attention concentrated on fewer tokens. The paper: concentration grows markedly with "
+       "depth in the vanilla model and much less in ResFormer, whose entropy stays higher in the deeper layers.",
+       "", {"vanilla", "resformer-half"},
        resformer_fig1_middle},
-      {{"resformer-fig10", "ResFormer Fig. 10: the first token's importance, value norm and hidden norm per layer",
-        "ResFormer (002) Fig. 10: the token importance, value-state norm and hidden-state norm of the first token of "
-        "each sequence, per layer, in ResFormer and the vanilla Transformer. The first token is an attention sink "
-        "(large importance) with a small value norm (a value-state drain) and a large hidden-state norm in the vanilla "
-        "model; App. A.2 says ResFormer's first token gets less than 10 times the importance of the others.",
-        "", {"vanilla", "resformer-half"}},
+      {"resformer-fig10", "ResFormer Fig. 10: the first token's importance, value norm and hidden norm per layer",
+       "ResFormer (002) Fig. 10: the token importance, value-state norm and hidden-state norm of the first token of "
+       "each sequence, per layer, in ResFormer and the vanilla Transformer. The first token is an attention sink "
+       "(large importance) with a small value norm (a value-state drain) and a large hidden-state norm in the vanilla "
+       "model; App. A.2 says ResFormer's first token gets less than 10 times the importance of the others.",
+       "", {"vanilla", "resformer-half"},
        resformer_fig10},
-      {{"resformer-fig19", "ResFormer Fig. 19: token importance, value and hidden norms per position and layer",
-        "ResFormer (002) Fig. 19 (App. A.2): token importance, value-state norms and hidden-state norms for tokens at "
-        "different positions across layers, averaged over 1,000 sequences, so that only the start token is the same "
-        "in every sequence. The start token attracts massive attention in the Transformer (and NeuTRENO) and shows a "
-        "value-state drain; in ResFormer its importance is less than 10 times that of other positions.",
-        "", {"vanilla", "resformer-half"}},
+      {"resformer-fig19", "ResFormer Fig. 19: token importance, value and hidden norms per position and layer",
+       "ResFormer (002) Fig. 19 (App. A.2): token importance, value-state norms and hidden-state norms for tokens at "
+       "different positions across layers, averaged over 1,000 sequences, so that only the start token is the same "
+       "in every sequence. The start token attracts massive attention in the Transformer (and NeuTRENO) and shows a "
+       "value-state drain; in ResFormer its importance is less than 10 times that of other positions.",
+       "", {"vanilla", "resformer-half"},
        resformer_fig19},
-      {{"resformer-fig12", "ResFormer Fig. 12: value-state spectra (layer 1's eigenvalues; largest per layer)",
-        "ResFormer (002) Fig. 12: left, the distribution of the eigenvalues of the value states' covariance in the "
-        "first layer of ResFormer and the Transformer (descending, averaged over 1,000 sequences); right, the largest "
-        "eigenvalue in each layer. The paper reads it as the value states of most of ResFormer's layers having a "
-        "stronger representational capacity than the vanilla model's.",
-        "", {"vanilla", "resformer-half"}},
+      {"resformer-fig12", "ResFormer Fig. 12: value-state spectra (layer 1's eigenvalues; largest per layer)",
+       "ResFormer (002) Fig. 12: left, the distribution of the eigenvalues of the value states' covariance in the "
+       "first layer of ResFormer and the Transformer (descending, averaged over 1,000 sequences); right, the largest "
+       "eigenvalue in each layer. The paper reads it as the value states of most of ResFormer's layers having a "
+       "stronger representational capacity than the vanilla model's.",
+       "", {"vanilla", "resformer-half"},
        resformer_fig12},
-      {{"resformer-fig18", "ResFormer Fig. 18: token similarity of the hidden states per layer",
-        "ResFormer (002) Fig. 18: the average pairwise cosine similarity of the tokens' hidden states (Eq. 13) per "
-        "layer, in Llama-3.1-8B and Mistral-7B. The paper finds an 'M'-shaped curve over depth where the entropy "
-        "(Fig. 1 right) is 'W'-shaped: attention concentration goes with over-smoothing. Here the same measure on the "
-        "small trained models, vanilla against ResFormer.",
-        "", {"vanilla", "resformer-half"}},
+      {"resformer-fig18", "ResFormer Fig. 18: token similarity of the hidden states per layer",
+       "ResFormer (002) Fig. 18: the average pairwise cosine similarity of the tokens' hidden states (Eq. 13) per "
+       "layer, in Llama-3.1-8B and Mistral-7B. The paper finds an 'M'-shaped curve over depth where the entropy "
+       "(Fig. 1 right) is 'W'-shaped: attention concentration goes with over-smoothing. Here the same measure on the "
+       "small trained models, vanilla against ResFormer.",
+       "", {"vanilla", "resformer-half"},
        resformer_fig18},
-      {{"resformer-fig20", "ResFormer Fig. 20: attention entropy per layer at several sequence lengths",
-        "ResFormer (002) Fig. 20 (App. A.2): the average entropy of token importance per layer in ResFormer and the "
-        "vanilla Transformer, on test sequences of different lengths. The paper: ResFormer mitigates attention "
-        "concentration more when the sequences are shorter.",
-        "", {"vanilla", "resformer-half"}},
+      {"resformer-fig20", "ResFormer Fig. 20: attention entropy per layer at several sequence lengths",
+       "ResFormer (002) Fig. 20 (App. A.2): the average entropy of token importance per layer in ResFormer and the "
+       "vanilla Transformer, on test sequences of different lengths. The paper: ResFormer mitigates attention "
+       "concentration more when the sequences are shorter.",
+       "", {"vanilla", "resformer-half"},
        resformer_fig20},
-      {{"skipv1-fig10", "SkipV1Former Fig. 10: validation loss of the vanilla model converted by each method",
-        "SkipV1Former (000) Fig. 10 (App. B.1): the initial loss of a pretrained vanilla checkpoint converted to "
-        "SkipV1Former by each method — Mean V (the paper's: mean-pool every two value-head projections), Mean VO, "
-        "Top V, Top VO and SVD — before uptraining. The paper reports every alternative above Mean V, its method.",
-        "", {"vanilla"}},
+      {"skipv1-fig10", "SkipV1Former Fig. 10: validation loss of the vanilla model converted by each method",
+       "SkipV1Former (000) Fig. 10 (App. B.1): the initial loss of a pretrained vanilla checkpoint converted to "
+       "SkipV1Former by each method — Mean V (the paper's: mean-pool every two value-head projections), Mean VO, "
+       "Top V, Top VO and SVD — before uptraining. The paper reports every alternative above Mean V, its method.",
+       "", {"vanilla"},
        skipv1_fig10},
-      {{"skipv1-fig12", "SkipV1Former Fig. 12: layerwise linear probes and the deeper-half slopes",
-        "SkipV1Former (000) Fig. 12 (App. C.1): a linear probe trained on the output of each layer of a 12-layer "
-        "GPT-2, validation loss per layer for the baseline and SkipV1Former, with best-fit lines over layers 7–12. "
-        "SkipV1Former's steeper negative slope is read as faster-improving representations in the deeper layers.",
-        "", {"vanilla", "skipv1"}},
+      {"skipv1-fig12", "SkipV1Former Fig. 12: layerwise linear probes and the deeper-half slopes",
+       "SkipV1Former (000) Fig. 12 (App. C.1): a linear probe trained on the output of each layer of a 12-layer "
+       "GPT-2, validation loss per layer for the baseline and SkipV1Former, with best-fit lines over layers 7–12. "
+       "SkipV1Former's steeper negative slope is read as faster-improving representations in the deeper layers.",
+       "", {"vanilla", "skipv1"},
        skipv1_fig12},
-      {{"skipv1-fig13", "SkipV1Former Fig. 13: head–head cosine similarity at the last layer",
-        "SkipV1Former (000) Fig. 13: the head–head cosine similarity matrix at layer 12 of the baseline and of "
-        "SkipV1Former. SkipV1Former shows lower inter-head similarity (more diverse heads), attributed to the "
-        "uncompressed first-layer values injected into the deeper layers.",
-        "", {"vanilla", "skipv1"}},
+      {"skipv1-fig13", "SkipV1Former Fig. 13: head–head cosine similarity at the last layer",
+       "SkipV1Former (000) Fig. 13: the head–head cosine similarity matrix at layer 12 of the baseline and of "
+       "SkipV1Former. SkipV1Former shows lower inter-head similarity (more diverse heads), attributed to the "
+       "uncompressed first-layer values injected into the deeper layers.",
+       "", {"vanilla", "skipv1"},
        skipv1_fig13},
-      {{"skipv1-fig14", "SkipV1Former Fig. 14: token–token cosine similarity at the last layer",
-        "SkipV1Former (000) Fig. 14: the token–token cosine similarity matrix at layer 12 of the baseline and of "
-        "SkipV1Former. Apart from a few tokens, SkipV1Former's tokens are less similar to each other (less "
-        "over-smoothing).",
-        "", {"vanilla", "skipv1"}},
+      {"skipv1-fig14", "SkipV1Former Fig. 14: token–token cosine similarity at the last layer",
+       "SkipV1Former (000) Fig. 14: the token–token cosine similarity matrix at layer 12 of the baseline and of "
+       "SkipV1Former. Apart from a few tokens, SkipV1Former's tokens are less similar to each other (less "
+       "over-smoothing).",
+       "", {"vanilla", "skipv1"},
        skipv1_fig14},
-      {{"skipv1-table2", "SkipV1Former Table 2: parameters and KV-cache bytes per token with GQA and MLA",
-        "SkipV1Former (000) Table 2: validation loss, perplexity, parameters and KV-cache bytes per token of the "
-        "Transformer and SkipV1Former with GQA and with MLA on GPT2-355M: SkipV1 reduces the KV bytes by 24.0% (GQA) "
-        "and 44.4% (MLA) at a slightly lower loss. Here the exact accounting of the four configurations (no training; "
-        "the losses need the paper's scale) and of the tiny preset.",
-        "", {}},
+      {"skipv1-table2", "SkipV1Former Table 2: parameters and KV-cache bytes per token with GQA and MLA",
+       "SkipV1Former (000) Table 2: validation loss, perplexity, parameters and KV-cache bytes per token of the "
+       "Transformer and SkipV1Former with GQA and with MLA on GPT2-355M: SkipV1 reduces the KV bytes by 24.0% (GQA) "
+       "and 44.4% (MLA) at a slightly lower loss. Here the exact accounting of the four configurations (no training; "
+       "the losses need the paper's scale) and of the tiny preset.",
+       "", {},
        skipv1_table2},
-      {{"qwe-table2", "Query-weight elimination Table 2 at small scale: vanilla against Q-identity",
-        "Query-weight elimination (003) Table 2: GPT-2 124M-class models trained on OpenWebText — the baseline, "
-        "smaller baselines, and reduced models without W_Q (Q-identity) at higher learning rates — with their "
-        "non-embedding parameters and validation losses; the reduced model matches the baseline's loss with fewer "
-        "parameters. Here the tiny GPT-2 preset: vanilla against Q-identity at twice the peak learning rate and a "
-        "floor of peak/100 (the committed sweep's choice: the paper's rates were lost from its text).",
-        "", {"vanilla", "q-identity-lr"}},
+      {"qwe-table2", "Query-weight elimination Table 2 at small scale: vanilla against Q-identity",
+       "Query-weight elimination (003) Table 2: GPT-2 124M-class models trained on OpenWebText — the baseline, "
+       "smaller baselines, and reduced models without W_Q (Q-identity) at higher learning rates — with their "
+       "non-embedding parameters and validation losses; the reduced model matches the baseline's loss with fewer "
+       "parameters. Here the tiny GPT-2 preset: vanilla against Q-identity at twice the peak learning rate and a "
+       "floor of peak/100 (the committed sweep's choice: the paper's rates were lost from its text).",
+       "", {"vanilla", "q-identity-lr"},
        qwe_table2},
-      {{"qwe-exp8.4", "Query-weight elimination §8.4: MLP basis transfer (qkvlab transfer at its defaults)",
-        "Query-weight elimination (003) App. 8.4: a skip MLP x + W̃₂GELU(W̃₁x) trained to reproduce a basis-changed "
-        "skip block, against the best linear map; the trained MLP approximates the transformed block far better than "
-        "any linear map, so the basis change can be absorbed approximately though not exactly.",
-        "", {}},
+      {"qwe-exp8.4", "Query-weight elimination §8.4: MLP basis transfer (qkvlab transfer at its defaults)",
+       "Query-weight elimination (003) App. 8.4: a skip MLP x + W̃₂GELU(W̃₁x) trained to reproduce a basis-changed "
+       "skip block, against the best linear map; the trained MLP approximates the transformed block far better than "
+       "any linear map, so the basis change can be absorbed approximately though not exactly.",
+       "", {},
        qwe_exp84},
-      {{"icl-anchor", "SkipV1Former App. A, experiment 4: one-layer linear attention against one-step GD",
-        "SkipV1Former (000) App. A (docs/math/icl.md, experiment 4): a one-layer linear self-attention trained on "
-        "in-context linear regression reaches the loss of the best one-step gradient-descent predictor — the anchor "
-        "of the theorem's comparison (qkvlab icl anchor at its defaults).",
-        "", {}},
+      {"icl-anchor", "SkipV1Former App. A, experiment 4: one-layer linear attention against one-step GD",
+       "SkipV1Former (000) App. A (docs/math/icl.md, experiment 4): a one-layer linear self-attention trained on "
+       "in-context linear regression reaches the loss of the best one-step gradient-descent predictor — the anchor "
+       "of the theorem's comparison (qkvlab icl anchor at its defaults).",
+       "", {},
        icl_anchor},
-      {{"icl-depth", "SkipV1Former App. A, experiment 5: held-out loss of L-layer MHA and SkipV1 linear attention",
-        "SkipV1Former (000) App. A (docs/math/icl.md, experiment 5): L-layer linear attention, MHA and SkipV1, trained on "
-        "in-context linear regression; the loss against depth, and the layerwise comparison with multi-step GD "
-        "(qkvlab icl depth at its defaults).",
-        "", {}},
+      {"icl-depth", "SkipV1Former App. A, experiment 5: held-out loss of L-layer MHA and SkipV1 linear attention",
+       "SkipV1Former (000) App. A (docs/math/icl.md, experiment 5): L-layer linear attention, MHA and SkipV1, trained on "
+       "in-context linear regression; the loss against depth, and the layerwise comparison with multi-step GD "
+       "(qkvlab icl depth at its defaults).",
+       "", {},
        icl_depth},
   };
-  return list;
 }
 
 // Wall times measured at the default recipe on the 2-core machine (2026-11-23, shared with another
@@ -771,11 +777,8 @@ std::string duration_text(const Figure& f) {
 
 const std::vector<Figure>& figures() {
   static const std::vector<Figure> list = [] {
-    std::vector<Figure> f;
-    for (const auto& r : registry()) {
-      f.push_back(r.figure);
-      f.back().duration = duration_text(r.figure);
-    }
+    std::vector<Figure> f = registry();
+    for (auto& figure : f) figure.duration = duration_text(figure);
     return f;
   }();
   return list;
@@ -790,12 +793,11 @@ const Figure& find_figure(const std::string& name) {
   throw UsageError("unknown figure \"" + name + "\" (known: " + known + ")");
 }
 
-Result run_figure(const Context& context, const std::string& name, const fs::path& dir) {
-  const Figure& figure = find_figure(name);
-  const auto it = std::find_if(registry().begin(), registry().end(), [&](const Registered& r) { return r.figure.name == name; });
+Result run_figure(const Context& context, const Figure& figure, const fs::path& dir) {
+  const std::string& name = figure.name;
   Session session(context);
   Output out;
-  it->run(session, out);
+  figure.make(session, out);
 
   Value v = Value::object();
   v.set("figure", name);

@@ -61,7 +61,7 @@ TEST(Reproduce, EveryFigureRunsEndToEndAndWritesItsFiles) {
   for (const auto& f : reproduce::figures()) {
     SCOPED_TRACE(f.name);
     const fs::path out = dir / "out" / f.name;
-    const reproduce::Result r = reproduce::run_figure(c, f.name, out);
+    const reproduce::Result r = reproduce::run_figure(c, f, out);
     EXPECT_TRUE(fs::is_regular_file(out / (f.name + ".json")));
     EXPECT_TRUE(fs::is_regular_file(out / "README.md"));
     std::size_t csv = 0, png = 0;
