@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <random>
 
 #include "corpus/token_file.hpp"
@@ -50,7 +51,8 @@ const std::vector<std::string> kIssueFigures = {
     "resformer-fig1-left", "resformer-fig1-middle", "resformer-fig10", "resformer-fig19", "resformer-fig12",
     "resformer-fig18",     "resformer-fig20",       "skipv1-fig10",    "skipv1-fig12",    "skipv1-fig13",
     "skipv1-fig14",        "skipv1-table2",         "qwe-table2",      "qwe-exp8.4",      "icl-anchor",
-    "icl-depth"};
+    "icl-depth",           "icl-assumption1",       "icl-assumption1-w0", "icl-learned",  "icl-learned-w0",
+    "icl-sweep",           "icl-theory"};
 
 }  // namespace
 
@@ -118,6 +120,42 @@ TEST(Reproduce, CacheIsReusedForTheSameRecipeAndNeverForAnother) {
   // An unfinished entry (no run.json) is not reused either.
   fs::remove(first.dir / "run.json");
   EXPECT_FALSE(reproduce::train_or_reuse(c, reproduce::recipe("vanilla", 1, 2), data).reused);
+}
+
+std::string file_text(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// The icl figures are the `qkvlab icl` commands' runs: the command a figure records (with what --steps
+// shortened) writes the same table, to the byte; at another seed it does not (the control, once: the
+// comparison can fail).
+TEST(ReproduceCli, IclFiguresEqualTheCommandsTheyRecord) {
+  ScratchDir dir;
+  const auto c = quick(dir / "data", dir / "work", 2);  // no corpus: nothing here reads it
+  struct Case {
+    std::string figure, key, csv;  // key: the results' command (train, sweep) or the run holding it (theory)
+  };
+  for (const Case& k : {Case{"icl-assumption1-w0", "command", "runs.csv"}, Case{"icl-sweep", "command", "sweep.csv"},
+                        Case{"icl-theory", "theory_w0_3I", "theory_w0_3I.csv"}}) {
+    SCOPED_TRACE(k.figure);
+    const fs::path out = dir / k.figure;
+    const reproduce::Result r = reproduce::run_figure(c, reproduce::find_figure(k.figure), out);
+    const results::Value& v = r.value["results"][k.key];
+    const std::string command = k.key == "command" ? v.string() : v["command_line"].string();
+    ASSERT_EQ(command.rfind("qkvlab icl ", 0), 0u) << command;
+    const std::string args = command.substr(std::string("qkvlab").size());
+    auto command_csv = [&](const std::string& extra) {
+      const fs::path csv = dir / (k.figure + "-command.csv");
+      const auto run = run_command(std::string(QKVLAB_BINARY) + args + extra + " --csv " + shell_quoted(csv));
+      EXPECT_EQ(run.status, 0) << args << extra << ": " << run.err;
+      return file_text(csv);
+    };
+    EXPECT_EQ(command_csv(""), file_text(out / k.csv)) << args;
+    if (k.figure == "icl-assumption1-w0") {
+      EXPECT_NE(command_csv(" --seed 2"), file_text(out / k.csv)) << args;
+    }
+  }
 }
 
 TEST(ReproduceCli, ListNamesEveryFigureOfTheIssue) {
