@@ -6,14 +6,6 @@
 
 namespace qkvlab::corpus {
 
-namespace {
-
-std::uint64_t pair_key(std::int32_t left, std::int32_t right) {
-  return std::uint64_t(std::uint32_t(left)) << 32 | std::uint32_t(right);
-}
-
-}  // namespace
-
 Bpe::Bpe(std::vector<std::string> bytes, std::vector<Merge> merges, std::int32_t end_of_text)
     : bytes_(std::move(bytes)), merges_(std::move(merges)), end_of_text_(end_of_text) {
   for (std::int32_t id = 0; id < size(); ++id)

@@ -44,6 +44,11 @@ struct Merge {
 
 inline constexpr std::string_view kEndOfText = "<|endoftext|>";
 
+// The key of the adjacent pair (left, right) in the merge tables: left in the high 32 bits.
+inline std::uint64_t pair_key(std::int32_t left, std::int32_t right) {
+  return std::uint64_t(std::uint32_t(left)) << 32 | std::uint32_t(right);
+}
+
 class Bpe {
  public:
   // pretoken_counts: each distinct pre-token's number of occurrences.

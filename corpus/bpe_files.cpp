@@ -4,23 +4,14 @@
 
 #include "core/atomic_file.hpp"
 #include "core/errors.hpp"
+#include "core/text_file.hpp"
 #include "core/json_text.hpp"
 
-#include <fstream>
 #include <sstream>
 
 namespace qkvlab::corpus {
 
 namespace {
-
-std::string read_text(const std::filesystem::path& path) {
-  if (!std::filesystem::is_regular_file(path)) throw UsageError(path.string() + ": not a readable file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw UsageError(path.string() + ": cannot open for reading");
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 void append_utf8(std::string& out, char32_t c) {
   if (c < 0x80) {
@@ -149,7 +140,7 @@ void Bpe::save(const std::filesystem::path& vocab_json_path, const std::filesyst
 
 Bpe Bpe::load(const std::filesystem::path& vocab_json_path, const std::filesystem::path& merges_txt_path) {
   const std::string vocab_name = vocab_json_path.string(), merges_name = merges_txt_path.string();
-  auto entries = VocabJsonReader(read_text(vocab_json_path), vocab_name).entries();
+  auto entries = VocabJsonReader(read_text_file(vocab_json_path), vocab_name).entries();
   std::vector<std::string> bytes(entries.size());
   std::vector<bool> given(entries.size(), false);
   std::unordered_map<std::string, std::int32_t> id_of;
@@ -175,7 +166,7 @@ Bpe Bpe::load(const std::filesystem::path& vocab_json_path, const std::filesyste
     explained[std::size_t(it->second)] = true;
   }
   std::vector<Merge> merges;
-  std::istringstream lines(read_text(merges_txt_path));
+  std::istringstream lines(read_text_file(merges_txt_path));
   std::size_t line_no = 0;
   for (std::string line; std::getline(lines, line);) {
     ++line_no;

@@ -16,9 +16,6 @@ namespace {
 
 using PairKey = std::uint64_t;
 
-PairKey pair_key(std::int32_t left, std::int32_t right) {
-  return std::uint64_t(std::uint32_t(left)) << 32 | std::uint32_t(right);
-}
 std::int32_t left_of(PairKey k) { return std::int32_t(k >> 32); }
 std::int32_t right_of(PairKey k) { return std::int32_t(k & 0xffffffffu); }
 

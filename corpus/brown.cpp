@@ -1,10 +1,9 @@
 #include "corpus/brown.hpp"
 
 #include "core/errors.hpp"
+#include "core/text_file.hpp"
 
 #include <algorithm>
-#include <fstream>
-#include <sstream>
 
 namespace qkvlab::corpus {
 
@@ -29,13 +28,6 @@ std::vector<std::string_view> fields(std::string_view line) {
   }
 }
 
-std::string read_text(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw UsageError(path.string() + ": cannot open for reading");
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 }  // namespace
 
@@ -84,7 +76,7 @@ std::vector<BrownFile> read_brown_directory(const std::filesystem::path& dir) {
   std::vector<BrownFile> files;
   bool train = false, validation = false;
   for (const auto& name : names) {
-    files.push_back(parse_brown_file(read_text(dir / name), name));
+    files.push_back(parse_brown_file(read_text_file(dir / name), name));
     (split_of(name) == Split::train ? train : validation) = true;
   }
   if (!train || !validation)

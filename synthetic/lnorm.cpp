@@ -10,7 +10,7 @@
 namespace qkvlab::synthetic {
 namespace {
 
-constexpr double kEps = 1e-5;
+constexpr double kNormEps = 1e-5;
 
 results::Figure lnorm_figure(int d) {
   results::Figure fig{"Linearity defect of f = N^-1(A N(x)), d = " + std::to_string(d) + ", eps = 1e-5",
@@ -34,10 +34,10 @@ LnormCurve lnorm_curve(std::uint64_t seed, int d, const LnormProgress& progress)
   const auto r = log_grid(1e-3, 1e3, 49);
   std::vector<double> scale, held_out, in_sample, outside;
   for (std::size_t i = 0; i < r.size(); ++i) {
-    const double s = r[i] * std::sqrt(d * kEps);
+    const double s = r[i] * std::sqrt(d * kNormEps);
     Rng draw(seed, "lnorm/x/" + std::to_string(i));
     const MatD X_fit = draw.gaussian(d, n, s), X_test = draw.gaussian(d, n, s);
-    const auto F_fit = L.f(X_fit, kEps), F_test = L.f(X_test, kEps);
+    const auto F_fit = L.f(X_fit, kNormEps), F_test = L.f(X_test, kNormEps);
     // W minimizes ‖W X − F‖_F: Xᵀ Wᵀ = Fᵀ in the least-squares sense.
     const MatD W = X_fit.transpose().colPivHouseholderQr().solve(F_fit.x.transpose()).transpose();
     scale.push_back(s);
@@ -53,7 +53,7 @@ LnormCurve lnorm_curve(std::uint64_t seed, int d, const LnormProgress& progress)
                     {"rel_err_in_sample", in_sample},
                     {"points_outside_image", outside}}};
   results::Table params{
-      "parameters", {{"d", {double(d)}}, {"eps", {kEps}}, {"samples_fit", {double(n)}}, {"samples_test", {double(n)}}}};
+      "parameters", {{"d", {double(d)}}, {"eps", {kNormEps}}, {"samples_fit", {double(n)}}, {"samples_test", {double(n)}}}};
   return {{std::move(t), lnorm_figure(d)}, std::move(params)};
 }
 

@@ -12,7 +12,7 @@ namespace qkvlab::synthetic {
 namespace {
 
 constexpr double kV = 0.25;        // entry variance v·1/d: the MP edge 2√v is 1
-constexpr double kEps = 1e-5;      // ε of s(u); the curves depend on ‖u‖/sqrt(d ε) only
+constexpr double kDefectEps = 1e-5;  // ε of s(u); the curves depend on ‖u‖/sqrt(d ε) only
 constexpr int kDefectD = 256;      // width of the s(u) panel
 constexpr int kHistogramD = 1024;  // width of the MP panel
 constexpr int kBins = 50;
@@ -41,8 +41,8 @@ results::Table defect_scale_table(std::uint64_t seed) {
     std::vector<double> s, inv_m;
     const double m = metric_defect<double>(spectra[std::size_t(k)], u0);
     for (double ri : r) {
-      const VecD u = u0 * (ri * std::sqrt(d * kEps));
-      s.push_back(defect_scale<double>(spectra[std::size_t(k)], u, kEps));
+      const VecD u = u0 * (ri * std::sqrt(d * kDefectEps));
+      s.push_back(defect_scale<double>(spectra[std::size_t(k)], u, kDefectEps));
       inv_m.push_back(1 / m);
     }
     t.columns.push_back({std::string("s_") + names[k], s});

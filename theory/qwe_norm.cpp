@@ -39,7 +39,7 @@ namespace {
 // representable in float. (With ε = 1e-5 the top decade would put N(x) within
 // u_float of the boundary: it rounds onto it, and at d = 2, where A|_Z = ±1, the
 // tool rightly reports points leaving the image.)
-constexpr double eps = 1;            // LayerNorm and RMSNorm ε
+constexpr double norm_eps = 1;       // LayerNorm and RMSNorm ε
 constexpr double alpha = 0.5;        // DyT α
 constexpr double boundary_s = 1e-4;  // 1 − r² of the boundary input (DyT: 1 − (A Y(x))_i)
 // DyT inputs stop at α‖x‖_∞ = 4 (1 − tanh 4 = 7e-4): beyond α|x| ≈ (p/2) ln 2,
@@ -72,7 +72,7 @@ MatD dyt_inputs(const MatD& X) {
 // so that ‖R(x)‖²/d (and ‖N(x)‖²/d for v ∈ Z) is 1 − s.
 template <class S> Vec<S> at_boundary(const Vec<S>& v) {
   using std::sqrt;
-  return v * S(sqrt(S(v.rows() * eps * (1 - boundary_s) / boundary_s)));
+  return v * S(sqrt(S(v.rows() * norm_eps * (1 - boundary_s) / boundary_s)));
 }
 
 template <class S> Mat<S> with_column(const MatD& X, const Vec<S>& x) {
@@ -131,11 +131,11 @@ struct Lemma82 {
     }
     // The semi-conjugacy.
     const Mat<S> X = with_column<S>(X_random, at_boundary<S>(L.top));
-    const Mat<S> NX = layer_norm<S>(X, eps), AN = L.A * NX;
-    const auto F = inverse_layer_norm<S>(AN, eps);
+    const Mat<S> NX = layer_norm<S>(X, norm_eps), AN = L.A * NX;
+    const auto F = inverse_layer_norm<S>(AN, norm_eps);
     note_outside(o, F, "N^-1(A N(x))");
     if (!F.ok()) return o;
-    double err = max_column_rel_err<S>(AN, layer_norm<S>(F.x, eps));
+    double err = max_column_rel_err<S>(AN, layer_norm<S>(F.x, norm_eps));
     double kappa = matvec_condition<S>(L.A, NX);
 
     // The mean-shift freedom: φ_j ~ N(0, 1) times the rms of f(x_j).
@@ -147,7 +147,7 @@ struct Lemma82 {
       const Vec<S> centred = shifted.col(j).array() - S(shifted.col(j).mean());
       kappa = std::max(kappa, to_double(S(shifted.col(j).norm() / centred.norm())));
     }
-    err = std::max(err, max_column_rel_err<S>(AN, layer_norm<S>(shifted, eps)));
+    err = std::max(err, max_column_rel_err<S>(AN, layer_norm<S>(shifted, norm_eps)));
 
     // N(N⁻¹(y)) = y for y ∈ Z at radii r√d, r² = 0.25, 0.81, 0.98, 1 − 1e-4.
     Mat<S> Y = L.Q_Z * cast<S>(Y_draw);
@@ -156,25 +156,25 @@ struct Lemma82 {
       using std::sqrt;
       Y.col(j) *= S(sqrt(S(radius2[j] * d))) / Y.col(j).norm();
     }
-    const auto Y_pre = inverse_layer_norm<S>(Y, eps);
+    const auto Y_pre = inverse_layer_norm<S>(Y, norm_eps);
     note_outside(o, Y_pre, "N^-1(y)");
     if (!Y_pre.ok()) return o;
-    err = std::max(err, max_column_rel_err<S>(Y, layer_norm<S>(Y_pre.x, eps)));
+    err = std::max(err, max_column_rel_err<S>(Y, layer_norm<S>(Y_pre.x, norm_eps)));
 
     // N⁻¹(N(x)) = x − μ1 for σ/√ε = 0.1, 0.3, 1, with a mean of the order of σ.
     MatD X_inv(d, 3);
     const double sigma_over_root_eps[] = {0.1, 0.3, 1.0};
     for (int j = 0; j < 3; ++j) {
       VecD z = X_inv_draw.col(j).array() - X_inv_draw.col(j).mean();
-      const double sigma = sigma_over_root_eps[j] * std::sqrt(eps);
+      const double sigma = sigma_over_root_eps[j] * std::sqrt(norm_eps);
       z *= sigma / std::sqrt(z.squaredNorm() / d);
       X_inv.col(j) = z.array() + sigma * mean_draw(0, j);
-      kappa = std::max(kappa, (1 + sigma * sigma / eps) * X_inv.col(j).norm() / z.norm());
+      kappa = std::max(kappa, (1 + sigma * sigma / norm_eps) * X_inv.col(j).norm() / z.norm());
     }
     const Mat<S> Xi = cast<S>(X_inv);
     Mat<S> centred(d, 3);
     for (int j = 0; j < 3; ++j) centred.col(j) = Xi.col(j).array() - S(Xi.col(j).mean());
-    const auto X_back = inverse_layer_norm<S>(layer_norm<S>(Xi, eps), eps);
+    const auto X_back = inverse_layer_norm<S>(layer_norm<S>(Xi, norm_eps), norm_eps);
     note_outside(o, X_back, "N^-1(N(x))");
     if (!X_back.ok()) return o;
     err = std::max(err, max_column_rel_err<S>(centred, X_back.x));
@@ -197,8 +197,8 @@ struct Lemma82 {
     // Controls. T in place of D T: T N(x) leaves Z (and points of norm ≥ √d
     // leave the ball; they are left out). N(f(x)) ∈ Z loses T N(x)'s mean:
     // an O(1) error on the points that stay in the ball.
-    const Mat<S> TN = L.T * layer_norm<S>(X, eps);
-    const auto F_T = inverse_layer_norm<S>(TN, eps);
+    const Mat<S> TN = L.T * layer_norm<S>(X, norm_eps);
+    const auto F_T = inverse_layer_norm<S>(TN, norm_eps);
     std::vector<Eigen::Index> inside;
     for (Eigen::Index j = 0; j < TN.cols(); ++j)
       if (std::find(F_T.outside.begin(), F_T.outside.end(), j) == F_T.outside.end()) inside.push_back(j);
@@ -207,12 +207,12 @@ struct Lemma82 {
     } else {
       auto ctrl = control_by_error("T in place of D T",
                                    max_column_rel_err<S>(Mat<S>(TN(Eigen::all, inside)),
-                                                         layer_norm<S>(Mat<S>(F_T.x(Eigen::all, inside)), eps)));
+                                                         layer_norm<S>(Mat<S>(F_T.x(Eigen::all, inside)), norm_eps)));
       if (!F_T.ok()) ctrl.note = std::to_string(F_T.outside.size()) + " points outside the ball left out";
       o.controls.push_back(ctrl);
     }
     // c × 1.5: ‖A|_Z‖ = 1.5, the boundary input leaves the image.
-    const auto F_big = inverse_layer_norm<S>(Mat<S>(S(control_norm) * AN), eps);
+    const auto F_big = inverse_layer_norm<S>(Mat<S>(S(control_norm) * AN), norm_eps);
     o.controls.push_back(image_exit_control("c x 1.5 (norm of A on Z = 1.5)", F_big.outside.size(), AN.cols()));
     return o;
   }
@@ -241,13 +241,13 @@ struct Theorem83 {
     const auto T = change_of_basis<S>(L.T), A = change_of_basis<S>(L.A);
     const Mat<S> X = with_column<S>(X_random, at_boundary<S>(L.top));
     o.kappa = std::max(T.kappa, A.kappa) *
-              matvec_condition<S>(Mat<S>(W * g.asDiagonal()), layer_norm<S>(X, eps));
+              matvec_condition<S>(Mat<S>(W * g.asDiagonal()), layer_norm<S>(X, norm_eps));
     o.singular = T.singular() || A.singular();
 
-    const auto F = L.f(X, eps);
+    const auto F = L.f(X, norm_eps);
     note_outside(o, F, "f(x)");
     if (!F.ok()) return o;
-    const Mat<S> LN_G = layer_norm<S>(X, g, eps), LN_red_f = layer_norm<S>(F.x, g_red, eps);
+    const Mat<S> LN_G = layer_norm<S>(X, g, norm_eps), LN_red_f = layer_norm<S>(F.x, g_red, norm_eps);
     const Mat<S> G_inv = g.cwiseInverse().asDiagonal(), G_red_inv = g_red.cwiseInverse().asDiagonal();
     const Mat<S> M = g_red.asDiagonal() * L.A * G_inv;  // G̃ D T G⁻¹
     const Mat<S> D_inv = L.D().cwiseInverse().asDiagonal();
@@ -282,8 +282,8 @@ struct Remark5 {
     const auto norm2 = spectral_norm<S>(T);
     const Mat<S> A_R = T / norm2.norm;
     const Mat<S> X_R = with_column<S>(X_random, at_boundary<S>(norm2.right));
-    const Mat<S> AR = A_R * rms_norm<S>(X_R, eps);
-    const auto F_R = inverse_rms_norm<S>(AR, eps);
+    const Mat<S> AR = A_R * rms_norm<S>(X_R, norm_eps);
+    const auto F_R = inverse_rms_norm<S>(AR, norm_eps);
     note_outside(o, F_R, "R^-1(A R(x))");
 
     // DyT, with an input x = sign(T_i:)ᵀ atanh(1 − 1e-4)/α along the row i of largest
@@ -299,14 +299,14 @@ struct Remark5 {
     note_outside(o, F_Y, "Y^-1(A Y(x))");
     if (!F_R.ok() || !F_Y.ok()) return o;
 
-    o.rel_err = std::max(max_column_rel_err<S>(AR, rms_norm<S>(F_R.x, eps)),
+    o.rel_err = std::max(max_column_rel_err<S>(AR, rms_norm<S>(F_R.x, norm_eps)),
                          max_column_rel_err<S>(AY, dyt<S>(F_Y.x, alpha)));
     double r = 0;
     for (Eigen::Index j = 0; j < AR.cols(); ++j) r = std::max(r, to_double(S(AR.col(j).norm())) / std::sqrt(d));
     o.note = fmt("RMSNorm: max |A R(x)|/sqrt(d) = %.6g; DyT: max |A Y(x)|_inf = %.6g", r,
                  to_double(S(AY.cwiseAbs().maxCoeff())));
 
-    const auto F_R_big = inverse_rms_norm<S>(Mat<S>(S(control_norm) * AR), eps);
+    const auto F_R_big = inverse_rms_norm<S>(Mat<S>(S(control_norm) * AR), norm_eps);
     o.controls.push_back(image_exit_control("RMSNorm, A = 1.5 T/|T|_2", F_R_big.outside.size(), AR.cols()));
     const auto F_Y_big = inverse_dyt<S>(Mat<S>(S(control_norm) * AY), alpha);
     o.controls.push_back(image_exit_control("DyT, A = 1.5 T/|T|_inf", F_Y_big.outside.size(), AY.cols()));

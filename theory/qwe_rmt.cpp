@@ -56,8 +56,8 @@
 namespace qkvlab::theory {
 namespace {
 
-constexpr double eps = 1;     // RMSNorm ε
-constexpr double v = 0.25;    // entry variance × d: edge 2√v = 1
+constexpr double rms_eps = 1;  // RMSNorm ε
+constexpr double v = 0.25;     // entry variance × d: edge 2√v = 1
 constexpr double z_budget = 4;
 constexpr double mp_budget = 2;
 constexpr int mp_draws = 4, mp_min_d = 64;
@@ -90,22 +90,22 @@ struct MetricDefect {
     const Mat<S> A = U * Sigma * V.transpose();
 
     const Mat<S> u = V.transpose() * X, Su = Sigma * u;
-    const Mat<S> R_Su = rms_norm<S>(Su, eps), Sigma_R_u = Sigma * rms_norm<S>(u, eps);
+    const Mat<S> R_Su = rms_norm<S>(Su, rms_eps), Sigma_R_u = Sigma * rms_norm<S>(u, rms_eps);
     Mat<S> s_Sigma_R_u = Sigma_R_u;
     double s_min = INFINITY, s_max = 0, small_err = 0, large_err = 0;
     for (int j = 0; j < n; ++j) {
       const Vec<S> uj = u.col(j);
-      const S s = defect_scale<S>(sigma, uj, eps);
+      const S s = defect_scale<S>(sigma, uj, rms_eps);
       s_Sigma_R_u.col(j) *= s;
       const double sd = to_double(s), m = to_double(metric_defect<S>(sigma, uj));
-      const double q = to_double(S(uj.squaredNorm())) / (d * eps);  // ‖u‖²/(d ε)
+      const double q = to_double(S(uj.squaredNorm())) / (d * rms_eps);  // ‖u‖²/(d ε)
       s_min = std::min(s_min, sd), s_max = std::max(s_max, sd);
       if (q < 1e-2) small_err = std::max(small_err, std::abs(sd - 1));
       if (q > 1e2) large_err = std::max(large_err, std::abs(sd * m - 1));
     }
 
     Outcome o;
-    o.rel_err = std::max(max_column_rel_err<S>(rms_norm<S>(Mat<S>(A * X), eps), Mat<S>(U * R_Su)),
+    o.rel_err = std::max(max_column_rel_err<S>(rms_norm<S>(Mat<S>(A * X), rms_eps), Mat<S>(U * R_Su)),
                          max_column_rel_err<S>(R_Su, s_Sigma_R_u));
     const double top = to_double(S(sigma.maxCoeff()));
     for (int j = 0; j < n; ++j)
@@ -118,7 +118,7 @@ struct MetricDefect {
                                           max_column_rel_err<S>(R_Su, Sigma_R_u)));
     const Mat<S> MSVt_X = M * Su;
     o.controls.push_back(control_by_error("non-orthogonal factor: R(M Sigma V^T x) vs M R(Sigma V^T x)",
-                                          max_column_rel_err<S>(rms_norm<S>(MSVt_X, eps), Mat<S>(M * R_Su))));
+                                          max_column_rel_err<S>(rms_norm<S>(MSVt_X, rms_eps), Mat<S>(M * R_Su))));
     return o;
   }
 };
