@@ -20,7 +20,7 @@ std::vector<std::string> all_model_names() {
   return names;
 }
 
-struct TrainArgs {
+struct IclTrainArgs {
   CommonArgs common;
   bool assumption1 = false, learn_ab = false;
   int a = -1;  // -1: d
@@ -28,7 +28,7 @@ struct TrainArgs {
   long theory_prompts = kTrainTheoryPrompts;
 };
 
-TrainExperimentConfig experiment_of(const TrainArgs& t) {
+TrainExperimentConfig experiment_of(const IclTrainArgs& t) {
   if (!t.assumption1 && t.learn_ab) throw UsageError("--learn-ab needs --assumption1");
   const FirstLayer first = !t.assumption1 ? FirstLayer::attention : t.learn_ab ? FirstLayer::copying_learned : FirstLayer::copying_fixed;
   std::vector<Variant> models;
@@ -36,7 +36,7 @@ TrainExperimentConfig experiment_of(const TrainArgs& t) {
   return train_experiment_of(t.common, first, t.a, models, t.theory_prompts);
 }
 
-int run_train(const TrainArgs& t, const std::string& command_line) {
+int run_train(const IclTrainArgs& t, const std::string& command_line) {
   const TrainExperimentConfig c = experiment_of(t);
   prepare(t.common);
   require_train_memory(t.common, c.task.d, c.task.n, double(c.models.size()) * c.restarts, t.assumption1 ? t.theory_prompts : 0);
@@ -74,7 +74,7 @@ int run_sweep(const SweepArgs& s, const std::string& command_line) {
 std::vector<Command> add_icl_train_commands(CLI::App& icl, const std::string& command_line) {
   std::vector<Command> out;
   {
-    auto t = std::make_shared<TrainArgs>();
+    auto t = std::make_shared<IclTrainArgs>();
     auto* cmd = icl.add_subcommand("train", "Experiments 2 and 3: trained two-layer linear attention (MHA, SkipV1, ResFormer, SVFormer)");
     add_common_options(cmd, t->common, {.w0 = true});
     cmd->add_flag("--assumption1", t->assumption1,

@@ -18,7 +18,7 @@ namespace qkvlab::cli {
 
 namespace {
 
-struct TrainArgs {
+struct LmTrainArgs {
   std::string preset = "tiny", corpus, data = "data/brown", tokens, val_tokens, out, from, format = "table";
   ModelOptions model;
   lm::RunOptions run;  // loop fields filled from the preset, then from the flags given
@@ -27,7 +27,7 @@ struct TrainArgs {
   bool quiet = false;
 };
 
-lm::RunOptions run_options(const TrainArgs& a, const CLI::App& cmd, const std::string& command_line) {
+lm::RunOptions run_options(const LmTrainArgs& a, const CLI::App& cmd, const std::string& command_line) {
   lm::RunOptions o = lm::find_preset(a.preset).options;
   o.model = model_config(o.model, a.model, cmd);
   if (!a.from.empty()) {  // the model is the checkpoint's: its configuration, then its values
@@ -54,7 +54,7 @@ lm::RunOptions run_options(const TrainArgs& a, const CLI::App& cmd, const std::s
   return o;
 }
 
-int run_train(const TrainArgs& a, const CLI::App& cmd, const std::string& command_line) {
+int run_train(const LmTrainArgs& a, const CLI::App& cmd, const std::string& command_line) {
   require_device(a.device);
   if (a.corpus.empty() == a.tokens.empty()) throw UsageError("give one of --corpus brown and --tokens FILE");
   if (!a.val_tokens.empty() && a.tokens.empty()) throw UsageError("--val-tokens goes with --tokens");
@@ -81,7 +81,7 @@ int run_train(const TrainArgs& a, const CLI::App& cmd, const std::string& comman
 }  // namespace
 
 std::vector<Command> add_lm_train_commands(CLI::App& lm, const std::string& command_line) {
-  auto a = std::make_shared<TrainArgs>();
+  auto a = std::make_shared<LmTrainArgs>();
   auto* cmd = lm.add_subcommand("train", "Train a language model (checkpoints, logs, validation, n-gram baselines "
                                          "in --out; --resume continues bit for bit)");
   std::string presets;

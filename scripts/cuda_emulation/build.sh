@@ -70,7 +70,7 @@ mapfile -t libs < <(printf '%s\n' "${libs[@]}" | awk '!seen[$0]++')
 # (device_none.cpp) is not used: the emulated gpu/ objects replace it.
 if ! grep -q '^CMAKE_CXX_FLAGS:STRING=-DQKVLAB_HAVE_CUDA=1$' "$cmake_dir/CMakeCache.txt" 2> /dev/null; then
   echo "== configuring the non-GPU libraries in $cmake_dir"
-  cmake -S "$root" -B "$cmake_dir" -DQKVLAB_CUDA=OFF -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS=-DQKVLAB_HAVE_CUDA=1 \
+  cmake -S "$root" -B "$cmake_dir" -DQKVLAB_CUDA=OFF -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS=-DQKVLAB_HAVE_CUDA=1 -DCMAKE_UNITY_BUILD=ON \
     "${launcher[@]}" > "$cmake_dir.configure.log" 2>&1 ||
     { cat "$cmake_dir.configure.log"; exit 1; }
 fi
