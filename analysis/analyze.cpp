@@ -21,7 +21,17 @@ using lm::Site;
 class Analysis : public lm::Recorder<float> {
  public:
   int valid = 0;
+  int threads = 1;  // workers for the per-sequence measures (0: all cores)
   virtual void report(Report& out) const = 0;
+
+ protected:
+  // measure(b) for each counted sequence b of the batch, on `threads` workers, returned in
+  // sequence order: the summaries add them in that order, so no number depends on the threads.
+  template <class Measure> auto each_sequence(const Measure& measure) const {
+    std::vector<decltype(measure(0))> out(static_cast<std::size_t>(valid));
+    parallel_for(valid, threads, [&](std::int64_t b) { out[std::size_t(b)] = measure(int(b)); });
+    return out;
+  }
 };
 
 // A token-major activation of sequence b as a T × (heads·width) matrix, heads combined.
@@ -55,9 +65,10 @@ class Entropy final : public Analysis {
   Entropy(int L, EntropyDefinition d) : stats_(std::size_t(L)), definition_(d) {}
   bool wants(Site s, int) const override { return s == Site::pattern; }
   void record(const Activation<float>& a) override {
-    for (int b = 0; b < valid; ++b)
-      stats_[std::size_t(a.layer)].add(
-          attention_entropy(a.data + std::size_t(b) * a.heads * a.T * a.T, a.heads, a.T, definition_));
+    for (double e : each_sequence([&](int b) {
+           return attention_entropy(a.data + std::size_t(b) * a.heads * a.T * a.T, a.heads, a.T, definition_);
+         }))
+      stats_[std::size_t(a.layer)].add(e);
   }
   void report(Report& out) const override { scalar_layers(out, "entropy", stats_, 1); }
 
@@ -72,7 +83,8 @@ class Similarity final : public Analysis {
   bool wants(Site s, int l) const override { return state(s, l) >= 0; }
   void record(const Activation<float>& a) override {
     const int at = state(a.site, a.layer);
-    for (int b = 0; b < valid; ++b) stats_[std::size_t(at)].add(token_similarity(sequence(a, b, o_.heads)));
+    for (double s : each_sequence([&](int b) { return token_similarity(sequence(a, b, o_.heads)); }))
+      stats_[std::size_t(at)].add(s);
   }
   void report(Report& out) const override { scalar_layers(out, "similarity", stats_, o_.of == Of::hidden ? 0 : 1); }
 
@@ -93,13 +105,11 @@ class Similarity final : public Analysis {
 
 class Spectrum final : public Analysis {
  public:
-  Spectrum(int L, int top_k, int threads) : top_k_(top_k), threads_(threads), sums_(std::size_t(L)), max_(std::size_t(L)), count_(std::size_t(L), 0) {}
+  Spectrum(int L, int top_k) : top_k_(top_k), sums_(std::size_t(L)), max_(std::size_t(L)), count_(std::size_t(L), 0) {}
   bool wants(Site s, int) const override { return s == Site::v; }
   void record(const Activation<float>& a) override {
-    std::vector<std::vector<double>> ev(static_cast<std::size_t>(valid));
-    parallel_for(valid, threads_, [&](std::int64_t b) { ev[std::size_t(b)] = eigenvalues(sequence(a, int(b), HeadCombination::concat)); });
     auto& sum = sums_[std::size_t(a.layer)];
-    for (const auto& e : ev) {  // in sequence order: the sums do not depend on threads
+    for (const auto& e : each_sequence([&](int b) { return eigenvalues(sequence(a, b, HeadCombination::concat)); })) {
       if (sum.empty()) sum.assign(e.size(), 0.0);
       for (std::size_t i = 0; i < e.size(); ++i) sum[i] += e[i];
       max_[std::size_t(a.layer)].add(e.front());
@@ -135,7 +145,7 @@ class Spectrum final : public Analysis {
     if (!top.ok) throw NumericalError("spectrum: the Lanczos solver did not converge");
     return top.values;
   }
-  int top_k_, threads_;
+  int top_k_;
   std::vector<std::vector<double>> sums_;
   std::vector<RunningStats> max_;
   std::vector<std::int64_t> count_;
@@ -149,10 +159,10 @@ class FirstToken final : public Analysis {
   bool wants(Site s, int) const override { return s == Site::pattern || s == Site::v || s == Site::resid_post; }
   void record(const Activation<float>& a) override {
     const int what = a.site == Site::pattern ? 0 : a.site == Site::v ? 1 : 2;
-    for (int b = 0; b < valid; ++b) {
-      const std::vector<double> x =
-          what == 0 ? token_importance(a.data + std::size_t(b) * a.heads * a.T * a.T, a.heads, a.T)
-                    : row_norms(sequence(a, b, HeadCombination::concat));
+    for (const auto& x : each_sequence([&](int b) {
+           return what == 0 ? token_importance(a.data + std::size_t(b) * a.heads * a.T * a.T, a.heads, a.T)
+                            : row_norms(sequence(a, b, HeadCombination::concat));
+         })) {
       ratio_[std::size_t(what)][std::size_t(a.layer)].add(first_ratio(x));
       add_profile(what, a.layer, x);
     }
@@ -264,7 +274,7 @@ class Together final : public Analysis {
   }
   void record(const Activation<float>& a) override {
     for (auto& p : parts)
-      if (p->wants(a.site, a.layer)) p->valid = valid, p->record(a);
+      if (p->wants(a.site, a.layer)) p->valid = valid, p->threads = threads, p->record(a);
   }
   void report(Report& out) const override {
     for (const auto& p : parts) {
@@ -279,24 +289,25 @@ class Together final : public Analysis {
 
 constexpr const char* kNames[] = {"entropy", "similarity", "spectrum", "first-token", "heads", "tokens", "all"};
 
-std::unique_ptr<Analysis> make(Kind kind, const lm::Config& c, const Options& o, int threads) {
+std::unique_ptr<Analysis> make(Kind kind, const lm::Config& c, const Options& o) {
   const int L = c.layers, layer = o.layer < 0 ? L - 1 : o.layer;
   if (layer >= L) throw UsageError("layer " + std::to_string(layer + 1) + " is beyond the model's " + std::to_string(L) + " layers");
   switch (kind) {
     case Kind::entropy: return std::make_unique<Entropy>(L, o.entropy);
     case Kind::similarity: return std::make_unique<Similarity>(L, o);
-    case Kind::spectrum: return std::make_unique<Spectrum>(L, o.top_k, threads);
+    case Kind::spectrum: return std::make_unique<Spectrum>(L, o.top_k);
     case Kind::first_token: return std::make_unique<FirstToken>(L);
     case Kind::heads: return std::make_unique<CosineMatrix>(o.head_matrix == HeadMatrixOf::outputs ? Site::z : Site::pattern, layer, "heads");
     case Kind::tokens: return std::make_unique<CosineMatrix>(Site::resid_post, layer, "tokens");
     case Kind::all: {
       auto all = std::make_unique<Together>();
-      for (Kind k : {Kind::entropy, Kind::similarity, Kind::spectrum, Kind::first_token}) all->parts.push_back(make(k, c, o, threads));
+      for (Kind k : {Kind::entropy, Kind::similarity, Kind::spectrum, Kind::first_token}) all->parts.push_back(make(k, c, o));
       return all;
     }
   }
   return nullptr;
 }
+
 
 }  // namespace
 
@@ -360,7 +371,8 @@ Report analyze(lm::Model<float>& model, Kind kind, const lm::TokenSequences& dat
                const std::function<void(std::int64_t, std::int64_t)>& progress) {
   if (data.sequences < 1 || data.length < 2) throw UsageError("analyses need at least one sequence of 2 tokens");
   const int B = int(std::min<std::int64_t>(o.batch, data.sequences)), T = data.length;
-  auto analysis = make(kind, model.config(), o, o.threads);
+  auto analysis = make(kind, model.config(), o);
+  analysis->threads = o.threads;
   std::vector<std::int32_t> ids(std::size_t(B) * T);
   for (std::int64_t first = 0; first < data.sequences; first += B) {
     analysis->valid = int(std::min<std::int64_t>(B, data.sequences - first));

@@ -203,6 +203,20 @@ TEST(Analyze, AllAnalysesAreIndependentOfTheBatch) {
   EXPECT_EQ(a.tables.size(), a.figures.size());
 }
 
+// Each sequence is measured on its own and the summaries add the measures in sequence order,
+// so every number is the same bit for bit at any thread count. Control: other sequences differ.
+TEST(Analyze, TheSameNumbersAtAnyThreadCount) {
+  const auto data = random_tokens(7, 10, 32);
+  TinyModel m;
+  Options one, three;
+  one.batch = three.batch = 4, one.threads = 1, three.threads = 3;
+  const std::string a = analyze(*m.model, Kind::all, data, one).value.json();
+  EXPECT_EQ(a, analyze(*m.model, Kind::all, data, three).value.json());
+  auto other = data;
+  other.ids[0] = (other.ids[0] + 1) % 32;
+  EXPECT_NE(a, analyze(*m.model, Kind::all, other, three).value.json()) << "control: one token moved";
+}
+
 TEST(Analyze, MatricesOfOneLayer) {
   const auto data = random_tokens(2, 6, 32);
   TinyModel m;

@@ -21,7 +21,7 @@
 // Each test states its k: the reduction length of a product or row sum, the
 // number of roundings (≈ 8) of an elementwise formula with an exp or erf,
 // steps × that for AdamW. For the model, k is the chained length of the forward
-// pass (model_k below) for the loss, twice that plus B·T (the sums over rows of
+// pass (model_k, tests/gpu_error_model.hpp) for the loss, twice that plus B·T (the sums over rows of
 // a weight gradient) for the gradients, which are compared tensor by tensor
 // (but the key biases without RoPE, whose exact gradient is zero: expect_same_gradients).
 // `dot` sums in double on both sides: |cpu − cuda| ≤ 4 · 2⁻⁵³ · count · Σ|x y|.
@@ -51,6 +51,7 @@
 #include "gpu/backend.hpp"
 #include "gpu/device.hpp"
 #include "lm/model.hpp"
+#include "tests/gpu_error_model.hpp"
 
 #ifdef QKVLAB_HAVE_CUDA
 #include "gpu/cuda_backend.hpp"
@@ -69,10 +70,9 @@ using engine::Trans;
 using Floats = std::vector<float>;
 using Ints = std::vector<std::int32_t>;
 
-constexpr double kU = 0x1p-24;
+using gpu_test::model_k;
+using gpu_test::tol;
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
-
-double tol(double k) { return 4 * kU * k; }
 
 double rel(const Floats& reference, const Floats& x) {
   EXPECT_EQ(reference.size(), x.size());
@@ -541,29 +541,10 @@ std::vector<ModelCase> model_cases() {
   return cases;
 }
 
-// The chained reduction length of the forward pass: per layer the norm (d), the projections (d),
-// the scores (d_h), softmax and P V (2T), the output projection (H·d_h), the second norm and the
-// MLP (2d + ffn); then the final norm, the head (d) and the cross-entropy (V).
-double model_k(const lm::Config& c, int T) {
-  const double layer = 2.0 * c.d + c.head_dim + 2.0 * T + double(c.heads) * c.head_dim + 2.0 * c.d + c.ffn;
-  return c.layers * layer + 2.0 * c.d + c.vocab;
-}
-
 struct ModelRun {
   double loss = 0;
   Floats grads;
 };
-
-std::vector<float> model_parameters(const engine::ParameterLayout& layout, std::uint64_t seed) {
-  std::vector<float> values(layout.total(), 0.0f);
-  for (const auto& spec : layout.specs()) {
-    Rng rng(seed, spec.name);
-    const bool gain = spec.shape.size() == 1 && spec.name.find(".weight") != std::string::npos;
-    for (std::size_t i = 0; i < spec.size(); ++i)
-      values[spec.offset + i] = float(gain ? 1 + 0.2 * rng.normal() : 0.4 * rng.normal());
-  }
-  return values;
-}
 
 struct Tokens {
   int B = 2, T = 8;
@@ -639,7 +620,7 @@ class LmGpuModel : public ::testing::TestWithParam<ModelCase> {
 TEST_P(LmGpuModel, AgreesWithCpu) {
   const lm::Config& c = GetParam().config;
   const engine::ParameterLayout layout = lm::Model<float>(c, cpu).parameters().layout;
-  const auto values = model_parameters(layout, 7);
+  const auto values = gpu_test::random_parameters(layout, 7);
   const Tokens tokens = model_tokens(c.vocab, 3);
   const ModelRun a = train_pass(cpu, c, values, tokens), b = train_pass(*cuda, c, values, tokens);
   const double k_loss = model_k(c, tokens.T), k_grad = 2 * k_loss + tokens.B * tokens.T;
@@ -657,7 +638,7 @@ TEST_P(LmGpuModel, AgreesWithCpu) {
 TEST_P(LmGpuModel, DeterministicOnCuda) {
   const lm::Config& c = GetParam().config;
   const engine::ParameterLayout layout = lm::Model<float>(c, cpu).parameters().layout;
-  const auto values = model_parameters(layout, 7);
+  const auto values = gpu_test::random_parameters(layout, 7);
   const Tokens tokens = model_tokens(c.vocab, 3);
   const ModelRun a = train_pass(*cuda, c, values, tokens), b = train_pass(*cuda, c, values, tokens);
   EXPECT_EQ(a.loss, b.loss);
@@ -679,7 +660,7 @@ TEST(LmGpuModelLarge, DeterministicAndAgreesWithCpu) {
   lm::Config c = lm::family_defaults(lm::Family::llama, 2, 64, 4, 96, 64);
   c.kv_heads = 2;
   const engine::ParameterLayout layout = lm::Model<float>(c, cpu).parameters().layout;
-  const auto values = model_parameters(layout, 9);
+  const auto values = gpu_test::random_parameters(layout, 9);
   Tokens tokens;
   tokens.B = 4, tokens.T = 64;
   Rng rng(5, "tokens");

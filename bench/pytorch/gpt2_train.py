@@ -35,7 +35,7 @@ class Block(nn.Module):
         q, k, v = self.c_attn(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2) for t in (q, k, v))
         scores = (q @ k.transpose(-2, -1)) / math.sqrt(C // self.heads)
-        mask = torch.ones(T, T, dtype=torch.bool).tril()
+        mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
         att = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)  # eager attention
         if record is not None:  # bench/pytorch/gpt2_analyze.py: the patterns and values, as output_attentions
             record.append((att, v))
@@ -56,7 +56,7 @@ class GPT2(nn.Module):
 
     def forward(self, ids, targets):
         T = ids.shape[1]
-        x = self.wte(ids) + self.wpe(torch.arange(T))
+        x = self.wte(ids) + self.wpe(torch.arange(T, device=ids.device))
         for block in self.blocks:
             x = block(x)
         logits = self.ln_f(x) @ self.wte.weight.T  # tied head

@@ -9,7 +9,8 @@
 #   --test FILE      a test source to build and run instead of tests/gpu_agreement_test.cpp
 #                    (repeatable; relative to the root). Linked with qkvlab_core and
 #                    qkvlab_engine, lm_gpu_test also with what qkvlab_lm links (qkvlab_corpus,
-#                    qkvlab_results), the others with qkvlab_synthetic and qkvlab_results.
+#                    qkvlab_results), analysis_gpu_test with qkvlab_analysis and those, the
+#                    others with qkvlab_synthetic and qkvlab_results.
 #   --gpu-src DIR    take gpu/*.cu, gpu/*.cuh, gpu/kernels/*.cuh and gpu/*.cpp from DIR instead
 #                    of ROOT/gpu (headers .hpp still come from ROOT): for trying modified kernels
 #   --no-run         build only
@@ -60,6 +61,7 @@ for t in "${tests[@]}"; do
   case $(basename "$t") in
     gpu_agreement_test.cpp) ;;
     lm_gpu_test.cpp) libs+=(qkvlab_lm qkvlab_corpus qkvlab_results) ;;
+    analysis_gpu_test.cpp) libs+=(qkvlab_analysis qkvlab_lm qkvlab_corpus qkvlab_results) ;;
     *) libs+=(qkvlab_results qkvlab_synthetic) ;;
   esac
 done
@@ -85,7 +87,7 @@ hdf5=$(cache_value HDF5_C_LIBRARY_hdf5)
 [[ -n $hdf5 && $hdf5 != *NOTFOUND ]] && system_libs+=("$hdf5")
 system_libs+=(-lmpfr -lgmp -lgtest_main -lgtest -ldl)
 project_libs=()
-for lib in qkvlab_synthetic qkvlab_lm qkvlab_corpus qkvlab_results qkvlab_engine qkvlab_core; do  # dependents first
+for lib in qkvlab_synthetic qkvlab_analysis qkvlab_lm qkvlab_corpus qkvlab_results qkvlab_engine qkvlab_core; do  # dependents first
   [[ " ${libs[*]} " == *" $lib "* ]] && project_libs+=("$cmake_dir/${lib#qkvlab_}/lib$lib.a")
 done
 

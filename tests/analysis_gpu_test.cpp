@@ -1,0 +1,115 @@
+// `qkvlab analyze --device cuda` against the CPU: the forward pass runs on the CUDA backend
+// and each layer's activations come back to the host, where the same measures run
+// (analysis/analyze.hpp). Every table of `all` (entropy, similarity, spectrum, first-token)
+// and the H×H and T×T matrices of `heads` and `tokens` must agree with the CPU backend's to
+// the error model of tests/gpu_error_model.hpp, with k the forward pass's chained length
+// (model_k) plus the measures' own sums over the T tokens and their d coordinates (and the H
+// heads of a column importance): k = model_k(c, T) + T (d + H). Both families, GQA, the last
+// batch not full, two sequence lengths. Control: one token of the first sequence changed on
+// the CUDA side moves every analysis past the same tolerance. Without a CUDA device the tests
+// skip; scripts/cuda_emulation runs them on the CPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "analysis/analyze.hpp"
+#include "core/rng.hpp"
+#include "engine/cpu_backend.hpp"
+#include "gpu/backend.hpp"
+#include "gpu/device.hpp"
+#include "lm/model.hpp"
+#include "tests/gpu_error_model.hpp"
+
+namespace {
+
+using namespace qkvlab;
+using gpu_test::tol;
+
+struct Case {
+  std::string name;
+  lm::Config config;
+  int T;
+};
+
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
+std::vector<Case> cases() {
+  std::vector<Case> out;
+  for (int T : {9, 40}) {
+    lm::Config gpt2 = lm::family_defaults(lm::Family::gpt2, 2, 16, 4, 32, 64);
+    lm::Config llama = lm::family_defaults(lm::Family::llama, 2, 16, 4, 32, 64);
+    llama.kv_heads = 2;
+    out.push_back({"gpt2_T" + std::to_string(T), gpt2, T});
+    out.push_back({"llama_gqa_T" + std::to_string(T), llama, T});
+  }
+  return out;
+}
+
+lm::TokenSequences tokens(int vocab, int T, std::uint64_t seed) {
+  Rng rng(seed, "analysis_gpu_test/tokens");
+  lm::TokenSequences s{{}, 3, T};  // batch 2 below: the last batch holds one sequence
+  for (int i = 0; i < 3 * T; ++i) s.ids.push_back(std::int32_t(rng.uniform_int(vocab)));
+  return s;
+}
+
+// Every number of a report's tables but their first column (layer, rank or row index).
+std::vector<double> numbers(const analysis::Report& r, std::size_t table) {
+  std::vector<double> x;
+  const auto& columns = r.tables.at(table).columns;
+  for (std::size_t c = 1; c < columns.size(); ++c) x.insert(x.end(), columns[c].values.begin(), columns[c].values.end());
+  return x;
+}
+
+double rel(const std::vector<double>& reference, const std::vector<double>& x) {
+  EXPECT_EQ(reference.size(), x.size());
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < reference.size() && i < x.size(); ++i)
+    num += (x[i] - reference[i]) * (x[i] - reference[i]), den += reference[i] * reference[i];
+  EXPECT_TRUE(std::isfinite(num) && den > 0);
+  return std::sqrt(num / den);
+}
+
+class AnalysisGpu : public ::testing::TestWithParam<Case> {
+ protected:
+  void SetUp() override {
+    if (!gpu::device_status().available) GTEST_SKIP() << gpu::device_status().description;
+    cuda = gpu::make_cuda_backend();
+  }
+  analysis::Report run(engine::Backend<float>& backend, analysis::Kind kind, const lm::TokenSequences& data) const {
+    const lm::Config& c = GetParam().config;
+    lm::Model<float> model(c, backend);
+    model.set_parameters(gpu_test::random_parameters(model.parameters().layout, 11));
+    analysis::Options o;
+    o.batch = 2, o.threads = 1, o.layer = 1;
+    o.head_matrix = analysis::HeadMatrixOf::patterns;
+    return analysis::analyze(model, kind, data, o);
+  }
+  engine::CpuBackend<float> cpu{2};
+  std::unique_ptr<engine::Backend<float>> cuda;
+};
+
+TEST_P(AnalysisGpu, AgreesWithCpu) {
+  const Case& p = GetParam();
+  const lm::Config& c = p.config;
+  const double k = gpu_test::model_k(c, p.T) + double(p.T) * (c.d + c.heads);
+  const auto data = tokens(c.vocab, p.T, 5);
+  auto moved = data;
+  moved.ids[0] = (moved.ids[0] + 1) % c.vocab;
+  for (analysis::Kind kind : {analysis::Kind::all, analysis::Kind::heads, analysis::Kind::tokens}) {
+    const analysis::Report a = run(cpu, kind, data), b = run(*cuda, kind, data), control = run(*cuda, kind, moved);
+    ASSERT_EQ(a.tables.size(), b.tables.size());
+    for (std::size_t t = 0; t < a.tables.size(); ++t) {
+      const std::string what = analysis::to_string(kind) + "/" + a.tables[t].name;
+      EXPECT_LE(rel(numbers(a, t), numbers(b, t)), tol(k)) << what << " (k = " << k << ")";
+      EXPECT_GT(rel(numbers(a, t), numbers(control, t)), tol(k)) << what << ": control (one token moved)";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, AnalysisGpu, ::testing::ValuesIn(cases()),
+                         [](const auto& info) { return info.param.name; });
+
+}  // namespace
