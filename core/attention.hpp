@@ -100,4 +100,16 @@ template <class S> AttentionWeights<S> random_attention(Rng& rng, Eigen::Index d
   return w;
 }
 
+// Instantiated once per scalar in core/instances_*.cpp (P: extern here, nothing there).
+#define QKVLAB_ATTENTION_INSTANCES(P, S)                                                              \
+  P template Mat<S> softmax_rows<S>(const Mat<S>&, Mask);                                            \
+  P template Mat<S> attention_head<S>(const Mat<S>&, const Mat<S>&, const Mat<S>&, Mask, const S&);  \
+  P template Mat<S> self_attention<S>(const Mat<S>&, const AttentionWeights<S>&, Mask);              \
+  P template Mat<S> attention_from_projections<S>(const Mat<S>&, const Mat<S>&, const Mat<S>&, int,  \
+                                                  Mask, const S&);                                   \
+  P template Mat<S> mha<S>(const Mat<S>&, const AttentionWeights<S>&, Mask);                         \
+  P template AttentionWeights<S> random_attention<S>(Rng&, Eigen::Index, int);
+#define QKVLAB_ATTENTION_EXTERN(S) QKVLAB_ATTENTION_INSTANCES(extern, S)
+QKVLAB_FOR_EACH_SCALAR(QKVLAB_ATTENTION_EXTERN)
+
 }  // namespace qkvlab

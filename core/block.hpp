@@ -63,4 +63,13 @@ BlockWeights<S> random_block(Rng& rng, Eigen::Index d, int heads, Eigen::Index r
   return w;
 }
 
+// Instantiated once per scalar in core/instances_*.cpp (P: extern here, nothing there).
+#define QKVLAB_BLOCK_INSTANCES(P, S)                                                             \
+  P template Mat<S> activate<S>(const Mat<S>&, Activation);                                     \
+  P template Mat<S> mlp<S>(const Mat<S>&, const Mat<S>&, const Mat<S>&, Activation);            \
+  P template Mat<S> block_forward<S>(const Mat<S>&, const BlockWeights<S>&, Skip, Mask, Activation); \
+  P template BlockWeights<S> random_block<S>(Rng&, Eigen::Index, int, Eigen::Index);
+#define QKVLAB_BLOCK_EXTERN(S) QKVLAB_BLOCK_INSTANCES(extern, S)
+QKVLAB_FOR_EACH_SCALAR(QKVLAB_BLOCK_EXTERN)
+
 }  // namespace qkvlab

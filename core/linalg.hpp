@@ -124,4 +124,11 @@ template <class S> Mat<S> orthogonal_factor(const Mat<S>& G) {
   return q;
 }
 
+// Instantiated once per scalar in core/instances_*.cpp (P: extern here, nothing there).
+#define QKVLAB_LINALG_INSTANCES(P, S)                             \
+  P template ChangeOfBasis<S> change_of_basis<S>(const Mat<S>&); \
+  P template Mat<S> orthogonal_factor<S>(const Mat<S>&);
+#define QKVLAB_LINALG_EXTERN(S) QKVLAB_LINALG_INSTANCES(extern, S)
+QKVLAB_FOR_EACH_SCALAR(QKVLAB_LINALG_EXTERN)
+
 }  // namespace qkvlab

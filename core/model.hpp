@@ -74,4 +74,11 @@ inline std::vector<int> random_tokens(Rng& rng, int n, int vocab) {
   return t;
 }
 
+// Instantiated once per scalar in core/instances_*.cpp (P: extern here, nothing there).
+#define QKVLAB_MODEL_INSTANCES(P, S)                                                   \
+  P template Trace<S> forward<S>(const Model<S>&, const std::vector<int>&);           \
+  P template Model<S> random_model<S>(Rng&, const ModelShape&, Skip, Mask, bool, bool);
+#define QKVLAB_MODEL_EXTERN(S) QKVLAB_MODEL_INSTANCES(extern, S)
+QKVLAB_FOR_EACH_SCALAR(QKVLAB_MODEL_EXTERN)
+
 }  // namespace qkvlab

@@ -202,4 +202,19 @@ template <class S> LayerNormConjugacy<S> layer_norm_conjugacy(const Mat<S>& T) {
   return L;
 }
 
+// Instantiated once per scalar in core/instances_*.cpp (P: extern here, nothing there).
+#define QKVLAB_NORMALIZE_INSTANCES(P, S)                                                 \
+  P template Mat<S> layer_norm<S>(const Mat<S>&, double);                               \
+  P template Mat<S> layer_norm<S>(const Mat<S>&, const Vec<S>&, double);                \
+  P template Preimage<S> inverse_layer_norm<S>(const Mat<S>&, double);                  \
+  P template Mat<S> rms_norm<S>(const Mat<S>&, double);                                 \
+  P template Preimage<S> inverse_rms_norm<S>(const Mat<S>&, double);                    \
+  P template Mat<S> dyt<S>(const Mat<S>&, double);                                      \
+  P template Preimage<S> inverse_dyt<S>(const Mat<S>&, double);                         \
+  P template Mat<S> zero_mean_basis<S>(Eigen::Index);                                   \
+  P template SpectralNorm<S> spectral_norm<S>(const Mat<S>&, int);                      \
+  P template LayerNormConjugacy<S> layer_norm_conjugacy<S>(const Mat<S>&);
+#define QKVLAB_NORMALIZE_EXTERN(S) QKVLAB_NORMALIZE_INSTANCES(extern, S)
+QKVLAB_FOR_EACH_SCALAR(QKVLAB_NORMALIZE_EXTERN)
+
 }  // namespace qkvlab

@@ -53,4 +53,15 @@ template <class S> Model<S> change_model_basis(const Model<S>& m, const ChangeOf
 // The basis that eliminates the query weight of a block: T = W_Q.
 template <class S> ChangeOfBasis<S> query_basis(const BlockWeights<S>& b) { return change_of_basis<S>(b.attn.W_Q); }
 
+// Instantiated once per scalar in core/instances_*.cpp (P: extern here, nothing there).
+#define QKVLAB_REPARAMETRIZE_INSTANCES(P, S)                                                                 \
+  P template AttentionWeights<S> reparametrize<S>(const AttentionWeights<S>&, const ChangeOfBasis<S>&);     \
+  P template BlockWeights<S> intertwine<S>(const BlockWeights<S>&, const ChangeOfBasis<S>&,                 \
+                                           const ChangeOfBasis<S>&);                                        \
+  P template Model<S> change_model_basis<S>(const Model<S>&, const std::vector<ChangeOfBasis<S>>&);         \
+  P template Model<S> change_model_basis<S>(const Model<S>&, const ChangeOfBasis<S>&);                      \
+  P template ChangeOfBasis<S> query_basis<S>(const BlockWeights<S>&);
+#define QKVLAB_REPARAMETRIZE_EXTERN(S) QKVLAB_REPARAMETRIZE_INSTANCES(extern, S)
+QKVLAB_FOR_EACH_SCALAR(QKVLAB_REPARAMETRIZE_EXTERN)
+
 }  // namespace qkvlab

@@ -25,6 +25,12 @@ template <class S> using Vec = Eigen::Matrix<S, Eigen::Dynamic, 1>;
 using MatD = Mat<double>;
 using VecD = Vec<double>;
 
+// M(S) for each scalar of the precision ladder. Core's costliest templates are instantiated once
+// per scalar, each scalar in its own file (core/instances.hpp), and their headers declare those
+// instances extern with it, so that no other file compiles them again (docs/benchmarks.md,
+// "Build time").
+#define QKVLAB_FOR_EACH_SCALAR(M) M(float) M(double) M(long double) M(::qkvlab::mp50)
+
 enum class Precision { f32, f64, f80, mp50 };
 
 inline constexpr Precision all_precisions[] = {Precision::f32, Precision::f64, Precision::f80,
