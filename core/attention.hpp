@@ -110,6 +110,6 @@ template <class S> AttentionWeights<S> random_attention(Rng& rng, Eigen::Index d
   P template Mat<S> mha<S>(const Mat<S>&, const AttentionWeights<S>&, Mask);                         \
   P template AttentionWeights<S> random_attention<S>(Rng&, Eigen::Index, int);
 #define QKVLAB_ATTENTION_EXTERN(S) QKVLAB_ATTENTION_INSTANCES(extern, S)
-QKVLAB_FOR_EACH_SCALAR(QKVLAB_ATTENTION_EXTERN)
+QKVLAB_EXTERN_INSTANCES(QKVLAB_ATTENTION_EXTERN)
 
 }  // namespace qkvlab

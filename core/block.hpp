@@ -70,6 +70,6 @@ BlockWeights<S> random_block(Rng& rng, Eigen::Index d, int heads, Eigen::Index r
   P template Mat<S> block_forward<S>(const Mat<S>&, const BlockWeights<S>&, Skip, Mask, Activation); \
   P template BlockWeights<S> random_block<S>(Rng&, Eigen::Index, int, Eigen::Index);
 #define QKVLAB_BLOCK_EXTERN(S) QKVLAB_BLOCK_INSTANCES(extern, S)
-QKVLAB_FOR_EACH_SCALAR(QKVLAB_BLOCK_EXTERN)
+QKVLAB_EXTERN_INSTANCES(QKVLAB_BLOCK_EXTERN)
 
 }  // namespace qkvlab

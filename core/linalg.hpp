@@ -129,6 +129,6 @@ template <class S> Mat<S> orthogonal_factor(const Mat<S>& G) {
   P template ChangeOfBasis<S> change_of_basis<S>(const Mat<S>&); \
   P template Mat<S> orthogonal_factor<S>(const Mat<S>&);
 #define QKVLAB_LINALG_EXTERN(S) QKVLAB_LINALG_INSTANCES(extern, S)
-QKVLAB_FOR_EACH_SCALAR(QKVLAB_LINALG_EXTERN)
+QKVLAB_EXTERN_INSTANCES(QKVLAB_LINALG_EXTERN)
 
 }  // namespace qkvlab

@@ -79,6 +79,6 @@ inline std::vector<int> random_tokens(Rng& rng, int n, int vocab) {
   P template Trace<S> forward<S>(const Model<S>&, const std::vector<int>&);           \
   P template Model<S> random_model<S>(Rng&, const ModelShape&, Skip, Mask, bool, bool);
 #define QKVLAB_MODEL_EXTERN(S) QKVLAB_MODEL_INSTANCES(extern, S)
-QKVLAB_FOR_EACH_SCALAR(QKVLAB_MODEL_EXTERN)
+QKVLAB_EXTERN_INSTANCES(QKVLAB_MODEL_EXTERN)
 
 }  // namespace qkvlab

@@ -215,6 +215,6 @@ template <class S> LayerNormConjugacy<S> layer_norm_conjugacy(const Mat<S>& T) {
   P template SpectralNorm<S> spectral_norm<S>(const Mat<S>&, int);                      \
   P template LayerNormConjugacy<S> layer_norm_conjugacy<S>(const Mat<S>&);
 #define QKVLAB_NORMALIZE_EXTERN(S) QKVLAB_NORMALIZE_INSTANCES(extern, S)
-QKVLAB_FOR_EACH_SCALAR(QKVLAB_NORMALIZE_EXTERN)
+QKVLAB_EXTERN_INSTANCES(QKVLAB_NORMALIZE_EXTERN)
 
 }  // namespace qkvlab

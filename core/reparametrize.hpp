@@ -62,6 +62,6 @@ template <class S> ChangeOfBasis<S> query_basis(const BlockWeights<S>& b) { retu
   P template Model<S> change_model_basis<S>(const Model<S>&, const ChangeOfBasis<S>&);                      \
   P template ChangeOfBasis<S> query_basis<S>(const BlockWeights<S>&);
 #define QKVLAB_REPARAMETRIZE_EXTERN(S) QKVLAB_REPARAMETRIZE_INSTANCES(extern, S)
-QKVLAB_FOR_EACH_SCALAR(QKVLAB_REPARAMETRIZE_EXTERN)
+QKVLAB_EXTERN_INSTANCES(QKVLAB_REPARAMETRIZE_EXTERN)
 
 }  // namespace qkvlab

@@ -30,6 +30,14 @@ using VecD = Vec<double>;
 // instances extern with it, so that no other file compiles them again (docs/benchmarks.md,
 // "Build time").
 #define QKVLAB_FOR_EACH_SCALAR(M) M(float) M(double) M(long double) M(::qkvlab::mp50)
+// The headers' extern declarations; none where the build leaves the instance files out
+// (-DQKVLAB_CORE_INSTANCES=OFF: the sanitizer and CUDA-emulation trees, which build a few tests,
+// so each file instantiates only what it uses).
+#ifdef QKVLAB_NO_CORE_INSTANCES
+#define QKVLAB_EXTERN_INSTANCES(M)
+#else
+#define QKVLAB_EXTERN_INSTANCES(M) QKVLAB_FOR_EACH_SCALAR(M)
+#endif
 
 enum class Precision { f32, f64, f80, mp50 };
 

@@ -32,6 +32,7 @@ targets=(robust_test absorb_test engine_safetensors_test)
 
 # -O1: Eigen at -O0 runs the tests several times slower; -O1 keeps ASan's reports exact.
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Sanitize -DQKVLAB_CUDA=OFF -DQKVLAB_SANITIZE_STAGE=OFF -DCMAKE_UNITY_BUILD=ON \
+  -DQKVLAB_CORE_INSTANCES=OFF \
   -DCMAKE_CXX_FLAGS_SANITIZE="-O1 -g $flags" -DCMAKE_C_FLAGS_SANITIZE="-O1 -g $flags" \
   -DCMAKE_EXE_LINKER_FLAGS_SANITIZE="$flags" "${launcher[@]}" >"$build.configure.log" 2>&1 ||
   { cat "$build.configure.log"; exit 1; }

@@ -51,7 +51,10 @@ if command -v ccache > /dev/null; then
   cxx="ccache g++"
   launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 fi
-flags=(-std=c++20 -O1 -g -pthread -Wall -Wextra -Wno-unused-parameter -DBOOST_ALL_NO_LIB)
+# QKVLAB_NO_CORE_INSTANCES: the libraries below are configured without core's instance files
+# (-DQKVLAB_CORE_INSTANCES=OFF), so these files instantiate what they use (which also links
+# against a tree configured before, with them).
+flags=(-std=c++20 -O1 -g -pthread -Wall -Wextra -Wno-unused-parameter -DBOOST_ALL_NO_LIB -DQKVLAB_NO_CORE_INSTANCES)
 # Include order: the emulator's CUDA headers, then the converted gpu/*.cuh, then the project.
 includes=(-I"$here" -I"$build/src" -I"$root" -isystem /usr/include/eigen3)
 
@@ -72,7 +75,7 @@ mapfile -t libs < <(printf '%s\n' "${libs[@]}" | awk '!seen[$0]++')
 # (device_none.cpp) is not used: the emulated gpu/ objects replace it.
 if ! grep -q '^CMAKE_CXX_FLAGS:STRING=-DQKVLAB_HAVE_CUDA=1$' "$cmake_dir/CMakeCache.txt" 2> /dev/null; then
   echo "== configuring the non-GPU libraries in $cmake_dir"
-  cmake -S "$root" -B "$cmake_dir" -DQKVLAB_CUDA=OFF -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS=-DQKVLAB_HAVE_CUDA=1 -DCMAKE_UNITY_BUILD=ON \
+  cmake -S "$root" -B "$cmake_dir" -DQKVLAB_CUDA=OFF -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS=-DQKVLAB_HAVE_CUDA=1 -DCMAKE_UNITY_BUILD=ON -DQKVLAB_CORE_INSTANCES=OFF \
     "${launcher[@]}" > "$cmake_dir.configure.log" 2>&1 ||
     { cat "$cmake_dir.configure.log"; exit 1; }
 fi
