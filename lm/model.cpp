@@ -19,7 +19,10 @@ using engine::Buffer;
 using engine::Centering;
 using engine::View;
 
-namespace {
+// Named, not anonymous: Model<S>::Impl (declared in the header) holds these, and a class with
+// external linkage may not hold members of internal-linkage types (GCC's -Wsubobject-linkage
+// says so whenever this file is not the main file, as in a unity build).
+namespace model_parts {
 
 constexpr int kHeadRows = 512;  // rows of logits computed at a time
 
@@ -55,7 +58,8 @@ struct LayerActs {
   Buffer<S> c;  // MLA: the mixed latent, when it is not the layer's own
 };
 
-}  // namespace
+}  // namespace model_parts
+using namespace model_parts;
 
 template <class S>
 struct Model<S>::Impl {

@@ -26,6 +26,7 @@
 namespace {
 
 using namespace qkvlab;
+using gpu_test::rel;
 using gpu_test::tol;
 
 struct Case {
@@ -61,15 +62,6 @@ std::vector<double> numbers(const analysis::Report& r, std::size_t table) {
   const auto& columns = r.tables.at(table).columns;
   for (std::size_t c = 1; c < columns.size(); ++c) x.insert(x.end(), columns[c].values.begin(), columns[c].values.end());
   return x;
-}
-
-double rel(const std::vector<double>& reference, const std::vector<double>& x) {
-  EXPECT_EQ(reference.size(), x.size());
-  double num = 0, den = 0;
-  for (std::size_t i = 0; i < reference.size() && i < x.size(); ++i)
-    num += (x[i] - reference[i]) * (x[i] - reference[i]), den += reference[i] * reference[i];
-  EXPECT_TRUE(std::isfinite(num) && den > 0);
-  return std::sqrt(num / den);
 }
 
 class AnalysisGpu : public ::testing::TestWithParam<Case> {

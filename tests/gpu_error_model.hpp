@@ -5,6 +5,9 @@
 // agrees to rel = ‖cpu − cuda‖ / ‖cpu‖ ≤ tol(k) = 4 · u · k.
 #pragma once
 
+#include <gtest/gtest.h>
+
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -17,6 +20,18 @@ namespace qkvlab::gpu_test {
 constexpr double kU = 0x1p-24;
 
 inline double tol(double k) { return 4 * kU * k; }
+
+// rel = ‖x − reference‖ / ‖reference‖ (the absolute norm when the reference is zero; NaN
+// anywhere gives NaN, which fails every ≤ and >), computed in double.
+template <class T> double rel(const std::vector<T>& reference, const std::vector<T>& x) {
+  EXPECT_EQ(reference.size(), x.size());
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < reference.size() && i < x.size(); ++i) {
+    const double e = double(x[i]) - double(reference[i]);
+    num += e * e, den += double(reference[i]) * double(reference[i]);
+  }
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
 
 // The chained reduction length of the forward pass: per layer the norm (d), the projections (d),
 // the scores (d_h), softmax and P V (2T), the output projection (H·d_h), the second norm and the

@@ -71,18 +71,9 @@ using Floats = std::vector<float>;
 using Ints = std::vector<std::int32_t>;
 
 using gpu_test::model_k;
+using gpu_test::rel;
 using gpu_test::tol;
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
-
-double rel(const Floats& reference, const Floats& x) {
-  EXPECT_EQ(reference.size(), x.size());
-  double num = 0, den = 0;
-  for (std::size_t i = 0; i < reference.size() && i < x.size(); ++i) {
-    const double e = double(x[i]) - double(reference[i]);
-    num += e * e, den += double(reference[i]) * double(reference[i]);
-  }
-  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-}
 
 // The rows × cols block of a row-major array with leading dimension ld.
 Floats block(const Floats& all, int rows, int cols, int ld) {

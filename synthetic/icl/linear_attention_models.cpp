@@ -91,7 +91,10 @@ ConcatBatch make_concat_batch(const std::vector<Prompt>& prompts) {
 
 // ---------------------------------------------------------------- parameters on a backend
 
-namespace {
+// Named, not anonymous: the models' Impl classes (declared in the header) derive from and hold
+// these, and a class with external linkage may not use internal-linkage types (GCC's
+// -Wsubobject-linkage says so whenever this file is not the main file, as in a unity build).
+namespace model_parts {
 
 // A host matrix into a backend buffer (row-major) at an offset, and back. A
 // column-major MatD converts to a row-major temporary on the way.
@@ -151,7 +154,8 @@ constexpr View<double> nowhere{nullptr, 0};
 
 void zero(Backend<double>& be, Buffer<double>& b) { be.fill(b.size(), 0.0, b.data()); }
 
-}  // namespace
+}  // namespace model_parts
+using namespace model_parts;
 
 MatD weight(const engine::ParameterSet<double>& params, const std::string& name) {
   const engine::ParameterSpec& spec = params.layout.at(name);
@@ -181,7 +185,7 @@ void validate(const TwoLayerConfig& c) {
     throw UsageError("a must be in [0, d] = [0, " + std::to_string(c.d) + "] (got " + std::to_string(c.a) + ")");
 }
 
-namespace {
+namespace model_parts {
 
 bool has_F_values(Variant v) { return v != Variant::svformer; }
 bool has_E_values(Variant v, int head) {
@@ -246,7 +250,7 @@ struct TokenActivations {
   std::array<Buffer<double>, 2> Q1, K1, V1, G1, Q2, K2, V2, G2;  // per head; Q2 holds only query rows
 };
 
-}  // namespace
+}  // namespace model_parts
 
 struct TwoLayerModel::Impl : ModelCore {
   Impl(Backend<double>& be_, const TwoLayerConfig& c_, Rng& rng) : ModelCore(be_, two_layer_weights(c_, rng)), c(c_) {}
@@ -411,7 +415,7 @@ void validate(const StackConfig& c) {
   if (c.skipv1 && c.heads < 2) throw UsageError("SkipV1 needs at least 2 heads per layer");
 }
 
-namespace {
+namespace model_parts {
 
 InitialWeights stack_weights(const StackConfig& config, Rng& rng) {
   validate(config);
@@ -443,7 +447,7 @@ struct StackActivations {
   Buffer<double> target, pred, diff, states, dZ, dZ_prev, dQ, dK, dV, dG;
 };
 
-}  // namespace
+}  // namespace model_parts
 
 struct LinearAttentionStack::Impl : ModelCore {
   Impl(Backend<double>& be_, const StackConfig& c_, Rng& rng) : ModelCore(be_, stack_weights(c_, rng)), c(c_) {}
