@@ -25,8 +25,9 @@ namespace qkvlab::cli {
 
 // An integer in [lo, hi]; the message names the range and the offending value.
 inline CLI::Validator integer_in(int lo, int hi) {
-  const std::string range = hi == INT_MAX && lo == 1 ? "a positive integer"
-                                                     : "an integer from " + std::to_string(lo) + " to " + std::to_string(hi);
+  const std::string range = hi != INT_MAX ? "an integer from " + std::to_string(lo) + " to " + std::to_string(hi)
+                           : lo == 1      ? "a positive integer"
+                                          : "an integer of at least " + std::to_string(lo);
   return CLI::Validator(
       [lo, hi, range](std::string& value) -> std::string {
         int n = 0;
@@ -35,7 +36,7 @@ inline CLI::Validator integer_in(int lo, int hi) {
           return "must be " + range + ", got '" + value + "'";
         return "";
       },
-      lo == 1 && hi == INT_MAX ? "POSITIVE" : std::to_string(lo) + ".." + std::to_string(hi));
+      hi != INT_MAX ? std::to_string(lo) + ".." + std::to_string(hi) : lo == 1 ? "POSITIVE" : ">=" + std::to_string(lo));
 }
 
 inline const CLI::Validator positive_integer = integer_in(1, INT_MAX);

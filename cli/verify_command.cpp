@@ -43,9 +43,6 @@ int run_verify(VerifyArgs& a) {
     return 0;
   }
   auto& o = a.options;
-  with_hint([&] { theory::select_claims(o.ids); }, "see 'qkvlab verify --list'");
-  for (int d : a.d)
-    if (d < 2) throw UsageError("--d: every claim needs d >= 2, got " + std::to_string(d));
   if (!a.d.empty()) o.d = a.d;
   if (!a.heads.empty()) o.heads = a.heads;
   if (!a.layers.empty()) o.layers = a.layers;
@@ -56,16 +53,16 @@ int run_verify(VerifyArgs& a) {
   }
   require_writable_dir(a.out, "--out");
   require_writable_dir(a.junit, "--junit");
-  theory::validate(o);
-  require_memory(theory::sizes_text(o, {"--d", "--heads", "--layers", "--seq", "--trials"}, " "),
-                 theory::verify_memory_bytes(o));
+  const auto claims = with_hint([&] { return theory::select_claims(o.ids); }, "see 'qkvlab verify --list'");
+  const auto plan = theory::plan_verify(claims, o);
+  require_memory(theory::sizes_text(o, {"--d", "--heads", "--layers", "--seq", "--trials"}, " "), plan.memory_bytes);
   apply_threads(o.threads, BlasUse::shared);
   if (Progress::wanted(a.quiet))
     o.progress = [show = Progress{"verify", true}](std::size_t done, std::size_t total) {
       show("configurations", done, total);
     };
 
-  const auto report = theory::verify(o);
+  const auto report = theory::verify(plan, o);
   if (a.format == "json") results::write_json(std::cout, report);
   else if (a.verbose) results::print_table(std::cout, report);
   else results::print_claims(std::cout, report);
@@ -102,15 +99,16 @@ Command add_verify_command(CLI::App& app, const std::string& command_line) {
   cmd->add_option("--trials", a->options.trials, "Independent draws per configuration")
       ->check(positive_integer)
       ->capture_default_str();
-  auto list_option = [&](const char* name, std::vector<int>& target, const std::vector<int>& def, const char* what) {
+  auto list_option = [&](const char* name, std::vector<int>& target, const std::vector<int>& def, const char* what,
+                         const CLI::Validator& check = positive_integer) {
     std::string shown;
     for (int v : def) shown += (shown.empty() ? "" : ",") + std::to_string(v);
     cmd->add_option(name, target, std::string(what) + " [default: " + shown + "]")
         ->delimiter(',')
         ->allow_extra_args(false)
-        ->check(positive_integer);
+        ->check(check);
   };
-  list_option("--d", a->d, theory::default_d, "Model widths d, comma-separated");
+  list_option("--d", a->d, theory::default_d, "Model widths d (at least 2), comma-separated", integer_in(2, INT_MAX));
   list_option("--heads", a->heads, theory::default_heads, "Head counts H (each must divide every d)");
   list_option("--layers", a->layers, theory::default_layers, "Depths L (qwe.thm4.3 defaults to 4,32)");
   list_option("--seq", a->seq, theory::default_seq, "Sequence lengths n");

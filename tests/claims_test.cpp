@@ -301,7 +301,10 @@ VerifyOptions small_options() {
   return o;
 }
 
-TEST(Validate, AcceptsASmallSweep) { EXPECT_NO_THROW(validate(small_options())); }
+// The plan verify() runs, made from the options as verify() makes it.
+VerifyPlan plan(const VerifyOptions& o) { return plan_verify(select_claims(o.ids), o); }
+
+TEST(Validate, AcceptsASmallSweep) { EXPECT_NO_THROW(plan(small_options())); }
 
 TEST(Validate, RejectsBadOptionsWithUsageError) {
   struct Case {
@@ -327,7 +330,7 @@ TEST(Validate, RejectsBadOptionsWithUsageError) {
   for (const Case& c : cases) {
     VerifyOptions o = small_options();
     c.change(o);
-    EXPECT_THROW(validate(o), UsageError) << c.what;
+    EXPECT_THROW(plan(o), UsageError) << c.what;
     EXPECT_THROW(verify(o), UsageError) << c.what;
   }
 }
@@ -341,7 +344,7 @@ TEST(Validate, RejectsDOfOneForEveryClaim) {
     o.ids = {claim.id};
     o.d = {1};
     o.heads = {1};
-    EXPECT_THROW(validate(o), UsageError) << claim.id;
+    EXPECT_THROW(plan(o), UsageError) << claim.id;
   }
 }
 

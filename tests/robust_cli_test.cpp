@@ -192,7 +192,9 @@ TEST(RobustCli, SizeOptionsPastTheMemoryBudgetAreRefusedWithTheEstimate) {
       {"icl theory --prompts 1000000000000", "--prompts 1000000000000 needs about"},
       {"icl lemmas --d 4096 --prompts 100000000", "needs about"},
       {"transfer --d 4096 --batch 100000000", "--d 4096 --batch 100000000 --steps 2000 needs about"},
-      {"verify --d 100000 --seq 100000", "--d 100000 --seq 100000 needs about"}};
+      {"verify --d 100000 --seq 100000", "--d 100000 --seq 100000 needs about"},
+      // Refused before a task is listed: a billion trials are never expanded.
+      {"verify qwe.prop4.1 --trials 1000000000", "--trials 1000000000 needs about"}};
   for (const auto& [args, names] : cases) {
     const CommandResult r = run_bounded(args, 60);
     expect_usage_error(r, args, names);

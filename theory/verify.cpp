@@ -43,8 +43,6 @@ const std::vector<int>& pick(const std::optional<std::vector<int>>& given, const
   return claim_default.empty() ? global_default : claim_default;
 }
 
-}  // namespace
-
 // Bytes of one configuration at its widest scalar, up to a constant: per layer
 // the weights, their reparametrized copies and bases (≈ 40 d²), activations
 // (≈ 40 n d) and attention scores (4 H n²); the bases' inverses and LU (≈ 20 d²).
@@ -52,6 +50,55 @@ double configuration_bytes(const Config& c, double scalar_bytes) {
   const double d = c.d, n = c.seq, L = c.layers, H = c.heads;
   return scalar_bytes * (40 * L * d * d + 20 * d * d + 40 * L * n * d + 4 * L * H * n * n);
 }
+
+// Positive sizes and trials, a precision, d >= 2 and H | d for the selected claims.
+void check_sizes(const std::vector<const Claim*>& claims, const VerifyOptions& o) {
+  require_positive(o.d, "model widths d");
+  require_positive(o.heads, "head counts H");
+  require_positive(o.layers, "depths L");
+  require_positive(o.seq, "sequence lengths n");
+  if (o.trials <= 0) throw UsageError("trials must be positive, got " + std::to_string(o.trials));
+  if (o.precisions.empty()) throw UsageError("the list of precisions is empty");
+  if (o.threads < 0) throw UsageError("threads must be non-negative, got " + std::to_string(o.threads));
+  if (o.threads > max_threads)
+    throw UsageError("threads must be at most " + std::to_string(max_threads) + ", got " + std::to_string(o.threads));
+  for (const Claim* c : claims)
+    for (int d : pick(o.d, c->defaults.d, default_d)) {
+      if (d < 2) throw UsageError("d must be at least 2, got " + std::to_string(d));
+      if (!c->dims.heads) continue;
+      for (int h : pick(o.heads, c->defaults.heads, default_heads))
+        if (d % h != 0)
+          throw UsageError("d=" + std::to_string(d) + " is not divisible by heads=" + std::to_string(h) +
+                           " (needed by " + c->id + ")");
+    }
+}
+
+// A claim's configurations under the options, variants included, at trial 0.
+std::vector<Config> sweep(const Claim& claim, const VerifyOptions& o) {
+  const std::vector<int> one{1};
+  const auto& ds = pick(o.d, claim.defaults.d, default_d);
+  const auto& hs = claim.dims.heads ? pick(o.heads, claim.defaults.heads, default_heads) : one;
+  const auto& ls = claim.dims.layers ? pick(o.layers, claim.defaults.layers, default_layers) : one;
+  const auto& ns = claim.dims.seq ? pick(o.seq, claim.defaults.seq, default_seq) : one;
+  std::vector<Mask> masks{Mask::causal};
+  if (claim.dims.mask) masks.push_back(Mask::bidirectional);
+  std::vector<Config> out;
+  for (int d : ds)
+    for (int h : hs)
+      for (int l : ls)
+        for (int n : ns)
+          for (Mask m : masks) {
+            Config c{d, h, l, n, m, "", 0};
+            const auto variants = claim.variants ? claim.variants(c) : std::vector<std::string>{""};
+            for (const auto& v : variants) {
+              c.variant = v;
+              out.push_back(c);
+            }
+          }
+  return out;
+}
+
+}  // namespace
 
 std::string sizes_text(const VerifyOptions& o, const SizeLabels& labels, const std::string& separator) {
   std::string text;
@@ -75,66 +122,21 @@ std::string sizes_text(const VerifyOptions& o, const SizeLabels& labels, const s
   return text.empty() ? "the default sweep" : text;
 }
 
-double verify_memory_bytes(const VerifyOptions& o) {
-  // The memory the sizes imply: the largest configuration on every thread at once,
-  // and the records of every configuration, before anything is drawn.
-  double scalar_bytes = 4, widest = 0, records = 0;
-  for (Precision p : o.precisions) scalar_bytes = std::max(scalar_bytes, p == Precision::mp50 ? double(sizeof(mp50)) : p == Precision::f80 ? 16.0 : 8.0);
-  VerifyOptions one_trial = o;
-  one_trial.trials = 1;
-  for (const Claim* c : select_claims(o.ids)) {
-    const auto configs = sweep(*c, one_trial);
-    records += double(configs.size()) * double(o.trials) * double(o.precisions.size() + 1);
-    for (const Config& config : configs) widest = std::max(widest, configuration_bytes(config, scalar_bytes));
-  }
-  return widest * double(worker_count(o.threads)) + 1024.0 * records;
-}
-
-void validate(const VerifyOptions& o) {
-  require_positive(o.d, "model widths d");
-  require_positive(o.heads, "head counts H");
-  require_positive(o.layers, "depths L");
-  require_positive(o.seq, "sequence lengths n");
-  if (o.trials <= 0) throw UsageError("trials must be positive, got " + std::to_string(o.trials));
-  if (o.precisions.empty()) throw UsageError("the list of precisions is empty");
-  if (o.threads < 0) throw UsageError("threads must be non-negative, got " + std::to_string(o.threads));
-  if (o.threads > max_threads)
-    throw UsageError("threads must be at most " + std::to_string(max_threads) + ", got " + std::to_string(o.threads));
-  for (const Claim* c : select_claims(o.ids))
-    for (int d : pick(o.d, c->defaults.d, default_d)) {
-      if (d < 2) throw UsageError("d must be at least 2, got " + std::to_string(d));
-      if (!c->dims.heads) continue;
-      for (int h : pick(o.heads, c->defaults.heads, default_heads))
-        if (d % h != 0)
-          throw UsageError("d=" + std::to_string(d) + " is not divisible by heads=" + std::to_string(h) +
-                           " (needed by " + c->id + ")");
+VerifyPlan plan_verify(const std::vector<const Claim*>& claims, const VerifyOptions& o) {
+  check_sizes(claims, o);
+  VerifyPlan plan;
+  plan.trials = o.trials;
+  double scalar_bytes = 4, widest = 0;
+  for (Precision p : o.precisions)
+    scalar_bytes = std::max(scalar_bytes, p == Precision::mp50 ? double(sizeof(mp50)) : p == Precision::f80 ? 16.0 : 8.0);
+  for (const Claim* c : claims)
+    for (const Config& config : sweep(*c, o)) {
+      widest = std::max(widest, configuration_bytes(config, scalar_bytes));
+      plan.configurations.emplace_back(c, config);
     }
-}
-
-std::vector<Config> sweep(const Claim& claim, const VerifyOptions& o) {
-  const std::vector<int> one{1};
-  const auto& ds = pick(o.d, claim.defaults.d, default_d);
-  const auto& hs = claim.dims.heads ? pick(o.heads, claim.defaults.heads, default_heads) : one;
-  const auto& ls = claim.dims.layers ? pick(o.layers, claim.defaults.layers, default_layers) : one;
-  const auto& ns = claim.dims.seq ? pick(o.seq, claim.defaults.seq, default_seq) : one;
-  std::vector<Mask> masks{Mask::causal};
-  if (claim.dims.mask) masks.push_back(Mask::bidirectional);
-  std::vector<Config> out;
-  for (int d : ds)
-    for (int h : hs)
-      for (int l : ls)
-        for (int n : ns)
-          for (Mask m : masks) {
-            Config c{d, h, l, n, m, "", 0};
-            const auto variants = claim.variants ? claim.variants(c) : std::vector<std::string>{""};
-            for (const auto& v : variants)
-              for (int t = 0; t < o.trials; ++t) {
-                c.variant = v;
-                c.trial = t;
-                out.push_back(c);
-              }
-          }
-  return out;
+  const double records = double(plan.configurations.size()) * double(o.trials) * double(o.precisions.size() + 1);
+  plan.memory_bytes = widest * double(worker_count(o.threads)) + 1024.0 * records;
+  return plan;
 }
 
 std::string describe(const Claim& claim, const Config& c) {
@@ -224,12 +226,19 @@ double estimated_cost(const Config& c) {
 }  // namespace
 
 results::Report verify(const VerifyOptions& o) {
-  validate(o);
+  const VerifyPlan plan = plan_verify(select_claims(o.ids), o);
   require_memory(sizes_text(o, {"model widths d", "head counts H", "depths L", "sequence lengths n", "trials"}, ", "),
-                 verify_memory_bytes(o));
-  std::vector<std::pair<const Claim*, Config>> tasks;
-  for (const Claim* c : select_claims(o.ids))
-    for (const auto& config : sweep(*c, o)) tasks.emplace_back(c, config);
+                 plan.memory_bytes);
+  return verify(plan, o);
+}
+
+results::Report verify(const VerifyPlan& plan, const VerifyOptions& o) {
+  std::vector<std::pair<const Claim*, Config>> tasks;  // each configuration's trials in turn
+  for (const auto& [claim, config] : plan.configurations)
+    for (int t = 0; t < plan.trials; ++t) {
+      tasks.emplace_back(claim, config);
+      tasks.back().second.trial = t;
+    }
 
   // Run the costliest tasks first so the last ones finish together.
   std::vector<std::size_t> order(tasks.size());

@@ -13,6 +13,7 @@
 #include <array>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace qkvlab::theory {
@@ -35,17 +36,19 @@ inline const std::vector<int> default_d{16, 32}, default_heads{1, 2, 4}, default
 // an argument that matches nothing.
 std::vector<const Claim*> select_claims(const std::vector<std::string>& ids);
 
-// Throws UsageError for zero or negative sizes, d not divisible by a head count,
-// non-positive trials, an empty precision list.
-void validate(const VerifyOptions& options);
-
-// The memory the sizes imply (valid options): the largest configuration on every
-// thread at once, and the records of every configuration. verify() refuses sizes
-// beyond the budget, naming their values.
-double verify_memory_bytes(const VerifyOptions& options);
-
-// A claim's configurations under the options (variants and trials included).
-std::vector<Config> sweep(const Claim& claim, const VerifyOptions& options);
+// What verify() runs: each selected claim's configurations over the sweep lists
+// (variants included, trial 0; each runs `trials` times). Made once, from the
+// options, which it checks: positive sizes and trials, d >= 2, every head count
+// dividing every d of a claim with heads, a precision. Throws UsageError naming
+// the values.
+struct VerifyPlan {
+  std::vector<std::pair<const Claim*, Config>> configurations;
+  int trials = 1;
+  // The memory the sizes imply: the largest configuration on every thread at
+  // once, and the records of every configuration and trial.
+  double memory_bytes = 0;
+};
+VerifyPlan plan_verify(const std::vector<const Claim*>& claims, const VerifyOptions& options);
 
 // The configuration as it appears in every output, e.g. "d=16 H=2 n=4 mask=causal elim=Q trial=0".
 std::string describe(const Claim& claim, const Config& config);
@@ -55,6 +58,11 @@ std::string describe(const Claim& claim, const Config& config);
 using SizeLabels = std::array<std::string, 5>;
 std::string sizes_text(const VerifyOptions& options, const SizeLabels& labels, const std::string& separator);
 
+// Runs a plan made from these options (its memory already accepted) on options.threads workers.
+results::Report verify(const VerifyPlan& plan, const VerifyOptions& options);
+
+// select_claims, plan_verify, refuses sizes beyond the memory budget (naming their
+// values), and runs the plan.
 results::Report verify(const VerifyOptions& options);
 
 // One configuration of one claim (every precision): what verify() records for it.
