@@ -43,10 +43,6 @@ std::string fixed(double x, int digits) {
   return buf;
 }
 
-}  // namespace
-
-namespace detail {
-
 // What a figure writes: its value (FIGURE.json), tables (CSV), figures drawn from them, and
 // notes (README.md, after the paper's paragraph).
 struct Output {
@@ -130,13 +126,6 @@ class Session {
   std::optional<lm::TrainData> data_;
   std::map<std::string, Trained> trained_;
 };
-
-}  // namespace detail
-
-namespace {
-
-using detail::Output;
-using detail::Session;
 
 // Per-layer mean and se of a scalar analysis (entropy, similarity) from its report's value.
 struct Curve {
@@ -799,8 +788,14 @@ void icl_theory(Session& s, Output& out) {
 
 // ---- the registry -----------------------------------------------------------------------------------
 
-// Each figure and the function that makes it; figures() adds the measured durations.
-std::vector<Figure> registry() {
+// A figure and the function that makes it.
+struct RegisteredFigure {
+  Figure figure;
+  void (*make)(Session&, Output&);
+};
+
+// Each figure and the function that makes it; registered() adds the measured durations.
+std::vector<RegisteredFigure> registry() {
   return {
       {"resformer-fig1-left", "ResFormer Fig. 1 left: training loss of ResFormer ½(V_n + V_1) relative to vanilla",
        "ResFormer (002) Fig. 1, left: the relative training loss — the loss of each Transformer variant minus the "
@@ -988,12 +983,21 @@ std::string duration_text(const Figure& f) {
   return out + (all ? text(total) : "not all measured") + " first (measured, 2 cores)";
 }
 
+const std::vector<RegisteredFigure>& registered() {
+  static const std::vector<RegisteredFigure> list = [] {
+    std::vector<RegisteredFigure> e = registry();
+    for (auto& entry : e) entry.figure.duration = duration_text(entry.figure);
+    return e;
+  }();
+  return list;
+}
+
 }  // namespace
 
 const std::vector<Figure>& figures() {
   static const std::vector<Figure> list = [] {
-    std::vector<Figure> f = registry();
-    for (auto& figure : f) figure.duration = duration_text(figure);
+    std::vector<Figure> f;
+    for (const auto& entry : registered()) f.push_back(entry.figure);
     return f;
   }();
   return list;
@@ -1010,9 +1014,12 @@ const Figure& find_figure(const std::string& name) {
 
 Result run_figure(const Context& context, const Figure& figure, const fs::path& dir) {
   const std::string& name = figure.name;
+  const auto& all = registered();
+  const auto entry = std::find_if(all.begin(), all.end(), [&](const RegisteredFigure& e) { return e.figure.name == name; });
+  if (entry == all.end()) throw UsageError("unknown figure \"" + name + "\"");
   Session session(context);
   Output out;
-  figure.make(session, out);
+  entry->make(session, out);
 
   Value v = Value::object();
   v.set("figure", name);

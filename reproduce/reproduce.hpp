@@ -83,19 +83,13 @@ Trained train_or_reuse(const Context& context, const Recipe& r, const lm::TrainD
 
 // ---- the figures ------------------------------------------------------------------------------------
 
-namespace detail {
-class Session;  // a figure's run: the backend, the corpus, the trained models (figures.cpp)
-struct Output;  // what it writes
-}  // namespace detail
-
-// A registered figure: what it remakes and the function that makes it.
+// A registered figure: what it remakes (figures.cpp holds the function that makes it).
 struct Figure {
   std::string name;      // "resformer-fig1-middle"
   std::string remakes;   // one line: what it remakes
   std::string paper;     // one paragraph: the paper's figure
   std::string duration;  // rough time at the default recipe on two CPU cores
   std::vector<std::string> recipes;  // the trainings it needs
-  void (*make)(detail::Session&, detail::Output&) = nullptr;
 };
 const std::vector<Figure>& figures();  // the registry, in --list order
 // The registered entry named `name`; UsageError naming the known figures.
@@ -106,8 +100,8 @@ struct Result {
   std::vector<std::filesystem::path> written;  // every file written, in order
 };
 
-// Runs `figure` (an entry of figures(), e.g. from find_figure) and writes its files into `out`
-// (created), all or none.
+// Runs `figure` (an entry of figures(), e.g. from find_figure; UsageError for another name) and
+// writes its files into `out` (created), all or none.
 Result run_figure(const Context& context, const Figure& figure, const std::filesystem::path& out);
 
 }  // namespace qkvlab::reproduce

@@ -8,6 +8,7 @@
 #include <iterator>
 #include <random>
 
+#include "core/errors.hpp"
 #include "corpus/token_file.hpp"
 #include "gpu/backend.hpp"
 #include "reproduce/reproduce.hpp"
@@ -83,6 +84,18 @@ TEST(Reproduce, EveryFigureRunsEndToEndAndWritesItsFiles) {
   std::size_t entries = 0;
   for (const auto& e : fs::directory_iterator(dir / "work")) entries += e.is_directory();
   EXPECT_EQ(entries, reproduce::recipe_names().size());
+}
+
+TEST(Reproduce, RunsOnlyRegisteredFigures) {
+  ScratchDir dir;
+  const auto c = quick(dir / "data", dir / "work", 2);
+  reproduce::Figure unknown = reproduce::find_figure("skipv1-table2");
+  unknown.name = "skipv1-table3";  // what it remakes is known, its name is not
+  EXPECT_THROW(reproduce::run_figure(c, unknown, dir / "out"), qkvlab::UsageError);
+  EXPECT_FALSE(fs::exists(dir / "out"));
+  // Control: the registered entry (no training, no corpus needed) runs.
+  EXPECT_NO_THROW(reproduce::run_figure(c, reproduce::find_figure("skipv1-table2"), dir / "out"));
+  EXPECT_TRUE(fs::is_regular_file(dir / "out" / "skipv1-table2.json"));
 }
 
 TEST(Reproduce, CacheIsReusedForTheSameRecipeAndNeverForAnother) {
