@@ -39,6 +39,18 @@ using VecD = Vec<double>;
 #define QKVLAB_EXTERN_INSTANCES(M) QKVLAB_FOR_EACH_SCALAR(M)
 #endif
 
+}  // namespace qkvlab
+
+// Eigen's SVDs of a double matrix, compiled once too (core/instances_f64.cpp): BDCSVD<MatD> cost
+// about 26 s to compile in each file that took one, JacobiSVD<MatD> about 7.5 s (it also serves
+// BDCSVD's small blocks and draw_basis's condition numbers). Same code, same flags: the same bits.
+#ifndef QKVLAB_NO_CORE_INSTANCES
+extern template class Eigen::JacobiSVD<qkvlab::MatD>;
+extern template class Eigen::BDCSVD<qkvlab::MatD>;
+#endif
+
+namespace qkvlab {
+
 enum class Precision { f32, f64, f80, mp50 };
 
 inline constexpr Precision all_precisions[] = {Precision::f32, Precision::f64, Precision::f80,
