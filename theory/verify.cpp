@@ -125,7 +125,6 @@ std::string sizes_text(const VerifyOptions& o, const SizeLabels& labels, const s
 VerifyPlan plan_verify(const std::vector<const Claim*>& claims, const VerifyOptions& o) {
   check_sizes(claims, o);
   VerifyPlan plan;
-  plan.trials = o.trials;
   double scalar_bytes = 4, widest = 0;
   for (Precision p : o.precisions)
     scalar_bytes = std::max(scalar_bytes, p == Precision::mp50 ? double(sizeof(mp50)) : p == Precision::f80 ? 16.0 : 8.0);
@@ -235,7 +234,7 @@ results::Report verify(const VerifyOptions& o) {
 results::Report verify(const VerifyPlan& plan, const VerifyOptions& o) {
   std::vector<std::pair<const Claim*, Config>> tasks;  // each configuration's trials in turn
   for (const auto& [claim, config] : plan.configurations)
-    for (int t = 0; t < plan.trials; ++t) {
+    for (int t = 0; t < o.trials; ++t) {
       tasks.emplace_back(claim, config);
       tasks.back().second.trial = t;
     }

@@ -37,13 +37,12 @@ inline const std::vector<int> default_d{16, 32}, default_heads{1, 2, 4}, default
 std::vector<const Claim*> select_claims(const std::vector<std::string>& ids);
 
 // What verify() runs: each selected claim's configurations over the sweep lists
-// (variants included, trial 0; each runs `trials` times). Made once, from the
-// options, which it checks: positive sizes and trials, d >= 2, every head count
-// dividing every d of a claim with heads, a precision. Throws UsageError naming
-// the values.
+// (variants included, trial 0; each runs options.trials times). Made once, from
+// the options, which it checks: positive sizes and trials, d >= 2, every head
+// count dividing every d of a claim with heads, a precision. Throws UsageError
+// naming the values.
 struct VerifyPlan {
   std::vector<std::pair<const Claim*, Config>> configurations;
-  int trials = 1;
   // The memory the sizes imply: the largest configuration on every thread at
   // once, and the records of every configuration and trial.
   double memory_bytes = 0;
