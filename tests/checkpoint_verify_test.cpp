@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -92,6 +93,15 @@ std::vector<std::string> strings(const engine::Json& array) {
   std::vector<std::string> out;
   for (const auto& item : array.items) out.push_back(item.text);
   return out;
+}
+
+// The largest rel_err of the comparison's invariants (0 when none) and the logits' rel_err.
+std::pair<double, double> measured(const engine::Json& comparison) {
+  double invariants = 0;
+  for (std::size_t i = 0; i < comparison.keys.size(); ++i)
+    if (comparison.keys[i] == "invariants")
+      for (const auto& x : comparison.items[i].items) invariants = std::max(invariants, std::stod(member(x, "rel_err").text));
+  return {invariants, std::stod(member(member(comparison, "logits"), "rel_err").text)};
 }
 
 bool contains(const std::vector<std::string>& xs, const std::string& x) { return std::ranges::find(xs, x) != xs.end(); }
@@ -272,6 +282,8 @@ TEST_F(CheckpointVerify, AgainstPassesForReparametrizedAndExportedCopies) {
     const auto& comparison = member(v.json, "comparison");
     EXPECT_NE(member(comparison, "method").text.find("gauge invariants"), std::string::npos);
     EXPECT_EQ(member(comparison, "ok").text, "true");
+    const auto [invariants, logits] = measured(comparison);
+    std::cout << name << " reparametrized: largest invariant rel_err " << invariants << ", logits rel_err " << logits << "\n";
     // The head-wise reparametrization changed the weights by O(1): the invariants are what agree.
     v = verify_json("--checkpoint " + shell_quoted(path() / (name + "-hf")) + " --against " + shell_quoted(A));
     EXPECT_EQ(v.status, 0) << name << " export\n" << v.err;
@@ -306,6 +318,7 @@ TEST_F(CheckpointVerify, FunctionComparisonFailsOnATamperedWeight) {
       const auto mismatches = strings(member(member(v.json, "comparison"), "mismatches"));
       ASSERT_FALSE(mismatches.empty());
       EXPECT_NE(mismatches.back().find("logits differ"), std::string::npos) << mismatches.back();
+      std::cout << name << " tampered (" << method << "): logits rel_err " << measured(member(v.json, "comparison")).second << "\n";
     }
   }
 }
