@@ -18,7 +18,9 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -132,26 +134,36 @@ std::vector<std::string> control_names(const engine::Json& report, const std::st
   return out;
 }
 
+// The report of `verify --checkpoint` on the model's own checkpoint and on its export, each
+// passing with every control failing.
+std::vector<std::pair<std::string, engine::Json>> both_forms(const std::string& name, const fs::path& own,
+                                                            const fs::path& hf) {
+  std::vector<std::pair<std::string, engine::Json>> out;
+  for (const auto& [form, dir] : {std::pair{name, own}, std::pair{name + "-hf", hf}}) {
+    const auto v = verify_json("--checkpoint " + shell_quoted(dir));
+    EXPECT_EQ(v.status, 0) << form << "\n" << v.err;
+    if (v.status == 0) expect_all_pass(v.json);
+    out.emplace_back(form, v.json);
+  }
+  return out;
+}
+
 // GPT-2 (LayerNorm, biases): the attention claims at every head and pair, the LayerNorm
 // claims at every norm; RMSNorm's remark5 and the norm-free theorems skipped with reasons.
 TEST_F(CheckpointVerify, Gpt2PassesWithItsControls) {
-  for (const std::string name : {"gpt2", "gpt2-hf"}) {
-    const fs::path dir = name == "gpt2" ? checkpoint(name) : path() / name;
-    const auto v = verify_json("--checkpoint " + shell_quoted(dir));
-    ASSERT_EQ(v.status, 0) << v.err;
-    expect_all_pass(v.json);
-    const auto run = strings(member(v.json, "claims_run"));
+  for (const auto& [name, json] : both_forms("gpt2", checkpoint("gpt2"), path() / "gpt2-hf")) {
+    const auto run = strings(member(json, "claims_run"));
     for (const char* id : {"qwe.lemma3.1", "qwe.prop4.1", "qwe.prop4.2", "qwe.lemma8.2", "qwe.thm8.3"})
       EXPECT_TRUE(contains(run, id)) << name << " " << id;
-    EXPECT_EQ(member(member(v.json, "checkpoint"), "family").text, "gpt2");
-    EXPECT_EQ(member(member(v.json, "tokens"), "count").text, "32");  // 2 random sequences of 16
-    EXPECT_NE(skip_reason(v.json, "qwe.remark5").find("LayerNorm"), std::string::npos);
-    EXPECT_NE(skip_reason(v.json, "qwe.thm4.1").find("without normalization"), std::string::npos);
-    EXPECT_NE(skip_reason(v.json, "qwe.sec8.3.1.mp").find("random"), std::string::npos);
+    EXPECT_EQ(member(member(json, "checkpoint"), "family").text, "gpt2");
+    EXPECT_EQ(member(member(json, "tokens"), "count").text, "32");  // 2 random sequences of 16
+    EXPECT_NE(skip_reason(json, "qwe.remark5").find("LayerNorm"), std::string::npos);
+    EXPECT_NE(skip_reason(json, "qwe.thm4.1").find("without normalization"), std::string::npos);
+    EXPECT_NE(skip_reason(json, "qwe.sec8.3.1.mp").find("random"), std::string::npos);
     // 2 layers × 4 heads × 2 pairs, each at 4 precisions, the site named.
     int lemma31 = 0;
     bool named = false;
-    for (const auto& c : member(v.json, "checks").items)
+    for (const auto& c : member(json, "checks").items)
       if (member(c, "id").text == "qwe.lemma3.1") {
         ++lemma31;
         named = named || member(c, "config").text.find("layer=2 head=4 pair=VO") != std::string::npos;
@@ -164,25 +176,28 @@ TEST_F(CheckpointVerify, Gpt2PassesWithItsControls) {
 // Llama (RMSNorm, RoPE, GQA): the per-head freedom in the rotations' commutant, one block per
 // key head; the controls include a generic M and different blocks within a group.
 TEST_F(CheckpointVerify, LlamaPassesWithRopeAndGqaControls) {
-  for (const std::string name : {"llama", "llama-hf"}) {
-    const fs::path dir = name == "llama" ? checkpoint(name) : path() / name;
-    const auto v = verify_json("--checkpoint " + shell_quoted(dir));
-    ASSERT_EQ(v.status, 0) << v.err;
-    expect_all_pass(v.json);
-    EXPECT_TRUE(contains(strings(member(v.json, "claims_run")), "qwe.remark5"));
-    EXPECT_NE(skip_reason(v.json, "qwe.lemma8.2").find("no LayerNorm in front of attention"), std::string::npos);
-    EXPECT_TRUE(contains(control_names(v.json, "qwe.lemma3.1"), "generic M (not in the rotations' commutant)"));
-    EXPECT_TRUE(contains(control_names(v.json, "qwe.prop4.2"), "a different block for each query head of a group"));
-    EXPECT_TRUE(contains(control_names(v.json, "qwe.prop4.1"), "W_Q W_K^T without the rotation R_(t-s)"));
+  for (const auto& [name, json] : both_forms("llama", checkpoint("llama"), path() / "llama-hf")) {
+    EXPECT_TRUE(contains(strings(member(json, "claims_run")), "qwe.remark5"));
+    EXPECT_NE(skip_reason(json, "qwe.lemma8.2").find("no LayerNorm in front of attention"), std::string::npos);
+    EXPECT_TRUE(contains(control_names(json, "qwe.lemma3.1"), "generic M (not in the rotations' commutant)"));
+    EXPECT_TRUE(contains(control_names(json, "qwe.prop4.2"), "a different block for each query head of a group"));
+    EXPECT_TRUE(contains(control_names(json, "qwe.prop4.1"), "W_Q W_K^T without the rotation R_(t-s)"));
   }
 }
 
-// Claims selected by prefix; the table names the skipped ones; token files are read.
+// Claims selected by prefix; the table names the skipped ones; token files are read; HDF5 and
+// JUnit carry the context and the skipped claims.
 TEST_F(CheckpointVerify, SelectionTableAndTokenFile) {
+  const fs::path h5 = path() / "selection.h5", xml = path() / "selection.xml";
   const auto r = run_qkvlab("verify --quiet --checkpoint " + shell_quoted(checkpoint("llama")) +
                             " qwe.prop4 qwe.lemma8.2 --precision float,double --tokens " +
-                            shell_quoted(path() / "tokens.npy") + " --sequences 3 --seq-len 8");
+                            shell_quoted(path() / "tokens.npy") + " --sequences 3 --seq-len 8 --out " +
+                            shell_quoted(h5) + " --junit " + shell_quoted(xml));
   ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(fs::is_regular_file(h5));
+  std::ifstream junit(xml);
+  const std::string text((std::istreambuf_iterator<char>(junit)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("<skipped message=\"the model has no LayerNorm"), std::string::npos) << text;
   EXPECT_NE(r.out.find("qwe.prop4.1"), std::string::npos);
   EXPECT_NE(r.out.find("skipped qwe.lemma8.2: the model has no LayerNorm"), std::string::npos);
   const auto count = r.out.find("tokens.count");
