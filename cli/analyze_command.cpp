@@ -4,6 +4,7 @@
 
 #include "analysis/analyze.hpp"
 #include "cli/threads_option.hpp"
+#include "cli/token_options.hpp"
 #include "cli/commands.hpp"
 #include "cli/device_option.hpp"
 #include "cli/plot_common.hpp"
@@ -18,10 +19,10 @@ namespace qkvlab::cli {
 namespace {
 
 struct AnalyzeArgs {
-  std::string kind, checkpoint, tokens, corpus, data = "data/brown", split = "validation";
+  std::string kind, checkpoint;
+  TokenOptions input;
   std::string definition = "column", states = "hf", of, heads = "concat", format = "table", out, csv, figure;
-  int seq_len = 256, batch = 4, threads = 0, layer = 0, k = 0;
-  std::int64_t sequences = 64;
+  int batch = 4, threads = 0, layer = 0, k = 0;
   std::uint64_t seed = 1;
   Device device = Device::cpu;
   bool quiet = false;
@@ -43,14 +44,6 @@ analysis::Options analysis_options(const AnalyzeArgs& a, analysis::Kind kind) {
   o.head_matrix = a.of == "patterns" ? HeadMatrixOf::patterns : HeadMatrixOf::outputs;
   o.layer = a.layer - 1, o.top_k = a.k, o.batch = a.batch, o.threads = a.threads;
   return o;
-}
-
-lm::TokenSequences read_sequences(const AnalyzeArgs& a) {
-  if (a.corpus.empty() == a.tokens.empty()) throw UsageError("give one of --tokens FILE and --corpus brown");
-  const std::filesystem::path file =
-      a.tokens.empty() ? std::filesystem::path(a.data) / (a.split + "_tokens.npy") : std::filesystem::path(a.tokens);
-  const corpus::TokenArray t = corpus::read_token_file(file);
-  return analysis::choose_sequences(lm::token_sequences(t.ids, t.rows, t.cols, a.seq_len, 0), a.sequences, a.seed);
 }
 
 // --csv FILE: one table to FILE, several (all) to FILE's stem + "-" + table + its extension;
@@ -76,7 +69,7 @@ int run_analyze(const AnalyzeArgs& a, const std::string& command_line) {
   if (!a.figure.empty() && a.csv.empty()) throw UsageError("--figure needs --csv (the figure is drawn from it)");
   const analysis::Kind kind = analysis::parse_kind(a.kind);
   const analysis::Options options = analysis_options(a, kind);
-  const lm::TokenSequences data = read_sequences(a);
+  const lm::TokenSequences data = read_token_sequences(a.input, a.seed, 0, false);
   apply_threads(a.threads, BlasUse::per_worker);  // the CPU backend runs one product per worker
   const auto backend = gpu::make_backend(a.device, a.threads);
   const auto model = lm::load_model(a.checkpoint, *backend);
@@ -85,7 +78,8 @@ int run_analyze(const AnalyzeArgs& a, const std::string& command_line) {
     show("sequences", std::size_t(done), std::size_t(total));
   });
   r.value.set("checkpoint", a.checkpoint);
-  r.value.set("tokens", a.tokens.empty() ? "corpus " + a.corpus + " (" + a.data + ", " + a.split + ")" : a.tokens);
+  r.value.set("tokens", a.input.tokens.empty() ? "corpus " + a.input.corpus + " (" + a.input.data + ", " + a.input.split + ")"
+                                               : a.input.tokens);
   r.value.set("seed", a.seed);
   r.value.set("device", backend->description());
   r.value.set("command_line", command_line);
@@ -107,16 +101,7 @@ Command add_analyze_command(CLI::App& app, const std::string& command_line) {
       ->required()
       ->check(CLI::IsMember({"entropy", "similarity", "spectrum", "first-token", "heads", "tokens", "all"}));
   cmd->add_option("CKPT", a->checkpoint, "Checkpoint directory (qkvlab's own or Hugging Face's)")->required();
-  cmd->add_option("--tokens", a->tokens, "Token file: .npy of integers (2-D: one sequence per row) or nanoGPT .bin");
-  cmd->add_option("--corpus", a->corpus, "A prepared corpus: brown (see --data, --split)")->check(CLI::IsMember({"brown"}));
-  cmd->add_option("--data", a->data, "Where 'qkvlab data brown' prepared the corpus")->capture_default_str();
-  cmd->add_option("--split", a->split, "Corpus split")->check(CLI::IsMember({"train", "validation"}))->capture_default_str();
-  cmd->add_option("--sequences", a->sequences, "Sequences analysed, chosen by --seed among all (0: all)")
-      ->check(CLI::Range(std::int64_t(0), std::int64_t(1) << 40))
-      ->capture_default_str();
-  cmd->add_option("--seq-len", a->seq_len, "Tokens per sequence (a 1-D stream is cut into pieces of this length)")
-      ->check(integer_in(2, 1 << 20))
-      ->capture_default_str();
+  add_token_options(cmd, a->input);
   cmd->add_option("--seed", a->seed, "Seed of the choice of sequences (recorded in the output)")->check(seed_value)->capture_default_str();
   add_device_option(cmd, a->device);
   add_threads_option(cmd, a->threads);

@@ -1,7 +1,9 @@
 // `qkvlab verify [ID-or-prefix ...]`: runs the selected claims over the sweep
 // and prints a line per claim (default), a row per check (--verbose) or one
 // JSON object; optionally writes HDF5 and JUnit reports. Exit 0 if and only if every check passes and every control
-// fails as expected, 1 otherwise, 2 on a usage error.
+// fails as expected, 1 otherwise, 2 on a usage error. With --checkpoint DIR the claims run on the model's own
+// weights and activations (theory_lm/verify_checkpoint.hpp); with --against REF too, the two checkpoints are
+// compared instead (theory_lm/compare.hpp): exit 0 when they are the same function, 1 naming what differs.
 #include "cli/commands.hpp"
 #include "cli/plot_common.hpp"
 #include "cli/threads_option.hpp"
@@ -9,7 +11,10 @@
 #include "cli/validators.hpp"
 #include "core/errors.hpp"
 #include "core/limits.hpp"
+#include "cli/token_options.hpp"
 #include "theory/verify.hpp"
+#include "theory_lm/compare.hpp"
+#include "theory_lm/verify_checkpoint.hpp"
 
 #include <filesystem>
 #include <iostream>
@@ -23,6 +28,11 @@ struct VerifyArgs {
   std::vector<std::string> precisions;
   std::string format = "table", out, junit;
   bool list = false, quiet = false, verbose = false;
+  // --checkpoint, --against
+  std::string checkpoint, against, compare = "auto";
+  double tolerance = 1e-4;
+  TokenOptions input;  // defaults set in add_verify_command: 2 sequences of 16 tokens
+  std::vector<const CLI::Option*> sweep_options;  // --d, --heads, --layers, --seq: not with --checkpoint
 };
 
 void print_list(std::ostream& out) {
@@ -35,6 +45,63 @@ void require_writable_dir(const std::string& path, const char* option) {
   const auto dir = std::filesystem::absolute(path).parent_path();
   if (!std::filesystem::is_directory(dir))
     throw UsageError(std::string(option) + ": directory " + dir.string() + " does not exist");
+}
+
+void render(const VerifyArgs& a, const results::Report& report) {
+  if (a.format == "json") results::write_json(std::cout, report);
+  else if (a.verbose) results::print_table(std::cout, report);
+  else results::print_claims(std::cout, report);
+  StagedFiles files;  // --out and --junit: both or neither
+  if (!a.out.empty()) results::stage_hdf5(files, a.out, report);
+  if (!a.junit.empty()) results::stage_junit(files, a.junit, report);
+  files.commit();
+}
+
+std::function<void(std::size_t, std::size_t)> progress(bool quiet) {
+  if (!Progress::wanted(quiet)) return {};
+  return [show = Progress{"verify", true}](std::size_t done, std::size_t total) { show("configurations", done, total); };
+}
+
+// --checkpoint DIR: the claims on the model's weights; with --against REF, the two compared.
+int run_checkpoint(VerifyArgs& a) {
+  for (const CLI::Option* opt : a.sweep_options)
+    if (opt->count() > 0) throw UsageError(opt->get_name() + " does not apply with --checkpoint (the model's sizes are used)");
+  auto& o = a.options;
+  apply_threads(o.threads, BlasUse::shared);
+  const theory_lm::ModelWeights weights = theory_lm::read_weights(a.checkpoint);
+  const lm::Config& c = weights.config;  // the recorded activations (double) and the forward's (float), per token
+  require_memory("--sequences " + std::to_string(a.input.sequences) + " --seq-len " + std::to_string(a.input.seq_len),
+                 double(a.input.sequences) * a.input.seq_len *
+                     (8.0 * c.d * (2 * c.layers + 3) + 40.0 * c.d + 4.0 * c.heads * a.input.seq_len));
+  const lm::TokenSequences tokens = read_token_sequences(a.input, o.seed, weights.config.vocab, true);
+  if (!a.against.empty()) {
+    if (!o.ids.empty()) throw UsageError("--against compares two checkpoints: claim ids do not apply");
+    if (!a.out.empty() || !a.junit.empty()) throw UsageError("--out and --junit write the claims' report, not --against's");
+    const theory_lm::ModelWeights reference = theory_lm::read_weights(a.against);
+    const theory_lm::CompareOptions options{a.compare == "gauge"      ? theory_lm::Comparison::gauge
+                                            : a.compare == "function" ? theory_lm::Comparison::function
+                                                                      : theory_lm::Comparison::automatic,
+                                            a.tolerance};
+    const auto r = theory_lm::compare_checkpoints(weights, theory_lm::record_activations(a.checkpoint, tokens, o.threads),
+                                                  reference, theory_lm::record_activations(a.against, tokens, o.threads),
+                                                  options);
+    results::Value v = results::Value::object();
+    v.set("checkpoint", theory_lm::checkpoint_value(weights));
+    v.set("against", theory_lm::checkpoint_value(reference));
+    v.set("tokens", tokens_value(a.input, tokens, o.seed));
+    v.set("comparison", r.value);
+    v.set("command_line", o.command_line);
+    std::cout << (a.format == "json" ? v.json() : v.text());
+    return r.ok ? 0 : 1;
+  }
+  const auto claims = with_hint([&] { return theory::select_claims(o.ids); }, "see 'qkvlab verify --list'");
+  auto data = std::make_shared<theory_lm::CheckpointData>(
+      theory_lm::CheckpointData{weights, theory_lm::record_activations(a.checkpoint, tokens, o.threads)});
+  const auto plan = theory_lm::plan_checkpoint(data, claims);
+  o.progress = progress(a.quiet);
+  const auto report = theory_lm::verify_checkpoint(plan, weights, tokens_value(a.input, tokens, o.seed), o);
+  render(a, report);
+  return report.summary().ok ? 0 : 1;
 }
 
 int run_verify(VerifyArgs& a) {
@@ -53,23 +120,15 @@ int run_verify(VerifyArgs& a) {
   }
   require_writable_dir(a.out, "--out");
   require_writable_dir(a.junit, "--junit");
+  if (!a.checkpoint.empty()) return run_checkpoint(a);
+  if (!a.against.empty()) throw UsageError("--against needs --checkpoint DIR (the model compared with REF)");
   const auto claims = with_hint([&] { return theory::select_claims(o.ids); }, "see 'qkvlab verify --list'");
   const auto plan = theory::plan_verify(claims, o);
   require_memory(theory::sizes_text(o, {"--d", "--heads", "--layers", "--seq", "--trials"}, " "), plan.memory_bytes);
   apply_threads(o.threads, BlasUse::shared);
-  if (Progress::wanted(a.quiet))
-    o.progress = [show = Progress{"verify", true}](std::size_t done, std::size_t total) {
-      show("configurations", done, total);
-    };
-
+  o.progress = progress(a.quiet);
   const auto report = theory::verify(plan, o);
-  if (a.format == "json") results::write_json(std::cout, report);
-  else if (a.verbose) results::print_table(std::cout, report);
-  else results::print_claims(std::cout, report);
-  StagedFiles files;  // --out and --junit: both or neither
-  if (!a.out.empty()) results::stage_hdf5(files, a.out, report);
-  if (!a.junit.empty()) results::stage_junit(files, a.junit, report);
-  files.commit();
+  render(a, report);
   return report.summary().ok ? 0 : 1;
 }
 
@@ -87,7 +146,20 @@ Command add_verify_command(CLI::App& app, const std::string& command_line) {
       "Each identity runs at every precision; its error normalized by u*kappa must stay within the budget,\n"
       "and each negative control must fail (rel_err >= 1e-3). Statistical checks (qwe.scale8.2, qwe.sec8.3.1.*) run\n"
       "in double and pass when |statistic - expected| <= budget * std_err (docs/claims.md).\n"
-      "Exit 0 iff all checks pass and all controls fail; 2 on a usage error.");
+      "Exit 0 iff all checks pass and all controls fail; 2 on a usage error.\n"
+      "\n"
+      "--checkpoint DIR (qkvlab's own or a Hugging Face GPT-2/Llama/Mistral directory): the claims that apply\n"
+      "to the model run on its own weights (float as stored, promoted to each precision) and on the activations\n"
+      "that reach each layer (one forward pass on the CPU) over --tokens, --corpus or seeded random tokens:\n"
+      "qwe.lemma3.1 on every head's (W_Q, W_K) and (W_V, W_O) pair, qwe.prop4.1 on every head, qwe.prop4.2 on\n"
+      "every layer (one block per key head under GQA; RoPE: blocks in the rotations' commutant), qwe.lemma8.2\n"
+      "and qwe.thm8.3 (LayerNorm) or qwe.remark5 (RMSNorm) at every norm with its own epsilon and gain. The\n"
+      "others are skipped with the reason (listed, and in the JSON's \"skipped\").\n"
+      "--against REF: is DIR the same function as REF? By gauge invariants when the two differ only inside\n"
+      "attention (per head W_Q W_K^T, or under RoPE its per-frequency-pair parts, and W_V W_O; every other\n"
+      "tensor equal), and always by the logits on the tokens; each relative error must be <= --tolerance\n"
+      "(default 1e-4, about 1e3 float roundoffs). Otherwise by the logits alone. Exit 1 names what differs\n"
+      "(layer and head, the invariant and tensors; or the logits' worst position).");
   cmd->add_option("ids", a->options.ids, "Claim ids or prefixes (see --list)");
   cmd->add_flag("--list", a->list, "Print every claim id with a one-line statement and exit");
   cmd->add_option("--format", a->format, "Output on stdout")
@@ -108,10 +180,21 @@ Command add_verify_command(CLI::App& app, const std::string& command_line) {
         ->allow_extra_args(false)
         ->check(check);
   };
+  cmd->add_option("--checkpoint", a->checkpoint, "Run the claims on this model directory (own or Hugging Face)");
+  cmd->add_option("--against", a->against, "With --checkpoint: compare with this model instead (same function?)");
+  cmd->add_option("--compare", a->compare, "--against: auto (gauge invariants where they apply), gauge or function")
+      ->check(CLI::IsMember({"auto", "gauge", "function"}))
+      ->capture_default_str();
+  cmd->add_option("--tolerance", a->tolerance, "--against: largest relative error of an invariant, tensor or the logits")
+      ->check(real_in(0.0, 1.0))
+      ->capture_default_str();
+  a->input.sequences = 2, a->input.seq_len = 16;  // every check runs at four precisions, mp50 included
+  add_token_options(cmd, a->input);
   list_option("--d", a->d, theory::default_d, "Model widths d (at least 2), comma-separated", integer_in(2, INT_MAX));
   list_option("--heads", a->heads, theory::default_heads, "Head counts H (each must divide every d)");
   list_option("--layers", a->layers, theory::default_layers, "Depths L (qwe.thm4.3 defaults to 4,32)");
   list_option("--seq", a->seq, theory::default_seq, "Sequence lengths n");
+  for (const char* name : {"--d", "--heads", "--layers", "--seq"}) a->sweep_options.push_back(cmd->get_option(name));
   cmd->add_option("--precision", a->precisions,
                   "Precisions, comma-separated: float, double, long_double, mp50 [default: all four]")
       ->delimiter(',')

@@ -5,6 +5,7 @@
 #include <functional>
 
 #include "core/errors.hpp"
+#include "core/rng.hpp"
 
 namespace qkvlab::lm {
 
@@ -20,6 +21,16 @@ TokenSequences token_sequences(const std::vector<std::int32_t>& ids, std::int64_
     throw UsageError("the token file holds " + std::to_string(ids.size()) + " tokens: not one sequence of " +
                      std::to_string(s.length));
   s.ids.assign(ids.begin(), ids.begin() + std::ptrdiff_t(s.sequences * s.length));
+  return s;
+}
+
+TokenSequences random_sequences(int vocab, std::int64_t sequences, int length, std::uint64_t seed) {
+  Rng rng(seed, "lm/random_tokens");
+  TokenSequences s;
+  s.sequences = sequences;
+  s.length = length;
+  s.ids.resize(std::size_t(sequences) * std::size_t(length));
+  for (auto& id : s.ids) id = rng.uniform_int(vocab);
   return s;
 }
 

@@ -25,6 +25,10 @@ struct TokenSequences {
 TokenSequences token_sequences(const std::vector<std::int32_t>& ids, std::int64_t rows, std::int64_t cols,
                                int seq_len, std::int64_t max_sequences);
 
+// `sequences` sequences of `length` tokens drawn uniformly from [0, vocab) by
+// Rng(seed, "lm/random_tokens"): the default input where no token file is given.
+TokenSequences random_sequences(int vocab, std::int64_t sequences, int length, std::uint64_t seed);
+
 struct EvalResult {
   double loss = 0;
   std::int64_t tokens = 0, sequences = 0;

@@ -82,9 +82,10 @@ void print_claims(std::ostream& out, const Report& report) {
       row.push_back(cell);
     rows.push_back(std::move(row));
   }
+  print_context(out, report);
   print_grid(out, columns, rows);
   out << '\n';
-  print_summary(out, report.summary());
+  print_skipped_and_summary(out, report);
 }
 
 }  // namespace qkvlab::results

@@ -144,6 +144,18 @@ std::string file_image(const Report& report) {
     write_attribute(file.get(), "seed", H5T_NATIVE_UINT64, &report.seed);
     write_string_attribute(file.get(), "command_line", str.get(), report.command_line);
     write_string_attribute(file.get(), "version", str.get(), report.version);
+    if (!report.context.keys().empty()) {  // what the checks ran on, and the claims skipped, as JSON
+      results::Value context = report.context;
+      results::Value skipped = results::Value::array();
+      for (const SkippedClaim& s : report.skipped) {
+        results::Value item = results::Value::object();
+        item.set("id", s.id);
+        item.set("reason", s.reason);
+        skipped.push(item);
+      }
+      context.set("skipped", skipped);
+      write_string_attribute(file.get(), "context", str.get(), context.json(0));
+    }
     const Handle checks = check_type(str.get()), controls = control_type(str.get()), ladders = ladder_type(str.get());
     for (const auto& [id, rows] : rows_by_claim(report)) {
       Handle group(H5Gcreate2(file.get(), id.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose,

@@ -63,6 +63,10 @@ std::string to_json(const LadderRecord& l) {
   return Object().add("id", json_quote(l.id)).add("config", json_quote(l.config)).add("slope", number(l.slope)).str();
 }
 
+std::string to_json(const SkippedClaim& s) {
+  return Object().add("id", json_quote(s.id)).add("reason", json_quote(s.reason)).str();
+}
+
 std::string to_json(const Summary& s) {
   return Object()
       .add("checks", std::to_string(s.checks))
@@ -88,9 +92,11 @@ void write_json(std::ostream& out, const Report& report) {
   out << "  \"seed\": " << std::to_string(report.seed) << ",\n";
   out << "  \"version\": " << json_quote(report.version) << ",\n";
   out << "  \"command_line\": " << json_quote(report.command_line) << ",\n";
+  for (const auto& key : report.context.keys()) out << "  " << json_quote(key) << ": " << report.context[key].json(0) << ",\n";
   write_array(out, "checks", report.checks);
   write_array(out, "controls", report.controls);
   write_array(out, "ladders", report.ladders);
+  if (!report.context.keys().empty()) write_array(out, "skipped", report.skipped);
   out << "  \"summary\": " << to_json(report.summary()) << "\n";
   out << "}\n";
 }

@@ -106,6 +106,14 @@ std::string junit_document(const Report& report) {
   out << "<testsuites name=\"qkvlab verify\" tests=\"" << s.checks + s.controls << "\" failures=\"" << failures
       << "\" errors=\"" << errors << "\">\n";
   for (const auto& [id, suite] : suites_by_claim(report)) write_suite(out, id, suite);
+  if (!report.skipped.empty()) {
+    out << "  <testsuite name=\"skipped\" tests=\"" << report.skipped.size() << "\" skipped=\"" << report.skipped.size()
+        << "\">\n";
+    for (const SkippedClaim& s : report.skipped)
+      out << "    <testcase classname=\"skipped\" name=\"" << xml(s.id) << "\">\n      <skipped message=\"" << xml(s.reason)
+          << "\"/>\n    </testcase>\n";
+    out << "  </testsuite>\n";
+  }
   out << "</testsuites>\n";
   return out.str();
 }

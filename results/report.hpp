@@ -5,6 +5,7 @@
 #pragma once
 
 #include "core/atomic_file.hpp"
+#include "results/value.hpp"
 
 #include <cstdint>
 #include <optional>
@@ -50,6 +51,13 @@ struct LadderRecord {
   std::optional<double> slope;
 };
 
+// A claim that was selected but not run, and why (verify --checkpoint: the claim does
+// not apply to the model's architecture, or holds for random weights only).
+struct SkippedClaim {
+  std::string id;
+  std::string reason;
+};
+
 struct Summary {
   std::size_t checks = 0, passed = 0, controls = 0, controls_failed_as_expected = 0;
   bool ok = false;  // every check passed and every control failed as expected
@@ -62,6 +70,10 @@ struct Report {
   std::vector<CheckRecord> checks;
   std::vector<ControlRecord> controls;
   std::vector<LadderRecord> ladders;
+  // What the checks ran on, when not random draws (verify --checkpoint: "checkpoint",
+  // "tokens", ...): written by every writer when it has keys, with `skipped`.
+  Value context = Value::object();
+  std::vector<SkippedClaim> skipped;
 
   Summary summary() const;
 };
@@ -76,7 +88,8 @@ void print_table(std::ostream& out, const Report& report);
 void print_claims(std::ostream& out, const Report& report);
 
 // {"seed", "checks": [...], "controls": [...], "ladders": [...], "summary": {...}}
-// plus "version" and "command_line".
+// plus "version" and "command_line"; with a context, its keys after "command_line"
+// and "skipped": [{"id", "reason"}] after "ladders".
 void write_json(std::ostream& out, const Report& report);
 
 // HDF5 file: attributes seed, command_line, version at the root; a group per

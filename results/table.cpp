@@ -80,9 +80,10 @@ std::vector<Row> build_rows(const Report& report) {
 }  // namespace
 
 void print_table(std::ostream& out, const Report& report) {
+  print_context(out, report);
   print_grid(out, kColumns, build_rows(report));
   out << '\n';
-  print_summary(out, report.summary());
+  print_skipped_and_summary(out, report);
 }
 
 }  // namespace qkvlab::results

@@ -48,4 +48,13 @@ void print_summary(std::ostream& out, const Summary& s) {
       << s.controls << " controls failed as expected \u2014 " << (s.ok ? "OK" : "FAILED") << '\n';
 }
 
+void print_context(std::ostream& out, const Report& report) {
+  if (!report.context.keys().empty()) out << report.context.text() << '\n';
+}
+
+void print_skipped_and_summary(std::ostream& out, const Report& report) {
+  for (const SkippedClaim& s : report.skipped) out << "skipped " << s.id << ": " << s.reason << '\n';
+  print_summary(out, report.summary());
+}
+
 }  // namespace qkvlab::results

@@ -29,4 +29,9 @@ std::string format_number(std::optional<double> x);
 // "qkvlab verify: P/N checks passed, K/M controls failed as expected — OK|FAILED"
 void print_summary(std::ostream& out, const Summary& s);
 
+// Around either table: the report's context (what the checks ran on) before it, when it has one;
+// after it, a line per skipped claim with its reason, then the summary line.
+void print_context(std::ostream& out, const Report& report);
+void print_skipped_and_summary(std::ostream& out, const Report& report);
+
 }  // namespace qkvlab::results

@@ -26,6 +26,7 @@
 #include "theory/claims.hpp"
 
 #include "core/normalize.hpp"
+#include "theory/norm_checks.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -41,7 +42,6 @@ namespace {
 // tool rightly reports points leaving the image.)
 constexpr double norm_eps = 1;       // LayerNorm and RMSNorm ε
 constexpr double alpha = 0.5;        // DyT α
-constexpr double boundary_s = 1e-4;  // 1 − r² of the boundary input (DyT: 1 − (A Y(x))_i)
 // DyT inputs stop at α‖x‖_∞ = 4 (1 − tanh 4 = 7e-4): beyond α|x| ≈ (p/2) ln 2,
 // tanh(α x) rounds to ±1, the closed cube, and A Y(x) can land on its boundary.
 constexpr double dyt_max = 4;
@@ -68,32 +68,6 @@ MatD dyt_inputs(const MatD& X) {
   return out;
 }
 
-// A column x along the unit direction v whose mean-square ‖x‖²/d is ε(1 − s)/s,
-// so that ‖R(x)‖²/d (and ‖N(x)‖²/d for v ∈ Z) is 1 − s.
-template <class S> Vec<S> at_boundary(const Vec<S>& v) {
-  using std::sqrt;
-  return v * S(sqrt(S(v.rows() * norm_eps * (1 - boundary_s) / boundary_s)));
-}
-
-template <class S> Mat<S> with_column(const MatD& X, const Vec<S>& x) {
-  Mat<S> out(X.rows(), X.cols() + 1);
-  out << cast<S>(X), x;
-  return out;
-}
-
-// T ~ N(0, 1/d), drawn (draw_basis) on cond₂(T) ≤ 1.7e4 and conditioned also on
-// cond₂(D_0 T) ≤ 1.7e4: Thm 8.3 inverts A = D T, which must be verifiable in
-// float too. This excludes δ_i ≈ 0 (the zero_delta status has its own test).
-MatD draw_conjugacy_basis(Rng& rng, int d) {
-  return draw_until(
-      default_max_attempts, "cond_2(D_0 T) <= 1.7e4", [&] { return draw_basis(rng, d, 1.0 / std::sqrt(double(d))); },
-      [&](const MatD& T) {
-        const VecD delta = T.transpose().partialPivLu().solve(VecD::Ones(d));
-        const auto sv = Eigen::JacobiSVD<MatD>(MatD(delta.asDiagonal() * T)).singularValues();
-        return sv(d - 1) > 0 && sv(0) / sv(d - 1) <= max_basis_condition;
-      });
-}
-
 // Controls by detection: the tool must report the points that left the image.
 ControlOutcome image_exit_control(std::string name, std::size_t outside, Eigen::Index n) {
   auto c = control_by_detection(std::move(name), outside > 0, NAN);
@@ -108,6 +82,108 @@ template <class S> void note_outside(Outcome& o, const Preimage<S>& p, const cha
   o.note += std::string(o.note.empty() ? "" : "; ") + what + ": " + std::to_string(p.outside.size()) +
             " points left the image";
 }
+
+}  // namespace
+
+MatD draw_conjugacy_basis(Rng& rng, int d) {
+  return draw_until(
+      default_max_attempts, "cond_2(D_0 T) <= 1.7e4", [&] { return draw_basis(rng, d, 1.0 / std::sqrt(double(d))); },
+      [&](const MatD& T) {
+        const VecD delta = T.transpose().partialPivLu().solve(VecD::Ones(d));
+        const auto sv = Eigen::JacobiSVD<MatD>(MatD(delta.asDiagonal() * T)).singularValues();
+        return sv(d - 1) > 0 && sv(0) / sv(d - 1) <= max_basis_condition;
+      });
+}
+
+template <class S> SemiConjugacy<S> semi_conjugacy(const LayerNormConjugacy<S>& L, const Mat<S>& X, double eps) {
+  SemiConjugacy<S> r;
+  Outcome& o = r.outcome;
+  const Mat<S> NX = layer_norm<S>(X, eps);
+  r.AN = L.A * NX;
+  const Mat<S>& AN = r.AN;
+  r.F = inverse_layer_norm<S>(AN, eps);
+  note_outside(o, r.F, "N^-1(A N(x))");
+  if (!r.F.ok()) return r;
+  o.rel_err = max_column_rel_err<S>(AN, layer_norm<S>(r.F.x, eps));
+  o.kappa = matvec_condition<S>(L.A, NX);
+
+  // Controls. T in place of D T: T N(x) leaves Z (and points of norm ≥ √d
+  // leave the ball; they are left out). N(f(x)) ∈ Z loses T N(x)'s mean:
+  // an O(1) error on the points that stay in the ball.
+  const Mat<S> TN = L.T * layer_norm<S>(X, eps);
+  const auto F_T = inverse_layer_norm<S>(TN, eps);
+  std::vector<Eigen::Index> inside;
+  for (Eigen::Index j = 0; j < TN.cols(); ++j)
+    if (std::find(F_T.outside.begin(), F_T.outside.end(), j) == F_T.outside.end()) inside.push_back(j);
+  if (inside.empty()) {
+    o.controls.push_back(image_exit_control("T in place of D T", F_T.outside.size(), TN.cols()));
+  } else {
+    auto ctrl = control_by_error("T in place of D T",
+                                 max_column_rel_err<S>(Mat<S>(TN(Eigen::all, inside)),
+                                                       layer_norm<S>(Mat<S>(F_T.x(Eigen::all, inside)), eps)));
+    if (!F_T.ok()) ctrl.note = std::to_string(F_T.outside.size()) + " points outside the ball left out";
+    o.controls.push_back(ctrl);
+  }
+  // c × 1.5: ‖A|_Z‖ = 1.5, the boundary input leaves the image.
+  const auto F_big = inverse_layer_norm<S>(Mat<S>(S(control_norm) * AN), eps);
+  o.controls.push_back(image_exit_control("c x 1.5 (norm of A on Z = 1.5)", F_big.outside.size(), AN.cols()));
+  return r;
+}
+
+template <class S>
+Outcome change_of_basis_through_norm(const LayerNormConjugacy<S>& L, const Mat<S>& X, const Vec<S>& g,
+                                     const Vec<S>& g_red, const Mat<S>& W, double eps) {
+  Outcome o;
+  const auto T = change_of_basis<S>(L.T), A = change_of_basis<S>(L.A);
+  o.kappa = std::max(T.kappa, A.kappa) *
+            matvec_condition<S>(Mat<S>(W * g.asDiagonal()), layer_norm<S>(X, eps));
+  o.singular = T.singular() || A.singular();
+
+  const auto F = L.f(X, eps);
+  note_outside(o, F, "f(x)");
+  if (!F.ok()) return o;
+  const Mat<S> LN_G = layer_norm<S>(X, g, eps), LN_red_f = layer_norm<S>(F.x, g_red, eps);
+  const Mat<S> G_inv = g.cwiseInverse().asDiagonal(), G_red_inv = g_red.cwiseInverse().asDiagonal();
+  const Mat<S> M = g_red.asDiagonal() * L.A * G_inv;  // G̃ D T G⁻¹
+  const Mat<S> D_inv = L.D().cwiseInverse().asDiagonal();
+  const Mat<S> W_red = W * g.asDiagonal() * T.T_inv * D_inv * G_red_inv;  // W' = W G T⁻¹ D⁻¹ G̃⁻¹
+  const Mat<S> reference = W * LN_G;
+  o.rel_err = std::max(max_column_rel_err<S>(Mat<S>(M * LN_G), LN_red_f),
+                       max_column_rel_err<S>(reference, Mat<S>(W_red * LN_red_f)));
+
+  const Mat<S> W_no_D = W * g.asDiagonal() * T.T_inv * G_red_inv;
+  o.controls.push_back(control_by_error("W' without the D^-1 factor",
+                                        max_column_rel_err<S>(reference, Mat<S>(W_no_D * LN_red_f))));
+  const Mat<S> W_no_gain = W * g.asDiagonal() * T.T_inv * D_inv;
+  o.controls.push_back(control_by_error("W' without the G~^-1 factor",
+                                        max_column_rel_err<S>(reference, Mat<S>(W_no_gain * LN_red_f))));
+  return o;
+}
+
+template <class S> Outcome rms_semi_conjugacy(const Mat<S>& T, const Mat<S>& X, double eps) {
+  Outcome o;
+  const Mat<S> A = T / spectral_norm<S>(T).norm;
+  const Mat<S> AR = A * rms_norm<S>(X, eps);
+  const auto F = inverse_rms_norm<S>(AR, eps);
+  note_outside(o, F, "R^-1(A R(x))");
+  if (!F.ok()) return o;
+  o.rel_err = max_column_rel_err<S>(AR, rms_norm<S>(F.x, eps));
+  double r = 0;
+  for (Eigen::Index j = 0; j < AR.cols(); ++j) r = std::max(r, to_double(S(AR.col(j).norm())) / std::sqrt(double(X.rows())));
+  o.note = fmt("RMSNorm: max |A R(x)|/sqrt(d) = %.6g", r);
+  const auto F_big = inverse_rms_norm<S>(Mat<S>(S(control_norm) * AR), eps);
+  o.controls.push_back(image_exit_control("RMSNorm, A = 1.5 T/|T|_2", F_big.outside.size(), AR.cols()));
+  return o;
+}
+
+#define QKVLAB_NORM_CHECKS(S)                                                                                  \
+  template SemiConjugacy<S> semi_conjugacy<S>(const LayerNormConjugacy<S>&, const Mat<S>&, double);           \
+  template Outcome change_of_basis_through_norm<S>(const LayerNormConjugacy<S>&, const Mat<S>&, const Vec<S>&, \
+                                                   const Vec<S>&, const Mat<S>&, double);                     \
+  template Outcome rms_semi_conjugacy<S>(const Mat<S>&, const Mat<S>&, double);
+QKVLAB_FOR_EACH_SCALAR(QKVLAB_NORM_CHECKS)
+
+namespace {
 
 // qwe.lemma8.2: N(f(x)) = A N(x) for f = N⁻¹ ∘ A ∘ N, A = D T, on inputs spread
 // over six decades and one input at 1 − r² = 1e-4; the mean-shift freedom
@@ -130,13 +206,13 @@ struct Lemma82 {
       return o;
     }
     // The semi-conjugacy.
-    const Mat<S> X = with_column<S>(X_random, at_boundary<S>(L.top));
-    const Mat<S> NX = layer_norm<S>(X, norm_eps), AN = L.A * NX;
-    const auto F = inverse_layer_norm<S>(AN, norm_eps);
-    note_outside(o, F, "N^-1(A N(x))");
-    if (!F.ok()) return o;
-    double err = max_column_rel_err<S>(AN, layer_norm<S>(F.x, norm_eps));
-    double kappa = matvec_condition<S>(L.A, NX);
+    const Mat<S> X = with_column<S>(cast<S>(X_random), at_boundary<S>(L.top, norm_eps));
+    const SemiConjugacy<S> sc = semi_conjugacy<S>(L, X, norm_eps);
+    if (!sc.F.ok()) return sc.outcome;
+    const auto& F = sc.F;
+    const Mat<S>& AN = sc.AN;
+    double err = sc.outcome.rel_err;
+    double kappa = sc.outcome.kappa;
 
     // The mean-shift freedom: φ_j ~ N(0, 1) times the rms of f(x_j).
     Mat<S> shifted = F.x;
@@ -194,26 +270,7 @@ struct Lemma82 {
                  "(conditioning of f: 1/(1-r^2) = %.3g; of the identity: 1)",
                  r_random, r_boundary, 1 / (1 - r_boundary * r_boundary));
 
-    // Controls. T in place of D T: T N(x) leaves Z (and points of norm ≥ √d
-    // leave the ball; they are left out). N(f(x)) ∈ Z loses T N(x)'s mean:
-    // an O(1) error on the points that stay in the ball.
-    const Mat<S> TN = L.T * layer_norm<S>(X, norm_eps);
-    const auto F_T = inverse_layer_norm<S>(TN, norm_eps);
-    std::vector<Eigen::Index> inside;
-    for (Eigen::Index j = 0; j < TN.cols(); ++j)
-      if (std::find(F_T.outside.begin(), F_T.outside.end(), j) == F_T.outside.end()) inside.push_back(j);
-    if (inside.empty()) {
-      o.controls.push_back(image_exit_control("T in place of D T", F_T.outside.size(), TN.cols()));
-    } else {
-      auto ctrl = control_by_error("T in place of D T",
-                                   max_column_rel_err<S>(Mat<S>(TN(Eigen::all, inside)),
-                                                         layer_norm<S>(Mat<S>(F_T.x(Eigen::all, inside)), norm_eps)));
-      if (!F_T.ok()) ctrl.note = std::to_string(F_T.outside.size()) + " points outside the ball left out";
-      o.controls.push_back(ctrl);
-    }
-    // c × 1.5: ‖A|_Z‖ = 1.5, the boundary input leaves the image.
-    const auto F_big = inverse_layer_norm<S>(Mat<S>(S(control_norm) * AN), norm_eps);
-    o.controls.push_back(image_exit_control("c x 1.5 (norm of A on Z = 1.5)", F_big.outside.size(), AN.cols()));
+    o.controls = sc.outcome.controls;
     return o;
   }
 };
@@ -238,31 +295,7 @@ struct Theorem83 {
       o.rel_err = NAN, o.singular = true, o.note = "some delta_i = 0: D is singular";
       return o;
     }
-    const auto T = change_of_basis<S>(L.T), A = change_of_basis<S>(L.A);
-    const Mat<S> X = with_column<S>(X_random, at_boundary<S>(L.top));
-    o.kappa = std::max(T.kappa, A.kappa) *
-              matvec_condition<S>(Mat<S>(W * g.asDiagonal()), layer_norm<S>(X, norm_eps));
-    o.singular = T.singular() || A.singular();
-
-    const auto F = L.f(X, norm_eps);
-    note_outside(o, F, "f(x)");
-    if (!F.ok()) return o;
-    const Mat<S> LN_G = layer_norm<S>(X, g, norm_eps), LN_red_f = layer_norm<S>(F.x, g_red, norm_eps);
-    const Mat<S> G_inv = g.cwiseInverse().asDiagonal(), G_red_inv = g_red.cwiseInverse().asDiagonal();
-    const Mat<S> M = g_red.asDiagonal() * L.A * G_inv;  // G̃ D T G⁻¹
-    const Mat<S> D_inv = L.D().cwiseInverse().asDiagonal();
-    const Mat<S> W_red = W * g.asDiagonal() * T.T_inv * D_inv * G_red_inv;  // W' = W G T⁻¹ D⁻¹ G̃⁻¹
-    const Mat<S> reference = W * LN_G;
-    o.rel_err = std::max(max_column_rel_err<S>(Mat<S>(M * LN_G), LN_red_f),
-                         max_column_rel_err<S>(reference, Mat<S>(W_red * LN_red_f)));
-
-    const Mat<S> W_no_D = W * g.asDiagonal() * T.T_inv * G_red_inv;
-    o.controls.push_back(control_by_error("W' without the D^-1 factor",
-                                          max_column_rel_err<S>(reference, Mat<S>(W_no_D * LN_red_f))));
-    const Mat<S> W_no_gain = W * g.asDiagonal() * T.T_inv * D_inv;
-    o.controls.push_back(control_by_error("W' without the G~^-1 factor",
-                                          max_column_rel_err<S>(reference, Mat<S>(W_no_gain * LN_red_f))));
-    return o;
+    return change_of_basis_through_norm<S>(L, with_column<S>(cast<S>(X_random), at_boundary<S>(L.top, norm_eps)), g, g_red, W, norm_eps);
   }
 };
 
@@ -276,15 +309,10 @@ struct Remark5 {
     const MatD T_draw = draw_basis(rng, d, 1.0 / std::sqrt(double(d)));
     const MatD X_random = multiscale_inputs(rng, d, n);
     const Mat<S> T = cast<S>(T_draw);
-    Outcome o;
 
     // RMSNorm, with an input along T's top right singular vector at 1 − r² = 1e-4.
-    const auto norm2 = spectral_norm<S>(T);
-    const Mat<S> A_R = T / norm2.norm;
-    const Mat<S> X_R = with_column<S>(X_random, at_boundary<S>(norm2.right));
-    const Mat<S> AR = A_R * rms_norm<S>(X_R, norm_eps);
-    const auto F_R = inverse_rms_norm<S>(AR, norm_eps);
-    note_outside(o, F_R, "R^-1(A R(x))");
+    const Mat<S> X_R = with_column<S>(cast<S>(X_random), at_boundary<S>(spectral_norm<S>(T).right, norm_eps));
+    Outcome o = rms_semi_conjugacy<S>(T, X_R, norm_eps);
 
     // DyT, with an input x = sign(T_i:)ᵀ atanh(1 − 1e-4)/α along the row i of largest
     // absolute sum: (A Y(x))_i = 1 − 1e-4.
@@ -293,21 +321,14 @@ struct Remark5 {
     const VecD x_dyt = T_draw.row(i_max).transpose().array().sign() * (std::atanh(1 - boundary_s) / alpha);
     const S norm_inf = T.cwiseAbs().rowwise().sum().maxCoeff();
     const Mat<S> A_Y = T / norm_inf;
-    const Mat<S> X_Y = with_column<S>(dyt_inputs(X_random), cast<S>(MatD(x_dyt)).col(0));
+    const Mat<S> X_Y = with_column<S>(cast<S>(dyt_inputs(X_random)), cast<S>(MatD(x_dyt)).col(0));
     const Mat<S> AY = A_Y * dyt<S>(X_Y, alpha);
     const auto F_Y = inverse_dyt<S>(AY, alpha);
     note_outside(o, F_Y, "Y^-1(A Y(x))");
-    if (!F_R.ok() || !F_Y.ok()) return o;
+    if (!std::isfinite(o.rel_err)) return o;
 
-    o.rel_err = std::max(max_column_rel_err<S>(AR, rms_norm<S>(F_R.x, norm_eps)),
-                         max_column_rel_err<S>(AY, dyt<S>(F_Y.x, alpha)));
-    double r = 0;
-    for (Eigen::Index j = 0; j < AR.cols(); ++j) r = std::max(r, to_double(S(AR.col(j).norm())) / std::sqrt(d));
-    o.note = fmt("RMSNorm: max |A R(x)|/sqrt(d) = %.6g; DyT: max |A Y(x)|_inf = %.6g", r,
-                 to_double(S(AY.cwiseAbs().maxCoeff())));
-
-    const auto F_R_big = inverse_rms_norm<S>(Mat<S>(S(control_norm) * AR), norm_eps);
-    o.controls.push_back(image_exit_control("RMSNorm, A = 1.5 T/|T|_2", F_R_big.outside.size(), AR.cols()));
+    o.rel_err = std::max(o.rel_err, max_column_rel_err<S>(AY, dyt<S>(F_Y.x, alpha)));
+    o.note += fmt("; DyT: max |A Y(x)|_inf = %.6g", to_double(S(AY.cwiseAbs().maxCoeff())));
     const auto F_Y_big = inverse_dyt<S>(Mat<S>(S(control_norm) * AY), alpha);
     o.controls.push_back(image_exit_control("DyT, A = 1.5 T/|T|_inf", F_Y_big.outside.size(), AY.cols()));
     return o;

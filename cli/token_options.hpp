@@ -1,0 +1,33 @@
+// Where a command that runs a model takes its token sequences from: --tokens FILE,
+// --corpus brown (--data, --split), and how many: --sequences, --seq-len, chosen among
+// the file's sequences by the command's --seed. `verify --checkpoint` also accepts
+// neither file nor corpus: seeded random tokens (lm::random_sequences).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <cstdint>
+#include <string>
+
+#include "lm/evaluate.hpp"
+#include "results/value.hpp"
+
+namespace qkvlab::cli {
+
+struct TokenOptions {
+  std::string tokens, corpus, data = "data/brown", split = "validation";
+  std::int64_t sequences = 64;
+  int seq_len = 256;
+};
+
+// Adds --tokens, --corpus, --data, --split, --sequences and --seq-len with `o`'s values as defaults.
+void add_token_options(CLI::App* cmd, TokenOptions& o);
+
+// The sequences: from the file or corpus (both given: UsageError), or, when `random_default`,
+// `sequences` random sequences of `seq_len` tokens below `vocab`; otherwise one of the two is required.
+lm::TokenSequences read_token_sequences(const TokenOptions& o, std::uint64_t seed, int vocab, bool random_default);
+
+// {"source", "sequences", "length", "count", "seed"}: what the output records of its inputs.
+results::Value tokens_value(const TokenOptions& o, const lm::TokenSequences& s, std::uint64_t seed);
+
+}  // namespace qkvlab::cli

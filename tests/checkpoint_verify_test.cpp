@@ -1,0 +1,355 @@
+// `qkvlab verify --checkpoint` and `--against` (theory_lm/, issue 25 item 1) on
+// tiny models the tests make themselves: a GPT-2 (LayerNorm, biases, tied) and a
+// Llama (RMSNorm, RoPE, GQA with two query heads per key head), each trained a
+// few steps with `lm train` on a token stream, as own checkpoints and as Hugging
+// Face directories (`lm export --hf`).
+//
+// Every run asserts both halves of the standard: the identities pass at every
+// precision and every negative control fails as expected (the command's exit
+// status and summary), and the skipped claims carry their reasons. --against:
+// B made from A by a random head-wise reparametrization (GQA: one block per key
+// head; RoPE: blocks in the rotations' commutant) and an exported copy pass;
+// the same B with one head's W_K perturbed fails, naming the layer and head;
+// the function comparison passes on B and fails on a copy with an MLP weight
+// scaled by 1.5.
+#include <gtest/gtest.h>
+
+#include <Eigen/Dense>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "core/rng.hpp"
+#include "corpus/token_file.hpp"
+#include "engine/json.hpp"
+#include "lm/checkpoint.hpp"
+#include "lm/parameters.hpp"
+#include "run_command.hpp"
+#include "scratch_dir.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using namespace qkvlab;
+using test_support::run_qkvlab;
+using test_support::ScratchDir;
+using test_support::shell_quoted;
+
+const engine::Json& member(const engine::Json& j, const std::string& key) {
+  for (std::size_t i = 0; i < j.keys.size(); ++i)
+    if (j.keys[i] == key) return j.items[i];
+  throw std::runtime_error("no key " + key);
+}
+
+// The two tiny models, trained 8 steps on a token stream with structure (a
+// repeating pattern with noise), so their weights are no longer the initialization's.
+class CheckpointVerify : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new ScratchDir;
+    Rng rng(7, "checkpoint_verify/tokens");
+    std::vector<std::int32_t> ids(4000);
+    for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = rng.uniform() < 0.7 ? std::int32_t(i % 13) : rng.uniform_int(64);
+    corpus::write_tokens_npy(path() / "tokens.npy", ids, std::int64_t(ids.size()), 0);
+    const std::string common = " --layers 2 --d 32 --heads 4 --vocab 64 --positions 32 --tokens " +
+                               shell_quoted(path() / "tokens.npy") +
+                               " --steps 8 --batch 4 --seq-len 16 --eval-every 8 --quiet --threads 2";
+    train("gpt2", "--family gpt2 --bias" + common);
+    train("llama", "--family llama --kv-heads 2" + common);
+  }
+  static void TearDownTestSuite() { delete dir_; }
+
+  static void train(const std::string& name, const std::string& flags) {
+    const auto r = run_qkvlab("lm train --out " + shell_quoted(path() / name) + " " + flags);
+    ASSERT_EQ(r.status, 0) << r.err;
+    const auto e = run_qkvlab("lm export " + shell_quoted(checkpoint(name)) + " --hf " + shell_quoted(path() / (name + "-hf")));
+    ASSERT_EQ(e.status, 0) << e.err;
+  }
+
+  static const fs::path& path() { return dir_->path(); }
+  static fs::path checkpoint(const std::string& name) { return path() / name / "checkpoint"; }
+
+  static ScratchDir* dir_;
+};
+ScratchDir* CheckpointVerify::dir_ = nullptr;
+
+struct Verified {
+  int status;
+  engine::Json json;
+  std::string err;
+};
+
+Verified verify_json(const std::string& args) {
+  const auto r = run_qkvlab("verify --format json --quiet " + args);
+  Verified v{r.status, {}, r.err};
+  if (!r.out.empty()) v.json = engine::parse_json(r.out);
+  return v;
+}
+
+std::vector<std::string> strings(const engine::Json& array) {
+  std::vector<std::string> out;
+  for (const auto& item : array.items) out.push_back(item.text);
+  return out;
+}
+
+// The largest rel_err of the comparison's invariants (0 when none) and the logits' rel_err.
+std::pair<double, double> measured(const engine::Json& comparison) {
+  double invariants = 0;
+  for (std::size_t i = 0; i < comparison.keys.size(); ++i)
+    if (comparison.keys[i] == "invariants")
+      for (const auto& x : comparison.items[i].items) invariants = std::max(invariants, std::stod(member(x, "rel_err").text));
+  return {invariants, std::stod(member(member(comparison, "logits"), "rel_err").text)};
+}
+
+bool contains(const std::vector<std::string>& xs, const std::string& x) { return std::ranges::find(xs, x) != xs.end(); }
+
+// Every check passed, every control failed as expected, and each claim run has controls.
+void expect_all_pass(const engine::Json& report) {
+  const auto& summary = member(report, "summary");
+  EXPECT_EQ(member(summary, "ok").text, "true");
+  EXPECT_EQ(member(summary, "passed").text, member(summary, "checks").text);
+  EXPECT_EQ(member(summary, "controls_failed_as_expected").text, member(summary, "controls").text);
+  for (const std::string& id : strings(member(report, "claims_run"))) {
+    int controls = 0;
+    for (const auto& c : member(report, "controls").items) controls += member(c, "id").text == id;
+    EXPECT_GT(controls, 0) << id;
+  }
+}
+
+std::string skip_reason(const engine::Json& report, const std::string& id) {
+  for (const auto& s : member(report, "skipped").items)
+    if (member(s, "id").text == id) return member(s, "reason").text;
+  return "";
+}
+
+std::vector<std::string> control_names(const engine::Json& report, const std::string& id) {
+  std::vector<std::string> out;
+  for (const auto& c : member(report, "controls").items)
+    if (member(c, "id").text == id) out.push_back(member(c, "name").text);
+  return out;
+}
+
+// The report of `verify --checkpoint` on the model's own checkpoint and on its export, each
+// passing with every control failing.
+std::vector<std::pair<std::string, engine::Json>> both_forms(const std::string& name, const fs::path& own,
+                                                            const fs::path& hf) {
+  std::vector<std::pair<std::string, engine::Json>> out;
+  for (const auto& [form, dir] : {std::pair{name, own}, std::pair{name + "-hf", hf}}) {
+    const auto v = verify_json("--checkpoint " + shell_quoted(dir));
+    EXPECT_EQ(v.status, 0) << form << "\n" << v.err;
+    if (v.status == 0) expect_all_pass(v.json);
+    out.emplace_back(form, v.json);
+  }
+  return out;
+}
+
+// GPT-2 (LayerNorm, biases): the attention claims at every head and pair, the LayerNorm
+// claims at every norm; RMSNorm's remark5 and the norm-free theorems skipped with reasons.
+TEST_F(CheckpointVerify, Gpt2PassesWithItsControls) {
+  for (const auto& [name, json] : both_forms("gpt2", checkpoint("gpt2"), path() / "gpt2-hf")) {
+    const auto run = strings(member(json, "claims_run"));
+    for (const char* id : {"qwe.lemma3.1", "qwe.prop4.1", "qwe.prop4.2", "qwe.lemma8.2", "qwe.thm8.3"})
+      EXPECT_TRUE(contains(run, id)) << name << " " << id;
+    EXPECT_EQ(member(member(json, "checkpoint"), "family").text, "gpt2");
+    EXPECT_EQ(member(member(json, "tokens"), "count").text, "32");  // 2 random sequences of 16
+    EXPECT_NE(skip_reason(json, "qwe.remark5").find("LayerNorm"), std::string::npos);
+    EXPECT_NE(skip_reason(json, "qwe.thm4.1").find("without normalization"), std::string::npos);
+    EXPECT_NE(skip_reason(json, "qwe.sec8.3.1.mp").find("random"), std::string::npos);
+    // 2 layers × 4 heads × 2 pairs, each at 4 precisions, the site named.
+    int lemma31 = 0;
+    bool named = false;
+    for (const auto& c : member(json, "checks").items)
+      if (member(c, "id").text == "qwe.lemma3.1") {
+        ++lemma31;
+        named = named || member(c, "config").text.find("layer=2 head=4 pair=VO") != std::string::npos;
+      }
+    EXPECT_EQ(lemma31, 2 * 4 * 2 * 4);
+    EXPECT_TRUE(named);
+  }
+}
+
+// Llama (RMSNorm, RoPE, GQA): the per-head freedom in the rotations' commutant, one block per
+// key head; the controls include a generic M and different blocks within a group.
+TEST_F(CheckpointVerify, LlamaPassesWithRopeAndGqaControls) {
+  for (const auto& [name, json] : both_forms("llama", checkpoint("llama"), path() / "llama-hf")) {
+    EXPECT_TRUE(contains(strings(member(json, "claims_run")), "qwe.remark5"));
+    EXPECT_NE(skip_reason(json, "qwe.lemma8.2").find("no LayerNorm in front of attention"), std::string::npos);
+    EXPECT_TRUE(contains(control_names(json, "qwe.lemma3.1"), "generic M (not in the rotations' commutant)"));
+    EXPECT_TRUE(contains(control_names(json, "qwe.prop4.2"), "a different block for each query head of a group"));
+    EXPECT_TRUE(contains(control_names(json, "qwe.prop4.1"), "W_Q W_K^T without the rotation R_(t-s)"));
+  }
+}
+
+// Claims selected by prefix; the table names the skipped ones; token files are read; HDF5 and
+// JUnit carry the context and the skipped claims.
+TEST_F(CheckpointVerify, SelectionTableAndTokenFile) {
+  const fs::path h5 = path() / "selection.h5", xml = path() / "selection.xml";
+  const auto r = run_qkvlab("verify --quiet --checkpoint " + shell_quoted(checkpoint("llama")) +
+                            " qwe.prop4 qwe.lemma8.2 --precision float,double --tokens " +
+                            shell_quoted(path() / "tokens.npy") + " --sequences 3 --seq-len 8 --out " +
+                            shell_quoted(h5) + " --junit " + shell_quoted(xml));
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(fs::is_regular_file(h5));
+  std::ifstream junit(xml);
+  const std::string text((std::istreambuf_iterator<char>(junit)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("<skipped message=\"the model has no LayerNorm"), std::string::npos) << text;
+  EXPECT_NE(r.out.find("qwe.prop4.1"), std::string::npos);
+  EXPECT_NE(r.out.find("skipped qwe.lemma8.2: the model has no LayerNorm"), std::string::npos);
+  const auto count = r.out.find("tokens.count");
+  ASSERT_NE(count, std::string::npos) << r.out;
+  EXPECT_EQ(r.out.substr(count, r.out.find('\n', count) - count).substr(r.out.find_first_of("0123456789", count) - count), "24");
+  EXPECT_EQ(r.out.find("qwe.lemma3.1"), std::string::npos);
+}
+
+// Same seed, same numbers, at any thread count.
+TEST_F(CheckpointVerify, Reproducible) {
+  const std::string args = "--checkpoint " + shell_quoted(checkpoint("gpt2")) + " qwe.lemma3.1 --precision float --seed 5";
+  const auto one = run_qkvlab("verify --format json --quiet --threads 1 " + args);
+  const auto two = run_qkvlab("verify --format json --quiet --threads 2 " + args);
+  ASSERT_EQ(one.status, 0);
+  const auto checks = [](const std::string& out) { return out.substr(out.find("\"checks\""), out.find("\"summary\"") - out.find("\"checks\"")); };
+  EXPECT_EQ(checks(one.out), checks(two.out));
+}
+
+// B from A: every head's (W_Q, W_K) by (M_g, M_g^-T) and (W_V, W_O) by (N_g, N_g^-1), one pair
+// of blocks per key head g shared by its query heads; M_g in the rotations' commutant under
+// RoPE. Blocks Q diag(s) with s in [0.5, 2] (cond <= 4), so that float storage keeps the
+// invariants to about 1e-6. Then, optionally, key head `perturb_head` of `perturb_layer`
+// perturbed by 1e-2 relative.
+void reparametrize(const fs::path& from, const fs::path& to, int perturb_layer = -1, int perturb_head = -1) {
+  lm::Checkpoint ck = lm::load_checkpoint(from);
+  const lm::Config& c = ck.config;
+  const auto layout = lm::parameter_layout(c, lm::make_plan(c));
+  using Rows = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  auto tensor = [&](const std::string& name) {
+    const auto& s = layout.at(name);
+    return Eigen::Map<Rows>(ck.values.data() + s.offset, s.shape.size() == 2 ? s.shape[0] : 1, s.shape.back());
+  };
+  auto with_bias = [&](int l, const std::string& what) {  // [W; b] in double
+    auto W = tensor(lm::layer_tensor(l, what + ".weight"));
+    MatD out(W.rows() + (c.bias ? 1 : 0), W.cols());
+    out.topRows(W.rows()) = W.cast<double>();
+    if (c.bias) out.bottomRows(1) = tensor(lm::layer_tensor(l, what + ".bias")).cast<double>();
+    return out;
+  };
+  auto store = [&](int l, const std::string& what, const MatD& value) {
+    auto W = tensor(lm::layer_tensor(l, what + ".weight"));
+    W = value.topRows(W.rows()).cast<float>();
+    if (c.bias) tensor(lm::layer_tensor(l, what + ".bias")) = value.bottomRows(1).cast<float>();
+  };
+  Rng rng(11, "checkpoint_verify/reparametrize");
+  const int dh = c.head_dim, half = dh / 2, group = c.heads / c.kv_heads;
+  auto block = [&](bool commutant) {
+    if (commutant) {  // a I + b J on each frequency pair, |(a, b)| in [0.5, 2]
+      MatD M = MatD::Zero(dh, dh);
+      for (int i = 0; i < half; ++i) {
+        const double r = 0.5 + 1.5 * rng.uniform(), angle = 6.283185307179586 * rng.uniform();
+        M(i, i) = M(i + half, i + half) = r * std::cos(angle);
+        M(i, i + half) = r * std::sin(angle), M(i + half, i) = -r * std::sin(angle);
+      }
+      return M;
+    }
+    const MatD Q = Eigen::HouseholderQR<MatD>(rng.gaussian(dh, dh)).householderQ();
+    VecD s(dh);
+    for (int i = 0; i < dh; ++i) s(i) = 0.5 + 1.5 * rng.uniform();
+    return MatD(Q * s.asDiagonal());
+  };
+  for (int l = 0; l < c.layers; ++l) {
+    MatD Q = with_bias(l, "attn.q"), K = with_bias(l, "attn.k"), V = with_bias(l, "attn.v");
+    MatD O = tensor(lm::layer_tensor(l, "attn.o.weight")).cast<double>();
+    for (int g = 0; g < c.kv_heads; ++g) {
+      const MatD M = block(c.rope()), N = block(false);
+      K.middleCols(g * dh, dh) = K.middleCols(g * dh, dh) * M.inverse().transpose();
+      V.middleCols(g * dh, dh) = V.middleCols(g * dh, dh) * N;
+      for (int h = g * group; h < (g + 1) * group; ++h) {
+        Q.middleCols(h * dh, dh) = Q.middleCols(h * dh, dh) * M;
+        O.middleRows(h * dh, dh) = N.inverse() * O.middleRows(h * dh, dh);
+      }
+    }
+    if (l == perturb_layer) K.middleCols(perturb_head * dh, dh) *= 1.01;
+    store(l, "attn.q", Q), store(l, "attn.k", K), store(l, "attn.v", V);
+    tensor(lm::layer_tensor(l, "attn.o.weight")) = O.cast<float>();
+  }
+  lm::save_checkpoint(to, ck);
+}
+
+// One MLP weight of layer 1 scaled by 1.5.
+void tamper_mlp(const fs::path& from, const fs::path& to) {
+  lm::Checkpoint ck = lm::load_checkpoint(from);
+  const auto layout = lm::parameter_layout(ck.config, lm::make_plan(ck.config));
+  const std::string name = lm::layer_tensor(0, ck.config.family == lm::Family::gpt2 ? "mlp.fc.weight" : "mlp.up.weight");
+  const auto& s = layout.at(name);
+  for (std::size_t i = 0; i < s.size(); ++i) ck.values[s.offset + i] *= 1.5f;
+  lm::save_checkpoint(to, ck);
+}
+
+TEST_F(CheckpointVerify, AgainstPassesForReparametrizedAndExportedCopies) {
+  for (const std::string name : {"gpt2", "llama"}) {
+    const fs::path A = checkpoint(name), B = path() / (name + "-B");
+    reparametrize(A, B);
+    auto v = verify_json("--checkpoint " + shell_quoted(B) + " --against " + shell_quoted(A));
+    ASSERT_EQ(v.status, 0) << name << "\n" << v.err;
+    const auto& comparison = member(v.json, "comparison");
+    EXPECT_NE(member(comparison, "method").text.find("gauge invariants"), std::string::npos);
+    EXPECT_EQ(member(comparison, "ok").text, "true");
+    const auto [invariants, logits] = measured(comparison);
+    std::cout << name << " reparametrized: largest invariant rel_err " << invariants << ", logits rel_err " << logits << "\n";
+    // The head-wise reparametrization changed the weights by O(1): the invariants are what agree.
+    v = verify_json("--checkpoint " + shell_quoted(path() / (name + "-hf")) + " --against " + shell_quoted(A));
+    EXPECT_EQ(v.status, 0) << name << " export\n" << v.err;
+    // The function comparison accepts B too.
+    v = verify_json("--checkpoint " + shell_quoted(B) + " --against " + shell_quoted(A) + " --compare function");
+    EXPECT_EQ(v.status, 0) << name << " function\n" << v.err;
+    EXPECT_NE(member(member(v.json, "comparison"), "method").text.find("function"), std::string::npos);
+  }
+}
+
+TEST_F(CheckpointVerify, AgainstFailsNamingLayerAndHead) {
+  // GPT-2: key head 3 of layer 2 (1-based) perturbed; Llama: key head 2 of layer 1, read by query heads 3 and 4.
+  for (const auto& [name, layer, head, named] :
+       {std::tuple{"gpt2", 1, 2, std::string("layer 2 head 3: W_Q W_K^T differs")},
+        std::tuple{"llama", 0, 1, std::string("layer 1 head 4: W_Q R W_K^T per frequency pair differs")}}) {
+    const fs::path A = checkpoint(name), B = path() / (std::string(name) + "-perturbed");
+    reparametrize(A, B, layer, head);
+    const auto r = run_qkvlab("verify --quiet --checkpoint " + shell_quoted(B) + " --against " + shell_quoted(A));
+    EXPECT_EQ(r.status, 1) << name << "\n" << r.out << r.err;
+    EXPECT_NE(r.out.find(named), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("layer 1 head 1:"), std::string::npos) << r.out;  // only the perturbed heads are named
+  }
+}
+
+TEST_F(CheckpointVerify, FunctionComparisonFailsOnATamperedWeight) {
+  for (const std::string name : {"gpt2", "llama"}) {
+    const fs::path A = checkpoint(name), B = path() / (name + "-tampered");
+    tamper_mlp(A, B);
+    for (const char* method : {"auto", "function"}) {
+      const auto v = verify_json("--checkpoint " + shell_quoted(B) + " --against " + shell_quoted(A) + " --compare " + method);
+      EXPECT_EQ(v.status, 1) << name << " " << method;
+      const auto mismatches = strings(member(member(v.json, "comparison"), "mismatches"));
+      ASSERT_FALSE(mismatches.empty());
+      EXPECT_NE(mismatches.back().find("logits differ"), std::string::npos) << mismatches.back();
+      std::cout << name << " tampered (" << method << "): logits rel_err " << measured(member(v.json, "comparison")).second << "\n";
+    }
+  }
+}
+
+TEST_F(CheckpointVerify, UsageErrors) {
+  const std::string ckpt = shell_quoted(checkpoint("gpt2"));
+  for (const std::string& args :
+       {"--against " + ckpt, "--checkpoint " + ckpt + " --d 16", "--checkpoint " + shell_quoted(path() / "absent"),
+        "--checkpoint " + ckpt + " --against " + ckpt + " qwe.lemma3.1",
+        "--checkpoint " + ckpt + " --against " + shell_quoted(checkpoint("llama")) + " --compare gauge",
+        "--checkpoint " + ckpt + " --tokens " + shell_quoted(path() / "tokens.npy") + " --corpus brown",
+        "--checkpoint " + ckpt + " --seq-len 64", "--checkpoint " + ckpt + " qwe.nonexistent"}) {
+    const auto r = run_qkvlab("verify --quiet " + args);
+    EXPECT_EQ(r.status, 2) << args << "\n" << r.out << r.err;
+    EXPECT_EQ(std::ranges::count(r.err, '\n'), 1) << args << "\n" << r.err;
+  }
+}
+
+}  // namespace

@@ -1,0 +1,145 @@
+#include "theory_lm/compare.hpp"
+
+#include <initializer_list>
+#include <utility>
+
+#include "core/errors.hpp"
+#include "core/linalg.hpp"
+#include "lm/parameters.hpp"
+#include "results/table_grid.hpp"
+
+namespace qkvlab::theory_lm {
+namespace {
+
+using results::Value;
+
+// An object from its members, in order.
+Value object(std::initializer_list<std::pair<const char*, Value>> members) {
+  Value v = Value::object();
+  for (const auto& [key, value] : members) v.set(key, value);
+  return v;
+}
+
+bool same_architecture(const lm::Config& a, const lm::Config& b) {
+  return a.family == b.family && a.layers == b.layers && a.d == b.d && a.heads == b.heads && a.kv_heads == b.kv_heads &&
+         a.head_dim == b.head_dim && a.ffn == b.ffn && a.vocab == b.vocab && a.tied == b.tied && !a.mla && !b.mla &&
+         a.variant.kind == lm::VariantKind::vanilla && b.variant.kind == lm::VariantKind::vanilla;
+}
+
+bool attention_weight(const std::string& name) {
+  for (const char* w : {".attn.q.", ".attn.k.", ".attn.v.", ".attn.o.weight"})
+    if (name.find(w) != std::string::npos) return true;
+  return false;
+}
+
+double relative(const MatD& a, const MatD& b) { return rel_err<double>(a, b); }
+
+// The invariants of query head h (key/value head g) named as they are reported.
+struct Invariant {
+  std::string name;
+  MatD value;
+};
+
+std::vector<Invariant> head_invariants(const ModelWeights& w, int l, int h) {
+  const lm::Config& c = w.config;
+  const int dh = c.head_dim, g = h / (c.heads / c.kv_heads);
+  const MatD Q = w.augmented(l, "attn.q").middleCols(h * dh, dh), K = w.augmented(l, "attn.k").middleCols(g * dh, dh);
+  const MatD VO = w.augmented(l, "attn.v").middleCols(g * dh, dh) * w.layer(l, "attn.o.weight").middleRows(h * dh, dh);
+  if (!c.rope()) return {{"W_Q W_K^T", Q * K.transpose()}, {"W_V W_O", VO}};
+  const int half = dh / 2;
+  MatD pairs(Q.rows() * dh, Q.rows());  // C_i and S_i stacked
+  for (int i = 0; i < half; ++i) {
+    pairs.middleRows(Eigen::Index(2 * i) * Q.rows(), Q.rows()) =
+        Q.col(i) * K.col(i).transpose() + Q.col(i + half) * K.col(i + half).transpose();
+    pairs.middleRows(Eigen::Index(2 * i + 1) * Q.rows(), Q.rows()) =
+        Q.col(i) * K.col(i + half).transpose() - Q.col(i + half) * K.col(i).transpose();
+  }
+  return {{"W_Q R W_K^T per frequency pair", pairs}, {"W_V W_O", VO}};
+}
+
+std::string columns(const std::string& tensor, int head, int dh) {
+  return tensor + " columns " + std::to_string(head * dh) + "-" + std::to_string((head + 1) * dh - 1);
+}
+
+// Every head's invariants and every other tensor; mismatches named.
+void compare_gauge(const ModelWeights& B, const ModelWeights& A, double tol, Value& out, Value& mismatches) {
+  const lm::Config& c = A.config;
+  Value heads = Value::array(), tensors = Value::array();
+  for (int l = 0; l < c.layers; ++l)
+    for (int h = 0; h < c.heads; ++h) {
+      const auto a = head_invariants(A, l, h), b = head_invariants(B, l, h);
+      for (std::size_t k = 0; k < a.size(); ++k) {
+        const double e = relative(a[k].value, b[k].value);
+        const bool pass = e <= tol;
+        heads.push(object({{"layer", l + 1}, {"head", h + 1}, {"invariant", a[k].name}, {"rel_err", e}, {"pass", pass}}));
+        if (pass) continue;
+        const int g = h / (c.heads / c.kv_heads);
+        const std::string where = k == 0 ? columns(lm::layer_tensor(l, "attn.q"), h, c.head_dim) + ", " +
+                                               columns(lm::layer_tensor(l, "attn.k"), g, c.head_dim)
+                                         : columns(lm::layer_tensor(l, "attn.v"), g, c.head_dim) + ", " +
+                                               lm::layer_tensor(l, "attn.o.weight");
+        mismatches.push("layer " + std::to_string(l + 1) + " head " + std::to_string(h + 1) + ": " + a[k].name +
+                        " differs (rel_err " + results::format_number(e) + " > " + results::format_number(tol) + "; " + where + ")");
+      }
+    }
+  for (const auto& [name, value] : A.tensors) {
+    if (attention_weight(name)) continue;
+    if (!B.has(name)) {
+      mismatches.push("tensor " + name + " is missing");
+      continue;
+    }
+    const double e = relative(value, B.at(name));
+    tensors.push(object({{"tensor", name}, {"rel_err", e}, {"pass", e <= tol}}));
+    if (e > tol) mismatches.push("tensor " + name + " differs (rel_err " + results::format_number(e) + " > " + results::format_number(tol) + ")");
+  }
+  out.set("invariants", heads);
+  out.set("tensors", tensors);
+}
+
+// True when every tensor outside attention agrees within the tolerance.
+bool agree_outside_attention(const ModelWeights& B, const ModelWeights& A, double tol) {
+  for (const auto& [name, value] : A.tensors)
+    if (!attention_weight(name) && (!B.has(name) || relative(value, B.at(name)) > tol)) return false;
+  return true;
+}
+
+Value compare_logits(const ModelWeights& B, const Activations& act_B, const ModelWeights& A, const Activations& act_A,
+                     double tol, Value& mismatches) {
+  const MatD LA = logits(A, act_A), LB = logits(B, act_B);
+  const double e = relative(LA, LB);
+  Eigen::Index worst = 0;
+  (LA - LB).rowwise().norm().cwiseQuotient(LA.rowwise().norm()).maxCoeff(&worst);
+  const int T = act_A.length;
+  const Value v = object({{"rel_err", e}, {"tolerance", tol}, {"pass", e <= tol}, {"positions", std::int64_t(LA.rows())},
+                          {"worst_sequence", std::int64_t(worst / T + 1)}, {"worst_position", std::int64_t(worst % T + 1)}});
+  if (e > tol)
+    mismatches.push("logits differ (rel_err " + results::format_number(e) + " > " + results::format_number(tol) + "; worst at sequence " +
+                    std::to_string(worst / T + 1) + ", position " + std::to_string(worst % T + 1) + ")");
+  return v;
+}
+
+}  // namespace
+
+CompareResult compare_checkpoints(const ModelWeights& B, const Activations& act_B, const ModelWeights& A,
+                                  const Activations& act_A, const CompareOptions& o) {
+  if (A.config.vocab != B.config.vocab)
+    throw UsageError("--against: the checkpoints have different vocabularies (" + std::to_string(B.config.vocab) +
+                     " and " + std::to_string(A.config.vocab) + "): their logits cannot be compared");
+  const bool same = same_architecture(A.config, B.config);
+  if (o.method == Comparison::gauge && !same)
+    throw UsageError("--compare gauge: the checkpoints differ in architecture (or are not vanilla attention); use --compare function");
+  const bool gauge = o.method == Comparison::gauge || (o.method == Comparison::automatic && same && agree_outside_attention(B, A, o.tolerance));
+  CompareResult r;
+  Value& v = r.value = Value::object();
+  Value mismatches = Value::array();
+  v.set("method", gauge ? "gauge invariants (head-wise reparametrization), and the logits" : "function: the logits on the given tokens");
+  v.set("tolerance", o.tolerance);
+  if (gauge) compare_gauge(B, A, o.tolerance, v, mismatches);
+  v.set("logits", compare_logits(B, act_B, A, act_A, o.tolerance, mismatches));
+  r.ok = mismatches.items().empty();
+  v.set("mismatches", mismatches);
+  v.set("ok", r.ok);
+  return r;
+}
+
+}  // namespace qkvlab::theory_lm

@@ -1,0 +1,50 @@
+// `qkvlab verify --checkpoint B --against A`: are two checkpoints the same function?
+//
+// By gauge invariants, where the symmetry relating them is the head-wise
+// reparametrization (qwe.lemma3.1 on each head's pairs, qwe.prop4.2 with GQA's
+// groups): per query head h of layer ℓ, with its key/value head g,
+//   W_QK = W̃_Q^h W̃_K^gᵀ            (W̃ = [W; b], biases included)
+//   RoPE: C_i = q_i k_iᵀ + q_i' k_i'ᵀ and S_i = q_i k_i'ᵀ − q_i' k_iᵀ for each frequency pair
+//         (i, i' = i + d_h/2) of W̃_Q^h's and W̃_K^g's columns: the matrices of which
+//         W̃_Q^h R_Δ W̃_K^gᵀ = Σ_i cos(Δω_i) C_i + sin(Δω_i) S_i is made, invariant under the
+//         rotations' commutant (a generic M keeps W_QK but changes the function);
+//   W_VO = W̃_V^g W_O^h,
+// and every other tensor (embeddings, norms, MLP, W_O's bias, head) equal. Each
+// compared by rel_err = ‖B − A‖_F/‖A‖_F against the tolerance.
+//
+// By the function on the given tokens otherwise (or with method function): the
+// logits' relative error ‖L_B − L_A‖_F/‖L_A‖_F over every position, against the
+// tolerance. This covers any two parameterizations of one function, e.g. every
+// weight changed by a change of basis of a norm-free model's residual stream.
+//
+// method automatic: gauge invariants when the two have the same architecture and
+// agree on every tensor outside attention; the function otherwise. Gauge also
+// reports the logits (both must pass).
+#pragma once
+
+#include <string>
+
+#include "results/value.hpp"
+#include "theory_lm/model_data.hpp"
+
+namespace qkvlab::theory_lm {
+
+enum class Comparison { automatic, gauge, function };
+
+struct CompareOptions {
+  Comparison method = Comparison::automatic;
+  double tolerance = 1e-4;  // ≈ 1e3 unit roundoffs of float, the weights' storage
+};
+
+struct CompareResult {
+  results::Value value;  // method, tolerance, invariants, tensors, logits, mismatches, ok
+  bool ok = false;
+};
+
+// B and A with their activations on the same tokens. UsageError when the two
+// cannot be compared at all (different vocabularies), or when gauge is asked
+// of models of different architectures.
+CompareResult compare_checkpoints(const ModelWeights& B, const Activations& activations_B, const ModelWeights& A,
+                                  const Activations& activations_A, const CompareOptions& options);
+
+}  // namespace qkvlab::theory_lm

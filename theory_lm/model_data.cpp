@@ -1,0 +1,97 @@
+#include "theory_lm/model_data.hpp"
+
+#include <stdexcept>
+
+#include "core/errors.hpp"
+#include "engine/cpu_backend.hpp"
+#include "lm/model_files.hpp"
+#include "lm/parameters.hpp"
+
+namespace qkvlab::theory_lm {
+
+const MatD& ModelWeights::at(const std::string& name) const {
+  const auto it = tensors.find(name);
+  if (it == tensors.end()) throw std::logic_error("the checkpoint has no tensor " + name);
+  return it->second;
+}
+
+const MatD& ModelWeights::layer(int l, const std::string& what) const { return at(lm::layer_tensor(l, what)); }
+bool ModelWeights::has_layer(int l, const std::string& what) const { return has(lm::layer_tensor(l, what)); }
+MatD ModelWeights::augmented(int l, const std::string& what) const {
+  const MatD& W = layer(l, what + ".weight");
+  MatD out = MatD::Zero(W.rows() + 1, W.cols());
+  out.topRows(W.rows()) = W;
+  if (has_layer(l, what + ".bias")) out.bottomRows(1) = layer(l, what + ".bias");
+  return out;
+}
+
+const MatD& ModelWeights::unembedding() const { return config.tied ? at("wte") : at("lm_head.weight"); }
+
+ModelWeights read_weights(const std::filesystem::path& dir) {
+  const lm::ModelFiles files = lm::open_model(dir);
+  ModelWeights w{dir, files.format, files.config, {}};
+  const auto layout = lm::parameter_layout(files.config, lm::make_plan(files.config));
+  lm::read_parameters(files, layout, [&](const engine::ParameterSpec& spec, const float* values) {
+    const Eigen::Index rows = spec.shape.size() == 2 ? spec.shape[0] : 1, cols = spec.shape.back();
+    using RowMajor = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+    w.tensors[spec.name] = Eigen::Map<const RowMajor>(values, rows, cols).cast<double>();
+  });
+  return w;
+}
+
+namespace {
+
+// Keeps resid_pre and attn_out of every layer, resid_post of the last and the final norm.
+class Keep final : public lm::Recorder<float> {
+ public:
+  Keep(Activations& a, int layers) : a_(a), last_(layers - 1) {
+    a_.resid_pre.resize(std::size_t(layers));
+    a_.attn_out.resize(std::size_t(layers));
+  }
+  bool wants(lm::Site site, int layer) const override {
+    using lm::Site;
+    return site == Site::resid_pre || site == Site::attn_out || site == Site::final ||
+           (site == Site::resid_post && layer == last_);
+  }
+  void record(const lm::Activation<float>& x) override {
+    using RowMajor = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+    const MatD m = Eigen::Map<const RowMajor>(x.data, Eigen::Index(x.B) * x.T, x.width).cast<double>();
+    switch (x.site) {
+      case lm::Site::resid_pre: a_.resid_pre[std::size_t(x.layer)] = m; break;
+      case lm::Site::attn_out: a_.attn_out[std::size_t(x.layer)] = m; break;
+      case lm::Site::resid_post: a_.resid_final = m; break;
+      default: a_.final_norm = m;
+    }
+  }
+
+ private:
+  Activations& a_;
+  int last_;
+};
+
+}  // namespace
+
+Activations record_activations(const std::filesystem::path& dir, const lm::TokenSequences& tokens, int threads) {
+  engine::CpuBackend<float> backend(threads);
+  const auto model = lm::load_model(dir, backend);
+  const lm::Config& c = model->config();
+  if (tokens.length > c.positions)
+    throw UsageError("--seq-len " + std::to_string(tokens.length) + " is longer than the model's " +
+                     std::to_string(c.positions) + " positions");
+  for (const std::int32_t id : tokens.ids)
+    if (id < 0 || id >= c.vocab)
+      throw UsageError("token id " + std::to_string(id) + " is outside the model's vocabulary [0, " +
+                       std::to_string(c.vocab) + ")");
+  Activations a;
+  a.sequences = int(tokens.sequences);
+  a.length = tokens.length;
+  Keep keep(a, c.layers);
+  model->forward(tokens.ids.data(), nullptr, a.sequences, a.length, lm::Pass::eval, 0, &keep);
+  return a;
+}
+
+MatD logits(const ModelWeights& weights, const Activations& activations) {
+  return activations.final_norm * weights.unembedding().transpose();
+}
+
+}  // namespace qkvlab::theory_lm

@@ -1,0 +1,158 @@
+#include "theory_lm/verify_checkpoint.hpp"
+
+#include <algorithm>
+#include <functional>
+
+#include "lm/describe.hpp"
+
+namespace qkvlab::theory_lm {
+namespace {
+
+using theory::Claim;
+using theory::Config;
+using theory::Outcome;
+
+std::string family_norm(const lm::Config& c) { return c.family == lm::Family::gpt2 ? "LayerNorm" : "RMSNorm"; }
+
+// Why the attention claims do not apply, or "" when they do.
+std::string attention_inapplicable(const lm::Config& c) {
+  if (c.mla) return "multi-head latent attention: keys and values come from a shared latent, not per-head W_K, W_V";
+  if (c.variant.kind == lm::VariantKind::q_identity) return "the model has no W_Q (Q-identity)";
+  if (c.variant.kind != lm::VariantKind::vanilla)
+    return "the variant " + lm::to_string(c.variant.kind) +
+           " takes keys or values from other layers: a head's pair is not its own layer's projections";
+  return "";
+}
+
+// Why a claim without a checkpoint form is not run.
+std::string not_applicable(const std::string& id, const lm::Config& c) {
+  const std::string norm = family_norm(c);
+  if (id == "qwe.lemma8.2" || id == "qwe.thm8.3")
+    return "the model has no LayerNorm in front of attention (its norms are RMSNorm: qwe.remark5 runs)";
+  if (id == "qwe.remark5") return "the model's norms are LayerNorm, not RMSNorm or DyT (qwe.lemma8.2 and qwe.thm8.3 run)";
+  if (id == "qwe.obs3.1")
+    return "a statement about attention's form, checked on random weights; on checkpoints its consequence qwe.prop4.1 runs";
+  if (id == "qwe.thm4.1" || id == "qwe.remark4")
+    return "needs blocks without normalization; the model has " + norm + " in front of attention and MLP";
+  if (id == "qwe.lemma8.5" || id == "qwe.thm4.2")
+    return "needs attention-skip-only blocks; the model's blocks have both skips (and " + norm + ")";
+  if (id == "qwe.lemma8.6" || id == "qwe.thm4.3") return "needs weight-shared layers; the model's layers have their own weights";
+  if (id == "qwe.thm8.4" || id == "qwe.cor8.4.1")
+    return std::string("needs a skip ReLU MLP; the model's MLP is ") + (c.family == lm::Family::gpt2 ? "GELU" : "SwiGLU");
+  if (id.starts_with("qwe.sec8.3.1") || id == "qwe.scale8.2") return "a statement about random matrices: random weights only";
+  if (id.starts_with("skipv1.")) return "the in-context linear-regression setting of SkipV1Former, not a language model";
+  return "no checkpoint form: checked on random weights only";
+}
+
+using SiteCheck = std::function<Outcome(Precision, Rng&)>;
+
+struct Builder {
+  std::shared_ptr<const CheckpointData> data;
+  CheckpointPlan& out;
+
+  const lm::Config& config() const { return data->weights.config; }
+
+  void add(const Claim& base, const std::string& site, SiteCheck check) {
+    auto claim = std::make_unique<Claim>(Claim{base.id, base.statement + " (on the checkpoint's weights)",
+                                               theory::Kind::identity, theory::Dims{false, false, false, false},
+                                               base.budget, nullptr, {}, nullptr});
+    claim->run = [check = std::move(check)](const Config&, Precision p, Rng& rng) { return check(p, rng); };
+    const Config c{config().d, config().heads, 1, data->activations.length, Mask::causal, site, 0};
+    out.plan.configurations.emplace_back(claim.get(), c);
+    out.claims.push_back(std::move(claim));
+  }
+
+  static std::string at(int layer) { return "layer=" + std::to_string(layer + 1); }
+
+  void attention(const Claim& base) {
+    const auto& d = data;
+    for (int l = 0; l < config().layers; ++l) {
+      if (base.id == "qwe.prop4.2") {
+        add(base, at(l), [d, l](Precision p, Rng& rng) {
+          return with_scalar(p, [&]<class S>() { return block_diagonal_freedom<S>(*d, l, rng); });
+        });
+        continue;
+      }
+      for (int h = 0; h < config().heads; ++h) {
+        const std::string head = at(l) + " head=" + std::to_string(h + 1);
+        if (base.id == "qwe.prop4.1") {
+          add(base, head, [d, l, h](Precision p, Rng& rng) {
+            return with_scalar(p, [&]<class S>() { return two_matrix_head<S>(*d, l, h, rng); });
+          });
+          continue;
+        }
+        for (const bool qk : {true, false})
+          add(base, head + (qk ? " pair=QK" : " pair=VO"), [d, l, h, qk](Precision p, Rng& rng) {
+            return with_scalar(p, [&]<class S>() { return head_reparametrization<S>(*d, l, h, qk, rng); });
+          });
+      }
+    }
+  }
+
+  void norms(const Claim& base) {
+    const auto& d = data;
+    const auto check = [id = base.id](const CheckpointData& cd, int l, NormSite site, Precision p, Rng& rng) {
+      return with_scalar(p, [&]<class S>() {
+        if (id == "qwe.lemma8.2") return norm_semi_conjugacy<S>(cd, l, site, rng);
+        if (id == "qwe.thm8.3") return norm_change_of_basis<S>(cd, l, site, rng);
+        return rms_norm_semi_conjugacy<S>(cd, l, site, rng);
+      });
+    };
+    auto site = [&](int l, NormSite s, const std::string& name) {
+      add(base, name, [d, l, s, check](Precision p, Rng& rng) { return check(*d, l, s, p, rng); });
+    };
+    const bool reads_qkv = attention_inapplicable(config()).empty();
+    for (int l = 0; l < config().layers; ++l) {
+      if (reads_qkv || base.id != "qwe.thm8.3") site(l, NormSite::attention, at(l) + " norm=ln_1");
+      site(l, NormSite::mlp, at(l) + " norm=ln_2");
+    }
+    site(config().layers, NormSite::final, "norm=ln_f");
+  }
+};
+
+}  // namespace
+
+CheckpointPlan plan_checkpoint(std::shared_ptr<const CheckpointData> data, const std::vector<const Claim*>& selected) {
+  CheckpointPlan out;
+  Builder b{data, out};
+  const lm::Config& c = data->weights.config;
+  const std::string attention_reason = attention_inapplicable(c);
+  const bool layer_norm = c.family == lm::Family::gpt2;
+  for (const Claim* claim : selected) {
+    const std::string& id = claim->id;
+    const std::size_t before = out.plan.configurations.size();
+    if (id == "qwe.lemma3.1" || id == "qwe.prop4.1" || id == "qwe.prop4.2") {
+      if (attention_reason.empty()) b.attention(*claim);
+      else out.skipped.push_back({id, attention_reason});
+    } else if (((id == "qwe.lemma8.2" || id == "qwe.thm8.3") && layer_norm) || (id == "qwe.remark5" && !layer_norm)) {
+      b.norms(*claim);
+    } else {
+      out.skipped.push_back({id, not_applicable(id, c)});
+    }
+    if (out.plan.configurations.size() > before) out.run.push_back(id);
+  }
+  return out;
+}
+
+results::Value checkpoint_value(const ModelWeights& w) {
+  results::Value v = results::Value::object();
+  v.set("path", w.dir.string());
+  v.set("format", w.format);
+  v.set("family", lm::to_string(w.config.family));
+  v.set("norm", family_norm(w.config));
+  v.set("rope", w.config.rope());
+  v.set("config", lm::config_value(w.config));
+  return v;
+}
+
+results::Report verify_checkpoint(const CheckpointPlan& plan, const ModelWeights& weights, results::Value tokens,
+                                  const theory::VerifyOptions& options) {
+  results::Report report = theory::verify(plan.plan, options);
+  report.context.set("checkpoint", checkpoint_value(weights));
+  report.context.set("tokens", std::move(tokens));
+  report.context.set("claims_run", results::Value::array_of(plan.run));
+  report.skipped = plan.skipped;
+  return report;
+}
+
+}  // namespace qkvlab::theory_lm
