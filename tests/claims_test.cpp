@@ -3,7 +3,10 @@
 // margin, its error tracks u down the precision ladder), the statistical
 // claim, and the verify runner (selection, validation, reproducibility).
 #include "core/errors.hpp"
+#include "core/head_freedoms.hpp"
 #include "core/reparametrize.hpp"
+#include "engine/kernels/rope.hpp"
+#include "theory/attention_freedoms.hpp"
 #include "theory/claims.hpp"
 #include "theory/verify.hpp"
 
@@ -81,8 +84,9 @@ TEST(Registry, HoldsTheClaimsOfTheSpecInLedgerOrder) {
                                           "qwe.lemma8.6", "qwe.thm4.3", "qwe.lemma8.2", "qwe.thm8.3",
                                           "qwe.remark5",  "qwe.sec8.3.1", "qwe.sec8.3.1.mp", "qwe.sec8.3.1.edge",
                                           "qwe.sec8.3.1.defect", "qwe.thm8.4", "qwe.cor8.4.1", "qwe.scale8.2",
+                                          "qwe.freedom.vo", "qwe.ext.rope", "qwe.ext.gqa", "qwe.ext.qknorm",
                                           "skipv1.reduction", "skipv1.lemma1", "skipv1.lemma2", "skipv1.lemma3",
-                                          "skipv1.lemma4", "skipv1.thm2"};
+                                          "skipv1.lemma4", "skipv1.thm2", "resformer.eq4", "resformer.eq5"};
   std::vector<std::string> ids;
   for (const auto& c : all_claims()) ids.push_back(c.id);
   EXPECT_EQ(ids, expected);
@@ -214,6 +218,102 @@ TEST(Sec831, MeanSquaredMetricDefectIsTheFrobeniusNormOverD) {
   EXPECT_LT(s.std_err, 0.02 * s.expected);
   EXPECT_LE(std::abs(s.value - s.expected), 4 * s.std_err) << o.note;
   expect_controls_rejected(o, 1);
+}
+
+// --- the extensions' attention (core/grouped_attention.hpp) and their claims ------------------
+
+GroupedAttention<double> plain_grouped(Rng& rng, int d, int heads, int kv_heads) {
+  GroupedAttention<double> w;
+  const int kv_width = d / heads * kv_heads;
+  w.W_Q = rng.gaussian(d, d, 0.3), w.W_K = rng.gaussian(d, kv_width, 0.3), w.W_V = rng.gaussian(d, kv_width, 0.3);
+  w.W_O = rng.gaussian(d, d, 0.3);
+  w.heads = heads, w.kv_heads = kv_heads;
+  return w;
+}
+
+TEST(GroupedAttention, WithoutGroupsRopeOrQkNormIsMha) {
+  Rng rng(kSeed, "grouped = mha");
+  const auto w = plain_grouped(rng, 8, 2, 2);
+  const MatD X = rng.gaussian(5, 8);
+  const MatD reference = mha<double>(X, w, Mask::causal);
+  EXPECT_LE(rel_err<double>(reference, grouped_attention<double>(X, w, Mask::causal)), 1e-14);
+  // Control: the same weights with RoPE are another function.
+  auto rotated = w;
+  rotated.rope = rope_frequencies(4, 1e4);
+  EXPECT_GE(rel_err<double>(reference, grouped_attention<double>(X, rotated, Mask::causal)), 1e-2);
+}
+
+// core's RoPE is the language models' (engine/kernels/rope.hpp): rotate_half pairs, ω_i = θ^(−2i/d_h).
+TEST(GroupedAttention, RopeIsTheLanguageModelsKernel) {
+  Rng rng(kSeed, "rope convention");
+  const int T = 7, heads = 2, dh = 8;
+  for (double theta : {1e4, 500.0}) {
+    const MatD Y = rng.gaussian(T, heads * dh);
+    std::vector<double> row_major(std::size_t(T * heads * dh));
+    for (int t = 0; t < T; ++t)
+      for (int j = 0; j < heads * dh; ++j) row_major[std::size_t(t * heads * dh + j)] = Y(t, j);
+    engine::kernels::RopeFrequencies f;
+    f.theta = theta;
+    const auto table = engine::kernels::rope_table<double>(T, dh, f);
+    auto kernel = row_major;
+    engine::kernels::rope_rows<double>(0, T, T, heads, dh, heads * dh, table.data(), false, kernel.data());
+    const MatD core = rope_rotate<double>(Y, rope_frequencies(dh, theta));
+    double worst = 0;
+    for (int t = 0; t < T; ++t)
+      for (int j = 0; j < heads * dh; ++j)
+        worst = std::max(worst, std::abs(core(t, j) - kernel[std::size_t(t * heads * dh + j)]));
+    EXPECT_LE(worst, 1e-15 * Y.cwiseAbs().maxCoeff()) << "theta " << theta;
+    // Control: the inverse rotation is a different map.
+    engine::kernels::rope_rows<double>(0, T, T, heads, dh, heads * dh, table.data(), true, row_major.data());
+    EXPECT_GE(std::abs(core(T - 1, 0) - row_major[std::size_t((T - 1) * heads * dh)]), 1e-3) << "theta " << theta;
+  }
+}
+
+// ResFormer Eq. 4 needs both copies of K_n masked alike: with the causal mask, query 0 sees key 0
+// of both copies, and Eq. 4's 1/2 weights V_n and V_m equally.
+TEST(CrossLayerAttention, FirstQueryAveragesTheFirstValueOfEachLayer) {
+  Rng rng(kSeed, "cross-layer row 0");
+  const MatD Q = rng.gaussian(3, 4), K = rng.gaussian(3, 4), V_n = rng.gaussian(3, 4), V_m = rng.gaussian(3, 4);
+  const MatD U = cross_layer_attention<double>(Q, {K, K}, {V_n, V_m}, Mask::causal, 2.0);
+  EXPECT_LE((U.row(0) - 0.5 * (V_n.row(0) + V_m.row(0))).norm(), 1e-15 * V_n.norm());
+  // Control: other keys for layer m move query 0's weights off 1/2.
+  const MatD U2 = cross_layer_attention<double>(Q, {K, rng.gaussian(3, 4)}, {V_n, V_m}, Mask::causal, 2.0);
+  EXPECT_GE((U2.row(0) - 0.5 * (V_n.row(0) + V_m.row(0))).norm(), 1e-3 * V_n.norm());
+}
+
+// qwe.ext.gqa at H = 4: every grouping has the control "a different M for one query head of the
+// group" (group size >= 2), and it fails by a wide margin.
+TEST(ExtensionClaims, GqaSplitGroupControlFailsForEveryGrouping) {
+  const Claim& claim = claim_by_id("qwe.ext.gqa");
+  Config config;
+  config.d = 16, config.heads = 4, config.seq = 6;
+  EXPECT_EQ(claim.variants(config), (std::vector<std::string>{"kv=1", "kv=2"}));
+  for (const auto& variant : claim.variants(config)) {
+    config.variant = variant;
+    const Outcome o = run_claim(claim, config, Precision::f64);
+    EXPECT_LE(*normalized_error(o.rel_err, unit_roundoff<double>(), o.kappa), claim.budget) << variant;
+    const auto split = std::ranges::find_if(o.controls, [](const auto& c) { return c.name.starts_with("a different M"); });
+    ASSERT_NE(split, o.controls.end()) << variant;
+    EXPECT_GE(split->rel_err.value_or(0), 1e-2) << variant;
+  }
+}
+
+// qwe.ext.qknorm: only the product of the gains must commute with M: an orthogonal M_h that
+// commutes with diag(γ_Q γ_K) but not with diag(γ_Q) keeps attention; one that mixes coordinates
+// of different products does not.
+TEST(ExtensionClaims, QkNormFreedomNeedsOnlyTheGainProductToCommute) {
+  Rng rng(kSeed, "qk-norm gains");
+  auto w = plain_grouped(rng, 4, 1, 1);
+  w.q_gain = VecD::LinSpaced(4, 0.5, 2.0);                 // distinct: M does not commute with diag(γ_Q)
+  w.k_gain = VecD(4);
+  w.k_gain << 1.0 / 0.5, 1.0 / 1.0, 3.0 / 1.5, 3.0 / 2.0;  // γ_Q γ_K = (1, 1, 3, 3)
+  const MatD X = rng.gaussian(5, 4);
+  const MatD O1 = orthogonal_factor<double>(rng.gaussian(2, 2)), O2 = orthogonal_factor<double>(rng.gaussian(2, 2));
+  const auto M = change_of_basis<double>(block_diagonal<double>({O1, O2}));
+  const AttentionProbe<double> probe(X, w, Mask::causal);
+  EXPECT_LE(qk_freedom_deviation<double>(probe, {M}).rel_err, 1e-14);
+  const auto mixing = change_of_basis<double>(orthogonal_factor<double>(rng.gaussian(4, 4)));
+  EXPECT_GE(qk_freedom_deviation<double>(probe, {mixing}).rel_err, 1e-2);
 }
 
 // --- a singular basis is reported, not measured ----------------------------------------

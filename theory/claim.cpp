@@ -41,7 +41,9 @@ const std::vector<Claim>& all_claims() {
     register_rmt_claims(c);
     register_absorb_claims(c);
     register_scale_claims(c);
+    register_extension_claims(c);
     register_skipv1_claims(c);
+    register_resformer_claims(c);
     return c;
   }();
   return claims;

@@ -12,6 +12,8 @@ void register_norm_claims(std::vector<Claim>& claims);
 void register_rmt_claims(std::vector<Claim>& claims);
 void register_absorb_claims(std::vector<Claim>& claims);
 void register_scale_claims(std::vector<Claim>& claims);
+void register_extension_claims(std::vector<Claim>& claims);
 void register_skipv1_claims(std::vector<Claim>& claims);
+void register_resformer_claims(std::vector<Claim>& claims);
 
 }  // namespace qkvlab::theory

@@ -1,0 +1,281 @@
+// The head-wise freedoms of [003] beyond plain multi-head attention (docs/math/extensions.md):
+// qwe.freedom.vo (the W_V/W_O analogue of Prop. 4.2 that §4.1.2 conjectures), and §6's
+// extensions to RoPE (qwe.ext.rope), grouped-query attention (qwe.ext.gqa) and QK-norm
+// (qwe.ext.qknorm). Row-vector convention. What is measured is theory/attention_freedoms.hpp's,
+// a function of weights and inputs; this file draws them and builds the controls.
+#include "theory/attention_freedoms.hpp"
+#include "theory/claims.hpp"
+
+#include <stdexcept>
+#include <string>
+
+namespace qkvlab::theory {
+namespace {
+
+template <class S> Mat<S> draw_input(Rng& rng, const Config& c) { return draw<S>(rng, c.seq, c.d, 1.0); }
+
+// W_Q, W_O d×d; W_K, W_V d × H_kv d_h; entries N(0, 1/d).
+template <class S> GroupedAttention<S> random_grouped(Rng& rng, const Config& c, int kv_heads) {
+  const double sd = 1.0 / std::sqrt(double(c.d));
+  const Eigen::Index kv_width = Eigen::Index(c.d / c.heads) * kv_heads;
+  GroupedAttention<S> w;
+  w.W_Q = draw<S>(rng, c.d, c.d, sd);
+  w.W_K = draw<S>(rng, c.d, kv_width, sd);
+  w.W_V = draw<S>(rng, c.d, kv_width, sd);
+  w.W_O = draw<S>(rng, c.d, c.d, sd);
+  w.heads = c.heads;
+  w.kv_heads = kv_heads;
+  return w;
+}
+
+// `count` Gaussian d_h×d_h blocks (Prop. 4.2's), drawn as random_basis draws them.
+template <class S> std::vector<Mat<S>> random_blocks(Rng& rng, int count, Eigen::Index dh) {
+  std::vector<Mat<S>> blocks;
+  for (int g = 0; g < count; ++g) blocks.push_back(cast<S>(draw_basis(rng, dh, 1.0 / std::sqrt(double(dh)))));
+  return blocks;
+}
+
+// The blocks as changes of basis with their κ (for an identity: its error is normalized by κ).
+template <class S> std::vector<ChangeOfBasis<S>> bases_of(const std::vector<Mat<S>>& blocks) {
+  std::vector<ChangeOfBasis<S>> bases;
+  for (const auto& b : blocks) bases.push_back(change_of_basis<S>(b));
+  return bases;
+}
+
+// The blocks with their inverses only (for a control, whose error is not normalized: κ's power
+// iterations cost most of a check at 50 digits).
+template <class S> std::vector<ChangeOfBasis<S>> inverted(const std::vector<Mat<S>>& blocks) {
+  std::vector<ChangeOfBasis<S>> bases(blocks.size());
+  for (std::size_t g = 0; g < blocks.size(); ++g) bases[g].T = blocks[g], bases[g].T_inv = blocks[g].inverse();
+  return bases;
+}
+
+void take_worst(Outcome& o, const Deviation& d) {
+  o.rel_err = std::max(o.rel_err, d.rel_err);
+  o.kappa = std::max(o.kappa, d.kappa);
+  o.singular = o.singular || d.singular;
+}
+
+// The identity of every extension claim: the QK freedom M (the claim's own), and the two that
+// survive every extension unchanged: the VO freedom (random N_g, values carry neither RoPE nor
+// QK-norm) and Lemma 3.1 (random T, acting before the projections).
+template <class S>
+Outcome surviving_freedoms(Rng& rng, const AttentionProbe<S>& p, const std::vector<ChangeOfBasis<S>>& M) {
+  Outcome o;
+  take_worst(o, qk_freedom_deviation<S>(p, M));
+  take_worst(o, vo_freedom_deviation<S>(p, bases_of<S>(random_blocks<S>(rng, p.w.kv_heads, p.w.head_dim()))));
+  take_worst(o, input_basis_deviation<S>(p, random_basis<S>(rng, p.X.cols())));
+  return o;
+}
+
+// A control: out(X; w_new) must differ from out(X; w).
+template <class S> ControlOutcome changed(std::string name, const AttentionProbe<S>& p, const GroupedAttention<S>& w_new) {
+  return control_by_error(std::move(name), output_deviation<S>(p, p.X, w_new, {}).rel_err);
+}
+
+// A control: M_h (one block per key head) applied as the claim's freedom must change out(X; w).
+template <class S> ControlOutcome qk_control(std::string name, const AttentionProbe<S>& p, const std::vector<Mat<S>>& M) {
+  return changed<S>(std::move(name), p, with_qk_freedom<S>(p.w, inverted<S>(M)));
+}
+
+// qwe.freedom.vo: MHA(X; W_V N, N⁻¹ W_O) = MHA(X; W) and SA(X; W_V N) = SA(X) N for
+// block-diagonal N = diag(N_1, …, N_H).
+struct FreedomVO {
+  template <class S> static Outcome run(const Config& c, Rng& rng) {
+    const auto w = random_grouped<S>(rng, c, c.heads);
+    const Mat<S> X = draw_input<S>(rng, c);
+    const AttentionProbe<S> p(X, w, c.mask);
+    const auto N = bases_of<S>(random_blocks<S>(rng, c.heads, w.head_dim()));
+    Outcome o;
+    take_worst(o, vo_freedom_deviation<S>(p, N));
+    auto sa = w;  // SA(X) = MHA(X) with W_O = I
+    sa.W_O = Mat<S>::Identity(c.d, c.d);
+    auto sa_N = with_vo_freedom<S>(sa, N);
+    sa_N.W_O = sa.W_O;
+    std::vector<Mat<S>> blocks, inverses;
+    for (const auto& b : N) blocks.push_back(b.T), inverses.push_back(b.T_inv);
+    const Mat<S> N_full = block_diagonal<S>(blocks), N_inv_full = block_diagonal<S>(inverses);
+    o.rel_err = std::max(o.rel_err, rel_err<S>(Mat<S>(grouped_attention<S>(X, sa, c.mask) * N_full),
+                                               grouped_attention<S>(X, sa_N, c.mask)));
+    auto only_values = w;
+    only_values.W_V = w.W_V * N_full;
+    o.controls.push_back(changed<S>("N applied to W_V only", p, only_values));
+    auto contragredient = only_values;  // W_O^h ↦ N_h⁻ᵀ W_O^h: the QK pair's rule in place of N⁻¹
+    contragredient.W_O = N_inv_full.transpose() * w.W_O;
+    o.controls.push_back(changed<S>("N^-T (Prop. 4.2's contragredient) in place of N^-1 on W_O", p, contragredient));
+    if (c.heads > 1) {
+      const auto full = inverted<S>(random_blocks<S>(rng, 1, c.d)).front();
+      auto mixed = w;
+      mixed.W_V = w.W_V * full.T;
+      mixed.W_O = full.T_inv * w.W_O;
+      o.controls.push_back(changed<S>("full (not block-diagonal) N", p, mixed));
+    }
+    return o;
+  }
+};
+
+// qwe.ext.rope: M_h commuting with every rotation of the RoPE table: complex scalings per
+// frequency pair (θ = 1e4, distinct frequencies), a complex-linear map of all pairs (θ = 1,
+// every frequency equal).
+double variant_theta(const std::string& v) { return v == "theta=1" ? 1.0 : 1e4; }
+
+template <class S> Mat<S> rope_commutant(Rng& rng, Eigen::Index dh, bool coinciding) {
+  const Eigen::Index m = dh / 2;
+  if (!coinciding) {
+    const Mat<S> a = draw<S>(rng, m, 1, 1.0), b = draw<S>(rng, m, 1, 1.0);
+    return complex_linear<S>(Mat<S>(a.col(0).asDiagonal()), Mat<S>(b.col(0).asDiagonal()));
+  }
+  const double sd = 1.0 / std::sqrt(double(dh));
+  const Mat<S> A = draw<S>(rng, m, m, sd), B = draw<S>(rng, m, m, sd);
+  return complex_linear<S>(A, B);
+}
+
+// A complex scaling of GPT-J's interleaved pairs (2i, 2i + 1), which rotate_half does not rotate together.
+template <class S> Mat<S> interleaved_scaling(Rng& rng, Eigen::Index dh) {
+  Mat<S> M = Mat<S>::Zero(dh, dh);
+  for (Eigen::Index i = 0; i + 1 < dh; i += 2) {
+    const Mat<S> ab = draw<S>(rng, 2, 1, 1.0);
+    M.block(i, i, 2, 2) << ab(0), ab(1), -ab(1), ab(0);
+  }
+  return M;
+}
+
+struct ExtRope {
+  template <class S> static Outcome run(const Config& c, Rng& rng) {
+    auto w = random_grouped<S>(rng, c, c.heads);
+    const Eigen::Index dh = w.head_dim();
+    if (dh % 2 != 0) throw std::invalid_argument("RoPE needs an even head width d_h, got " + std::to_string(dh));
+    const bool coinciding = c.variant == "theta=1";
+    w.rope = rope_frequencies(dh, variant_theta(c.variant));
+    const AttentionProbe<S> p(draw_input<S>(rng, c), w, c.mask);
+    std::vector<Mat<S>> blocks;
+    for (int h = 0; h < c.heads; ++h) blocks.push_back(rope_commutant<S>(rng, dh, coinciding));
+    Outcome o = surviving_freedoms<S>(rng, p, bases_of<S>(blocks));
+
+    o.controls.push_back(
+        qk_control<S>("generic M_h (Prop. 4.2's freedom without RoPE)", p, random_blocks<S>(rng, c.heads, dh)));
+    if (dh == 2) return o;  // one pair: each control below would be a complex scaling of it
+    if (coinciding) {
+      auto distinct = w;
+      distinct.rope = rope_frequencies(dh, 1e4);
+      o.controls.push_back(qk_control<S>("this complex-linear M under distinct frequencies (theta = 1e4)",
+                                         AttentionProbe<S>(p.X, distinct, c.mask), blocks));
+      return o;
+    }
+    std::vector<Mat<S>> interleaved, full;
+    for (int h = 0; h < c.heads; ++h) interleaved.push_back(interleaved_scaling<S>(rng, dh));
+    for (int h = 0; h < c.heads; ++h) full.push_back(rope_commutant<S>(rng, dh, true));
+    o.controls.push_back(
+        qk_control<S>("complex scalings of GPT-J's interleaved pairs (2i, 2i+1)", p, interleaved));
+    o.controls.push_back(qk_control<S>("complex-linear M mixing pairs of distinct frequencies", p, full));
+    return o;
+  }
+};
+
+std::vector<std::string> rope_thetas(const Config&) { return {"theta=1e4", "theta=1"}; }
+
+// qwe.ext.gqa: one M_g (and N_g) per key/value head, shared by the query heads of its group.
+struct ExtGqa {
+  template <class S> static Outcome run(const Config& c, Rng& rng) {
+    const int kv = std::stoi(c.variant.substr(3));
+    const auto w = random_grouped<S>(rng, c, kv);
+    const Eigen::Index dh = w.head_dim();
+    const AttentionProbe<S> p(draw_input<S>(rng, c), w, c.mask);
+    const auto M = bases_of<S>(random_blocks<S>(rng, kv, dh));
+    Outcome o = surviving_freedoms<S>(rng, p, M);
+
+    auto queries_only = with_qk_freedom<S>(w, M);
+    queries_only.W_K = w.W_K;
+    o.controls.push_back(changed<S>("M_g on the queries only (W_K^g unchanged)", p, queries_only));
+    const int group = c.heads / kv;
+    if (group < 2) return o;
+    const Eigen::Index last = Eigen::Index(group - 1) * dh;  // the last query head of group 0
+    auto split = with_qk_freedom<S>(w, M);
+    split.W_Q.middleCols(last, dh) = w.W_Q.middleCols(last, dh) * random_blocks<S>(rng, 1, dh).front();
+    o.controls.push_back(changed<S>("a different M for one query head of the group", p, split));
+    auto one_output = with_vo_freedom<S>(w, M);
+    one_output.W_O.middleRows(last, dh) = w.W_O.middleRows(last, dh);
+    o.controls.push_back(changed<S>("N_g^-1 left off one query head's rows of W_O", p, one_output));
+    return o;
+  }
+};
+
+// Key/value head counts H_kv < H dividing H (multi-query attention, H_kv = 1, always); H = 1: H_kv = 1.
+std::vector<std::string> kv_head_counts(const Config& c) {
+  std::vector<std::string> v;
+  for (int kv = 1; kv < std::max(c.heads, 2); ++kv)
+    if (c.heads % kv == 0) v.push_back("kv=" + std::to_string(kv));
+  return v;
+}
+
+// qwe.ext.qknorm: per-head RMSNorm on queries and keys with gains γ_Q, γ_K whose product takes
+// one value on the first ⌈d_h/2⌉ coordinates of a head and another on the rest (γ_Q alone
+// distinct); M_h = diag(O_1, O_2), orthogonal at the working precision.
+// exp(0.3 g) entrywise, g ~ N(0, 1), drawn in double.
+template <class S> Vec<S> random_gains(Rng& rng, Eigen::Index n) {
+  return cast<S>(MatD(rng.gaussian(n, 1, 0.3).array().exp())).col(0);
+}
+
+template <class S> Vec<S> gains_with_product(Rng& rng, const Vec<S>& q_gain, int heads, Eigen::Index dh) {
+  Vec<S> k_gain(q_gain.size());
+  const Eigen::Index first = (dh + 1) / 2;
+  for (int h = 0; h < heads; ++h) {
+    const Vec<S> level = random_gains<S>(rng, 2);
+    for (Eigen::Index i = 0; i < dh; ++i) k_gain(h * dh + i) = level(i < first ? 0 : 1) / q_gain(h * dh + i);
+  }
+  return k_gain;
+}
+
+template <class S> Mat<S> haar_orthogonal(Rng& rng, Eigen::Index m) {
+  return orthogonal_factor<S>(draw<S>(rng, m, m, 1.0));
+}
+
+struct ExtQkNorm {
+  template <class S> static Outcome run(const Config& c, Rng& rng) {
+    auto w = random_grouped<S>(rng, c, c.heads);
+    const Eigen::Index dh = w.head_dim(), first = (dh + 1) / 2;
+    w.q_gain = random_gains<S>(rng, c.d);
+    w.k_gain = gains_with_product<S>(rng, w.q_gain, c.heads, dh);
+    const AttentionProbe<S> p(draw_input<S>(rng, c), w, c.mask);
+    std::vector<Mat<S>> blocks, full;
+    for (int h = 0; h < c.heads; ++h) {
+      std::vector<Mat<S>> levels{haar_orthogonal<S>(rng, first)};
+      if (dh > first) levels.push_back(haar_orthogonal<S>(rng, dh - first));
+      blocks.push_back(block_diagonal<S>(levels));
+    }
+    Outcome o = surviving_freedoms<S>(rng, p, bases_of<S>(blocks));
+
+    o.controls.push_back(qk_control<S>("generic invertible M_h (Prop. 4.2's freedom without QK-norm)", p,
+                                       random_blocks<S>(rng, c.heads, dh)));
+    for (int h = 0; h < c.heads; ++h) full.push_back(haar_orthogonal<S>(rng, dh));
+    if (dh > 1)
+      o.controls.push_back(
+          qk_control<S>("orthogonal M_h not commuting with diag(gamma_Q gamma_K)", p, full));
+    return o;
+  }
+};
+
+}  // namespace
+
+void register_extension_claims(std::vector<Claim>& claims) {
+  // d = 8 and 16 with H = 1, 2, 4: head widths 2 … 16; the bases' κ at 50 digits make d = 32 cost 4×.
+  const DefaultSweep extension_sweep{.d = {8, 16}};
+  claims.push_back({"qwe.freedom.vo",
+                    "MHA(X; W_V N, N^-1 W_O) = MHA(X; W) and SA(X; W_V N) = SA(X) N for block-diagonal N (the W_V/W_O "
+                    "analogue of Prop. 4.2 conjectured in 4.1.2)",
+                    Kind::identity, Dims{}, default_budget, nullptr, {}, dispatch<FreedomVO>()});
+  claims.push_back({"qwe.ext.rope",
+                    "under RoPE, (W_Q M, W_K M^-T) keeps attention at every position iff each M_h commutes with the "
+                    "rotations: complex scalings per frequency pair (sec. 6)",
+                    Kind::identity, Dims{}, default_budget, rope_thetas, extension_sweep, dispatch<ExtRope>()});
+  claims.push_back({"qwe.ext.gqa",
+                    "GQA: W_Q^h M_g for every query head h of group g with W_K^g M_g^-T (and W_V^g N_g, N_g^-1 W_O^h) "
+                    "keep attention: one freedom per key head (sec. 6)",
+                    Kind::identity, Dims{.mask = false}, default_budget, kv_head_counts, extension_sweep, dispatch<ExtGqa>()});
+  claims.push_back({"qwe.ext.qknorm",
+                    "per-head QK RMSNorm with gains: (W_Q M, W_K M) keeps attention for M_h orthogonal commuting with "
+                    "diag(gamma_Q gamma_K) (sec. 6)",
+                    Kind::identity, Dims{.mask = false}, default_budget, nullptr, extension_sweep, dispatch<ExtQkNorm>()});
+}
+
+}  // namespace qkvlab::theory
