@@ -99,13 +99,14 @@ int run_analyze(const AnalyzeArgs& a, const std::string& command_line) {
 Command add_analyze_command(CLI::App& app, const std::string& command_line) {
   auto a = std::make_shared<AnalyzeArgs>();
   auto* cmd = app.add_subcommand("analyze", "Per-layer analyses of a trained model: attention entropy, token "
-                                            "similarity, value spectra, first-token ratios, head and token cosines");
+                                            "similarity, value spectra, first-token ratios, head and token cosines, "
+                                            "cross-layer attention's approximations");
   cmd->footer("Definitions: docs/analysis.md. Each sequence is measured on its own; the output gives the mean,\n"
               "standard deviation and standard error over sequences, the definition used, the checkpoint,\n"
               "the sequences, T and the seed.");
-  cmd->add_option("KIND", a->kind, "entropy|similarity|spectrum|first-token|heads|tokens|all")
+  cmd->add_option("KIND", a->kind, "entropy|similarity|spectrum|first-token|heads|tokens|cross-layer|all")
       ->required()
-      ->check(CLI::IsMember({"entropy", "similarity", "spectrum", "first-token", "heads", "tokens", "all"}));
+      ->check(CLI::IsMember({"entropy", "similarity", "spectrum", "first-token", "heads", "tokens", "cross-layer", "all"}));
   cmd->add_option("CKPT", a->checkpoint, "Checkpoint directory (qkvlab's own or Hugging Face's)")->required();
   cmd->add_option("--tokens", a->tokens, "Token file: .npy of integers (2-D: one sequence per row) or nanoGPT .bin");
   cmd->add_option("--corpus", a->corpus, "A prepared corpus: brown (see --data, --split)")->check(CLI::IsMember({"brown"}));
