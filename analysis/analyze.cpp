@@ -311,7 +311,7 @@ class CrossLayer final : public Analysis {
                            "cosine", false, false,
                            {{"layer", "eq3", "", "Eq. 3: the current attention as the map", "linespoints", ""},
                             {"layer", "eq6", "", "Eq. 6: identity mapping", "linespoints", ""}},
-                           {"set key bottom left"}});
+                           {"set key center right", "set xtics 1"}});
   }
 
  private:
