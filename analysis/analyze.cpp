@@ -1,8 +1,10 @@
 #include "analysis/analyze.hpp"
 
 #include <algorithm>
+#include <iterator>
 #include <memory>
 #include <numeric>
+#include <stdexcept>
 
 #include "core/errors.hpp"
 #include "core/parallel.hpp"
@@ -263,6 +265,71 @@ class CosineMatrix final : public Analysis {
   std::int64_t n_ = 0;
 };
 
+// ResFormer Fig. 3: per layer n, cos(Eq. 2, Eq. 3) and cos(Eq. 2, Eq. 6) against layer 1's keys
+// and values (measures.hpp). The record hands a layer's q, k and v before its pattern: they are
+// kept until the pattern comes, and layer 1's k and v for the rest of the pass.
+class CrossLayer final : public Analysis {
+ public:
+  CrossLayer(int L, double scale) : scale_(scale), eq3_(std::size_t(L)), eq6_(std::size_t(L)) {}
+  bool wants(Site s, int) const override { return s == Site::q || s == Site::k || s == Site::v || s == Site::pattern; }
+  void record(const Activation<float>& a) override {
+    if (a.site != Site::pattern) return keep(a);
+    const Kept &q = kept_[0], &k = kept_[1], &v = kept_[2];
+    if (q.layer != a.layer || k.layer != a.layer || v.layer != a.layer || first_[0].layer != 0)
+      throw std::logic_error("cross-layer: a layer's pattern came before its queries, keys and values");
+    const std::size_t T = std::size_t(a.T);
+    const auto at = [&](const Kept& x, int b) { return x.data.data() + std::size_t(b) * T * x.heads * x.width; };
+    try {
+      for (const CrossLayerCosines& c : each_sequence([&](int b) {
+             const AttentionLayer n{at(q, b), at(k, b), at(v, b), a.data + std::size_t(b) * a.heads * T * T,
+                                    a.T,      a.heads,  k.heads,  k.width, v.width};
+             return cross_layer_cosines(n, at(first_[0], b), at(first_[1], b), scale_);
+           }))
+        eq3_[std::size_t(a.layer)].add(c.eq3), eq6_[std::size_t(a.layer)].add(c.eq6);
+    } catch (const NumericalError& e) {
+      throw NumericalError("layer " + std::to_string(a.layer + 1) + ": " + e.what());
+    }
+  }
+  void report(Report& out) const override {
+    results::Value layers = results::Value::array();
+    results::Table t{"cross_layer", {{"layer", {}}}};
+    for (const char* name : {"eq3", "eq3_std", "eq3_se", "eq6", "eq6_std", "eq6_se"}) t.columns.push_back({name, {}});
+    for (std::size_t l = 0; l < eq3_.size(); ++l) {
+      const Summary s3 = eq3_[l].summary(), s6 = eq6_[l].summary();
+      const double x[] = {double(l) + 1, s3.value, s3.std, s3.se, s6.value, s6.std, s6.se};
+      results::Value row = results::Value::object();
+      row.set("layer", std::int64_t(l) + 1);
+      for (std::size_t c = 0; c < 7; ++c) {
+        if (c) row.set(t.columns[c].name, x[c]);
+        t.columns[c].values.push_back(x[c]);
+      }
+      layers.push(row);
+    }
+    out.value.set("layers", layers);
+    out.tables.push_back(t);
+    out.figures.push_back({"cosine with true cross-layer attention to layer 1 (Eq. 2), mean over sequences", "layer",
+                           "cosine", false, false,
+                           {{"layer", "eq3", "", "Eq. 3: the current attention as the map", "linespoints", ""},
+                            {"layer", "eq6", "", "Eq. 6: identity mapping", "linespoints", ""}},
+                           {"set key center right", "set xtics 1"}});
+  }
+
+ private:
+  struct Kept {
+    std::vector<float> data;
+    int layer = -1, heads = 0, width = 0;
+  };
+  void keep(const Activation<float>& a) {
+    Kept& k = kept_[a.site == Site::q ? 0 : a.site == Site::k ? 1 : 2];
+    k.data.assign(a.data, a.data + std::size_t(a.B) * a.T * a.heads * a.width);
+    k.layer = a.layer, k.heads = a.heads, k.width = a.width;
+    if (a.layer == 0 && a.site != Site::q) first_[a.site == Site::k ? 0 : 1] = k;
+  }
+  double scale_;
+  Kept kept_[3], first_[2];  // q, k, v of the current layer; k, v of layer 1
+  std::vector<RunningStats> eq3_, eq6_;
+};
+
 // Several analyses fed from one forward pass.
 class Together final : public Analysis {
  public:
@@ -287,7 +354,7 @@ class Together final : public Analysis {
   }
 };
 
-constexpr const char* kNames[] = {"entropy", "similarity", "spectrum", "first-token", "heads", "tokens", "all"};
+constexpr const char* kNames[] = {"entropy", "similarity", "spectrum", "first-token", "heads", "tokens", "cross-layer", "all"};
 
 std::unique_ptr<Analysis> make(Kind kind, const lm::Config& c, const Options& o) {
   const int L = c.layers, layer = o.layer < 0 ? L - 1 : o.layer;
@@ -299,6 +366,7 @@ std::unique_ptr<Analysis> make(Kind kind, const lm::Config& c, const Options& o)
     case Kind::first_token: return std::make_unique<FirstToken>(L);
     case Kind::heads: return std::make_unique<CosineMatrix>(o.head_matrix == HeadMatrixOf::outputs ? Site::z : Site::pattern, layer, "heads");
     case Kind::tokens: return std::make_unique<CosineMatrix>(Site::resid_post, layer, "tokens");
+    case Kind::cross_layer: return std::make_unique<CrossLayer>(L, c.attention_scale());
     case Kind::all: {
       auto all = std::make_unique<Together>();
       for (Kind k : {Kind::entropy, Kind::similarity, Kind::spectrum, Kind::first_token}) all->parts.push_back(make(k, c, o));
@@ -332,6 +400,12 @@ results::Value definition(Kind kind, const Options& o, int layers) {
   if (kind == Kind::heads) d.set("of", o.head_matrix == HeadMatrixOf::outputs ? "outputs" : "patterns");
   if (kind == Kind::heads || kind == Kind::tokens) d.set("layer", std::int64_t(o.layer < 0 ? layers : o.layer + 1));
   if (kind == Kind::tokens) d.set("of", "block output before the final norm");
+  if (kind == Kind::cross_layer) {
+    d.set("reference_layer", std::int64_t(1));
+    d.set("compared", "per token, U_n with the heads concatenated (before W_O): Eq. 2 (one causal softmax over the "
+                      "keys of layer n and layer 1) against Eq. 3 = 1/2 A_n (V_n + V_1) and Eq. 6 = A_n V_n + V_1; "
+                      "cosine, mean over the tokens");
+  }
   return d;
 }
 
@@ -339,7 +413,7 @@ results::Value definition(Kind kind, const Options& o, int layers) {
 
 Kind parse_kind(const std::string& name) {
   std::string known;
-  for (int i = 0; i < 7; ++i) {
+  for (int i = 0; i < int(std::size(kNames)); ++i) {
     if (name == kNames[i]) return Kind(i);
     known += (i ? "|" : "") + std::string(kNames[i]);
   }
@@ -390,6 +464,30 @@ Report analyze(lm::Model<float>& model, Kind kind, const lm::TokenSequences& dat
   out.value.set("seq_len", std::int64_t(T));
   analysis->report(out);
   return out;
+}
+
+const char* const kCrossLayerVerdictRule =
+    "per layer n >= 2, d = cos(Eq. 2, Eq. 3) - cos(Eq. 2, Eq. 6) of each seed's model, mean and standard error over "
+    "the seeds: agrees when every such layer has mean(d) > 2 se, disagrees when some layer has mean(d) < -2 se, "
+    "inconclusive otherwise and always with fewer than 2 seeds";
+
+CrossLayerVerdict cross_layer_verdict(const std::vector<Report>& replicates) {
+  CrossLayerVerdict v;
+  for (std::size_t l = 1; !replicates.empty() && l < replicates.front().value["layers"].items().size(); ++l) {
+    RunningStats d;
+    for (const Report& r : replicates) {
+      const results::Value& row = r.value["layers"].items().at(l);
+      d.add(row["eq3"].number() - row["eq6"].number());
+    }
+    v.difference.push_back(d.summary());
+  }
+  const auto above = [](const Summary& s) { return s.value > 2 * s.se; };
+  const auto below = [](const Summary& s) { return s.value < -2 * s.se; };
+  if (replicates.size() < 2 || v.difference.empty()) v.verdict = "inconclusive";
+  else if (std::all_of(v.difference.begin(), v.difference.end(), above)) v.verdict = "agrees";
+  else if (std::any_of(v.difference.begin(), v.difference.end(), below)) v.verdict = "disagrees";
+  else v.verdict = "inconclusive";
+  return v;
 }
 
 }  // namespace qkvlab::analysis

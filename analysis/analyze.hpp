@@ -15,6 +15,9 @@
 //                mean of the others', and the same per position
 //   heads        one layer's H×H cosine matrix of head outputs z_h or patterns A_h (flattened)
 //   tokens       one layer's T×T cosine matrix of the block outputs (before the final norm)
+//   cross-layer  per layer (1 … L): the mean over tokens of the cosine between true cross-layer
+//                attention to layer 1 (ResFormer Eq. 2) and its approximations Eq. 3 (the current
+//                attention as the map) and Eq. 6 (identity mapping), measures.hpp's definitions
 //   all          entropy, similarity, spectrum and first-token in one pass
 #pragma once
 
@@ -24,6 +27,7 @@
 #include <vector>
 
 #include "analysis/measures.hpp"
+#include "core/statistics.hpp"
 #include "lm/evaluate.hpp"
 #include "lm/model.hpp"
 #include "results/figure.hpp"
@@ -31,7 +35,7 @@
 
 namespace qkvlab::analysis {
 
-enum class Kind { entropy, similarity, spectrum, first_token, heads, tokens, all };
+enum class Kind { entropy, similarity, spectrum, first_token, heads, tokens, cross_layer, all };
 Kind parse_kind(const std::string& name);
 std::string to_string(Kind kind);
 
@@ -64,5 +68,18 @@ struct Report {
 
 Report analyze(lm::Model<float>& model, Kind kind, const lm::TokenSequences& data, const Options& options,
                const std::function<void(std::int64_t done, std::int64_t total)>& progress = {});
+
+// ResFormer Fig. 3's reading — the current attention is a better map of layer 1's values than the
+// identity (cos(Eq. 2, Eq. 3) > cos(Eq. 2, Eq. 6)) — over replicate models (seeds), from their
+// cross-layer reports: per layer n ≥ 2, the difference eq3 − eq6 of each replicate's mean cosine,
+// summarized over the replicates (mean, se). The verdict: "agrees" when every layer n ≥ 2 has a
+// mean difference above 2 se; "disagrees" when some layer has one below −2 se; "inconclusive"
+// otherwise, and always with fewer than 2 replicates or no layer n ≥ 2.
+struct CrossLayerVerdict {
+  std::vector<Summary> difference;  // layers 2 … L
+  std::string verdict;
+};
+CrossLayerVerdict cross_layer_verdict(const std::vector<Report>& replicates);
+extern const char* const kCrossLayerVerdictRule;  // the rule above in one sentence, for the record
 
 }  // namespace qkvlab::analysis

@@ -110,4 +110,61 @@ RowMatrix combine_heads(const float* data, int T, int heads, int width, HeadComb
   return M;
 }
 
+namespace {
+
+double dot(const float* a, const float* b, int n) {
+  double s = 0;
+  for (int c = 0; c < n; ++c) s += double(a[c]) * double(b[c]);
+  return s;
+}
+
+double cosine(const Eigen::VectorXd& a, const Eigen::VectorXd& b, const char* approximation, int token) {
+  const double c = a.dot(b) / (a.norm() * b.norm());
+  if (!std::isfinite(c))
+    throw NumericalError(std::string("cross-layer attention: the cosine of Eq. 2 and ") + approximation +
+                         " at token " + std::to_string(token) + " is not finite (a zero or non-finite output)");
+  return c;
+}
+
+}  // namespace
+
+CrossLayerCosines cross_layer_cosines(const AttentionLayer& n, const float* k_m, const float* v_m, double scale) {
+  const int T = n.T, dk = n.dk, dv = n.dv, group = n.H / n.G;
+  const std::size_t ldq = std::size_t(n.H) * dk, ldk = std::size_t(n.G) * dk, ldv = std::size_t(n.G) * dv;
+  Eigen::VectorXd exact(n.H * dv), shared(n.H * dv), identity(n.H * dv);
+  std::vector<double> s(static_cast<std::size_t>(T)), r(static_cast<std::size_t>(T));
+  CrossLayerCosines out;
+  for (int i = 0; i < T; ++i) {
+    exact.setZero(), shared.setZero(), identity.setZero();
+    for (int h = 0; h < n.H; ++h) {
+      const std::size_t g = std::size_t(h / group);
+      const float* q = n.q + i * ldq + std::size_t(h) * dk;
+      double top = -INFINITY;
+      for (int j = 0; j <= i; ++j) {
+        s[std::size_t(j)] = scale * dot(q, n.k + j * ldk + g * dk, dk);
+        r[std::size_t(j)] = scale * dot(q, k_m + j * ldk + g * dk, dk);
+        top = std::max({top, s[std::size_t(j)], r[std::size_t(j)]});
+      }
+      const float* a = n.pattern + (std::size_t(h) * T + i) * T;
+      double z = 0;
+      for (int j = 0; j <= i; ++j) {
+        const double es = std::exp(s[std::size_t(j)] - top), er = std::exp(r[std::size_t(j)] - top);
+        const float *vn = n.v + j * ldv + g * dv, *vm = v_m + j * ldv + g * dv;
+        z += es + er;
+        for (int c = 0; c < dv; ++c) {
+          const Eigen::Index at = Eigen::Index(h) * dv + c;
+          exact[at] += es * vn[c] + er * vm[c];
+          shared[at] += 0.5 * a[j] * (double(vn[c]) + double(vm[c]));
+          identity[at] += double(a[j]) * vn[c];
+        }
+      }
+      exact.segment(Eigen::Index(h) * dv, dv) /= z;
+      for (int c = 0; c < dv; ++c) identity[Eigen::Index(h) * dv + c] += v_m[i * ldv + g * dv + std::size_t(c)];
+    }
+    out.eq3 += cosine(exact, shared, "Eq. 3", i) / T;
+    out.eq6 += cosine(exact, identity, "Eq. 6", i) / T;
+  }
+  return out;
+}
+
 }  // namespace qkvlab::analysis

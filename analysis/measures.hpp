@@ -18,6 +18,15 @@
 //   (column definition, before normalization), the value norms ‖v_j‖ and the hidden norms ‖h_j‖.
 // Cosine matrices: rows of a matrix against each other (heads: H×H over flattened head
 //   outputs or patterns; tokens: T×T).
+// Cross-layer attention (ResFormer Eq. 2, 3, 6; Fig. 3), layer n against layer m, per token i
+//   and head h (g the key/value head h reads; scores s_ij = scale q_h,i·k_n,j, r_ij = scale q_h,i·k_m,j,
+//   j ≤ i):
+//   Eq. 2  U_i = Σ_j (e^{s_ij} v_n,j + e^{r_ij} v_m,j) / Σ_j (e^{s_ij} + e^{r_ij})  (one causal softmax
+//          over the keys of both layers: true cross-layer attention)
+//   Eq. 3  U_i = ½ Σ_j A_ij (v_n,j + v_m,j)   (K_m replaced by K_n, which is exactly Eq. 4; A = A_n)
+//   Eq. 6  U_i = Σ_j A_ij v_n,j + v_m,i        (layer m's values mapped by the identity)
+//   with the heads concatenated (U_i ∈ R^{H·d_v}, before W_O); the mean over the T tokens of
+//   cos(Eq. 2, Eq. 3) and of cos(Eq. 2, Eq. 6). A cosine that is not finite is a NumericalError.
 #pragma once
 
 #include <Eigen/Dense>
@@ -54,5 +63,17 @@ RowMatrix cosine_matrix(const RowMatrix& X);
 // concat keeps all heads' entries, mean averages the heads' vectors.
 enum class HeadCombination { concat, mean };
 RowMatrix combine_heads(const float* data, int T, int heads, int width, HeadCombination how);
+
+// One sequence of one attention layer as the record lays it out: q T×H×d_k, k T×G×d_k,
+// v T×G×d_v (token-major), pattern H×T×T.
+struct AttentionLayer {
+  const float *q, *k, *v, *pattern;
+  int T, H, G, dk, dv;
+};
+struct CrossLayerCosines {
+  double eq3 = 0, eq6 = 0;  // mean over tokens of cos(Eq. 2, Eq. 3) and cos(Eq. 2, Eq. 6)
+};
+// Layer n's attention against layer m's keys k_m and values v_m (the layouts of n.k and n.v).
+CrossLayerCosines cross_layer_cosines(const AttentionLayer& n, const float* k_m, const float* v_m, double scale);
 
 }  // namespace qkvlab::analysis

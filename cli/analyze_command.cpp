@@ -93,13 +93,14 @@ int run_analyze(const AnalyzeArgs& a, const std::string& command_line) {
 Command add_analyze_command(CLI::App& app, const std::string& command_line) {
   auto a = std::make_shared<AnalyzeArgs>();
   auto* cmd = app.add_subcommand("analyze", "Per-layer analyses of a trained model: attention entropy, token "
-                                            "similarity, value spectra, first-token ratios, head and token cosines");
+                                            "similarity, value spectra, first-token ratios, head and token cosines, "
+                                            "cross-layer attention's approximations");
   cmd->footer("Definitions: docs/analysis.md. Each sequence is measured on its own; the output gives the mean,\n"
               "standard deviation and standard error over sequences, the definition used, the checkpoint,\n"
               "the sequences, T and the seed.");
-  cmd->add_option("KIND", a->kind, "entropy|similarity|spectrum|first-token|heads|tokens|all")
+  cmd->add_option("KIND", a->kind, "entropy|similarity|spectrum|first-token|heads|tokens|cross-layer|all")
       ->required()
-      ->check(CLI::IsMember({"entropy", "similarity", "spectrum", "first-token", "heads", "tokens", "all"}));
+      ->check(CLI::IsMember({"entropy", "similarity", "spectrum", "first-token", "heads", "tokens", "cross-layer", "all"}));
   cmd->add_option("CKPT", a->checkpoint, "Checkpoint directory (qkvlab's own or Hugging Face's)")->required();
   add_token_options(cmd, a->input);
   cmd->add_option("--seed", a->seed, "Seed of the choice of sequences (recorded in the output)")->check(seed_value)->capture_default_str();

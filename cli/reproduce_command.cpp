@@ -1,5 +1,6 @@
 // `qkvlab reproduce FIGURE` and `qkvlab reproduce --list`: the papers' figures remade at small
 // scale (reproduce/reproduce.hpp; docs/figures.md).
+#include <algorithm>
 #include <iostream>
 
 #include "cli/commands.hpp"
@@ -27,8 +28,13 @@ int list_figures(const ReproduceArgs& a) {
   for (const auto& f : reproduce::figures()) {
     results::Value v = results::Value::object();
     v.set("figure", f.name), v.set("remakes", f.remakes), v.set("time", f.duration);
-    std::string trains;
-    for (const auto& r : f.recipes) trains += (trains.empty() ? "" : ", ") + r;
+    std::string trains;  // a recipe named k times: "vanilla (3 seeds)"
+    for (std::size_t i = 0; i < f.recipes.size(); ++i) {
+      const auto& r = f.recipes[i];
+      if (std::find(f.recipes.begin(), f.recipes.begin() + std::ptrdiff_t(i), r) != f.recipes.begin() + std::ptrdiff_t(i)) continue;
+      const auto k = std::count(f.recipes.begin(), f.recipes.end(), r);
+      trains += (trains.empty() ? "" : ", ") + r + (k > 1 ? " (" + std::to_string(k) + " seeds)" : "");
+    }
     v.set("trains", trains.empty() ? "nothing" : trains);
     list.push(v);
   }

@@ -72,14 +72,19 @@ class Session {
     if (!data_) data_ = lm::brown_data(c_.options.data);
     return *data_;
   }
-  const Trained& trained(const std::string& name) {
-    auto it = trained_.find(name);
+  // The recipe `name` trained at `seed` (0: the options' seed).
+  const Trained& trained(const std::string& name, std::uint64_t seed = 0) {
+    if (seed == 0) seed = c_.options.seed;
+    const std::string key = seed == c_.options.seed ? name : name + "-s" + std::to_string(seed);
+    auto it = trained_.find(key);
     if (it == trained_.end())
-      it = trained_.emplace(name, train_or_reuse(c_, recipe(name, c_.options.seed, c_.options.steps), data())).first;
-    return it->second;
+      it = trained_.emplace(key, Used{name, seed, train_or_reuse(c_, recipe(name, seed, c_.options.steps), data())}).first;
+    return it->second.trained;
   }
-  fs::path checkpoint(const std::string& name) { return trained(name).dir / "checkpoint"; }
-  std::unique_ptr<lm::Model<float>> model(const std::string& name) { return lm::load_model(checkpoint(name), *backend_); }
+  fs::path checkpoint(const std::string& name, std::uint64_t seed = 0) { return trained(name, seed).dir / "checkpoint"; }
+  std::unique_ptr<lm::Model<float>> model(const std::string& name, std::uint64_t seed = 0) {
+    return lm::load_model(checkpoint(name, seed), *backend_);
+  }
   engine::Backend<float>& backend() { return *backend_; }
 
   // n validation sequences of T tokens chosen by the seed (analysis::choose_sequences).
@@ -88,9 +93,10 @@ class Session {
     return analysis::choose_sequences(lm::token_sequences(t.ids, t.rows, t.cols, T, 0), c_.options.sequences,
                                       c_.options.seed);
   }
-  analysis::Report analyze(const std::string& name, analysis::Kind kind, analysis::Options o, int T) {
+  analysis::Report analyze(const std::string& name, analysis::Kind kind, analysis::Options o, int T,
+                           std::uint64_t seed = 0) {
     o.threads = c_.options.threads;
-    auto m = model(name);
+    auto m = model(name, seed);
     const auto data = sequences(T);
     return analysis::analyze(*m, kind, data, o, [&](std::int64_t done, std::int64_t total) {
       progress("analyze " + name + " (" + analysis::to_string(kind) + ", T = " + std::to_string(T) + ")", "sequences",
@@ -106,16 +112,17 @@ class Session {
   // The runs used, for the JSON: name → directory, reused, final validation loss, command.
   Value runs() const {
     Value v = Value::object();
-    for (const auto& [name, t] : trained_) {
+    for (const auto& [key, used] : trained_) {
+      const Trained& t = used.trained;
       Value r = Value::object();
       r.set("dir", t.dir.string());
       r.set("reused", t.reused);
-      r.set("recipe", "qkvlab lm train --preset tiny " + recipe(name, c_.options.seed, c_.options.steps).flags +
-                          " --seed " + std::to_string(c_.options.seed) +
+      r.set("recipe", "qkvlab lm train --preset tiny " + recipe(used.recipe, used.seed, c_.options.steps).flags +
+                          " --seed " + std::to_string(used.seed) +
                           (c_.options.steps > 0 ? " --steps " + std::to_string(c_.options.steps) : ""));
       r.set("final_validation_loss", t.run["final_validation_loss"]);
       r.set("seconds", t.run["seconds"]);
-      v.set(name, r);
+      v.set(key, r);
     }
     return v;
   }
@@ -124,7 +131,12 @@ class Session {
   const Context& c_;
   std::unique_ptr<engine::Backend<float>> backend_;
   std::optional<lm::TrainData> data_;
-  std::map<std::string, Trained> trained_;
+  struct Used {
+    std::string recipe;
+    std::uint64_t seed;
+    Trained trained;
+  };
+  std::map<std::string, Used> trained_;  // "vanilla" at the options' seed, "vanilla-s2" at another
 };
 
 // Per-layer mean and se of a scalar analysis (entropy, similarity) from its report's value.
@@ -340,6 +352,50 @@ void resformer_fig20(Session& s, Output& out) {
                    fixed(std::log(double(T)), 3) + ")\n";
     }
   out.draw(f, out.add(t), "entropy_by_length");
+}
+
+// Fig. 3: the vanilla model at kFig3Seeds seeds (the replicates), each analysed on the same sequences.
+constexpr int kFig3Seeds = 3;
+
+void resformer_fig3(Session& s, Output& out) {
+  std::vector<analysis::Report> reports;
+  Table t{"cross_layer", {}};
+  results::Figure f{"cosine with true cross-layer attention to layer 1 (Eq. 2), vanilla, T = 128", "layer",
+                    "cosine (mean over sequences)", false, false, {}, {"set key bottom right", "set xtics 1"}};
+  for (int k = 0; k < kFig3Seeds; ++k) {
+    const std::uint64_t seed = s.options().seed + std::uint64_t(k);
+    reports.push_back(s.analyze("vanilla", analysis::Kind::cross_layer, {}, 128, seed));
+    const auto& layers = reports.back().value["layers"].items();
+    if (t.columns.empty()) t.columns.push_back({"layer", {}});
+    const std::string tag = " s" + std::to_string(seed);
+    Column eq3{"eq3" + tag, {}}, eq6{"eq6" + tag, {}};
+    for (const Value& row : layers) {
+      if (k == 0) t.columns[0].values.push_back(row["layer"].number());
+      eq3.values.push_back(row["eq3"].number()), eq6.values.push_back(row["eq6"].number());
+    }
+    f.series.push_back({"layer", eq3.name, "", "Eq. 3 (current attention), seed " + std::to_string(seed), "linespoints lc 1", ""});
+    f.series.push_back({"layer", eq6.name, "", "Eq. 6 (identity), seed " + std::to_string(seed), "linespoints lc 2", ""});
+    out.notes += "- seed " + std::to_string(seed) + ", layers 1 … " + std::to_string(layers.size()) + ": Eq. 3 " +
+                 list_text(eq3.values, 3) + "; Eq. 6 " + list_text(eq6.values, 3) + "\n";
+    out.value.set("seed " + std::to_string(seed), reports.back().value["layers"]);
+    t.columns.push_back(eq3), t.columns.push_back(eq6);
+  }
+  const analysis::CrossLayerVerdict v = analysis::cross_layer_verdict(reports);
+  Value difference = Value::array();
+  std::string text;
+  for (std::size_t l = 0; l < v.difference.size(); ++l) {
+    Value d = Value::object();
+    d.set("layer", std::int64_t(l) + 2), d.set("mean", v.difference[l].value), d.set("se", v.difference[l].se);
+    difference.push(d);
+    text += (l ? ", " : "") + fixed(v.difference[l].value, 3) + " ± " + fixed(v.difference[l].se, 3);
+  }
+  out.value.set("difference_eq3_minus_eq6", difference);
+  out.value.set("verdict", v.verdict);
+  out.value.set("verdict_rule", analysis::kCrossLayerVerdictRule);
+  out.notes += "- cos(Eq. 2, Eq. 3) − cos(Eq. 2, Eq. 6), mean ± se over the " + std::to_string(kFig3Seeds) +
+               " seeds, layers 2 … L: " + text + "\n- verdict: " + v.verdict + " (" + analysis::kCrossLayerVerdictRule +
+               ")\n";
+  out.draw(f, out.add(t), "cross_layer");
 }
 
 // ---- SkipV1Former ------------------------------------------------------------------------------------
@@ -811,6 +867,14 @@ std::vector<RegisteredFigure> registry() {
        "depth in the vanilla model and much less in ResFormer, whose entropy stays higher in the deeper layers.",
        "", {"vanilla", "resformer-half"},
        resformer_fig1_middle},
+      {"resformer-fig3", "ResFormer Fig. 3: how well Eq. 3 and Eq. 6 approximate cross-layer attention to layer 1",
+       "ResFormer (002) Fig. 3 (§3.2): for each layer of a trained baseline model, on 1,000 pre-training samples, "
+       "the cosine similarity between the output of cross-layer attention (Eq. 2: the current queries over the keys "
+       "and values of the current and an earlier layer) and that of Eq. 3 (the earlier keys replaced by the current "
+       "ones: the current attention maps the earlier values) and of Eq. 6 (identity mapping). Eq. 3 is the better "
+       "approximation; the paper derives ResFormer from it.",
+       "", std::vector<std::string>(kFig3Seeds, "vanilla"),
+       resformer_fig3},
       {"resformer-fig10", "ResFormer Fig. 10: the first token's importance, value norm and hidden norm per layer",
        "ResFormer (002) Fig. 10: the token importance, value-state norm and hidden-state norm of the first token of "
        "each sequence, per layer, in ResFormer and the vanilla Transformer. The first token is an attention sink "
@@ -949,7 +1013,8 @@ std::vector<RegisteredFigure> registry() {
 // Wall times measured at the default recipe on the 2-core machine (2026-11-23, shared with another
 // compilation): each figure's own work with its models cached, and each training (docs/figures.md).
 // The icl figures from icl-assumption1 on: with --threads 1, on the 2-core machine shared with
-// another engineer's compiler.
+// another engineer's compiler; resformer-fig3 (2026-11-25) at the default threads, the machine
+// shared with four other engineers' builds.
 const std::map<std::string, double>& measured_seconds() {
   static const std::map<std::string, double> m = {
       {"resformer-fig1-left", 0.55}, {"resformer-fig1-middle", 1.73}, {"resformer-fig10", 1.98},
@@ -959,7 +1024,7 @@ const std::map<std::string, double>& measured_seconds() {
       {"qwe-table2", 0.40},          {"icl-anchor", 7.54},            {"icl-depth", 23.3},
       {"qwe-exp8.4", 181},           {"icl-assumption1", 20.7},       {"icl-assumption1-w0", 19.6},
       {"icl-learned", 28.2},         {"icl-learned-w0", 27.5},        {"icl-sweep", 55.1},
-      {"icl-theory", 43.8}};
+      {"icl-theory", 43.8},          {"resformer-fig3", 21.8}};
   return m;
 }
 const std::map<std::string, double>& training_seconds() {

@@ -89,7 +89,8 @@ struct Figure {
   std::string remakes;   // one line: what it remakes
   std::string paper;     // one paragraph: the paper's figure
   std::string duration;  // rough time at the default recipe on two CPU cores
-  std::vector<std::string> recipes;  // the trainings it needs
+  std::vector<std::string> recipes;  // the trainings it needs; a recipe named k times is trained at
+                                     // k seeds, the options' seed … seed + k − 1 (replicates)
 };
 const std::vector<Figure>& figures();  // the registry, in --list order
 // The registered entry named `name`; UsageError naming the known figures.

@@ -1,8 +1,8 @@
 // `qkvlab analyze --device cuda` against the CPU: the forward pass runs on the CUDA backend
 // and each layer's activations come back to the host, where the same measures run
-// (analysis/analyze.hpp). Every table of `all` (entropy, similarity, spectrum, first-token)
-// and the H×H and T×T matrices of `heads` and `tokens` must agree with the CPU backend's to
-// the error model of tests/gpu_error_model.hpp, with k the forward pass's chained length
+// (analysis/analyze.hpp). Every table of `all` (entropy, similarity, spectrum, first-token),
+// the H×H and T×T matrices of `heads` and `tokens` and the cosines of `cross-layer` must agree
+// with the CPU backend's to the error model of tests/gpu_error_model.hpp, with k the forward pass's chained length
 // (model_k) plus the measures' own sums over the T tokens and their d coordinates (and the H
 // heads of a column importance): k = model_k(c, T) + T (d + H). Both families, GQA, the last
 // batch not full, two sequence lengths. Control: one token of the first sequence changed on
@@ -90,7 +90,8 @@ TEST_P(AnalysisGpu, AgreesWithCpu) {
   const auto data = tokens(c.vocab, p.T, 5);
   auto moved = data;
   moved.ids[0] = (moved.ids[0] + 1) % c.vocab;
-  for (analysis::Kind kind : {analysis::Kind::all, analysis::Kind::heads, analysis::Kind::tokens}) {
+  for (analysis::Kind kind :
+       {analysis::Kind::all, analysis::Kind::heads, analysis::Kind::tokens, analysis::Kind::cross_layer}) {
     const analysis::Report a = run(cpu, kind, data), b = run(*cuda, kind, data), control = run(*cuda, kind, moved);
     ASSERT_EQ(a.tables.size(), b.tables.size());
     for (std::size_t t = 0; t < a.tables.size(); ++t) {

@@ -210,11 +210,14 @@ TEST(Analyze, TheSameNumbersAtAnyThreadCount) {
   TinyModel m;
   Options one, three;
   one.batch = three.batch = 4, one.threads = 1, three.threads = 3;
-  const std::string a = analyze(*m.model, Kind::all, data, one).value.json();
-  EXPECT_EQ(a, analyze(*m.model, Kind::all, data, three).value.json());
-  auto other = data;
-  other.ids[0] = (other.ids[0] + 1) % 32;
-  EXPECT_NE(a, analyze(*m.model, Kind::all, other, three).value.json()) << "control: one token moved";
+  for (Kind kind : {Kind::all, Kind::cross_layer}) {
+    SCOPED_TRACE(to_string(kind));
+    const std::string a = analyze(*m.model, kind, data, one).value.json();
+    EXPECT_EQ(a, analyze(*m.model, kind, data, three).value.json());
+    auto other = data;
+    other.ids[0] = (other.ids[0] + 1) % 32;
+    EXPECT_NE(a, analyze(*m.model, kind, other, three).value.json()) << "control: one token moved";
+  }
 }
 
 TEST(Analyze, MatricesOfOneLayer) {
@@ -228,6 +231,138 @@ TEST(Analyze, MatricesOfOneLayer) {
   for (std::size_t i = 0; i < 4; ++i) EXPECT_NEAR(heads.value["matrix"].items()[i].items()[i].number(), 1.0, 1e-6);
   o.layer = 3;
   EXPECT_THROW(analyze(*m.model, Kind::heads, data, o), qkvlab::UsageError);
+}
+
+// One layer's activations for cross_layer_cosines, drawn at random: T tokens, H query heads
+// reading G key/value heads.
+struct RandomLayer {
+  int T, H, G, dk = 3, dv = 2;
+  std::vector<float> q, k, v, pattern, k_m, v_m;
+  RandomLayer(int T_, int H_, int G_, std::uint64_t seed) : T(T_), H(H_), G(G_) {
+    Rng rng(seed, "analysis_test/cross_layer");
+    auto draw = [&](std::size_t n) {
+      std::vector<float> x(n);
+      for (auto& e : x) e = float(rng.normal());
+      return x;
+    };
+    q = draw(std::size_t(T) * H * dk), k = draw(std::size_t(T) * G * dk), v = draw(std::size_t(T) * G * dv);
+    k_m = draw(k.size()), v_m = draw(v.size());
+    pattern.assign(std::size_t(H) * T * T, 0.0f);  // A = softmax(q kᵀ / √d_k), causal
+    for (int h = 0; h < H; ++h)
+      for (int i = 0; i < T; ++i) {
+        double z = 0;
+        std::vector<double> e(std::size_t(i) + 1);
+        for (int j = 0; j <= i; ++j) {
+          double dot = 0;
+          for (int c = 0; c < dk; ++c)
+            dot += double(q[(std::size_t(i) * H + h) * dk + c]) * k[(std::size_t(j) * G + h / (H / G)) * dk + c];
+          z += e[std::size_t(j)] = std::exp(dot / std::sqrt(double(dk)));
+        }
+        for (int j = 0; j <= i; ++j) pattern[(std::size_t(h) * T + i) * T + j] = float(e[std::size_t(j)] / z);
+      }
+  }
+  AttentionLayer layer() const { return {q.data(), k.data(), v.data(), pattern.data(), T, H, G, dk, dv}; }
+  CrossLayerCosines against(const std::vector<float>& keys, const std::vector<float>& values) const {
+    return cross_layer_cosines(layer(), keys.data(), values.data(), 1 / std::sqrt(double(dk)));
+  }
+};
+
+// With K_m = K_n, Eq. 2 is Eq. 3 exactly (Eq. 4): cosine 1 for any values, with grouped heads too.
+// Control: other keys K_m move it far from 1. Eq. 6 is not Eq. 2 in either case.
+TEST(CrossLayerCosines, Eq3IsExactWhenTheKeysAgreeAndNotOtherwise) {
+  for (auto [H, G] : {std::pair{2, 2}, std::pair{4, 2}}) {
+    const RandomLayer x(9, H, G, 11);
+    const CrossLayerCosines same = x.against(x.k, x.v_m);
+    EXPECT_NEAR(same.eq3, 1.0, 1e-7) << H << " " << G;
+    EXPECT_LT(same.eq6, 0.95);
+    RandomLayer scaled = x;  // keys of another layer, scaled up so the scores differ widely
+    for (float& e : scaled.k_m) e *= 3;
+    EXPECT_LT(x.against(scaled.k_m, x.v_m).eq3, 0.99);
+  }
+}
+
+// Token 0 sees only itself: Eq. 3 and Eq. 6 both give ½(v_n,0 + v_m,0) up to scale, and Eq. 2 weighs
+// the two by the softmax of its two scores: the cosines are those of the closed form.
+TEST(CrossLayerCosines, OneTokenHasTheClosedForm) {
+  RandomLayer x(1, 1, 1, 12);
+  for (float& e : x.k_m) e *= 3;  // scores far apart: Eq. 2 weighs the two values unequally
+  x.v = {1, 0}, x.v_m = {0, 1};   // orthogonal values: the weighting shows in the cosine
+  const auto score = [&](const std::vector<float>& k) {
+    double d = 0;
+    for (int c = 0; c < x.dk; ++c) d += double(x.q[std::size_t(c)]) * k[std::size_t(c)];
+    return d / std::sqrt(double(x.dk));
+  };
+  const double w = 1 / (1 + std::exp(score(x.k_m) - score(x.k)));  // Eq. 2's weight of v_n
+  Eigen::Vector2d exact, sum;
+  for (int c = 0; c < 2; ++c)
+    exact[c] = w * x.v[std::size_t(c)] + (1 - w) * x.v_m[std::size_t(c)], sum[c] = double(x.v[std::size_t(c)]) + x.v_m[std::size_t(c)];
+  const double expected = exact.dot(sum) / (exact.norm() * sum.norm());
+  const CrossLayerCosines got = x.against(x.k_m, x.v_m);
+  EXPECT_NEAR(got.eq3, expected, 1e-7);
+  EXPECT_NEAR(got.eq6, expected, 1e-7);
+  EXPECT_LT(expected, 0.99) << "w = " << w;  // the example is not trivially exact
+}
+
+TEST(CrossLayerCosines, AZeroOutputIsAnErrorNotANumber) {
+  RandomLayer x(4, 2, 2, 13);
+  std::fill(x.v.begin(), x.v.end(), 0.0f);
+  const std::vector<float> zero(x.v_m.size(), 0.0f);
+  EXPECT_THROW(x.against(x.k, zero), qkvlab::NumericalError);
+  EXPECT_NO_THROW(x.against(x.k, x.v_m));  // control
+}
+
+// In a model: layer 1 against itself is exact (cosine 1 to rounding), which also checks that the
+// scores recomputed from q and k are the model's own; with zero query and key maps every layer
+// attends uniformly and Eq. 2 = Eq. 3 exactly at every layer. Control: the model with scaled
+// maps, whose layers 2 … L are not exact.
+TEST(Analyze, CrossLayerIsExactWhereTheApproximationIsAndNotElsewhere) {
+  const auto data = random_tokens(3, 12, 32);
+  TinyModel zero(0), random(50);
+  const Report uniform = analyze(*zero.model, Kind::cross_layer, data, {});
+  const Report control = analyze(*random.model, Kind::cross_layer, data, {});
+  ASSERT_EQ(uniform.value["layers"].items().size(), 3u);
+  for (std::size_t l = 0; l < 3; ++l) {
+    const auto& u = uniform.value["layers"].items()[l];
+    const auto& c = control.value["layers"].items()[l];
+    EXPECT_EQ(u["layer"].number(), std::int64_t(l) + 1);
+    EXPECT_NEAR(u["eq3"].number(), 1.0, 1e-9) << l;
+    EXPECT_LT(u["eq6"].number(), 0.99) << l;
+    if (l == 0) {
+      EXPECT_NEAR(c["eq3"].number(), 1.0, 1e-9);
+    } else {
+      EXPECT_LT(c["eq3"].number(), 0.99) << l;
+    }
+  }
+  EXPECT_EQ(uniform.tables.size(), 1u);
+  EXPECT_EQ(uniform.value["definition"]["reference_layer"].number(), 1);
+}
+
+Report replicate(const std::vector<double>& eq3, const std::vector<double>& eq6) {
+  results::Value layers = results::Value::array();
+  for (std::size_t l = 0; l < eq3.size(); ++l) {
+    results::Value row = results::Value::object();
+    row.set("layer", std::int64_t(l) + 1), row.set("eq3", eq3[l]), row.set("eq6", eq6[l]);
+    layers.push(row);
+  }
+  results::Value v = results::Value::object();
+  v.set("layers", layers);
+  return {v, {}, {}};
+}
+
+// The rule: every layer n ≥ 2 above 2 se agrees; one below −2 se disagrees; else, and with one
+// seed, inconclusive. Layer 1 does not count.
+TEST(CrossLayerVerdict, TheStatedRule) {
+  const Report a = replicate({1, 0.9, 0.8}, {0.5, 0.6, 0.7}), b = replicate({1, 0.91, 0.82}, {0.5, 0.62, 0.7}),
+               c = replicate({1, 0.92, 0.81}, {0.5, 0.6, 0.71});
+  const CrossLayerVerdict three = cross_layer_verdict({a, b, c});
+  EXPECT_EQ(three.verdict, "agrees");
+  ASSERT_EQ(three.difference.size(), 2u);
+  EXPECT_NEAR(three.difference[0].value, (0.3 + 0.29 + 0.32) / 3, 1e-12);
+  EXPECT_EQ(cross_layer_verdict({a}).verdict, "inconclusive");  // one seed
+  EXPECT_EQ(cross_layer_verdict({replicate({0, 0.5, 0.5}, {1, 0.6, 0.7}), replicate({0, 0.5, 0.51}, {1, 0.6, 0.7})}).verdict,
+            "disagrees");
+  // Differences of both signs at one layer: no shown difference.
+  EXPECT_EQ(cross_layer_verdict({a, replicate({1, 0.5, 0.8}, {0.5, 0.9, 0.7})}).verdict, "inconclusive");
 }
 
 }  // namespace

@@ -6,8 +6,10 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <random>
 
+#include "analysis/analyze.hpp"
 #include "core/errors.hpp"
 #include "corpus/token_file.hpp"
 #include "gpu/backend.hpp"
@@ -53,7 +55,7 @@ const std::vector<std::string> kIssueFigures = {
     "resformer-fig18",     "resformer-fig20",       "skipv1-fig10",    "skipv1-fig12",    "skipv1-fig13",
     "skipv1-fig14",        "skipv1-table2",         "qwe-table2",      "qwe-exp8.4",      "icl-anchor",
     "icl-depth",           "icl-assumption1",       "icl-assumption1-w0", "icl-learned",  "icl-learned-w0",
-    "icl-sweep",           "icl-theory"};
+    "icl-sweep",           "icl-theory",            "resformer-fig3"};
 
 }  // namespace
 
@@ -80,10 +82,19 @@ TEST(Reproduce, EveryFigureRunsEndToEndAndWritesItsFiles) {
     EXPECT_EQ(r.value["figure"].string(), f.name);
     for (const auto& name : f.recipes) EXPECT_TRUE(r.value["runs"].find(name)) << name;
   }
-  // Every training the figures share was done once: one cache entry per recipe.
-  std::size_t entries = 0;
+  // Every training the figures share was done once: one cache entry per recipe and seed (a recipe
+  // named k times in one figure is trained at k seeds).
+  std::map<std::string, std::size_t> seeds;
+  for (const auto& f : reproduce::figures()) {
+    std::map<std::string, std::size_t> n;
+    for (const auto& r : f.recipes) ++n[r];
+    for (const auto& [r, k] : n) seeds[r] = std::max(seeds[r], k);
+  }
+  std::size_t entries = 0, expected = 0;
   for (const auto& e : fs::directory_iterator(dir / "work")) entries += e.is_directory();
-  EXPECT_EQ(entries, reproduce::recipe_names().size());
+  for (const auto& [r, k] : seeds) expected += k;
+  EXPECT_EQ(seeds.size(), reproduce::recipe_names().size());
+  EXPECT_EQ(entries, expected);
 }
 
 TEST(Reproduce, RunsOnlyRegisteredFigures) {
@@ -133,6 +144,31 @@ TEST(Reproduce, CacheIsReusedForTheSameRecipeAndNeverForAnother) {
   // An unfinished entry (no run.json) is not reused either.
   fs::remove(first.dir / "run.json");
   EXPECT_FALSE(reproduce::train_or_reuse(c, reproduce::recipe("vanilla", 1, 2), data).reused);
+}
+
+// ResFormer Fig. 3: three vanilla seeds as replicates, each on the same sequences; layer 1's Eq. 3
+// is exact (cosine 1) in every seed, and the verdict is the rule's on the recorded numbers.
+// Controls: the seeds' models differ, and so do their cosines past layer 1.
+TEST(Reproduce, ResFormerFig3ComparesThreeSeedsByTheStatedRule) {
+  ScratchDir dir;
+  write_corpus(dir / "data", 4);
+  const auto c = quick(dir / "data", dir / "work", 2);
+  const reproduce::Result r = reproduce::run_figure(c, reproduce::find_figure("resformer-fig3"), dir / "out");
+  const results::Value& v = r.value["results"];
+  for (const char* run : {"vanilla", "vanilla-s2", "vanilla-s3"}) EXPECT_TRUE(r.value["runs"].find(run)) << run;
+  std::vector<analysis::Report> reports;
+  for (int seed = 1; seed <= 3; ++seed) {
+    const results::Value& layers = v["seed " + std::to_string(seed)];
+    ASSERT_EQ(layers.items().size(), 6u);
+    EXPECT_NEAR(layers.items()[0]["eq3"].number(), 1.0, 1e-9) << seed;
+    EXPECT_LT(layers.items()[0]["eq6"].number(), 0.999) << seed;
+    results::Value value = results::Value::object();
+    value.set("layers", layers);
+    reports.push_back({value, {}, {}});
+  }
+  EXPECT_NE(v["seed 1"].json(), v["seed 2"].json()) << "control: another seed, another model";
+  EXPECT_EQ(v["verdict"].string(), analysis::cross_layer_verdict(reports).verdict);
+  EXPECT_EQ(v["difference_eq3_minus_eq6"].items().size(), 5u);
 }
 
 std::string file_text(const fs::path& p) {
