@@ -20,6 +20,7 @@
 #include "corpus/token_file.hpp"
 #include "engine/cpu_backend.hpp"
 #include "engine/json.hpp"
+#include "lm/accounting.hpp"
 #include "lm/checkpoint.hpp"
 #include "lm/eliminate.hpp"
 #include "lm/model.hpp"
@@ -175,6 +176,29 @@ TEST(LmEliminate, ConfigurationRoundTripsThroughMetadata) {
   m = to_metadata(c);
   m["norm"] = "layernorm";  // a llama model's norm is rmsnorm
   EXPECT_THROW(from_metadata(m), UsageError);
+}
+
+TEST(LmEliminate, NormFreeModelsHaveNoNormParameters) {
+  for (Family f : {Family::gpt2, Family::llama}) {
+    const Config with = small(f, true, true), without = small(f, false, true);
+    const std::int64_t norm_tensors = 2 * with.layers + 1, per_norm = f == Family::gpt2 ? 2 * with.d : with.d;
+    EXPECT_EQ(count_parameters(without).component("norms"), 0);
+    EXPECT_EQ(count_parameters(with).component("norms"), norm_tensors * per_norm);  // control: the count sees norms
+    EXPECT_EQ(count_parameters(with).total - count_parameters(without).total, norm_tensors * per_norm);
+    EXPECT_EQ(count_kv(with).elements_per_token(), count_kv(without).elements_per_token());
+  }
+}
+
+TEST(LmEliminateCommand, TrainsANormFreeModel) {
+  ScratchDir dir;
+  corpus::write_tokens_npy(dir / "t.npy", random_sequences(50, 1, 2000, 2).ids, 1, 2000);
+  const auto r = run_qkvlab("lm train --family llama --norm none --layers 2 --d 16 --heads 4 --vocab 50 --positions 16 "
+                            "--tokens " + shell_quoted(dir / "t.npy") + " --seq-len 16 --batch 4 --steps 3 --out " +
+                            shell_quoted(dir / "run") + " --quiet");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const Checkpoint ck = load_checkpoint(dir / "run" / "checkpoint");
+  EXPECT_FALSE(ck.config.norm);
+  EXPECT_EQ(parameter_layout(ck.config, make_plan(ck.config)).find("ln_f.weight"), nullptr);
 }
 
 // ---- the command: loadable output, JSON fields, bad input ----
