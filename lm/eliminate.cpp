@@ -181,13 +181,13 @@ class FinalStates : public Recorder<float> {
   std::int64_t sequences_, seen_ = 0;
 };
 
-struct Run {
+struct ModelRun {
   double loss;
   std::vector<float> states;
   Matrix head;  // U (V × d)
 };
 
-Run run(const Checkpoint& ck, const TokenSequences& data, engine::Backend<float>& backend, int batch) {
+ModelRun run_model(const Checkpoint& ck, const TokenSequences& data, engine::Backend<float>& backend, int batch) {
   Model<float> model(ck.config, backend);
   model.set_parameters(ck.values);
   FinalStates rec(data.sequences);
@@ -198,7 +198,7 @@ Run run(const Checkpoint& ck, const TokenSequences& data, engine::Backend<float>
   return {loss, std::move(rec.states), t.get(ck.config.tied ? "wte" : "lm_head.weight")};
 }
 
-FunctionChange change_between(const Run& a, const Run& b) {
+FunctionChange change_between(const ModelRun& a, const ModelRun& b) {
   const Eigen::Index d = a.head.cols(), n = Eigen::Index(a.states.size()) / d;
   using FloatRows = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   double diff = 0, norm = 0;
@@ -215,7 +215,7 @@ FunctionChange change_between(const Run& a, const Run& b) {
 
 FunctionChange compare_function(const Checkpoint& reference, const Checkpoint& candidate, const TokenSequences& data,
                                 engine::Backend<float>& backend, int batch) {
-  return change_between(run(reference, data, backend, batch), run(candidate, data, backend, batch));
+  return change_between(run_model(reference, data, backend, batch), run_model(candidate, data, backend, batch));
 }
 
 double exact_budget(double kappa) { return 1e3 * unit_roundoff<float>() * kappa; }
@@ -230,7 +230,7 @@ EliminationReport eliminate_and_measure(const Checkpoint& source, const std::vec
                                         const TokenSequences& data, engine::Backend<float>& backend, int batch) {
   EliminationReport report;
   report.result = eliminate_queries(source, layers);
-  const Run reference = run(source, data, backend, batch);
+  const ModelRun reference = run_model(source, data, backend, batch);
   std::vector<int> prefix;
   for (const EliminatedLayer& e : report.result.layers) {
     prefix.push_back(e.layer);
@@ -238,7 +238,7 @@ EliminationReport eliminate_and_measure(const Checkpoint& source, const std::vec
     LayerVerdict v;
     v.layer = e, v.eliminated = prefix;
     v.coverage = coverage(source.config, partial.layers);
-    v.change = change_between(reference, run(partial.checkpoint, data, backend, batch));
+    v.change = change_between(reference, run_model(partial.checkpoint, data, backend, batch));
     v.budget = exact_budget(e.kappa);
     v.exact = v.coverage.covered && v.change.logits_rel_err <= v.budget;
     if (v.coverage.covered && !v.exact)
