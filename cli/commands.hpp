@@ -56,5 +56,7 @@ Command add_reproduce_command(CLI::App& app, const std::string& command_line);
 std::vector<Command> add_lm_eval_commands(CLI::App& lm, const std::string& command_line);
 std::vector<Command> add_lm_train_commands(CLI::App& lm, const std::string& command_line);
 std::vector<Command> add_lm_compare_commands(CLI::App& lm, const std::string& command_line);
+// `qkvlab lm eliminate` (lm_eliminate_command.cpp): Query-weight elimination on a trained model.
+std::vector<Command> add_lm_eliminate_commands(CLI::App& lm, const std::string& command_line);
 
 }  // namespace qkvlab::cli

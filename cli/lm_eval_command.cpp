@@ -25,17 +25,6 @@ struct EvalArgs {
   bool quiet = false;
 };
 
-// A token id outside the vocabulary, or sequences longer than the positions: one line naming it.
-void check_tokens(const EvalArgs& a, const lm::TokenSequences& s, const lm::Config& c) {
-  if (s.length > c.positions)
-    throw UsageError(a.tokens + ": sequences of " + std::to_string(s.length) + " tokens are longer than the model's " +
-                     std::to_string(c.positions) + " positions");
-  for (std::size_t i = 0; i < s.ids.size(); ++i)
-    if (s.ids[i] >= c.vocab)
-      throw UsageError(a.tokens + ": token id " + std::to_string(s.ids[i]) + " at position " + std::to_string(i) +
-                       " is outside the model's vocabulary of " + std::to_string(c.vocab));
-}
-
 int run_eval(const EvalArgs& a) {
   require_device(a.device);
   const corpus::TokenArray tokens = corpus::read_token_file(a.tokens);
@@ -43,7 +32,7 @@ int run_eval(const EvalArgs& a) {
   apply_threads(a.threads, BlasUse::per_worker);  // the CPU backend runs one product per worker
   const auto backend = gpu::make_backend(a.device, a.threads);
   const auto model = lm::load_model(a.checkpoint, *backend);
-  check_tokens(a, data, model->config());
+  lm::check_sequences(data, model->config(), a.tokens);
   const Progress show{"lm eval", Progress::wanted(a.quiet)};
   const lm::EvalResult r = lm::evaluate(*model, data, a.batch, [&](std::int64_t done, std::int64_t total) {
     show("sequences", std::size_t(done), std::size_t(total));

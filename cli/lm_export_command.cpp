@@ -11,6 +11,7 @@
 #include "core/errors.hpp"
 #include "lm/checkpoint.hpp"
 #include "lm/convert.hpp"
+#include "lm/eliminate.hpp"
 #include "lm/hf.hpp"
 #include "lm/parameters.hpp"
 #include "results/value.hpp"
@@ -26,7 +27,7 @@ struct ExportArgs {
 int run_export(const ExportArgs& a) {
   if (std::filesystem::exists(std::filesystem::path(a.hf) / "model.safetensors.index.json"))
     throw UsageError("--hf " + a.hf + " holds a model.safetensors.index.json: export into an empty directory");
-  const lm::Checkpoint ck = lm::load_checkpoint(a.checkpoint);
+  const lm::Checkpoint ck = lm::explicit_queries(lm::load_checkpoint(a.checkpoint));  // W_Q = I written out
   lm::hf_tensors(ck.config);  // refuses what the layout cannot hold before anything is written
   lm::export_hf(ck, a.hf);
   results::Value out = results::Value::object();

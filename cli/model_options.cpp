@@ -36,6 +36,10 @@ void add_model_options(CLI::App* cmd, ModelOptions& o) {
   g->add_option("--gelu", o.gelu, "GELU form (gpt2): tanh (Hugging Face's gelu_new) or erf (exact)")
       ->check(CLI::IsMember({"tanh", "erf"}))
       ->capture_default_str();
+  g->add_option("--norm", o.norm, "Norm in front of attention and MLP and before the head: the family's "
+                                  "(layernorm for gpt2, rmsnorm for llama) or none (Query-weight elimination's "
+                                  "LayerNorm-free setting)")
+      ->check(CLI::IsMember({"layernorm", "rmsnorm", "none"}));
   g->add_option("--norm-eps", o.norm_eps, "Norm epsilon; default 1e-5 (gpt2), 1e-6 (llama)")
       ->check(real_in(1e-30, 1.0));
   g->add_option("--rope-theta", o.rope_theta, "RoPE base (llama)")->check(real_in(1.0, 1e12))->capture_default_str();
@@ -84,6 +88,7 @@ lm::Config apply(lm::Config c, const ModelOptions& o, Given given) {
   if (o.mlp_ratio && given("--mlp-ratio")) c.ffn = int(std::lround(*o.mlp_ratio * c.d));
   if (given("--gelu")) c.gelu = o.gelu == "erf" ? lm::GeluForm::erf : lm::GeluForm::tanh;
   if (o.norm_eps && given("--norm-eps")) c.norm_eps = *o.norm_eps;
+  if (!o.norm.empty() && given("--norm")) c.norm = lm::parse_norm(c.family, o.norm);
   if (given("--rope-theta")) c.rope_theta = o.rope_theta;
   if (given("--mla")) c.mla = o.mla;
   if (given("--d-c")) c.d_c = o.d_c;

@@ -15,7 +15,7 @@
 namespace qkvlab::cli {
 
 struct ModelOptions {
-  std::string family = "gpt2", variant = "vanilla", strategy = "second-half", gelu = "tanh";
+  std::string family = "gpt2", variant = "vanilla", strategy = "second-half", gelu = "tanh", norm;
   int layers = 6, d = 128, heads = 4, vocab = 4096, positions = 1024;
   std::optional<int> kv_heads, head_dim, ffn;
   std::optional<double> mlp_ratio, lambda, alpha, beta, norm_eps;

@@ -1,5 +1,6 @@
 #include "lm/config.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <stdexcept>
@@ -70,10 +71,38 @@ Family parse_family(const std::string& s) { return kFamilies.parse(s, "family");
 VariantKind parse_variant(const std::string& s) { return kVariants.parse(s, "variant"); }
 Strategy parse_strategy(const std::string& s) { return kStrategies.parse(s, "injection strategy"); }
 
-double Config::attention_scale() const {
-  const double width = head_dim + (mla ? d_r : 0);
-  return (variant.kind == VariantKind::q_identity ? 0.5 : 1.0) / std::sqrt(width);
+bool Config::identity_query(int layer) const {
+  return variant.kind == VariantKind::q_identity ||
+         std::find(q_identity_layers.begin(), q_identity_layers.end(), layer + 1) != q_identity_layers.end();
 }
+
+double Config::attention_scale(int layer) const {
+  const double width = head_dim + (mla ? d_r : 0);
+  return (identity_query(layer) ? 0.5 : 1.0) / std::sqrt(width);
+}
+
+std::string norm_name(const Config& c) {
+  if (!c.norm) return "none";
+  return c.family == Family::gpt2 ? "layernorm" : "rmsnorm";
+}
+
+bool parse_norm(Family family, const std::string& name) {
+  if (name == "none") return false;
+  Config c;
+  c.family = family;
+  if (name == norm_name(c)) return true;
+  throw UsageError("norm \"" + name + "\": a " + to_string(family) + " model has " + norm_name(c) + " or none");
+}
+
+namespace {
+
+std::string layer_list(const std::vector<int>& layers) {
+  std::string s;
+  for (int l : layers) s += (s.empty() ? "" : ",") + std::to_string(l);
+  return s;
+}
+
+}  // namespace
 
 Config family_defaults(Family family, int layers, int d, int heads, int vocab, int positions) {
   Config c;
@@ -121,6 +150,19 @@ void validate(const Config& c) {
   if (v.kind == VariantKind::q_identity)
     require(c.heads * c.head_dim == c.d, "q-identity needs heads x head width = d (" + std::to_string(c.heads) +
                                              " x " + std::to_string(c.head_dim) + " != " + std::to_string(c.d) + ")");
+  for (std::size_t i = 0; i < c.q_identity_layers.size(); ++i) {
+    const int l = c.q_identity_layers[i];
+    require(l >= 1 && l <= c.layers && (i == 0 || l > c.q_identity_layers[i - 1]),
+            "Q-identity layers must be ascending layers 1 ... " + std::to_string(c.layers) + ", got " +
+                layer_list(c.q_identity_layers));
+  }
+  if (!c.q_identity_layers.empty()) {
+    require(v.kind != VariantKind::q_identity, "Q-identity layers in a q-identity model (every layer is one)");
+    require(!c.mla, "Q-identity layers in an MLA model");
+    require(c.heads * c.head_dim == c.d, "Q-identity layers need heads x head width = d (" +
+                                             std::to_string(c.heads) + " x " + std::to_string(c.head_dim) +
+                                             " != " + std::to_string(c.d) + ")");
+  }
   if (skipv1_family(v.kind)) {
     const double injected = v.skip_ratio * c.kv_heads;
     require(v.skip_ratio > 0 && v.skip_ratio < 1 && std::abs(injected - std::round(injected)) < 1e-9,
@@ -165,6 +207,8 @@ std::map<std::string, std::string> to_metadata(const Config& c) {
           {"skip_ratio", real(v.skip_ratio)},
           {"source_layer", std::to_string(v.source_layer)},
           {"strategy", to_string(v.strategy)}};
+  if (!c.norm) m["norm"] = "none";  // both written only when they differ from the default (lm/config.hpp)
+  if (!c.q_identity_layers.empty()) m["q_identity_layers"] = layer_list(c.q_identity_layers);
   if (c.rope_original_context > 0) {  // written only when on, so unscaled checkpoints keep their metadata
     m["rope_factor"] = real(c.rope_factor), m["rope_low_freq_factor"] = real(c.rope_low_freq_factor);
     m["rope_high_freq_factor"] = real(c.rope_high_freq_factor);
@@ -205,6 +249,25 @@ Config from_metadata(const std::map<std::string, std::string>& m) {
     if (s == "false") return false;
     throw UsageError(std::string("model configuration: \"") + key + "\" is not true or false: " + s);
   };
+  auto layers = [&](const char* key) {  // "2,5"
+    std::vector<int> out;
+    const std::string& s = get(key);
+    for (std::size_t at = 0; at <= s.size();) {
+      const std::size_t comma = std::min(s.find(',', at), s.size());
+      const std::string item = s.substr(at, comma - at);
+      std::size_t used = 0;
+      int x = 0;
+      try {
+        x = std::stoi(item, &used);
+      } catch (const std::exception&) {
+      }
+      if (item.empty() || used != item.size())
+        throw UsageError(std::string("model configuration: \"") + key + "\" is not a list of layers: " + s);
+      out.push_back(x);
+      at = comma + 1;
+    }
+    return out;
+  };
   Config c;
   c.family = parse_family(get("family"));
   c.layers = integer("layers"), c.d = integer("d"), c.heads = integer("heads"), c.kv_heads = integer("kv_heads");
@@ -214,6 +277,8 @@ Config from_metadata(const std::map<std::string, std::string>& m) {
   c.gelu = kGelu.parse(get("gelu"), "GELU form");
   c.norm_eps = number("norm_eps"), c.rope_theta = number("rope_theta");
   c.mla = boolean("mla"), c.d_c = integer("d_c"), c.d_r = integer("d_r");
+  if (m.count("norm")) c.norm = parse_norm(c.family, get("norm"));
+  if (m.count("q_identity_layers")) c.q_identity_layers = layers("q_identity_layers");
   if (m.count("rope_original_context")) {
     c.rope_factor = number("rope_factor"), c.rope_low_freq_factor = number("rope_low_freq_factor");
     c.rope_high_freq_factor = number("rope_high_freq_factor");

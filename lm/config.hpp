@@ -10,8 +10,10 @@
 //   llama  RoPE on queries and keys (Hugging Face's rotate_half), RMSNorm (gain),
 //          SwiGLU MLP down(silu(gate x) ⊙ up x), no biases unless `bias`, untied head
 //          by default, grouped-query attention (kv_heads ≤ heads)
-// Attention scores are scaled by 1/sqrt(d_h) (Q-identity: 1/(2 sqrt(d_h)), and
-// 1/sqrt(d_h + d_R) with MLA's decoupled rotary part).
+// Without norms (`norm` false, --norm none: Query-weight elimination's
+// LayerNorm-free setting) N1, N2 and N_f are the identity, in both families.
+// Attention scores are scaled by 1/sqrt(d_h) (a Q-identity layer: 1/(2 sqrt(d_h)),
+// and 1/sqrt(d_h + d_R) with MLA's decoupled rotary part).
 //
 // The variants (layer 1 is always standard; layers are numbered 1 … L here and
 // in every message, 0 … L−1 in code) are data: lm/plan.hpp turns a Config into,
@@ -22,6 +24,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "engine/kernel_types.hpp"
 #include "engine/kernels/rope.hpp"
@@ -78,11 +81,16 @@ struct Config {
   double rope_theta = 10000;
   // Llama 3.1's "llama3" RoPE scaling (engine/kernels/rope.hpp); off while rope_original_context is 0.
   double rope_factor = 1, rope_low_freq_factor = 1, rope_high_freq_factor = 4, rope_original_context = 0;
+  bool norm = true;        // false: no norm in front of attention and MLP, no final norm (--norm none)
+  // 1-based, ascending: layers with the Q-identity parameterization in a model of
+  // another variant (what `lm eliminate` writes); the q-identity variant is every layer.
+  std::vector<int> q_identity_layers;
   bool mla = false;        // multi-head latent attention: cache c = x W_DKV (d_c) and a rotary key (d_R)
   int d_c = 0, d_r = 0;
   Variant variant;
 
-  double attention_scale() const;
+  bool identity_query(int layer) const;  // 0-based: head h's query is the h-th slice of N1's output
+  double attention_scale(int layer) const;  // 0-based
   bool rope() const { return family == Family::llama; }
   engine::kernels::RopeFrequencies rope_frequencies() const {
     return {rope_theta, rope_factor, rope_low_freq_factor, rope_high_freq_factor, rope_original_context};
@@ -95,7 +103,8 @@ Config family_defaults(Family family, int layers, int d, int heads, int vocab, i
 
 // Throws UsageError (core/errors.hpp) naming the first inconsistency: a size
 // below 1, heads not a multiple of kv_heads, a ratio that does not give whole
-// heads, a source layer beyond L, Q-identity with heads·d_h ≠ d, MLA sizes.
+// heads, a source layer beyond L, Q-identity with heads·d_h ≠ d, MLA sizes,
+// Q-identity layers out of 1 … L, not ascending, with MLA or the q-identity variant.
 void validate(const Config& config);
 
 // Names used on the command line, in checkpoints and in JSON.
@@ -105,10 +114,15 @@ std::string to_string(Strategy);
 Family parse_family(const std::string&);
 VariantKind parse_variant(const std::string&);
 Strategy parse_strategy(const std::string&);
+// "layernorm" (gpt2), "rmsnorm" (llama) or "none"; parse_norm refuses the other family's norm.
+std::string norm_name(const Config& config);
+bool parse_norm(Family family, const std::string& name);  // true: the family's norm; false: none
 
 // Every field as text (17 significant digits for reals): a checkpoint's
 // __metadata__ and config.json; from_metadata reads it back (UsageError naming
-// a missing or malformed key).
+// a missing or malformed key). "norm" is written only when it is "none" and
+// "q_identity_layers" ("2,5") only when there are some, so other checkpoints
+// keep their metadata; a checkpoint without them has the family's norm and none.
 std::map<std::string, std::string> to_metadata(const Config& config);
 Config from_metadata(const std::map<std::string, std::string>& metadata);
 

@@ -9,32 +9,13 @@
 #include "core/errors.hpp"
 #include "lm/parameters.hpp"
 #include "lm/plan.hpp"
+#include "lm/tensors.hpp"
 
 namespace qkvlab::lm {
 
 namespace {
 
-using Matrix = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-
 constexpr const char* kNames[] = {"mean-v", "mean-vo", "top-v", "top-vo", "svd"};
-
-// A tensor of a layout as a (rows × cols) matrix, read from or written to values.
-struct Tensors {
-  const engine::ParameterLayout& layout;
-  std::vector<float>& values;
-  bool has(const std::string& name) const { return layout.find(name) != nullptr; }
-  Matrix get(const std::string& name) const {
-    const auto& s = layout.at(name);
-    const Eigen::Index rows = s.shape[0], cols = s.shape.size() > 1 ? s.shape[1] : 1;
-    return Eigen::Map<const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(
-               values.data() + s.offset, rows, cols).cast<double>();
-  }
-  void put(const std::string& name, const Matrix& m) {
-    const auto& s = layout.at(name);
-    Eigen::Map<Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(values.data() + s.offset,
-                                                                                      m.rows(), m.cols()) = m.cast<float>();
-  }
-};
 
 // Column block h of W_V (d × G·dh) or row block h of W_O (H·dh × d); a bias as a 1 × n row.
 Matrix v_head(const Matrix& Wv, int h, int dh) { return Wv.middleCols(Eigen::Index(h) * dh, dh); }

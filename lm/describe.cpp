@@ -12,7 +12,9 @@ results::Value config_value(const Config& c) {
   for (const auto& [key, text] : to_metadata(c)) {
     char* end = nullptr;
     const double x = std::strtod(text.c_str(), &end);
-    if (text == "true" || text == "false")
+    if (key == "q_identity_layers")
+      v.set(key, results::Value::array_of(c.q_identity_layers));
+    else if (text == "true" || text == "false")
       v.set(key, text == "true");
     else if (end && *end == '\0' && !text.empty())
       v.set(key, text.find_first_of(".eE") == std::string::npos ? results::Value(std::int64_t(x)) : results::Value(x));

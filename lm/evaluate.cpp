@@ -24,6 +24,16 @@ TokenSequences token_sequences(const std::vector<std::int32_t>& ids, std::int64_
   return s;
 }
 
+void check_sequences(const TokenSequences& s, const Config& c, const std::string& source) {
+  if (s.length > c.positions)
+    throw UsageError(source + ": sequences of " + std::to_string(s.length) + " tokens are longer than the model's " +
+                     std::to_string(c.positions) + " positions");
+  for (std::size_t i = 0; i < s.ids.size(); ++i)
+    if (s.ids[i] >= c.vocab)
+      throw UsageError(source + ": token id " + std::to_string(s.ids[i]) + " at position " + std::to_string(i) +
+                       " is outside the model's vocabulary of " + std::to_string(c.vocab));
+}
+
 TokenSequences random_sequences(int vocab, std::int64_t sequences, int length, std::uint64_t seed) {
   Rng rng(seed, "lm/random_tokens");
   TokenSequences s;
@@ -35,7 +45,7 @@ TokenSequences random_sequences(int vocab, std::int64_t sequences, int length, s
 }
 
 EvalResult evaluate(Model<float>& model, const TokenSequences& data, int batch,
-                    const std::function<void(std::int64_t, std::int64_t)>& progress) {
+                    const std::function<void(std::int64_t, std::int64_t)>& progress, Recorder<float>* recorder) {
   const auto t0 = std::chrono::steady_clock::now();
   const int T = data.length;
   const int B = int(std::min<std::int64_t>(batch, data.sequences));
@@ -49,7 +59,7 @@ EvalResult evaluate(Model<float>& model, const TokenSequences& data, int batch,
       for (int t = 0; t < T; ++t)
         targets[std::size_t(b) * T + t] = first + b < data.sequences && t + 1 < T ? row[t + 1] : -1;
     }
-    const LossSum l = model.forward(ids.data(), targets.data(), B, T, Pass::eval);
+    const LossSum l = model.forward(ids.data(), targets.data(), B, T, Pass::eval, 0, recorder);
     total.sum += l.sum, total.count += l.count;
     if (progress) progress(std::min(first + B, data.sequences), data.sequences);
   }

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "lm/model.hpp"
@@ -25,6 +26,10 @@ struct TokenSequences {
 TokenSequences token_sequences(const std::vector<std::int32_t>& ids, std::int64_t rows, std::int64_t cols,
                                int seq_len, std::int64_t max_sequences);
 
+// UsageError naming `source` (a file) when a token id is outside the model's
+// vocabulary or the sequences are longer than its positions.
+void check_sequences(const TokenSequences& data, const Config& config, const std::string& source);
+
 // `sequences` sequences of `length` tokens drawn uniformly from [0, vocab) by
 // Rng(seed, "lm/random_tokens"): the default input where no token file is given.
 TokenSequences random_sequences(int vocab, std::int64_t sequences, int length, std::uint64_t seed);
@@ -35,8 +40,11 @@ struct EvalResult {
   double seconds = 0;
 };
 
-// `batch` sequences per forward pass; progress(done, total) after each.
+// `batch` sequences per forward pass; progress(done, total) after each. The
+// recorder, if any, sees each pass (B = min(batch, sequences) rows; rows of
+// the last pass beyond the data repeat the first sequence).
 EvalResult evaluate(Model<float>& model, const TokenSequences& data, int batch,
-                    const std::function<void(std::int64_t, std::int64_t)>& progress = {});
+                    const std::function<void(std::int64_t, std::int64_t)>& progress = {},
+                    Recorder<float>* recorder = nullptr);
 
 }  // namespace qkvlab::lm

@@ -45,7 +45,8 @@ struct HfTensor {
 std::string hf_prefix(Family family);
 
 // The HF tensors of a configuration. Throws UsageError (one line) when the
-// layout has no place for it: any variant but vanilla, MLA, and for gpt2
+// layout has no place for it: any variant but vanilla, MLA, no norms (--norm none),
+// Q-identity layers (lm/eliminate.hpp's explicit_queries makes them W_Q = I), and for gpt2
 // grouped-query attention or heads·d_h ≠ d.
 std::vector<HfTensor> hf_tensors(const Config& config);
 

@@ -114,6 +114,7 @@ struct Model<S>::Impl {
 
   Norm<S> norm(const std::string& name) {
     Norm<S> n;
+    if (!config.norm) return n;  // --norm none: no tensors, N is the identity
     n.g = params.value(name + ".weight"), n.dg = params.grad(name + ".weight");
     if (params.layout.find(name + ".bias")) n.b = params.value(name + ".bias"), n.db = params.grad(name + ".bias");
     return n;
@@ -239,6 +240,17 @@ struct Model<S>::Impl {
   S* x_in(int l) {  // X_l
     if (train_workspace || dense()) return x[std::size_t(l)].data();
     return x[std::size_t(l % 2)].data();
+  }
+
+  // out = N(x) with w's gain and bias; the identity in a model without norms.
+  void normalize(const S* x, const Norm<S>& w, S* out, S* mean, S* rstd) {
+    if (!config.norm) return backend.axpby(N, config.d, S(1), x, config.d, S(0), out, config.d);
+    backend.norm_forward(N, config.d, centering(), S(config.norm_eps), x, w.g, w.b, out, mean, rstd);
+  }
+  // dx += (∂N(x)/∂x)ᵀ dn, and w's gradients.
+  void normalize_backward(const S* x, const Norm<S>& w, const S* mean, const S* rstd, const S* dn, S* dx) {
+    if (!config.norm) return backend.axpby(N, config.d, S(1), dn, config.d, S(1), dx, config.d);
+    backend.norm_backward(N, config.d, centering(), x, w.g, mean, rstd, dn, dx, w.dg, w.db);
   }
 
   // ---- recording ----------------------------------------------------------------------------
@@ -382,10 +394,9 @@ struct Model<S>::Impl {
     const int d = config.d, dh = config.head_dim;
     const S* x = x_in(l);
     emit(rec, Site::resid_pre, l, x, 1, d);
-    backend.norm_forward(N, d, centering(), S(config.norm_eps), x, w.ln1.g, w.ln1.b, s.n1.data(), s.mean1.data(),
-                         s.rstd1.data());
+    normalize(x, w.ln1, s.n1.data(), s.mean1.data(), s.rstd1.data());
     const KV kv = config.mla ? project_mla(l, s) : project(l, s);
-    backend.attention_forward(shape(), S(config.attention_scale()), s.q.data(), kv.k, kv.v, s.pattern.data(),
+    backend.attention_forward(shape(), S(config.attention_scale(l)), s.q.data(), kv.k, kv.v, s.pattern.data(),
                               s.z.data());
     add_direct(l, s.z.data(), false, nullptr);
     emit(rec, Site::q, l, s.q.data(), config.heads, dk());
@@ -404,8 +415,7 @@ struct Model<S>::Impl {
     const LayerWeights<S>& w = layers[std::size_t(l)];
     LayerActs<S>& s = act_of(l);
     const int d = config.d, r = config.ffn;
-    backend.norm_forward(N, d, centering(), S(config.norm_eps), s.m.data(), w.ln2.g, w.ln2.b, s.n2.data(),
-                         s.mean2.data(), s.rstd2.data());
+    normalize(s.m.data(), w.ln2, s.n2.data(), s.mean2.data(), s.rstd2.data());
     const std::size_t nr = std::size_t(N) * r;
     if (gpt2()) {
       engine::linear_forward<S>(backend, N, d, r, {s.n2.data(), d}, w.fc.W, w.fc.b, {s.h1.data(), r});
@@ -478,8 +488,7 @@ struct Model<S>::Impl {
     backend.embedding_forward(B, T_, config.d, ids.data(), wte, wpe, x0);
     if (dense()) backend.axpby(N, config.d, S(1), x0, config.d, S(0), x_in(0), config.d);
     for (int l = 0; l < config.layers; ++l) layer_forward(l, rec);
-    backend.norm_forward(N, config.d, centering(), S(config.norm_eps), x_in(config.layers), lnf.g, lnf.b, nf.data(),
-                         meanf.data(), rstdf.data());
+    normalize(x_in(config.layers), lnf, nf.data(), meanf.data(), rstdf.data());
     emit(rec, Site::final, config.layers, nf.data(), 1, config.d);
     if (have_targets) result.sum = head_forward(grad_scale).sum;
     return result;
@@ -526,8 +535,7 @@ struct Model<S>::Impl {
       engine::linear_backward<S>(backend, N, d, r, {s.n2.data(), d}, w.up.W, {dh2.data(), r}, {dn.data(), d},
                                  w.up.dW, w.up.db, true);
     }
-    backend.norm_backward(N, d, centering(), s.m.data(), w.ln2.g, s.mean2.data(), s.rstd2.data(), dn.data(),
-                          dx.data(), w.ln2.dg, w.ln2.db);
+    normalize_backward(s.m.data(), w.ln2, s.mean2.data(), s.rstd2.data(), dn.data(), dx.data());
   }
 
   // Backward of project(): dq, the used keys' and values' gradients (dk, dv: own buffers when
@@ -611,14 +619,13 @@ struct Model<S>::Impl {
     backend.fill(dq.size(), S(0), dq.data());
     if (!own_k) backend.fill(dkmix.size(), S(0), dkmix.data());
     if (!own_v) backend.fill(dvmix.size(), S(0), dvmix.data());
-    backend.attention_backward(shape(), S(config.attention_scale()), s.q.data(), k, v, s.pattern.data(), dz.data(),
+    backend.attention_backward(shape(), S(config.attention_scale(l)), s.q.data(), k, v, s.pattern.data(), dz.data(),
                                dq.data(), dk_, dv_, dpattern.data());
     if (config.mla)
       project_mla_backward(l, s);
     else
       project_backward(l, s, own_k, own_v);
-    backend.norm_backward(N, d, centering(), x_in(l), w.ln1.g, s.mean1.data(), s.rstd1.data(), dn.data(), dx.data(),
-                          w.ln1.dg, w.ln1.db);
+    normalize_backward(x_in(l), w.ln1, s.mean1.data(), s.rstd1.data(), dn.data(), dx.data());
   }
 
   // DenseFormer: dx = dX_{l+1} → dY_j += α_{l,j} dX_{l+1}, dα_{l,j} += ⟨Y_j, dX_{l+1}⟩; then dx = dY_{l+1}.
@@ -644,8 +651,7 @@ struct Model<S>::Impl {
     for (auto& b : dkown) backend.fill(b.size(), S(0), b.data());
     for (auto& b : dvown) backend.fill(b.size(), S(0), b.data());
     for (auto& b : dy) backend.fill(b.size(), S(0), b.data());
-    backend.norm_backward(N, config.d, centering(), x_in(config.layers), lnf.g, meanf.data(), rstdf.data(),
-                          dnf.data(), dx.data(), lnf.dg, lnf.db);
+    normalize_backward(x_in(config.layers), lnf, meanf.data(), rstdf.data(), dnf.data(), dx.data());
     for (int l = config.layers - 1; l >= 0; --l) {
       if (dense()) dense_backward(l);
       mlp_backward(l);

@@ -7,6 +7,7 @@
 //             z_h = softmax(scale q_h k_gᵀ + causal) v_g (+ direct terms);  a = z W_O
 //             m = X_ℓ + a;  n2 = N_2(m);  Y = m + MLP(n2);  X_{ℓ+1} = Y (DenseFormer: Σ_j α_j Y_j)
 //   logits = N_f(X_L) Uᵀ (U = E when tied);  loss = mean cross-entropy over predicted positions
+// Without norms (--norm none) N_1, N_2 and N_f are the identity.
 // The backward pass mirrors it layer by layer (the formulas are the kernels',
 // engine/backend.hpp and engine/linear.hpp); a value or key head reused by a
 // later layer receives that layer's gradient before its own layer's backward.

@@ -21,6 +21,7 @@ engine::ParameterLayout parameter_layout(const Config& c, const std::vector<Laye
     if (c.bias) vector(layer_tensor(i, what + ".bias"), out);
   };
   auto norm = [&](const std::string& name) {
+    if (!c.norm) return;
     vector(name + ".weight", d);
     if (gpt2 && c.bias) vector(name + ".bias", d);
   };

@@ -4,8 +4,8 @@
 // Names (layers 0-based as in Hugging Face files), weights of linear maps
 // stored (in, out) — the row-vector W of X W:
 //   wte [V, d]   wpe [P, d] (gpt2)
-//   h.i.ln_1.weight [d] (.bias: gpt2 with bias)
-//   h.i.attn.q.weight [d, H·d_h]            absent under Q-identity
+//   h.i.ln_1.weight [d] (.bias: gpt2 with bias)       every ln_*: absent without norms
+//   h.i.attn.q.weight [d, H·d_h]            absent in a Q-identity layer
 //   h.i.attn.k.weight [d, K_i·d_h]          K_i = the plan's own key heads (absent when 0)
 //   h.i.attn.v.weight [d, V_i·d_h]          V_i = the plan's own value heads (absent when 0)
 //   MLA instead of k and v: h.i.attn.dkv.weight [d, V_i·d_c/H_kv], h.i.attn.uk.weight [d_c, H·d_h],

@@ -60,7 +60,7 @@ std::vector<LayerPlan> make_plan(const Config& c) {
     LayerPlan& p = plan[n];
     p.own_key_heads = G, p.own_value_heads = G;
     p.keys = own_heads(n, G), p.values = own_heads(n, G), p.direct.assign(G, {});
-    p.identity_query = v.kind == VariantKind::q_identity;
+    p.identity_query = c.identity_query(n);
     p.dense = v.kind == VariantKind::denseformer;
     if (n == 0) continue;  // layer 1 is always standard
     switch (v.kind) {

@@ -30,7 +30,7 @@ struct Source {
 using Mix = std::vector<std::vector<Source>>;  // one list of sources per key/value head
 
 struct LayerPlan {
-  bool identity_query = false;  // Q-identity: q = the normalized input, no W_Q
+  bool identity_query = false;  // Q-identity: q = the normalized input, no W_Q (Config::identity_query)
   int own_key_heads = 0;        // heads of W_K (0: every key head comes from another layer)
   int own_value_heads = 0;      // heads of W_V (MLA: latent slots of W_DKV)
   Mix keys, values, direct;

@@ -75,6 +75,9 @@ std::vector<Case> every_variant() {
     Config untied = tiny(f, VariantKind::vanilla);
     untied.tied = !untied.tied, untied.bias = !untied.bias, untied.gelu = GeluForm::erf;
     cases.push_back({fam + "flipped_tied_bias_gelu", untied});
+    Config free = tiny(f, VariantKind::resformer);
+    free.norm = false, free.q_identity_layers = {2};
+    cases.push_back({fam + "norm_none_q_identity_layer2", free});
   }
   for (auto& c : cases)
     for (char& ch : c.name)
@@ -216,6 +219,9 @@ std::vector<Case> reference_cases() {
     cases.push_back({to_string(f) + "_gqa_untied", c});
     Config q = tiny(f, VariantKind::q_identity);
     cases.push_back({to_string(f) + "_q_identity", q});
+    Config free = tiny(f, VariantKind::vanilla);
+    free.norm = false, free.q_identity_layers = {1};
+    cases.push_back({to_string(f) + "_norm_none_q_identity_layer1", free});
   }
   return cases;
 }

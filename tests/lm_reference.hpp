@@ -3,11 +3,12 @@
 // standard library's exp, tanh and erf — nothing shared with lm/ or the
 // backend's kernels but the parameter layout (names, shapes, offsets). It
 // covers the families (GPT-2: learned positions, LayerNorm, GELU; Llama: RoPE
-// with rotate_half, RMSNorm, SwiGLU), GQA, tied and untied heads, biases and
-// Q-identity; the variants' mixing is tested through the activation record.
+// with rotate_half, RMSNorm, SwiGLU), no norms (--norm none), GQA, tied and untied
+// heads, biases, Q-identity and Q-identity layers; the variants' mixing is tested through the activation record.
 #pragma once
 
 #include <Eigen/Dense>
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -33,6 +34,7 @@ struct Tensors {
 };
 
 inline RowMat ref_norm(const RowMat& X, const Tensors& w, const std::string& name, const qkvlab::lm::Config& c) {
+  if (!c.norm) return X;
   RowMat Y(X.rows(), X.cols());
   const Eigen::RowVectorXd g = w.vec(name + ".weight");
   for (Eigen::Index t = 0; t < X.rows(); ++t) {
@@ -69,7 +71,6 @@ inline double reference_loss(const qkvlab::lm::Config& c, const qkvlab::engine::
   const Tensors w{layout, values};
   const bool gpt2 = c.family == Family::gpt2;
   const int H = c.heads, G = c.kv_heads, dh = c.head_dim;
-  const double scale = (c.variant.kind == qkvlab::lm::VariantKind::q_identity ? 0.5 : 1.0) / std::sqrt(double(dh));
   const RowMat E = w.matrix("wte"), U = c.tied ? E : w.matrix("lm_head.weight");
   double total = 0;
   long count = 0;
@@ -81,8 +82,11 @@ inline double reference_loss(const qkvlab::lm::Config& c, const qkvlab::engine::
     }
     for (int l = 0; l < c.layers; ++l) {
       const std::string p = "h." + std::to_string(l) + ".";
+      const bool identity = c.variant.kind == qkvlab::lm::VariantKind::q_identity ||
+                            std::count(c.q_identity_layers.begin(), c.q_identity_layers.end(), l + 1) > 0;
+      const double scale = (identity ? 0.5 : 1.0) / std::sqrt(double(dh));
       const RowMat n1 = ref_norm(X, w, p + "ln_1", c);
-      RowMat Q = w.has(p + "attn.q.weight") ? ref_linear(n1, w, p + "attn.q") : n1;
+      RowMat Q = identity ? n1 : ref_linear(n1, w, p + "attn.q");
       RowMat K = ref_linear(n1, w, p + "attn.k"), V = ref_linear(n1, w, p + "attn.v");
       if (!gpt2) ref_rope(Q, H, dh, c.rope_theta), ref_rope(K, G, dh, c.rope_theta);
       RowMat Z(T, H * dh);

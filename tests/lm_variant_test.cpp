@@ -218,7 +218,7 @@ TEST(LmVariant, QIdentityQueryIsTheNormalizedInput) {
       EXPECT_LT(diff(n1, r->rec.at(l, Site::q)), 1e-12);
       EXPECT_FALSE(r->layout.find("h." + std::to_string(l) + ".attn.q.weight"));
     }
-    EXPECT_DOUBLE_EQ(r->config.attention_scale(), 0.5 / std::sqrt(4.0));
+    EXPECT_DOUBLE_EQ(r->config.attention_scale(0), 0.5 / std::sqrt(4.0));
   }
 }
 
