@@ -619,5 +619,37 @@ TEST_F(RobustResume, OneWriterPerRunDirectory) {
   expect_resumes();  // control: with the lock released, the run goes on
 }
 
+// ---- options the tool cannot honour are refused --------------------------------------------
+
+TEST(RobustOptions, OptionsThatWouldBeIgnoredOrOverriddenAreRefused) {
+  Fixture f;
+  const std::string small = " --family gpt2 --layers 1 --d 16 --heads 2 --vocab 50 --batch 2 --steps 2 --quiet";
+  // --d 32 --heads 3 used head width 10 silently.
+  expect_usage_error(run_bounded("lm init " + shell_quoted(f.dir / "h3") + " --d 32 --heads 3"), "--heads 3",
+                     "--d 32 is not a multiple of --heads 3: give the head width with --head-dim");
+  EXPECT_EQ(run_bounded("lm init " + shell_quoted(f.dir / "h3") + " --d 32 --heads 3 --head-dim 10").status, 0);  // control
+  // --seq-len 65 overrode --positions 64 (here 33 and 32: the stream's validation tenth is 60 tokens).
+  const std::string train = "lm train --tokens " + shell_quoted(f.stream) + small;
+  expect_usage_error(run_bounded(train + " --out " + shell_quoted(f.dir / "p") + " --positions 32 --seq-len 33"),
+                     "--seq-len 33", "--seq-len 33 is longer than the model's 32 positions (--positions)");
+  EXPECT_EQ(run_bounded(train + " --out " + shell_quoted(f.dir / "p") + " --positions 32 --seq-len 32").status, 0);
+  // --from CKPT --d 64 ignored --d; --seq-len past the checkpoint's positions likewise refused.
+  const std::string from = "lm train --tokens " + shell_quoted(f.stream) + " --from " + shell_quoted(f.ckpt) +
+                           " --batch 2 --steps 2 --quiet --out " + shell_quoted(f.dir / "fr");
+  expect_usage_error(run_bounded(from + " --d 64 --seq-len 8"), "--from --d", "model flags (--d, --heads, …) do not apply");
+  expect_usage_error(run_bounded(from + " --seq-len 32"), "--from --seq-len", "--seq-len 32 is longer than the model's 16 positions (--from)");
+  EXPECT_EQ(run_bounded(from + " --seq-len 8").status, 0);  // control
+  // lm compare R R counted one run twice.
+  const std::string run = shell_quoted(f.dir / "p");
+  expect_usage_error(run_bounded("lm compare " + run + " " + run), "compare R R", "is the same run as");
+  expect_usage_error(run_bounded("lm compare " + run + " " + shell_quoted(f.dir / "." / "p")), "compare R ./R", "is the same run as");
+  // lm export X --hf X overwrote the checkpoint in place.
+  const std::string before = read_file(f.ckpt / "model.safetensors");
+  expect_usage_error(run_bounded("lm export " + shell_quoted(f.ckpt) + " --hf " + shell_quoted(f.ckpt)), "export X --hf X",
+                     "is the checkpoint's own directory");
+  EXPECT_EQ(read_file(f.ckpt / "model.safetensors"), before);
+  EXPECT_EQ(run_bounded("lm export " + shell_quoted(f.ckpt) + " --hf " + shell_quoted(f.dir / "hf")).status, 0);  // control
+}
+
 }  // namespace
 }  // namespace qkvlab
