@@ -260,6 +260,7 @@ struct Session {
     ck.metadata = run_identity(o, data);
     ck.metadata["step"] = std::to_string(step);
     ck.metadata["run_id"] = run_id;
+    ck.metadata["data.validation_hash"] = std::to_string(fnv1a(data.validation));
     ck.metadata["source"] = data.source;
     auto& adamw = trainer.optimizer();
     ck.optimizer = OptimizerState{adamw.m.to_host(), adamw.v.to_host(), adamw.t};
@@ -280,6 +281,10 @@ struct Session {
         throw UsageError("cannot resume: " + checkpoint_dir().string() + " was made with " + key.substr(4) + " = " +
                          (it == ck.metadata.end() ? "(none)" : it->second) + ", this run has " + value);
     }
+    const auto validation = ck.metadata.find("data.validation_hash");
+    if (validation != ck.metadata.end() && validation->second != std::to_string(fnv1a(data.validation)))
+      throw UsageError("cannot resume: " + checkpoint_dir().string() +
+                       " was made with other validation tokens (--val-tokens): its validation curve would mix two streams");
     const std::int64_t step = checked_step(ck);
     model.set_parameters(ck.values);
     auto& adamw = trainer.optimizer();

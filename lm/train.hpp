@@ -21,8 +21,9 @@
 // The run holds the directory's lock (core/atomic_file.hpp DirectoryLock) from
 // start to end: a second writer fails at once, naming the holder's PID. --resume
 // refuses a checkpoint that is incomplete or mixed (lm/checkpoint.hpp), one whose
-// step is outside the schedule or disagrees with the optimizer's t, and a
-// finished run (step = steps): run.json and the logs are kept.
+// step is outside the schedule or disagrees with the optimizer's t, one made with
+// other validation tokens (its "data.validation_hash"), and a finished run
+// (step = steps): run.json and the logs are kept.
 #pragma once
 
 #include <cstdint>

@@ -598,6 +598,20 @@ TEST_F(RobustResume, AFinishedRunIsRefusedAndItsResultsKept) {
   expect_resumes();
 }
 
+TEST_F(RobustResume, OtherValidationTokensAreRefused) {
+  lm::TrainData other = data;
+  other.validation[7] = (other.validation[7] + 1) % 64;  // one token of the validation stream
+  lm::RunOptions o = a;
+  o.resume = true;
+  try {
+    train_language_model(o, other, backend, StopAt{6});
+    ADD_FAILURE() << "resumed with other validation tokens";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("was made with other validation tokens (--val-tokens)"), std::string::npos) << e.what();
+  }
+  expect_resumes();
+}
+
 TEST_F(RobustResume, OneWriterPerRunDirectory) {
   {
     const DirectoryLock held(dir / "a", "a test");
