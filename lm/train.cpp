@@ -4,7 +4,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -15,6 +17,7 @@
 #include "core/atomic_file.hpp"
 #include "core/errors.hpp"
 #include "core/fnv.hpp"
+#include "core/json_text.hpp"
 #include "corpus/batches.hpp"
 #include "corpus/ngram.hpp"
 #include "corpus/token_file.hpp"
@@ -206,8 +209,15 @@ void truncate_log(const fs::path& path, std::int64_t step) {
   std::string line, kept;
   std::getline(in, line);
   kept = line + "\n";
-  while (std::getline(in, line))
-    if (!line.empty() && std::stoll(line.substr(0, line.find(','))) <= step) kept += line + "\n";
+  for (std::int64_t number = 2; std::getline(in, line); ++number) {
+    if (line.empty()) continue;
+    std::int64_t row_step = 0;
+    const char* end = line.data() + std::min(line.find(','), line.size());
+    if (std::from_chars(line.data(), end, row_step).ptr != end || end == line.data())
+      throw UsageError(path.string() + ": line " + std::to_string(number) + ": the step is not an integer: " +
+                       json_quote(line.substr(0, 40)));
+    if (row_step <= step) kept += line + "\n";
+  }
   write_bytes_atomically(path, "CSV", kept);
 }
 

@@ -612,6 +612,22 @@ TEST_F(RobustResume, OtherValidationTokensAreRefused) {
   expect_resumes();
 }
 
+TEST_F(RobustResume, AMalformedLogIsNamedNotStoll) {
+  const std::string log = read_file(dir / "a" / "train.csv");
+  std::ofstream(dir / "a" / "train.csv", std::ios::app) << "\x01\xff,garbage\n";
+  lm::RunOptions o = a;
+  o.resume = true;
+  try {
+    train_language_model(o, data, backend, StopAt{6});
+    ADD_FAILURE() << "resumed over a malformed train.csv";
+  } catch (const UsageError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("train.csv: line 7: the step is not an integer: \"\\u0001"), std::string::npos) << what;
+  }
+  std::ofstream(dir / "a" / "train.csv", std::ios::binary | std::ios::trunc) << log;
+  expect_resumes();
+}
+
 TEST_F(RobustResume, OneWriterPerRunDirectory) {
   {
     const DirectoryLock held(dir / "a", "a test");
