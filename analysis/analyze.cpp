@@ -1,6 +1,7 @@
 #include "analysis/analyze.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <iterator>
 #include <memory>
 #include <numeric>
@@ -34,6 +35,27 @@ class Analysis : public lm::Recorder<float> {
     parallel_for(valid, threads, [&](std::int64_t b) { out[std::size_t(b)] = measure(int(b)); });
     return out;
   }
+};
+
+// Forwards every activation to the analysis, noting the first site and layer whose counted
+// sequences hold NaN or ±Inf: that is the finding (Report::nonfinite), never summarised.
+class FiniteGuard final : public lm::Recorder<float> {
+ public:
+  explicit FiniteGuard(Analysis& inner) : inner_(inner) {}
+  bool wants(Site s, int l) const override { return inner_.wants(s, l); }
+  void record(const Activation<float>& a) override {
+    const std::size_t per = std::size_t(a.T) * a.heads * a.width, n = std::size_t(inner_.valid) * per;
+    for (std::size_t k = 0; k < n && found.empty(); ++k)
+      if (!std::isfinite(a.data[k]))
+        found = "layer " + std::to_string(a.layer + 1) + "'s " + lm::to_string(a.site) + " holds " +
+                (std::isnan(a.data[k]) ? "nan" : "inf") + " (sequence " + std::to_string(first + std::int64_t(k / per)) + ")";
+    inner_.record(a);
+  }
+  std::string found;
+  std::int64_t first = 0;  // the batch's first sequence
+
+ private:
+  Analysis& inner_;
 };
 
 // A token-major activation of sequence b as a T × (heads·width) matrix, heads combined.
@@ -447,14 +469,16 @@ Report analyze(lm::Model<float>& model, Kind kind, const lm::TokenSequences& dat
   const int B = int(std::min<std::int64_t>(o.batch, data.sequences)), T = data.length;
   auto analysis = make(kind, model.config(), o);
   analysis->threads = o.threads;
+  FiniteGuard guard(*analysis);
   std::vector<std::int32_t> ids(std::size_t(B) * T);
   for (std::int64_t first = 0; first < data.sequences; first += B) {
     analysis->valid = int(std::min<std::int64_t>(B, data.sequences - first));
+    guard.first = first;
     for (int b = 0; b < B; ++b) {  // rows past the end repeat the last sequence and are not counted
       const std::int64_t k = std::min(first + b, data.sequences - 1);
       std::copy_n(data.ids.begin() + std::ptrdiff_t(k * T), T, ids.begin() + std::ptrdiff_t(b) * T);
     }
-    model.forward(ids.data(), nullptr, B, T, lm::Pass::eval, 0, analysis.get());
+    model.forward(ids.data(), nullptr, B, T, lm::Pass::eval, 0, &guard);
     if (progress) progress(first + analysis->valid, data.sequences);
   }
   Report out{results::Value::object(), {}, {}};
@@ -462,6 +486,10 @@ Report analyze(lm::Model<float>& model, Kind kind, const lm::TokenSequences& dat
   out.value.set("definition", definition(kind, o, model.config().layers));
   out.value.set("sequences", data.sequences);
   out.value.set("seq_len", std::int64_t(T));
+  if (!guard.found.empty()) {
+    out.nonfinite = guard.found;
+    return out;
+  }
   analysis->report(out);
   return out;
 }

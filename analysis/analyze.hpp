@@ -64,6 +64,10 @@ struct Report {
   results::Value value;                // analysis, definition, sequences, seq_len, layers | matrix
   std::vector<results::Table> tables;  // the same numbers as columns (CSV, HDF5, figures)
   std::vector<results::Figure> figures;  // one per table, drawn from its CSV
+  // Set when an activation the analysis reads holds NaN or ±Inf ("layer 3's pattern holds nan
+  // (sequence 0)"): then nothing is measured or summarised (no layers, no tables), and the
+  // command reports this, exit 1.
+  std::string nonfinite;
 };
 
 Report analyze(lm::Model<float>& model, Kind kind, const lm::TokenSequences& data, const Options& options,

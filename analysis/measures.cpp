@@ -20,11 +20,13 @@ std::vector<double> token_importance(const float* pattern, int H, int T) {
 
 namespace {
 
+// Zero weights add nothing (0 log 0 = 0); a NaN or ±Inf weight makes the entropy NaN, never dropped.
 double entropy_of(const std::vector<double>& weights) {
   double total = 0, e = 0;
   for (double w : weights) total += w;
+  if (!std::isfinite(total)) return std::nan("");
   for (double w : weights)
-    if (w > 0) e -= (w / total) * std::log(w / total);
+    if (w != 0) e -= (w / total) * std::log(w / total);
   return e;
 }
 
@@ -46,7 +48,7 @@ double attention_entropy(const float* pattern, int H, int T, EntropyDefinition d
     for (int i = 0; i < T; ++i) {
       const float* row = pattern + (std::size_t(h) * T + i) * T;
       for (int j = 0; j <= i; ++j)
-        if (row[j] > 0) e -= double(row[j]) * std::log(double(row[j]));
+        if (row[j] != 0) e -= double(row[j]) * std::log(double(row[j]));  // NaN stays NaN
     }
   return e / (double(H) * T);
 }

@@ -7,6 +7,7 @@
 #include "cli/token_options.hpp"
 #include "cli/commands.hpp"
 #include "cli/device_option.hpp"
+#include "cli/nonfinite_option.hpp"
 #include "cli/plot_common.hpp"
 #include "cli/validators.hpp"
 #include "core/atomic_file.hpp"
@@ -25,7 +26,7 @@ struct AnalyzeArgs {
   int batch = 4, threads = 0, layer = 0, k = 0;
   std::uint64_t seed = 1;
   Device device = Device::cpu;
-  bool quiet = false;
+  bool quiet = false, allow_nonfinite = false;
 };
 
 analysis::Options analysis_options(const AnalyzeArgs& a, analysis::Kind kind) {
@@ -72,11 +73,12 @@ int run_analyze(const AnalyzeArgs& a, const std::string& command_line) {
   const lm::TokenSequences data = read_token_sequences(a.input, a.seed, 0, false);
   apply_threads(a.threads, BlasUse::per_worker);  // the CPU backend runs one product per worker
   const auto backend = gpu::make_backend(a.device, a.threads);
-  const auto model = lm::load_model(a.checkpoint, *backend);
+  const auto model = lm::load_model(a.checkpoint, *backend, a.allow_nonfinite);
   const Progress show{"analyze", Progress::wanted(a.quiet)};
   analysis::Report r = analysis::analyze(*model, kind, data, options, [&](std::int64_t done, std::int64_t total) {
     show("sequences", std::size_t(done), std::size_t(total));
   });
+  if (!r.nonfinite.empty()) return report_nonfinite("analyze", r.nonfinite);
   r.value.set("checkpoint", a.checkpoint);
   r.value.set("tokens", a.input.tokens.empty() ? "corpus " + a.input.corpus + " (" + a.input.data + ", " + a.input.split + ")"
                                                : a.input.tokens);
@@ -126,6 +128,7 @@ Command add_analyze_command(CLI::App& app, const std::string& command_line) {
   cmd->add_option("--out", a->out, "Write the tables to an HDF5 file");
   cmd->add_option("--csv", a->csv, "Write the tables as CSV (several: FILE's stem + -TABLE)");
   cmd->add_option("--figure", a->figure, "Draw STEM.svg and STEM.png from the CSV (needs --csv)");
+  add_allow_nonfinite_option(cmd, a->allow_nonfinite);
   cmd->add_flag("--quiet", a->quiet, "No progress on stderr");
   return {cmd, [a, command_line] { return run_analyze(*a, command_line); }};
 }

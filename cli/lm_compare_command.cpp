@@ -22,6 +22,12 @@ int run_compare(const CompareArgs& a) {
   if (!a.csv.empty()) o.csv = a.csv;
   if (!a.figure.empty()) o.figure = a.figure;
   const std::vector<std::filesystem::path> dirs(a.runs.begin(), a.runs.end());
+  for (std::size_t i = 0; i < dirs.size(); ++i)
+    for (std::size_t j = 0; j < i; ++j) {
+      std::error_code error;
+      if (std::filesystem::equivalent(dirs[i], dirs[j], error) || dirs[i].lexically_normal() == dirs[j].lexically_normal())
+        throw UsageError("RUN_DIR " + a.runs[i] + " is the same run as " + a.runs[j] + ": each run counts once");
+    }
   const results::Value out = lm::compare_runs(dirs, o);
   std::cout << (a.format == "json" ? out.json() : out.text());
   return 0;

@@ -1,10 +1,12 @@
 // `qkvlab lm eval CKPT --tokens FILE`: the mean next-token cross-entropy of a
 // model on the sequences of a token file (lm/evaluate.hpp).
+#include <cmath>
 #include <iostream>
 
 #include "cli/threads_option.hpp"
 #include "cli/commands.hpp"
 #include "cli/device_option.hpp"
+#include "cli/nonfinite_option.hpp"
 #include "cli/plot_common.hpp"
 #include "cli/validators.hpp"
 #include "corpus/token_file.hpp"
@@ -22,7 +24,7 @@ struct EvalArgs {
   int seq_len = 1024, batch = 8, threads = 0;
   std::int64_t sequences = 0;
   Device device = Device::cpu;
-  bool quiet = false;
+  bool quiet = false, allow_nonfinite = false;
 };
 
 int run_eval(const EvalArgs& a) {
@@ -31,12 +33,15 @@ int run_eval(const EvalArgs& a) {
   const lm::TokenSequences data = lm::token_sequences(tokens.ids, tokens.rows, tokens.cols, a.seq_len, a.sequences);
   apply_threads(a.threads, BlasUse::per_worker);  // the CPU backend runs one product per worker
   const auto backend = gpu::make_backend(a.device, a.threads);
-  const auto model = lm::load_model(a.checkpoint, *backend);
+  const auto model = lm::load_model(a.checkpoint, *backend, a.allow_nonfinite);
   lm::check_sequences(data, model->config(), a.tokens);
   const Progress show{"lm eval", Progress::wanted(a.quiet)};
   const lm::EvalResult r = lm::evaluate(*model, data, a.batch, [&](std::int64_t done, std::int64_t total) {
     show("sequences", std::size_t(done), std::size_t(total));
   });
+  if (!std::isfinite(r.loss))
+    return report_nonfinite("lm eval", "the mean loss over " + std::to_string(r.sequences) + " sequences of " +
+                                           a.tokens + " is " + (std::isnan(r.loss) ? "nan" : "inf"));
   results::Value out = results::Value::object();
   out.set("checkpoint", a.checkpoint);
   out.set("loss", r.loss);
@@ -48,7 +53,7 @@ int run_eval(const EvalArgs& a) {
   out.set("seconds", r.seconds);
   out.set("tokens_per_second", double(r.sequences) * data.length / r.seconds);
   std::cout << (a.format == "json" ? out.json() : out.text());
-  return std::isfinite(r.loss) ? 0 : 3;
+  return 0;
 }
 
 }  // namespace
@@ -71,6 +76,7 @@ std::vector<Command> add_lm_eval_commands(CLI::App& lm, const std::string&) {
   cmd->add_option("--format", a->format, "Output: table or json")
       ->check(CLI::IsMember({"table", "json"}))
       ->capture_default_str();
+  add_allow_nonfinite_option(cmd, a->allow_nonfinite);
   cmd->add_flag("--quiet", a->quiet, "No progress on stderr");
   return {{cmd, [a] { return run_eval(*a); }}};
 }

@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "cli/commands.hpp"
+#include "cli/nonfinite_option.hpp"
 #include "cli/validators.hpp"
 #include "core/errors.hpp"
 #include "lm/checkpoint.hpp"
@@ -22,12 +23,21 @@ namespace {
 
 struct ExportArgs {
   std::string checkpoint, hf, format = "table";
+  bool allow_nonfinite = false;
 };
 
+// The output directory must not be the checkpoint's own: writing there would replace it.
+void refuse_same_directory(const std::string& checkpoint, const std::string& option, const std::string& out) {
+  std::error_code error;
+  if (std::filesystem::equivalent(checkpoint, out, error))
+    throw UsageError(option + " " + out + " is the checkpoint's own directory " + checkpoint + ": write elsewhere");
+}
+
 int run_export(const ExportArgs& a) {
+  refuse_same_directory(a.checkpoint, "--hf", a.hf);
   if (std::filesystem::exists(std::filesystem::path(a.hf) / "model.safetensors.index.json"))
     throw UsageError("--hf " + a.hf + " holds a model.safetensors.index.json: export into an empty directory");
-  const lm::Checkpoint ck = lm::explicit_queries(lm::load_checkpoint(a.checkpoint));  // W_Q = I written out
+  const lm::Checkpoint ck = lm::explicit_queries(lm::load_checkpoint(a.checkpoint, false, a.allow_nonfinite));  // W_Q = I written out
   lm::hf_tensors(ck.config);  // refuses what the layout cannot hold before anything is written
   lm::export_hf(ck, a.hf);
   results::Value out = results::Value::object();
@@ -44,10 +54,12 @@ int run_export(const ExportArgs& a) {
 struct ConvertArgs {
   std::string checkpoint, to = "skipv1", method = "mean-v", out, format = "table";
   double skip_ratio = 0.5;
+  bool allow_nonfinite = false;
 };
 
 int run_convert(const ConvertArgs& a) {
-  const lm::Checkpoint source = lm::load_checkpoint(a.checkpoint);
+  refuse_same_directory(a.checkpoint, "--out", a.out);
+  const lm::Checkpoint source = lm::load_checkpoint(a.checkpoint, false, a.allow_nonfinite);
   const lm::Checkpoint converted = lm::convert_to_skipv1(source, lm::parse_conversion(a.method), a.skip_ratio);
   lm::save_checkpoint(a.out, converted);
   const auto count = [](const lm::Config& c) { return std::int64_t(lm::parameter_layout(c, lm::make_plan(c)).count()); };
@@ -70,6 +82,7 @@ std::vector<Command> add_lm_export_commands(CLI::App& lm, const std::string&) {
   cmd->add_option("--format", a->format, "Output: table or json")
       ->check(CLI::IsMember({"table", "json"}))
       ->capture_default_str();
+  add_allow_nonfinite_option(cmd, a->allow_nonfinite);
   auto c = std::make_shared<ConvertArgs>();
   auto* convert = lm.add_subcommand("convert", "Convert a trained vanilla model into SkipV1Former for uptraining "
                                                "(SkipV1Former §5.1, App. B.1; methods: lm/convert.hpp)");
@@ -83,6 +96,7 @@ std::vector<Command> add_lm_export_commands(CLI::App& lm, const std::string&) {
       ->capture_default_str();
   convert->add_option("--out", c->out, "Checkpoint directory to write")->required();
   convert->add_option("--format", c->format, "Output: table or json")->check(CLI::IsMember({"table", "json"}))->capture_default_str();
+  add_allow_nonfinite_option(convert, c->allow_nonfinite);
   return {{cmd, [a] { return run_export(*a); }}, {convert, [c] { return run_convert(*c); }}};
 }
 

@@ -7,6 +7,7 @@
 #include "cli/commands.hpp"
 #include "cli/device_option.hpp"
 #include "cli/model_options.hpp"
+#include "cli/nonfinite_option.hpp"
 #include "cli/plot_common.hpp"
 #include "cli/usage_hint.hpp"
 #include "cli/validators.hpp"
@@ -29,9 +30,12 @@ struct LmTrainArgs {
 
 lm::RunOptions run_options(const LmTrainArgs& a, const CLI::App& cmd, const std::string& command_line) {
   lm::RunOptions o = lm::find_preset(a.preset).options;
+  const lm::Config preset = o.model;
   o.model = model_config(o.model, a.model, cmd);
   if (!a.from.empty()) {  // the model is the checkpoint's: its configuration, then its values
-    o.model = lm::load_checkpoint(a.from).config;
+    if (lm::to_metadata(o.model) != lm::to_metadata(preset))
+      throw UsageError("--from " + a.from + ": the model is the checkpoint's; model flags (--d, --heads, …) do not apply");
+    o.model = lm::load_checkpoint(a.from, false, a.run.allow_nonfinite).config;
     o.init_from = a.from;
   }
   auto given = [&cmd](const char* flag) { return cmd.count(flag) > 0; };
@@ -47,10 +51,14 @@ lm::RunOptions run_options(const LmTrainArgs& a, const CLI::App& cmd, const std:
   if (given("--eval-every")) o.eval_every = a.run.eval_every;
   if (given("--eval-windows")) o.eval_windows = a.run.eval_windows;
   if (given("--checkpoint-every")) o.checkpoint_every = a.run.checkpoint_every;
-  if (o.seq > o.model.positions) o.model.positions = o.seq;
+  if (o.seq > o.model.positions && (given("--positions") || !a.from.empty()))
+    throw UsageError("--seq-len " + std::to_string(o.seq) + " is longer than the model's " +
+                     std::to_string(o.model.positions) + " positions" + (a.from.empty() ? " (--positions)" : " (--from)"));
+  if (o.seq > o.model.positions) o.model.positions = o.seq;  // the preset's positions grow with --seq-len
   if (o.loop.warmup >= o.loop.steps) throw UsageError("--warmup must be below --steps");
   if (!(o.loop.min_lr <= o.loop.lr)) throw UsageError("--min-lr must not exceed --lr");
   o.seed = a.run.seed, o.out = a.out, o.resume = a.run.resume, o.command_line = command_line;
+  o.allow_nonfinite = a.run.allow_nonfinite;
   return o;
 }
 
@@ -119,6 +127,7 @@ std::vector<Command> add_lm_train_commands(CLI::App& lm, const std::string& comm
   add_device_option(cmd, a->device);
   add_threads_option(cmd, a->threads);
   cmd->add_option("--format", a->format, "Output: table or json")->check(CLI::IsMember({"table", "json"}))->capture_default_str();
+  add_allow_nonfinite_option(cmd, a->run.allow_nonfinite);
   cmd->add_flag("--quiet", a->quiet, "No progress on stderr");
   return {{cmd, [a, cmd, command_line] { return run_train(*a, *cmd, command_line); }}};
 }

@@ -83,6 +83,9 @@ lm::Config apply(lm::Config c, const ModelOptions& o, Given given) {
   if (o.kv_heads && given("--kv-heads")) c.kv_heads = *o.kv_heads;
   if (o.head_dim && given("--head-dim")) c.head_dim = *o.head_dim;
   if (c.head_dim < 1) throw UsageError("--heads " + std::to_string(c.heads) + " is larger than --d " + std::to_string(c.d));
+  if ((given("--d") || given("--heads")) && !(o.head_dim && given("--head-dim")) && c.d % c.heads != 0)
+    throw UsageError("--d " + std::to_string(c.d) + " is not a multiple of --heads " + std::to_string(c.heads) +
+                     ": give the head width with --head-dim (d/H rounded down would be " + std::to_string(c.head_dim) + ")");
   if (o.ffn && o.mlp_ratio) throw UsageError("--ffn and --mlp-ratio both set the MLP width: give one");
   if (o.ffn && given("--ffn")) c.ffn = *o.ffn;
   if (o.mlp_ratio && given("--mlp-ratio")) c.ffn = int(std::lround(*o.mlp_ratio * c.d));

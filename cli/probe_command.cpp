@@ -1,14 +1,14 @@
 // `qkvlab probe CKPT`: layerwise linear probes of a frozen model (probes/layerwise.hpp).
-#include <fstream>
 #include <iostream>
-#include <sstream>
 
 #include "cli/threads_option.hpp"
 #include "cli/commands.hpp"
 #include "cli/device_option.hpp"
+#include "cli/nonfinite_option.hpp"
 #include "cli/plot_common.hpp"
 #include "cli/validators.hpp"
 #include "core/atomic_file.hpp"
+#include "core/text_file.hpp"
 #include "corpus/token_file.hpp"
 #include "engine/json.hpp"
 #include "gpu/backend.hpp"
@@ -25,11 +25,39 @@ struct ProbeArgs {
   probes::ProbeOptions options;
   int threads = 0;
   Device device = Device::cpu;
-  bool quiet = false;
+  bool quiet = false, allow_nonfinite = false;
 };
 
 std::vector<std::int32_t> stream(const std::filesystem::path& file, bool tags) {
   return (tags ? corpus::read_tag_file(file) : corpus::read_token_file(file)).ids;
+}
+
+// The number of tags in tags.json: a JSON array of at least two tag names.
+int tag_count(const std::filesystem::path& path) {
+  engine::Json names;
+  try {
+    names = engine::parse_json(read_text_file(path));
+  } catch (const std::runtime_error& e) {
+    throw UsageError(path.string() + ": " + e.what());
+  }
+  if (names.kind != engine::Json::Kind::array) throw UsageError(path.string() + ": not a JSON array of tag names");
+  for (std::size_t k = 0; k < names.items.size(); ++k)
+    if (names.items[k].kind != engine::Json::Kind::string)
+      throw UsageError(path.string() + ": entry " + std::to_string(k) + " is not a tag name (a string)");
+  if (names.items.size() < 2)
+    throw UsageError(path.string() + ": " + std::to_string(names.items.size()) +
+                     " tag names; a tag probe needs at least 2");
+  if (names.items.size() > std::size_t(1 << 20)) throw UsageError(path.string() + ": more than 2^20 tag names");
+  return int(names.items.size());
+}
+
+// Every tag of `file` indexes tags.json (or is -1, no tag).
+void check_tags(const std::vector<std::int32_t>& tags, int count, const std::filesystem::path& file) {
+  for (std::size_t k = 0; k < tags.size(); ++k)
+    if (tags[k] >= count)
+      throw UsageError(file.string() + ": tag id " + std::to_string(tags[k]) + " at position " + std::to_string(k) +
+                       " is outside tags.json's " + std::to_string(count) + " tags (0 to " +
+                       std::to_string(count - 1) + ", or -1 for none)");
 }
 
 probes::ProbeData probe_data(const ProbeArgs& a) {
@@ -49,11 +77,10 @@ probes::ProbeData probe_data(const ProbeArgs& a) {
   }
   if (a.target == "pos") {
     d.train_tags = stream(dir / "train_tags.npy", true), d.validation_tags = stream(dir / "validation_tags.npy", true);
-    std::ifstream in(dir / "tags.json");
-    std::stringstream text;
-    text << in.rdbuf();
-    d.tags = int(engine::parse_json(text.str()).items.size());
-    if (d.tags == 0 || d.train_tags.size() != d.train.size() || d.validation_tags.size() != d.validation.size())
+    d.tags = tag_count(dir / "tags.json");
+    check_tags(d.train_tags, d.tags, dir / "train_tags.npy");
+    check_tags(d.validation_tags, d.tags, dir / "validation_tags.npy");
+    if (d.train_tags.size() != d.train.size() || d.validation_tags.size() != d.validation.size())
       throw UsageError(a.data + ": the tag files do not match the token files (run 'qkvlab data brown' again)");
   }
   return d;
@@ -69,7 +96,7 @@ int run_probe(const ProbeArgs& a, const std::string& command_line) {
   const probes::ProbeData data = probe_data(a);
   apply_threads(a.threads, BlasUse::per_worker);  // the CPU backend runs one product per worker
   const auto backend = gpu::make_backend(a.device, a.threads);
-  const auto model = lm::load_model(a.checkpoint, *backend);
+  const auto model = lm::load_model(a.checkpoint, *backend, a.allow_nonfinite);
   for (const auto* s : {&data.train, &data.validation})
     for (std::int32_t id : *s)
       if (id >= model->config().vocab)
@@ -81,6 +108,7 @@ int run_probe(const ProbeArgs& a, const std::string& command_line) {
   probes::ProbeReport r = probes::run_probes(*model, data, o, [&](std::int64_t done, std::int64_t total) {
     show("steps", std::size_t(done), std::size_t(total));
   });
+  if (!r.nonfinite.empty()) return report_nonfinite("probe", r.nonfinite);
   r.value.set("checkpoint", a.checkpoint);
   r.value.set("tokens", a.tokens.empty() ? "corpus " + a.corpus + " (" + a.data + ")" : a.tokens);
   r.value.set("device", backend->description());
@@ -134,6 +162,7 @@ Command add_probe_command(CLI::App& app, const std::string& command_line) {
   cmd->add_option("--out", a->out, "Write the per-layer table to an HDF5 file");
   cmd->add_option("--csv", a->csv, "Write the per-layer table as CSV");
   cmd->add_option("--figure", a->figure, "Draw STEM.svg and STEM.png from the CSV (needs --csv)");
+  add_allow_nonfinite_option(cmd, a->allow_nonfinite);
   cmd->add_flag("--quiet", a->quiet, "No progress on stderr");
   return {cmd, [a, command_line] { return run_probe(*a, command_line); }};
 }

@@ -1,12 +1,17 @@
 #include "core/atomic_file.hpp"
 
+#include "core/errors.hpp"
+
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <fstream>
 #include <mutex>
@@ -25,6 +30,69 @@ std::string errno_text(int error) { return std::strerror(error); }
 
 [[noreturn]] void fail(std::string_view kind, const fs::path& path, const std::string& why) {
   throw std::runtime_error("cannot write " + std::string(kind) + " file " + path.string() + ": " + why);
+}
+
+[[noreturn]] void refuse(std::string_view kind, const fs::path& path, const std::string& why) {
+  throw UsageError("cannot write " + std::string(kind) + " file " + path.string() + ": " + why);
+}
+
+// The descriptor a name denotes by itself ("-", /dev/stdout, /dev/stderr,
+// /dev/fd/N, /proc/self/fd/N), or -1.
+int own_descriptor(const fs::path& path) {
+  const std::string name = path.string();
+  if (name == "-" || name == "/dev/stdout") return 1;
+  if (name == "/dev/stderr") return 2;
+  for (const std::string_view prefix : {"/dev/fd/", "/proc/self/fd/"}) {
+    if (name.rfind(prefix, 0) != 0) continue;
+    int fd = -1;
+    const char* first = name.data() + prefix.size();
+    const char* last = name.data() + name.size();
+    const auto [end, ec] = std::from_chars(first, last, fd);
+    if (ec == std::errc() && end == last && first != last) return fd;
+  }
+  return -1;
+}
+
+// Whether the target is streamed into (a FIFO or a character device) rather than
+// staged (a regular file, or nothing yet); anything else is refused.
+bool streamed(const fs::path& path, std::string_view kind) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) return false;  // a new name (or an error the staging reports)
+  if (S_ISREG(st.st_mode)) return false;
+  if (S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode)) return true;
+  if (S_ISLNK(st.st_mode))
+    refuse(kind, path, "it is a symbolic link (qkvlab neither follows nor replaces one; name its target instead)");
+  refuse(kind, path, S_ISDIR(st.st_mode) ? "it is a directory" : S_ISBLK(st.st_mode) ? "it is a block device" : "it is a socket");
+}
+
+// Copies a streamed target's staged bytes into it: its own descriptor, or the
+// FIFO or device opened without creating, truncating or following anything.
+void deliver(int memory, int descriptor, const fs::path& target) {
+  int out = descriptor;
+  if (out < 0) {
+    out = ::open(target.c_str(), O_WRONLY | O_NOCTTY | O_NOFOLLOW | O_CLOEXEC);
+    if (out < 0) throw std::runtime_error(errno_text(errno));
+    struct stat st {};
+    if (::fstat(out, &st) != 0 || !(S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode))) {
+      ::close(out);
+      throw std::runtime_error("it is no longer a FIFO or a device");
+    }
+  }
+  std::string chunk(1 << 20, '\0');
+  try {
+    for (off_t at = 0;;) {
+      const ssize_t n = ::pread(memory, chunk.data(), chunk.size(), at);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) throw std::runtime_error(errno_text(errno));
+      if (n == 0) break;
+      write_all(out, std::string_view(chunk.data(), std::size_t(n)));
+      at += n;
+    }
+  } catch (...) {
+    if (descriptor < 0) ::close(out);
+    throw;
+  }
+  if (descriptor < 0 && ::close(out) != 0) throw std::runtime_error(errno_text(errno));
 }
 
 // The process's umask, read without changing it (/proc/self/status, Linux ≥ 4.7),
@@ -109,12 +177,16 @@ void write_all(int fd, std::string_view bytes) {
 }
 
 StagedFiles::~StagedFiles() {
-  if (committed_) return;
-  for (const Staged& s : staged_) ::unlink(s.temporary.c_str());
+  for (const Staged& s : staged_) {
+    if (s.memory >= 0) ::close(s.memory);
+    else if (!committed_) ::unlink(s.temporary.c_str());
+  }
 }
 
 void StagedFiles::add(const fs::path& path, std::string_view kind, const std::function<void(int fd)>& fill) {
   if (committed_) throw std::logic_error("StagedFiles: add after commit");
+  const int descriptor = own_descriptor(path);
+  if (descriptor >= 0 || streamed(path, kind)) return add_streamed(path, kind, descriptor, fill);
   if (path.filename().empty()) fail(kind, path, "no file name");
   const fs::path directory = directory_of(path);
   clean_once(directory);
@@ -142,27 +214,43 @@ void StagedFiles::add(const fs::path& path, std::string_view kind, const std::fu
   staged_.push_back({path, temporary, std::string(kind)});
 }
 
+void StagedFiles::add_streamed(const fs::path& path, std::string_view kind, int descriptor,
+                               const std::function<void(int fd)>& fill) {
+  const int memory = ::memfd_create("qkvlab-output", MFD_CLOEXEC);
+  if (memory < 0) fail(kind, path, "cannot stage its bytes in memory (" + errno_text(errno) + ")");
+  try {
+    fill(memory);
+  } catch (const std::exception& e) {
+    ::close(memory);
+    const std::string what = e.what();
+    if (what.rfind("cannot write ", 0) == 0) throw;  // already names the file
+    fail(kind, path, what);
+  }
+  staged_.push_back({path, {}, std::string(kind), memory, descriptor});
+}
+
 void StagedFiles::add_bytes(const fs::path& path, std::string_view kind, std::string_view bytes) {
   add(path, kind, [bytes](int fd) { write_all(fd, bytes); });
 }
 
 void StagedFiles::commit() {
   if (committed_) return;
-  for (const Staged& s : staged_) {
-    struct stat st {};
-    if (::lstat(s.target.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) fail(s.kind, s.target, "it is a directory");
-  }
+  for (const Staged& s : staged_)
+    if (s.descriptor < 0 && streamed(s.target, s.kind) != (s.memory >= 0))
+      refuse(s.kind, s.target, "it was replaced while qkvlab was writing it");
   for (std::size_t k = 0; k < staged_.size(); ++k) {
     const Staged& s = staged_[k];
-    if (::rename(s.temporary.c_str(), s.target.c_str()) != 0) {
-      const int error = errno;
+    try {
+      if (s.memory >= 0) deliver(s.memory, s.descriptor, s.target);
+      else if (::rename(s.temporary.c_str(), s.target.c_str()) != 0)
+        throw std::runtime_error("cannot rename the temporary file (" + errno_text(errno) + ")");
+    } catch (const std::exception& e) {
       std::string done;
       for (std::size_t j = 0; j < k; ++j) done += (j ? ", " : "") + staged_[j].target.string();
-      for (std::size_t j = k; j < staged_.size(); ++j) ::unlink(staged_[j].temporary.c_str());
+      for (std::size_t j = k; j < staged_.size(); ++j)
+        if (staged_[j].memory < 0) ::unlink(staged_[j].temporary.c_str());
       committed_ = true;
-      fail(s.kind, s.target,
-           "cannot rename the temporary file (" + errno_text(error) + ")" +
-               (done.empty() ? "" : "; already written: " + done));
+      fail(s.kind, s.target, e.what() + (done.empty() ? std::string() : "; already written: " + done));
     }
   }
   committed_ = true;
@@ -170,7 +258,8 @@ void StagedFiles::commit() {
 
 std::vector<fs::path> StagedFiles::temporaries() const {
   std::vector<fs::path> out;
-  for (const Staged& s : staged_) out.push_back(s.temporary);
+  for (const Staged& s : staged_)
+    if (s.memory < 0) out.push_back(s.temporary);
   return out;
 }
 
@@ -184,6 +273,33 @@ void write_bytes_atomically(const fs::path& path, std::string_view kind, std::st
   StagedFiles files;
   files.add_bytes(path, kind, bytes);
   files.commit();
+}
+
+DirectoryLock::DirectoryLock(const fs::path& directory, std::string_view what, const std::string& name) {
+  const fs::path path = directory / name;
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw UsageError("cannot lock " + directory.string() + ": cannot open " + path.string() + " (" + errno_text(errno) + ")");
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int error = errno;
+    char holder[128] = {};
+    const ssize_t n = ::pread(fd_, holder, sizeof holder - 1, 0);
+    ::close(fd_);
+    fd_ = -1;
+    std::string who;  // the holder's note, printable characters only (the file is anyone's to write)
+    for (ssize_t k = 0; k < n && holder[k] != '\n'; ++k) who += holder[k] >= 32 && holder[k] < 127 ? holder[k] : '?';
+    if (error == EWOULDBLOCK)
+      throw UsageError(directory.string() + " is in use by " + (who.empty() ? "another process" : who) +
+                       ": one writer at a time");
+    throw UsageError("cannot lock " + directory.string() + " (" + errno_text(error) + ")");
+  }
+  const std::string holder = std::string(what) + " (pid " + std::to_string(::getpid()) + ")\n";
+  if (::ftruncate(fd_, 0) == 0 && ::pwrite(fd_, holder.data(), holder.size(), 0) < 0) {
+    // the lock holds without its note; a second writer is refused all the same
+  }
+}
+
+DirectoryLock::~DirectoryLock() {
+  if (fd_ >= 0) ::close(fd_);  // releases the flock
 }
 
 }  // namespace qkvlab

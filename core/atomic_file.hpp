@@ -8,6 +8,17 @@
 // renames, so a failure or a kill while staging leaves every target as it was.
 // A set destroyed before commit() removes its temporaries.
 //
+// Only a regular file or a new name is staged and renamed. A FIFO or a
+// character device (a pipe, /dev/null, a terminal) is written in place, never
+// replaced: its bytes are staged in memory (memfd) and copied into it by
+// commit(), after every rename before it. "-", /dev/stdout, /dev/stderr and
+// /dev/fd/N (/proc/self/fd/N) name this process's own descriptors and are
+// written to them. A symbolic link as the target is refused: it is neither
+// followed nor replaced (qkvlab creates none, so any link there is someone
+// else's); so are a directory, a block device and a socket. These refusals are
+// UsageErrors ("cannot write KIND file PATH: it is a symbolic link …"), made
+// when the file is staged and again before the first rename.
+//
 // Temporary names are ".qkvlab-tmp.<pid>.<target name>.XXXXXX". A killed run
 // leaves such files behind; the first staging into a directory removes the ones
 // there whose process has ended (regular files owned by this user, never
@@ -36,17 +47,22 @@ class StagedFiles {
   void add(const std::filesystem::path& path, std::string_view kind, const std::function<void(int fd)>& fill);
   void add_bytes(const std::filesystem::path& path, std::string_view kind, std::string_view bytes);
 
-  // Renames every staged file over its target, in the order staged. Targets
-  // that are directories are refused before any rename.
+  // Renames every staged file over its target (or writes it into its FIFO,
+  // device or descriptor), in the order staged. Every target is checked again
+  // before the first rename (see above).
   void commit();
 
-  // The temporaries staged so far (for tests).
+  // The temporaries staged so far (for tests; a streamed target has none).
   std::vector<std::filesystem::path> temporaries() const;
 
  private:
+  void add_streamed(const std::filesystem::path& path, std::string_view kind, int descriptor,
+                    const std::function<void(int fd)>& fill);
   struct Staged {
-    std::filesystem::path target, temporary;
+    std::filesystem::path target, temporary;  // temporary empty: streamed
     std::string kind;
+    int memory = -1;      // a streamed target's bytes (memfd), open until destruction
+    int descriptor = -1;  // for "-", /dev/stdout, /dev/fd/N: that descriptor
   };
   std::vector<Staged> staged_;
   bool committed_ = false;
@@ -58,6 +74,24 @@ void write_bytes_atomically(const std::filesystem::path& path, std::string_view 
 
 // Writes all of `bytes` to fd (retrying short writes); throws std::runtime_error.
 void write_all(int fd, std::string_view bytes);
+
+// One writer per directory: an exclusive flock on DIR/.qkvlab-lock (or DIR/NAME), held from
+// construction to destruction (and released by the kernel when the process
+// dies, so a killed run never leaves it stale). The holder's PID and `what`
+// are written into the file; a second DirectoryLock on the directory, in this
+// or another process, fails at once with a UsageError naming them ("DIR is in
+// use by lm train (pid 1234)"). The lock file itself is never followed when it
+// is a symlink.
+class DirectoryLock {
+ public:
+  DirectoryLock(const std::filesystem::path& directory, std::string_view what, const std::string& name = ".qkvlab-lock");
+  DirectoryLock(const DirectoryLock&) = delete;
+  DirectoryLock& operator=(const DirectoryLock&) = delete;
+  ~DirectoryLock();
+
+ private:
+  int fd_ = -1;
+};
 
 // True for a name staged files use (".qkvlab-tmp.<pid>.…").
 bool is_temporary_name(std::string_view file_name);

@@ -1,16 +1,22 @@
 #include "lm/checkpoint.hpp"
 
 #include <algorithm>
+#include <charconv>
+#include <cmath>
 #include <cstring>
 #include <optional>
 
 #include "core/atomic_file.hpp"
 #include "core/errors.hpp"
+#include "core/fnv.hpp"
 #include "core/json_text.hpp"
+#include "core/text_file.hpp"
+#include "engine/json.hpp"
 #include "engine/safetensors.hpp"
 #include "lm/describe.hpp"
 #include "lm/model_files.hpp"
 #include "lm/parameters.hpp"
+#include "results/value.hpp"
 
 namespace qkvlab::lm {
 
@@ -54,19 +60,136 @@ OptimizerState read_optimizer(const fs::path& path, const engine::ParameterLayou
       const engine::TensorEntry& t = it->second;
       if (t.dtype != DType::F32 || t.elements() != spec.size() || t.shape.size() != spec.shape.size())
         throw UsageError(path.string() + ": tensor \"" + key + "\" is not F32 of the shape the configuration implies");
-      engine::decode_floats(DType::F32, file.bytes(t).data(), spec.size(), values->data() + spec.offset);
+      float* x = values->data() + spec.offset;
+      engine::decode_floats(DType::F32, file.bytes(t).data(), spec.size(), x);
+      for (std::size_t k = 0; k < spec.size(); ++k)
+        if (!std::isfinite(x[k]) || (prefix[0] == 'v' && x[k] < 0))
+          throw UsageError(path.string() + ": tensor \"" + key + "\" holds " +
+                           (std::isnan(x[k]) ? "nan" : std::isinf(x[k]) ? (x[k] > 0 ? "inf" : "-inf") : json_number(x[k])) + " at element " +
+                           std::to_string(k) + " (the moments must be finite, v non-negative)");
     }
-  const auto t = file.metadata.find("t");
-  if (t == file.metadata.end()) throw UsageError(path.string() + ": no step count \"t\" in its metadata");
-  try {
-    state.t = std::stoll(t->second);
-  } catch (const std::exception&) {
-    throw UsageError(path.string() + ": the step count \"t\" is not an integer: " + t->second);
-  }
+  state.t = metadata_integer(file.metadata, "t", path);
+  if (state.t < 0) throw UsageError(path.string() + ": the step count \"t\" is negative: " + std::to_string(state.t));
   return state;
 }
 
+// The manifest.json of a checkpoint: each file's size and checksum, the step, t and the run's identity.
+struct Manifest {
+  std::map<std::string, FileSum> files;
+  std::optional<std::int64_t> step, t;
+  std::string run_id;
+};
+
+std::function<void(const std::string&)>& write_hook() {
+  static std::function<void(const std::string&)> hook;
+  return hook;
+}
+
+void written(const std::string& file) {
+  if (write_hook()) write_hook()(file);
+}
+
+std::string manifest_json(const fs::path& dir, const std::vector<std::string>& names, const Manifest& m) {
+  results::Value v = results::Value::object(), files = results::Value::object();
+  v.set("format", "qkvlab-lm-manifest");
+  if (m.step) v.set("step", *m.step);
+  if (m.t) v.set("t", *m.t);
+  if (!m.run_id.empty()) v.set("run_id", m.run_id);
+  for (const std::string& name : names) {
+    const FileSum sum = file_sum(dir / name);
+    results::Value f = results::Value::object();
+    f.set("bytes", sum.bytes), f.set("fnv1a64", hex64(sum.fnv1a64));
+    files.set(name, f);
+  }
+  v.set("files", files);
+  return v.json();
+}
+
+const engine::Json* member(const engine::Json& object, const std::string& key) {
+  for (std::size_t k = 0; k < object.keys.size(); ++k)
+    if (object.keys[k] == key) return &object.items[k];
+  return nullptr;
+}
+
+Manifest read_manifest(const fs::path& path) {
+  const auto bad = [&](const std::string& what) { return UsageError(path.string() + ": " + what); };
+  Manifest m;
+  try {
+    const engine::Json v = engine::parse_json(read_text_file(path));
+    const engine::Json* files = v.kind == engine::Json::Kind::object ? member(v, "files") : nullptr;
+    if (!files || files->kind != engine::Json::Kind::object) throw bad("no \"files\" object");
+    for (std::size_t k = 0; k < files->keys.size(); ++k) {
+      const engine::Json* bytes = member(files->items[k], "bytes");
+      const engine::Json* sum = member(files->items[k], "fnv1a64");
+      if (!bytes || !sum || sum->kind != engine::Json::Kind::string)
+        throw bad("entry \"" + files->keys[k] + "\" lacks \"bytes\" or \"fnv1a64\"");
+      std::uint64_t checksum = 0;
+      const char* end = sum->text.data() + sum->text.size();
+      if (sum->text.size() != 16 || std::from_chars(sum->text.data(), end, checksum, 16).ptr != end)
+        throw bad("\"fnv1a64\" of " + files->keys[k] + " is not 16 hexadecimal digits: " + json_quote(sum->text));
+      m.files[files->keys[k]] = {engine::json_to_u64(*bytes, "\"bytes\" of " + files->keys[k]), checksum};
+    }
+    for (auto [key, field] : {std::pair{"step", &m.step}, std::pair{"t", &m.t}})
+      if (const engine::Json* x = member(v, key)) *field = std::int64_t(engine::json_to_u64(*x, std::string("\"") + key + "\""));
+    if (const engine::Json* id = member(v, "run_id")) m.run_id = id->text;
+  } catch (const UsageError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw bad(e.what());
+  }
+  return m;
+}
+
+// Every file the manifest lists is there with its size and checksum.
+void verify_files(const fs::path& dir, const Manifest& m) {
+  for (const auto& [name, expected] : m.files) {
+    if (name.find('/') != std::string::npos || !fs::is_regular_file(dir / name))
+      throw UsageError((dir / "manifest.json").string() + ": lists " + name + ", which is not in the checkpoint");
+    const FileSum got = file_sum(dir / name);
+    if (got.bytes != expected.bytes || got.fnv1a64 != expected.fnv1a64)
+      throw UsageError((dir / name).string() + ": does not match manifest.json (" + std::to_string(got.bytes) +
+                       " bytes, checksum " + hex64(got.fnv1a64) + "; listed: " + std::to_string(expected.bytes) +
+                       " bytes, " + hex64(expected.fnv1a64) + "): the checkpoint's files come from different writes");
+  }
+}
+
+// The optimizer belongs to the model: the manifest lists both, with the model's step and the optimizer's t,
+// and the optimizer's metadata repeats the model's step and run identity.
+void tie_optimizer(const fs::path& dir, const Manifest& m, const Checkpoint& ck, const engine::SafeTensorsView& opt) {
+  const fs::path manifest = dir / "manifest.json", opt_path = dir / "optimizer.safetensors";
+  if (!m.files.count("optimizer.safetensors") || !m.files.count("model.safetensors"))
+    throw UsageError(manifest.string() + ": does not list both model.safetensors and optimizer.safetensors");
+  if (m.t != ck.optimizer->t)
+    throw UsageError(opt_path.string() + ": \"t\" = " + std::to_string(ck.optimizer->t) + ", manifest.json has " +
+                     (m.t ? std::to_string(*m.t) : "none"));
+  for (const char* key : {"step", "run_id"}) {
+    const auto model_it = ck.metadata.find(key);
+    const auto opt_it = opt.metadata.find(key);
+    const std::string model_value = model_it == ck.metadata.end() ? "(none)" : model_it->second;
+    const std::string opt_value = opt_it == opt.metadata.end() ? "(none)" : opt_it->second;
+    if (model_value != opt_value)
+      throw UsageError(opt_path.string() + ": \"" + key + "\" = " + opt_value + ", but model.safetensors has " +
+                       model_value + ": the optimizer state is another run's or another step's");
+  }
+  if (ck.metadata.count("step") && m.step != metadata_integer(ck.metadata, "step", dir / "model.safetensors"))
+    throw UsageError(manifest.string() + ": \"step\" does not match model.safetensors's");
+  if (m.run_id != (ck.metadata.count("run_id") ? ck.metadata.at("run_id") : ""))
+    throw UsageError(manifest.string() + ": \"run_id\" does not match model.safetensors's");
+}
+
 }  // namespace
+
+std::int64_t metadata_integer(const std::map<std::string, std::string>& metadata, const std::string& key,
+                              const fs::path& file) {
+  const auto it = metadata.find(key);
+  if (it == metadata.end()) throw UsageError(file.string() + ": no \"" + key + "\" in its metadata");
+  std::int64_t n = 0;
+  const std::string& text = it->second;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size())
+    throw UsageError(file.string() + ": \"" + key + "\" is not an integer: " + json_quote(text));
+  return n;
+}
 
 std::string config_json(const Config& c) { return config_value(c).json(); }
 
@@ -75,6 +198,11 @@ void save_checkpoint(const fs::path& dir, const Checkpoint& ck) {
   if (ck.values.size() != layout.total())
     throw std::invalid_argument("save_checkpoint: the values do not match the configuration's layout");
   fs::create_directories(dir);
+  fs::remove(dir / "manifest.json");  // first: a write cut short leaves no manifest
+  Manifest manifest;
+  if (ck.metadata.count("step")) manifest.step = metadata_integer(ck.metadata, "step", dir / "model.safetensors");
+  if (ck.metadata.count("run_id")) manifest.run_id = ck.metadata.at("run_id");
+  std::vector<std::string> names;
   if (ck.optimizer) {
     SafeTensors opt;
     for (const auto& spec : layout.specs()) {
@@ -83,7 +211,11 @@ void save_checkpoint(const fs::path& dir, const Checkpoint& ck) {
     }
     opt.metadata["format"] = kFormat;
     opt.metadata["t"] = std::to_string(ck.optimizer->t);
+    for (const char* key : {"step", "run_id"})
+      if (ck.metadata.count(key)) opt.metadata[key] = ck.metadata.at(key);
+    manifest.t = ck.optimizer->t;
     engine::save_safetensors(dir / "optimizer.safetensors", opt);
+    names.push_back("optimizer.safetensors"), written(names.back());
   }
   SafeTensors model;
   for (const auto& spec : layout.specs()) model.tensors[spec.name] = tensor_of(spec, ck.values);
@@ -91,8 +223,14 @@ void save_checkpoint(const fs::path& dir, const Checkpoint& ck) {
   for (const auto& [key, value] : to_metadata(ck.config)) model.metadata[key] = value;
   model.metadata["format"] = kFormat;
   engine::save_safetensors(dir / "model.safetensors", model);
+  names.push_back("model.safetensors"), written(names.back());
   write_bytes_atomically(dir / "config.json", "JSON", config_json(ck.config));
+  names.push_back("config.json"), written(names.back());
+  write_bytes_atomically(dir / "manifest.json", "JSON", manifest_json(dir, names, manifest));
+  written("manifest.json");
 }
+
+void set_checkpoint_write_hook(std::function<void(const std::string& file)> hook) { write_hook() = std::move(hook); }
 
 bool is_own_checkpoint(const fs::path& dir) {
   const fs::path path = dir / "model.safetensors";
@@ -106,7 +244,7 @@ bool is_own_checkpoint(const fs::path& dir) {
   }
 }
 
-Checkpoint load_checkpoint(const fs::path& dir, bool with_optimizer) {
+Checkpoint load_checkpoint(const fs::path& dir, bool with_optimizer, bool allow_nonfinite) {
   const fs::path path = dir / "model.safetensors";
   if (!fs::is_regular_file(path)) throw UsageError(dir.string() + ": no model.safetensors in this directory");
   if (!is_own_checkpoint(dir)) {
@@ -117,7 +255,14 @@ Checkpoint load_checkpoint(const fs::path& dir, bool with_optimizer) {
     }
     throw UsageError(path.string() + ": not a qkvlab checkpoint (no \"format\": \"qkvlab-lm\" in its metadata)");
   }
-  const ModelFiles files = open_model(dir);
+  std::optional<Manifest> manifest;
+  if (fs::exists(fs::symlink_status(dir / "manifest.json"))) manifest = read_manifest(dir / "manifest.json");
+  if (manifest) verify_files(dir, *manifest);
+  if (with_optimizer && !manifest)
+    throw UsageError(dir.string() + ": no manifest.json: a checkpoint write did not finish (or the checkpoint "
+                     "predates manifests), so its files may come from different steps; cannot resume from it");
+  ModelFiles files = open_model(dir);
+  files.allow_nonfinite = allow_nonfinite;
   Checkpoint ck;
   ck.config = files.config;
   ck.metadata = files.metadata;
@@ -130,6 +275,7 @@ Checkpoint load_checkpoint(const fs::path& dir, bool with_optimizer) {
   const fs::path opt_path = dir / "optimizer.safetensors";
   if (!fs::is_regular_file(opt_path)) throw UsageError(dir.string() + ": no optimizer.safetensors to resume from");
   ck.optimizer = read_optimizer(opt_path, layout);
+  tie_optimizer(dir, *manifest, ck, engine::MappedSafeTensors(opt_path).view());
   return ck;
 }
 

@@ -6,7 +6,20 @@
 //   optimizer.safetensors  (training only) AdamW's moments "m/NAME" and "v/NAME", F32, and its
 //                          step count in __metadata__ "t": with the parameters and the data
 //                          stream's (seed, step), all a run needs to continue bit for bit
-// Each file is written atomically (whole or absent), config.json last.
+//   manifest.json          written last: each file's size and FNV-1a checksum (core/fnv.hpp), the
+//                          metadata's "step", the optimizer's "t" and the run's "run_id" when given
+// Each file is written atomically (whole or absent); the old manifest.json is
+// removed before the first of them and the new one written after the last, so a
+// write cut short (a kill between two renames) leaves a directory without a
+// manifest. Reading checks a manifest that is present against the files (size,
+// checksum, step, t), and reading the optimizer (--resume) requires one: a
+// checkpoint whose files come from different writes is a UsageError, never
+// loaded. The optimizer file's metadata repeats the model's "step" and "run_id"
+// (a random identity a training run draws once and keeps when it resumes), so
+// an optimizer file copied from another run or step is refused as well; its
+// moments must be finite, v ≥ 0 and t ≥ 0.
+// Non-finite weights are refused when read (lm/model_files.hpp) unless
+// allow_nonfinite.
 // Reading maps the files (lm/model_files.hpp, the reader of Hugging Face
 // directories too) and checks every tensor's name, dtype and shape against the
 // layout the configuration implies before reading a value: a missing, unknown
@@ -16,6 +29,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -38,7 +52,18 @@ struct Checkpoint {
 };
 
 void save_checkpoint(const std::filesystem::path& dir, const Checkpoint& checkpoint);
-Checkpoint load_checkpoint(const std::filesystem::path& dir, bool with_optimizer = false);
+Checkpoint load_checkpoint(const std::filesystem::path& dir, bool with_optimizer = false, bool allow_nonfinite = false);
+
+// A metadata entry that must be a decimal integer ("step", "t"): a UsageError
+// naming the file and the field when it is missing or is not one.
+std::int64_t metadata_integer(const std::map<std::string, std::string>& metadata, const std::string& key,
+                              const std::filesystem::path& file);
+
+// For tests: called with each file's name once it is in place, in the order
+// written (optimizer.safetensors, model.safetensors, config.json,
+// manifest.json). A hook that throws leaves the directory as a kill at that
+// point would. An empty function removes the hook.
+void set_checkpoint_write_hook(std::function<void(const std::string& file)> hook);
 // True when dir holds a model.safetensors whose metadata says "qkvlab-lm".
 bool is_own_checkpoint(const std::filesystem::path& dir);
 

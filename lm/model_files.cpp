@@ -258,6 +258,15 @@ void read_tensor(const ModelFiles& files, const engine::ParameterSpec& spec, con
   }
 }
 
+// A weight that is NaN or ±Inf ends the load: no number computed from it could be trusted.
+void refuse_nonfinite(const fs::path& file, const std::string& tensor, const float* x, std::size_t n) {
+  for (std::size_t k = 0; k < n; ++k)
+    if (!std::isfinite(x[k]))
+      throw UsageError(file.string() + ": tensor \"" + tensor + "\" holds a non-finite weight (" +
+                       (std::isnan(x[k]) ? "nan" : x[k] > 0 ? "inf" : "-inf") + " at element " + std::to_string(k) +
+                       "); --allow-nonfinite loads it anyway");
+}
+
 // The source holds spec: the geometry open_model established (a second check,
 // so a caller's layout cannot make a read leave the tensor).
 bool fits(const engine::ParameterSpec& spec, const ModelFiles::Source& src) {
@@ -297,6 +306,7 @@ void read_parameters(const ModelFiles& files, const engine::ParameterLayout& lay
   for (const auto& spec : layout.specs()) {
     const ModelFiles::Source& src = files.sources.at(spec.name);
     read_tensor(files, spec, src, block, staging.data());
+    if (!files.allow_nonfinite) refuse_nonfinite(files.shards[src.shard].path(), src.name, staging.data(), spec.size());
     files.shards[src.shard].release(*src.entry);  // a model as large as memory is read, not held twice
     sink(spec, staging.data());
   }
@@ -316,8 +326,9 @@ void load_parameters(const ModelFiles& files, Model<S>& model) {
   });
 }
 
-std::unique_ptr<Model<float>> load_model(const fs::path& dir, engine::Backend<float>& backend) {
-  const ModelFiles files = open_model(dir);
+std::unique_ptr<Model<float>> load_model(const fs::path& dir, engine::Backend<float>& backend, bool allow_nonfinite) {
+  ModelFiles files = open_model(dir);
+  files.allow_nonfinite = allow_nonfinite;
   auto model = std::make_unique<Model<float>>(files.config, backend);
   load_parameters(files, *model);
   return model;

@@ -62,6 +62,10 @@ struct ModelFiles {
   };
   std::vector<engine::MappedSafeTensors> shards;
   std::map<std::string, Source> sources;  // by the toolkit's tensor name
+  // Weights holding NaN or ±Inf: refused by read_parameters (a UsageError naming
+  // the file, the tensor, the element and the value) unless this is set
+  // (--allow-nonfinite, cli/model_source.hpp).
+  bool allow_nonfinite = false;
 };
 
 ModelFiles open_model(const std::filesystem::path& dir);
@@ -78,8 +82,10 @@ void read_parameters(const ModelFiles& files, const engine::ParameterLayout& lay
 template <class S>
 void load_parameters(const ModelFiles& files, Model<S>& model);
 
-// The model in `dir` (own or Hugging Face) on `backend`, its parameters loaded.
-std::unique_ptr<Model<float>> load_model(const std::filesystem::path& dir, engine::Backend<float>& backend);
+// The model in `dir` (own or Hugging Face) on `backend`, its parameters loaded
+// (non-finite weights refused unless allow_nonfinite).
+std::unique_ptr<Model<float>> load_model(const std::filesystem::path& dir, engine::Backend<float>& backend,
+                                         bool allow_nonfinite = false);
 
 extern template void load_parameters<float>(const ModelFiles&, Model<float>&);
 extern template void load_parameters<double>(const ModelFiles&, Model<double>&);

@@ -1,13 +1,23 @@
 #include "lm/train.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
 #include "core/atomic_file.hpp"
 #include "core/errors.hpp"
+#include "core/fnv.hpp"
+#include "core/json_text.hpp"
 #include "corpus/batches.hpp"
 #include "corpus/ngram.hpp"
 #include "corpus/token_file.hpp"
@@ -130,11 +140,23 @@ std::string real(double x) {
   return buf;
 }
 
+// The tokens' little-endian bytes through FNV-1a (core/fnv.hpp).
 std::uint64_t fnv1a(const std::vector<std::int32_t>& tokens) {
-  std::uint64_t h = 1469598103934665603ull;
-  for (std::int32_t t : tokens)
-    for (int k = 0; k < 4; ++k) h = (h ^ std::uint8_t(std::uint32_t(t) >> (8 * k))) * 1099511628211ull;
+  std::uint64_t h = kFnvOffset;
+  for (std::int32_t t : tokens) {
+    const char bytes[4] = {char(t), char(std::uint32_t(t) >> 8), char(std::uint32_t(t) >> 16), char(std::uint32_t(t) >> 24)};
+    h = fnv1a64(std::string_view(bytes, 4), h);
+  }
   return h;
+}
+
+// The run's identity (lm/checkpoint.hpp "run_id"): the checksum of everything that changes its numbers,
+// the model's configuration and run_identity, so that the same command makes the same bytes.
+std::string run_id_of(const RunOptions& o, const TrainData& data) {
+  std::string text;
+  for (const auto& [key, value] : to_metadata(o.model)) text += key + "=" + value + "\n";
+  for (const auto& [key, value] : run_identity(o, data)) text += key + "=" + value + "\n";
+  return hex64(fnv1a64(text));
 }
 
 }  // namespace
@@ -187,21 +209,45 @@ void truncate_log(const fs::path& path, std::int64_t step) {
   std::string line, kept;
   std::getline(in, line);
   kept = line + "\n";
-  while (std::getline(in, line))
-    if (!line.empty() && std::stoll(line.substr(0, line.find(','))) <= step) kept += line + "\n";
+  for (std::int64_t number = 2; std::getline(in, line); ++number) {
+    if (line.empty()) continue;
+    std::int64_t row_step = 0;
+    const char* end = line.data() + std::min(line.find(','), line.size());
+    if (std::from_chars(line.data(), end, row_step).ptr != end || end == line.data())
+      throw UsageError(path.string() + ": line " + std::to_string(number) + ": the step is not an integer: " +
+                       json_quote(line.substr(0, 40)));
+    if (row_step <= step) kept += line + "\n";
+  }
   write_bytes_atomically(path, "CSV", kept);
 }
 
+// A CSV log a row at a time: started (or kept, when appending) as a regular file through
+// core/atomic_file.hpp, then appended to without following a symlink put in its place.
 class Log {
  public:
-  Log(const fs::path& path, const std::string& header, bool append) : out_(path, append ? std::ios::app : std::ios::trunc) {
-    if (!out_) throw UsageError("cannot write " + path.string());
-    if (!append) out_ << header << "\n";
+  Log(const fs::path& path, const std::string& header, bool append) : path_(path) {
+    if (!append) write_bytes_atomically(path, "CSV", header + "\n");
+    fd_ = ::open(path.c_str(), O_WRONLY | O_APPEND | O_NOFOLLOW | O_CLOEXEC);
+    struct stat st {};
+    if (fd_ < 0 || ::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode))
+      throw UsageError("cannot write CSV file " + path.string() + ": not a regular file (or " + std::strerror(errno) + ")");
   }
-  void row(const std::string& line) { out_ << line << "\n" << std::flush; }
+  Log(const Log&) = delete;
+  Log& operator=(const Log&) = delete;
+  ~Log() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  void row(const std::string& line) {
+    try {
+      write_all(fd_, line + "\n");
+    } catch (const std::exception& e) {
+      throw std::runtime_error("cannot write CSV file " + path_.string() + ": " + e.what());
+    }
+  }
 
  private:
-  std::ofstream out_;
+  fs::path path_;
+  int fd_ = -1;
 };
 
 struct Session {
@@ -213,6 +259,8 @@ struct Session {
   Session(const RunOptions& options, const TrainData& d, engine::Backend<float>& be)
       : o(options), data(d), backend(be), model(options.model, be), trainer(be, model.parameters(), options.loop) {}
 
+  const std::string run_id = run_id_of(o, data);
+
   fs::path checkpoint_dir() const { return o.out / "checkpoint"; }
 
   void save(std::int64_t step) {
@@ -221,6 +269,8 @@ struct Session {
     ck.values = model.parameter_values();
     ck.metadata = run_identity(o, data);
     ck.metadata["step"] = std::to_string(step);
+    ck.metadata["run_id"] = run_id;
+    ck.metadata["data.validation_hash"] = std::to_string(fnv1a(data.validation));
     ck.metadata["source"] = data.source;
     auto& adamw = trainer.optimizer();
     ck.optimizer = OptimizerState{adamw.m.to_host(), adamw.v.to_host(), adamw.t};
@@ -232,7 +282,7 @@ struct Session {
     if (!o.resume) return 0;
     if (!fs::exists(checkpoint_dir() / "model.safetensors"))
       throw UsageError("cannot resume: no checkpoint in " + checkpoint_dir().string());
-    const Checkpoint ck = load_checkpoint(checkpoint_dir(), true);
+    const Checkpoint ck = load_checkpoint(checkpoint_dir(), true, o.allow_nonfinite);
     if (to_metadata(ck.config) != to_metadata(o.model))
       throw UsageError("cannot resume: " + checkpoint_dir().string() + " holds a model of another configuration");
     for (const auto& [key, value] : run_identity(o, data)) {
@@ -241,10 +291,33 @@ struct Session {
         throw UsageError("cannot resume: " + checkpoint_dir().string() + " was made with " + key.substr(4) + " = " +
                          (it == ck.metadata.end() ? "(none)" : it->second) + ", this run has " + value);
     }
+    const auto validation = ck.metadata.find("data.validation_hash");
+    if (validation != ck.metadata.end() && validation->second != std::to_string(fnv1a(data.validation)))
+      throw UsageError("cannot resume: " + checkpoint_dir().string() +
+                       " was made with other validation tokens (--val-tokens): its validation curve would mix two streams");
+    const std::int64_t step = checked_step(ck);
     model.set_parameters(ck.values);
     auto& adamw = trainer.optimizer();
     adamw.m.upload(ck.optimizer->m), adamw.v.upload(ck.optimizer->v), adamw.t = ck.optimizer->t;
-    return std::stoll(ck.metadata.at("step"));
+    return step;
+  }
+
+  // The checkpoint's step, against the schedule: 1 … steps − 1 (the last step is a finished run), and
+  // equal to the optimizer's update count t (one update a step).
+  std::int64_t checked_step(const Checkpoint& ck) const {
+    const fs::path file = checkpoint_dir() / "model.safetensors";
+    const std::int64_t step = metadata_integer(ck.metadata, "step", file);
+    if (step < 1 || step > o.loop.steps)
+      throw UsageError(file.string() + ": \"step\" = " + std::to_string(step) + " is outside this run's schedule of " +
+                       std::to_string(o.loop.steps) + " steps");
+    if (step != ck.optimizer->t)
+      throw UsageError(file.string() + ": \"step\" = " + std::to_string(step) + " but the optimizer has taken " +
+                       std::to_string(ck.optimizer->t) + " updates");
+    if (!ck.metadata.count("run_id")) throw UsageError(file.string() + ": no \"run_id\" in its metadata");
+    if (step == o.loop.steps)
+      throw UsageError("cannot resume: the run in " + o.out.string() + " is finished (step " + std::to_string(step) +
+                       " of " + std::to_string(o.loop.steps) + "); its results are kept");
+    return step;
   }
 
   engine::MicroLoss micro(std::int64_t step, int m, std::vector<std::int32_t>& ids, std::vector<std::int32_t>& tgt) {
@@ -266,10 +339,11 @@ results::Value train_language_model(const RunOptions& o, const TrainData& data, 
                      std::to_string(o.seq) + " tokens, each (" + std::to_string(data.train.size()) + " and " +
                      std::to_string(data.validation.size()) + ")");
   fs::create_directories(o.out);
+  const DirectoryLock lock(o.out, "lm train");  // one writer per run directory, for the whole run
   Session run(o, data, backend);
   run.model.initialize(o.seed);
   if (o.init_from) {
-    const Checkpoint from = load_checkpoint(*o.init_from);
+    const Checkpoint from = load_checkpoint(*o.init_from, false, o.allow_nonfinite);
     if (to_metadata(from.config) != to_metadata(o.model))
       throw UsageError(o.init_from->string() + " holds a model of another configuration than this run's");
     run.model.set_parameters(from.values);

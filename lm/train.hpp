@@ -18,6 +18,12 @@
 //                     tokens (corpus/ngram.hpp)
 //   run.json          the result below, written last
 // A non-finite training loss stops the run with a NumericalError naming the step.
+// The run holds the directory's lock (core/atomic_file.hpp DirectoryLock) from
+// start to end: a second writer fails at once, naming the holder's PID. --resume
+// refuses a checkpoint that is incomplete or mixed (lm/checkpoint.hpp), one whose
+// step is outside the schedule or disagrees with the optimizer's t, one made with
+// other validation tokens (its "data.validation_hash"), and a finished run
+// (step = steps): run.json and the logs are kept.
 #pragma once
 
 #include <cstdint>
@@ -57,6 +63,7 @@ struct RunOptions {
   std::filesystem::path out;
   bool resume = false;
   std::optional<std::filesystem::path> init_from;  // start from this checkpoint's values (same configuration)
+  bool allow_nonfinite = false;                    // load --from / --resume weights holding NaN or Inf
   std::string command_line;
 };
 

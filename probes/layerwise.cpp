@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 #include <memory>
+#include <optional>
 
 #include "core/errors.hpp"
 #include "core/rng.hpp"
@@ -139,16 +140,22 @@ ProbeReport run_probes(lm::Model<float>& model, const ProbeData& d, const ProbeO
   results::Value layers = results::Value::array();
   std::vector<double> xs, ys;
   for (int l = 0; l <= L; ++l) {
-    std::size_t best = 0;
-    for (std::size_t g = 1; g < o.lr_grid.size(); ++g)
-      if (validation[g][std::size_t(l)].mean() < validation[best][std::size_t(l)].mean()) best = g;
-    const Summary s = validation[best][std::size_t(l)].summary();
+    std::optional<std::size_t> best;  // the lowest finite validation loss; a diverged rate is never compared
+    for (std::size_t g = 0; g < o.lr_grid.size(); ++g) {
+      const double loss = validation[g][std::size_t(l)].mean();
+      if (std::isfinite(loss) && (!best || loss < validation[*best][std::size_t(l)].mean())) best = g;
+    }
+    if (!best) {
+      r.nonfinite = "layer " + std::to_string(l) + ": the validation loss is not finite at every learning rate";
+      return r;
+    }
+    const Summary s = validation[*best][std::size_t(l)].summary();
     results::Value row = results::Value::object(), by_lr = results::Value::array();
-    for (std::size_t g = 0; g < o.lr_grid.size(); ++g) by_lr.push(validation[g][std::size_t(l)].mean());
+    for (std::size_t g = 0; g < o.lr_grid.size(); ++g) by_lr.push(validation[g][std::size_t(l)].mean());  // null: diverged
     row.set("layer", l), row.set("loss", s.value), row.set("std", s.std), row.set("se", s.se);
-    row.set("lr", o.lr_grid[best]), row.set("loss_by_lr", by_lr);
+    row.set("lr", o.lr_grid[*best]), row.set("loss_by_lr", by_lr);
     layers.push(row);
-    const double cols[] = {double(l), s.value, s.std, s.se, o.lr_grid[best]};
+    const double cols[] = {double(l), s.value, s.std, s.se, o.lr_grid[*best]};
     for (std::size_t k = 0; k < 5; ++k) r.table.columns[k].values.push_back(cols[k]);
     if (l >= (L + 1) / 2) xs.push_back(l), ys.push_back(s.value);  // the deeper half
   }

@@ -43,6 +43,10 @@ struct ProbeReport {
   results::Value value;
   results::Table table;
   results::Figure figure;
+  // Set when a layer's validation loss is non-finite at every learning rate ("layer 2: …"):
+  // then nothing is summarised, and the command reports it, exit 1. A learning rate whose
+  // loss is not finite (a diverged probe) is never picked: loss_by_lr holds null for it.
+  std::string nonfinite;
 };
 
 // The least-squares slope of y against x, and its standard error (NaN with fewer than 3 points).

@@ -1,12 +1,12 @@
 // The committed training recipes and the checkpoint cache they are trained into (reproduce.hpp).
-#include <cinttypes>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
 
+#include "core/atomic_file.hpp"
 #include "core/errors.hpp"
+#include "core/fnv.hpp"
+#include "core/text_file.hpp"
 #include "engine/json.hpp"
 #include "lm/checkpoint.hpp"
 #include "reproduce/reproduce.hpp"
@@ -79,13 +79,7 @@ std::string recipe_text(const lm::RunOptions& run, const lm::TrainData& data) {
   return text;
 }
 
-std::string recipe_hash(const std::string& text) {
-  std::uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016" PRIx64, h);
-  return buf;
-}
+std::string recipe_hash(const std::string& text) { return hex64(fnv1a64(text)); }
 
 namespace {
 
@@ -127,10 +121,12 @@ results::Value from_json(const engine::Json& j) {
 }
 
 results::Value read_json_file(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return from_json(engine::parse_json(text.str()));
+  const std::string text = read_text_file(path);
+  try {
+    return from_json(engine::parse_json(text));
+  } catch (const std::exception& e) {
+    throw UsageError(path.string() + ": " + e.what());
+  }
 }
 
 }  // namespace
@@ -139,6 +135,10 @@ Trained train_or_reuse(const Context& c, const Recipe& r, const lm::TrainData& d
   const std::string text = recipe_text(r.run, data);
   const std::string label = r.name + "-s" + std::to_string(r.run.seed);
   const fs::path dir = c.options.work / (label + "-" + recipe_hash(text));
+  fs::create_directories(c.options.work);
+  // One process per cache entry, from the check to the end of its training: a second fails at once.
+  const DirectoryLock entry(c.options.work, "reproduce's training of " + dir.filename().string(),
+                            "." + dir.filename().string() + ".lock");
   if (fs::exists(dir) && recorded_recipe(dir) == text) {
     if (c.note) c.note("reusing " + dir.string() + " (" + label + ", same recipe)");
     return {dir, read_json_file(dir / "run.json"), true};
@@ -154,7 +154,6 @@ Trained train_or_reuse(const Context& c, const Recipe& r, const lm::TrainData& d
   run.out = dir;
   run.command_line = c.options.command_line + "  [recipe: qkvlab lm train --preset tiny " + r.flags + " --seed " +
                      std::to_string(r.run.seed) + " --steps " + std::to_string(r.run.loop.steps) + "]";
-  fs::create_directories(c.options.work);
   const auto backend = c.backend();
   results::Value out = lm::train_language_model(run, data, *backend, [&](const lm::Progress& p) {
     if (!c.progress) return;

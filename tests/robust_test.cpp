@@ -476,12 +476,11 @@ TEST(StagedFiles, ASymlinkAtThePredictableTemporaryNameIsNotFollowed) {
   write_bytes_atomically(target, "CSV", "a,b\n1,2\n");
   EXPECT_EQ(read_text(victim), "precious");
   EXPECT_EQ(read_text(target), "a,b\n1,2\n");
-  // A symlink at the target itself is replaced, not written through.
+  // A symlink at the target itself is neither written through nor replaced (issue 31): refused.
   const fs::path link = dir / "link.csv";
   fs::create_symlink(victim, link);
-  write_bytes_atomically(link, "CSV", "x\n");
-  EXPECT_FALSE(fs::is_symlink(link));
-  EXPECT_EQ(read_text(link), "x\n");
+  EXPECT_THROW(write_bytes_atomically(link, "CSV", "x\n"), UsageError);
+  EXPECT_TRUE(fs::is_symlink(link));
   EXPECT_EQ(read_text(victim), "precious");
   // Negative control: writing through that name, as the old writer did (open by name,
   // O_TRUNC, following links), overwrites the victim.

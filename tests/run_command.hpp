@@ -1,11 +1,14 @@
 // Runs a shell command for the CLI tests: its exit status, stdout and stderr.
 // stderr goes through a temporary file of its own (ctest runs test cases as
 // parallel processes), removed afterwards. Redirections inside the command
-// apply first: run_command("x 2>&1") returns stderr in out.
+// apply first: run_command("x 2>&1") returns stderr in out. run_bounded and expect_usage_error:
+// the CLI tests' bounded run and their check of a usage error.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -51,5 +54,21 @@ inline CommandResult run_command(const std::string& command) {
 
 // The qkvlab program under test with these arguments.
 inline CommandResult run_qkvlab(const std::string& args) { return run_command(shell_quoted(QKVLAB_BINARY) + " " + args); }
+
+// qkvlab ARGS under `timeout`: a run past `seconds` is killed and reported as status 124.
+inline CommandResult run_bounded(const std::string& args, int seconds = 120) {
+  return run_command("timeout -s KILL " + std::to_string(seconds) + " " + shell_quoted(QKVLAB_BINARY) + " " + args);
+}
+
+inline int lines(const std::string& s) { return int(std::count(s.begin(), s.end(), '\n')); }
+
+// A usage error: exit 2, one line on stderr starting "qkvlab: error: " and holding `names`, nothing on stdout.
+inline void expect_usage_error(const CommandResult& r, const std::string& args, const std::string& names) {
+  EXPECT_EQ(r.status, 2) << args << ": " << r.err;
+  EXPECT_EQ(lines(r.err), 1) << args << ": " << r.err;
+  EXPECT_EQ(r.err.rfind("qkvlab: error: ", 0), 0u) << args << ": " << r.err;
+  EXPECT_NE(r.err.find(names), std::string::npos) << args << ": " << r.err;
+  EXPECT_TRUE(r.out.empty()) << args << ": " << r.out;
+}
 
 }  // namespace qkvlab::test_support

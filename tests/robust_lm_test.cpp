@@ -1,0 +1,653 @@
+// Bad input and faults on the language-model surfaces (issue 31):
+//   - every output option of every command over special files: a FIFO and a
+//     private character device are written into and stay what they are; a
+//     symlink is refused and its target untouched; "-" is standard output;
+//   - probe --target pos against tags.json (ids out of range, one entry, malformed);
+//   - non-finite weights refused where they enter (--allow-nonfinite), a
+//     non-finite result reported as such (exit 1, the layer named), entropies
+//     that do not drop NaN;
+//   - a checkpoint as one unit: cut after each file of a write, then resumed:
+//     refused in one line or bit-identical to the uninterrupted run; an optimizer
+//     file of another run, tampered step metadata, non-finite or negative
+//     optimizer state and a finished run refused; one writer per run directory.
+#include "analysis/measures.hpp"
+#include "core/atomic_file.hpp"
+#include "core/errors.hpp"
+#include "core/fnv.hpp"
+#include "core/rng.hpp"
+#include "corpus/token_file.hpp"
+#include "engine/cpu_backend.hpp"
+#include "engine/safetensors.hpp"
+#include "lm/checkpoint.hpp"
+#include "lm/train.hpp"
+#include "run_command.hpp"
+#include "scratch_dir.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <map>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <thread>
+#include <vector>
+
+namespace qkvlab {
+namespace {
+
+namespace fs = std::filesystem;
+using test_support::CommandResult;
+using test_support::ScratchDir;
+using test_support::shell_quoted;
+
+using test_support::expect_usage_error;
+using test_support::lines;
+using test_support::run_bounded;
+
+std::string read_file(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+// ---- fixtures: a tiny model, token files and two tiny runs ----------------------------------------
+
+// A 2-layer GPT-2 of width 16 over a vocabulary of 50 in DIR/ckpt, 4 sequences of 8 tokens in
+// DIR/t.npy and a 1-D stream of 600 in DIR/stream.npy.
+struct Fixture {
+  ScratchDir dir;
+  fs::path ckpt = dir / "ckpt", tokens = dir / "t.npy", stream = dir / "stream.npy";
+  Fixture() {
+    const CommandResult init = run_bounded("lm init " + shell_quoted(ckpt) +
+                                           " --family gpt2 --layers 2 --d 16 --heads 2 --vocab 50 --positions 16");
+    if (init.status != 0) throw std::runtime_error("lm init: " + init.err);
+    Rng rng(3, "robust_lm_test/tokens");
+    std::vector<std::int32_t> ids(32), longer(600);
+    for (auto& id : ids) id = std::int32_t(rng.uniform_int(50));
+    for (auto& id : longer) id = std::int32_t(rng.uniform_int(50));
+    corpus::write_tokens_npy(tokens, ids, 4, 8);
+    corpus::write_tokens_npy(stream, longer, 600, 0);
+  }
+  std::string model_args() const { return shell_quoted(ckpt) + " --tokens " + shell_quoted(tokens); }
+};
+
+// ---- every output option over special files ------------------------------------------------------
+
+// One output option of one command: `args` with TARGET where the path goes, and what its bytes start
+// with (or contain) when written.
+struct OutputCase {
+  std::string name, args, expected;
+  bool prefix = true;  // expected is the start of the bytes, else a part of them
+};
+
+std::string replaced(std::string args, const std::string& target) {
+  const auto at = args.find("TARGET");
+  return args.replace(at, 6, shell_quoted(target));
+}
+
+const std::string kHdf5 = std::string("\x89HDF\r\n\x1a\n", 8);
+
+std::vector<OutputCase> output_cases(const Fixture& f) {
+  const std::string analyze = "analyze entropy " + f.model_args() + " --sequences 2 --quiet";
+  const std::string probe = "probe " + shell_quoted(f.ckpt) + " --tokens " + shell_quoted(f.stream) +
+                            " --steps 2 --warmup 1 --lr-grid 1e-3 --seq-len 8 --batch 2 --eval-windows 2 --quiet";
+  const std::string icl = "icl theory --d 2 --n 4 --prompts 64";
+  const std::string transfer = "transfer --d 2 --steps 20 --batch 8";
+  return {
+      {"analyze --csv", analyze + " --csv TARGET", "layer,mean"},
+      {"analyze --out", analyze + " --out TARGET", kHdf5},
+      {"probe --csv", probe + " --csv TARGET", "layer,loss"},
+      {"probe --out", probe + " --out TARGET", kHdf5},
+      {"verify --out", "verify qwe.lemma3.1 --trials 1 --d 4 --heads 2 --seq 4 --quiet --out TARGET", kHdf5},
+      {"verify --junit", "verify qwe.lemma3.1 --trials 1 --d 4 --heads 2 --seq 4 --quiet --junit TARGET", "<testsuite", false},
+      {"icl theory --csv", icl + " --csv TARGET", "a,", true},
+      {"icl theory --out", icl + " --out TARGET", kHdf5},
+      {"transfer --csv", transfer + " --csv TARGET", "d,", true},
+      {"transfer --out", transfer + " --out TARGET", kHdf5},
+      {"lm compare --csv", "lm compare " + shell_quoted(f.dir / "runA") + " " + shell_quoted(f.dir / "runB") +
+                               " --baseline vanilla --csv TARGET",
+       "step,", true},
+  };
+}
+
+// Two tiny runs of lm train for lm compare (a vanilla and a resformer).
+void train_two_runs(const Fixture& f) {
+  for (const auto& [name, variant] : {std::pair{"runA", "vanilla"}, std::pair{"runB", "resformer"}}) {
+    const CommandResult r = run_bounded(
+        "lm train --tokens " + shell_quoted(f.stream) + " --out " + shell_quoted(f.dir / name) +
+        " --family gpt2 --layers 2 --d 16 --heads 2 --vocab 50 --seq-len 8 --batch 2 --steps 6 --eval-every 3"
+        " --quiet --variant " +
+        variant);
+    ASSERT_EQ(r.status, 0) << name << ": " << r.err;
+  }
+}
+
+// Reads a FIFO to its end on a thread, and never hangs: the FIFO is opened for reading, then for
+// writing by the test itself (so a writer always exists and the command's open never blocks), and
+// finish() closes the test's end once the command has ended: the reader sees the end of the stream
+// whether the command wrote into the FIFO, never opened it, or replaced it.
+class FifoReader {
+ public:
+  explicit FifoReader(const fs::path& fifo)
+      : read_(::open(fifo.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC)),
+        hold_(::open(fifo.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC)),
+        thread_([this] {
+          if (read_ < 0) return;
+          ::fcntl(read_, F_SETFL, ::fcntl(read_, F_GETFL) & ~O_NONBLOCK);
+          char buf[65536];
+          for (ssize_t n; (n = ::read(read_, buf, sizeof buf)) > 0;) bytes_.append(buf, std::size_t(n));
+          ::close(read_);
+        }) {}
+  std::string finish() {
+    if (hold_ >= 0) ::close(hold_);
+    thread_.join();
+    return bytes_;
+  }
+
+ private:
+  int read_, hold_;
+  std::string bytes_;
+  std::thread thread_;
+};
+
+bool has_expected(const std::string& bytes, const OutputCase& c) {
+  return c.prefix ? bytes.rfind(c.expected, 0) == 0 : bytes.find(c.expected) != std::string::npos;
+}
+
+TEST(RobustOutputs, EveryOutputOptionWritesIntoAFifoAndLeavesItAFifo) {
+  Fixture f;
+  train_two_runs(f);
+  for (const OutputCase& c : output_cases(f)) {
+    // Control: a regular file holds the bytes expected (and gives the command's status: transfer's
+    // verdict is 1 on so short a run).
+    const fs::path file = f.dir / "regular";
+    const CommandResult control = run_bounded(replaced(c.args, file.string()));
+    ASSERT_TRUE(control.status == 0 || control.status == 1) << c.name << ": " << control.err;
+    EXPECT_TRUE(has_expected(read_file(file), c)) << c.name;
+    const fs::path fifo = f.dir / "fifo";
+    fs::remove(fifo);
+    ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+    FifoReader reader(fifo);
+    const CommandResult r = run_bounded(replaced(c.args, fifo.string()));
+    const std::string bytes = reader.finish();
+    EXPECT_EQ(r.status, control.status) << c.name << ": " << r.err;
+    EXPECT_TRUE(fs::is_fifo(fs::symlink_status(fifo))) << c.name << ": the FIFO was replaced";
+    EXPECT_TRUE(has_expected(bytes, c)) << c.name << ": read " << bytes.size() << " bytes: " << bytes.substr(0, 40);
+  }
+}
+
+TEST(RobustOutputs, FiguresAndAnalysisTablesStreamIntoFifosToo) {
+  Fixture f;
+  // --figure STEM writes STEM.svg and STEM.png: both FIFOs here, with the CSV a third.
+  for (const char* suffix : {".svg", ".png"}) ASSERT_EQ(::mkfifo((f.dir / ("fig" + std::string(suffix))).c_str(), 0600), 0);
+  ASSERT_EQ(::mkfifo((f.dir / "table.csv").c_str(), 0600), 0);
+  FifoReader svg(f.dir / "fig.svg"), png(f.dir / "fig.png"), csv(f.dir / "table.csv");
+  const CommandResult r = run_bounded("analyze entropy " + f.model_args() + " --sequences 2 --quiet --csv " +
+                                      shell_quoted(f.dir / "table.csv") + " --figure " + shell_quoted(f.dir / "fig"));
+  const std::string svg_bytes = svg.finish(), png_bytes = png.finish(), csv_bytes = csv.finish();
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(svg_bytes.find("<svg"), std::string::npos) << svg_bytes.substr(0, 80);
+  EXPECT_EQ(png_bytes.rfind("\x89PNG", 0), 0u);
+  EXPECT_EQ(csv_bytes.rfind("layer,mean", 0), 0u) << csv_bytes;
+  for (const char* name : {"fig.svg", "fig.png", "table.csv"}) EXPECT_TRUE(fs::is_fifo(fs::symlink_status(f.dir / name))) << name;
+}
+
+TEST(RobustOutputs, EveryOutputOptionWritesIntoACharacterDeviceAndLeavesIt) {
+  if (::geteuid() != 0) GTEST_SKIP() << "mknod of a character device needs root; not run as root";
+  Fixture f;
+  train_two_runs(f);
+  const fs::path node = f.dir / "null";  // a private /dev/null: major 1, minor 3
+  ASSERT_EQ(::mknod(node.c_str(), S_IFCHR | 0666, ::makedev(1, 3)), 0) << std::strerror(errno);
+  for (const OutputCase& c : output_cases(f)) {
+    const CommandResult r = run_bounded(replaced(c.args, node.string()));
+    EXPECT_TRUE(r.status == 0 || (r.status == 1 && c.name.rfind("transfer", 0) == 0)) << c.name << ": " << r.err;
+    struct stat st {};
+    ASSERT_EQ(::lstat(node.c_str(), &st), 0) << c.name;
+    EXPECT_TRUE(S_ISCHR(st.st_mode)) << c.name << ": the device node was replaced";
+    EXPECT_EQ(st.st_rdev, ::makedev(1, 3)) << c.name;
+  }
+}
+
+TEST(RobustOutputs, ASymlinkIsRefusedAndItsTargetUntouched) {
+  Fixture f;
+  std::ofstream(f.dir / "victim") << "precious\n";
+  fs::create_symlink(f.dir / "victim", f.dir / "link");
+  for (const OutputCase& c : output_cases(f)) {
+    if (c.name.rfind("lm compare", 0) == 0) continue;  // its runs are made by the FIFO test
+    CommandResult r = run_bounded(replaced(c.args, (f.dir / "link").string()));
+    if (c.name.rfind("verify", 0) == 0) r.out.clear();  // verify prints its report before writing its files
+    expect_usage_error(r, c.name, (f.dir / "link").string() + ": it is a symbolic link");
+    EXPECT_TRUE(fs::is_symlink(f.dir / "link")) << c.name;
+    EXPECT_EQ(read_file(f.dir / "victim"), "precious\n") << c.name;
+  }
+}
+
+TEST(RobustOutputs, DashAndDevStdoutAreStandardOutput) {
+  Fixture f;
+  fs::remove(fs::current_path() / "-");  // a file the writer before issue 31 made
+  for (const char* target : {"-", "/dev/stdout"}) {
+    const CommandResult r = run_bounded("analyze entropy " + f.model_args() + " --sequences 2 --quiet --format json --csv " + target);
+    EXPECT_EQ(r.status, 0) << target << ": " << r.err;
+    EXPECT_NE(r.out.find("layer,mean"), std::string::npos) << target << ": " << r.out;
+  }
+  EXPECT_FALSE(fs::exists(fs::current_path() / "-"));
+}
+
+// The library's half: a streamed target is written at commit, after the renames before it, and a
+// set that fails before commit writes nothing into the FIFO.
+TEST(RobustOutputs, StagedFilesStreamAtCommitAndRefuseLinksBeforeWriting) {
+  ScratchDir dir;
+  const fs::path fifo = dir / "fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  {
+    FifoReader reader(fifo);
+    StagedFiles files;
+    files.add_bytes(dir / "a.txt", "text", "regular\n");
+    files.add_bytes(fifo, "text", "streamed\n");
+    EXPECT_TRUE(files.temporaries().size() == 1);
+    files.commit();
+    EXPECT_EQ(reader.finish(), "streamed\n");
+  }
+  EXPECT_TRUE(fs::is_fifo(fs::symlink_status(fifo)));
+  EXPECT_EQ(read_file(dir / "a.txt"), "regular\n");
+  // A symlink target is refused when staged (a UsageError), before any byte is written.
+  fs::create_symlink(dir / "a.txt", dir / "link");
+  StagedFiles refused;
+  EXPECT_THROW(refused.add_bytes(dir / "link", "text", "overwritten\n"), UsageError);
+  EXPECT_EQ(read_file(dir / "a.txt"), "regular\n");
+  // A block device or socket is refused too; a directory still is.
+  fs::create_directory(dir / "sub");
+  EXPECT_THROW(write_bytes_atomically(dir / "sub", "text", "x"), UsageError);
+}
+
+// ---- probe --target pos against tags.json ------------------------------------------------------
+
+// A prepared-corpus directory holding tokens, tags and tags.json of `names` entries.
+void write_corpus(const fs::path& dir, int tags, std::int32_t bad_tag = -2, const std::string& tags_json = "") {
+  fs::create_directories(dir);
+  Rng rng(9, "robust_lm_test/corpus");
+  std::vector<std::int32_t> tokens(600), tag_ids(600);
+  for (std::size_t i = 0; i < tokens.size(); ++i)
+    tokens[i] = std::int32_t(rng.uniform_int(50)), tag_ids[i] = std::int32_t(rng.uniform_int(std::max(tags, 1)));
+  if (bad_tag != -2) tag_ids[123] = bad_tag;
+  for (const char* split : {"train", "validation"}) {
+    corpus::write_tokens_npy(dir / (std::string(split) + "_tokens.npy"), tokens, 600, 0);
+    corpus::write_tokens_npy(dir / (std::string(split) + "_tags.npy"), tag_ids, 600, 0);
+  }
+  std::string names = "[";
+  for (int t = 0; t < tags; ++t) names += (t ? ", \"T" : "\"T") + std::to_string(t) + "\"";
+  std::ofstream(dir / "tags.json") << (tags_json.empty() ? names + "]\n" : tags_json);
+}
+
+TEST(RobustProbe, TagIdsAreCheckedAgainstTagsJson) {
+  Fixture f;
+  const auto probe = [&](const fs::path& data) {
+    return run_bounded("probe " + shell_quoted(f.ckpt) + " --corpus brown --data " + shell_quoted(data) +
+                       " --target pos --init random --steps 2 --warmup 1 --lr-grid 1e-3 --seq-len 8 --batch 2"
+                       " --eval-windows 2 --quiet --format json");
+  };
+  // Control: ids within 12 tags (and -1) run.
+  write_corpus(f.dir / "good", 12);
+  const CommandResult good = probe(f.dir / "good");
+  EXPECT_EQ(good.status, 0) << good.err;
+  for (std::int32_t bad : {12, 181, 1000000}) {
+    write_corpus(f.dir / "bad", 12, bad);
+    expect_usage_error(probe(f.dir / "bad"), "tag " + std::to_string(bad),
+                       "train_tags.npy: tag id " + std::to_string(bad) + " at position 123 is outside tags.json's 12 tags");
+  }
+  write_corpus(f.dir / "one", 1);
+  expect_usage_error(probe(f.dir / "one"), "one tag", "tags.json: 1 tag names; a tag probe needs at least 2");
+  for (const std::string& json : {std::string("{\"a\": 1}"), std::string("[\"A\", 3]"), std::string("[\"A\", ")}) {
+    write_corpus(f.dir / "malformed", 12, -2, json);
+    expect_usage_error(probe(f.dir / "malformed"), json, "tags.json: ");
+  }
+}
+
+// ---- non-finite weights and results ------------------------------------------------------------
+
+// The checkpoint with one weight of model.safetensors set to `value` (its manifest removed: the file is
+// edited by hand, as the issue's reproducer did).
+void poison(const fs::path& ckpt, const std::string& tensor, float value, std::size_t element = 0) {
+  engine::SafeTensors file = engine::load_safetensors(ckpt / "model.safetensors");
+  std::memcpy(file.tensors.at(tensor).data.data() + 4 * element, &value, 4);
+  engine::save_safetensors(ckpt / "model.safetensors", file);
+  fs::remove(ckpt / "manifest.json");
+}
+
+std::string first_tensor(const fs::path& ckpt, const std::string& part) {
+  const engine::SafeTensors file = engine::load_safetensors(ckpt / "model.safetensors");
+  for (const auto& [name, t] : file.tensors)
+    if (name.find(part) != std::string::npos) return name;
+  throw std::runtime_error("no tensor named *" + part + "*");
+}
+
+TEST(RobustNonFinite, WeightsHoldingNanOrInfAreRefusedNamingTheTensor) {
+  Fixture f;
+  const std::string analyze = "analyze entropy " + f.model_args() + " --sequences 2 --quiet";
+  const std::string eval = "lm eval " + f.model_args() + " --quiet";
+  ASSERT_EQ(run_bounded(analyze).status, 0);  // control: the intact model
+  ASSERT_EQ(run_bounded(eval).status, 0);
+  const std::string tensor = first_tensor(f.ckpt, "wte");
+  poison(f.ckpt, tensor, std::numeric_limits<float>::quiet_NaN(), 7);
+  for (const std::string& args : {analyze, eval, "probe " + shell_quoted(f.ckpt) + " --tokens " + shell_quoted(f.stream) + " --quiet",
+                                  "lm export " + shell_quoted(f.ckpt) + " --hf " + shell_quoted(f.dir / "hf")})
+    expect_usage_error(run_bounded(args), args, "tensor \"" + tensor + "\" holds a non-finite weight (nan at element 7)");
+  EXPECT_FALSE(fs::exists(f.dir / "hf" / "model.safetensors"));
+}
+
+TEST(RobustNonFinite, ANonFiniteResultIsTheFindingExitOneWithTheLayer) {
+  Fixture f;
+  // Every position's embedding NaN: every layer's pattern is NaN from layer 1 on.
+  const engine::SafeTensors file = engine::load_safetensors(f.ckpt / "model.safetensors");
+  const std::string wpe = first_tensor(f.ckpt, "wpe");
+  poison(f.ckpt, wpe, std::numeric_limits<float>::quiet_NaN(), 0);
+  const CommandResult analyzed = run_bounded("analyze entropy " + f.model_args() + " --sequences 2 --quiet --allow-nonfinite --csv " +
+                                             shell_quoted(f.dir / "e.csv"));
+  EXPECT_EQ(analyzed.status, 1) << analyzed.err;
+  EXPECT_EQ(lines(analyzed.err), 1) << analyzed.err;
+  EXPECT_NE(analyzed.err.find("qkvlab: analyze: not finite: layer 1's pattern holds nan"), std::string::npos) << analyzed.err;
+  EXPECT_TRUE(analyzed.out.empty()) << analyzed.out;
+  EXPECT_FALSE(fs::exists(f.dir / "e.csv"));
+  const CommandResult evaluated = run_bounded("lm eval " + f.model_args() + " --quiet --allow-nonfinite");
+  EXPECT_EQ(evaluated.status, 1) << evaluated.err;
+  EXPECT_EQ(lines(evaluated.err), 1) << evaluated.err;  // it exited 3 with an empty stderr
+  EXPECT_NE(evaluated.err.find("qkvlab: lm eval: not finite: the mean loss"), std::string::npos) << evaluated.err;
+  const CommandResult probed = run_bounded("probe " + shell_quoted(f.ckpt) + " --tokens " + shell_quoted(f.stream) +
+                                           " --steps 2 --warmup 1 --lr-grid 1e-3,1e-2 --seq-len 8 --batch 2 --eval-windows 2"
+                                           " --quiet --allow-nonfinite");
+  EXPECT_EQ(probed.status, 1) << probed.err;
+  EXPECT_NE(probed.err.find("qkvlab: probe: not finite: layer 0: the validation loss is not finite at every learning rate"),
+            std::string::npos)
+      << probed.err;
+  EXPECT_TRUE(probed.out.empty()) << probed.out;
+}
+
+TEST(RobustNonFinite, EntropiesDoNotDropNan) {
+  const int H = 1, T = 3;
+  // A causal pattern: row i has i + 1 weights.
+  std::vector<float> pattern = {1, 0, 0, 0.5f, 0.5f, 0, 0.2f, 0.3f, 0.5f};
+  for (auto d : {analysis::EntropyDefinition::column, analysis::EntropyDefinition::row})
+    EXPECT_TRUE(std::isfinite(analysis::attention_entropy(pattern.data(), H, T, d)));  // control
+  for (std::size_t k : {3, 7}) {
+    std::vector<float> partly = pattern;
+    partly[k] = std::numeric_limits<float>::quiet_NaN();
+    for (auto d : {analysis::EntropyDefinition::column, analysis::EntropyDefinition::row})
+      EXPECT_TRUE(std::isnan(analysis::attention_entropy(partly.data(), H, T, d))) << k;
+  }
+  std::vector<float> all(pattern.size(), std::numeric_limits<float>::quiet_NaN());
+  for (auto d : {analysis::EntropyDefinition::column, analysis::EntropyDefinition::row})
+    EXPECT_TRUE(std::isnan(analysis::attention_entropy(all.data(), H, T, d)));  // was 0
+}
+
+// ---- the checkpoint as one unit ---------------------------------------------------------------
+
+lm::TrainData toy_data() {
+  lm::TrainData d;
+  Rng rng(1, "robust_lm_test/data");
+  for (auto* s : {&d.train, &d.validation})
+    for (int i = 0, x = 0; i < (s == &d.train ? 3000 : 600); ++i) {
+      if (i % 17 == 0) x = int(rng.uniform_int(64));
+      s->push_back(std::int32_t(x = (x + 3) % 64));
+    }
+  d.source = "toy";
+  return d;
+}
+
+lm::RunOptions tiny_run(const fs::path& out, std::uint64_t seed = 5) {
+  lm::RunOptions o;
+  o.model = lm::family_defaults(lm::Family::gpt2, 2, 16, 2, 64, 16);
+  o.loop.steps = 6, o.loop.lr = 3e-3, o.loop.min_lr = 3e-4, o.loop.warmup = 2, o.loop.clip = 1.0;
+  o.loop.adamw = {0.9, 0.95, 1e-8, 0.1};
+  o.batch = 4, o.seq = 16, o.seed = seed, o.eval_every = 2, o.checkpoint_every = 2, o.eval_windows = 8;
+  o.out = out;
+  return o;
+}
+
+struct Cut : std::runtime_error {
+  Cut() : std::runtime_error("cut") {}
+};
+
+// Removes the hook when the test ends, however it ends.
+struct HookGuard {
+  ~HookGuard() { lm::set_checkpoint_write_hook({}); }
+};
+
+std::vector<float> final_values(const fs::path& run) { return lm::load_checkpoint(run / "checkpoint").values; }
+
+std::string without_time(const std::string& csv) {
+  std::string out, line;
+  std::istringstream in(csv);
+  while (std::getline(in, line)) out += line.substr(0, line.rfind(',')) + "\n";
+  return out;
+}
+
+TEST(RobustCheckpoint, ACutAfterEachFileOfAWriteIsRefusedOrResumesBitForBit) {
+  ScratchDir dir;
+  HookGuard guard;
+  const lm::TrainData data = toy_data();
+  engine::CpuBackend<float> backend(1);
+  train_language_model(tiny_run(dir / "whole"), data, backend, {});
+  const std::vector<float> whole = final_values(dir / "whole");
+  const std::vector<std::string> files = {"optimizer.safetensors", "model.safetensors", "config.json", "manifest.json"};
+  for (std::size_t k = 0; k < files.size(); ++k) {
+    // The run is cut after the k-th file of its second checkpoint (step 4), as a kill there would.
+    const fs::path run = dir / ("cut" + std::to_string(k));
+    int writes = 0;
+    lm::set_checkpoint_write_hook([&](const std::string& file) {
+      if (file == files[0]) ++writes;
+      if (writes == 2 && file == files[k]) throw Cut();
+    });
+    EXPECT_THROW(train_language_model(tiny_run(run), data, backend, {}), Cut) << k;
+    lm::set_checkpoint_write_hook({});
+    lm::RunOptions resumed = tiny_run(run);
+    resumed.resume = true;
+    if (k + 1 < files.size()) {
+      try {
+        train_language_model(resumed, data, backend, {});
+        ADD_FAILURE() << "cut after " << files[k] << ": a mixed checkpoint was resumed";
+      } catch (const UsageError& e) {
+        const std::string what = e.what();
+        EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+        EXPECT_NE(what.find("no manifest.json: a checkpoint write did not finish"), std::string::npos) << what;
+      }
+    } else {
+      const results::Value r = train_language_model(resumed, data, backend, {});
+      EXPECT_EQ(r["resumed_from"].number(), 4);
+      EXPECT_EQ(final_values(run), whole) << "cut after the manifest: not bit-identical";
+      EXPECT_EQ(without_time(read_file(run / "train.csv")), without_time(read_file(dir / "whole" / "train.csv")));
+    }
+  }
+}
+
+// manifest.json with FILE's entry made to match FILE as it is now (a hand edit that covers its tracks).
+void reseal(const fs::path& ck, const std::string& file) {
+  const FileSum sum = file_sum(ck / file);
+  const std::regex entry("(\"" + std::regex_replace(file, std::regex("\\."), "\\.") +
+                         "\": \\{\\s*\"bytes\": )\\d+(,\\s*\"fnv1a64\": \")[0-9a-f]+\"");
+  const std::string text = read_file(ck / "manifest.json");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(text, m, entry)) << file << " in " << text;
+  const std::string sealed = m.prefix().str() + m[1].str() + std::to_string(sum.bytes) + m[2].str() +
+                             hex64(sum.fnv1a64) + "\"" + m.suffix().str();
+  std::ofstream(ck / "manifest.json", std::ios::binary) << sealed;
+}
+
+struct StopAt {
+  std::int64_t step;
+  void operator()(const lm::Progress& p) const {
+    if (p.step == step) throw Cut();
+  }
+};
+
+// A resume of `o` refused with a one-line UsageError holding `names` (or else a failure).
+void expect_resume_refused(lm::RunOptions o, const lm::TrainData& data, engine::Backend<float>& backend,
+                           const std::string& names) {
+  o.resume = true;
+  try {
+    train_language_model(o, data, backend, StopAt{o.loop.steps + 1});
+    ADD_FAILURE() << "resumed; expected a refusal naming: " << names;
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find(names), std::string::npos) << e.what();
+    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+  }
+}
+
+class RobustResume : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    a = tiny_run(dir / "a"), b = tiny_run(dir / "b", 6);
+    a.loop.steps = b.loop.steps = 8;
+    for (const auto& o : {a, b}) EXPECT_THROW(train_language_model(o, data, backend, StopAt{5}), Cut);  // checkpoints at step 4
+    for (const char* f : {"model.safetensors", "optimizer.safetensors", "manifest.json"}) saved[f] = read_file(ck / f);
+  }
+  void restore() {
+    for (const auto& [f, bytes] : saved) std::ofstream(ck / f, std::ios::binary) << bytes;
+  }
+  // Control: the intact checkpoint resumes.
+  void expect_resumes() {
+    restore();
+    lm::RunOptions o = a;
+    o.resume = true;
+    EXPECT_THROW(train_language_model(o, data, backend, StopAt{6}), Cut);
+  }
+  ScratchDir dir;
+  lm::TrainData data = toy_data();
+  engine::CpuBackend<float> backend{1};
+  lm::RunOptions a, b;
+  fs::path ck = dir / "a" / "checkpoint";
+  std::map<std::string, std::string> saved;
+};
+
+TEST_F(RobustResume, AnOptimizerFileOfAnotherRunIsRefused) {
+  fs::copy_file(dir / "b" / "checkpoint" / "optimizer.safetensors", ck / "optimizer.safetensors",
+                fs::copy_options::overwrite_existing);
+  expect_resume_refused(a, data, backend, "optimizer.safetensors: does not match manifest.json");
+  reseal(ck, "optimizer.safetensors");  // the manifest made to agree: the run identity still differs
+  expect_resume_refused(a, data, backend, "optimizer.safetensors: \"run_id\" = ");
+  expect_resumes();
+}
+
+TEST_F(RobustResume, TamperedStepMetadataIsRefusedNamingTheField) {
+  for (const std::string& step : {std::string("-5"), std::string("3"), std::string("999"), std::string("abc"), std::string()}) {
+    restore();
+    engine::SafeTensors model = engine::load_safetensors(ck / "model.safetensors");
+    if (step.empty()) model.metadata.erase("step");
+    else model.metadata["step"] = step;
+    engine::save_safetensors(ck / "model.safetensors", model);
+    reseal(ck, "model.safetensors");
+    expect_resume_refused(a, data, backend,
+                          "optimizer.safetensors: \"step\" = 4, but model.safetensors has " + (step.empty() ? "(none)" : step));
+  }
+  expect_resumes();
+}
+
+TEST_F(RobustResume, NonFiniteOrNegativeOptimizerStateIsRefused) {
+  const engine::SafeTensors intact = engine::load_safetensors(ck / "optimizer.safetensors");
+  const std::string m = intact.tensors.begin()->first;  // "m/…" sorts before "v/…"
+  std::string v;
+  for (const auto& [name, t] : intact.tensors)
+    if (name.rfind("v/", 0) == 0) v = name;
+  ASSERT_EQ(m.rfind("m/", 0), 0u);
+  for (const auto& [tensor, value, shown] : {std::tuple{m, std::numeric_limits<float>::quiet_NaN(), std::string("nan")},
+                                             std::tuple{v, -1.0f, std::string("-1")},
+                                             std::tuple{m, std::numeric_limits<float>::infinity(), std::string("inf")}}) {
+    restore();
+    engine::SafeTensors opt = intact;
+    std::memcpy(opt.tensors.at(tensor).data.data() + 4, &value, 4);
+    engine::save_safetensors(ck / "optimizer.safetensors", opt);
+    reseal(ck, "optimizer.safetensors");
+    expect_resume_refused(a, data, backend, "tensor \"" + tensor + "\" holds " + shown + " at element 1");
+  }
+  restore();
+  engine::SafeTensors opt = intact;
+  opt.metadata["t"] = "-1";
+  engine::save_safetensors(ck / "optimizer.safetensors", opt);
+  reseal(ck, "optimizer.safetensors");
+  expect_resume_refused(a, data, backend, "the step count \"t\" is negative: -1");
+  expect_resumes();
+}
+
+TEST_F(RobustResume, AFinishedRunIsRefusedAndItsResultsKept) {
+  lm::RunOptions whole = tiny_run(dir / "whole");
+  train_language_model(whole, data, backend, {});
+  const std::string run_json = read_file(dir / "whole" / "run.json"), log = read_file(dir / "whole" / "train.csv");
+  expect_resume_refused(whole, data, backend, "is finished (step 6 of 6); its results are kept");
+  EXPECT_EQ(read_file(dir / "whole" / "run.json"), run_json);
+  EXPECT_EQ(read_file(dir / "whole" / "train.csv"), log);
+  expect_resumes();
+}
+
+TEST_F(RobustResume, OtherValidationTokensAreRefused) {
+  lm::TrainData other = data;
+  other.validation[7] = (other.validation[7] + 1) % 64;  // one token of the validation stream
+  expect_resume_refused(a, other, backend, "was made with other validation tokens (--val-tokens)");
+  expect_resumes();
+}
+
+TEST_F(RobustResume, AMalformedLogIsNamedNotStoll) {
+  const std::string log = read_file(dir / "a" / "train.csv");
+  std::ofstream(dir / "a" / "train.csv", std::ios::app) << "\x01\xff,garbage\n";
+  expect_resume_refused(a, data, backend, "train.csv: line 7: the step is not an integer: \"\\u0001");
+  std::ofstream(dir / "a" / "train.csv", std::ios::binary | std::ios::trunc) << log;
+  expect_resumes();
+}
+
+TEST_F(RobustResume, OneWriterPerRunDirectory) {
+  {
+    const DirectoryLock held(dir / "a", "a test");
+    expect_resume_refused(a, data, backend, "is in use by a test (pid " + std::to_string(::getpid()) + ")");
+    // ... and from another process, at once.
+    corpus::write_tokens_npy(dir / "toy.npy", data.train, std::int64_t(data.train.size()), 0);
+    const CommandResult r = run_bounded("lm train --tokens " + shell_quoted(dir / "toy.npy") + " --out " +
+                                        shell_quoted(dir / "a") + " --steps 2 --quiet", 60);
+    expect_usage_error(r, "a second lm train", "is in use by a test (pid " + std::to_string(::getpid()) + ")");
+  }
+  expect_resumes();  // control: with the lock released, the run goes on
+}
+
+// ---- options the tool cannot honour are refused --------------------------------------------
+
+TEST(RobustOptions, OptionsThatWouldBeIgnoredOrOverriddenAreRefused) {
+  Fixture f;
+  const std::string small = " --family gpt2 --layers 1 --d 16 --heads 2 --vocab 50 --batch 2 --steps 2 --quiet";
+  // --d 32 --heads 3 used head width 10 silently.
+  expect_usage_error(run_bounded("lm init " + shell_quoted(f.dir / "h3") + " --d 32 --heads 3"), "--heads 3",
+                     "--d 32 is not a multiple of --heads 3: give the head width with --head-dim");
+  EXPECT_EQ(run_bounded("lm init " + shell_quoted(f.dir / "h3") + " --d 32 --heads 3 --head-dim 10").status, 0);  // control
+  // --seq-len 65 overrode --positions 64 (here 33 and 32: the stream's validation tenth is 60 tokens).
+  const std::string train = "lm train --tokens " + shell_quoted(f.stream) + small;
+  expect_usage_error(run_bounded(train + " --out " + shell_quoted(f.dir / "p") + " --positions 32 --seq-len 33"),
+                     "--seq-len 33", "--seq-len 33 is longer than the model's 32 positions (--positions)");
+  EXPECT_EQ(run_bounded(train + " --out " + shell_quoted(f.dir / "p") + " --positions 32 --seq-len 32").status, 0);
+  // --from CKPT --d 64 ignored --d; --seq-len past the checkpoint's positions likewise refused.
+  const std::string from = "lm train --tokens " + shell_quoted(f.stream) + " --from " + shell_quoted(f.ckpt) +
+                           " --batch 2 --steps 2 --quiet --out " + shell_quoted(f.dir / "fr");
+  expect_usage_error(run_bounded(from + " --d 64 --seq-len 8"), "--from --d", "model flags (--d, --heads, …) do not apply");
+  expect_usage_error(run_bounded(from + " --seq-len 32"), "--from --seq-len", "--seq-len 32 is longer than the model's 16 positions (--from)");
+  EXPECT_EQ(run_bounded(from + " --seq-len 8").status, 0);  // control
+  // lm compare R R counted one run twice.
+  const std::string run = shell_quoted(f.dir / "p");
+  expect_usage_error(run_bounded("lm compare " + run + " " + run), "compare R R", "is the same run as");
+  expect_usage_error(run_bounded("lm compare " + run + " " + shell_quoted(f.dir / "." / "p")), "compare R ./R", "is the same run as");
+  // lm export X --hf X overwrote the checkpoint in place.
+  const std::string before = read_file(f.ckpt / "model.safetensors");
+  expect_usage_error(run_bounded("lm export " + shell_quoted(f.ckpt) + " --hf " + shell_quoted(f.ckpt)), "export X --hf X",
+                     "is the checkpoint's own directory");
+  EXPECT_EQ(read_file(f.ckpt / "model.safetensors"), before);
+  EXPECT_EQ(run_bounded("lm export " + shell_quoted(f.ckpt) + " --hf " + shell_quoted(f.dir / "hf")).status, 0);  // control
+}
+
+}  // namespace
+}  // namespace qkvlab
