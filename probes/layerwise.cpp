@@ -136,7 +136,7 @@ ProbeReport run_probes(lm::Model<float>& model, const ProbeData& d, const ProbeO
     }
   }
 
-  ProbeReport r{results::Value::object(), {"probe", {{"layer", {}}, {"loss", {}}, {"std", {}}, {"se", {}}, {"lr", {}}}}, {}};
+  ProbeReport r{results::Value::object(), {"probe", {{"layer", {}}, {"loss", {}}, {"std", {}}, {"se", {}}, {"lr", {}}}}, {}, {}};
   results::Value layers = results::Value::array();
   std::vector<double> xs, ys;
   for (int l = 0; l <= L; ++l) {

@@ -346,7 +346,7 @@ Report replicate(const std::vector<double>& eq3, const std::vector<double>& eq6)
   }
   results::Value v = results::Value::object();
   v.set("layers", layers);
-  return {v, {}, {}};
+  return {v, {}, {}, {}};
 }
 
 // The rule: every layer n ≥ 2 above 2 se agrees; one below −2 se disagrees; else, and with one

@@ -164,7 +164,7 @@ TEST(Reproduce, ResFormerFig3ComparesThreeSeedsByTheStatedRule) {
     EXPECT_LT(layers.items()[0]["eq6"].number(), 0.999) << seed;
     results::Value value = results::Value::object();
     value.set("layers", layers);
-    reports.push_back({value, {}, {}});
+    reports.push_back({value, {}, {}, {}});
   }
   EXPECT_NE(v["seed 1"].json(), v["seed 2"].json()) << "control: another seed, another model";
   EXPECT_EQ(v["verdict"].string(), analysis::cross_layer_verdict(reports).verdict);
