@@ -36,8 +36,10 @@ std::string norm_prefix(int layer, NormSite site) {
   return site == NormSite::final ? "ln_f" : lm::layer_tensor(layer, site == NormSite::attention ? "ln_1" : "ln_2");
 }
 
-// The model's own norm of the rows of X at S: LayerNorm (gpt2) or RMSNorm (llama), gain, bias.
+// The model's own norm of the rows of X at S: LayerNorm (gpt2) or RMSNorm (llama), gain, bias;
+// X itself in a model without norms (--norm none).
 template <class S> Mat<S> model_norm(const ModelWeights& w, const std::string& prefix, const MatD& X) {
+  if (!w.config.norm) return cast<S>(X);
   const Mat<S> Xt = cast<S>(MatD(X.transpose()));
   const Vec<S> g = vector_of<S>(w.at(prefix + ".weight"));
   const double eps = w.config.norm_eps;
@@ -227,13 +229,14 @@ template <class S> Outcome two_matrix_head(const CheckpointData& data, int layer
   const Mat<S>&Wq = L.w.Q[h], &Wk = L.w.K[g];
   const Mat<S> W_VO = L.w.V[g] * L.w.O[h];
   // The logits x_t P_{t−s} x_sᵀ / s from one matrix per offset (one for every offset without RoPE).
-  auto from_matrices = [&](const std::function<Mat<S>(int)>& P) {
+  // With `magnitudes`, |x_t| |P_{t−s}| |x_s|ᵀ / s instead: the sums of the products' magnitudes.
+  auto from_matrices = [&](const std::function<Mat<S>(int)>& P, bool magnitudes = false) {
     Mat<S> out(Eigen::Index(L.sequences) * L.T, L.T);
     for (int b = 0; b < L.sequences; ++b) {
-      const Mat<S> X = L.input(b);
+      const Mat<S> X = magnitudes ? Mat<S>(L.input(b).cwiseAbs()) : L.input(b);
       Mat<S> s = Mat<S>::Zero(L.T, L.T);
       for (int delta = 0; delta < L.T; ++delta) {
-        const Mat<S> XP = X * P(delta);
+        const Mat<S> XP = X * (magnitudes ? Mat<S>(P(delta).cwiseAbs()) : P(delta));
         for (int t = delta; t < L.T; ++t) s(t, t - delta) = XP.row(t).dot(X.row(t - delta)) / L.scale;
       }
       out.middleRows(Eigen::Index(b) * L.T, L.T) = s;
@@ -252,6 +255,9 @@ template <class S> Outcome two_matrix_head(const CheckpointData& data, int layer
   }
   Outcome o;
   o.rel_err = std::max(rel_err<S>(ref_logits, two), rel_err<S>(head_output<S>(L, Wq, Wk, L.w.V[g], &L.w.O[h]), output));
+  // The logits' condition as sums of products (‖|x_t||P||x_s|ᵀ‖_F / ‖x_t P x_sᵀ‖_F, at least 1): the
+  // cancellation that amplifies rounding, large where a change of basis (`lm eliminate`) scaled W_Q, W_K.
+  o.kappa = std::max(1.0, double(from_matrices(rotated(Wq, Wk, rope), true).norm() / two.norm()));
   o.note = pair_note(rope ? "logits from W_Q R_(t-s) W_K^T per offset, and output from W_VO" : "logits from W_QK, and output from W_VO");
   o.controls.push_back(control_by_error("W_K W_Q^T in place of W_Q W_K^T", rel_err<S>(ref_logits, from_matrices(rotated(Wk, Wq, rope)))));
   if (rope) {
