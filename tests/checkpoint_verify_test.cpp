@@ -157,8 +157,10 @@ std::vector<std::pair<std::string, engine::Json>> both_forms(const std::string& 
 TEST_F(CheckpointVerify, Gpt2PassesWithItsControls) {
   for (const auto& [name, json] : both_forms("gpt2", checkpoint("gpt2"), path() / "gpt2-hf")) {
     const auto run = strings(member(json, "claims_run"));
-    for (const char* id : {"qwe.lemma3.1", "qwe.prop4.1", "qwe.prop4.2", "qwe.lemma8.2", "qwe.thm8.3"})
+    for (const char* id : {"qwe.lemma3.1", "qwe.prop4.1", "qwe.prop4.2", "qwe.freedom.vo", "qwe.lemma8.2", "qwe.thm8.3"})
       EXPECT_TRUE(contains(run, id)) << name << " " << id;
+    EXPECT_TRUE(contains(control_names(json, "qwe.freedom.vo"), "N^-T (Prop. 4.2's contragredient) in place of N^-1 on W_O"));
+    EXPECT_NE(skip_reason(json, "qwe.ext.qknorm").find("no QK-norm"), std::string::npos);
     EXPECT_EQ(member(member(json, "checkpoint"), "family").text, "gpt2");
     EXPECT_EQ(member(member(json, "tokens"), "count").text, "32");  // 2 random sequences of 16
     EXPECT_NE(skip_reason(json, "qwe.remark5").find("LayerNorm"), std::string::npos);
@@ -182,6 +184,9 @@ TEST_F(CheckpointVerify, Gpt2PassesWithItsControls) {
 TEST_F(CheckpointVerify, LlamaPassesWithRopeAndGqaControls) {
   for (const auto& [name, json] : both_forms("llama", checkpoint("llama"), path() / "llama-hf")) {
     EXPECT_TRUE(contains(strings(member(json, "claims_run")), "qwe.remark5"));
+    EXPECT_TRUE(contains(strings(member(json, "claims_run")), "qwe.freedom.vo"));  // one N_g per value head
+    EXPECT_TRUE(contains(control_names(json, "qwe.freedom.vo"), "full N applied to W_V only"));
+    EXPECT_NE(skip_reason(json, "qwe.ext.gqa").find("one block per key head"), std::string::npos);
     EXPECT_NE(skip_reason(json, "qwe.lemma8.2").find("no LayerNorm in front of attention"), std::string::npos);
     EXPECT_TRUE(contains(control_names(json, "qwe.lemma3.1"), "generic M (not in the rotations' commutant)"));
     EXPECT_TRUE(contains(control_names(json, "qwe.prop4.2"), "a different block for each query head of a group"));
@@ -379,7 +384,7 @@ TEST_F(CheckpointVerify, NormFreeAndEliminatedModels) {
     ASSERT_EQ(v.status, 0) << name << "\n" << v.err;
     expect_all_pass(v.json);
     EXPECT_EQ(member(member(v.json, "checkpoint"), "norm").text, "none");
-    for (const char* id : {"qwe.lemma3.1", "qwe.prop4.1", "qwe.prop4.2"})
+    for (const char* id : {"qwe.lemma3.1", "qwe.prop4.1", "qwe.prop4.2", "qwe.freedom.vo"})
       EXPECT_TRUE(contains(strings(member(v.json, "claims_run")), id)) << name << " " << id;
     for (const char* id : {"qwe.lemma8.2", "qwe.thm8.3", "qwe.remark5"})
       EXPECT_NE(skip_reason(v.json, id).find("no norms"), std::string::npos) << name << " " << id;

@@ -11,6 +11,7 @@
 #include "core/normalize.hpp"
 #include "engine/kernels/rope.hpp"
 #include "lm/parameters.hpp"
+#include "theory/attention_freedoms.hpp"
 #include "theory/norm_checks.hpp"
 
 namespace qkvlab::theory_lm {
@@ -270,6 +271,54 @@ template <class S> Outcome two_matrix_head(const CheckpointData& data, int layer
   return o;
 }
 
+// The layer as core/grouped_attention.hpp's weights: the augmented input's (W; b) blocks side by
+// side, the model's RoPE frequencies.
+template <class S> GroupedAttention<S> grouped(const Layer<S>& L, const lm::Config& c) {
+  GroupedAttention<S> w;
+  auto side_by_side = [](const std::vector<Mat<S>>& blocks) {
+    Mat<S> out(blocks[0].rows(), Eigen::Index(blocks.size()) * blocks[0].cols());
+    for (std::size_t i = 0; i < blocks.size(); ++i) out.middleCols(Eigen::Index(i) * blocks[0].cols(), blocks[0].cols()) = blocks[i];
+    return out;
+  };
+  w.W_Q = side_by_side(L.w.Q), w.W_K = side_by_side(L.w.K), w.W_V = side_by_side(L.w.V);
+  w.W_O = Mat<S>(L.heads * L.dh, L.w.O[0].cols());
+  for (int h = 0; h < L.heads; ++h) w.W_O.middleRows(h * L.dh, L.dh) = L.w.O[h];
+  w.heads = L.heads, w.kv_heads = L.kv_heads;
+  if (L.rope)
+    for (int i = 0; i < L.dh / 2; ++i) w.rope.push_back(c.rope_frequencies().omega(i, L.dh));
+  return w;
+}
+
+// out(X; w) of every sequence, stacked.
+template <class S> Mat<S> layer_output(const Layer<S>& L, const GroupedAttention<S>& w) {
+  Mat<S> out(Eigen::Index(L.sequences) * L.T, w.W_O.cols());
+  for (int b = 0; b < L.sequences; ++b) out.middleRows(Eigen::Index(b) * L.T, L.T) = grouped_attention<S>(L.input(b), w, Mask::causal);
+  return out;
+}
+
+template <class S> Outcome value_freedom(const CheckpointData& data, int layer, Rng& rng) {
+  const Layer<S> L = attention_layer<S>(data, layer);
+  const GroupedAttention<S> w = grouped<S>(L, data.weights.config);
+  std::vector<ChangeOfBasis<S>> N;
+  for (int g = 0; g < L.kv_heads; ++g) N.push_back(freedom_block<S>(L, rng, false));
+  const Mat<S> reference = layer_output<S>(L, w);
+  const theory::Deviation d = theory::conditioning<S>(N);
+  Outcome o;
+  o.kappa = d.kappa, o.singular = d.singular;
+  o.rel_err = rel_err<S>(reference, layer_output<S>(L, with_vo_freedom<S>(w, N)));
+  o.note = pair_note("the layer's attention output with W_V^g N_g, N_g^-1 W_O^h");
+  const Eigen::Index width = w.W_V.cols();
+  const auto F = change_of_basis<S>(cast<S>(draw_basis(rng, width, 1.0 / std::sqrt(double(width)))));
+  GroupedAttention<S> values_only = w;
+  values_only.W_V = w.W_V * F.T;
+  o.controls.push_back(control_by_error("full N applied to W_V only", rel_err<S>(reference, layer_output<S>(L, values_only))));
+  std::vector<ChangeOfBasis<S>> contragredient = N;  // W_O^h ↦ N_g⁻ᵀ W_O^h: the QK pair's rule in place of N_g⁻¹
+  for (auto& b : contragredient) b.T_inv = Mat<S>(b.T_inv.transpose());
+  o.controls.push_back(control_by_error("N^-T (Prop. 4.2's contragredient) in place of N^-1 on W_O",
+                                        rel_err<S>(reference, layer_output<S>(L, with_vo_freedom<S>(w, contragredient)))));
+  return o;
+}
+
 template <class S> Outcome block_diagonal_freedom(const CheckpointData& data, int layer, Rng& rng) {
   const Layer<S> L = attention_layer<S>(data, layer);
   std::vector<Mat<S>> blocks;
@@ -378,6 +427,7 @@ template <class S> Outcome rms_norm_semi_conjugacy(const CheckpointData& data, i
   template Outcome head_reparametrization<S>(const CheckpointData&, int, int, bool, Rng&);               \
   template Outcome two_matrix_head<S>(const CheckpointData&, int, int, Rng&);                            \
   template Outcome block_diagonal_freedom<S>(const CheckpointData&, int, Rng&);                          \
+  template Outcome value_freedom<S>(const CheckpointData&, int, Rng&);                                   \
   template Outcome norm_semi_conjugacy<S>(const CheckpointData&, int, NormSite, Rng&);                   \
   template Outcome norm_change_of_basis<S>(const CheckpointData&, int, NormSite, Rng&);                  \
   template Outcome rms_norm_semi_conjugacy<S>(const CheckpointData&, int, NormSite, Rng&);

@@ -45,6 +45,11 @@ template <class S> theory::Outcome two_matrix_head(const CheckpointData& data, i
 // a full B (H = H_kv > 1); a different block for each query head of a group (GQA);
 // generic blocks (RoPE).
 template <class S> theory::Outcome block_diagonal_freedom(const CheckpointData& data, int layer, Rng& rng);
+// qwe.freedom.vo on layer ℓ: its attention output unchanged by W_V^g ↦ W_V^g N_g, W_O^h ↦ N_g(h)⁻¹ W_O^h
+// (core/head_freedoms.hpp's with_vo_freedom, core/grouped_attention.hpp's grouped_attention).
+// Controls: a full N on W_V only; N_g⁻ᵀ in place of N_g⁻¹ on W_O. (A full N with N⁻¹ on W_O is no
+// control here: where the heads attend alike, as nearly uniform models do, it keeps the output too.)
+template <class S> theory::Outcome value_freedom(const CheckpointData& data, int layer, Rng& rng);
 
 // The norms, at the inputs that reach them: layer ℓ's ln_1 (attention) or ln_2 (MLP), or
 // the final norm (layer = L), with the model's ε, and one more point: the random-weight form's

@@ -56,6 +56,11 @@ std::string not_applicable(const std::string& id, const lm::Config& c) {
   if (id == "qwe.thm8.4" || id == "qwe.cor8.4.1")
     return std::string("needs a skip ReLU MLP; the model's MLP is ") + (c.family == lm::Family::gpt2 ? "GELU" : "SwiGLU");
   if (id.starts_with("qwe.sec8.3.1") || id == "qwe.scale8.2") return "a statement about random matrices: random weights only";
+  if (id == "qwe.ext.qknorm") return "the model has no QK-norm (no lm family has one)";
+  if (id == "qwe.ext.rope" || id == "qwe.ext.gqa")
+    return "its freedom runs on the checkpoint as qwe.lemma3.1 and qwe.prop4.2, with M in the rotations' commutant "
+           "(RoPE) and one block per key head (GQA), and their controls (a generic M, blocks differing in a group)";
+  if (id == "qwe.freedom.vo") return attention_inapplicable(c);
   if (id.starts_with("skipv1.")) return "the in-context linear-regression setting of SkipV1Former, not a language model";
   return "no checkpoint form: checked on random weights only";
 }
@@ -84,6 +89,12 @@ struct Builder {
     const auto& d = data;
     for (int l = 0; l < config().layers; ++l) {
       if (config().identity_query(l)) continue;  // skipped with its reason (plan_checkpoint)
+      if (base.id == "qwe.freedom.vo") {
+        add(base, at(l), [d, l](Precision p, Rng& rng) {
+          return with_scalar(p, [&]<class S>() { return value_freedom<S>(*d, l, rng); });
+        });
+        continue;
+      }
       if (base.id == "qwe.prop4.2") {
         add(base, at(l), [d, l](Precision p, Rng& rng) {
           return with_scalar(p, [&]<class S>() { return block_diagonal_freedom<S>(*d, l, rng); });
@@ -138,12 +149,12 @@ CheckpointPlan plan_checkpoint(std::shared_ptr<const CheckpointData> data, const
   for (const Claim* claim : selected) {
     const std::string& id = claim->id;
     const std::size_t before = out.plan.configurations.size();
-    if (id == "qwe.lemma3.1" || id == "qwe.prop4.1" || id == "qwe.prop4.2") {
+    if (id == "qwe.lemma3.1" || id == "qwe.prop4.1" || id == "qwe.prop4.2" || id == "qwe.freedom.vo") {
       if (attention_reason.empty()) b.attention(*claim);
       else out.skipped.push_back({id, attention_reason});
       if (attention_reason.empty() && !c.q_identity_layers.empty())
         out.skipped.push_back({id, "on layers " + identity_query_layers(c) +
-                                       ": W_Q = I there (q-identity, `lm eliminate`), no W_Q to reparametrize"});
+                                       ": W_Q = I there (q-identity, `lm eliminate`); the checkpoint forms read a layer's W_Q"});
     } else if (c.norm && (((id == "qwe.lemma8.2" || id == "qwe.thm8.3") && layer_norm) || (id == "qwe.remark5" && !layer_norm))) {
       b.norms(*claim);
     } else {
