@@ -161,6 +161,9 @@ TEST_F(CheckpointVerify, Gpt2PassesWithItsControls) {
       EXPECT_TRUE(contains(run, id)) << name << " " << id;
     EXPECT_TRUE(contains(control_names(json, "qwe.freedom.vo"), "N^-T (Prop. 4.2's contragredient) in place of N^-1 on W_O"));
     EXPECT_NE(skip_reason(json, "qwe.ext.qknorm").find("no QK-norm"), std::string::npos);
+    EXPECT_TRUE(contains(run, "resformer.eq4")) << name;  // layer 2 against layer 1's values
+    EXPECT_TRUE(contains(control_names(json, "resformer.eq4"), "A_n V_n: layer 1's values left out"));
+    EXPECT_NE(skip_reason(json, "qwe.ext.rope").find("no RoPE"), std::string::npos);
     EXPECT_EQ(member(member(json, "checkpoint"), "family").text, "gpt2");
     EXPECT_EQ(member(member(json, "tokens"), "count").text, "32");  // 2 random sequences of 16
     EXPECT_NE(skip_reason(json, "qwe.remark5").find("LayerNorm"), std::string::npos);
@@ -384,7 +387,7 @@ TEST_F(CheckpointVerify, NormFreeAndEliminatedModels) {
     ASSERT_EQ(v.status, 0) << name << "\n" << v.err;
     expect_all_pass(v.json);
     EXPECT_EQ(member(member(v.json, "checkpoint"), "norm").text, "none");
-    for (const char* id : {"qwe.lemma3.1", "qwe.prop4.1", "qwe.prop4.2", "qwe.freedom.vo"})
+    for (const char* id : {"qwe.lemma3.1", "qwe.prop4.1", "qwe.prop4.2", "qwe.freedom.vo", "resformer.eq4"})
       EXPECT_TRUE(contains(strings(member(v.json, "claims_run")), id)) << name << " " << id;
     for (const char* id : {"qwe.lemma8.2", "qwe.thm8.3", "qwe.remark5"})
       EXPECT_NE(skip_reason(v.json, id).find("no norms"), std::string::npos) << name << " " << id;
@@ -392,6 +395,7 @@ TEST_F(CheckpointVerify, NormFreeAndEliminatedModels) {
     ASSERT_EQ(v.status, 0) << name << " eliminated\n" << v.err;
     expect_all_pass(v.json);
     EXPECT_NE(skip_reason(v.json, "qwe.lemma3.1").find("on layers 1: W_Q = I"), std::string::npos);
+    EXPECT_NE(skip_reason(v.json, "resformer.eq4").find("Q-identity layers"), std::string::npos);
     int layer1 = 0, layer2 = 0;
     for (const auto& c : member(v.json, "checks").items) {
       const std::string config = member(c, "config").text;

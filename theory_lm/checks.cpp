@@ -5,6 +5,7 @@
 #include "theory_lm/checks.hpp"
 
 #include <algorithm>
+#include <limits>
 
 #include "core/attention.hpp"
 #include "core/limits.hpp"
@@ -319,6 +320,32 @@ template <class S> Outcome value_freedom(const CheckpointData& data, int layer, 
   return o;
 }
 
+template <class S> Outcome value_residual_average(const CheckpointData& data, int n, Rng&) {
+  const lm::Config& c = data.weights.config;
+  const Layer<S> L1 = attention_layer<S>(data, 0), Ln = attention_layer<S>(data, n);
+  const GroupedAttention<S> w1 = grouped<S>(L1, c), wn = grouped<S>(Ln, c);
+  const Eigen::Index dh = Ln.dh;
+  Outcome o;
+  double control = std::numeric_limits<double>::infinity();
+  for (int b = 0; b < Ln.sequences; ++b) {
+    const Mat<S> Q = grouped_projection<S>(Ln.input(b), wn.W_Q, wn.q_gain, wn), K = grouped_projection<S>(Ln.input(b), wn.W_K, wn.k_gain, wn);
+    const Mat<S> V = Ln.input(b) * wn.W_V, V1 = L1.input(b) * w1.W_V;
+    for (int h = 0; h < Ln.heads; ++h) {
+      const Eigen::Index g = wn.group(h);
+      const Mat<S> q = Q.middleCols(h * dh, dh), k = K.middleCols(g * dh, dh);
+      const std::vector<Mat<S>> values{V1.middleCols(g * dh, dh), V.middleCols(g * dh, dh)};
+      o.rel_err = std::max(o.rel_err, theory::cross_layer_deviation<S>(q, k, {k, k}, values, Mask::causal).rel_err);
+      using std::sqrt;
+      const S scale = sqrt(S(double(dh)));
+      control = std::min(control, rel_err<S>(cross_layer_attention<S>(q, {k, k}, values, Mask::causal, scale),
+                                             attention_head<S>(q, k, values[1], Mask::causal, scale)));
+    }
+  }
+  o.note = pair_note("Eq. 3 with K_1 = K_n against (1/2) A_n (V_1 + V_n), every head");
+  o.controls.push_back(control_by_error("A_n V_n: layer 1's values left out", control));
+  return o;
+}
+
 template <class S> Outcome block_diagonal_freedom(const CheckpointData& data, int layer, Rng& rng) {
   const Layer<S> L = attention_layer<S>(data, layer);
   std::vector<Mat<S>> blocks;
@@ -428,6 +455,7 @@ template <class S> Outcome rms_norm_semi_conjugacy(const CheckpointData& data, i
   template Outcome two_matrix_head<S>(const CheckpointData&, int, int, Rng&);                            \
   template Outcome block_diagonal_freedom<S>(const CheckpointData&, int, Rng&);                          \
   template Outcome value_freedom<S>(const CheckpointData&, int, Rng&);                                   \
+  template Outcome value_residual_average<S>(const CheckpointData&, int, Rng&);                          \
   template Outcome norm_semi_conjugacy<S>(const CheckpointData&, int, NormSite, Rng&);                   \
   template Outcome norm_change_of_basis<S>(const CheckpointData&, int, NormSite, Rng&);                  \
   template Outcome rms_norm_semi_conjugacy<S>(const CheckpointData&, int, NormSite, Rng&);

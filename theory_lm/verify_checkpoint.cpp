@@ -57,10 +57,17 @@ std::string not_applicable(const std::string& id, const lm::Config& c) {
     return std::string("needs a skip ReLU MLP; the model's MLP is ") + (c.family == lm::Family::gpt2 ? "GELU" : "SwiGLU");
   if (id.starts_with("qwe.sec8.3.1") || id == "qwe.scale8.2") return "a statement about random matrices: random weights only";
   if (id == "qwe.ext.qknorm") return "the model has no QK-norm (no lm family has one)";
+  if (id == "qwe.ext.rope" && !c.rope()) return "the model has no RoPE (learned positions)";
+  if (id == "qwe.ext.gqa" && c.kv_heads == c.heads) return "the model has no grouped-query attention (H_kv = H)";
   if (id == "qwe.ext.rope" || id == "qwe.ext.gqa")
     return "its freedom runs on the checkpoint as qwe.lemma3.1 and qwe.prop4.2, with M in the rotations' commutant "
            "(RoPE) and one block per key head (GQA), and their controls (a generic M, blocks differing in a group)";
   if (id == "qwe.freedom.vo") return attention_inapplicable(c);
+  if (id == "resformer.eq4") {
+    if (!attention_inapplicable(c).empty()) return attention_inapplicable(c);
+    if (c.layers < 2) return "needs two layers: layer 1's values and a layer n >= 2";
+    return "the model has Q-identity layers (`lm eliminate`): the checkpoint form reads layers' W_Q";
+  }
   if (id.starts_with("skipv1.")) return "the in-context linear-regression setting of SkipV1Former, not a language model";
   return "no checkpoint form: checked on random weights only";
 }
@@ -117,6 +124,14 @@ struct Builder {
     }
   }
 
+  void value_residual(const Claim& base) {
+    const auto& d = data;
+    for (int n = 1; n < config().layers; ++n)
+      add(base, at(n), [d, n](Precision p, Rng& rng) {
+        return with_scalar(p, [&]<class S>() { return value_residual_average<S>(*d, n, rng); });
+      });
+  }
+
   void norms(const Claim& base) {
     const auto& d = data;
     const auto check = [id = base.id](const CheckpointData& cd, int l, NormSite site, Precision p, Rng& rng) {
@@ -155,6 +170,8 @@ CheckpointPlan plan_checkpoint(std::shared_ptr<const CheckpointData> data, const
       if (attention_reason.empty() && !c.q_identity_layers.empty())
         out.skipped.push_back({id, "on layers " + identity_query_layers(c) +
                                        ": W_Q = I there (q-identity, `lm eliminate`); the checkpoint forms read a layer's W_Q"});
+    } else if (id == "resformer.eq4" && attention_reason.empty() && c.q_identity_layers.empty() && c.layers > 1) {
+      b.value_residual(*claim);
     } else if (c.norm && (((id == "qwe.lemma8.2" || id == "qwe.thm8.3") && layer_norm) || (id == "qwe.remark5" && !layer_norm))) {
       b.norms(*claim);
     } else {
