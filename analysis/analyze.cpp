@@ -293,8 +293,9 @@ class CosineMatrix final : public Analysis {
 // kept until the pattern comes, and layer 1's k and v for the rest of the pass.
 class CrossLayer final : public Analysis {
  public:
-  // scales: each layer's softmax scale (Config::attention_scale), the current layer's used in Eq. 2.
-  CrossLayer(int L, std::vector<double> scales) : scales_(std::move(scales)), eq3_(std::size_t(L)), eq6_(std::size_t(L)) {}
+  explicit CrossLayer(const lm::Config& c) : eq3_(std::size_t(c.layers)), eq6_(std::size_t(c.layers)) {
+    for (int l = 0; l < c.layers; ++l) scale_.push_back(c.attention_scale(l));  // q-identity layers have their own
+  }
   bool wants(Site s, int) const override { return s == Site::q || s == Site::k || s == Site::v || s == Site::pattern; }
   void record(const Activation<float>& a) override {
     if (a.site != Site::pattern) return keep(a);
@@ -307,7 +308,7 @@ class CrossLayer final : public Analysis {
       for (const CrossLayerCosines& c : each_sequence([&](int b) {
              const AttentionLayer n{at(q, b), at(k, b), at(v, b), a.data + std::size_t(b) * a.heads * T * T,
                                     a.T,      a.heads,  k.heads,  k.width, v.width};
-             return cross_layer_cosines(n, at(first_[0], b), at(first_[1], b), scales_[std::size_t(a.layer)]);
+             return cross_layer_cosines(n, at(first_[0], b), at(first_[1], b), scale_[std::size_t(a.layer)]);
            }))
         eq3_[std::size_t(a.layer)].add(c.eq3), eq6_[std::size_t(a.layer)].add(c.eq6);
     } catch (const NumericalError& e) {
@@ -349,7 +350,7 @@ class CrossLayer final : public Analysis {
     k.layer = a.layer, k.heads = a.heads, k.width = a.width;
     if (a.layer == 0 && a.site != Site::q) first_[a.site == Site::k ? 0 : 1] = k;
   }
-  std::vector<double> scales_;
+  std::vector<double> scale_;  // per layer
   Kept kept_[3], first_[2];  // q, k, v of the current layer; k, v of layer 1
   std::vector<RunningStats> eq3_, eq6_;
 };
@@ -390,11 +391,7 @@ std::unique_ptr<Analysis> make(Kind kind, const lm::Config& c, const Options& o)
     case Kind::first_token: return std::make_unique<FirstToken>(L);
     case Kind::heads: return std::make_unique<CosineMatrix>(o.head_matrix == HeadMatrixOf::outputs ? Site::z : Site::pattern, layer, "heads");
     case Kind::tokens: return std::make_unique<CosineMatrix>(Site::resid_post, layer, "tokens");
-    case Kind::cross_layer: {
-      std::vector<double> scales;
-      for (int l = 0; l < L; ++l) scales.push_back(c.attention_scale(l));
-      return std::make_unique<CrossLayer>(L, std::move(scales));
-    }
+    case Kind::cross_layer: return std::make_unique<CrossLayer>(c);
     case Kind::all: {
       auto all = std::make_unique<Together>();
       for (Kind k : {Kind::entropy, Kind::similarity, Kind::spectrum, Kind::first_token}) all->parts.push_back(make(k, c, o));

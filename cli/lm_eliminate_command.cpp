@@ -4,13 +4,12 @@
 #include <filesystem>
 #include <iostream>
 
-#include "analysis/analyze.hpp"
 #include "cli/commands.hpp"
 #include "cli/device_option.hpp"
 #include "cli/threads_option.hpp"
+#include "cli/token_options.hpp"
 #include "cli/validators.hpp"
 #include "core/errors.hpp"
-#include "corpus/token_file.hpp"
 #include "gpu/backend.hpp"
 #include "lm/eliminate.hpp"
 
@@ -19,38 +18,13 @@ namespace qkvlab::cli {
 namespace {
 
 struct EliminateArgs {
-  std::string checkpoint, out, tokens, corpus, data = "data/brown", split = "validation", format = "table";
+  std::string checkpoint, out, format = "table";
+  TokenOptions input{.sequences = 16, .seq_len = 128};  // the command's defaults
   std::vector<int> layers;
-  int seq_len = 128, batch = 8, threads = 0;
-  std::int64_t sequences = 16;
+  int batch = 8, threads = 0;
   std::uint64_t seed = 1;
   Device device = Device::cpu;
 };
-
-// --tokens FILE or --corpus brown (sequences chosen by --seed), else seeded random tokens.
-lm::TokenSequences read_sequences(const EliminateArgs& a, const lm::Config& c) {
-  if (!a.corpus.empty() && !a.tokens.empty()) throw UsageError("give --tokens FILE or --corpus brown, not both");
-  if (a.corpus.empty() && a.tokens.empty()) {
-    if (a.sequences < 1) throw UsageError("--sequences 0 (all) needs --tokens FILE or --corpus brown");
-    if (a.seq_len > c.positions)
-      throw UsageError("--seq-len " + std::to_string(a.seq_len) + " is longer than the model's " +
-                       std::to_string(c.positions) + " positions");
-    return lm::random_sequences(c.vocab, a.sequences, a.seq_len, a.seed);
-  }
-  const std::filesystem::path file =
-      a.tokens.empty() ? std::filesystem::path(a.data) / (a.split + "_tokens.npy") : std::filesystem::path(a.tokens);
-  const corpus::TokenArray t = corpus::read_token_file(file);
-  const lm::TokenSequences all = lm::token_sequences(t.ids, t.rows, t.cols, a.seq_len, 0);
-  lm::TokenSequences chosen = analysis::choose_sequences(all, a.sequences, a.seed);
-  lm::check_sequences(chosen, c, file.string());
-  return chosen;
-}
-
-std::string tokens_text(const EliminateArgs& a) {
-  if (!a.tokens.empty()) return a.tokens;
-  if (!a.corpus.empty()) return "corpus " + a.corpus + " (" + a.data + ", " + a.split + ")";
-  return "random (seed " + std::to_string(a.seed) + ")";
-}
 
 int run_eliminate(const EliminateArgs& a) {
   require_device(a.device);
@@ -59,7 +33,8 @@ int run_eliminate(const EliminateArgs& a) {
   if (layers.empty())
     for (int l = 1; l <= source.config.layers; ++l) layers.push_back(l);
   lm::eliminate_queries(source, layers);  // refuses what does not apply before anything is read or written
-  const lm::TokenSequences data = read_sequences(a, source.config);
+  const lm::TokenSequences data = read_token_sequences(a.input, a.seed, source.config.vocab, true);
+  lm::check_sequences(data, source.config, token_source(a.input));
   apply_threads(a.threads, BlasUse::per_worker);  // the CPU backend runs one product per worker
   const auto backend = gpu::make_backend(a.device, a.threads);
   const lm::EliminationReport report = lm::eliminate_and_measure(source, layers, data, *backend, a.batch);
@@ -67,10 +42,7 @@ int run_eliminate(const EliminateArgs& a) {
   results::Value out = results::Value::object();
   out.set("checkpoint", a.checkpoint);
   out.set("out", a.out);
-  out.set("tokens", tokens_text(a));
-  out.set("seed", a.seed);
-  out.set("sequences", data.sequences);
-  out.set("seq_len", data.length);
+  out.set("tokens", tokens_value(a.input, data, a.seed));
   const results::Value measured = lm::report_value(report);
   for (std::size_t k = 0; k < measured.keys().size(); ++k) out.set(measured.keys()[k], measured.items()[k]);
   out.set("device", backend->description());
@@ -94,16 +66,7 @@ std::vector<Command> add_lm_eliminate_commands(CLI::App& lm, const std::string&)
   cmd->add_option("--layers", a->layers, "Layers to eliminate, 1 ... L, comma-separated (default: all)")
       ->delimiter(',')
       ->check(integer_in(1, 1 << 16));
-  cmd->add_option("--tokens", a->tokens, "Token file: .npy of integers (2-D: one sequence per row) or nanoGPT .bin");
-  cmd->add_option("--corpus", a->corpus, "A prepared corpus: brown (see --data, --split)")->check(CLI::IsMember({"brown"}));
-  cmd->add_option("--data", a->data, "Where 'qkvlab data brown' prepared the corpus")->capture_default_str();
-  cmd->add_option("--split", a->split, "Corpus split")->check(CLI::IsMember({"train", "validation"}))->capture_default_str();
-  cmd->add_option("--sequences", a->sequences, "Sequences measured (chosen by --seed from a file; 0: all of them)")
-      ->check(CLI::Range(std::int64_t(0), std::int64_t(1) << 40))
-      ->capture_default_str();
-  cmd->add_option("--seq-len", a->seq_len, "Tokens per sequence (a 1-D stream is cut into pieces of this length)")
-      ->check(integer_in(2, 1 << 20))
-      ->capture_default_str();
+  add_token_options(cmd, a->input);
   cmd->add_option("--seed", a->seed, "Seed of the random tokens or of the choice of sequences")
       ->check(seed_value)
       ->capture_default_str();

@@ -39,11 +39,15 @@ lm::TokenSequences read_token_sequences(const TokenOptions& o, std::uint64_t see
   return analysis::choose_sequences(lm::token_sequences(t.ids, t.rows, t.cols, o.seq_len, 0), o.sequences, seed);
 }
 
+std::string token_source(const TokenOptions& o) {
+  if (!o.tokens.empty()) return "file " + o.tokens;
+  if (!o.corpus.empty()) return "corpus " + o.corpus + " (" + o.data + ", " + o.split + ")";
+  return "random tokens";
+}
+
 results::Value tokens_value(const TokenOptions& o, const lm::TokenSequences& s, std::uint64_t seed) {
   results::Value v = results::Value::object();
-  v.set("source", !o.tokens.empty()  ? "file " + o.tokens
-                  : !o.corpus.empty() ? "corpus " + o.corpus + " (" + o.data + ", " + o.split + ")"
-                                      : std::string("random tokens"));
+  v.set("source", token_source(o));
   v.set("sequences", s.sequences);
   v.set("length", std::int64_t(s.length));
   v.set("count", s.sequences * std::int64_t(s.length));

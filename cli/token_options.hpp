@@ -27,6 +27,9 @@ void add_token_options(CLI::App* cmd, TokenOptions& o);
 // `sequences` random sequences of `seq_len` tokens below `vocab`; otherwise one of the two is required.
 lm::TokenSequences read_token_sequences(const TokenOptions& o, std::uint64_t seed, int vocab, bool random_default);
 
+// Where they come from, as the output names it: "file F", "corpus brown (D, S)" or "random tokens".
+std::string token_source(const TokenOptions& o);
+
 // {"source", "sequences", "length", "count", "seed"}: what the output records of its inputs.
 results::Value tokens_value(const TokenOptions& o, const lm::TokenSequences& s, std::uint64_t seed);
 

@@ -61,12 +61,16 @@ class CheckpointVerify : public ::testing::Test {
                                " --steps 8 --batch 4 --seq-len 16 --eval-every 8 --quiet --threads 2";
     train("gpt2", "--family gpt2 --bias" + common);
     train("llama", "--family llama --kv-heads 2" + common);
+    // Norm-free and without biases (no query bias: Theorem 4.1 covers layer 1); no HF layout has them.
+    train("gpt2-free", "--family gpt2 --norm none --bias=false" + common, false);
+    train("llama-free", "--family llama --kv-heads 2 --norm none --bias=false" + common, false);
   }
   static void TearDownTestSuite() { delete dir_; }
 
-  static void train(const std::string& name, const std::string& flags) {
+  static void train(const std::string& name, const std::string& flags, bool hf = true) {
     const auto r = run_qkvlab("lm train --out " + shell_quoted(path() / name) + " " + flags);
     ASSERT_EQ(r.status, 0) << r.err;
+    if (!hf) return;
     const auto e = run_qkvlab("lm export " + shell_quoted(checkpoint(name)) + " --hf " + shell_quoted(path() / (name + "-hf")));
     ASSERT_EQ(e.status, 0) << e.err;
   }
@@ -153,8 +157,13 @@ std::vector<std::pair<std::string, engine::Json>> both_forms(const std::string& 
 TEST_F(CheckpointVerify, Gpt2PassesWithItsControls) {
   for (const auto& [name, json] : both_forms("gpt2", checkpoint("gpt2"), path() / "gpt2-hf")) {
     const auto run = strings(member(json, "claims_run"));
-    for (const char* id : {"qwe.lemma3.1", "qwe.prop4.1", "qwe.prop4.2", "qwe.lemma8.2", "qwe.thm8.3"})
+    for (const char* id : {"qwe.lemma3.1", "qwe.prop4.1", "qwe.prop4.2", "qwe.freedom.vo", "qwe.lemma8.2", "qwe.thm8.3"})
       EXPECT_TRUE(contains(run, id)) << name << " " << id;
+    EXPECT_TRUE(contains(control_names(json, "qwe.freedom.vo"), "N^-T (Prop. 4.2's contragredient) in place of N^-1 on W_O"));
+    EXPECT_NE(skip_reason(json, "qwe.ext.qknorm").find("no QK-norm"), std::string::npos);
+    EXPECT_TRUE(contains(run, "resformer.eq4")) << name;  // layer 2 against layer 1's values
+    EXPECT_TRUE(contains(control_names(json, "resformer.eq4"), "A_n V_n: layer 1's values left out"));
+    EXPECT_NE(skip_reason(json, "qwe.ext.rope").find("no RoPE"), std::string::npos);
     EXPECT_EQ(member(member(json, "checkpoint"), "family").text, "gpt2");
     EXPECT_EQ(member(member(json, "tokens"), "count").text, "32");  // 2 random sequences of 16
     EXPECT_NE(skip_reason(json, "qwe.remark5").find("LayerNorm"), std::string::npos);
@@ -178,6 +187,9 @@ TEST_F(CheckpointVerify, Gpt2PassesWithItsControls) {
 TEST_F(CheckpointVerify, LlamaPassesWithRopeAndGqaControls) {
   for (const auto& [name, json] : both_forms("llama", checkpoint("llama"), path() / "llama-hf")) {
     EXPECT_TRUE(contains(strings(member(json, "claims_run")), "qwe.remark5"));
+    EXPECT_TRUE(contains(strings(member(json, "claims_run")), "qwe.freedom.vo"));  // one N_g per value head
+    EXPECT_TRUE(contains(control_names(json, "qwe.freedom.vo"), "full N applied to W_V only"));
+    EXPECT_NE(skip_reason(json, "qwe.ext.gqa").find("one block per key head"), std::string::npos);
     EXPECT_NE(skip_reason(json, "qwe.lemma8.2").find("no LayerNorm in front of attention"), std::string::npos);
     EXPECT_TRUE(contains(control_names(json, "qwe.lemma3.1"), "generic M (not in the rotations' commutant)"));
     EXPECT_TRUE(contains(control_names(json, "qwe.prop4.2"), "a different block for each query head of a group"));
@@ -335,6 +347,92 @@ TEST_F(CheckpointVerify, FunctionComparisonFailsOnATamperedWeight) {
       EXPECT_NE(mismatches.back().find("logits differ"), std::string::npos) << mismatches.back();
       std::cout << name << " tampered (" << method << "): logits rel_err " << measured(member(v.json, "comparison")).second << "\n";
     }
+  }
+}
+
+// Key head `head` (0-based) of layer `layer` (0-based) plus Gaussian noise of 10 times its RMS: the
+// models trained 8 steps attend almost uniformly (tiny scores), so that this moves the head's
+// pattern by ~1e-3 and the logits by ~1e-5 only (measured); the gauge comparison sees 1%.
+void perturb_key(const fs::path& from, const fs::path& to, int layer, int head) {
+  lm::Checkpoint ck = lm::load_checkpoint(from);
+  const auto layout = lm::parameter_layout(ck.config, lm::make_plan(ck.config));
+  const auto& s = layout.at(lm::layer_tensor(layer, "attn.k.weight"));
+  using Rows = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  Eigen::Map<Rows> K(ck.values.data() + s.offset, s.shape[0], s.shape[1]);
+  auto block = K.middleCols(head * ck.config.head_dim, ck.config.head_dim);
+  Rng rng(13, "checkpoint_verify/perturb_key");
+  block += (10 * block.norm() / std::sqrt(double(block.size())) * rng.gaussian(block.rows(), block.cols())).cast<float>();
+  lm::save_checkpoint(to, ck);
+}
+
+double relative_change(const fs::path& a, const fs::path& b, const std::string& tensor) {
+  const lm::Checkpoint A = lm::load_checkpoint(a), B = lm::load_checkpoint(b);
+  const auto la = lm::parameter_layout(A.config, lm::make_plan(A.config)), lb = lm::parameter_layout(B.config, lm::make_plan(B.config));
+  const auto &sa = la.at(tensor), &sb = lb.at(tensor);
+  const Eigen::Map<const Eigen::VectorXf> x(A.values.data() + sa.offset, Eigen::Index(sa.size())),
+      y(B.values.data() + sb.offset, Eigen::Index(sb.size()));
+  return (x - y).norm() / x.norm();
+}
+
+// Norm-free models: the norm claims skipped with their reason, the attention claims run; on
+// the model `lm eliminate --layers 1` made (W_Q = I in layer 1) they run on layer 2 only,
+// layer 1 skipped with its reason.
+TEST_F(CheckpointVerify, NormFreeAndEliminatedModels) {
+  for (const std::string name : {"gpt2-free", "llama-free"}) {
+    const fs::path A = checkpoint(name), B = path() / (name + "-eliminated");
+    const auto e = run_qkvlab("lm eliminate " + shell_quoted(A) + " --out " + shell_quoted(B) +
+                              " --layers 1 --seq-len 16 --sequences 4");
+    ASSERT_EQ(e.status, 0) << e.out << e.err;
+    auto v = verify_json("--checkpoint " + shell_quoted(A));
+    ASSERT_EQ(v.status, 0) << name << "\n" << v.err;
+    expect_all_pass(v.json);
+    EXPECT_EQ(member(member(v.json, "checkpoint"), "norm").text, "none");
+    for (const char* id : {"qwe.lemma3.1", "qwe.prop4.1", "qwe.prop4.2", "qwe.freedom.vo", "resformer.eq4"})
+      EXPECT_TRUE(contains(strings(member(v.json, "claims_run")), id)) << name << " " << id;
+    for (const char* id : {"qwe.lemma8.2", "qwe.thm8.3", "qwe.remark5"})
+      EXPECT_NE(skip_reason(v.json, id).find("no norms"), std::string::npos) << name << " " << id;
+    v = verify_json("--checkpoint " + shell_quoted(B));
+    ASSERT_EQ(v.status, 0) << name << " eliminated\n" << v.err;
+    expect_all_pass(v.json);
+    EXPECT_NE(skip_reason(v.json, "qwe.lemma3.1").find("on layers 1: W_Q = I"), std::string::npos);
+    EXPECT_NE(skip_reason(v.json, "resformer.eq4").find("Q-identity layers"), std::string::npos);
+    int layer1 = 0, layer2 = 0;
+    for (const auto& c : member(v.json, "checks").items) {
+      const std::string config = member(c, "config").text;
+      layer1 += config.find("layer=1 ") != std::string::npos;
+      layer2 += config.find("layer=2 ") != std::string::npos;
+    }
+    EXPECT_EQ(layer1, 0) << name;
+    EXPECT_GT(layer2, 0) << name;
+  }
+}
+
+// B = `lm eliminate A --layers 1` (Theorem 4.1 covers layer 1 of a norm-free model): every
+// weight changed, the function kept, so --against passes by the function comparison; B with
+// one key head of layer 1 perturbed fails, naming layer 1 and the query heads reading it.
+TEST_F(CheckpointVerify, AgainstOnAnEliminatedModel) {
+  for (const auto& [name, named] : {std::pair{std::string("gpt2-free"), std::vector<int>{2}},
+                                    std::pair{std::string("llama-free"), std::vector<int>{3, 4}}}) {
+    const fs::path A = checkpoint(name), B = path() / (name + "-eliminated"), P = path() / (name + "-eliminated-perturbed");
+    if (!fs::exists(B))
+      ASSERT_EQ(run_qkvlab("lm eliminate " + shell_quoted(A) + " --out " + shell_quoted(B) +
+                           " --layers 1 --seq-len 16 --sequences 4").status, 0);
+    for (const char* tensor : {"wte", "h.0.attn.k.weight", "h.1.attn.q.weight"})
+      EXPECT_GT(relative_change(A, B, tensor), 1e-2) << name << " " << tensor;
+    auto v = verify_json("--checkpoint " + shell_quoted(B) + " --against " + shell_quoted(A));
+    ASSERT_EQ(v.status, 0) << name << "\n" << v.err;
+    const auto& comparison = member(v.json, "comparison");
+    EXPECT_NE(member(comparison, "method").text.find("function"), std::string::npos);
+    std::cout << name << " eliminated: logits rel_err " << measured(comparison).second << "\n";
+    perturb_key(B, P, 0, 1);
+    const auto r = run_qkvlab("verify --quiet --checkpoint " + shell_quoted(P) + " --against " + shell_quoted(A));
+    EXPECT_EQ(r.status, 1) << name << "\n" << r.out << r.err;
+    for (int head : named)
+      EXPECT_NE(r.out.find("layer 1 head " + std::to_string(head) + ": attention pattern differs"), std::string::npos)
+          << name << "\n" << r.out;
+    EXPECT_EQ(r.out.find("layer 1 head 1:"), std::string::npos) << r.out;  // the unperturbed heads are not named
+    EXPECT_EQ(r.out.find("layer 2 head"), std::string::npos) << r.out;      // nor the layers after the first
+    std::cout << name << " eliminated, key head 2 of layer 1 perturbed:\n" << r.out;
   }
 }
 

@@ -5,12 +5,14 @@
 #include "theory_lm/checks.hpp"
 
 #include <algorithm>
+#include <limits>
 
 #include "core/attention.hpp"
 #include "core/limits.hpp"
 #include "core/normalize.hpp"
 #include "engine/kernels/rope.hpp"
 #include "lm/parameters.hpp"
+#include "theory/attention_freedoms.hpp"
 #include "theory/norm_checks.hpp"
 
 namespace qkvlab::theory_lm {
@@ -36,8 +38,10 @@ std::string norm_prefix(int layer, NormSite site) {
   return site == NormSite::final ? "ln_f" : lm::layer_tensor(layer, site == NormSite::attention ? "ln_1" : "ln_2");
 }
 
-// The model's own norm of the rows of X at S: LayerNorm (gpt2) or RMSNorm (llama), gain, bias.
+// The model's own norm of the rows of X at S: LayerNorm (gpt2) or RMSNorm (llama), gain, bias;
+// X itself in a model without norms (--norm none).
 template <class S> Mat<S> model_norm(const ModelWeights& w, const std::string& prefix, const MatD& X) {
+  if (!w.config.norm) return cast<S>(X);
   const Mat<S> Xt = cast<S>(MatD(X.transpose()));
   const Vec<S> g = vector_of<S>(w.at(prefix + ".weight"));
   const double eps = w.config.norm_eps;
@@ -227,13 +231,14 @@ template <class S> Outcome two_matrix_head(const CheckpointData& data, int layer
   const Mat<S>&Wq = L.w.Q[h], &Wk = L.w.K[g];
   const Mat<S> W_VO = L.w.V[g] * L.w.O[h];
   // The logits x_t P_{t−s} x_sᵀ / s from one matrix per offset (one for every offset without RoPE).
-  auto from_matrices = [&](const std::function<Mat<S>(int)>& P) {
+  // With `magnitudes`, |x_t| |P_{t−s}| |x_s|ᵀ / s instead: the sums of the products' magnitudes.
+  auto from_matrices = [&](const std::function<Mat<S>(int)>& P, bool magnitudes = false) {
     Mat<S> out(Eigen::Index(L.sequences) * L.T, L.T);
     for (int b = 0; b < L.sequences; ++b) {
-      const Mat<S> X = L.input(b);
+      const Mat<S> X = magnitudes ? Mat<S>(L.input(b).cwiseAbs()) : L.input(b);
       Mat<S> s = Mat<S>::Zero(L.T, L.T);
       for (int delta = 0; delta < L.T; ++delta) {
-        const Mat<S> XP = X * P(delta);
+        const Mat<S> XP = X * (magnitudes ? Mat<S>(P(delta).cwiseAbs()) : P(delta));
         for (int t = delta; t < L.T; ++t) s(t, t - delta) = XP.row(t).dot(X.row(t - delta)) / L.scale;
       }
       out.middleRows(Eigen::Index(b) * L.T, L.T) = s;
@@ -252,6 +257,9 @@ template <class S> Outcome two_matrix_head(const CheckpointData& data, int layer
   }
   Outcome o;
   o.rel_err = std::max(rel_err<S>(ref_logits, two), rel_err<S>(head_output<S>(L, Wq, Wk, L.w.V[g], &L.w.O[h]), output));
+  // The logits' condition as sums of products (‖|x_t||P||x_s|ᵀ‖_F / ‖x_t P x_sᵀ‖_F, at least 1): the
+  // cancellation that amplifies rounding, large where a change of basis (`lm eliminate`) scaled W_Q, W_K.
+  o.kappa = std::max(1.0, double(from_matrices(rotated(Wq, Wk, rope), true).norm() / two.norm()));
   o.note = pair_note(rope ? "logits from W_Q R_(t-s) W_K^T per offset, and output from W_VO" : "logits from W_QK, and output from W_VO");
   o.controls.push_back(control_by_error("W_K W_Q^T in place of W_Q W_K^T", rel_err<S>(ref_logits, from_matrices(rotated(Wk, Wq, rope)))));
   if (rope) {
@@ -261,6 +269,80 @@ template <class S> Outcome two_matrix_head(const CheckpointData& data, int layer
     for (int k = 0; k < L.heads; ++k) merged += L.w.Q[k] * L.w.K[L.group(k)].transpose();
     o.controls.push_back(control_by_error("W_QK summed over the layer's heads", rel_err<S>(ref_logits, from_matrices([&](int) { return merged; }))));
   }
+  return o;
+}
+
+// The layer as core/grouped_attention.hpp's weights: the augmented input's (W; b) blocks side by
+// side, the model's RoPE frequencies.
+template <class S> GroupedAttention<S> grouped(const Layer<S>& L, const lm::Config& c) {
+  GroupedAttention<S> w;
+  auto side_by_side = [](const std::vector<Mat<S>>& blocks) {
+    Mat<S> out(blocks[0].rows(), Eigen::Index(blocks.size()) * blocks[0].cols());
+    for (std::size_t i = 0; i < blocks.size(); ++i) out.middleCols(Eigen::Index(i) * blocks[0].cols(), blocks[0].cols()) = blocks[i];
+    return out;
+  };
+  w.W_Q = side_by_side(L.w.Q), w.W_K = side_by_side(L.w.K), w.W_V = side_by_side(L.w.V);
+  w.W_O = Mat<S>(L.heads * L.dh, L.w.O[0].cols());
+  for (int h = 0; h < L.heads; ++h) w.W_O.middleRows(h * L.dh, L.dh) = L.w.O[h];
+  w.heads = L.heads, w.kv_heads = L.kv_heads;
+  if (L.rope)
+    for (int i = 0; i < L.dh / 2; ++i) w.rope.push_back(c.rope_frequencies().omega(i, L.dh));
+  return w;
+}
+
+// out(X; w) of every sequence, stacked.
+template <class S> Mat<S> layer_output(const Layer<S>& L, const GroupedAttention<S>& w) {
+  Mat<S> out(Eigen::Index(L.sequences) * L.T, w.W_O.cols());
+  for (int b = 0; b < L.sequences; ++b) out.middleRows(Eigen::Index(b) * L.T, L.T) = grouped_attention<S>(L.input(b), w, Mask::causal);
+  return out;
+}
+
+template <class S> Outcome value_freedom(const CheckpointData& data, int layer, Rng& rng) {
+  const Layer<S> L = attention_layer<S>(data, layer);
+  const GroupedAttention<S> w = grouped<S>(L, data.weights.config);
+  std::vector<ChangeOfBasis<S>> N;
+  for (int g = 0; g < L.kv_heads; ++g) N.push_back(freedom_block<S>(L, rng, false));
+  const Mat<S> reference = layer_output<S>(L, w);
+  const theory::Deviation d = theory::conditioning<S>(N);
+  Outcome o;
+  o.kappa = d.kappa, o.singular = d.singular;
+  o.rel_err = rel_err<S>(reference, layer_output<S>(L, with_vo_freedom<S>(w, N)));
+  o.note = pair_note("the layer's attention output with W_V^g N_g, N_g^-1 W_O^h");
+  const Eigen::Index width = w.W_V.cols();
+  const auto F = change_of_basis<S>(cast<S>(draw_basis(rng, width, 1.0 / std::sqrt(double(width)))));
+  GroupedAttention<S> values_only = w;
+  values_only.W_V = w.W_V * F.T;
+  o.controls.push_back(control_by_error("full N applied to W_V only", rel_err<S>(reference, layer_output<S>(L, values_only))));
+  std::vector<ChangeOfBasis<S>> contragredient = N;  // W_O^h ↦ N_g⁻ᵀ W_O^h: the QK pair's rule in place of N_g⁻¹
+  for (auto& b : contragredient) b.T_inv = Mat<S>(b.T_inv.transpose());
+  o.controls.push_back(control_by_error("N^-T (Prop. 4.2's contragredient) in place of N^-1 on W_O",
+                                        rel_err<S>(reference, layer_output<S>(L, with_vo_freedom<S>(w, contragredient)))));
+  return o;
+}
+
+template <class S> Outcome value_residual_average(const CheckpointData& data, int n, Rng&) {
+  const lm::Config& c = data.weights.config;
+  const Layer<S> L1 = attention_layer<S>(data, 0), Ln = attention_layer<S>(data, n);
+  const GroupedAttention<S> w1 = grouped<S>(L1, c), wn = grouped<S>(Ln, c);
+  const Eigen::Index dh = Ln.dh;
+  Outcome o;
+  double control = std::numeric_limits<double>::infinity();
+  for (int b = 0; b < Ln.sequences; ++b) {
+    const Mat<S> Q = grouped_projection<S>(Ln.input(b), wn.W_Q, wn.q_gain, wn), K = grouped_projection<S>(Ln.input(b), wn.W_K, wn.k_gain, wn);
+    const Mat<S> V = Ln.input(b) * wn.W_V, V1 = L1.input(b) * w1.W_V;
+    for (int h = 0; h < Ln.heads; ++h) {
+      const Eigen::Index g = wn.group(h);
+      const Mat<S> q = Q.middleCols(h * dh, dh), k = K.middleCols(g * dh, dh);
+      const std::vector<Mat<S>> values{V1.middleCols(g * dh, dh), V.middleCols(g * dh, dh)};
+      o.rel_err = std::max(o.rel_err, theory::cross_layer_deviation<S>(q, k, {k, k}, values, Mask::causal).rel_err);
+      using std::sqrt;
+      const S scale = sqrt(S(double(dh)));
+      control = std::min(control, rel_err<S>(cross_layer_attention<S>(q, {k, k}, values, Mask::causal, scale),
+                                             attention_head<S>(q, k, values[1], Mask::causal, scale)));
+    }
+  }
+  o.note = pair_note("Eq. 3 with K_1 = K_n against (1/2) A_n (V_1 + V_n), every head");
+  o.controls.push_back(control_by_error("A_n V_n: layer 1's values left out", control));
   return o;
 }
 
@@ -372,6 +454,8 @@ template <class S> Outcome rms_norm_semi_conjugacy(const CheckpointData& data, i
   template Outcome head_reparametrization<S>(const CheckpointData&, int, int, bool, Rng&);               \
   template Outcome two_matrix_head<S>(const CheckpointData&, int, int, Rng&);                            \
   template Outcome block_diagonal_freedom<S>(const CheckpointData&, int, Rng&);                          \
+  template Outcome value_freedom<S>(const CheckpointData&, int, Rng&);                                   \
+  template Outcome value_residual_average<S>(const CheckpointData&, int, Rng&);                          \
   template Outcome norm_semi_conjugacy<S>(const CheckpointData&, int, NormSite, Rng&);                   \
   template Outcome norm_change_of_basis<S>(const CheckpointData&, int, NormSite, Rng&);                  \
   template Outcome rms_norm_semi_conjugacy<S>(const CheckpointData&, int, NormSite, Rng&);

@@ -45,6 +45,17 @@ template <class S> theory::Outcome two_matrix_head(const CheckpointData& data, i
 // a full B (H = H_kv > 1); a different block for each query head of a group (GQA);
 // generic blocks (RoPE).
 template <class S> theory::Outcome block_diagonal_freedom(const CheckpointData& data, int layer, Rng& rng);
+// qwe.freedom.vo on layer ℓ: its attention output unchanged by W_V^g ↦ W_V^g N_g, W_O^h ↦ N_g(h)⁻¹ W_O^h
+// (core/head_freedoms.hpp's with_vo_freedom, core/grouped_attention.hpp's grouped_attention).
+// Controls: a full N on W_V only; N_g⁻ᵀ in place of N_g⁻¹ on W_O. (A full N with N⁻¹ on W_O is no
+// control here: where the heads attend alike, as nearly uniform models do, it keeps the output too.)
+template <class S> theory::Outcome value_freedom(const CheckpointData& data, int layer, Rng& rng);
+// resformer.eq4 on layer n ≥ 2 (0-based n ≥ 1), every head: Eq. 3 with K_1 = K_n, i.e.
+// softmax(q_n [K_n; K_n]ᵀ/√d_h)[V_1; V_n], equals (1/2) A_n (V_1 + V_n), with layer 1's values V_1 and
+// the layers' own queries, keys and values (theory/attention_freedoms.hpp's cross_layer_deviation).
+// Control: A_n V_n (layer 1's values left out), the smallest rel_err over heads. (Layer 1's own keys
+// in place of K_n, Eq. 2, is no control: where attention is nearly uniform Eq. 2 ≈ Eq. 4.)
+template <class S> theory::Outcome value_residual_average(const CheckpointData& data, int n, Rng& rng);
 
 // The norms, at the inputs that reach them: layer ℓ's ln_1 (attention) or ln_2 (MLP), or
 // the final norm (layer = L), with the model's ε, and one more point: the random-weight form's

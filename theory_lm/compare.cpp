@@ -22,7 +22,8 @@ Value object(std::initializer_list<std::pair<const char*, Value>> members) {
 
 bool same_architecture(const lm::Config& a, const lm::Config& b) {
   return a.family == b.family && a.layers == b.layers && a.d == b.d && a.heads == b.heads && a.kv_heads == b.kv_heads &&
-         a.head_dim == b.head_dim && a.ffn == b.ffn && a.vocab == b.vocab && a.tied == b.tied && !a.mla && !b.mla &&
+         a.head_dim == b.head_dim && a.ffn == b.ffn && a.vocab == b.vocab && a.tied == b.tied && a.norm == b.norm &&
+         a.q_identity_layers.empty() && b.q_identity_layers.empty() && !a.mla && !b.mla &&
          a.variant.kind == lm::VariantKind::vanilla && b.variant.kind == lm::VariantKind::vanilla;
 }
 
@@ -103,8 +104,36 @@ bool agree_outside_attention(const ModelWeights& B, const ModelWeights& A, doubl
   return true;
 }
 
+// The attention patterns of every layer on `sequence` (0-based): names the first layer whose
+// patterns differ, and its heads that differ. Patterns are invariant under head-wise
+// reparametrizations and under a change of the residual stream's basis (`lm eliminate`), so where
+// B computes A's function through the same heads they agree at every layer, and the first layer
+// where they do not is where B departs from A (later layers read its output and differ too). They
+// see a change in a head that the logits barely feel. Needs the same layers and heads.
+void compare_patterns(const ModelWeights& B, const ModelWeights& A, const Activations& act, Eigen::Index sequence,
+                      double tol, Value& mismatches) {
+  const lm::Config& c = A.config;
+  if (B.config.layers != c.layers || B.config.heads != c.heads) return;
+  const int T = act.length;
+  lm::TokenSequences one{{act.tokens.ids.begin() + sequence * T, act.tokens.ids.begin() + (sequence + 1) * T}, 1, T};
+  const auto PA = attention_patterns(A.dir, one), PB = attention_patterns(B.dir, one);
+  for (int l = 0; l < c.layers; ++l) {
+    bool named = false;
+    for (int h = 0; h < c.heads; ++h) {
+      const double e = relative(PA[std::size_t(l)].middleRows(h * T, T), PB[std::size_t(l)].middleRows(h * T, T));
+      if (e <= tol) continue;
+      named = true;
+      mismatches.push("layer " + std::to_string(l + 1) + " head " + std::to_string(h + 1) +
+                      ": attention pattern differs (rel_err " + results::format_number(e) + " > " +
+                      results::format_number(tol) + " on sequence " + std::to_string(sequence + 1) +
+                      "; the first layer whose attention differs)");
+    }
+    if (named) return;
+  }
+}
+
 Value compare_logits(const ModelWeights& B, const Activations& act_B, const ModelWeights& A, const Activations& act_A,
-                     double tol, Value& mismatches) {
+                     double tol, bool name_heads, Value& mismatches) {
   const MatD LA = logits(A, act_A), LB = logits(B, act_B);
   const double e = relative(LA, LB);
   Eigen::Index worst = 0;
@@ -112,6 +141,7 @@ Value compare_logits(const ModelWeights& B, const Activations& act_B, const Mode
   const int T = act_A.length;
   const Value v = object({{"rel_err", e}, {"tolerance", tol}, {"pass", e <= tol}, {"positions", std::int64_t(LA.rows())},
                           {"worst_sequence", std::int64_t(worst / T + 1)}, {"worst_position", std::int64_t(worst % T + 1)}});
+  if (name_heads) compare_patterns(B, A, act_A, worst / T, tol, mismatches);
   if (e > tol)
     mismatches.push("logits differ (rel_err " + results::format_number(e) + " > " + results::format_number(tol) + "; worst at sequence " +
                     std::to_string(worst / T + 1) + ", position " + std::to_string(worst % T + 1) + ")");
@@ -132,10 +162,10 @@ CompareResult compare_checkpoints(const ModelWeights& B, const Activations& act_
   CompareResult r;
   Value& v = r.value = Value::object();
   Value mismatches = Value::array();
-  v.set("method", gauge ? "gauge invariants (head-wise reparametrization), and the logits" : "function: the logits on the given tokens");
+  v.set("method", gauge ? "gauge invariants (head-wise reparametrization), and the logits" : "function: the logits on the given tokens, and every layer's attention patterns on the worst sequence");
   v.set("tolerance", o.tolerance);
   if (gauge) compare_gauge(B, A, o.tolerance, v, mismatches);
-  v.set("logits", compare_logits(B, act_B, A, act_A, o.tolerance, mismatches));
+  v.set("logits", compare_logits(B, act_B, A, act_A, o.tolerance, !gauge, mismatches));
   r.ok = mismatches.items().empty();
   v.set("mismatches", mismatches);
   v.set("ok", r.ok);

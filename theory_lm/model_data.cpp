@@ -69,7 +69,30 @@ class Keep final : public lm::Recorder<float> {
   int last_;
 };
 
+// Keeps every layer's attention pattern.
+class Patterns final : public lm::Recorder<float> {
+ public:
+  explicit Patterns(std::vector<MatD>& p) : p_(p) {}
+  bool wants(lm::Site site, int) const override { return site == lm::Site::pattern; }
+  void record(const lm::Activation<float>& x) override {
+    using RowMajor = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+    p_[std::size_t(x.layer)] = Eigen::Map<const RowMajor>(x.data, Eigen::Index(x.B) * x.heads * x.T, x.width).cast<double>();
+  }
+
+ private:
+  std::vector<MatD>& p_;
+};
+
 }  // namespace
+
+std::vector<MatD> attention_patterns(const std::filesystem::path& dir, const lm::TokenSequences& one_sequence) {
+  engine::CpuBackend<float> backend(1);
+  const auto model = lm::load_model(dir, backend);
+  std::vector<MatD> p(std::size_t(model->config().layers));
+  Patterns keep(p);
+  model->forward(one_sequence.ids.data(), nullptr, 1, one_sequence.length, lm::Pass::eval, 0, &keep);
+  return p;
+}
 
 Activations record_activations(const std::filesystem::path& dir, const lm::TokenSequences& tokens, int threads) {
   engine::CpuBackend<float> backend(threads);
@@ -83,6 +106,7 @@ Activations record_activations(const std::filesystem::path& dir, const lm::Token
       throw UsageError("token id " + std::to_string(id) + " is outside the model's vocabulary [0, " +
                        std::to_string(c.vocab) + ")");
   Activations a;
+  a.tokens = tokens;
   a.sequences = int(tokens.sequences);
   a.length = tokens.length;
   Keep keep(a, c.layers);

@@ -44,6 +44,7 @@ ModelWeights read_weights(const std::filesystem::path& dir);
 
 // Rows are positions, sequence after sequence: row b·T + t.
 struct Activations {
+  lm::TokenSequences tokens;  // what was run
   int sequences = 0, length = 0;
   std::vector<MatD> resid_pre, attn_out;  // per layer: the block's input, its attention sublayer's output
   MatD resid_final;                       // the last block's output (the final norm's input)
@@ -52,6 +53,10 @@ struct Activations {
 
 // One forward pass over every sequence (float, CPU backend with `threads`).
 Activations record_activations(const std::filesystem::path& dir, const lm::TokenSequences& tokens, int threads);
+
+// Every layer's attention pattern on one sequence (float, CPU backend): per layer a
+// (heads·T × T) matrix, row h·T + t the probabilities of query head h at position t.
+std::vector<MatD> attention_patterns(const std::filesystem::path& dir, const lm::TokenSequences& one_sequence);
 
 // logits = N_f(X_L) Uᵀ, in double from the recorded final norm.
 MatD logits(const ModelWeights& weights, const Activations& activations);

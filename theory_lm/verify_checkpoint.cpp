@@ -12,7 +12,18 @@ using theory::Claim;
 using theory::Config;
 using theory::Outcome;
 
-std::string family_norm(const lm::Config& c) { return c.family == lm::Family::gpt2 ? "LayerNorm" : "RMSNorm"; }
+std::string family_norm(const lm::Config& c) {
+  if (!c.norm) return "none";
+  return c.family == lm::Family::gpt2 ? "LayerNorm" : "RMSNorm";
+}
+
+// The 1-based layers whose W_Q is the identity (`lm eliminate`), as "1, 3".
+std::string identity_query_layers(const lm::Config& c) {
+  std::string s;
+  for (int l = 0; l < c.layers; ++l)
+    if (c.identity_query(l)) s += (s.empty() ? "" : ", ") + std::to_string(l + 1);
+  return s;
+}
 
 // Why the attention claims do not apply, or "" when they do.
 std::string attention_inapplicable(const lm::Config& c) {
@@ -27,6 +38,11 @@ std::string attention_inapplicable(const lm::Config& c) {
 // Why a claim without a checkpoint form is not run.
 std::string not_applicable(const std::string& id, const lm::Config& c) {
   const std::string norm = family_norm(c);
+  if (!c.norm && (id == "qwe.lemma8.2" || id == "qwe.thm8.3" || id == "qwe.remark5"))
+    return "the model has no norms (--norm none)";
+  if (!c.norm && (id == "qwe.thm4.1" || id == "qwe.remark4"))
+    return "a statement about eliminating W_Q, checked on random weights; on a norm-free checkpoint `lm eliminate` "
+           "measures it and `verify --against` compares the result";
   if (id == "qwe.lemma8.2" || id == "qwe.thm8.3")
     return "the model has no LayerNorm in front of attention (its norms are RMSNorm: qwe.remark5 runs)";
   if (id == "qwe.remark5") return "the model's norms are LayerNorm, not RMSNorm or DyT (qwe.lemma8.2 and qwe.thm8.3 run)";
@@ -40,6 +56,18 @@ std::string not_applicable(const std::string& id, const lm::Config& c) {
   if (id == "qwe.thm8.4" || id == "qwe.cor8.4.1")
     return std::string("needs a skip ReLU MLP; the model's MLP is ") + (c.family == lm::Family::gpt2 ? "GELU" : "SwiGLU");
   if (id.starts_with("qwe.sec8.3.1") || id == "qwe.scale8.2") return "a statement about random matrices: random weights only";
+  if (id == "qwe.ext.qknorm") return "the model has no QK-norm (no lm family has one)";
+  if (id == "qwe.ext.rope" && !c.rope()) return "the model has no RoPE (learned positions)";
+  if (id == "qwe.ext.gqa" && c.kv_heads == c.heads) return "the model has no grouped-query attention (H_kv = H)";
+  if (id == "qwe.ext.rope" || id == "qwe.ext.gqa")
+    return "its freedom runs on the checkpoint as qwe.lemma3.1 and qwe.prop4.2, with M in the rotations' commutant "
+           "(RoPE) and one block per key head (GQA), and their controls (a generic M, blocks differing in a group)";
+  if (id == "qwe.freedom.vo") return attention_inapplicable(c);
+  if (id == "resformer.eq4") {
+    if (!attention_inapplicable(c).empty()) return attention_inapplicable(c);
+    if (c.layers < 2) return "needs two layers: layer 1's values and a layer n >= 2";
+    return "the model has Q-identity layers (`lm eliminate`): the checkpoint form reads layers' W_Q";
+  }
   if (id.starts_with("skipv1.")) return "the in-context linear-regression setting of SkipV1Former, not a language model";
   return "no checkpoint form: checked on random weights only";
 }
@@ -67,6 +95,13 @@ struct Builder {
   void attention(const Claim& base) {
     const auto& d = data;
     for (int l = 0; l < config().layers; ++l) {
+      if (config().identity_query(l)) continue;  // skipped with its reason (plan_checkpoint)
+      if (base.id == "qwe.freedom.vo") {
+        add(base, at(l), [d, l](Precision p, Rng& rng) {
+          return with_scalar(p, [&]<class S>() { return value_freedom<S>(*d, l, rng); });
+        });
+        continue;
+      }
       if (base.id == "qwe.prop4.2") {
         add(base, at(l), [d, l](Precision p, Rng& rng) {
           return with_scalar(p, [&]<class S>() { return block_diagonal_freedom<S>(*d, l, rng); });
@@ -89,6 +124,14 @@ struct Builder {
     }
   }
 
+  void value_residual(const Claim& base) {
+    const auto& d = data;
+    for (int n = 1; n < config().layers; ++n)
+      add(base, at(n), [d, n](Precision p, Rng& rng) {
+        return with_scalar(p, [&]<class S>() { return value_residual_average<S>(*d, n, rng); });
+      });
+  }
+
   void norms(const Claim& base) {
     const auto& d = data;
     const auto check = [id = base.id](const CheckpointData& cd, int l, NormSite site, Precision p, Rng& rng) {
@@ -103,7 +146,7 @@ struct Builder {
     };
     const bool reads_qkv = attention_inapplicable(config()).empty();
     for (int l = 0; l < config().layers; ++l) {
-      if (reads_qkv || base.id != "qwe.thm8.3") site(l, NormSite::attention, at(l) + " norm=ln_1");
+      if ((reads_qkv && !config().identity_query(l)) || base.id != "qwe.thm8.3") site(l, NormSite::attention, at(l) + " norm=ln_1");
       site(l, NormSite::mlp, at(l) + " norm=ln_2");
     }
     site(config().layers, NormSite::final, "norm=ln_f");
@@ -121,10 +164,15 @@ CheckpointPlan plan_checkpoint(std::shared_ptr<const CheckpointData> data, const
   for (const Claim* claim : selected) {
     const std::string& id = claim->id;
     const std::size_t before = out.plan.configurations.size();
-    if (id == "qwe.lemma3.1" || id == "qwe.prop4.1" || id == "qwe.prop4.2") {
+    if (id == "qwe.lemma3.1" || id == "qwe.prop4.1" || id == "qwe.prop4.2" || id == "qwe.freedom.vo") {
       if (attention_reason.empty()) b.attention(*claim);
       else out.skipped.push_back({id, attention_reason});
-    } else if (((id == "qwe.lemma8.2" || id == "qwe.thm8.3") && layer_norm) || (id == "qwe.remark5" && !layer_norm)) {
+      if (attention_reason.empty() && !c.q_identity_layers.empty())
+        out.skipped.push_back({id, "on layers " + identity_query_layers(c) +
+                                       ": W_Q = I there (q-identity, `lm eliminate`); the checkpoint forms read a layer's W_Q"});
+    } else if (id == "resformer.eq4" && attention_reason.empty() && c.q_identity_layers.empty() && c.layers > 1) {
+      b.value_residual(*claim);
+    } else if (c.norm && (((id == "qwe.lemma8.2" || id == "qwe.thm8.3") && layer_norm) || (id == "qwe.remark5" && !layer_norm))) {
       b.norms(*claim);
     } else {
       out.skipped.push_back({id, not_applicable(id, c)});
