@@ -19,7 +19,11 @@ namespace {
 
 struct EliminateArgs {
   std::string checkpoint, out, format = "table";
-  TokenOptions input{.sequences = 16, .seq_len = 128};  // the command's defaults
+  TokenOptions input = [] {  // the command's defaults: 16 sequences of 128 tokens
+    TokenOptions o;
+    o.sequences = 16, o.seq_len = 128;
+    return o;
+  }();
   std::vector<int> layers;
   int batch = 8, threads = 0;
   std::uint64_t seed = 1;

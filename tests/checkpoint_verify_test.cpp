@@ -414,9 +414,10 @@ TEST_F(CheckpointVerify, AgainstOnAnEliminatedModel) {
   for (const auto& [name, named] : {std::pair{std::string("gpt2-free"), std::vector<int>{2}},
                                     std::pair{std::string("llama-free"), std::vector<int>{3, 4}}}) {
     const fs::path A = checkpoint(name), B = path() / (name + "-eliminated"), P = path() / (name + "-eliminated-perturbed");
-    if (!fs::exists(B))
+    if (!fs::exists(B)) {
       ASSERT_EQ(run_qkvlab("lm eliminate " + shell_quoted(A) + " --out " + shell_quoted(B) +
                            " --layers 1 --seq-len 16 --sequences 4").status, 0);
+    }
     for (const char* tensor : {"wte", "h.0.attn.k.weight", "h.1.attn.q.weight"})
       EXPECT_GT(relative_change(A, B, tensor), 1e-2) << name << " " << tensor;
     auto v = verify_json("--checkpoint " + shell_quoted(B) + " --against " + shell_quoted(A));
@@ -451,3 +452,24 @@ TEST_F(CheckpointVerify, UsageErrors) {
 }
 
 }  // namespace
+
+// The committed trained tiny GPT-2s of outputs/lm/eliminate (L = 4, d = 64; LayerNorm, and
+// norm-free): every applicable claim holds on their own weights with its controls failing, and
+// the norm-free model's layer-2 elimination is the same function (control: the LayerNorm model's
+// elimination is not, and --against says so with exit 1).
+TEST_F(CheckpointVerify, CommittedTrainedCheckpoints) {
+  const fs::path committed = fs::path(QKVLAB_SOURCE_DIR) / "outputs/lm/eliminate";
+  for (const char* model : {"model", "norm-free/model"}) {
+    const Verified v = verify_json("--precision float,double --checkpoint " + shell_quoted(committed / model));
+    ASSERT_EQ(v.status, 0) << model << ": " << v.err;
+    EXPECT_EQ(member(member(v.json, "summary"), "ok").text, "true") << model;
+    EXPECT_TRUE(contains(strings(member(v.json, "claims_run")), "qwe.lemma3.1")) << model;
+  }
+  for (const auto& [model, same] : {std::pair{"norm-free/model", true}, std::pair{"model", false}}) {
+    const fs::path A = committed / model, B = path() / (std::string(same ? "free" : "ln") + "-eliminated");
+    ASSERT_EQ(run_qkvlab("lm eliminate " + shell_quoted(A) + " --out " + shell_quoted(B) +
+                         " --layers 2 --seq-len 16 --sequences 4").status, 0) << model;
+    const auto r = run_qkvlab("verify --quiet --checkpoint " + shell_quoted(B) + " --against " + shell_quoted(A));
+    EXPECT_EQ(r.status, same ? 0 : 1) << model << ": " << r.out << r.err;
+  }
+}
