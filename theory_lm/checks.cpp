@@ -16,7 +16,9 @@
 #include "theory/norm_checks.hpp"
 
 namespace qkvlab::theory_lm {
-namespace {
+// Helpers in a named namespace: the templates below capture their types, which a unity build
+// would otherwise warn about (-Wsubobject-linkage).
+namespace site_helpers {
 
 using theory::control_by_detection;
 using theory::control_by_error;
@@ -193,7 +195,8 @@ template <class S> ChangeOfBasis<S> freedom_block(const Layer<S>& L, Rng& rng, b
 
 std::string pair_note(const char* what) { return std::string("compared: ") + what; }
 
-}  // namespace
+}  // namespace site_helpers
+using namespace site_helpers;
 
 template <class S> Outcome head_reparametrization(const CheckpointData& data, int layer, int h, bool qk, Rng& rng) {
   const Layer<S> L = attention_layer<S>(data, layer);
