@@ -69,29 +69,19 @@ int run_checkpoint(VerifyArgs& a) {
   auto& o = a.options;
   apply_threads(o.threads, BlasUse::shared);
   const theory_lm::ModelWeights weights = theory_lm::read_weights(a.checkpoint);
-  const lm::Config& c = weights.config;  // the recorded activations (double) and the forward's (float), per token
   require_memory("--sequences " + std::to_string(a.input.sequences) + " --seq-len " + std::to_string(a.input.seq_len),
-                 double(a.input.sequences) * a.input.seq_len *
-                     (8.0 * c.d * (2 * c.layers + 3) + 40.0 * c.d + 4.0 * c.heads * a.input.seq_len));
+                 theory_lm::activation_bytes(weights.config, a.input.sequences, a.input.seq_len));
   const lm::TokenSequences tokens = read_token_sequences(a.input, o.seed, weights.config.vocab, true);
   if (!a.against.empty()) {
     if (!o.ids.empty()) throw UsageError("--against compares two checkpoints: claim ids do not apply");
     if (!a.out.empty() || !a.junit.empty()) throw UsageError("--out and --junit write the claims' report, not --against's");
-    const theory_lm::ModelWeights reference = theory_lm::read_weights(a.against);
     const theory_lm::CompareOptions options{a.compare == "gauge"      ? theory_lm::Comparison::gauge
                                             : a.compare == "function" ? theory_lm::Comparison::function
                                                                       : theory_lm::Comparison::automatic,
                                             a.tolerance};
-    const auto r = theory_lm::compare_checkpoints(weights, theory_lm::record_activations(a.checkpoint, tokens, o.threads),
-                                                  reference, theory_lm::record_activations(a.against, tokens, o.threads),
-                                                  options);
-    results::Value v = results::Value::object();
-    v.set("checkpoint", theory_lm::checkpoint_value(weights));
-    v.set("against", theory_lm::checkpoint_value(reference));
-    v.set("tokens", tokens_value(a.input, tokens, o.seed));
-    v.set("comparison", r.value);
-    v.set("command_line", o.command_line);
-    std::cout << (a.format == "json" ? v.json() : v.text());
+    const auto r = theory_lm::compare_against(a.checkpoint, weights, a.against, tokens, tokens_value(a.input, tokens, o.seed),
+                                              options, o.threads, o.command_line);
+    std::cout << (a.format == "json" ? r.value.json() : r.value.text());
     return r.ok ? 0 : 1;
   }
   const auto claims = with_hint([&] { return theory::select_claims(o.ids); }, "see 'qkvlab verify --list'");

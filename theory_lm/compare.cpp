@@ -7,6 +7,7 @@
 #include "core/linalg.hpp"
 #include "lm/parameters.hpp"
 #include "results/table_grid.hpp"
+#include "theory_lm/verify_checkpoint.hpp"
 
 namespace qkvlab::theory_lm {
 namespace {
@@ -169,6 +170,22 @@ CompareResult compare_checkpoints(const ModelWeights& B, const Activations& act_
   r.ok = mismatches.items().empty();
   v.set("mismatches", mismatches);
   v.set("ok", r.ok);
+  return r;
+}
+
+CompareResult compare_against(const std::filesystem::path& B, const ModelWeights& weights_B, const std::filesystem::path& A,
+                              const lm::TokenSequences& tokens, const results::Value& tokens_value,
+                              const CompareOptions& options, int threads, const std::string& command_line) {
+  const ModelWeights weights_A = read_weights(A);
+  CompareResult r = compare_checkpoints(weights_B, record_activations(B, tokens, threads), weights_A,
+                                        record_activations(A, tokens, threads), options);
+  results::Value v = results::Value::object();
+  v.set("checkpoint", checkpoint_value(weights_B));
+  v.set("against", checkpoint_value(weights_A));
+  v.set("tokens", tokens_value);
+  v.set("comparison", r.value);
+  v.set("command_line", command_line);
+  r.value = v;
   return r;
 }
 

@@ -47,4 +47,10 @@ struct CompareResult {
 CompareResult compare_checkpoints(const ModelWeights& B, const Activations& activations_B, const ModelWeights& A,
                                   const Activations& activations_A, const CompareOptions& options);
 
+// `verify --checkpoint B --against A`: both models' activations on `tokens`, compared; the value
+// records checkpoint, against, tokens, comparison and command_line.
+CompareResult compare_against(const std::filesystem::path& B, const ModelWeights& weights_B, const std::filesystem::path& A,
+                              const lm::TokenSequences& tokens, const results::Value& tokens_value,
+                              const CompareOptions& options, int threads, const std::string& command_line);
+
 }  // namespace qkvlab::theory_lm

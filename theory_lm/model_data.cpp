@@ -118,4 +118,8 @@ MatD logits(const ModelWeights& weights, const Activations& activations) {
   return activations.final_norm * weights.unembedding().transpose();
 }
 
+double activation_bytes(const lm::Config& c, std::int64_t sequences, int seq_len) {
+  return double(sequences) * seq_len * (8.0 * c.d * (2 * c.layers + 3) + 40.0 * c.d + 4.0 * c.heads * seq_len);
+}
+
 }  // namespace qkvlab::theory_lm

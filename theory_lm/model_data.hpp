@@ -54,6 +54,10 @@ struct Activations {
 // One forward pass over every sequence (float, CPU backend with `threads`).
 Activations record_activations(const std::filesystem::path& dir, const lm::TokenSequences& tokens, int threads);
 
+// The memory record_activations and its forward take for `sequences` of `seq_len` tokens:
+// per token, the recorded activations (double) and the forward's (float).
+double activation_bytes(const lm::Config& c, std::int64_t sequences, int seq_len);
+
 // Every layer's attention pattern on one sequence (float, CPU backend): per layer a
 // (heads·T × T) matrix, row h·T + t the probabilities of query head h at position t.
 std::vector<MatD> attention_patterns(const std::filesystem::path& dir, const lm::TokenSequences& one_sequence);
