@@ -70,10 +70,10 @@ int run_analyze(const AnalyzeArgs& a, const std::string& command_line) {
   if (!a.figure.empty() && a.csv.empty()) throw UsageError("--figure needs --csv (the figure is drawn from it)");
   const analysis::Kind kind = analysis::parse_kind(a.kind);
   const analysis::Options options = analysis_options(a, kind);
-  const lm::TokenSequences data = read_token_sequences(a.input, a.seed, 0, false);
   apply_threads(a.threads, BlasUse::per_worker);  // the CPU backend runs one product per worker
   const auto backend = gpu::make_backend(a.device, a.threads);
   const auto model = lm::load_model(a.checkpoint, *backend, a.allow_nonfinite);
+  const lm::TokenSequences data = read_token_sequences(a.input, a.seed, model->config(), false);
   const Progress show{"analyze", Progress::wanted(a.quiet)};
   analysis::Report r = analysis::analyze(*model, kind, data, options, [&](std::int64_t done, std::int64_t total) {
     show("sequences", std::size_t(done), std::size_t(total));

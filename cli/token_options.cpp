@@ -28,15 +28,21 @@ std::filesystem::path token_file(const TokenOptions& o) {
 }
 }  // namespace
 
-lm::TokenSequences read_token_sequences(const TokenOptions& o, std::uint64_t seed, int vocab, bool random_default) {
+lm::TokenSequences read_token_sequences(const TokenOptions& o, std::uint64_t seed, const lm::Config& model,
+                                        bool random_default) {
   if (!o.corpus.empty() && !o.tokens.empty()) throw UsageError("give one of --tokens FILE and --corpus brown, not both");
   if (o.corpus.empty() && o.tokens.empty()) {
     if (!random_default) throw UsageError("give one of --tokens FILE and --corpus brown");
     if (o.sequences == 0) throw UsageError("--sequences 0 (all) needs --tokens or --corpus");
-    return lm::random_sequences(vocab, o.sequences, o.seq_len, seed);
+    const lm::TokenSequences s = lm::random_sequences(model.vocab, o.sequences, o.seq_len, seed);
+    lm::check_sequences(s, model, "--seq-len " + std::to_string(o.seq_len));
+    return s;
   }
   const corpus::TokenArray t = corpus::read_token_file(token_file(o));
-  return analysis::choose_sequences(lm::token_sequences(t.ids, t.rows, t.cols, o.seq_len, 0), o.sequences, seed);
+  const lm::TokenSequences s =
+      analysis::choose_sequences(lm::token_sequences(t.ids, t.rows, t.cols, o.seq_len, 0), o.sequences, seed);
+  lm::check_sequences(s, model, token_file(o).string());
+  return s;
 }
 
 std::string token_source(const TokenOptions& o) {

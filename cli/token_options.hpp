@@ -23,9 +23,12 @@ struct TokenOptions {
 // Adds --tokens, --corpus, --data, --split, --sequences and --seq-len with `o`'s values as defaults.
 void add_token_options(CLI::App* cmd, TokenOptions& o);
 
-// The sequences: from the file or corpus (both given: UsageError), or, when `random_default`,
-// `sequences` random sequences of `seq_len` tokens below `vocab`; otherwise one of the two is required.
-lm::TokenSequences read_token_sequences(const TokenOptions& o, std::uint64_t seed, int vocab, bool random_default);
+// The sequences for `model`: from the file or corpus (both given: UsageError), or, when `random_default`,
+// `sequences` random sequences of `seq_len` tokens below its vocabulary; otherwise one of the two is
+// required. Sequences longer than the model's positions, or an id outside its vocabulary, are a
+// UsageError naming the source (lm::check_sequences).
+lm::TokenSequences read_token_sequences(const TokenOptions& o, std::uint64_t seed, const lm::Config& model,
+                                        bool random_default);
 
 // Where they come from, as the output names it: "file F", "corpus brown (D, S)" or "random tokens".
 std::string token_source(const TokenOptions& o);

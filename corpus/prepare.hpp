@@ -12,9 +12,11 @@
 //   baselines.json             unigram and bigram validation cross-entropy (corpus/ngram.hpp)
 //   manifest.json              package, version, integrity, the options and the
 //                              recipe, file/word/token counts per split and genre
+//                              and each output's size and FNV-1a checksum ("checksums")
 // Every file is written atomically; manifest.json is removed first and written
 // last, so only a finished run leaves one. A run whose manifest records the same
-// options (and whose files are all there) does nothing.
+// options and every output as it is (size and checksum: a truncated or edited
+// token file is not) does nothing; otherwise the directory is prepared again.
 #pragma once
 
 #include <cstdint>

@@ -2,6 +2,7 @@
 
 #include "core/atomic_file.hpp"
 #include "core/errors.hpp"
+#include "core/limits.hpp"
 
 #include <array>
 #include <bit>
@@ -115,6 +116,24 @@ class HeaderParser {
   std::size_t at_ = 0;
 };
 
+// The rows (2-D, cols > 0) or ids (1-D) of a file of `rows` that hold the prefix's sequences; all when it asks for all.
+std::int64_t rows_read(std::int64_t rows, std::int64_t cols, const TokenPrefix& prefix) {
+  if (prefix.sequences <= 0) return rows;
+  const std::int64_t wanted = cols > 0 ? prefix.sequences
+                              : prefix.sequences > std::numeric_limits<std::int64_t>::max() / std::max(prefix.seq_len, 1)
+                                  ? rows
+                                  : prefix.sequences * std::max(prefix.seq_len, 1);
+  return std::min(rows, wanted);
+}
+
+// The ids are held as int32: the file's declared count is checked against the memory budget before allocating.
+void require_id_memory(const std::filesystem::path& path, std::uint64_t count) {
+  const double bytes = 4.0 * double(count);
+  if (bytes > double(memory_budget()))
+    bad(path, "declares " + std::to_string(count) + " token ids, " + format_bytes(bytes) + " as int32, more than the memory budget of " +
+                  format_bytes(double(memory_budget())));
+}
+
 std::uint64_t regular_file_size(const std::filesystem::path& path) {
   std::error_code error;
   const auto status = std::filesystem::status(path, error);
@@ -170,7 +189,8 @@ void read_elements(std::ifstream& in, const Dtype& d, bool fortran_order, std::i
   });
 }
 
-TokenArray read_npy_tokens(const std::filesystem::path& path, std::uint64_t size, std::int32_t lowest) {
+TokenArray read_npy_tokens(const std::filesystem::path& path, std::uint64_t size, std::int32_t lowest,
+                           const TokenPrefix& prefix) {
   std::ifstream in(path, std::ios::binary);
   if (!in) bad(path, "cannot open for reading");
   char lead[12] = {};
@@ -200,16 +220,26 @@ TokenArray read_npy_tokens(const std::filesystem::path& path, std::uint64_t size
   if (count * item != data)
     bad(path, "the header declares " + std::to_string(count) + " elements of " + std::to_string(item) + " bytes, but " +
                   std::to_string(data) + " bytes of data follow it");
-  TokenArray array{std::vector<std::int32_t>(count), h.shape[0], h.shape.size() == 2 ? h.shape[1] : 0};
-  read_elements(in, h.dtype, h.fortran_order && h.shape.size() == 2, lowest, array, path);
+  if (h.shape.size() == 2 && h.shape[1] > kMaxId)
+    bad(path, "rows of " + std::to_string(h.shape[1]) + " token ids (a sequence holds at most 2147483647)");
+  const bool fortran = h.fortran_order && h.shape.size() == 2;
+  const std::int64_t cols = h.shape.size() == 2 ? h.shape[1] : 0;
+  const std::int64_t rows = fortran ? h.shape[0] : rows_read(h.shape[0], cols, prefix);
+  const std::uint64_t n = std::uint64_t(rows) * std::uint64_t(std::max<std::int64_t>(cols, 1));
+  require_id_memory(path, n);
+  TokenArray array{std::vector<std::int32_t>(n), rows, cols};
+  read_elements(in, h.dtype, fortran, lowest, array, path);
   return array;
 }
 
-TokenArray read_bin_tokens(const std::filesystem::path& path, std::uint64_t size, std::int32_t lowest) {
+TokenArray read_bin_tokens(const std::filesystem::path& path, std::uint64_t size, std::int32_t lowest,
+                           const TokenPrefix& prefix) {
   if (size % 2 != 0) bad(path, "odd size " + std::to_string(size) + " (a flat uint16 .bin has an even number of bytes)");
   std::ifstream in(path, std::ios::binary);
   if (!in) bad(path, "cannot open for reading");
-  TokenArray array{std::vector<std::int32_t>(size / 2), std::int64_t(size / 2), 0};
+  const std::int64_t n = rows_read(std::int64_t(size / 2), 0, prefix);
+  require_id_memory(path, std::uint64_t(n));
+  TokenArray array{std::vector<std::int32_t>(std::size_t(n)), n, 0};
   read_elements(in, kDtypes[3], false, lowest, array, path);
   return array;
 }
@@ -218,17 +248,19 @@ TokenArray read_bin_tokens(const std::filesystem::path& path, std::uint64_t size
 
 namespace {
 
-TokenArray read_integer_file(const std::filesystem::path& path, std::int32_t lowest) {
+TokenArray read_integer_file(const std::filesystem::path& path, std::int32_t lowest, const TokenPrefix& prefix = {}) {
   const std::uint64_t size = regular_file_size(path);  // a device or a directory is refused first
   const auto ext = path.extension();
-  if (ext == ".npy") return read_npy_tokens(path, size, lowest);
-  if (ext == ".bin") return read_bin_tokens(path, size, lowest);
+  if (ext == ".npy") return read_npy_tokens(path, size, lowest, prefix);
+  if (ext == ".bin") return read_bin_tokens(path, size, lowest, prefix);
   bad(path, "unknown token file type '" + ext.string() + "' (.npy of integers, or nanoGPT's flat uint16 .bin)");
 }
 
 }  // namespace
 
-TokenArray read_token_file(const std::filesystem::path& path) { return read_integer_file(path, 0); }
+TokenArray read_token_file(const std::filesystem::path& path, const TokenPrefix& prefix) {
+  return read_integer_file(path, 0, prefix);
+}
 
 TokenArray read_tag_file(const std::filesystem::path& path) { return read_integer_file(path, -1); }
 

@@ -5,7 +5,10 @@
 //   .bin  nanoGPT's flat array of little-endian uint16 (no header).
 // The reader refuses what is not a regular file, checks the header and the
 // declared shape against the file's size before allocating anything (so
-// /dev/zero, or a header declaring 2^40 elements, is refused at once), and
+// /dev/zero, or a header declaring 2^40 elements, is refused at once), checks
+// the ids' memory (4 bytes each, as int32) against the memory budget
+// (core/limits.hpp) before allocating them, naming the count, its size and
+// the budget, and
 // refuses ids that are negative or above 2^31 − 1, naming the element. Every
 // error is a one-line UsageError starting with the file's name.
 #pragma once
@@ -22,8 +25,16 @@ struct TokenArray {
   std::int64_t cols = 0;          // 0 for 1-D
 };
 
-// By extension: .npy or .bin.
-TokenArray read_token_file(const std::filesystem::path& path);
+// The part of a file a reader needs: the first `sequences` sequences (2-D: rows; 1-D: pieces of
+// seq_len ids), or (sequences 0) all of it.
+struct TokenPrefix {
+  std::int64_t sequences = 0;
+  int seq_len = 0;
+};
+
+// By extension: .npy or .bin. With a prefix, only its ids are read and held (the header is checked
+// against the whole file as always); a 2-D file in Fortran order is read whole.
+TokenArray read_token_file(const std::filesystem::path& path, const TokenPrefix& prefix = {});
 
 // The per-token tags written by `qkvlab data brown` (train_tags.npy): the same
 // format, with -1 allowed (the tag of <|endoftext|>).

@@ -1,11 +1,14 @@
 #include "engine/safetensors.hpp"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <mutex>
 #include <bit>
 #include <cerrno>
 #include <cmath>
@@ -292,6 +295,73 @@ SafeTensors parse_safetensors(std::span<const std::uint8_t> bytes, const std::st
   return copy_tensors(view_safetensors(bytes, source));
 }
 
+namespace {
+
+// The files mapped now, for the SIGBUS handler: a file truncated while it is mapped (by another
+// process) makes a read past its new end fault with SIGBUS. The handler finds the mapping the
+// faulting address lies in, writes one line naming its file and ends the process with exit 3
+// (an unexpected error), instead of a death by signal; a SIGBUS outside every mapping gets the
+// action that was installed before (the default: death by the signal). The slots are fixed and
+// their messages composed when the file is mapped: the handler only reads atomics and calls
+// write and _exit, which are async-signal-safe.
+struct MappingSlot {
+  std::atomic<std::uintptr_t> begin{0}, end{0};
+  char message[768] = {};
+  std::size_t length = 0;
+};
+constexpr int kMappingSlots = 256;  // more mappings at once than this go unguarded (a shard set is far smaller)
+MappingSlot g_mappings[kMappingSlots];
+std::mutex g_mappings_mutex;
+struct sigaction g_previous_sigbus {};
+
+void on_sigbus(int, siginfo_t* info, void*) {
+  const auto at = reinterpret_cast<std::uintptr_t>(info->si_addr);
+  for (const MappingSlot& slot : g_mappings) {
+    const std::uintptr_t begin = slot.begin.load(std::memory_order_acquire), end = slot.end.load(std::memory_order_acquire);
+    if (begin != 0 && at >= begin && at < end) {
+      [[maybe_unused]] const auto written = ::write(STDERR_FILENO, slot.message, slot.length);
+      ::_exit(3);
+    }
+  }
+  ::sigaction(SIGBUS, &g_previous_sigbus, nullptr);  // returning repeats the faulting access under it
+}
+
+void guard_mapping(const void* data, std::size_t size, const std::filesystem::path& path) {
+  static std::once_flag installed;
+  std::call_once(installed, [] {
+    struct sigaction action {};
+    action.sa_sigaction = on_sigbus;
+    action.sa_flags = SA_SIGINFO;
+    sigemptyset(&action.sa_mask);
+    ::sigaction(SIGBUS, &action, &g_previous_sigbus);
+  });
+  const std::string line = "qkvlab: error: " + path.string() +
+                           ": the file shrank while it was being read (another process truncated or rewrote it); "
+                           "nothing read from it was used\n";
+  const std::lock_guard lock(g_mappings_mutex);
+  for (MappingSlot& slot : g_mappings)
+    if (slot.begin.load() == 0) {
+      slot.length = std::min(line.size(), sizeof slot.message - 1);
+      std::memcpy(slot.message, line.data(), slot.length);
+      if (slot.length < line.size()) slot.message[slot.length - 1] = '\n';
+      slot.end.store(reinterpret_cast<std::uintptr_t>(data) + size, std::memory_order_release);
+      slot.begin.store(reinterpret_cast<std::uintptr_t>(data), std::memory_order_release);
+      return;
+    }
+}
+
+void unguard_mapping(const void* data) {
+  const std::lock_guard lock(g_mappings_mutex);
+  for (MappingSlot& slot : g_mappings)
+    if (slot.begin.load() == reinterpret_cast<std::uintptr_t>(data)) {
+      slot.begin.store(0, std::memory_order_release);
+      slot.end.store(0, std::memory_order_release);
+      return;
+    }
+}
+
+}  // namespace
+
 MappedFile::MappedFile(const std::filesystem::path& path) {
   // O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused below (issue 16).
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
@@ -310,6 +380,7 @@ MappedFile::MappedFile(const std::filesystem::path& path) {
       ::close(fd);
       throw std::runtime_error("cannot map " + path.string() + ": " + std::strerror(error));
     }
+    guard_mapping(data_, size_, path);
   }
   ::close(fd);  // the mapping stays valid
 }
@@ -319,14 +390,14 @@ MappedFile::MappedFile(MappedFile&& other) noexcept
 
 MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
   if (this != &other) {
-    if (data_) ::munmap(data_, size_);
+    if (data_) unguard_mapping(data_), ::munmap(data_, size_);
     data_ = std::exchange(other.data_, nullptr), size_ = std::exchange(other.size_, 0);
   }
   return *this;
 }
 
 MappedFile::~MappedFile() {
-  if (data_) ::munmap(data_, size_);
+  if (data_) unguard_mapping(data_), ::munmap(data_, size_);
 }
 
 void MappedFile::release(std::span<const std::uint8_t> range) const {

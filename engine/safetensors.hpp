@@ -84,8 +84,12 @@ struct SafeTensorsView {
 SafeTensorsView view_safetensors(std::span<const std::uint8_t> bytes, const std::string& source = "buffer");
 
 // A read-only memory mapping of a whole file, unmapped on destruction. Moves,
-// never copies. (The file must not shrink while mapped: reading a page beyond
-// its new end raises SIGBUS, as with any mapping.)
+// never copies. A file that shrinks while mapped (another process truncates
+// it) makes a read beyond its new end raise SIGBUS, as with any mapping: while
+// a MappedFile lives, a handler turns that SIGBUS into one line on stderr
+// naming the file ("… the file shrank while it was being read …") and exit
+// status 3, never a death by signal; a SIGBUS elsewhere keeps the action
+// installed before.
 class MappedFile {
  public:
   explicit MappedFile(const std::filesystem::path& path);  // std::runtime_error naming the path

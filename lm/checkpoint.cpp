@@ -89,19 +89,24 @@ void written(const std::string& file) {
   if (write_hook()) write_hook()(file);
 }
 
-std::string manifest_json(const fs::path& dir, const std::vector<std::string>& names, const Manifest& m) {
-  results::Value v = results::Value::object(), files = results::Value::object();
-  v.set("format", "qkvlab-lm-manifest");
-  if (m.step) v.set("step", *m.step);
-  if (m.t) v.set("t", *m.t);
-  if (!m.run_id.empty()) v.set("run_id", m.run_id);
+results::Value files_value(const fs::path& dir, const std::vector<std::string>& names) {
+  results::Value files = results::Value::object();
   for (const std::string& name : names) {
     const FileSum sum = file_sum(dir / name);
     results::Value f = results::Value::object();
     f.set("bytes", sum.bytes), f.set("fnv1a64", hex64(sum.fnv1a64));
     files.set(name, f);
   }
-  v.set("files", files);
+  return files;
+}
+
+std::string manifest_json(const fs::path& dir, const std::vector<std::string>& names, const Manifest& m) {
+  results::Value v = results::Value::object();
+  v.set("format", "qkvlab-lm-manifest");
+  if (m.step) v.set("step", *m.step);
+  if (m.t) v.set("t", *m.t);
+  if (!m.run_id.empty()) v.set("run_id", m.run_id);
+  v.set("files", files_value(dir, names));
   return v.json();
 }
 
@@ -140,16 +145,25 @@ Manifest read_manifest(const fs::path& path) {
   return m;
 }
 
-// Every file the manifest lists is there with its size and checksum.
-void verify_files(const fs::path& dir, const Manifest& m) {
+// A name a manifest may list: a relative path inside its directory (no "..", no root).
+bool is_inside(const std::string& name) {
+  const fs::path p(name);
+  if (name.empty() || p.is_absolute()) return false;
+  for (const auto& part : p)
+    if (part == ".." || part == ".") return false;
+  return true;
+}
+
+// Every file the manifest lists is there with its size and checksum; `what` says what differing files mean.
+void verify_files(const fs::path& dir, const Manifest& m, const fs::path& manifest, const std::string& what) {
   for (const auto& [name, expected] : m.files) {
-    if (name.find('/') != std::string::npos || !fs::is_regular_file(dir / name))
-      throw UsageError((dir / "manifest.json").string() + ": lists " + name + ", which is not in the checkpoint");
+    if (!is_inside(name) || !fs::is_regular_file(dir / name))
+      throw UsageError(manifest.string() + ": lists " + json_quote(name) + ", which is not a file in " + dir.string());
     const FileSum got = file_sum(dir / name);
     if (got.bytes != expected.bytes || got.fnv1a64 != expected.fnv1a64)
-      throw UsageError((dir / name).string() + ": does not match manifest.json (" + std::to_string(got.bytes) +
-                       " bytes, checksum " + hex64(got.fnv1a64) + "; listed: " + std::to_string(expected.bytes) +
-                       " bytes, " + hex64(expected.fnv1a64) + "): the checkpoint's files come from different writes");
+      throw UsageError((dir / name).string() + ": does not match " + manifest.filename().string() + " (" +
+                       std::to_string(got.bytes) + " bytes, checksum " + hex64(got.fnv1a64) + "; listed: " +
+                       std::to_string(expected.bytes) + " bytes, " + hex64(expected.fnv1a64) + "): " + what);
   }
 }
 
@@ -230,6 +244,18 @@ void save_checkpoint(const fs::path& dir, const Checkpoint& ck) {
   written("manifest.json");
 }
 
+std::string files_manifest_json(const fs::path& dir, const std::vector<std::string>& names, const std::string& format) {
+  results::Value v = results::Value::object();
+  v.set("format", format);
+  v.set("files", files_value(dir, names));
+  return v.json();
+}
+
+void verify_files_manifest(const fs::path& dir, const fs::path& manifest, const std::string& what) {
+  if (!fs::exists(fs::symlink_status(manifest))) throw UsageError(manifest.string() + ": no such file");
+  verify_files(dir, read_manifest(manifest), manifest, what);
+}
+
 void set_checkpoint_write_hook(std::function<void(const std::string& file)> hook) { write_hook() = std::move(hook); }
 
 bool is_own_checkpoint(const fs::path& dir) {
@@ -257,7 +283,7 @@ Checkpoint load_checkpoint(const fs::path& dir, bool with_optimizer, bool allow_
   }
   std::optional<Manifest> manifest;
   if (fs::exists(fs::symlink_status(dir / "manifest.json"))) manifest = read_manifest(dir / "manifest.json");
-  if (manifest) verify_files(dir, *manifest);
+  if (manifest) verify_files(dir, *manifest, dir / "manifest.json", "the checkpoint's files come from different writes");
   if (with_optimizer && !manifest)
     throw UsageError(dir.string() + ": no manifest.json: a checkpoint write did not finish (or the checkpoint "
                      "predates manifests), so its files may come from different steps; cannot resume from it");

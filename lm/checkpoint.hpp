@@ -59,6 +59,17 @@ Checkpoint load_checkpoint(const std::filesystem::path& dir, bool with_optimizer
 std::int64_t metadata_integer(const std::map<std::string, std::string>& metadata, const std::string& key,
                               const std::filesystem::path& file);
 
+// A manifest of other files in the same form ("format", then "files": each
+// file's "bytes" and "fnv1a64"), e.g. reproduce's record of a cached run
+// directory: `names` are paths relative to dir.
+std::string files_manifest_json(const std::filesystem::path& dir, const std::vector<std::string>& names,
+                                const std::string& format);
+// Every file `manifest` lists (relative to dir, never outside it) is there with its size and checksum:
+// otherwise a UsageError naming the file (or the manifest, when it is missing or malformed), with `what`
+// saying what a differing file means.
+void verify_files_manifest(const std::filesystem::path& dir, const std::filesystem::path& manifest,
+                           const std::string& what);
+
 // For tests: called with each file's name once it is in place, in the order
 // written (optimizer.safetensors, model.safetensors, config.json,
 // manifest.json). A hook that throws leaves the directory as a kill at that

@@ -1,6 +1,7 @@
 #include "lm/compare.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -10,6 +11,7 @@
 
 #include "core/atomic_file.hpp"
 #include "core/errors.hpp"
+#include "core/json_text.hpp"
 #include "core/statistics.hpp"
 #include "engine/json.hpp"
 #include "results/figure.hpp"
@@ -20,11 +22,6 @@ namespace fs = std::filesystem;
 using engine::Json;
 
 namespace {
-
-struct Curve {
-  std::vector<std::int64_t> steps;
-  std::vector<double> values;
-};
 
 struct Run {
   fs::path dir;
@@ -39,24 +36,6 @@ const Json& member(const Json& object, const std::string& key, const fs::path& f
   for (std::size_t i = 0; i < object.keys.size(); ++i)
     if (object.keys[i] == key) return object.items[i];
   throw UsageError(file.string() + ": no \"" + key + "\"");
-}
-
-// One line per step: the first column the step, column `column` the value.
-Curve read_curve(const fs::path& file, int column) {
-  std::ifstream in(file);
-  if (!in) throw UsageError(file.string() + ": cannot read");
-  Curve c;
-  std::string line;
-  std::getline(in, line);  // header
-  while (std::getline(in, line)) {
-    std::vector<std::string> fields;
-    std::stringstream ss(line);
-    for (std::string f; std::getline(ss, f, ',');) fields.push_back(f);
-    if (int(fields.size()) <= column) throw UsageError(file.string() + ": malformed row \"" + line + "\"");
-    c.steps.push_back(std::stoll(fields[0]));
-    c.values.push_back(std::stod(fields[std::size_t(column)]));
-  }
-  return c;
 }
 
 std::string text_of(const Json& j) {
@@ -114,9 +93,9 @@ Run read_run(const fs::path& dir) {
     for (std::size_t i = 0; i < object->keys.size(); ++i) r.fields[prefix + object->keys[i]] = text_of(object->items[i]);
   r.label = r.family + " " + label_of(model, file);
   r.seed = engine::json_to_u64(member(json, "seed", file), "seed");
-  r.final_validation = std::stod(member(json, "final_validation_loss", file).text);
-  r.train = read_curve(dir / "train.csv", 1);
-  r.validation = read_curve(dir / "validation.csv", 1);
+  r.final_validation = finite_number(member(json, "final_validation_loss", file).text, file, "\"final_validation_loss\"");
+  r.train = read_log(dir / "train.csv", 1);
+  r.validation = read_log(dir / "validation.csv", 1);
   return r;
 }
 
@@ -134,7 +113,8 @@ void disambiguate(std::vector<Group>& groups) {
     std::string extra;
     for (const auto& [name, value] : g.runs.front()->fields)
       for (const Group& h : groups)
-        if (&h != &g && h.label == g.label && h.runs.front()->fields.at(name) != value) {
+        if (const auto& other = h.runs.front()->fields;
+            &h != &g && h.label == g.label && (!other.count(name) || other.at(name) != value)) {  // absent: differs
           extra += " " + name.substr(name.find('.') + 1) + "=" + shown(value);
           break;
         }
@@ -163,6 +143,37 @@ std::vector<double> baseline_curve(const Group& base, std::uint64_t seed, std::s
 }
 
 }  // namespace
+
+double finite_number(const std::string& text, const fs::path& file, const std::string& what) {
+  double x = 0;
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, x);
+  if (text.empty() || ec != std::errc() || ptr != end || !std::isfinite(x))
+    throw UsageError(file.string() + ": " + what + " is not a finite number: " + json_quote(text));
+  return x;
+}
+
+Curve read_log(const fs::path& file, int column) {
+  std::ifstream in(file);
+  if (!in) throw UsageError(file.string() + ": cannot read");
+  Curve c;
+  std::string line;
+  std::getline(in, line);  // header
+  for (int number = 2; std::getline(in, line); ++number) {
+    std::vector<std::string> fields;
+    std::stringstream ss(line);
+    for (std::string f; std::getline(ss, f, ',');) fields.push_back(f);
+    const std::string row = "line " + std::to_string(number) + " (" + json_quote(line.substr(0, 40)) + ")";
+    if (int(fields.size()) <= column) throw UsageError(file.string() + ": " + row + " has no column " + std::to_string(column + 1));
+    std::int64_t step = 0;
+    const char* end = fields[0].data() + fields[0].size();
+    if (const auto r = std::from_chars(fields[0].data(), end, step); fields[0].empty() || r.ec != std::errc() || r.ptr != end)
+      throw UsageError(file.string() + ": " + row + ": the step is not an integer");
+    c.steps.push_back(step);
+    c.values.push_back(finite_number(fields[std::size_t(column)], file, row + "'s column " + std::to_string(column + 1)));
+  }
+  return c;
+}
 
 std::vector<double> moving_average(const std::vector<double>& values, int window) {
   std::vector<double> out(values.size());

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <functional>
+#include <limits>
 
 #include "core/errors.hpp"
 #include "core/rng.hpp"
@@ -12,6 +13,8 @@ namespace qkvlab::lm {
 TokenSequences token_sequences(const std::vector<std::int32_t>& ids, std::int64_t rows, std::int64_t cols,
                                int seq_len, std::int64_t max_sequences) {
   TokenSequences s;
+  if (cols > std::numeric_limits<int>::max())
+    throw UsageError("sequences of " + std::to_string(cols) + " tokens (at most 2147483647)");
   s.length = cols > 0 ? int(cols) : seq_len;
   if (s.length < 2) throw UsageError("sequences need at least 2 tokens (one predicted position), got " +
                                      std::to_string(s.length));

@@ -1,4 +1,5 @@
 // The committed training recipes and the checkpoint cache they are trained into (reproduce.hpp).
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -101,9 +102,12 @@ std::string recorded_recipe(const fs::path& dir) {
 results::Value from_json(const engine::Json& j) {
   using K = engine::Json::Kind;
   switch (j.kind) {
-    case K::number:
-      if (j.text.find_first_not_of("-0123456789") == std::string::npos) return results::Value(std::int64_t(std::stoll(j.text)));
+    case K::number: {
+      std::int64_t n = 0;  // an integer that fits is kept exact; any other number is a double
+      const char* end = j.text.data() + j.text.size();
+      if (const auto r = std::from_chars(j.text.data(), end, n); r.ec == std::errc() && r.ptr == end) return results::Value(n);
       return results::Value(std::strtod(j.text.c_str(), nullptr));
+    }
     case K::string: return results::Value(j.text);
     case K::literal: return j.text == "null" ? results::Value() : results::Value(j.text == "true");
     case K::array: {
@@ -131,6 +135,26 @@ results::Value read_json_file(const fs::path& path) {
 
 }  // namespace
 
+namespace {
+
+// The files of a cache entry that figures read, recorded (size and checksum) in ENTRY/cache.json
+// when the entry is trained: the checkpoint through its own manifest.json.
+const std::vector<std::string> kRecorded = {"run.json", "train.csv", "validation.csv", "checkpoint/manifest.json"};
+
+// Why the entry at dir cannot be reused for the recipe `text`; empty when it can: its record
+// lists its files as they are, its checkpoint matches its manifest and was made by the recipe.
+std::string stale_reason(const fs::path& dir, const std::string& text) {
+  try {
+    lm::verify_files_manifest(dir, dir / "cache.json", "the entry was changed after its training");
+    if (recorded_recipe(dir) != text) return "unfinished, or made by another recipe";
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
 Trained train_or_reuse(const Context& c, const Recipe& r, const lm::TrainData& data) {
   const std::string text = recipe_text(r.run, data);
   const std::string label = r.name + "-s" + std::to_string(r.run.seed);
@@ -139,12 +163,13 @@ Trained train_or_reuse(const Context& c, const Recipe& r, const lm::TrainData& d
   // One process per cache entry, from the check to the end of its training: a second fails at once.
   const DirectoryLock entry(c.options.work, "reproduce's training of " + dir.filename().string(),
                             "." + dir.filename().string() + ".lock");
-  if (fs::exists(dir) && recorded_recipe(dir) == text) {
-    if (c.note) c.note("reusing " + dir.string() + " (" + label + ", same recipe)");
-    return {dir, read_json_file(dir / "run.json"), true};
-  }
   if (fs::exists(dir)) {
-    if (c.note) c.note("discarding " + dir.string() + ": unfinished, or made by another recipe");
+    const std::string stale = stale_reason(dir, text);
+    if (stale.empty()) {
+      if (c.note) c.note("reusing " + dir.string() + " (" + label + ", same recipe)");
+      return {dir, read_json_file(dir / "run.json"), true};
+    }
+    if (c.note) c.note("discarding " + dir.string() + ": " + stale);
     fs::remove_all(dir);
   }
   if (c.note)
@@ -161,6 +186,7 @@ Trained train_or_reuse(const Context& c, const Recipe& r, const lm::TrainData& d
     std::snprintf(extra, sizeof extra, "loss %.4f", p.loss);
     c.progress("train " + label, "step", p.step, p.steps, extra);
   });
+  write_bytes_atomically(dir / "cache.json", "JSON", lm::files_manifest_json(dir, kRecorded, "qkvlab-reproduce-cache"));
   return {dir, out, false};
 }
 

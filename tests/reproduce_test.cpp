@@ -8,6 +8,8 @@
 #include <iterator>
 #include <map>
 #include <random>
+#include <regex>
+#include <tuple>
 
 #include "analysis/analyze.hpp"
 #include "core/errors.hpp"
@@ -144,6 +146,40 @@ TEST(Reproduce, CacheIsReusedForTheSameRecipeAndNeverForAnother) {
   // An unfinished entry (no run.json) is not reused either.
   fs::remove(first.dir / "run.json");
   EXPECT_FALSE(reproduce::train_or_reuse(c, reproduce::recipe("vanilla", 1, 2), data).reused);
+}
+
+// Issue 31 item 9: an entry whose run.json or train.csv was changed after its training (an edited
+// final loss, a malformed run.json) is not reused: its record (cache.json) no longer lists the file as
+// it is, so the entry is trained again and the figures read the training's own numbers, and the note
+// names the file. Control: the untouched entry is reused.
+TEST(Reproduce, AnEntryChangedAfterItsTrainingIsTrainedAgainNamingTheFile) {
+  ScratchDir dir;
+  write_corpus(dir / "data", 2);
+  auto c = quick(dir / "data", dir / "work", 2);
+  std::vector<std::string> notes;
+  c.note = [&](const std::string& line) { notes.push_back(line); };
+  const lm::TrainData data = lm::brown_data(dir / "data");
+  const auto recipe = reproduce::recipe("vanilla", 1, 2);
+  const auto first = reproduce::train_or_reuse(c, recipe, data);
+  const double loss = first.run["final_train_loss"].number();
+  ASSERT_TRUE(reproduce::train_or_reuse(c, recipe, data).reused);  // control
+  // An edited final loss, a malformed run.json, an edited loss in train.csv's first row.
+  for (const auto& [file, pattern, replacement] :
+       {std::tuple{"run.json", R"("final_train_loss": [^,\n}]+)", R"("final_train_loss": 0.5)"},
+        std::tuple{"run.json", R"(^\{)", "{{"}, std::tuple{"train.csv", R"(\n1,[^,]+,)", "\n1,0.5,"}}) {
+    std::ifstream in(first.dir / file);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string edited = std::regex_replace(text, std::regex(pattern), replacement, std::regex_constants::format_first_only);
+    ASSERT_NE(edited, text) << file << " " << pattern;
+    std::ofstream(first.dir / file, std::ios::trunc) << edited;
+    notes.clear();
+    const auto t = reproduce::train_or_reuse(c, recipe, data);
+    EXPECT_FALSE(t.reused) << file << " edited";
+    EXPECT_EQ(t.run["final_train_loss"].number(), loss) << file;
+    ASSERT_FALSE(notes.empty());
+    EXPECT_NE(notes.front().find((first.dir / file).string() + ": does not match cache.json"), std::string::npos)
+        << notes.front();
+  }
 }
 
 // ResFormer Fig. 3: three vanilla seeds as replicates, each on the same sequences; layer 1's Eq. 3

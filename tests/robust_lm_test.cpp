@@ -649,5 +649,83 @@ TEST(RobustOptions, OptionsThatWouldBeIgnoredOrOverriddenAreRefused) {
   EXPECT_EQ(run_bounded("lm export " + shell_quoted(f.ckpt) + " --hf " + shell_quoted(f.dir / "hf")).status, 0);  // control
 }
 
+// ---- budgets, and messages that name what is wrong ------------------------------------------------
+
+// An .npy of |u1 ids of the given shape ("5," or "0, 7"), sparse: the header, then a hole of `elements` bytes.
+void write_sparse_u1_npy(const fs::path& path, std::uint64_t elements, const std::string& shape = "") {
+  std::string header = "{'descr': '|u1', 'fortran_order': False, 'shape': (" +
+                       (shape.empty() ? std::to_string(elements) + "," : shape) + "), }";
+  header.append(63 - (10 + header.size()) % 64, ' ') += '\n';
+  std::ofstream(path, std::ios::binary) << std::string("\x93NUMPY\x01\x00", 8) << char(header.size() & 0xff)
+                                        << char(header.size() >> 8) << header;
+  fs::resize_file(path, 10 + header.size() + elements);
+}
+
+// Issue 31 item 10: a token file is held as int32 ids; a sparse |u1 .npy declaring 3·10^8 ids
+// (1.2 GB as int32) under a 1 GB address space ended in "out of memory", exit 3, after allocating
+// (a 1 GiB file took 4.2 GB of RSS for `lm eval --sequences 1`). `lm eval --sequences 1` now reads
+// the one sequence it evaluates; reading all of it is refused from the header, naming the file, the
+// count, its size and the budget. Control: the fixture's tokens evaluate under the same limit.
+TEST(RobustTokens, ATokenFileIsReadAsFarAsNeededWithinTheMemoryBudget) {
+  Fixture f;
+  write_sparse_u1_npy(f.dir / "sparse.npy", 300000000);
+  const auto eval = [&](const fs::path& tokens, const std::string& sequences) {
+    return test_support::run_command("ulimit -v 1000000; timeout -s KILL 60 " + shell_quoted(QKVLAB_BINARY) +
+                                      " lm eval " + shell_quoted(f.ckpt) + " --tokens " + shell_quoted(tokens) +
+                                      " --seq-len 8 --threads 1 --quiet --format json" + sequences);
+  };
+  expect_usage_error(eval(f.dir / "sparse.npy", ""), "sparse |u1, all",
+                     (f.dir / "sparse.npy").string() + ": declares 300000000 token ids, 1.2 GB as int32, more than the memory budget of ");
+  const CommandResult one = eval(f.dir / "sparse.npy", " --sequences 1");
+  EXPECT_EQ(one.status, 0) << one.err;
+  EXPECT_NE(one.out.find("\"sequences\": 1"), std::string::npos) << one.out;
+  const CommandResult control = eval(f.tokens, "");
+  EXPECT_EQ(control.status, 0) << control.err;
+}
+
+// Issue 31 item 13: raw library messages and wrong exit codes.
+TEST(RobustMessages, UsageErrorsNameTheValueInOneLineWithExitTwo) {
+  Fixture f;
+  // kv --seq-len 2^63 - 1 was "not a positive integer": it is too large, and the bound is given.
+  expect_usage_error(run_bounded("kv " + shell_quoted(f.ckpt) + " --seq-len 9223372036854775807"), "kv --seq-len 2^63-1",
+                     "must be a positive integer, got '9223372036854775807' (too large: at most 2147483647)");
+  expect_usage_error(run_bounded("kv " + shell_quoted(f.ckpt) + " --seq-len 99999999999999999999999"), "kv --seq-len 10^23",
+                     "(too large: at most 2147483647)");
+  EXPECT_EQ(run_bounded("kv " + shell_quoted(f.ckpt) + " --seq-len 2147483647").status, 0);  // control: the bound itself
+  // A token id outside the vocabulary, a sequence longer than the positions: exit 3 from analyze and verify.
+  std::vector<std::int32_t> ids(16, 1);
+  ids[5] = 50;
+  corpus::write_tokens_npy(f.dir / "big_id.npy", ids, 2, 8);
+  for (const std::string& command : {"analyze entropy " + shell_quoted(f.ckpt), "verify qwe.lemma3.1 --checkpoint " + shell_quoted(f.ckpt)}) {
+    expect_usage_error(run_bounded(command + " --tokens " + shell_quoted(f.dir / "big_id.npy") + " --quiet"), command + " id 50",
+                       "big_id.npy: token id 50 at position 5 is outside the model's vocabulary of 50");
+    expect_usage_error(run_bounded(command + " --tokens " + shell_quoted(f.stream) + " --seq-len 17 --quiet"), command + " 17",
+                       "stream.npy: sequences of 17 tokens are longer than the model's 16 positions");
+  }
+  expect_usage_error(run_bounded("verify qwe.lemma3.1 --checkpoint " + shell_quoted(f.ckpt) + " --seq-len 17 --quiet"),
+                     "verify random tokens", "--seq-len 17: sequences of 17 tokens are longer than the model's 16 positions");
+  // A symbolic link loop (a checkpoint directory, a token file): exit 3 with the library's wording before.
+  fs::create_symlink(f.dir / "loop", f.dir / "loop");
+  expect_usage_error(run_bounded("analyze entropy " + shell_quoted(f.dir / "loop") + " --tokens " + shell_quoted(f.tokens)),
+                     "checkpoint loop", (f.dir / "loop").string() + ": Too many levels of symbolic links");
+  fs::create_symlink(f.dir / "loop.npy", f.dir / "loop.npy");
+  expect_usage_error(run_bounded("lm eval " + shell_quoted(f.ckpt) + " --tokens " + shell_quoted(f.dir / "loop.npy")),
+                     "tokens loop", "loop.npy");
+  // A 2-D file of rows of 2^31 ids (none stored) was "sequences need at least 2 tokens …, got -2147483648".
+  write_sparse_u1_npy(f.dir / "wide.npy", 0, "0, 2147483648");
+  expect_usage_error(run_bounded("lm eval " + shell_quoted(f.ckpt) + " --tokens " + shell_quoted(f.dir / "wide.npy")), "2^31 columns",
+                     "wide.npy: rows of 2147483648 token ids (a sequence holds at most 2147483647)");
+  // Binary bytes in a message (here a path) are escaped: the line stays one line of text.
+  const CommandResult binary = run_bounded("analyze entropy " + shell_quoted(f.dir / "a\x01\x1b[31m\xff") + " --tokens " +
+                                           shell_quoted(f.tokens));
+  expect_usage_error(binary, "binary path", "a\\x01\\x1b[31m\\xff");
+  for (const char c : binary.err) EXPECT_TRUE(c == '\n' || static_cast<unsigned char>(c) >= 0x20) << int(c);
+  // lm compare on a log row that is not a number said "stod".
+  train_two_runs(f);
+  std::ofstream(f.dir / "runB" / "train.csv", std::ios::app) << "7,\x01oops,0,0,0\n";
+  expect_usage_error(run_bounded("lm compare " + shell_quoted(f.dir / "runA") + " " + shell_quoted(f.dir / "runB")),
+                     "compare bad row", "train.csv: line 8 (\"7,\\u0001oops,0,0,0\")'s column 2 is not a finite number: \"\\u0001oops\"");
+}
+
 }  // namespace
 }  // namespace qkvlab
