@@ -32,7 +32,7 @@ void check_sequences(const TokenSequences& s, const Config& c, const std::string
     throw UsageError(source + ": sequences of " + std::to_string(s.length) + " tokens are longer than the model's " +
                      std::to_string(c.positions) + " positions");
   for (std::size_t i = 0; i < s.ids.size(); ++i)
-    if (s.ids[i] >= c.vocab)
+    if (s.ids[i] < 0 || s.ids[i] >= c.vocab)
       throw UsageError(source + ": token id " + std::to_string(s.ids[i]) + " at position " + std::to_string(i) +
                        " is outside the model's vocabulary of " + std::to_string(c.vocab));
 }

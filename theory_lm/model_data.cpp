@@ -4,6 +4,7 @@
 
 #include "core/errors.hpp"
 #include "engine/cpu_backend.hpp"
+#include "lm/evaluate.hpp"
 #include "lm/model_files.hpp"
 #include "lm/parameters.hpp"
 
@@ -98,13 +99,7 @@ Activations record_activations(const std::filesystem::path& dir, const lm::Token
   engine::CpuBackend<float> backend(threads);
   const auto model = lm::load_model(dir, backend);
   const lm::Config& c = model->config();
-  if (tokens.length > c.positions)
-    throw UsageError("--seq-len " + std::to_string(tokens.length) + " is longer than the model's " +
-                     std::to_string(c.positions) + " positions");
-  for (const std::int32_t id : tokens.ids)
-    if (id < 0 || id >= c.vocab)
-      throw UsageError("token id " + std::to_string(id) + " is outside the model's vocabulary [0, " +
-                       std::to_string(c.vocab) + ")");
+  lm::check_sequences(tokens, c, "the tokens");
   Activations a;
   a.tokens = tokens;
   a.sequences = int(tokens.sequences);
