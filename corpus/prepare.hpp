@@ -10,7 +10,8 @@
 //                              of the word the token came from, −1 for <|endoftext|>
 //   tags.json                  the coarse tag names (corpus/brown.hpp), sorted
 //   baselines.json             unigram and bigram validation cross-entropy (corpus/ngram.hpp)
-//   manifest.json              package, version, integrity, the options and the
+//   manifest.json              package, version, integrity, the options (with --source, the
+//                              checksum of its Brown files) and the
 //                              recipe, file/word/token counts per split and genre
 //                              and each output's size and FNV-1a checksum ("checksums")
 // Every file is written atomically; manifest.json is removed first and written

@@ -644,6 +644,12 @@ TEST(DataBrown, TruncatedOutputsArePreparedAgainAndSpecialSourcesAreRefused) {
   EXPECT_EQ(std::filesystem::file_size(out / "train_tokens.npy"), size);
   EXPECT_NE(read_file(out / "manifest.json").find(output_record("train_tokens.npy", file_sum(out / "train_tokens.npy"))),
             std::string::npos);
+  // An edited source file: the outputs were made from other text, so they are prepared again.
+  EXPECT_NE(run_qkvlab(prepare).out.find("up to date"), std::string::npos);  // control
+  std::ofstream(dir / "package" / "ca01", std::ios::app) << "\n\tThe/at mayor/nn said/vbd ./.\n";
+  const auto edited = run_qkvlab(prepare);
+  EXPECT_EQ(edited.out.find("up to date"), std::string::npos) << edited.out;
+  EXPECT_NE(edited.err.find("manifest.json records other options or source files"), std::string::npos) << edited.err;
 
   // Each source below is prepared into a new directory (a changed source does not make an old one stale).
   const auto prepare_into = [&](const std::string& name) {
