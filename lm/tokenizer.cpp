@@ -146,7 +146,8 @@ struct Tokenizer::Impl {
   void add_merge(const std::string& left, const std::string& right, const std::string& where) {
     const auto l = vocab.find(left), r = vocab.find(right), m = vocab.find(left + right);
     if (l == vocab.end() || r == vocab.end() || m == vocab.end())
-      throw UsageError(where + ": the merge " + json_quote(left + " " + right) + " joins tokens (or makes one) not in the vocabulary");
+      throw UsageError(where + ": the merge " + json_quote(left + " " + right) +
+                       " joins tokens (or makes one) not in the vocabulary");
     merges.emplace(corpus::pair_key(l->second, r->second), tokenizer_detail::MergeRank{std::int32_t(merges.size()), m->second});
   }
 
@@ -204,7 +205,8 @@ struct Tokenizer::Impl {
       if (byte_fallback) {  // the character's own UTF-8 bytes, as tokenizers does
         std::vector<std::int32_t> fallback;
         for (unsigned char b : c)
-          if (const auto f = vocab.find(tokenizer_detail::byte_fallback_token(b)); f != vocab.end()) fallback.push_back(f->second);
+          if (const auto f = vocab.find(tokenizer_detail::byte_fallback_token(b)); f != vocab.end())
+            fallback.push_back(f->second);
         if (fallback.size() == c.size()) {
           out.insert(out.end(), fallback.begin(), fallback.end());
           continue;
@@ -261,7 +263,8 @@ struct Tokenizer::Impl {
       auto it = cache.find(mapped);
       if (it == cache.end()) {
         const auto whole = ignore_merges ? vocab.find(mapped) : vocab.end();
-        it = cache.emplace(mapped, whole != vocab.end() ? std::vector<std::int32_t>{whole->second} : merge(symbols(mapped))).first;
+        const auto ids = whole != vocab.end() ? std::vector<std::int32_t>{whole->second} : merge(symbols(mapped));
+        it = cache.emplace(mapped, ids).first;
       }
       out.insert(out.end(), it->second.begin(), it->second.end());
     }
@@ -325,7 +328,8 @@ void read_model(Tokenizer::Impl& t, const Json& model, const std::string& where)
   const Json* vocab = member(model, "vocab");
   if (!vocab || vocab->kind != Json::Kind::object) throw UsageError(where + ": \"vocab\" is missing or not an object");
   for (std::size_t k = 0; k < vocab->keys.size(); ++k)
-    t.add_token(vocab->keys[k], id_field(vocab->items[k], where + ".vocab[" + json_quote(vocab->keys[k]) + "]"), where + ".vocab");
+    t.add_token(vocab->keys[k], id_field(vocab->items[k], where + ".vocab[" + json_quote(vocab->keys[k]) + "]"),
+                where + ".vocab");
   const Json* merges = member(model, "merges");
   if (!merges || merges->kind != Json::Kind::array) throw UsageError(where + ": \"merges\" is missing or not an array");
   for (std::size_t k = 0; k < merges->items.size(); ++k) {
@@ -399,7 +403,8 @@ void read_template(Tokenizer::Impl& t, const Json& post, const std::string& wher
     const std::string name = string_field(*special, "id", at);
     const Json* entry = specials ? member(*specials, name) : nullptr;
     const Json* ids = entry ? member(*entry, "ids") : nullptr;
-    if (!ids || ids->kind != Json::Kind::array) throw UsageError(at + ": the special token " + json_quote(name) + " has no \"ids\" in \"special_tokens\"");
+    if (!ids || ids->kind != Json::Kind::array)
+      throw UsageError(at + ": the special token " + json_quote(name) + " has no \"ids\" in \"special_tokens\"");
     for (const Json& id : ids->items) (sequences ? t.suffix : t.prefix).push_back(id_field(id, at));
   }
   if (sequences != 1) throw UsageError(where + ": \"single\" must hold the sequence once");
@@ -476,7 +481,8 @@ Tokenizer Tokenizer::from_bpe(const corpus::Bpe& bpe, const std::string& name) {
   auto t = std::make_unique<Impl>();
   t->source = name;
   for (std::int32_t id = 0; id < bpe.size(); ++id) t->add_token(tokenizer_detail::token_text(bpe, id), id, name);
-  for (const corpus::Merge& m : bpe.merges()) t->merges.emplace(corpus::pair_key(m.left, m.right), tokenizer_detail::MergeRank{std::int32_t(t->merges.size()), m.result});
+  for (const corpus::Merge& m : bpe.merges())
+    t->merges.emplace(corpus::pair_key(m.left, m.right), tokenizer_detail::MergeRank{std::int32_t(t->merges.size()), m.result});
   t->steps.push_back(tokenizer_detail::byte_level(false, true, name));
   t->set_added({std::string(corpus::kEndOfText)});
   return Tokenizer(std::move(t));
@@ -554,7 +560,11 @@ std::string replace_invalid_utf8(std::string_view bytes) {
   for (std::size_t at = 0; at < bytes.size();) {
     const auto lead = static_cast<unsigned char>(bytes[at]);
     // The length of the sequence and the range of its second byte (the others: 0x80 … 0xBF).
-    const std::size_t n = lead < 0x80 ? 1 : lead >= 0xC2 && lead <= 0xDF ? 2 : lead >= 0xE0 && lead <= 0xEF ? 3 : lead >= 0xF0 && lead <= 0xF4 ? 4 : 0;
+    const std::size_t n = lead < 0x80                   ? 1
+                          : lead >= 0xC2 && lead <= 0xDF ? 2
+                          : lead >= 0xE0 && lead <= 0xEF ? 3
+                          : lead >= 0xF0 && lead <= 0xF4 ? 4
+                                                         : 0;
     const unsigned char low = lead == 0xE0 ? 0xA0 : lead == 0xF0 ? 0x90 : 0x80;
     const unsigned char high = lead == 0xED ? 0x9F : lead == 0xF4 ? 0x8F : 0xBF;
     std::size_t good = n ? 1 : 0;  // the bytes of the sequence that are valid so far

@@ -19,8 +19,8 @@
 // (corpus/byte_unicode.hpp), and each piece merged as tokenizers' BPE merges a word: repeatedly the
 // adjacent pair of lowest merge rank, leftmost first (a heap: O(n log n) in the piece's length; on
 // files whose merges only join tokens made by earlier merges, such as GPT-2's, the same tokens as
-// GPT-2's encoder.py). A character without a token becomes its <0xXX> byte tokens under byte_fallback,
-// else unk_token, else a UsageError. Then the post-processor's special tokens (Llama 3's
+// GPT-2's encoder.py). A character without a token becomes the <0xXX> tokens of its UTF-8 bytes under
+// byte_fallback, else unk_token, else a UsageError. Then the post-processor's special tokens (Llama 3's
 // <|begin_of_text|>) go around the ids. Patterns run under PCRE2 in UTF mode with Unicode properties
 // (\p{L}, \p{N}, \s); a byte that is not part of valid UTF-8 matches no pattern item, so it stays in
 // the text between matches and is encoded as its byte: through a pre-tokenizer that removes nothing,

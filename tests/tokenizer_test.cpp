@@ -344,11 +344,13 @@ TEST(CheckpointTokenizer, TrainedOnACorpusCarriesItsTokenizer) {
   const auto by_ids = run_qkvlab("lm eval " + shell_quoted(ckpt) + " " + eval_tokens);
   // Control: another text gives another loss.
   write_file(dir / "other.txt", std::string(400, 'x') + " is");
-  const auto other = run_qkvlab("lm eval " + shell_quoted(ckpt) + " --text " + shell_quoted(dir / "other.txt") + " --seq-len 16 --format json");
+  const auto other =
+      run_qkvlab("lm eval " + shell_quoted(ckpt) + " --text " + shell_quoted(dir / "other.txt") + " --seq-len 16 --format json");
   ASSERT_EQ(other.status, 0) << other.err;
   EXPECT_NE(loss(other.out), loss(by_ids.out));
   // The shared token options: analyze takes --text too, and not with --tokens.
-  r = run_qkvlab("analyze entropy " + shell_quoted(ckpt) + " --text " + shell_quoted(dir / "text.txt") + " --seq-len 16 --sequences 2 --format json --quiet");
+  r = run_qkvlab("analyze entropy " + shell_quoted(ckpt) + " --text " + shell_quoted(dir / "text.txt") +
+                 " --seq-len 16 --sequences 2 --format json --quiet");
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("\"text "), std::string::npos) << r.out;
   const std::string both = "analyze entropy " + shell_quoted(ckpt) + " --text " + shell_quoted(dir / "text.txt") + " --tokens " +
