@@ -133,9 +133,12 @@ struct Tokenizer::Impl {
   std::vector<std::int32_t> prefix, suffix;  // the post-processor's special tokens
   std::optional<std::int32_t> unk;
   bool byte_fallback = false, fuse_unk = false, ignore_merges = false;
+  std::size_t id_limit = 0;  // the entries of the files: ids beyond are refused before anything is sized by them
 
   void add_token(const std::string& text, std::int32_t id, const std::string& where) {
-    if (id < 0) throw UsageError(where + ": negative id " + std::to_string(id));
+    if (id < 0 || std::size_t(id) >= id_limit)
+      throw UsageError(where + ": id " + std::to_string(id) + " is not below the " + std::to_string(id_limit) +
+                       " entries of the vocabulary and added tokens");
     if (std::size_t(id) >= bytes.size()) bytes.resize(std::size_t(id) + 1), assigned.resize(std::size_t(id) + 1, false);
     if (assigned[std::size_t(id)] && vocab.count(text) && vocab.at(text) == id) return;  // listed twice, same
     if (assigned[std::size_t(id)]) throw UsageError(where + ": id " + std::to_string(id) + " is given to two tokens");
@@ -448,6 +451,9 @@ void read_added_tokens(Tokenizer::Impl& t, const Json* added, const std::string&
 void read_root(Tokenizer::Impl& t, const Json& root, const std::string& name) {
   const Json* model = member(root, "model");
   if (!model) throw UsageError(name + ": no \"model\"");
+  const Json* vocab = member(*model, "vocab");
+  const Json* added = member(root, "added_tokens");
+  t.id_limit = (vocab ? vocab->items.size() : 0) + (added ? added->items.size() : 0);
   read_model(t, *model, name + ": model");
   read_added_tokens(t, member(root, "added_tokens"), name + ": added_tokens");
   if (!is_null(member(root, "normalizer"))) unsupported(name + ": normalizer", "a normalizer");
@@ -480,6 +486,7 @@ Tokenizer Tokenizer::from_json(std::string_view text, const std::string& name) {
 Tokenizer Tokenizer::from_bpe(const corpus::Bpe& bpe, const std::string& name) {
   auto t = std::make_unique<Impl>();
   t->source = name;
+  t->id_limit = std::size_t(bpe.size());
   for (std::int32_t id = 0; id < bpe.size(); ++id) t->add_token(tokenizer_detail::token_text(bpe, id), id, name);
   for (const corpus::Merge& m : bpe.merges())
     t->merges.emplace(corpus::pair_key(m.left, m.right), tokenizer_detail::MergeRank{std::int32_t(t->merges.size()), m.result});

@@ -252,6 +252,7 @@ TEST(Tokenizer, RefusesWhatIsNotImplemented) {
   refused(R"("behavior": "Isolated")", R"("behavior": "MergedWithNext")", "MergedWithNext");
   refused(R"(["Ġ", "t"])", R"(["Ġ", "zz"])", "merges[0]");
   refused(R"("ab": 261)", R"("ab": "x")", "vocab");
+  refused(R"("ab": 261)", R"("ab": 900000000)", "id 900000000 is not below the 263 entries");  // not sized by it
   refused(R"({"Regex": ")", R"({"Regex": "(", "x": ")", "does not compile");
   refused(R"("version")", R"(,"version")", "tok.json: JSON");
 }
