@@ -24,6 +24,7 @@ using test_support::expect_usage_error;
 using test_support::run_qkvlab;
 using test_support::ScratchDir;
 using test_support::shell_quoted;
+using test_support::usage_error;
 using Ids = std::vector<std::int32_t>;
 
 void write_file(const std::filesystem::path& p, const std::string& bytes) {
@@ -34,15 +35,6 @@ void write_file(const std::filesystem::path& p, const std::string& bytes) {
 std::string read_text(const std::filesystem::path& p) {
   std::ifstream in(p, std::ios::binary);
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-template <class F> std::string usage_error(F&& f) {
-  try {
-    f();
-  } catch (const UsageError& e) {
-    return e.what();
-  }
-  return "";
 }
 
 // GPT-2 numbers the byte tokens: '!' … '~' are 0 … 93 ('a' = 64, 't' = 83), then '¡' … '¬' (94 … 105),
