@@ -70,7 +70,7 @@ int run_analyze(const AnalyzeArgs& a, const std::string& command_line) {
   if (!a.figure.empty() && a.csv.empty()) throw UsageError("--figure needs --csv (the figure is drawn from it)");
   const analysis::Kind kind = analysis::parse_kind(a.kind);
   const analysis::Options options = analysis_options(a, kind);
-  const lm::TokenSequences data = read_token_sequences(a.input, a.seed, 0, false);
+  const lm::TokenSequences data = read_token_sequences(a.input, a.checkpoint, a.seed, 0, false);
   apply_threads(a.threads, BlasUse::per_worker);  // the CPU backend runs one product per worker
   const auto backend = gpu::make_backend(a.device, a.threads);
   const auto model = lm::load_model(a.checkpoint, *backend, a.allow_nonfinite);
@@ -80,8 +80,9 @@ int run_analyze(const AnalyzeArgs& a, const std::string& command_line) {
   });
   if (!r.nonfinite.empty()) return report_nonfinite("analyze", r.nonfinite);
   r.value.set("checkpoint", a.checkpoint);
-  r.value.set("tokens", a.input.tokens.empty() ? "corpus " + a.input.corpus + " (" + a.input.data + ", " + a.input.split + ")"
-                                               : a.input.tokens);
+  r.value.set("tokens", !a.input.text.empty() ? token_source(a.input)  // "text FILE"
+                        : a.input.tokens.empty() ? "corpus " + a.input.corpus + " (" + a.input.data + ", " + a.input.split + ")"
+                                                 : a.input.tokens);
   r.value.set("seed", a.seed);
   r.value.set("device", backend->description());
   r.value.set("command_line", command_line);

@@ -47,6 +47,7 @@ int run_export(const ExportArgs& a) {
   out.set("tensors", std::int64_t(lm::hf_tensors(ck.config).size()));
   out.set("parameters", std::int64_t(lm::parameter_layout(ck.config, lm::make_plan(ck.config)).count()));
   out.set("zero_biases", ck.config.family == lm::Family::gpt2 && !ck.config.bias);
+  out.set("tokenizer", !ck.tokenizer_json.empty());  // tokenizer.json written beside the model
   std::cout << (a.format == "json" ? out.json() : out.text());
   return 0;
 }

@@ -172,7 +172,7 @@ Checkpoint convert_to_skipv1(const Checkpoint& source, Conversion method, double
   if (reads_o(rule) && c.kv_heads != c.heads)
     throw UsageError(to_string(method) + " needs one key/value head per query head (this model has grouped-query attention)");
   Checkpoint out;
-  out.config = c;
+  out.config = c, out.tokenizer_json = source.tokenizer_json;  // the same vocabulary
   out.config.variant.kind = VariantKind::skipv1;
   out.config.variant.skip_ratio = skip_ratio, out.config.variant.source_layer = 1;
   out.config.variant.strategy = Strategy::second_half;
