@@ -3,10 +3,8 @@
 // figures to results/, which writes them all or none.
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <map>
 #include <optional>
-#include <sstream>
 #include <thread>
 
 #include "analysis/analyze.hpp"
@@ -192,21 +190,6 @@ void scalar_comparison(Session& s, Output& out, analysis::Kind kind, const analy
 
 const std::vector<std::string> kResFormerPair = {"vanilla", "resformer-half"};
 
-std::vector<double> read_train_losses(const fs::path& csv, std::vector<double>* steps) {
-  std::ifstream in(csv);
-  std::string line;
-  std::getline(in, line);
-  std::vector<double> loss;
-  while (std::getline(in, line)) {
-    std::stringstream row(line);
-    std::string step, value;
-    std::getline(row, step, ','), std::getline(row, value, ',');
-    if (steps) steps->push_back(std::stod(step));
-    loss.push_back(std::stod(value));
-  }
-  return loss;
-}
-
 void resformer_fig1_left(Session& s, Output& out) {
   const std::vector<std::string> models = {"vanilla", "resformer-half"};
   std::vector<fs::path> dirs;
@@ -214,14 +197,14 @@ void resformer_fig1_left(Session& s, Output& out) {
   const Value compared = lm::compare_runs(dirs, lm::CompareOptions{});
   out.value.set("compare", compared);
   const int window = 10;
-  std::vector<double> steps;
-  const auto base = lm::moving_average(read_train_losses(dirs[0] / "train.csv", &steps), window);
-  Table t{"relative_loss", {{"step", steps}}};
+  const lm::Curve first = lm::read_curve(dirs[0] / "train.csv", 1);
+  const auto base = lm::moving_average(first.values, window);
+  Table t{"relative_loss", {{"step", std::vector<double>(first.steps.begin(), first.steps.end())}}};
   results::Figure f{"training loss minus vanilla's (moving average of 10 steps), seed " + std::to_string(s.options().seed),
                     "step", "loss - vanilla loss (nats)", false, false, {}, {"set key bottom left", "set grid"}};
   f.series.push_back({"", "", "0", "vanilla", "lines dt 2 lc rgb 'black'", ""});
   for (std::size_t k = 1; k < models.size(); ++k) {
-    const auto mine = lm::moving_average(read_train_losses(dirs[k] / "train.csv", nullptr), window);
+    const auto mine = lm::moving_average(lm::read_curve(dirs[k] / "train.csv", 1).values, window);
     std::vector<double> rel(std::min(mine.size(), base.size()));
     for (std::size_t i = 0; i < rel.size(); ++i) rel[i] = mine[i] - base[i];
     t.columns.push_back({models[k], rel});
