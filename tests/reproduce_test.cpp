@@ -289,3 +289,37 @@ TEST(ReproduceVerdicts, DocsTableIsGeneratedFromTheCommittedJsons) {
   reproduce::rejudge(reproduce::find_figure("qwe-table2"), dir / "outputs");
   EXPECT_NE(reproduce::verdicts_markdown(dir / "outputs"), generated);
 }
+
+// The recipes are defined once: each of the cache's recipes is a line `NAME|SEEDS|FLAGS` of
+// scripts/lm_comparisons.sh with the same flags, and `qkvlab lm train --preset tiny FLAGS` makes the
+// run the cache's recipe describes (moved into the recipe's entry, it is reused, as the committed
+// trainings were). Control: a run made with other flags (another recipe's) is not reused.
+TEST(ReproduceRecipes, TheScriptTheCacheAndLmTrainAgree) {
+  const std::string script = file_text(fs::path(QKVLAB_SOURCE_DIR) / "scripts" / "lm_comparisons.sh");
+  ScratchDir dir;
+  write_corpus(dir / "data", 5);
+  const auto c = quick(dir / "data", dir / "work", 2);
+  const lm::TrainData data = lm::brown_data(dir / "data");
+  for (const auto& name : reproduce::recipe_names()) {
+    SCOPED_TRACE(name);
+    const reproduce::Recipe r = reproduce::recipe(name, 1, 2);
+    EXPECT_NE(script.find("\"" + name + "|"), std::string::npos);
+    EXPECT_NE(script.find("|" + r.flags + "\""), std::string::npos) << r.flags;
+    auto train = [&](const std::string& flags, const fs::path& out) {
+      const auto run = run_command(std::string(QKVLAB_BINARY) + " lm train --preset tiny " + flags +
+                                   " --corpus brown --data " + shell_quoted(dir / "data") +
+                                   " --seed 1 --steps 2 --eval-every 100 --checkpoint-every 100000 --threads 2 --quiet --out " +
+                                   shell_quoted(out));
+      ASSERT_EQ(run.status, 0) << run.err;
+    };
+    const fs::path entry = c.options.work / (name + "-s1-" + reproduce::recipe_hash(reproduce::recipe_text(r.run, data)));
+    fs::create_directories(c.options.work);
+    train(r.flags, entry);
+    EXPECT_TRUE(reproduce::train_or_reuse(c, r, data).reused);
+    if (name == "vanilla") {  // control: the skipv1 flags under vanilla's entry are trained again
+      fs::remove_all(entry);
+      train(reproduce::recipe("skipv1", 1, 2).flags, entry);
+      EXPECT_FALSE(reproduce::train_or_reuse(c, r, data).reused);
+    }
+  }
+}
