@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <limits>
 #include <map>
+#include <stdexcept>
 
 #include "core/atomic_file.hpp"
 #include "core/errors.hpp"
@@ -327,9 +328,24 @@ Value with_verdict(const std::string& figure, const Value& json) {
   return out;
 }
 
+namespace {
+
+// OUTPUTS/FIGURE/FIGURE.json judged; a file that lacks what the figure's claim measures is a
+// UsageError naming it.
+Value judged_file(const std::string& figure, const fs::path& path) {
+  const Value json = read_json_file(path);
+  try {
+    return with_verdict(figure, json);
+  } catch (const std::logic_error& e) {  // a missing key or a string where a number belongs
+    throw UsageError(path.string() + ": not " + figure + "'s results (" + e.what() + ")");
+  }
+}
+
+}  // namespace
+
 Value rejudge(const Figure& figure, const fs::path& outputs) {
   const fs::path path = outputs / figure.name / (figure.name + ".json");
-  const Value judged = with_verdict(figure.name, read_json_file(path));
+  const Value judged = judged_file(figure.name, path);
   StagedFiles files;
   files.add_bytes(path, "JSON", judged.json());
   files.commit();
@@ -384,7 +400,10 @@ std::string verdicts_markdown(const fs::path& outputs) {
   std::string table = "| figure | claim | quantity | measured (± se over the rule's replicates) | verdict |\n|---|---|---|---|---|\n";
   std::vector<std::pair<std::string, std::string>> rules;  // rule, the figures that use it
   for (const Figure& f : figures()) {
-    const Value j = read_json_file(outputs / f.name / (f.name + ".json"));
+    const fs::path path = outputs / f.name / (f.name + ".json");
+    const Value j = read_json_file(path);
+    for (const char* key : {"claim", "quantity", "uncertainty", "rule", "verdict"})
+      if (!j.find(key)) throw UsageError(path.string() + ": no \"" + key + "\" (run 'qkvlab reproduce --verdicts')");
     const Value& q = j["quantity"];
     table += "| " + f.name + " | " + j["claim"].string() + " | " + q["name"].string() + " " + q["claimed"].string() +
              " | " + measured_text(j) + " | **" + j["verdict"].string() + "** |\n";

@@ -288,6 +288,12 @@ TEST(ReproduceVerdicts, DocsTableIsGeneratedFromTheCommittedJsons) {
   std::ofstream(json) << text;
   reproduce::rejudge(reproduce::find_figure("qwe-table2"), dir / "outputs");
   EXPECT_NE(reproduce::verdicts_markdown(dir / "outputs"), generated);
+  // A file that is not the figure's results: a one-line UsageError naming it, the file untouched.
+  const fs::path bad = dir / "outputs" / "skipv1-table2" / "skipv1-table2.json";
+  std::ofstream(bad) << "{\"figure\": \"skipv1-table2\"}\n";
+  EXPECT_THROW(reproduce::rejudge(reproduce::find_figure("skipv1-table2"), dir / "outputs"), qkvlab::UsageError);
+  EXPECT_EQ(file_text(bad), "{\"figure\": \"skipv1-table2\"}\n");
+  EXPECT_THROW(reproduce::verdicts_markdown(dir / "outputs"), qkvlab::UsageError);
 }
 
 // The recipes are defined once: each of the cache's recipes is a line `NAME|SEEDS|FLAGS` of
