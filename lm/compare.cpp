@@ -21,11 +21,6 @@ using engine::Json;
 
 namespace {
 
-struct Curve {
-  std::vector<std::int64_t> steps;
-  std::vector<double> values;
-};
-
 struct Run {
   fs::path dir;
   std::string family, variant, key, label;
@@ -42,22 +37,6 @@ const Json& member(const Json& object, const std::string& key, const fs::path& f
 }
 
 // One line per step: the first column the step, column `column` the value.
-Curve read_curve(const fs::path& file, int column) {
-  std::ifstream in(file);
-  if (!in) throw UsageError(file.string() + ": cannot read");
-  Curve c;
-  std::string line;
-  std::getline(in, line);  // header
-  while (std::getline(in, line)) {
-    std::vector<std::string> fields;
-    std::stringstream ss(line);
-    for (std::string f; std::getline(ss, f, ',');) fields.push_back(f);
-    if (int(fields.size()) <= column) throw UsageError(file.string() + ": malformed row \"" + line + "\"");
-    c.steps.push_back(std::stoll(fields[0]));
-    c.values.push_back(std::stod(fields[std::size_t(column)]));
-  }
-  return c;
-}
 
 std::string text_of(const Json& j) {
   if (j.kind == Json::Kind::string || j.kind != Json::Kind::object) return j.text;
@@ -187,6 +166,23 @@ Smoothing parse_smoothing(const std::string& name) {
 }
 
 std::string to_string(Smoothing smoothing) { return smoothing == Smoothing::forward ? "forward" : "trailing"; }
+
+Curve read_curve(const fs::path& file, int column) {
+  std::ifstream in(file);
+  if (!in) throw UsageError(file.string() + ": cannot read");
+  Curve c;
+  std::string line;
+  std::getline(in, line);  // header
+  while (std::getline(in, line)) {
+    std::vector<std::string> fields;
+    std::stringstream ss(line);
+    for (std::string f; std::getline(ss, f, ',');) fields.push_back(f);
+    if (int(fields.size()) <= column) throw UsageError(file.string() + ": malformed row \"" + line + "\"");
+    c.steps.push_back(std::stoll(fields[0]));
+    c.values.push_back(std::stod(fields[std::size_t(column)]));
+  }
+  return c;
+}
 
 results::Value compare_runs(const std::vector<fs::path>& dirs, const CompareOptions& o) {
   if (dirs.empty()) throw UsageError("no run directories given");

@@ -19,6 +19,7 @@
 // are compared the same way, unsmoothed.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -39,6 +40,14 @@ struct CompareOptions {
   std::optional<std::filesystem::path> csv;  // relative curves as CSV (+ figure stem below)
   std::optional<std::filesystem::path> figure;
 };
+
+// A run's logged curve (train.csv, validation.csv): the step column and column `column`.
+struct Curve {
+  std::vector<std::int64_t> steps;
+  std::vector<double> values;
+};
+// UsageError naming the file for one that cannot be read or a row without that column.
+Curve read_curve(const std::filesystem::path& file, int column);
 
 results::Value compare_runs(const std::vector<std::filesystem::path>& runs, const CompareOptions& options);
 

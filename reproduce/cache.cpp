@@ -120,6 +120,8 @@ results::Value from_json(const engine::Json& j) {
   return {};
 }
 
+}  // namespace
+
 results::Value read_json_file(const fs::path& path) {
   const std::string text = read_text_file(path);
   try {
@@ -128,8 +130,6 @@ results::Value read_json_file(const fs::path& path) {
     throw UsageError(path.string() + ": " + e.what());
   }
 }
-
-}  // namespace
 
 Trained train_or_reuse(const Context& c, const Recipe& r, const lm::TrainData& data) {
   const std::string text = recipe_text(r.run, data);
