@@ -2,7 +2,7 @@
 # Uptraining SkipV1Former from trained vanilla models (SkipV1Former §5.1, Fig. 8, 10), as in
 # docs/lm-comparisons.md: each vanilla checkpoint converted by every method of `qkvlab lm convert`,
 # its validation loss as converted, then `qkvlab lm train --from` for a tenth and a fifth of the
-# preset's 1,200 steps (peak lr 3e-4 = 1.5x the preset's floor, as 000 App. B.1 found best relative
+# preset's 1,200 steps (peak lr 3e-4 = 1.5x the preset's floor, as SkipV1Former App. B.1 found best relative
 # to its pretraining's final rate; fresh windows: seed + 100).
 #
 #   scripts/lm_uptraining.sh --vanilla DIR_WITH_vanilla-sSEED/checkpoint... [--qkvlab BIN] [--device D]
