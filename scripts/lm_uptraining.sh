@@ -3,7 +3,7 @@
 # docs/lm-comparisons.md: each vanilla checkpoint converted by every method of `qkvlab lm convert`
 # (svd is released-svd; mean-v, the same as released-avg, is not run twice),
 # its validation loss as converted, then `qkvlab lm train --from` for a tenth and a fifth of the
-# preset's 1,200 steps (peak lr 3e-4 = 1.5x the preset's floor, as 000 App. B.1 found best relative
+# preset's 1,200 steps (peak lr 3e-4 = 1.5x the preset's floor, as SkipV1Former App. B.1 found best relative
 # to its pretraining's final rate; fresh windows: seed + 100).
 #
 #   scripts/lm_uptraining.sh --vanilla DIR_WITH_vanilla-sSEED/checkpoint... [--qkvlab BIN] [--device D]
