@@ -14,6 +14,7 @@
 #include "gpu/backend.hpp"
 #include "lm/generate.hpp"
 #include "lm/model_files.hpp"
+#include "results/value.hpp"
 
 namespace qkvlab::cli {
 

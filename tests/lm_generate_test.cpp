@@ -260,15 +260,15 @@ TEST(LmGenerateCommand, ReportsTheNewTokensAndTheMeasuredCache) {
 TEST(LmGenerateCommand, SamplingIsReproducibleAtAnyThreadCountAndBatch) {
   const Files f;
   const std::string args = "--tokens " + shell_quoted(f.dir / "p.npy") +
-                           " --max-new 8 --temperature 1.5 --top-k 20 --top-p 0.9 --seed 11 --format json";
+                           " --max-new 8 --temperature 1.5 --top-k 20 --top-p 0.9 --format json";
   auto ids = [&](const std::string& more) {
     const auto r = run_qkvlab(f.generate(args + more));
     EXPECT_EQ(r.status, 0) << r.err;
     return engine::parse_json(r.out);
   };
-  const auto one = ids_of(field(ids(" --threads 1"), "ids"));
-  EXPECT_EQ(one, ids_of(field(ids(" --threads 2"), "ids")));
-  const engine::Json batch = field(ids(" --batch 3"), "ids");
+  const auto one = ids_of(field(ids(" --seed 11 --threads 1"), "ids"));
+  EXPECT_EQ(one, ids_of(field(ids(" --seed 11 --threads 2"), "ids")));
+  const engine::Json batch = field(ids(" --seed 11 --batch 3"), "ids");
   ASSERT_EQ(batch.items.size(), 3u);
   EXPECT_EQ(ids_of(batch.items[0]), one);  // sequence 0 draws from the same stream at any batch size
   EXPECT_NE(ids_of(batch.items[1]), one);  // control: another stream, other tokens

@@ -657,6 +657,40 @@ TEST_P(LmGpuModel, DeterministicOnCuda) {
   EXPECT_FALSE(a.grads == other.grads) << "control: another batch";
 }
 
+// Decoding with the cache (lm/model.hpp): a prompt of 4 tokens in B = 2 sequences, then 3 steps of
+// one token each; the logits of every step (B·V) within tol(model_k) of the CPU's. Control: the
+// embedding of the first prompt token moved by 0.5 on the CUDA side.
+Floats decode(Backend<float>& be, const lm::Config& c, const std::vector<float>& values) {
+  lm::Model<float> model(c, be);
+  model.set_parameters(values);
+  const int B = 2, P = 4, steps = 3;
+  const Tokens t = model_tokens(c.vocab, 5);
+  Ints prompt;
+  for (int b = 0; b < B; ++b) prompt.insert(prompt.end(), t.ids.begin() + b * t.T, t.ids.begin() + b * t.T + P);
+  model.begin_cache(B, P + steps, P);
+  Floats logits(std::size_t(B) * c.vocab), all;
+  model.extend(prompt.data(), P, logits.data());
+  for (int step = 0; step < steps; ++step) {
+    all.insert(all.end(), logits.begin(), logits.end());
+    const Ints next{t.targets[std::size_t(step)] < 0 ? 0 : t.targets[std::size_t(step)], t.ids[std::size_t(step)]};
+    model.extend(next.data(), 1, logits.data());
+  }
+  all.insert(all.end(), logits.begin(), logits.end());
+  return all;
+}
+
+TEST_P(LmGpuModel, DecodesWithTheCacheAsTheCpu) {
+  const lm::Config& c = GetParam().config;
+  const engine::ParameterLayout layout = lm::Model<float>(c, cpu).parameters().layout;
+  const auto values = gpu_test::random_parameters(layout, 7);
+  const Floats a = decode(cpu, c, values), b = decode(*cuda, c, values);
+  const double k = model_k(c, 8);
+  EXPECT_LE(rel(a, b), tol(k));
+  auto moved = values;
+  moved[layout.at("wte").offset + std::size_t(model_tokens(c.vocab, 5).ids[0]) * c.d] += 0.5f;
+  EXPECT_GT(rel(a, decode(*cuda, c, moved)), tol(k)) << "control";
+}
+
 INSTANTIATE_TEST_SUITE_P(Variants, LmGpuModel, ::testing::ValuesIn(model_cases()),
                          [](const auto& info) { return info.param.name; });
 
