@@ -321,6 +321,7 @@ struct Model<S>::Impl {
   // Over every position so far (with a cache, the cached ones too: the cache keeps own heads only).
   const S* mixed(const Mix& mix, int l, bool keys, S* out) {
     if (is_own(mix, l, own_heads(l, keys))) return keys ? own_keys(l) : own_values(l);
+    if (const S* owner = whole_layer(mix, keys)) return owner;
     const int w = head_width(keys), G = config.kv_heads;
     each_sequence([&](std::size_t r0, int rows) {
       for (int g = 0; g < G; ++g) {
@@ -336,6 +337,16 @@ struct Model<S>::Impl {
       }
     });
     return out;
+  }
+
+  // With a cache: the buffer of the one layer whose own heads `mix` takes unchanged (SVFormer's,
+  // YOCO-V's and CLA-V's values, SkipV1-YOCO's keys), read in place by a step instead of copied;
+  // null otherwise (and in a plain forward, whose backward expects the copy).
+  const S* whole_layer(const Mix& mix, bool keys) {
+    if (!caching || drop_shared || mix.empty() || mix[0].empty()) return nullptr;
+    const int owner = mix[0][0].layer;
+    if (!is_own(mix, owner, own_heads(owner, keys))) return nullptr;
+    return keys ? own_keys(owner) : own_values(owner);
   }
 
   bool dropped(const Source& src, int l) const { return caching && drop_shared && src.layer != l; }
