@@ -72,7 +72,7 @@ int main(int argc, char** argv) {
           app, "lm", "Transformer language models: GPT-2 and Llama families, every variant (docs/lm.md)",
           "Exit status: 0 success, 2 usage error (one line on stderr), 3 an unexpected error.", command_line,
           {qkvlab::cli::add_lm_init_commands, qkvlab::cli::add_lm_export_commands, qkvlab::cli::add_lm_eval_commands,
-           qkvlab::cli::add_lm_train_commands, qkvlab::cli::add_lm_compare_commands,
+           qkvlab::cli::add_lm_generate_commands, qkvlab::cli::add_lm_train_commands, qkvlab::cli::add_lm_compare_commands,
            qkvlab::cli::add_lm_eliminate_commands, qkvlab::cli::add_lm_tokenize_commands}),
       qkvlab::cli::add_params_command(app, command_line),
       qkvlab::cli::add_kv_command(app, command_line),
