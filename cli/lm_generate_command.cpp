@@ -1,5 +1,6 @@
-// `qkvlab lm generate CKPT --tokens FILE`: decoding with the cache (lm/generate.hpp): the new
-// tokens, the cache's measured bytes per token, prefill and decode throughput, peak memory.
+// `qkvlab lm generate CKPT --tokens FILE | --prompt TEXT | --prompt-file FILE`: decoding with the
+// cache (lm/generate.hpp): the new tokens (and their text, by the checkpoint's tokenizer), the
+// cache's measured bytes per token, prefill and decode throughput, peak memory.
 #include <iostream>
 
 #include "cli/commands.hpp"
@@ -7,6 +8,7 @@
 #include "cli/nonfinite_option.hpp"
 #include "cli/plot_common.hpp"
 #include "cli/threads_option.hpp"
+#include "cli/token_options.hpp"
 #include "cli/validators.hpp"
 #include "core/errors.hpp"
 #include "core/peak_memory.hpp"
@@ -14,6 +16,7 @@
 #include "gpu/backend.hpp"
 #include "lm/generate.hpp"
 #include "lm/model_files.hpp"
+#include "lm/tokenizer.hpp"
 #include "results/value.hpp"
 
 namespace qkvlab::cli {
@@ -28,16 +31,33 @@ struct GenerateArgs {
   bool allow_nonfinite = false, quiet = false;
 };
 
-// The prompt's ids: a 1-D token file (--tokens). --prompt and --prompt-file need the checkpoint's
-// tokenizer (encode(text) -> ids), which qkvlab does not read yet.
+// The prompt's ids: a 1-D token file (--tokens), or text (--prompt, --prompt-file) encoded by the
+// checkpoint's tokenizer (lm/tokenizer.hpp; a checkpoint without one is a usage error).
 std::vector<std::int32_t> prompt_ids(const GenerateArgs& a) {
-  if (a.tokens.empty())
-    throw UsageError(std::string(a.prompt.empty() ? "--prompt-file" : "--prompt") +
-                     " needs the checkpoint's tokenizer (not available yet); give the prompt's ids with --tokens");
+  if (a.tokens.empty()) {
+    const std::vector<std::int32_t> ids = a.prompt_file.empty() ? lm::Tokenizer::load(a.checkpoint).encode(a.prompt)
+                                                                : text_token_ids(a.prompt_file, a.checkpoint);
+    if (ids.empty()) throw UsageError((a.prompt_file.empty() ? "--prompt" : a.prompt_file) + ": the prompt is empty");
+    return ids;
+  }
   const corpus::TokenArray t = corpus::read_token_file(a.tokens);
   if (t.cols != 0) throw UsageError(a.tokens + ": --tokens needs a 1-D array of ids, got a 2-D one");
   if (t.ids.empty()) throw UsageError(a.tokens + ": the prompt is empty");
   return t.ids;
+}
+
+// The new tokens as text, where the checkpoint has a tokenizer (invalid UTF-8 replaced, for JSON).
+void set_text(results::Value& out, const GenerateArgs& a, const std::vector<std::vector<std::int32_t>>& ids) {
+  if (!lm::has_tokenizer(a.checkpoint)) return;
+  const lm::Tokenizer tokenizer = lm::Tokenizer::load(a.checkpoint);
+  const auto text = [&](const std::vector<std::int32_t>& seq) { return lm::replace_invalid_utf8(tokenizer.decode(seq)); };
+  if (a.batch == 1) {
+    out.set("text", text(ids[0]));
+    return;
+  }
+  results::Value all = results::Value::array();
+  for (const auto& seq : ids) all.push(text(seq));
+  out.set("text", std::move(all));
 }
 
 results::Value ids_value(const std::vector<std::int32_t>& ids) {
@@ -62,6 +82,7 @@ int run_generate(const GenerateArgs& a) {
     for (const auto& seq : g.ids) all.push(ids_value(seq));
     out.set("ids", std::move(all));
   }
+  set_text(out, a, g.ids);
   out.set("cache_bytes_per_token", g.cache_bytes_per_token);
   out.set("prefill_tokens_per_s", double(a.batch) * double(prompt.size()) / g.prefill_seconds);
   out.set("decode_tokens_per_s", g.decode_steps ? results::Value(double(a.batch) * double(g.decode_steps) /
@@ -79,8 +100,8 @@ std::vector<Command> add_lm_generate_commands(CLI::App& lm, const std::string&) 
   auto* cmd = lm.add_subcommand("generate", "Decode new tokens after a prompt with the model's key/value cache");
   cmd->add_option("CKPT", a->checkpoint, "Checkpoint directory (qkvlab's own or Hugging Face's)")->required();
   auto* tokens = cmd->add_option("--tokens", a->tokens, "The prompt: a 1-D .npy of token ids (or nanoGPT's .bin)");
-  auto* prompt = cmd->add_option("--prompt", a->prompt, "The prompt as text (needs the checkpoint's tokenizer)");
-  auto* file = cmd->add_option("--prompt-file", a->prompt_file, "The prompt as a text file (needs a tokenizer)");
+  auto* prompt = cmd->add_option("--prompt", a->prompt, "The prompt as text, encoded by the checkpoint's tokenizer (tokenizer.json or vocab.json + merges.txt)");
+  auto* file = cmd->add_option("--prompt-file", a->prompt_file, "The prompt as a text file, encoded by the checkpoint's tokenizer");
   tokens->excludes(prompt)->excludes(file);
   prompt->excludes(file);
   cmd->add_option("--max-new", a->max_new, "New tokens to generate")->check(integer_in(1, 1 << 20))->capture_default_str();

@@ -286,7 +286,7 @@ TEST(LmGenerateCommand, BadInputExitsTwoWithOneLine) {
       {"--tokens " + shell_quoted(f.dir / "oov.npy"), "outside the model's vocabulary [0, 50)"},
       {"--tokens " + shell_quoted(f.dir / "empty.npy"), "empty"},
       {"--tokens " + shell_quoted(f.dir / "two.npy"), "1-D"},
-      {"--prompt hello", "tokenizer"},
+      {"--prompt hello", "tokenizer"},  // the model has no tokenizer files
       {"--prompt-file " + shell_quoted(f.dir / "p.npy"), "tokenizer"},
       {"", "--tokens"},
       {"--tokens " + shell_quoted(f.dir / "p.npy") + " --top-p 0", "--top-p"},

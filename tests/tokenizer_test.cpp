@@ -8,14 +8,17 @@
 #include "corpus/bpe.hpp"
 #include "corpus/byte_unicode.hpp"
 #include "corpus/token_file.hpp"
+#include "engine/json.hpp"
 #include "tests/run_command.hpp"
 #include "tests/scratch_dir.hpp"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <iterator>
+#include <tuple>
 
 namespace qkvlab::lm {
 namespace {
@@ -293,6 +296,34 @@ TEST(TokenizeCommand, BadInputExit2) {
 // --- checkpoints carry the corpus's tokenizer; --text reads through it ------------------------------
 
 // A corpus prepared as `qkvlab data brown` lays it out, with the fixture's BPE and its tokens.
+// lm generate --prompt and --prompt-file: the prompt is encoded by the checkpoint's tokenizer (the ids
+// lm tokenize gives), and the new tokens come back as text too. Control: another prompt, other ids.
+TEST(GenerateCommand, PromptTextIsEncodedAndNewTokensDecoded) {
+  ScratchDir dir;
+  const std::string m = shell_quoted(dir / "m");
+  ASSERT_EQ(run_qkvlab("lm init " + m + " --family gpt2 --layers 1 --d 16 --heads 2 --vocab 262 --positions 32").status, 0);
+  write_gpt2_files(dir / "m");
+  write_file(dir / "prompt.txt", "the this is");
+  const auto generate = [&](const std::string& prompt) {
+    const auto r = run_qkvlab("lm generate " + m + " " + prompt + " --max-new 4 --format json");
+    EXPECT_EQ(r.status, 0) << r.err;
+    const engine::Json j = engine::parse_json(r.out);
+    const auto at = [&](const std::string& key) -> const engine::Json& {
+      return j.items.at(std::size_t(std::find(j.keys.begin(), j.keys.end(), key) - j.keys.begin()));
+    };
+    Ids prompt_ids, ids;
+    for (const auto& x : at("prompt_ids").items) prompt_ids.push_back(std::int32_t(std::stol(x.text)));
+    for (const auto& x : at("ids").items) ids.push_back(std::int32_t(std::stol(x.text)));
+    return std::tuple{prompt_ids, ids, at("text").text};
+  };
+  const auto [prompt_ids, ids, text] = generate("--prompt 'the this is'");
+  EXPECT_EQ(prompt_ids, (Ids{83, 257, 256, 71, 259, 220, 259}));
+  ASSERT_EQ(ids.size(), 4u);
+  EXPECT_EQ(text, replace_invalid_utf8(Tokenizer::load(dir / "m").decode(ids)));
+  EXPECT_EQ(generate("--prompt-file " + shell_quoted(dir / "prompt.txt")), std::tuple(prompt_ids, ids, text));
+  EXPECT_NE(std::get<0>(generate("--prompt 'is it'")), prompt_ids);
+}
+
 TEST(CheckpointTokenizer, TrainedOnACorpusCarriesItsTokenizer) {
   ScratchDir dir;
   const auto data = dir / "data";
