@@ -153,6 +153,7 @@ FloatRank float_rank(const MatD& J) {
   if (f.rank == 0) return f;
   f.gap = f.rank < s.size() ? s[f.rank - 1] / s[f.rank] : std::numeric_limits<double>::infinity();
   f.relative = s[f.rank - 1] / s[0];
+  f.over_tolerance = s[f.rank - 1] / f.tolerance;
   for (Eigen::Index i = std::max(0, f.rank - 3); i < std::min<Eigen::Index>(s.size(), f.rank + 3); ++i)
     f.around_cut.push_back(s[i]);
   return f;
@@ -190,7 +191,9 @@ Count count(const Config& c, bool certify, const ProgressFn& progress) {
   for (int k : {1, c.inputs / 4, c.inputs / 2, c.inputs - 1, c.inputs})
     if (k >= 1 && (n.saturation.empty() || k > n.saturation.back().first))
       n.saturation.push_back({k, float_rank(J.topRows(per * k)).rank});
-  n.saturated = n.saturation.size() >= 2 && n.saturation[n.saturation.size() - 2].second == n.rank.rank;
+  const auto half = std::find_if(n.saturation.begin(), n.saturation.end(),
+                                 [&](const auto& s) { return s.first == c.inputs / 2; });
+  n.saturated = half != n.saturation.end() && half->second == n.rank.rank;
   const Gauges<double> gd = gauge_directions<double>(c, L, p.theta);
   n.predicted = gd.terms;
   n.upper = {n.parameters, true, "none: rank <= parameters", ""};

@@ -25,7 +25,8 @@ namespace qkvlab::fdim {
 struct FloatRank {
   int rank = 0;
   double tolerance = 0;                // numpy's: max(m, P) · u · s_1
-  double gap = 0, relative = 0;        // s_r / s_{r+1} (∞ at full rank), s_r / s_1
+  double gap = 0, relative = 0;        // s_r / s_{r+1} (∞ at full rank or s_{r+1} = 0), s_r / s_1
+  double over_tolerance = 0;           // s_r / tolerance (BDCSVD deflates to exact zeros past the cut)
   std::vector<double> around_cut;      // s_{r−2} … s_{r+3}, where they exist
 };
 FloatRank float_rank(const MatD& J);
@@ -49,7 +50,7 @@ struct Count {
   long long parameters = 0, outputs = 0;
   FloatRank rank;
   std::vector<std::pair<int, int>> saturation;  // (inputs n, float rank on the first n)
-  bool saturated = false;
+  bool saturated = false;                       // the rank on the first N/2 inputs is already the rank on N
   Bound lower, upper;
   std::vector<Term> predicted;
   long long gauges_verified = 0;

@@ -59,6 +59,7 @@ Value count_value(const Count& n) {
   v.set("gauges_verified", std::int64_t(n.gauges_verified));
   v.set("gauge_residual", n.gauge_residual);
   v.set("gap", object({{"s_r_over_s_r1", n.rank.gap}, {"s_r_over_s_1", n.rank.relative},
+                       {"s_r_over_tolerance", n.rank.over_tolerance},
                        {"tolerance", n.rank.tolerance},
                        {"singular_values_around_cut", Value::array_of(n.rank.around_cut)}}));
   v.set("saturation", sat);

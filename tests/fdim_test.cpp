@@ -80,7 +80,7 @@ TEST(Fdim, RankSaturatesInInputs) {
   c.readout = Readout::linear;
   c.mlp = Mlp::gelu;
   c.ffn = 4;
-  c.inputs = 16;
+  c.inputs = 32;
   const Count n = count(c, false);
   ASSERT_TRUE(n.saturated);
   c.inputs *= 2;
