@@ -8,6 +8,7 @@
 
 #include <iostream>
 #include <map>
+#include <string>
 #include <memory>
 
 namespace qkvlab::cli {
@@ -16,16 +17,22 @@ namespace {
 
 struct FdimArgs {
   fdim::Config config;
+  std::string skips = "both", norm = "none", mlp = "none", embed = "none", readout = "none";
   std::string query = "free", format = "table";
   std::vector<int> query_layers;
   bool no_certify = false, quiet = false;
 };
 
-template <class E> CLI::Transformer names(const std::map<std::string, E>& m) {
-  return CLI::Transformer(m, CLI::ignore_case);
-}
+template <class E> E named(const std::map<std::string, E>& m, const std::string& name) { return m.at(name); }
 
 int run_fdim(FdimArgs a) {
+  using namespace fdim;
+  Config& c = a.config;
+  c.skips = named<Skips>({{"both", Skips::both}, {"attention", Skips::attention}, {"none", Skips::none}}, a.skips);
+  c.norm = named<Norm>({{"none", Norm::none}, {"layernorm", Norm::layernorm}, {"rmsnorm", Norm::rmsnorm}}, a.norm);
+  c.mlp = named<Mlp>({{"none", Mlp::none}, {"relu", Mlp::relu}, {"gelu", Mlp::gelu}}, a.mlp);
+  c.embed = named<Embed>({{"tokens", Embed::tokens}, {"linear", Embed::linear}, {"none", Embed::none}}, a.embed);
+  c.readout = named<Readout>({{"linear", Readout::linear}, {"tied", Readout::tied}, {"none", Readout::none}}, a.readout);
   if (a.query == "identity") {
     if (a.query_layers.empty())
       for (int l = 1; l <= a.config.layers; ++l) a.query_layers.push_back(l);
@@ -62,29 +69,25 @@ Command add_fdim_command(CLI::App& app, const std::string&) {
   count("--head-dim", c.head_dim, "Head dimension d_h");
   count("--seq", c.seq, "Sequence length T");
   count("--inputs", c.inputs, "Random input sequences N (the rank must saturate in N; the report shows it)");
-  cmd->add_option("--skips", c.skips, "Skip connections")
-      ->transform(names<fdim::Skips>({{"both", fdim::Skips::both}, {"attention", fdim::Skips::attention},
-                                       {"none", fdim::Skips::none}}))
-      ->default_str("both");
-  cmd->add_option("--norm", c.norm, "Pre-norm in each block (and a final norm before a readout)")
-      ->transform(names<fdim::Norm>({{"none", fdim::Norm::none}, {"layernorm", fdim::Norm::layernorm},
-                                      {"rmsnorm", fdim::Norm::rmsnorm}}))
-      ->default_str("none");
-  cmd->add_option("--mlp", c.mlp, "MLP after attention")
-      ->transform(names<fdim::Mlp>({{"none", fdim::Mlp::none}, {"relu", fdim::Mlp::relu}, {"gelu", fdim::Mlp::gelu}}))
-      ->default_str("none");
+  cmd->add_option("--skips", a->skips, "Skip connections")
+      ->check(CLI::IsMember({"both", "attention", "none"}))
+      ->capture_default_str();
+  cmd->add_option("--norm", a->norm, "Pre-norm in each block (and a final norm before a readout)")
+      ->check(CLI::IsMember({"none", "layernorm", "rmsnorm"}))
+      ->capture_default_str();
+  cmd->add_option("--mlp", a->mlp, "MLP after attention")
+      ->check(CLI::IsMember({"none", "relu", "gelu"}))
+      ->capture_default_str();
   count("--ffn", c.ffn, "MLP hidden width r");
-  cmd->add_option("--embed", c.embed, "Input end: token table (--vocab), linear map (--din), or the inputs themselves")
-      ->transform(names<fdim::Embed>({{"tokens", fdim::Embed::tokens}, {"linear", fdim::Embed::linear},
-                                       {"none", fdim::Embed::none}}))
-      ->default_str("none");
+  cmd->add_option("--embed", a->embed, "Input end: token table (--vocab), linear map (--din), or the inputs themselves")
+      ->check(CLI::IsMember({"tokens", "linear", "none"}))
+      ->capture_default_str();
   count("--vocab", c.vocab, "Vocabulary size (--embed tokens)");
   count("--din", c.din, "Input dimension (--embed linear)");
   cmd->add_flag("--pos-emb", c.pos_emb, "Learned positions P (T x d)");
-  cmd->add_option("--readout", c.readout, "Output end: linear map (--dout), tied to the embedding, or the stream")
-      ->transform(names<fdim::Readout>({{"linear", fdim::Readout::linear}, {"tied", fdim::Readout::tied},
-                                         {"none", fdim::Readout::none}}))
-      ->default_str("none");
+  cmd->add_option("--readout", a->readout, "Output end: linear map (--dout), tied to the embedding, or the stream")
+      ->check(CLI::IsMember({"linear", "tied", "none"}))
+      ->capture_default_str();
   count("--dout", c.dout, "Output dimension (--readout linear)");
   cmd->add_flag("--bias", c.bias, "Biases on every linear map");
   cmd->add_flag("--norm-gain", c.norm_gain, "A learned gain in every norm");

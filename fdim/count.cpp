@@ -1,5 +1,6 @@
 #include "fdim/count.hpp"
 
+#include "core/limits.hpp"
 #include "core/parallel.hpp"
 #include "fdim/dual.hpp"
 #include "fdim/network.hpp"
@@ -185,6 +186,9 @@ Count count(const Config& c, bool certify, const ProgressFn& progress) {
   n.config = c;
   n.parameters = L.size;
   n.outputs = (long long)c.seq * c.output_dim() * c.inputs;
+  // J and the SVD's working copies, in double.
+  require_memory("qkvlab fdim's Jacobian (--inputs x --seq x outputs by parameters)",
+                 4.0 * 8.0 * double(n.outputs) * double(n.parameters));
   const MatD J = columns<double>(c, L, p.theta, p, iota(L.size), "Jacobian columns", progress);
   n.rank = float_rank(J);
   const Eigen::Index per = J.rows() / std::max(1, c.inputs);
