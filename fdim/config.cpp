@@ -42,7 +42,7 @@ const char* readout_name(Readout r) { return r == Readout::linear ? "linear" : r
 
 namespace {
 
-struct Builder {
+struct LayoutBuilder {
   Layout& out;
   int add(const std::string& name, int rows, int cols) {
     out.tensors.push_back({name, rows, cols, out.size});
@@ -54,7 +54,7 @@ struct Builder {
   }
 };
 
-void add_layer(const Config& c, int l, Builder& b) {
+void add_layer(const Config& c, int l, LayoutBuilder& b) {
   LayerTensors t;
   const std::string p = "layer" + std::to_string(l + 1) + ".";
   const bool gain = c.norm_gain;
@@ -86,7 +86,7 @@ void add_layer(const Config& c, int l, Builder& b) {
 
 Layout layout(const Config& c) {
   Layout out;
-  Builder b{out};
+  LayoutBuilder b{out};
   out.embed = b.add_if(c.embed != Embed::none, "E", c.input_dim(), c.d);
   out.embed_bias = b.add_if(c.embed == Embed::linear && c.bias, "e", 1, c.d);
   out.positions = b.add_if(c.pos_emb, "P", c.seq, c.d);

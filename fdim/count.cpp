@@ -52,7 +52,7 @@ Mat<T> columns(const Config& c, const Layout& L, const Vec<T>& theta, const Poin
 std::vector<int> first(const Eigen::VectorXi& perm, int r) { return {perm.data(), perm.data() + r}; }
 
 // r independent columns of A, then r independent rows of those columns (column-pivoted QR).
-std::pair<std::vector<int>, std::vector<int>> minor(const MatD& A, int r) {
+std::pair<std::vector<int>, std::vector<int>> spanning_minor(const MatD& A, int r) {
   Eigen::ColPivHouseholderQR<MatD> qc(A);
   const std::vector<int> cols = first(qc.colsPermutation().indices(), r);
   MatD sub(A.rows(), r);
@@ -78,13 +78,13 @@ std::vector<int> iota(Eigen::Index n) {
   return v;
 }
 
-Bound lower_bound(const Config& c, const Layout& L, const Point& p, const MatD& J, int r, const ProgressFn& progress) {
+Bound lower_certificate(const Config& c, const Layout& L, const Point& p, const MatD& J, int r, const ProgressFn& progress) {
   Bound b{0, false,
           "interval Gaussian elimination (MPFI, 50 digits) on an r x r minor of an enclosure of J computed by "
           "forward-mode duals over intervals at the exactly representable point",
           ""};
   if (r == 0) return {0, true, "trivial (rank 0)", ""};
-  const auto [rows, cols] = minor(J, r);
+  const auto [rows, cols] = spanning_minor(J, r);
   const Vec<Interval> theta = p.theta.cast<Interval>();
   try {
     const Mat<Interval> Jc = columns<Interval>(c, L, theta, p, cols, "enclosing J's minor", progress);
@@ -109,7 +109,7 @@ std::pair<double, bool> zero_test(const Vec<Interval>& y) {
   return {r, zero};
 }
 
-Bound upper_bound(const Config& c, const Layout& L, const Point& p, const MatD& J, const Gauges<double>& gd,
+Bound upper_certificate(const Config& c, const Layout& L, const Point& p, const MatD& J, const Gauges<double>& gd,
                   const ProgressFn& progress, Count& n) {
   const Eigen::Index k = gd.directions.cols();
   if (k == 0) return {n.parameters, true, "none: rank <= parameters (no gauge of the theory applies)", ""};
@@ -135,7 +135,7 @@ Bound upper_bound(const Config& c, const Layout& L, const Point& p, const MatD& 
     b.reason = std::to_string(k - n.gauges_verified) + " of " + std::to_string(k) + " directions not in the kernel";
     return b;
   }
-  const auto [rows, cols] = minor(gd.directions, int(k));
+  const auto [rows, cols] = spanning_minor(gd.directions, int(k));
   const Elimination e = interval_elimination(pick(gi.directions, rows, cols));
   b.holds = e.nonsingular;
   b.reason = e.nonsingular ? "" : "the directions are not certified independent: " + e.reason;
@@ -203,8 +203,8 @@ Count count(const Config& c, bool certify, const ProgressFn& progress) {
   n.upper = {n.parameters, true, "none: rank <= parameters", ""};
   n.lower = {0, false, "not certified (--no-certify)", ""};
   if (certify) {
-    n.lower = lower_bound(c, L, p, J, n.rank.rank, progress);
-    n.upper = upper_bound(c, L, p, J, gd, progress, n);
+    n.lower = lower_certificate(c, L, p, J, n.rank.rank, progress);
+    n.upper = upper_certificate(c, L, p, J, gd, progress, n);
   }
   n.certified = n.lower.holds && n.upper.holds && n.lower.value == n.upper.value;
   if (!c.identity_layers.empty()) {

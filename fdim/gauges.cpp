@@ -57,9 +57,9 @@ std::vector<Stream> streams(const Config& c, const Layout& L) {
   return s;
 }
 
-template <class T> class Builder {
+template <class T> class GaugeBuilder {
  public:
-  Builder(const Config& c, const Layout& L, const Vec<T>& theta) : c_(c), L_(L), theta_(theta) {}
+  GaugeBuilder(const Config& c, const Layout& L, const Vec<T>& theta) : c_(c), L_(L), theta_(theta) {}
 
   Gauges<T> finish() {
     Gauges<T> g;
@@ -357,7 +357,7 @@ template <class T> class Builder {
 }  // namespace
 
 template <class T> Gauges<T> gauge_directions(const Config& c, const Layout& L, const Vec<T>& theta) {
-  Builder<T> b(c, L, theta);
+  GaugeBuilder<T> b(c, L, theta);
   b.heads();
   b.gains();
   b.norm_readers();
