@@ -19,6 +19,24 @@ Config bare(int d, int heads, int head_dim) {
   return c;
 }
 
+// One attention layer (d = 4, H = 2, d_h = 2) without skips or ends.
+Config attention_layer() {
+  Config c = bare(4, 2, 2);
+  c.layers = 1;
+  c.skips = Skips::none;
+  c.inputs = 8;
+  return c;
+}
+
+// L layers (d = 4, H = 2, d_h = 2) between a linear embedding and a linear readout.
+Config stack(int layers) {
+  Config c = bare(4, 2, 2);
+  c.layers = layers;
+  c.embed = Embed::linear;
+  c.readout = Readout::linear;
+  return c;
+}
+
 long long deficiency(const Count& n) { return n.parameters - n.rank.rank; }
 
 }  // namespace
@@ -60,11 +78,7 @@ TEST(Fdim, ProductOfTwoLinearMapsHasDeficiencyRSquared) {
 
 // One attention layer without skips: exactly Lemma 3.1's d_h² per (W_Q, W_K) and per (W_V, W_O) pair.
 TEST(Fdim, OneAttentionLayerHasLemma31Deficiency) {
-  Config c = bare(4, 2, 2);
-  c.layers = 1;
-  c.skips = Skips::none;
-  c.inputs = 8;
-  const Count n = count(c, true);
+  const Count n = count(attention_layer(), true);
   EXPECT_EQ(n.parameters, 2 * 4 * 4 * 2);
   EXPECT_EQ(deficiency(n), 2 * 2 * 2 * 2);
   EXPECT_EQ(predicted_deficiency(n), deficiency(n));
@@ -74,10 +88,7 @@ TEST(Fdim, OneAttentionLayerHasLemma31Deficiency) {
 
 // Saturation: doubling the inputs beyond the reported N does not raise the rank.
 TEST(Fdim, RankSaturatesInInputs) {
-  Config c = bare(4, 2, 2);
-  c.layers = 2;
-  c.embed = Embed::linear;
-  c.readout = Readout::linear;
+  Config c = stack(2);
   c.mlp = Mlp::gelu;
   c.ffn = 4;
   c.inputs = 32;
@@ -90,10 +101,7 @@ TEST(Fdim, RankSaturatesInInputs) {
 // Control: biases break nothing but add gauges, b_K^h (constant over keys) and b_V^h against b_O:
 // the deficiency rises by exactly 2·H·d_h, as predicted, certified.
 TEST(Fdim, BiasesAddTheirPredictedGauges) {
-  Config c = bare(4, 2, 2);
-  c.layers = 1;
-  c.skips = Skips::none;
-  c.inputs = 8;
+  Config c = attention_layer();
   const Count plain = count(c, false);
   c.bias = true;
   c.inputs = 12;
@@ -106,10 +114,7 @@ TEST(Fdim, BiasesAddTheirPredictedGauges) {
 // Control: a learned (non-scalar) RMSNorm gain adds d per norm (absorbed by its readers' rows)
 // and keeps the stream's O(d); a prediction that left the gains out is off by exactly that.
 TEST(Fdim, NormGainChangesTheDeficiencyAsPredicted) {
-  Config c = bare(4, 2, 2);
-  c.layers = 1;
-  c.embed = Embed::linear;
-  c.readout = Readout::linear;
+  Config c = stack(1);
   c.norm = Norm::rmsnorm;
   c.inputs = 10;
   const Count plain = count(c, true);
@@ -126,10 +131,7 @@ TEST(Fdim, NormGainChangesTheDeficiencyAsPredicted) {
 // skips one layer is, but every layer costs (L − 1)(d² − H·d_h²) (the residual basis shrinks to
 // GL(d_h)^H). Control: a wrong prediction (0 lost with both skips in every layer) is refuted.
 TEST(Fdim, IdentityQueriesLoseWhatTheGaugeCountPredicts) {
-  Config c = bare(4, 2, 2);
-  c.layers = 2;
-  c.embed = Embed::linear;
-  c.readout = Readout::linear;
+  Config c = stack(2);
   c.inputs = 16;
   auto lost = [&](Skips s, std::vector<int> layers, bool certify) {
     Config q = c;
