@@ -4,6 +4,7 @@
 // seen); 2 a usage error (one-line message on stderr); 3 any other error, a
 // numerical failure (NumericalError) or out of memory included (one line too).
 #include "cli/commands.hpp"
+#include "cli/fdim_command.hpp"
 #include "core/errors.hpp"
 
 #include <iostream>
@@ -57,6 +58,7 @@ int main(int argc, char** argv) {
   const std::vector<qkvlab::cli::Command> commands{
       qkvlab::cli::add_verify_command(app, command_line),
       qkvlab::cli::add_absorb_command(app, command_line),
+      qkvlab::cli::add_fdim_command(app, command_line),
       qkvlab::cli::add_rmt_command(app, command_line),
       qkvlab::cli::add_lnorm_command(app, command_line),
       qkvlab::cli::add_transfer_command(app, command_line),

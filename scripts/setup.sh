@@ -23,7 +23,7 @@ done
 
 packages=(
   cmake ninja-build make g++ pkg-config
-  libeigen3-dev libboost-dev libmpfr-dev libgmp-dev   # linear algebra, multiprecision
+  libeigen3-dev libboost-dev libmpfr-dev libgmp-dev libmpfi-dev   # linear algebra, multiprecision, intervals (fdim)
   libspectra-dev                                      # Lanczos top singular values (qwe.sec8.3.1)
   libhdf5-dev libcli11-dev                            # results files, command line
   libpcre2-dev                                        # Unicode regular expressions of the tokenizers
