@@ -13,6 +13,7 @@
 #include "core/random_matrix.hpp"
 #include "core/rng.hpp"
 #include "core/statistics.hpp"
+#include "results/verdict.hpp"
 
 namespace qkvlab::analysis {
 
@@ -497,6 +498,15 @@ Report analyze(lm::Model<float>& model, Kind kind, const lm::TokenSequences& dat
   return out;
 }
 
+double uniform_causal_importance_ratio(int T) {
+  std::vector<double> a(std::size_t(T), 0.0);
+  for (int i = 0; i < T; ++i)
+    for (int j = 0; j <= i; ++j) a[std::size_t(j)] += 1.0 / (i + 1);
+  double others = 0;
+  for (int j = 1; j < T; ++j) others += a[std::size_t(j)] / (T - 1);
+  return a[0] / others;
+}
+
 const char* const kCrossLayerVerdictRule =
     "per layer n >= 2, d = cos(Eq. 2, Eq. 3) - cos(Eq. 2, Eq. 6) of each seed's model, mean and standard error over "
     "the seeds: agrees when every such layer has mean(d) > 2 se, disagrees when some layer has mean(d) < -2 se, "
@@ -512,12 +522,11 @@ CrossLayerVerdict cross_layer_verdict(const std::vector<Report>& replicates) {
     }
     v.difference.push_back(d.summary());
   }
-  const auto above = [](const Summary& s) { return s.value > 2 * s.se; };
-  const auto below = [](const Summary& s) { return s.value < -2 * s.se; };
-  if (replicates.size() < 2 || v.difference.empty()) v.verdict = "inconclusive";
-  else if (std::all_of(v.difference.begin(), v.difference.end(), above)) v.verdict = "agrees";
-  else if (std::any_of(v.difference.begin(), v.difference.end(), below)) v.verdict = "disagrees";
-  else v.verdict = "inconclusive";
+  std::vector<results::Element> layers;  // the rule is results/verdict.hpp's: z = 2, at least 2 seeds
+  for (std::size_t l = 0; l < v.difference.size(); ++l)
+    layers.push_back({"layer " + std::to_string(l + 2), v.difference[l].value, v.difference[l].se, v.difference[l].count, 0});
+  v.verdict = results::judge({"002 Fig. 3", "cos(Eq. 2, Eq. 3) - cos(Eq. 2, Eq. 6)", results::Sense::greater}, results::Rule{},
+                             layers).verdict;
   return v;
 }
 

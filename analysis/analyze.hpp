@@ -73,6 +73,11 @@ struct Report {
 Report analyze(lm::Model<float>& model, Kind kind, const lm::TokenSequences& data, const Options& options,
                const std::function<void(std::int64_t done, std::int64_t total)>& progress = {});
 
+// The first-token importance ratio of a uniform causal pattern over T positions (query i attends
+// 1/(i+1) to each j ≤ i, so a_j = Σ_{i ≥ j} 1/(i+1)): a_0 over the mean of a_1 … a_{T−1}, what
+// position alone gives the first token (ResFormer Fig. 10's baseline).
+double uniform_causal_importance_ratio(int T);
+
 // ResFormer Fig. 3's reading — the current attention is a better map of layer 1's values than the
 // identity (cos(Eq. 2, Eq. 3) > cos(Eq. 2, Eq. 6)) — over replicate models (seeds), from their
 // cross-layer reports: per layer n ≥ 2, the difference eq3 − eq6 of each replicate's mean cosine,

@@ -1,21 +1,20 @@
 #!/usr/bin/env bash
 # The GPU part of docs/benchmarks.md, in one run on a machine with a CUDA device: the CPU–CUDA
-# agreement tests, cuBLAS rates and the language model's training step, icl theory's throughput
-# on both devices, and `qkvlab analyze all` against the papers' path on the same card (PyTorch
+# agreement tests, cuBLAS rates and the language model's training step, and `qkvlab analyze all` against the papers' path on the same card (PyTorch
 # eager, bench/pytorch/gpt2_analyze.py, and Hugging Face transformers, bench/pytorch/hf_analyze.py:
 # python3 with torch and transformers), with the per-layer numbers of qkvlab on CUDA and on the
 # CPU compared with transformers'. Logs and JSON go to OUT; a summary is printed last.
 #
 #   bash bench/gpu_suite.sh [BUILD_DIR (build)] [OUT (gpu-suite)] [SEQUENCES (16)] [PARTS]
-# PARTS: some of "tests bench icl analyze" (default all four), in quotes.
+# PARTS: some of "tests bench analyze" (default all three), in quotes.
 # BUILD_DIR must hold qkvlab, the tests (lm_gpu_test gpu_agreement_test analysis_gpu_test
-# icl_gpu_test transfer_test) and the benchmarks (gpu_bench lm_gpu_bench): cmake --build BUILD_DIR
+# transfer_test) and the benchmarks (gpu_bench lm_gpu_bench): cmake --build BUILD_DIR
 # --target qkvlab <those>. Exit status: non-zero if a test failed.
 set -uo pipefail
 build=${1:-build}
 out=${2:-gpu-suite}
 sequences=${3:-16}
-parts=" ${4:-tests bench icl analyze} "
+parts=" ${4:-tests bench analyze} "
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 mkdir -p "$out"
 threads=$(nproc)
@@ -25,7 +24,7 @@ now() { date +%s.%N; }
 took() { python3 -c "print(f'{$2 - $1:.2f}')"; }
 
 # ---- agreement tests ------------------------------------------------------------------------
-[[ $parts == *" tests "* ]] && for t in lm_gpu_test gpu_agreement_test analysis_gpu_test icl_gpu_test "transfer_test --gtest_filter=TransferCuda.*"; do
+[[ $parts == *" tests "* ]] && for t in lm_gpu_test gpu_agreement_test analysis_gpu_test "transfer_test --gtest_filter=TransferCuda.*"; do
   name=${t%% *}
   t0=$(now)
   "$build/tests/"$t > "$out/$name.log" 2>&1 || status=1
@@ -38,16 +37,6 @@ if [[ $parts == *" bench "* ]]; then
   "$build/bench/lm_gpu_bench" > "$out/lm_gpu_bench.log" 2>&1 || status=1
   "$build/bench/lm_gpu_bench" --family llama > "$out/lm_gpu_bench_llama.log" 2>&1 || status=1
 fi
-
-# ---- icl theory throughput, CPU against CUDA --------------------------------------------------
-[[ $parts == *" icl "* ]] && for dev in cpu cuda; do
-  for dn in "4 16 200000" "16 64 200000" "64 256 20000"; do
-    set -- $dn
-    "$build/qkvlab" icl theory --d "$1" --n "$2" --prompts "$3" --sigma 0.5 --device $dev --threads "$threads" \
-      --format json > "$out/icl_${dev}_d$1.json" 2>> "$out/icl.log" || status=1
-    summary+=("icl theory $dev d=$1 n=$2: $(python3 -c "import json; t=json.load(open('$out/icl_${dev}_d$1.json')); print(t['prompts'], 'prompts', round(t['wall_seconds'], 3), 's', round(t['prompts_per_second']), 'prompts/s')")")
-  done
-done
 
 # ---- analyze against the papers' path (GPT-2 124M, T = 1024) ----------------------------------
 model="$out/g124"

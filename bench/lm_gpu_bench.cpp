@@ -93,8 +93,9 @@ class ProductTimer final : public Backend<float> {
   void swiglu_backward(std::size_t n, const float* G, const float* U, const float* dY, float* dG, float* dU) override {
     b_.swiglu_backward(n, G, U, dY, dG, dU);
   }
-  void rope(int B, int T, int h, int d, int ld, const engine::kernels::RopeFrequencies& f, bool inverse, float* X) override {
-    b_.rope(B, T, h, d, ld, f, inverse, X);
+  void rope(int B, int T, int past, int h, int d, int ld, const engine::kernels::RopeFrequencies& f, bool inverse,
+            float* X) override {
+    b_.rope(B, T, past, h, d, ld, f, inverse, X);
   }
   void attention_forward(const engine::AttentionShape& s, float scale, const float* q, const float* k, const float* v,
                          float* p, float* z) override {

@@ -54,8 +54,12 @@ Command add_probe_command(CLI::App& app, const std::string& command_line);
 Command add_reproduce_command(CLI::App& app, const std::string& command_line);
 // `qkvlab lm eval|train|compare` (lm_eval_command.cpp, lm_train_command.cpp, lm_compare_command.cpp).
 std::vector<Command> add_lm_eval_commands(CLI::App& lm, const std::string& command_line);
+// `qkvlab lm generate` (lm_generate_command.cpp).
+std::vector<Command> add_lm_generate_commands(CLI::App& lm, const std::string& command_line);
 std::vector<Command> add_lm_train_commands(CLI::App& lm, const std::string& command_line);
 std::vector<Command> add_lm_compare_commands(CLI::App& lm, const std::string& command_line);
+// `qkvlab lm tokenize` (lm_tokenize_command.cpp): text to ids and back with a checkpoint's tokenizer.
+std::vector<Command> add_lm_tokenize_commands(CLI::App& lm, const std::string& command_line);
 // `qkvlab lm eliminate` (lm_eliminate_command.cpp): Query-weight elimination on a trained model.
 std::vector<Command> add_lm_eliminate_commands(CLI::App& lm, const std::string& command_line);
 

@@ -28,9 +28,7 @@ struct TheoryArgs : TaskArgs {
 };
 
 icl::TheoryOptions theory_options(const TheoryArgs& a) {
-  icl::TheoryOptions o{a.prompts, a.seed, a.threads};
-  o.cuda = a.device == Device::cuda;
-  return o;
+  return icl::TheoryOptions{a.prompts, a.seed, a.threads};
 }
 
 // Refuses, before anything is allocated, sizes whose Monte Carlo would not fit the memory budget.
@@ -66,7 +64,7 @@ icl::TheoryGrid sweep_grid(const TheoryArgs& a) {
 }
 
 int run_theory_sweep(const TheoryArgs& a, const std::string& command_line) {
-  require_device(a.device);
+  require_device(a.device, false);
   const icl::TheoryGrid g = sweep_grid(a);
   const Progress progress{"icl theory", Progress::wanted(false)};
   const icl::TheorySweep s = icl::run_theory_sweep(g, a.w0 == "identity", theory_options(a),
@@ -88,7 +86,7 @@ int run_theory_sweep(const TheoryArgs& a, const std::string& command_line) {
 int run_theory(const TheoryArgs& a, const std::string& command_line) {
   apply_threads(a.threads, BlasUse::shared);
   if (a.sweep()) return run_theory_sweep(a, command_line);
-  require_device(a.device);
+  require_device(a.device, false);
   require_theory_memory(a, a.d, a.n);
   const icl::Theory t = icl::estimate_theory(make_task(a, prior_mean(a)), theory_options(a));
   const results::Table by_a = icl::theory_by_a_table(t);
@@ -117,7 +115,7 @@ std::vector<Command> add_icl_theory_commands(CLI::App& icl, const std::string& c
   theory->add_option("--w0-scale", t->w0_scale, "c of the prior mean: W_0 = c I (--w0 identity) or c times the --w0 matrix; no effect with --w0 zero")
       ->check(finite_real)
       ->capture_default_str();
-  add_device_option(theory, t->device);
+  add_device_option(theory, t->device, false);
   theory->add_option("--out", t->out, "Write the tables by_a and scalars to this HDF5 file");
   theory->add_option("--csv", t->csv, "Write the per-a table (c_a, bounds, SkipV1 value, gap, C, C3) to this CSV");
   theory->add_option("--figure", t->figure, "Write STEM.csv, STEM.svg, STEM.png: c_a, bound and SkipV1 value against a");
@@ -135,8 +133,7 @@ std::vector<Command> add_icl_theory_commands(CLI::App& icl, const std::string& c
       "(the paper gives none), so an upper bound on min L_2 at that a; gap = mha_bound - skipv1_value.\n"
       "The MHA bound's derivation (Lemmas 2-4) holds under W_0 = 0; 'qkvlab icl lemmas' measures it under both priors.\n"
       "W_D is the posterior mean (sigma^2 W_0 + YX^T)(XX^T + sigma^2 I)^-1; the ridge form YX^T(...)^-1 is\n"
-      "reported beside it (first-order residual E[(Ux - y)x^T] and loss). --device cuda: the per-prompt work on a CUDA device\n"
-      "(prompts drawn on the host as for cpu; numbers agree with cpu's to rounding; d <= 64).\n"
+      "reported beside it (first-order residual E[(Ux - y)x^T] and loss).\n"
       "Defaults: d 4, n 16, sigma 0.5, W_0 zero, 200000 prompts, seed 1. Same seed => same numbers for any --threads.\n"
       "Sweep: any --*-list runs the grid product of the lists (a list not given: its single option's value), every\n"
       "point with --seed as a single run would use it (so a point equals that run); --w0 zero or identity. Table and\n"

@@ -12,12 +12,13 @@ namespace {
 
 struct CompareArgs {
   std::vector<std::string> runs;
-  std::string csv, figure, format = "table";
+  std::string csv, figure, format = "table", smoothing = "trailing";
   lm::CompareOptions options;
 };
 
 int run_compare(const CompareArgs& a) {
   lm::CompareOptions o = a.options;
+  o.smoothing = lm::parse_smoothing(a.smoothing);
   if (!a.figure.empty() && a.csv.empty()) throw UsageError("--figure needs --csv (the figure is drawn from it)");
   if (!a.csv.empty()) o.csv = a.csv;
   if (!a.figure.empty()) o.figure = a.figure;
@@ -42,6 +43,11 @@ std::vector<Command> add_lm_compare_commands(CLI::App& lm, const std::string&) {
   cmd->add_option("RUN_DIR", a->runs, "Run directories of 'qkvlab lm train' (--out)")->required();
   cmd->add_option("--window", a->options.window, "Moving-average window of the training loss, in steps")
       ->check(integer_in(1, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("--smoothing", a->smoothing,
+                  "trailing (steps s-window+1..s) or forward (steps s..s+window-1: the released relative-loss "
+                  "plots' smoothing, with --window 100)")
+      ->check(CLI::IsMember({"trailing", "forward"}))
       ->capture_default_str();
   cmd->add_option("--baseline", a->options.baseline, "The variant the others are measured against")
       ->capture_default_str();

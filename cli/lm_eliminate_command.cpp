@@ -37,7 +37,7 @@ int run_eliminate(const EliminateArgs& a) {
   if (layers.empty())
     for (int l = 1; l <= source.config.layers; ++l) layers.push_back(l);
   lm::eliminate_queries(source, layers);  // refuses what does not apply before anything is read or written
-  const lm::TokenSequences data = read_token_sequences(a.input, a.seed, source.config, true);
+  const lm::TokenSequences data = read_token_sequences(a.input, a.checkpoint, a.seed, source.config, true);
   apply_threads(a.threads, BlasUse::per_worker);  // the CPU backend runs one product per worker
   const auto backend = gpu::make_backend(a.device, a.threads);
   const lm::EliminationReport report = lm::eliminate_and_measure(source, layers, data, *backend, a.batch);

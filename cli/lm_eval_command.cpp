@@ -7,8 +7,10 @@
 #include "cli/commands.hpp"
 #include "cli/device_option.hpp"
 #include "cli/nonfinite_option.hpp"
+#include "cli/token_options.hpp"
 #include "cli/plot_common.hpp"
 #include "cli/validators.hpp"
+#include "core/errors.hpp"
 #include "corpus/token_file.hpp"
 #include "gpu/backend.hpp"
 #include "lm/describe.hpp"
@@ -20,7 +22,7 @@ namespace qkvlab::cli {
 namespace {
 
 struct EvalArgs {
-  std::string checkpoint, tokens, format = "table";
+  std::string checkpoint, tokens, text, format = "table";
   int seq_len = 1024, batch = 8, threads = 0;
   std::int64_t sequences = 0;
   Device device = Device::cpu;
@@ -29,19 +31,24 @@ struct EvalArgs {
 
 int run_eval(const EvalArgs& a) {
   require_device(a.device);
-  const corpus::TokenArray tokens = corpus::read_token_file(a.tokens, {a.sequences, a.seq_len});  // what is evaluated
+  if (a.tokens.empty() == a.text.empty()) throw UsageError("give one of --tokens FILE and --text FILE");
+  const corpus::TokenArray tokens = a.text.empty() ? corpus::read_token_file(a.tokens, {a.sequences, a.seq_len}) : [&] {
+    auto ids = text_token_ids(a.text, a.checkpoint);
+    return corpus::TokenArray{ids, std::int64_t(ids.size()), 0};
+  }();  // what is evaluated
   const lm::TokenSequences data = lm::token_sequences(tokens.ids, tokens.rows, tokens.cols, a.seq_len, a.sequences);
+  const std::string source = a.text.empty() ? a.tokens : a.text;
   apply_threads(a.threads, BlasUse::per_worker);  // the CPU backend runs one product per worker
   const auto backend = gpu::make_backend(a.device, a.threads);
   const auto model = lm::load_model(a.checkpoint, *backend, a.allow_nonfinite);
-  lm::check_sequences(data, model->config(), a.tokens);
+  lm::check_sequences(data, model->config(), source);
   const Progress show{"lm eval", Progress::wanted(a.quiet)};
   const lm::EvalResult r = lm::evaluate(*model, data, a.batch, [&](std::int64_t done, std::int64_t total) {
     show("sequences", std::size_t(done), std::size_t(total));
   });
   if (!std::isfinite(r.loss))
     return report_nonfinite("lm eval", "the mean loss over " + std::to_string(r.sequences) + " sequences of " +
-                                           a.tokens + " is " + (std::isnan(r.loss) ? "nan" : "inf"));
+                                           source + " is " + (std::isnan(r.loss) ? "nan" : "inf"));
   results::Value out = results::Value::object();
   out.set("checkpoint", a.checkpoint);
   out.set("loss", r.loss);
@@ -60,11 +67,11 @@ int run_eval(const EvalArgs& a) {
 
 std::vector<Command> add_lm_eval_commands(CLI::App& lm, const std::string&) {
   auto a = std::make_shared<EvalArgs>();
-  auto* cmd = lm.add_subcommand("eval", "Mean next-token cross-entropy (nats) of a model on a token file");
+  auto* cmd = lm.add_subcommand("eval", "Mean next-token cross-entropy (nats) of a model on a token or text file");
   cmd->add_option("CKPT", a->checkpoint, "Checkpoint directory (qkvlab's own or Hugging Face's)")->required();
   cmd->add_option("--tokens", a->tokens, ".npy of integer token ids (2-D: one sequence per row; 1-D: cut into "
-                                         "--seq-len pieces) or nanoGPT's uint16 .bin")
-      ->required();
+                                         "--seq-len pieces) or nanoGPT's uint16 .bin");
+  add_text_option(cmd, a->text);
   cmd->add_option("--seq-len", a->seq_len, "Sequence length for a 1-D token file")
       ->check(integer_in(2, 1 << 20))
       ->capture_default_str();

@@ -47,6 +47,7 @@ int run_export(const ExportArgs& a) {
   out.set("tensors", std::int64_t(lm::hf_tensors(ck.config).size()));
   out.set("parameters", std::int64_t(lm::parameter_layout(ck.config, lm::make_plan(ck.config)).count()));
   out.set("zero_biases", ck.config.family == lm::Family::gpt2 && !ck.config.bias);
+  out.set("tokenizer", !ck.tokenizer_json.empty());  // tokenizer.json written beside the model
   std::cout << (a.format == "json" ? out.json() : out.text());
   return 0;
 }
@@ -88,8 +89,11 @@ std::vector<Command> add_lm_export_commands(CLI::App& lm, const std::string&) {
                                                "(SkipV1Former §5.1, App. B.1; methods: lm/convert.hpp)");
   convert->add_option("CKPT", c->checkpoint, "The vanilla model's qkvlab checkpoint directory")->required();
   convert->add_option("--to", c->to, "The variant to convert into")->check(CLI::IsMember({"skipv1"}))->capture_default_str();
-  convert->add_option("--method", c->method, "mean-v (the paper's), mean-vo, top-v, top-vo or svd")
-      ->check(CLI::IsMember({"mean-v", "mean-vo", "top-v", "top-vo", "svd"}))
+  convert->add_option("--method", c->method,
+                      "released-avg (= mean-v, the paper's Mean V), released-topk, released-topk1, released-svd "
+                      "(= svd): the authors' released converter; mean-v-adjacent, mean-vo, top-v, top-vo: "
+                      "qkvlab's readings of App. B.1 (lm/convert.hpp)")
+      ->check(CLI::IsMember(lm::conversion_names()))
       ->capture_default_str();
   convert->add_option("--skip-ratio", c->skip_ratio, "Share of value heads taken from layer 1")
       ->check(real_in(0.0, 1.0))

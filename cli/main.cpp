@@ -4,6 +4,7 @@
 // seen); 2 a usage error (one-line message on stderr); 3 any other error, a
 // numerical failure (NumericalError) or out of memory included (one line too).
 #include "cli/commands.hpp"
+#include "cli/fdim_command.hpp"
 #include "core/errors.hpp"
 
 #include <cerrno>
@@ -90,6 +91,7 @@ int main(int argc, char** argv) {
   const std::vector<qkvlab::cli::Command> commands{
       qkvlab::cli::add_verify_command(app, command_line),
       qkvlab::cli::add_absorb_command(app, command_line),
+      qkvlab::cli::add_fdim_command(app, command_line),
       qkvlab::cli::add_rmt_command(app, command_line),
       qkvlab::cli::add_lnorm_command(app, command_line),
       qkvlab::cli::add_transfer_command(app, command_line),
@@ -105,8 +107,8 @@ int main(int argc, char** argv) {
           app, "lm", "Transformer language models: GPT-2 and Llama families, every variant (docs/lm.md)",
           "Exit status: 0 success, 2 usage error (one line on stderr), 3 an unexpected error.", command_line,
           {qkvlab::cli::add_lm_init_commands, qkvlab::cli::add_lm_export_commands, qkvlab::cli::add_lm_eval_commands,
-           qkvlab::cli::add_lm_train_commands, qkvlab::cli::add_lm_compare_commands,
-           qkvlab::cli::add_lm_eliminate_commands}),
+           qkvlab::cli::add_lm_generate_commands, qkvlab::cli::add_lm_train_commands, qkvlab::cli::add_lm_compare_commands,
+           qkvlab::cli::add_lm_eliminate_commands, qkvlab::cli::add_lm_tokenize_commands}),
       qkvlab::cli::add_params_command(app, command_line),
       qkvlab::cli::add_kv_command(app, command_line),
       qkvlab::cli::add_data_command(app, command_line),

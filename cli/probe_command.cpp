@@ -6,6 +6,7 @@
 #include "cli/device_option.hpp"
 #include "cli/nonfinite_option.hpp"
 #include "cli/plot_common.hpp"
+#include "cli/token_options.hpp"
 #include "cli/validators.hpp"
 #include "core/atomic_file.hpp"
 #include "corpus/token_file.hpp"
@@ -19,7 +20,7 @@ namespace qkvlab::cli {
 namespace {
 
 struct ProbeArgs {
-  std::string checkpoint, corpus, data = "data/brown", tokens, val_tokens, target = "next", init = "model";
+  std::string checkpoint, corpus, data = "data/brown", tokens, text, val_tokens, target = "next", init = "model";
   std::string format = "table", out, csv, figure;
   probes::ProbeOptions options;
   int threads = 0;
@@ -32,14 +33,15 @@ std::vector<std::int32_t> stream(const std::filesystem::path& file, bool tags) {
 }
 
 probes::ProbeData probe_data(const ProbeArgs& a) {
-  if (a.corpus.empty() == a.tokens.empty()) throw UsageError("give one of --corpus brown and --tokens FILE");
+  if (int(!a.corpus.empty()) + int(!a.tokens.empty()) + int(!a.text.empty()) != 1)
+    throw UsageError("give one of --corpus brown, --tokens FILE and --text FILE");
   if (a.target == "pos" && a.corpus.empty()) throw UsageError("--target pos needs --corpus brown (the tags come with it)");
   probes::ProbeData d;
   const std::filesystem::path dir(a.data);
   if (!a.corpus.empty()) {
     d.train = stream(dir / "train_tokens.npy", false), d.validation = stream(dir / "validation_tokens.npy", false);
   } else {
-    d.train = stream(a.tokens, false);
+    d.train = a.text.empty() ? stream(a.tokens, false) : text_token_ids(a.text, a.checkpoint);
     if (!a.val_tokens.empty()) d.validation = stream(a.val_tokens, false);
     else {  // the last tenth validates
       const auto cut = d.train.begin() + std::ptrdiff_t(d.train.size() - d.train.size() / 10);
@@ -81,7 +83,7 @@ int run_probe(const ProbeArgs& a, const std::string& command_line) {
   });
   if (!r.nonfinite.empty()) return report_nonfinite("probe", r.nonfinite);
   r.value.set("checkpoint", a.checkpoint);
-  r.value.set("tokens", a.tokens.empty() ? "corpus " + a.corpus + " (" + a.data + ")" : a.tokens);
+  r.value.set("tokens", !a.text.empty() ? "text " + a.text : a.tokens.empty() ? "corpus " + a.corpus + " (" + a.data + ")" : a.tokens);
   r.value.set("device", backend->description());
   r.value.set("command_line", command_line);
   StagedFiles files;  // the HDF5, the CSV and the figure: all or none
@@ -105,7 +107,8 @@ Command add_probe_command(CLI::App& app, const std::string& command_line) {
   cmd->add_option("--corpus", a->corpus, "A prepared corpus: brown (see --data)")->check(CLI::IsMember({"brown"}));
   cmd->add_option("--data", a->data, "Where 'qkvlab data brown' prepared the corpus")->capture_default_str();
   cmd->add_option("--tokens", a->tokens, "Training tokens: .npy of integers or nanoGPT's uint16 .bin");
-  cmd->add_option("--val-tokens", a->val_tokens, "Validation tokens (default: the last tenth of --tokens)");
+  add_text_option(cmd, a->text);
+  cmd->add_option("--val-tokens", a->val_tokens, "Validation tokens (default: the last tenth of --tokens or --text)");
   cmd->add_option("--target", a->target, "next (the next token) or pos (the Brown tag of the token's word)")
       ->check(CLI::IsMember({"next", "pos"}))
       ->capture_default_str();

@@ -18,7 +18,8 @@ namespace {
 
 struct ReproduceArgs {
   std::string figure, out, work = "outputs/reproduce/work", data = "data/brown", format = "table";
-  bool list = false, quiet = false;
+  std::string outputs = "outputs/reproduce";
+  bool list = false, quiet = false, verdicts = false, docs = false;
   reproduce::Options options;
   Device device = Device::cpu;
 };
@@ -48,8 +49,22 @@ int list_figures(const ReproduceArgs& a) {
   return 0;
 }
 
+// --verdicts: each figure's verdict recomputed from its committed FIGURE.json and written into it.
+int rejudge_figures(const ReproduceArgs& a) {
+  for (const auto& f : reproduce::figures()) {
+    if (!a.figure.empty() && f.name != a.figure) continue;
+    const results::Value v = reproduce::rejudge(f, a.outputs);
+    std::cout << f.name << ": " << v["verdict"].string() << "\n";
+  }
+  return 0;
+}
+
 int run_reproduce(const ReproduceArgs& a, const std::string& command_line) {
   if (a.list) return list_figures(a);
+  if (a.docs) return std::cout << reproduce::verdicts_markdown(a.outputs), 0;
+  if (a.verdicts && !a.figure.empty())  // an unknown FIGURE before any file is touched
+    with_hint([&]() -> const reproduce::Figure& { return reproduce::find_figure(a.figure); }, "see 'qkvlab reproduce --list'");
+  if (a.verdicts) return rejudge_figures(a);
   if (a.figure.empty()) throw UsageError("give a FIGURE or --list (see 'qkvlab reproduce --list')");
   const reproduce::Figure& figure =  // before any work
       with_hint([&]() -> const reproduce::Figure& { return reproduce::find_figure(a.figure); }, "see 'qkvlab reproduce --list'");
@@ -93,6 +108,10 @@ Command add_reproduce_command(CLI::App& app, const std::string& command_line) {
               "that changes the numbers is the same. Exit status: 0 success, 2 usage error, 3 an unexpected error.");
   cmd->add_option("FIGURE", a->figure, "A figure of 'qkvlab reproduce --list'");
   cmd->add_flag("--list", a->list, "List the figures: name, what it remakes, what it trains, how long it takes");
+  cmd->add_flag("--verdicts", a->verdicts, "Recompute each figure's verdict (or FIGURE's) from its FIGURE.json in "
+                                          "--outputs by its registered claim and rule, and write it into that file");
+  cmd->add_flag("--docs", a->docs, "Print docs/figures.md's verdict table, generated from the FIGURE.json files in --outputs");
+  cmd->add_option("--outputs", a->outputs, "The figures' directories, for --verdicts and --docs")->capture_default_str();
   cmd->add_option("--out", a->out, "Output directory [default: outputs/reproduce/FIGURE]");
   cmd->add_option("--work", a->work, "Checkpoint cache, shared by the figures")->capture_default_str();
   cmd->add_option("--data", a->data, "Where 'qkvlab data brown' prepared the corpus")->capture_default_str();

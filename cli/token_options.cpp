@@ -5,12 +5,15 @@
 #include "analysis/analyze.hpp"
 #include "cli/validators.hpp"
 #include "core/errors.hpp"
+#include "core/text_file.hpp"
 #include "corpus/token_file.hpp"
+#include "lm/tokenizer.hpp"
 
 namespace qkvlab::cli {
 
 void add_token_options(CLI::App* cmd, TokenOptions& o) {
   cmd->add_option("--tokens", o.tokens, "Token file: .npy of integers (2-D: one sequence per row) or nanoGPT .bin");
+  add_text_option(cmd, o.text);
   cmd->add_option("--corpus", o.corpus, "A prepared corpus: brown (see --data, --split)")->check(CLI::IsMember({"brown"}));
   cmd->add_option("--data", o.data, "Where 'qkvlab data brown' prepared the corpus")->capture_default_str();
   cmd->add_option("--split", o.split, "Corpus split")->check(CLI::IsMember({"train", "validation"}))->capture_default_str();
@@ -22,31 +25,51 @@ void add_token_options(CLI::App* cmd, TokenOptions& o) {
       ->capture_default_str();
 }
 
+CLI::Option* add_text_option(CLI::App* cmd, std::string& text) {
+  return cmd->add_option("--text", text, "Text file, encoded by the checkpoint's own tokenizer (see 'qkvlab lm tokenize'); "
+                                         "one stream, cut into --seq-len pieces");
+}
+
+std::vector<std::int32_t> text_token_ids(const std::string& text_file, const std::string& checkpoint) {
+  return lm::Tokenizer::load(checkpoint).encode(read_text_file(text_file));
+}
+
 namespace {
 std::filesystem::path token_file(const TokenOptions& o) {
   return o.tokens.empty() ? std::filesystem::path(o.data) / (o.split + "_tokens.npy") : std::filesystem::path(o.tokens);
 }
+
+// `s`, once lm::check_sequences has found it fits `model` (a UsageError naming `source` otherwise).
+lm::TokenSequences checked(lm::TokenSequences s, const lm::Config& model, const std::string& source) {
+  lm::check_sequences(s, model, source);
+  return s;
+}
 }  // namespace
 
-lm::TokenSequences read_token_sequences(const TokenOptions& o, std::uint64_t seed, const lm::Config& model,
-                                        bool random_default) {
-  if (!o.corpus.empty() && !o.tokens.empty()) throw UsageError("give one of --tokens FILE and --corpus brown, not both");
-  if (o.corpus.empty() && o.tokens.empty()) {
-    if (!random_default) throw UsageError("give one of --tokens FILE and --corpus brown");
-    if (o.sequences == 0) throw UsageError("--sequences 0 (all) needs --tokens or --corpus");
-    const lm::TokenSequences s = lm::random_sequences(model.vocab, o.sequences, o.seq_len, seed);
-    lm::check_sequences(s, model, "--seq-len " + std::to_string(o.seq_len));
-    return s;
+lm::TokenSequences read_token_sequences(const TokenOptions& o, const std::string& checkpoint, std::uint64_t seed,
+                                        const lm::Config& model, bool random_default) {
+  const int given = int(!o.tokens.empty()) + int(!o.text.empty()) + int(!o.corpus.empty());
+  if (given > 1) throw UsageError("give one of --tokens FILE, --text FILE and --corpus brown, not several");
+  if (given == 0) {
+    if (!random_default) throw UsageError("give one of --tokens FILE, --text FILE and --corpus brown");
+    if (o.sequences == 0) throw UsageError("--sequences 0 (all) needs --tokens, --text or --corpus");
+    return checked(lm::random_sequences(model.vocab, o.sequences, o.seq_len, seed), model,
+                   "--seq-len " + std::to_string(o.seq_len));
+  }
+  if (!o.text.empty()) {
+    const std::vector<std::int32_t> ids = text_token_ids(o.text, checkpoint);
+    return checked(
+        analysis::choose_sequences(lm::token_sequences(ids, std::int64_t(ids.size()), 0, o.seq_len, 0), o.sequences, seed),
+        model, o.text);
   }
   const corpus::TokenArray t = corpus::read_token_file(token_file(o));
-  const lm::TokenSequences s =
-      analysis::choose_sequences(lm::token_sequences(t.ids, t.rows, t.cols, o.seq_len, 0), o.sequences, seed);
-  lm::check_sequences(s, model, token_file(o).string());
-  return s;
+  return checked(analysis::choose_sequences(lm::token_sequences(t.ids, t.rows, t.cols, o.seq_len, 0), o.sequences, seed),
+                 model, token_file(o).string());
 }
 
 std::string token_source(const TokenOptions& o) {
   if (!o.tokens.empty()) return "file " + o.tokens;
+  if (!o.text.empty()) return "text " + o.text;
   if (!o.corpus.empty()) return "corpus " + o.corpus + " (" + o.data + ", " + o.split + ")";
   return "random tokens";
 }

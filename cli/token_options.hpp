@@ -1,13 +1,15 @@
 // Where a command that runs a model takes its token sequences from: --tokens FILE,
-// --corpus brown (--data, --split), and how many: --sequences, --seq-len, chosen among
-// the file's sequences by the command's --seed. `verify --checkpoint` also accepts
-// neither file nor corpus: seeded random tokens (lm::random_sequences).
+// --text FILE (encoded by the checkpoint's own tokenizer, lm/tokenizer.hpp), --corpus brown
+// (--data, --split), and how many: --sequences, --seq-len, chosen among the file's sequences
+// by the command's --seed. `verify --checkpoint` also accepts none of them: seeded random
+// tokens (lm::random_sequences).
 #pragma once
 
 #include <CLI/CLI.hpp>
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "lm/evaluate.hpp"
 #include "results/value.hpp"
@@ -15,22 +17,28 @@
 namespace qkvlab::cli {
 
 struct TokenOptions {
-  std::string tokens, corpus, data = "data/brown", split = "validation";
+  std::string tokens, text, corpus, data = "data/brown", split = "validation";
   std::int64_t sequences = 64;
   int seq_len = 256;
 };
 
-// Adds --tokens, --corpus, --data, --split, --sequences and --seq-len with `o`'s values as defaults.
+// Adds --tokens, --text, --corpus, --data, --split, --sequences and --seq-len with `o`'s values as defaults.
 void add_token_options(CLI::App* cmd, TokenOptions& o);
 
-// The sequences for `model`: from the file or corpus (both given: UsageError), or, when `random_default`,
-// `sequences` random sequences of `seq_len` tokens below its vocabulary; otherwise one of the two is
-// required. Sequences longer than the model's positions, or an id outside its vocabulary, are a
-// UsageError naming the source (lm::check_sequences).
-lm::TokenSequences read_token_sequences(const TokenOptions& o, std::uint64_t seed, const lm::Config& model,
-                                        bool random_default);
+// --text FILE alone, for the commands that read tokens their own way (lm eval, probe).
+CLI::Option* add_text_option(CLI::App* cmd, std::string& text);
+// The ids of the text file under the tokenizer of the checkpoint directory (lm/tokenizer.hpp).
+std::vector<std::int32_t> text_token_ids(const std::string& text_file, const std::string& checkpoint);
 
-// Where they come from, as the output names it: "file F", "corpus brown (D, S)" or "random tokens".
+// The sequences for `model`: from the token file, text file or corpus (more than one given:
+// UsageError), or, when `random_default`, `sequences` random sequences of `seq_len` tokens below its
+// vocabulary; otherwise one of them is required. A text file is encoded by `checkpoint`'s tokenizer.
+// Sequences longer than the model's positions, or an id outside its vocabulary, are a UsageError
+// naming the source (lm::check_sequences).
+lm::TokenSequences read_token_sequences(const TokenOptions& o, const std::string& checkpoint, std::uint64_t seed,
+                                        const lm::Config& model, bool random_default);
+
+// Where they come from, as the output names it: "file F", "text F", "corpus brown (D, S)" or "random tokens".
 std::string token_source(const TokenOptions& o);
 
 // {"source", "sequences", "length", "count", "seed"}: what the output records of its inputs.

@@ -71,7 +71,7 @@ int run_checkpoint(VerifyArgs& a) {
   const theory_lm::ModelWeights weights = theory_lm::read_weights(a.checkpoint);
   require_memory("--sequences " + std::to_string(a.input.sequences) + " --seq-len " + std::to_string(a.input.seq_len),
                  theory_lm::activation_bytes(weights.config, a.input.sequences, a.input.seq_len));
-  const lm::TokenSequences tokens = read_token_sequences(a.input, o.seed, weights.config, true);
+  const lm::TokenSequences tokens = read_token_sequences(a.input, a.checkpoint, o.seed, weights.config, true);
   if (!a.against.empty()) {
     if (!o.ids.empty()) throw UsageError("--against compares two checkpoints: claim ids do not apply");
     if (!a.out.empty() || !a.junit.empty()) throw UsageError("--out and --junit write the claims' report, not --against's");

@@ -1,6 +1,6 @@
 // Attention as the language models compute it (lm/, docs/math/lm.md), at any scalar, row-vector
 // convention (X ∈ R^{n×d}, projections X W), for the claims on RoPE, grouped-query attention and
-// QK-norm (docs/math/extensions.md); and ResFormer's cross-layer attention (Eq. 2 of [002]).
+// QK-norm (docs/math/extensions.md); and ResFormer's cross-layer attention (its Eq. 2).
 //
 //   H query heads and H_kv key/value heads of width d_h; query head h uses key/value head
 //   g(h) = ⌊h H_kv / H⌋ (contiguous groups of H/H_kv query heads);
@@ -89,7 +89,7 @@ template <class S> Mat<S> grouped_attention(const Mat<S>& X, const GroupedAttent
   return heads * w.W_O;
 }
 
-// Cross-layer attention ([002] Eq. 2): one softmax over the keys of several layers,
+// Cross-layer attention (ResFormer Eq. 2): one softmax over the keys of several layers,
 // softmax(Q [K_1; …; K_m]ᵀ / s) [V_1; …; V_m], where query i sees key j of every layer exactly
 // when the mask lets it see key j of its own layer (the keys of all layers sit at the same
 // positions). Masked logits are −∞, so they get exactly zero weight.

@@ -1,6 +1,6 @@
 // The head-wise freedoms of attention weights (row-vector convention; docs/math/extensions.md):
 // transformations of (W_Q, W_K) and (W_V, W_O) that leave grouped_attention unchanged when
-// their hypotheses hold ([003] Prop. 4.2 and its analogues under RoPE, GQA and QK-norm).
+// their hypotheses hold (Query-weight elimination Prop. 4.2 and its analogues under RoPE, GQA and QK-norm).
 //
 //   with_qk_freedom(w, M):  W_Q^h ↦ W_Q^h M_g(h) for every query head h, W_K^g ↦ W_K^g M_g⁻ᵀ:
 //                           one M_g ∈ GL(d_h) per key head, shared by the query heads of its group;

@@ -1,8 +1,8 @@
 // LayerNorm, RMSNorm and Dynamic Tanh without gain, their inverses on their
-// images, and the semi-conjugacy construction of Lemma 8.2 (seed 003 §8.3;
+// images, and the semi-conjugacy construction of Lemma 8.2 (Query-weight elimination §8.3;
 // docs/math/qkv.md, "Normalizers").
 //
-// Column-vector convention, as seed 003's §8.3: a point is a column x ∈ R^d, a
+// Column-vector convention, as Query-weight elimination's §8.3: a point is a column x ∈ R^d, a
 // matrix X ∈ R^{d×n} holds n points as its columns, and linear maps act as x ↦ A x.
 // 1 is the all-ones vector, Z = {z : 1ᵀz = 0} the zero-mean subspace.
 //

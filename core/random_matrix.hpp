@@ -1,4 +1,4 @@
-// The metric defect of RMSNorm and the random-matrix picture (seed 003 §8.3.1;
+// The metric defect of RMSNorm and the random-matrix picture (Query-weight elimination §8.3.1;
 // docs/math/qkv.md, qwe.sec8.3.1). Column-vector convention: x ↦ A x.
 //
 // Metric defect. R(x) = ρ(‖x‖) x with ρ(r) = (r²/d + ε)^{−1/2} (core/normalize.hpp's

@@ -1,4 +1,4 @@
-// Changes of basis of attention weights, blocks and models (seed 003, §3–4, §8.2).
+// Changes of basis of attention weights, blocks and models (Query-weight elimination, §3–4, §8.2).
 // Row-vector convention: a hidden state X becomes X T.
 //
 //   reparametrize(w, T):          W_{Q,K,V} ↦ T⁻¹ W_{Q,K,V}, W_O unchanged

@@ -87,17 +87,21 @@ class Backend : public Memory {
   // ---- Rotary positions (Hugging Face's rotate_half) ------------------------
   // In place on X (N, heads·d) (a column block may be given through X and ld):
   // within each head, dimensions i and i + d/2 rotate by the angle
-  // t·θ^(−2i/d), t the position of the row (n mod T). backward = the inverse rotation.
-  virtual void rope(int B, int T, int heads, int d, int ld, const kernels::RopeFrequencies& f, bool inverse, S* X) = 0;
+  // t·θ^(−2i/d), t the position of the row: past + (n mod T) (past > 0: the T positions
+  // after the `past` already in a decoder's cache). backward = the inverse rotation.
+  virtual void rope(int B, int T, int past, int heads, int d, int ld, const kernels::RopeFrequencies& f, bool inverse,
+                    S* X) = 0;
 
   // ---- Causal softmax attention ---------------------------------------------
   // P_bh = softmax(scale · q_bh k_bgᵀ + causal mask) (zero above the diagonal),
   // z_bh = P_bh v_bg. `pattern` (B·H·T·T) is written and kept for the backward.
+  // With a cache (s.past, s.capacity: engine/kernel_types.hpp) the T queries are
+  // the positions after s.past, k and v the cache, the pattern B·H·T·s.keys().
   virtual void attention_forward(const AttentionShape& s, S scale, const S* q, const S* k, const S* v, S* pattern,
                                  S* z) = 0;
   // dv += Pᵀ dz, dP = dz vᵀ, dS = P ⊙ (dP − rowsum(P ⊙ dP)), dq += scale dS k,
   // dk += scale dSᵀ q; the heads sharing a key/value head add in head order.
-  // `scratch` holds B·H·T·T values.
+  // `scratch` holds B·H·T·T values. Plain shapes only (no cache).
   virtual void attention_backward(const AttentionShape& s, S scale, const S* q, const S* k, const S* v,
                                   const S* pattern, const S* dz, S* dq, S* dk, S* dv, S* scratch) = 0;
 

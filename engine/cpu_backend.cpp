@@ -225,9 +225,10 @@ const S* CpuBackend<S>::rope_table(int T_, int d, const k::RopeFrequencies& f) {
 }
 
 template <class S>
-void CpuBackend<S>::rope(int B, int T_, int heads, int d, int ld, const k::RopeFrequencies& f, bool inverse, S* X) {
+void CpuBackend<S>::rope(int B, int T_, int past, int heads, int d, int ld, const k::RopeFrequencies& f, bool inverse,
+                         S* X) {
   if (d % 2) throw std::invalid_argument("rope: the head width must be even, got " + std::to_string(d));
-  const S* table = rope_table(T_, d, f);
+  const S* table = rope_table(k::rope_table_length(T_, past), d, f) + std::size_t(past) * d;
   split(std::size_t(B) * T_, 16, [&](std::size_t n0, std::size_t n1) {
     k::rope_rows(int(n0), int(n1), T_, heads, d, ld, table, inverse, X);
   });
@@ -246,6 +247,7 @@ void CpuBackend<S>::attention_forward(const AttentionShape& s, S scale, const S*
 template <class S>
 void CpuBackend<S>::attention_backward(const AttentionShape& s, S scale, const S* q, const S* k_, const S* v,
                                        const S* pattern, const S* dz, S* dq, S* dk, S* dv, S* scratch) {
+  if (!s.plain()) throw std::invalid_argument("attention_backward: only without a cache (past 0, capacity T)");
   parallel_for(std::int64_t(s.B) * s.Hkv, threads_, [&](std::int64_t job) {
     S* own = scratch + std::size_t(job) * s.group() * s.T * s.T;  // this job's part of the B·H·T·T scratch
     k::attention_backward_group(s, int(job / s.Hkv), int(job % s.Hkv), scale, q, k_, v, pattern, dz, dq, dk, dv,

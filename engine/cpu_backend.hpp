@@ -52,7 +52,8 @@ class CpuBackend final : public Backend<S> {
   void gelu_backward(std::size_t count, GeluForm form, const S* X, const S* dY, S* dX) override;
   void swiglu_forward(std::size_t count, const S* G, const S* U, S* Y) override;
   void swiglu_backward(std::size_t count, const S* G, const S* U, const S* dY, S* dG, S* dU) override;
-  void rope(int B, int T_, int heads, int d, int ld, const kernels::RopeFrequencies& f, bool inverse, S* X) override;
+  void rope(int B, int T_, int past, int heads, int d, int ld, const kernels::RopeFrequencies& f, bool inverse,
+            S* X) override;
   void attention_forward(const AttentionShape& s, S scale, const S* q, const S* k, const S* v, S* pattern,
                          S* z) override;
   void attention_backward(const AttentionShape& s, S scale, const S* q, const S* k, const S* v, const S* pattern,

@@ -15,9 +15,19 @@ enum class Device { cpu, cuda };
 // and Hkv key/value heads (query head h reads key/value head h / (H / Hkv)),
 // values of width dv. q is (N, H·dk), k (N, Hkv·dk), v (N, Hkv·dv), the output
 // z (N, H·dv) and the pattern (B, H, T, T), all row-major, N = B·T.
+// Incremental decoding (lm/model.hpp's cache): the T queries of a sequence
+// are its positions past … past + T − 1, and k and v hold `capacity` rows per
+// sequence (sequence b from row b·capacity), of which the first keys() =
+// past + T are read; query t sees keys j ≤ past + t and the pattern is
+// (B, H, T, keys()). past = 0 and capacity = 0 (meaning keys()) is the plain
+// case above; the backward kernels take only that.
 struct AttentionShape {
   int B = 1, T = 1, H = 1, Hkv = 1, dk = 1, dv = 1;
+  int past = 0, capacity = 0;
   int group() const { return H / Hkv; }
+  int keys() const { return past + T; }
+  int kv_rows() const { return capacity ? capacity : keys(); }  // rows of k and v per sequence
+  bool plain() const { return past == 0 && kv_rows() == T; }
 };
 
 }  // namespace qkvlab::engine

@@ -230,12 +230,12 @@ const float* CudaBackend::rope_table(int T, int d, const engine::kernels::RopeFr
   return it->second;
 }
 
-void CudaBackend::rope(int B, int T, int heads, int d, int ld, const engine::kernels::RopeFrequencies& f, bool inverse,
-                       float* X) {
+void CudaBackend::rope(int B, int T, int past, int heads, int d, int ld, const engine::kernels::RopeFrequencies& f,
+                       bool inverse, float* X) {
   if (d % 2) throw std::invalid_argument("rope: the head width must be even, got " + std::to_string(d));
   const std::size_t count = std::size_t(B) * T * heads * (d / 2);
   if (count == 0) return;
-  const float* table = rope_table(T, d, f);
+  const float* table = rope_table(engine::kernels::rope_table_length(T, past), d, f) + std::size_t(past) * d;
   kn::rope_kernel<<<kn::blocks_for(count), kn::kThreads>>>(B * T, T, heads, d, ld, table, inverse, X);
   QKVLAB_KERNEL_CHECK();
 }
@@ -245,13 +245,14 @@ void CudaBackend::rope(int B, int T, int heads, int d, int ld, const engine::ker
 namespace {
 
 // Strides of one head's operands across the B sequences (cuda_backend.hpp).
+// With a cache, k and v hold s.kv_rows() rows per sequence and a pattern is T × s.keys().
 struct HeadLayout {
   int ldq, ldk, ldv, ldz;
   std::int64_t sq, sk, sv, sz, TT, sp;  // per-sequence strides; one pattern; patterns of one sequence
   explicit HeadLayout(const engine::AttentionShape& s)
       : ldq(s.H * s.dk), ldk(s.Hkv * s.dk), ldv(s.Hkv * s.dv), ldz(s.H * s.dv),
-        sq(std::int64_t(s.T) * ldq), sk(std::int64_t(s.T) * ldk), sv(std::int64_t(s.T) * ldv),
-        sz(std::int64_t(s.T) * ldz), TT(std::int64_t(s.T) * s.T), sp(s.H * TT) {}
+        sq(std::int64_t(s.T) * ldq), sk(std::int64_t(s.kv_rows()) * ldk), sv(std::int64_t(s.kv_rows()) * ldv),
+        sz(std::int64_t(s.T) * ldz), TT(std::int64_t(s.T) * s.keys()), sp(s.H * TT) {}
 };
 
 }  // namespace
@@ -259,17 +260,17 @@ struct HeadLayout {
 void CudaBackend::attention_forward(const engine::AttentionShape& s, float scale, const float* q, const float* k,
                                     const float* v, float* pattern, float* z) {
   const HeadLayout L(s);
-  const int T = s.T;
+  const int T = s.T, J = s.keys();
   for (int h = 0; h < s.H; ++h) {  // S_bh = scale · q_bh k_bgᵀ
     const int g = h / s.group();
-    gemm(Trans::none, Trans::transpose, T, T, s.dk, scale, q + h * s.dk, L.ldq, L.sq, k + g * s.dk, L.ldk, L.sk,
-         0.0f, pattern + h * L.TT, T, L.sp, s.B);
+    gemm(Trans::none, Trans::transpose, T, J, s.dk, scale, q + h * s.dk, L.ldq, L.sq, k + g * s.dk, L.ldk, L.sk,
+         0.0f, pattern + h * L.TT, J, L.sp, s.B);
   }
-  kn::causal_softmax_kernel<<<unsigned(std::int64_t(s.B) * s.H * T), kn::row_threads(T)>>>(T, pattern);
+  kn::causal_softmax_kernel<<<unsigned(std::int64_t(s.B) * s.H * T), kn::row_threads(J)>>>(T, s.past, J, pattern);
   QKVLAB_KERNEL_CHECK();
   for (int h = 0; h < s.H; ++h) {  // z_bh = P_bh v_bg
     const int g = h / s.group();
-    gemm(Trans::none, Trans::none, T, s.dv, T, 1.0f, pattern + h * L.TT, T, L.sp, v + g * s.dv, L.ldv, L.sv, 0.0f,
+    gemm(Trans::none, Trans::none, T, s.dv, J, 1.0f, pattern + h * L.TT, J, L.sp, v + g * s.dv, L.ldv, L.sv, 0.0f,
          z + h * s.dv, L.ldz, L.sz, s.B);
   }
 }
@@ -277,6 +278,7 @@ void CudaBackend::attention_forward(const engine::AttentionShape& s, float scale
 void CudaBackend::attention_backward(const engine::AttentionShape& s, float scale, const float* q, const float* k,
                                      const float* v, const float* pattern, const float* dz, float* dq, float* dk,
                                      float* dv, float* scratch) {
+  if (!s.plain()) throw std::invalid_argument("attention_backward: only without a cache (past 0, capacity T)");
   const HeadLayout L(s);
   const int T = s.T;
   for (int h = 0; h < s.H; ++h) {  // dP_bh = dz_bh v_bgᵀ

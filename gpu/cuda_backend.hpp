@@ -78,7 +78,7 @@ class CudaBackend final : public engine::Backend<float> {
   void swiglu_forward(std::size_t count, const float* G, const float* U, float* Y) override;
   void swiglu_backward(std::size_t count, const float* G, const float* U, const float* dY, float* dG,
                        float* dU) override;
-  void rope(int B, int T, int heads, int d, int ld, const engine::kernels::RopeFrequencies& f, bool inverse,
+  void rope(int B, int T, int past, int heads, int d, int ld, const engine::kernels::RopeFrequencies& f, bool inverse,
             float* X) override;
   void attention_forward(const engine::AttentionShape& s, float scale, const float* q, const float* k,
                          const float* v, float* pattern, float* z) override;

@@ -1,5 +1,5 @@
 // Products and copies on column-major device buffers, for gpu/'s column-major
-// users (synthetic/icl/theory_gpu.cpp, bench/gpu_bench.cpp). The models run on
+// users (bench/gpu_bench.cpp). The models run on
 // the backend interface instead (gpu/cuda_backend.hpp). No CUDA in this header.
 //
 // Conventions:

@@ -240,6 +240,12 @@ void save_checkpoint(const fs::path& dir, const Checkpoint& ck) {
   names.push_back("model.safetensors"), written(names.back());
   write_bytes_atomically(dir / "config.json", "JSON", config_json(ck.config));
   names.push_back("config.json"), written(names.back());
+  if (!ck.tokenizer_json.empty()) {
+    write_bytes_atomically(dir / "tokenizer.json", "JSON", ck.tokenizer_json);
+    names.push_back("tokenizer.json"), written(names.back());
+  } else {
+    fs::remove(dir / "tokenizer.json");  // not another model's
+  }
   write_bytes_atomically(dir / "manifest.json", "JSON", manifest_json(dir, names, manifest));
   written("manifest.json");
 }
@@ -292,6 +298,7 @@ Checkpoint load_checkpoint(const fs::path& dir, bool with_optimizer, bool allow_
   Checkpoint ck;
   ck.config = files.config;
   ck.metadata = files.metadata;
+  if (fs::is_regular_file(dir / "tokenizer.json")) ck.tokenizer_json = read_text_file(dir / "tokenizer.json");
   const auto layout = parameter_layout(ck.config, make_plan(ck.config));
   ck.values.assign(layout.total(), 0.0f);
   read_parameters(files, layout, [&](const engine::ParameterSpec& spec, const float* x) {

@@ -3,6 +3,8 @@
 //                          __metadata__ holds "format" = "qkvlab-lm", the whole configuration
 //                          (lm/config.hpp to_metadata) and the caller's entries (step, seed, …)
 //   config.json            the same configuration as a JSON object, for people and other tools
+//   tokenizer.json         (when the model was trained on a corpus with a tokenizer) the tokenizer
+//                          in Hugging Face's format (lm/tokenizer.hpp), carried on by every rewrite
 //   optimizer.safetensors  (training only) AdamW's moments "m/NAME" and "v/NAME", F32, and its
 //                          step count in __metadata__ "t": with the parameters and the data
 //                          stream's (seed, step), all a run needs to continue bit for bit
@@ -49,6 +51,7 @@ struct Checkpoint {
   std::vector<float> values;                    // the parameter layout's order and offsets
   std::map<std::string, std::string> metadata;  // extra __metadata__ entries (not the configuration)
   std::optional<OptimizerState> optimizer;
+  std::string tokenizer_json;  // the text of tokenizer.json; empty: the checkpoint has none
 };
 
 void save_checkpoint(const std::filesystem::path& dir, const Checkpoint& checkpoint);
@@ -72,7 +75,7 @@ void verify_files_manifest(const std::filesystem::path& dir, const std::filesyst
 
 // For tests: called with each file's name once it is in place, in the order
 // written (optimizer.safetensors, model.safetensors, config.json,
-// manifest.json). A hook that throws leaves the directory as a kill at that
+// tokenizer.json when there is one, manifest.json). A hook that throws leaves the directory as a kill at that
 // point would. An empty function removes the hook.
 void set_checkpoint_write_hook(std::function<void(const std::string& file)> hook);
 // True when dir holds a model.safetensors whose metadata says "qkvlab-lm".

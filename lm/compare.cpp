@@ -125,14 +125,14 @@ void disambiguate(std::vector<Group>& groups) {
 
 // The baseline's curve for a seed: its own run of that seed, else the mean of its runs.
 std::vector<double> baseline_curve(const Group& base, std::uint64_t seed, std::size_t length, int window,
-                                   bool validation) {
+                                   Smoothing smoothing, bool validation) {
   std::vector<double> sum(length, 0.0);
   int n = 0;
   for (const Run* r : base.runs) {
     if (r->seed != seed && std::any_of(base.runs.begin(), base.runs.end(), [&](const Run* q) { return q->seed == seed; }))
       continue;
     const auto& c = validation ? r->validation.values : r->train.values;
-    const auto s = validation ? c : moving_average(c, window);
+    const auto s = validation ? c : moving_average(c, window, smoothing);
     if (s.size() < length) continue;
     for (std::size_t i = 0; i < length; ++i) sum[i] += s[i];
     ++n;
@@ -175,7 +175,12 @@ Curve read_log(const fs::path& file, int column) {
   return c;
 }
 
-std::vector<double> moving_average(const std::vector<double>& values, int window) {
+std::vector<double> moving_average(const std::vector<double>& values, int window, Smoothing smoothing) {
+  if (smoothing == Smoothing::forward) {  // the trailing average of the reversed sequence, reversed
+    std::vector<double> out = moving_average(std::vector<double>(values.rbegin(), values.rend()), window);
+    std::reverse(out.begin(), out.end());
+    return out;
+  }
   std::vector<double> out(values.size());
   double sum = 0;
   for (std::size_t i = 0; i < values.size(); ++i) {
@@ -185,6 +190,14 @@ std::vector<double> moving_average(const std::vector<double>& values, int window
   }
   return out;
 }
+
+Smoothing parse_smoothing(const std::string& name) {
+  if (name == "trailing") return Smoothing::trailing;
+  if (name == "forward") return Smoothing::forward;
+  throw UsageError("unknown smoothing \"" + name + "\" (trailing|forward)");
+}
+
+std::string to_string(Smoothing smoothing) { return smoothing == Smoothing::forward ? "forward" : "trailing"; }
 
 results::Value compare_runs(const std::vector<fs::path>& dirs, const CompareOptions& o) {
   if (dirs.empty()) throw UsageError("no run directories given");
@@ -200,6 +213,7 @@ results::Value compare_runs(const std::vector<fs::path>& dirs, const CompareOpti
   disambiguate(groups);
   results::Value out = results::Value::object();
   out.set("window", o.window);
+  out.set("smoothing", to_string(o.smoothing));
   out.set("baseline", o.baseline);
   results::Value list = results::Value::array();
   results::Table curves{"relative_train_loss", {}};
@@ -218,8 +232,8 @@ results::Value compare_runs(const std::vector<fs::path>& dirs, const CompareOpti
       if (!base || base == &g) continue;
       for (const Run* b : base->runs)
         if (b->seed == r->seed) deltas.push_back(r->final_validation - b->final_validation);
-      const auto mine = moving_average(r->train.values, o.window);
-      const auto ref = baseline_curve(*base, r->seed, length, o.window, false);
+      const auto mine = moving_average(r->train.values, o.window, o.smoothing);
+      const auto ref = baseline_curve(*base, r->seed, length, o.window, o.smoothing, false);
       std::vector<double> rel(length);
       for (std::size_t i = 0; i < length; ++i) rel[i] = mine[i] - ref[i];
       relative.push_back(std::move(rel));
@@ -261,7 +275,8 @@ results::Value compare_runs(const std::vector<fs::path>& dirs, const CompareOpti
     StagedFiles files;  // the CSV and its figure: all or none
     results::stage_csv(files, *o.csv, curves);
     if (o.figure) {
-      results::Figure fig{"Training loss relative to " + o.baseline + " (moving average of " +
+      results::Figure fig{"Training loss relative to " + o.baseline + " (" +
+                              (o.smoothing == Smoothing::forward ? "forward " : "") + "moving average of " +
                               std::to_string(o.window) + " steps)",
                           "step", "loss - baseline loss (nats)", false, false, {}, {}};
       for (std::size_t c = 1; c < curves.columns.size(); c += 2)

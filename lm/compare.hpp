@@ -9,8 +9,10 @@
 // the paired differences.
 //
 // Relative loss curves (ResFormer §4.1.2): each run's training loss is
-// smoothed by a trailing moving average over `window` steps (the mean of steps
-// s − window + 1 … s, fewer at the start), and the baseline's smoothed curve of
+// smoothed by a moving average over `window` steps, trailing (the default: the
+// mean of steps s − window + 1 … s, fewer at the start) or forward (the mean of
+// steps s … s + window − 1, fewer at the end: the smoothing issue 28 reports for
+// the papers' released relative-loss plots, there with window 100), and the baseline's smoothed curve of
 // the same seed (or, without one, the mean of the baseline's seeds) is
 // subtracted step by step; a group's curve is the mean over its seeds with the
 // standard deviation as a band. The validation losses logged during training
@@ -27,8 +29,13 @@
 
 namespace qkvlab::lm {
 
+enum class Smoothing { trailing, forward };
+Smoothing parse_smoothing(const std::string& name);  // UsageError naming the two
+std::string to_string(Smoothing smoothing);
+
 struct CompareOptions {
   int window = 10;
+  Smoothing smoothing = Smoothing::trailing;
   std::string baseline = "vanilla";          // the variant the others are measured against
   std::optional<std::filesystem::path> csv;  // relative curves as CSV (+ figure stem below)
   std::optional<std::filesystem::path> figure;
@@ -48,7 +55,8 @@ Curve read_log(const std::filesystem::path& file, int column);
 // `text` as a finite number (the whole of it); otherwise a UsageError naming the file and `what`.
 double finite_number(const std::string& text, const std::filesystem::path& file, const std::string& what);
 
-// The trailing moving average of `values` over `window` entries.
-std::vector<double> moving_average(const std::vector<double>& values, int window);
+// The moving average of `values` over `window` entries, trailing or forward (above).
+std::vector<double> moving_average(const std::vector<double>& values, int window,
+                                   Smoothing smoothing = Smoothing::trailing);
 
 }  // namespace qkvlab::lm

@@ -49,7 +49,7 @@ enum class VariantKind {
   q_identity,   // W_Q = I: head h's query is the input's h-th slice; scale 1/(2 sqrt(d_h))
 };
 
-// How SkipV1 fills the injected value heads (000 App. C.4); with ρ = ½ and
+// How SkipV1 fills the injected value heads (SkipV1Former App. C.4); with ρ = ½ and
 // H' = H_kv/2 own heads, position H' + j of layer n gets:
 enum class Strategy {
   second_half,     // source head H' + j (the default)

@@ -3,30 +3,59 @@
 //
 // The SkipV1 model keeps every tensor of the vanilla one except, in layers 2 … L (1-based),
 // the value projection, which shrinks to the H' = G − round(ρG) own heads (heads H' … G − 1
-// carry layer 1's values, the second-half strategy), and, for the *-vo methods and svd, the
+// carry layer 1's values, the second-half strategy), and, for the methods that say so, the
 // output projection W_O (rows of z's heads, row-vector convention: X W_V is the values, z W_O
-// the attention output). Per layer ≥ 2, with k = G / H' source heads per own head:
-//   mean-v   own head j = the mean of heads jk … jk + k − 1 of W_V (and of b_V); W_O kept
-//            (the paper's method, "a mean pool across every two head projections")
-//   mean-vo  as mean-v, and W_O's rows of own head j = the mean of those heads' rows; W_O's rows
-//            of the heads that now carry V_1 set to zero (so the model starts without them)
-//   top-v    the H' heads of largest ‖W_V,h‖_F, in index order, as the own heads; W_O kept
-//   top-vo   the H' heads of largest ‖W_V,h‖_F·‖W_O,h‖_F, their W_V and W_O rows moved to the
-//            own slots; W_O's other rows zero (our reading: App. B.1 does not say)
-//   svd      W_V W_O (d × d) replaced by its best rank-H'd_h approximation U_r Σ_r V_rᵀ
-//            (Eckart–Young): W_V' = U_r Σ_r^½, W_O's own rows = Σ_r^½ V_rᵀ, its other rows zero;
-//            b_V W_O is folded into b_O (exact: attention rows sum to 1) and b_V' = 0
-// Only vanilla models; the *-vo methods and svd need one key/value head per query head (no GQA),
-// the mean methods a ratio that divides the heads evenly. Refusals are UsageErrors.
+// the attention output). Per layer ≥ 2, with k = G / H' source heads per own head and
+// r = H'·d_h own value columns:
+//
+// The authors' released converter (Zhoutong-Wu/dense_skip, checkpoint_converting_gpt2.py):
+//   released-avg    own head j = the mean of heads j, j + H', …, j + (k−1)H' of W_V; W_O kept
+//                   (convert_gpt2_checkpoint_to_skipv1_avg: heads j and H' + j at ρ = ½; the
+//                   paper's Mean V, "a mean pool across every two head projections")
+//   released-topk   the r columns c of W_V of largest ‖W_V[:,c]‖·‖W_O[c,:]‖, in descending order of
+//                   that score, as the own columns, W_O's row c moved with them to the same
+//                   place; W_O's rows r … D−1 zero (…_topk; the paper's Top VO)
+//   released-topk1  as released-topk, but W_O's rows r … D−1 kept as they were (…_topk1)
+//   released-svd    W_V W_O (d × d) replaced by its best rank-r approximation U_r Σ_r V_rᵀ
+//                   (Eckart–Young): W_V' = U_r Σ_r^½, W_O's rows 0 … r−1 = Σ_r^½ V_rᵀ, rows r … D−1
+//                   zero (…_svd, the paper's SVD); exact here, where the released code uses
+//                   torch.svd_lowrank (randomized, q = r, niter = 2)
+//   mean-v          the same conversion as released-avg (the paper's baseline of Fig. 10)
+//   svd             the same conversion as released-svd
+// qkvlab's other readings of App. B.1 (no released counterpart):
+//   mean-v-adjacent own head j = the mean of the adjacent heads jk … jk + k − 1 of W_V; W_O kept
+//   mean-vo         as mean-v-adjacent, and W_O's rows of own head j = the mean of those heads'
+//                   rows; W_O's rows of the heads that now carry V_1 zero (the paper's Mean VO)
+//   top-v           the H' whole heads of largest ‖W_V,h‖_F, in index order; W_O kept (Top V)
+//   top-vo          the H' whole heads of largest ‖W_V,h‖_F·‖W_O,h‖_F, their W_V and W_O rows moved
+//                   to the own slots; W_O's other rows zero
+// Biases (the released models have none): b_V is averaged, or selected, with W_V's columns; the
+// SVD methods fold b_V W_O into b_O (exact: attention rows sum to 1) and set b_V' = 0. Only
+// vanilla models; the methods that read W_O's rows with W_V's columns need one key/value head per
+// query head (no GQA), the mean methods a ratio that divides the heads evenly. Refusals are
+// UsageErrors.
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "lm/checkpoint.hpp"
 
 namespace qkvlab::lm {
 
-enum class Conversion { mean_v, mean_vo, top_v, top_vo, svd };
+enum class Conversion {
+  mean_v,
+  mean_vo,
+  top_v,
+  top_vo,
+  svd,
+  mean_v_adjacent,
+  released_avg,
+  released_topk,
+  released_topk1,
+  released_svd
+};
+const std::vector<std::string>& conversion_names();    // every method's name, in the enum's order
 Conversion parse_conversion(const std::string& name);  // UsageError naming the methods
 std::string to_string(Conversion method);
 

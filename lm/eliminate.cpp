@@ -111,7 +111,7 @@ Elimination eliminate_queries(const Checkpoint& source, const std::vector<int>& 
     if (i < c.layers) eliminated[std::size_t(i)] = std::count(sorted.begin(), sorted.end(), i + 1) > 0;
   }
   Checkpoint& out = r.checkpoint;
-  out.config = c, out.metadata = source.metadata;
+  out.config = c, out.metadata = source.metadata, out.tokenizer_json = source.tokenizer_json;
   out.config.q_identity_layers = sorted;
   r.untied = c.tied, out.config.tied = false;
   const auto out_layout = parameter_layout(out.config, make_plan(out.config));

@@ -167,6 +167,7 @@ void export_hf(const Checkpoint& ck, const std::filesystem::path& dir) {
   std::filesystem::create_directories(dir);
   engine::save_safetensors(dir / "model.safetensors", file);
   write_bytes_atomically(dir / "config.json", "JSON", hf_config_json(ck.config));
+  if (!ck.tokenizer_json.empty()) write_bytes_atomically(dir / "tokenizer.json", "JSON", ck.tokenizer_json);
 }
 
 }  // namespace qkvlab::lm

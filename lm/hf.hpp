@@ -55,6 +55,7 @@ std::string hf_config_json(const Config& config);
 
 // `lm export --hf`: config.json and model.safetensors (F32, names with the
 // prefix, __metadata__ {"format": "pt"} as transformers requires) in `dir`,
+// and the checkpoint's tokenizer.json when it has one (lm/tokenizer.hpp),
 // each written atomically. A gpt2 model without biases gets zero biases (HF's
 // GPT-2 always has them; the function is the same). Throws UsageError as
 // hf_tensors does.

@@ -102,6 +102,15 @@ struct Model<S>::Impl {
   bool have_targets = false;
   std::vector<S> staging;                  // host copies for the recorder (non-CPU backends)
 
+  // The positions computed are past … past + T_ − 1 of each sequence; the buffers that span positions
+  // (own heads, mixed heads, MLA's rotary keys) hold `cap` rows per sequence. A plain forward is the
+  // case past = 0, cap = T_; incremental decoding keeps them as the cache (`caching`).
+  int past = 0, cap = 0;
+  bool caching = false;
+  bool drop_shared = false;                // the tests' faulty cache: heads from other layers read as zero
+  std::vector<Buffer<S>> krown;            // MLA, caching: each layer's rotary key k_R
+  Buffer<S> fresh;                         // caching, B > 1: the new positions' own heads before store()
+
   // ---- setup ------------------------------------------------------------------------------------
 
   Linear<S> linear(int l, const std::string& what) {
@@ -164,14 +173,17 @@ struct Model<S>::Impl {
     return false;
   }
 
-  // The workspace for (B, T): an eval pass reuses a training workspace of the same shape.
-  void allocate(int B_, int T__, Pass pass_) {
-    pass = pass_;
-    if (allocated && B_ == B && T__ == T_ && (train_workspace || pass_ == Pass::eval)) return;
+  // The workspace for (B, T): an eval pass reuses a training workspace of the same shape. With a
+  // capacity (incremental decoding), the cache of B sequences of `capacity` positions, fed T at a time.
+  void allocate(int B_, int T__, Pass pass_, int capacity = 0) {
+    pass = pass_, past = 0;
+    if (allocated && !caching && !capacity && B_ == B && T__ == T_ && (train_workspace || pass_ == Pass::eval))
+      return;
     B = B_, T_ = T__, N = B_ * T__, train_workspace = pass_ == Pass::train;
+    caching = capacity > 0, cap = caching ? capacity : T__;
     const bool train = train_workspace;
     const int L = config.layers, d = config.d, r = config.ffn, H = config.heads;
-    const std::size_t n = std::size_t(N), patterns = std::size_t(B) * H * T_ * T_;
+    const std::size_t n = std::size_t(N), patterns = std::size_t(B) * H * T_ * cap, rows = std::size_t(B) * cap;
     auto buf = [&](std::size_t count) { return Buffer<S>(backend, count); };
     acts.clear();
     acts.resize(train ? std::size_t(L) : 1);
@@ -185,8 +197,8 @@ struct Model<S>::Impl {
         if (mixes(l)) return true;
       return false;
     };
-    const std::size_t q_count = n * config.heads * dk(), k_count = n * attn_kv() * dk(),
-                      v_count = n * attn_kv() * config.head_dim;
+    const std::size_t q_count = n * config.heads * dk(), k_count = rows * attn_kv() * dk(),
+                      v_count = rows * attn_kv() * config.head_dim;
     for (std::size_t i = 0; i < acts.size(); ++i) {
       LayerActs<S>& s = acts[i];
       s.n1 = buf(n * d), s.mean1 = buf(n), s.rstd1 = buf(n), s.q = buf(q_count);
@@ -195,7 +207,7 @@ struct Model<S>::Impl {
       if (!gpt2()) s.h2 = buf(n * r);
       if (config.mla || needs_mix(i, true)) s.kmix = buf(k_count);
       if (config.mla || needs_mix(i, false)) s.vmix = buf(v_count);
-      if (config.mla && needs_mix(i, false)) s.c = buf(n * config.d_c);
+      if (config.mla && needs_mix(i, false)) s.c = buf(rows * config.d_c);
     }
     const bool all_x = train || dense();
     x.clear();
@@ -206,17 +218,21 @@ struct Model<S>::Impl {
     kown.clear(), vown.clear(), dkown.clear(), dvown.clear();
     for (int l = 0; l < L; ++l) {
       const LayerPlan& p = plan[std::size_t(l)];
-      const std::size_t kc = n * p.own_key_heads * head_width(true), vc = n * p.own_value_heads * head_width(false);
-      kown.push_back(train || reused(l, true) ? buf(kc) : Buffer<S>());
-      vown.push_back(train || reused(l, false) ? buf(vc) : Buffer<S>());
+      const std::size_t kc = rows * p.own_key_heads * head_width(true), vc = rows * p.own_value_heads * head_width(false);
+      kown.push_back(train || reused(l, true) || (caching && !config.mla) ? buf(kc) : Buffer<S>());
+      vown.push_back(train || reused(l, false) || caching ? buf(vc) : Buffer<S>());
       if (train) dkown.push_back(buf(kc)), dvown.push_back(buf(vc));
     }
     shared_kv_[0] = train ? Buffer<S>() : buf(n * config.kv_heads * head_width(true));
     shared_kv_[1] = train ? Buffer<S>() : buf(n * config.kv_heads * head_width(false));
     if (config.mla) {  // MLA's projections of one layer at a time, before they are interleaved per head
-      mla_tmp[0] = buf(n * qwidth()), mla_tmp[1] = buf(n * config.heads * config.d_r), mla_tmp[2] = buf(n * config.d_r);
+      mla_tmp[0] = buf(rows * qwidth()), mla_tmp[1] = buf(n * config.heads * config.d_r), mla_tmp[2] = buf(n * config.d_r);
       if (train) dc = buf(n * config.d_c);
     }
+    krown.clear();
+    for (int l = 0; l < L && caching && config.mla; ++l) krown.push_back(buf(rows * config.d_r));
+    const int fresh_width = std::max({config.kv_heads * config.head_dim, config.d_c, config.d_r});
+    fresh = caching && B > 1 ? buf(n * fresh_width) : Buffer<S>();
     a = buf(n * d), mlp = buf(n * d), nf = buf(n * d), meanf = buf(n), rstdf = buf(n);
     logits = buf(std::size_t(std::min(N, kHeadRows)) * config.vocab), losses = buf(n);
     ids = Buffer<std::int32_t>(backend, n), targets = Buffer<std::int32_t>(backend, n);
@@ -236,7 +252,35 @@ struct Model<S>::Impl {
   S* own_values(int l) {
     return vown[std::size_t(l)].empty() ? shared_kv_[1].data() : vown[std::size_t(l)].data();
   }
+  S* rotary_key(int l) { return caching ? krown[std::size_t(l)].data() : mla_tmp[2].data(); }  // MLA's k_R
   LayerActs<S>& act_of(int l) { return acts[train_workspace ? std::size_t(l) : 0]; }
+
+  // ---- positions: the rows computed and the rows that span positions (the cache) --------------------
+
+  // Whether the computed positions' rows are contiguous in a buffer that spans positions.
+  bool contiguous() const { return B == 1 || cap == T_; }
+  // fn(at, row, rows): rows row … row + rows − 1 of a per-position buffer are rows at … of one spanning positions.
+  template <class F>
+  void each_block(F&& fn) const {
+    if (contiguous()) return fn(std::size_t(past), std::size_t(0), N);
+    for (int b = 0; b < B; ++b) fn(std::size_t(b) * cap + past, std::size_t(b) * T_, T_);
+  }
+  // fn(row0, rows) over the positions 0 … past + T_ − 1 of every sequence, in a buffer that spans positions.
+  template <class F>
+  void each_sequence(F&& fn) const {
+    if (B == 1 || cap == past + T_) return fn(std::size_t(0), B == 1 ? past + T_ : B * cap);
+    for (int b = 0; b < B; ++b) fn(std::size_t(b) * cap, past + T_);
+  }
+  // Where the computed positions' own heads (w columns) of a buffer spanning positions are written:
+  // in place where contiguous, else into `fresh`, which store() copies in.
+  S* new_rows(S* spanning, int w) { return contiguous() ? spanning + std::size_t(past) * w : fresh.data(); }
+  void store(S* spanning, int w) {
+    if (contiguous()) return;
+    each_block([&](std::size_t at, std::size_t row, int rows) {
+      backend.axpby(rows, w, S(1), fresh.data() + row * w, w, S(0), spanning + at * w, w);
+    });
+  }
+
   S* x_in(int l) {  // X_l
     if (train_workspace || dense()) return x[std::size_t(l)].data();
     return x[std::size_t(l % 2)].data();
@@ -274,21 +318,38 @@ struct Model<S>::Impl {
   // The key (value) heads layer l attends with: its own buffer when the plan
   // says "own heads as they are", else Σ w · source heads written into `out`
   // (MLA: the latent's slots).
+  // Over every position so far (with a cache, the cached ones too: the cache keeps own heads only).
   const S* mixed(const Mix& mix, int l, bool keys, S* out) {
     if (is_own(mix, l, own_heads(l, keys))) return keys ? own_keys(l) : own_values(l);
+    if (const S* owner = whole_layer(mix, keys)) return owner;
     const int w = head_width(keys), G = config.kv_heads;
-    for (int g = 0; g < G; ++g) {
-      S* dst = out + std::size_t(g) * w;
-      if (mix[std::size_t(g)].empty()) backend.axpby(N, w, S(0), dst, G * w, S(0), dst, G * w);
-      bool first = true;
-      for (const Source& src : mix[std::size_t(g)]) {
-        const S* from = (keys ? own_keys(src.layer) : own_values(src.layer)) + std::size_t(src.head) * w;
-        backend.axpby(N, w, S(src.weight), from, own_heads(src.layer, keys) * w, first ? S(0) : S(1), dst, G * w);
-        first = false;
+    each_sequence([&](std::size_t r0, int rows) {
+      for (int g = 0; g < G; ++g) {
+        S* dst = out + (r0 * G + std::size_t(g)) * w;
+        if (mix[std::size_t(g)].empty()) backend.axpby(rows, w, S(0), dst, G * w, S(0), dst, G * w);
+        bool first = true;
+        for (const Source& src : mix[std::size_t(g)]) {
+          const int ld = own_heads(src.layer, keys) * w;
+          const S* from = (keys ? own_keys(src.layer) : own_values(src.layer)) + r0 * ld + std::size_t(src.head) * w;
+          backend.axpby(rows, w, S(dropped(src, l) ? 0 : src.weight), from, ld, first ? S(0) : S(1), dst, G * w);
+          first = false;
+        }
       }
-    }
+    });
     return out;
   }
+
+  // With a cache: the buffer of the one layer whose own heads `mix` takes unchanged (SVFormer's,
+  // YOCO-V's and CLA-V's values, SkipV1-YOCO's keys), read in place by a step instead of copied;
+  // null otherwise (and in a plain forward, whose backward expects the copy).
+  const S* whole_layer(const Mix& mix, bool keys) {
+    if (!caching || drop_shared || mix.empty() || mix[0].empty()) return nullptr;
+    const int owner = mix[0][0].layer;
+    if (!is_own(mix, owner, own_heads(owner, keys))) return nullptr;
+    return keys ? own_keys(owner) : own_values(owner);
+  }
+
+  bool dropped(const Source& src, int l) const { return caching && drop_shared && src.layer != l; }
 
   // dOwn[source] += w · dmix[g] for every source of every head g.
   void unmix(const Mix& mix, bool keys, const S* dmix) {
@@ -308,26 +369,30 @@ struct Model<S>::Impl {
       for (const Source& s : direct[std::size_t(h / group)]) {
         const int src_heads = plan[std::size_t(s.layer)].own_value_heads;
         if (!backward_pass)
-          backend.axpby(N, w, S(s.weight), own_values(s.layer) + std::size_t(s.head) * w, src_heads * w, S(1),
-                        z + std::size_t(h) * w, H * w);
+          each_block([&](std::size_t at, std::size_t row, int rows) {
+            backend.axpby(rows, w, S(dropped(s, l) ? 0 : s.weight), own_values(s.layer) + at * src_heads * w + std::size_t(s.head) * w,
+                          src_heads * w, S(1), z + row * H * w + std::size_t(h) * w, H * w);
+          });
         else
           backend.axpby(N, w, S(s.weight), dz + std::size_t(h) * w, H * w, S(1),
                         dvown[std::size_t(s.layer)].data() + std::size_t(s.head) * w, src_heads * w);
       }
   }
 
-  engine::AttentionShape shape() const { return {B, T_, config.heads, attn_kv(), dk(), config.head_dim}; }
+  engine::AttentionShape shape() const {
+    return {B, T_, config.heads, attn_kv(), dk(), config.head_dim, past, cap};
+  }
 
-  // Copies the (N, heads·w) tensor X into column offset `at` of each head of Y
-  // (N, heads·wy), or, with `gather`, the other way (Y's block into X).
-  void interleave(int heads, int w, S* X, S* Y, int wy, int at, bool gather, bool accumulate = false) {
+  // Copies the (rows, heads·w) tensor X into column offset `at` of each head of Y
+  // (rows, heads·wy), or, with `gather`, the other way (Y's block into X); rows N unless given.
+  void interleave(int heads, int w, S* X, S* Y, int wy, int at, bool gather, bool accumulate = false, int rows = 0) {
     for (int h = 0; h < heads; ++h) {
       S* x = X + std::size_t(h) * w;
       S* y = Y + std::size_t(h) * wy + at;
       if (gather)
-        backend.axpby(N, w, S(1), y, heads * wy, accumulate ? S(1) : S(0), x, heads * w);
+        backend.axpby(rows ? rows : N, w, S(1), y, heads * wy, accumulate ? S(1) : S(0), x, heads * w);
       else
-        backend.axpby(N, w, S(1), x, heads * w, S(0), y, heads * wy);
+        backend.axpby(rows ? rows : N, w, S(1), x, heads * w, S(0), y, heads * wy);
     }
   }
 
@@ -342,49 +407,60 @@ struct Model<S>::Impl {
   KV project(int l, LayerActs<S>& s) {
     const LayerPlan& p = plan[std::size_t(l)];
     const LayerWeights<S>& w = layers[std::size_t(l)];
-    const int d = config.d, dh = config.head_dim;
+    const int d = config.d, dh = config.head_dim, kw = p.own_key_heads * dh, vw = p.own_value_heads * dh;
     if (p.identity_query)
       backend.axpby(N, d, S(1), s.n1.data(), d, S(0), s.q.data(), qwidth());
     else
       engine::linear_forward<S>(backend, N, d, qwidth(), {s.n1.data(), d}, w.q.W, w.q.b, {s.q.data(), qwidth()});
-    if (p.own_key_heads)
-      engine::linear_forward<S>(backend, N, d, p.own_key_heads * dh, {s.n1.data(), d}, w.k.W, w.k.b,
-                                {own_keys(l), p.own_key_heads * dh});
-    if (p.own_value_heads)
-      engine::linear_forward<S>(backend, N, d, p.own_value_heads * dh, {s.n1.data(), d}, w.v.W, w.v.b,
-                                {own_values(l), p.own_value_heads * dh});
-    if (config.rope()) {
-      backend.rope(B, T_, config.heads, dh, qwidth(), config.rope_frequencies(), false, s.q.data());
-      if (p.own_key_heads)
-        backend.rope(B, T_, p.own_key_heads, dh, p.own_key_heads * dh, config.rope_frequencies(), false, own_keys(l));
+    if (config.rope()) backend.rope(B, T_, past, config.heads, dh, qwidth(), config.rope_frequencies(), false, s.q.data());
+    if (p.own_key_heads) {
+      S* k = new_rows(own_keys(l), kw);
+      engine::linear_forward<S>(backend, N, d, kw, {s.n1.data(), d}, w.k.W, w.k.b, {k, kw});
+      if (config.rope()) backend.rope(B, T_, past, p.own_key_heads, dh, kw, config.rope_frequencies(), false, k);
+      store(own_keys(l), kw);
+    }
+    if (p.own_value_heads) {
+      engine::linear_forward<S>(backend, N, d, vw, {s.n1.data(), d}, w.v.W, w.v.b, {new_rows(own_values(l), vw), vw});
+      store(own_values(l), vw);
     }
     return {mixed(p.keys, l, true, s.kmix.data()), mixed(p.values, l, false, s.vmix.data())};
   }
 
   // MLA: latent c = the plan's mix of n1 W_DKV slots; per head, query [n1 W_Q, RoPE(n1 W_QR)],
   // key [c W_UK, RoPE(n1 W_KR)] (the rotary key shared by every head), value c W_UV.
+  // With a cache, the latent slots and k_R of the new positions are cached and the keys and values
+  // of every position are expanded from them at each step (no absorption of W_UK into W_Q).
   KV project_mla(int l, LayerActs<S>& s) {
     const LayerPlan& p = plan[std::size_t(l)];
     const LayerWeights<S>& w = layers[std::size_t(l)];
     const int d = config.d, dh = config.head_dim, dr = config.d_r, H = config.heads, dc = config.d_c;
+    const int cw = p.own_value_heads * slot();
     engine::linear_forward<S>(backend, N, d, qwidth(), {s.n1.data(), d}, w.q.W, w.q.b, {mla_tmp[0].data(), qwidth()});
     interleave(H, dh, mla_tmp[0].data(), s.q.data(), dk(), 0, false);
-    if (p.own_value_heads)
-      engine::linear_forward<S>(backend, N, d, p.own_value_heads * slot(), {s.n1.data(), d}, w.dkv.W, nullptr,
-                                {own_values(l), p.own_value_heads * slot()});
+    if (p.own_value_heads) {
+      engine::linear_forward<S>(backend, N, d, cw, {s.n1.data(), d}, w.dkv.W, nullptr, {new_rows(own_values(l), cw), cw});
+      store(own_values(l), cw);
+    }
     const S* c = mixed(p.values, l, false, s.c.data());
-    engine::linear_forward<S>(backend, N, dc, qwidth(), {c, dc}, w.uk.W, nullptr, {mla_tmp[0].data(), qwidth()});
-    interleave(H, dh, mla_tmp[0].data(), s.kmix.data(), dk(), 0, false);
-    engine::linear_forward<S>(backend, N, dc, qwidth(), {c, dc}, w.uv.W, nullptr, {s.vmix.data(), qwidth()});
     if (dr > 0) {
       engine::linear_forward<S>(backend, N, d, H * dr, {s.n1.data(), d}, w.qr.W, nullptr, {mla_tmp[1].data(), H * dr});
-      backend.rope(B, T_, H, dr, H * dr, config.rope_frequencies(), false, mla_tmp[1].data());
+      backend.rope(B, T_, past, H, dr, H * dr, config.rope_frequencies(), false, mla_tmp[1].data());
       interleave(H, dr, mla_tmp[1].data(), s.q.data(), dk(), dh, false);
-      engine::linear_forward<S>(backend, N, d, dr, {s.n1.data(), d}, w.kr.W, nullptr, {mla_tmp[2].data(), dr});
-      backend.rope(B, T_, 1, dr, dr, config.rope_frequencies(), false, mla_tmp[2].data());
-      for (int h = 0; h < H; ++h)
-        backend.axpby(N, dr, S(1), mla_tmp[2].data(), dr, S(0), s.kmix.data() + std::size_t(h) * dk() + dh, H * dk());
+      S* kr = new_rows(rotary_key(l), dr);
+      engine::linear_forward<S>(backend, N, d, dr, {s.n1.data(), d}, w.kr.W, nullptr, {kr, dr});
+      backend.rope(B, T_, past, 1, dr, dr, config.rope_frequencies(), false, kr);
+      store(rotary_key(l), dr);
     }
+    each_sequence([&](std::size_t r0, int rows) {
+      S* kmix = s.kmix.data() + r0 * H * dk();
+      engine::linear_forward<S>(backend, rows, dc, qwidth(), {c + r0 * dc, dc}, w.uk.W, nullptr,
+                                {mla_tmp[0].data() + r0 * qwidth(), qwidth()});
+      interleave(H, dh, mla_tmp[0].data() + r0 * qwidth(), kmix, dk(), 0, false, false, rows);
+      engine::linear_forward<S>(backend, rows, dc, qwidth(), {c + r0 * dc, dc}, w.uv.W, nullptr,
+                                {s.vmix.data() + r0 * qwidth(), qwidth()});
+      for (int h = 0; h < H && dr > 0; ++h)
+        backend.axpby(rows, dr, S(1), rotary_key(l) + r0 * dr, dr, S(0), kmix + std::size_t(h) * dk() + dh, H * dk());
+    });
     return {s.kmix.data(), s.vmix.data()};
   }
 
@@ -484,20 +560,74 @@ struct Model<S>::Impl {
       targets.upload(targets_host, std::size_t(N));
       for (int n = 0; n < N; ++n) result.count += targets_host[n] >= 0;
     }
-    S* x0 = dense() ? y[0].data() : x_in(0);
-    backend.embedding_forward(B, T_, config.d, ids.data(), wte, wpe, x0);
-    if (dense()) backend.axpby(N, config.d, S(1), x0, config.d, S(0), x_in(0), config.d);
-    for (int l = 0; l < config.layers; ++l) layer_forward(l, rec);
-    normalize(x_in(config.layers), lnf, nf.data(), meanf.data(), rstdf.data());
-    emit(rec, Site::final, config.layers, nf.data(), 1, config.d);
+    blocks_forward(rec);
     if (have_targets) result.sum = head_forward(grad_scale).sum;
     return result;
   }
 
-  void check_tokens(const std::int32_t* ids_host, const std::int32_t* targets_host, int B_, int T__) const {
+  // From the ids on the device to nf = N_f(X_L) at positions past … past + T_ − 1.
+  void blocks_forward(Recorder<S>* rec) {
+    S* x0 = dense() ? y[0].data() : x_in(0);
+    backend.embedding_forward(B, T_, config.d, ids.data(), wte, wpe ? wpe + std::size_t(past) * config.d : nullptr,
+                              x0);
+    if (dense()) backend.axpby(N, config.d, S(1), x0, config.d, S(0), x_in(0), config.d);
+    for (int l = 0; l < config.layers; ++l) layer_forward(l, rec);
+    normalize(x_in(config.layers), lnf, nf.data(), meanf.data(), rstdf.data());
+    emit(rec, Site::final, config.layers, nf.data(), 1, config.d);
+  }
+
+  // ---- incremental decoding ---------------------------------------------------------------------
+
+  void begin_cache(int B_, int capacity, int block) {
+    if (B_ < 1 || block < 1 || capacity < block)
+      throw std::invalid_argument("begin_cache: need B >= 1 and 1 <= block <= capacity");
+    if (capacity > config.positions)
+      throw std::invalid_argument("a cache of " + std::to_string(capacity) + " positions is longer than the model's " +
+                                  std::to_string(config.positions) + " positions");
+    allocate(B_, block, Pass::eval, capacity);
+    for (auto* spanning : {&kown, &vown, &krown})
+      for (auto& b : *spanning) backend.fill(b.size(), S(0), b.data());
+  }
+
+  void extend(const std::int32_t* ids_host, int T__, S* logits_host) {
+    if (!caching) throw std::logic_error("extend: no cache (begin_cache first)");
+    check_tokens(ids_host, nullptr, B, T__, past);
+    if (past + T__ > cap || B * T__ > int(ids.size()))
+      throw std::invalid_argument("extend: " + std::to_string(T__) + " positions after " + std::to_string(past) +
+                                  " do not fit the cache (" + std::to_string(cap) + " positions, blocks of " +
+                                  std::to_string(int(ids.size()) / B) + ")");
+    T_ = T__, N = B * T__;
+    ids.upload(ids_host, std::size_t(N));
+    blocks_forward(nullptr);
+    last_logits(logits_host);
+    past += T__;
+  }
+
+  // logits (host, B·V) = nf Uᵀ at the last computed position of each sequence.
+  void last_logits(S* out) {
+    const int d = config.d, V = config.vocab;
+    for (int b0 = 0; b0 < B; b0 += kHeadRows) {
+      const int rows = std::min(kHeadRows, B - b0);
+      backend.gemm(engine::Trans::none, engine::Trans::transpose, rows, V, d, S(1),
+                   nf.data() + (std::size_t(b0) * T_ + T_ - 1) * d, T_ * d, 0, head, d, 0, S(0), logits.data(), V, 0,
+                   1);
+      logits.download(out + std::size_t(b0) * V, std::size_t(rows) * V);
+    }
+  }
+
+  std::size_t cache_bytes() const {
+    std::size_t count = 0;
+    for (const auto* spanning : {&kown, &vown, &krown})
+      for (const auto& b : *spanning) count += b.size();
+    return caching ? count * sizeof(S) : 0;
+  }
+
+  // past: positions before these T (a decoder's cache).
+  void check_tokens(const std::int32_t* ids_host, const std::int32_t* targets_host, int B_, int T__,
+                    int past_ = 0) const {
     if (B_ < 1 || T__ < 1) throw std::invalid_argument("forward: need at least one sequence of one token");
-    if (T__ > config.positions)
-      throw std::invalid_argument("sequences of " + std::to_string(T__) + " tokens are longer than the model's " +
+    if (past_ + T__ > config.positions)
+      throw std::invalid_argument("sequences of " + std::to_string(past_ + T__) + " tokens are longer than the model's " +
                                   std::to_string(config.positions) + " positions");
     for (std::size_t n = 0; n < std::size_t(B_) * T__; ++n) {
       if (ids_host[n] < 0 || ids_host[n] >= config.vocab)
@@ -547,9 +677,9 @@ struct Model<S>::Impl {
     if (!own_k) unmix(p.keys, true, dkmix.data());
     if (!own_v) unmix(p.values, false, dvmix.data());
     if (config.rope()) {
-      backend.rope(B, T_, config.heads, dh, qwidth(), config.rope_frequencies(), true, dq.data());
+      backend.rope(B, T_, 0, config.heads, dh, qwidth(), config.rope_frequencies(), true, dq.data());
       if (p.own_key_heads)
-        backend.rope(B, T_, p.own_key_heads, dh, p.own_key_heads * dh, config.rope_frequencies(), true,
+        backend.rope(B, T_, 0, p.own_key_heads, dh, p.own_key_heads * dh, config.rope_frequencies(), true,
                      dkown[std::size_t(l)].data());
     }
     if (p.identity_query)
@@ -586,13 +716,13 @@ struct Model<S>::Impl {
     if (!own_c) unmix(p.values, false, dc.data());
     if (dr > 0) {
       interleave(H, dr, mla_tmp[1].data(), dq.data(), dk(), dh, true);  // dq_R
-      backend.rope(B, T_, H, dr, H * dr, config.rope_frequencies(), true, mla_tmp[1].data());
+      backend.rope(B, T_, 0, H, dr, H * dr, config.rope_frequencies(), true, mla_tmp[1].data());
       engine::linear_backward<S>(backend, N, d, H * dr, {s.n1.data(), d}, w.qr.W, {mla_tmp[1].data(), H * dr},
                                  {dn.data(), d}, w.qr.dW, nullptr, true);
       for (int h = 0; h < H; ++h)  // dk_R: the shared rotary key collects every head's gradient
         backend.axpby(N, dr, S(1), dkmix.data() + std::size_t(h) * dk() + dh, H * dk(), h ? S(1) : S(0),
                       mla_tmp[2].data(), dr);
-      backend.rope(B, T_, 1, dr, dr, config.rope_frequencies(), true, mla_tmp[2].data());
+      backend.rope(B, T_, 0, 1, dr, dr, config.rope_frequencies(), true, mla_tmp[2].data());
       engine::linear_backward<S>(backend, N, d, dr, {s.n1.data(), d}, w.kr.W, {mla_tmp[2].data(), dr},
                                  {dn.data(), d}, w.kr.dW, nullptr, true);
     }
@@ -710,6 +840,26 @@ LossSum Model<S>::forward(const std::int32_t* ids, const std::int32_t* targets, 
 template <class S>
 void Model<S>::backward() {
   impl_->backward();
+}
+
+template <class S>
+void Model<S>::begin_cache(int B, int capacity, int block) {
+  impl_->begin_cache(B, capacity, block);
+}
+
+template <class S>
+void Model<S>::extend(const std::int32_t* ids, int T, S* logits) {
+  impl_->extend(ids, T, logits);
+}
+
+template <class S>
+std::size_t Model<S>::cache_bytes() const {
+  return impl_->cache_bytes();
+}
+
+template <class S>
+void Model<S>::set_cache_fault(bool drop_shared) {
+  impl_->drop_shared = drop_shared;
 }
 
 template class Model<float>;

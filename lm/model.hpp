@@ -68,6 +68,26 @@ class Model {
   // Adds the gradient of the last training forward's loss to the parameter gradients.
   void backward();
 
+  // Incremental decoding with a cache (lm/generate.hpp drives it), through the same forward: the
+  // forward over positions past … past + T − 1 of B sequences reads the keys and values of positions
+  // < past from the cache and appends its own. The cache holds, per layer, what the plan (lm/plan.hpp)
+  // says the layer itself projects: its own key heads and own value heads (MLA: its own latent slots
+  // and its rotary key k_R), and nothing for heads it reads from another layer (SkipV1's injected heads,
+  // SVFormer's, YOCO's and CLA's, ResFormer's and NeuTRENO's V_1): those are read from the owner's
+  // cache, and the mixing is recomputed over the cached positions at each step. The full forward is
+  // the case past = 0.
+  // begin_cache: room for B sequences of `capacity` positions (at most the model's), fed at most
+  // `block` positions at a time; empties the cache.
+  void begin_cache(int B, int capacity, int block);
+  // The next T positions of every sequence (ids: B·T host values, sequence b at b·T) through the
+  // model; writes the logits of each sequence's last new position to `logits` (host, B·V). Throws
+  // std::invalid_argument for ids outside [0, V), positions past the capacity or the model's.
+  void extend(const std::int32_t* ids, int T, S* logits);
+  std::size_t cache_bytes() const;  // bytes of the cache's buffers as allocated (0 without a cache)
+  // For the decoding tests' negative control only: with a cache, heads a layer reads from another
+  // layer (layer 1's shared values, …) count as zero, as a cache that dropped them would.
+  void set_cache_fault(bool drop_shared);
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;

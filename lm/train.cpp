@@ -21,6 +21,7 @@
 #include "corpus/batches.hpp"
 #include "corpus/ngram.hpp"
 #include "corpus/token_file.hpp"
+#include "lm/tokenizer.hpp"
 #include "lm/checkpoint.hpp"
 #include "lm/describe.hpp"
 #include "lm/model.hpp"
@@ -110,6 +111,8 @@ TrainData brown_data(const fs::path& dir) {
   d.train = read_stream(dir / "train_tokens.npy");
   d.validation = read_stream(dir / "validation_tokens.npy");
   d.source = "brown (" + dir.string() + ")";
+  if (fs::is_regular_file(dir / "vocab.json") && fs::is_regular_file(dir / "merges.txt"))
+    d.tokenizer_json = tokenizer_json(corpus::Bpe::load(dir / "vocab.json", dir / "merges.txt"));
   return d;
 }
 
@@ -272,6 +275,7 @@ struct Session {
     ck.metadata["run_id"] = run_id;
     ck.metadata["data.validation_hash"] = std::to_string(fnv1a(data.validation));
     ck.metadata["source"] = data.source;
+    ck.tokenizer_json = data.tokenizer_json;
     auto& adamw = trainer.optimizer();
     ck.optimizer = OptimizerState{adamw.m.to_host(), adamw.v.to_host(), adamw.t};
     save_checkpoint(checkpoint_dir(), ck);

@@ -7,7 +7,7 @@
 // `eval_every` steps the validation loss is measured on `eval_windows`
 // windows of T + 1 tokens spread evenly over the validation stream, and at the
 // end on all of them. The run directory gets:
-//   checkpoint/       model, config.json and optimizer state (lm/checkpoint.hpp), every
+//   checkpoint/       model, config.json, optimizer state and the corpus's tokenizer.json (lm/checkpoint.hpp), every
 //                     `checkpoint_every` steps and at the end; its metadata records the step and
 //                     everything that changes the numbers, so --resume continues bit for bit and
 //                     refuses a checkpoint made with other settings
@@ -45,9 +45,11 @@ struct TrainData {
   std::vector<std::int32_t> train, validation;
   std::string source;        // where the tokens came from, for the record
   results::Value baselines;  // as written to baselines.json
+  std::string tokenizer_json;  // the corpus's tokenizer (lm/tokenizer.hpp), given to the checkpoints; empty: none
 };
 
-// data/brown as `qkvlab data brown` prepared it (train/validation tokens, baselines.json).
+// data/brown as `qkvlab data brown` prepared it (train/validation tokens, baselines.json; its
+// vocab.json + merges.txt, when there, as the own tokenizer.json of lm/tokenizer.hpp).
 TrainData brown_data(const std::filesystem::path& dir);
 // A token file (.npy or .bin); the validation stream from its own file, or else
 // the last tenth of the tokens (the first nine tenths train). Baselines computed here.

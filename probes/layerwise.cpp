@@ -61,7 +61,7 @@ struct Layer {  // one layer's probe at one learning rate (no trainer when steps
 
 Slope least_squares_slope(const std::vector<double>& x, const std::vector<double>& y) {
   const std::size_t n = x.size();
-  if (n < 3) return {std::nan(""), std::nan("")};
+  if (n < 3) return {std::nan(""), std::nan(""), std::nan(""), std::nan("")};
   double mx = 0, my = 0;
   for (std::size_t i = 0; i < n; ++i) mx += x[i] / double(n), my += y[i] / double(n);
   double sxx = 0, sxy = 0;
@@ -69,7 +69,7 @@ Slope least_squares_slope(const std::vector<double>& x, const std::vector<double
   const double slope = sxy / sxx;
   double rss = 0;
   for (std::size_t i = 0; i < n; ++i) rss += std::pow(y[i] - my - slope * (x[i] - mx), 2);
-  return {slope, std::sqrt(rss / double(n - 2) / sxx)};
+  return {slope, std::sqrt(rss / double(n - 2) / sxx), mx, my};
 }
 
 ProbeReport run_probes(lm::Model<float>& model, const ProbeData& d, const ProbeOptions& o,
@@ -136,7 +136,7 @@ ProbeReport run_probes(lm::Model<float>& model, const ProbeData& d, const ProbeO
     }
   }
 
-  ProbeReport r{results::Value::object(), {"probe", {{"layer", {}}, {"loss", {}}, {"std", {}}, {"se", {}}, {"lr", {}}}}, {}, {}};
+  ProbeReport r{results::Value::object(), {"probe", {{"layer", {}}, {"loss", {}}, {"std", {}}, {"se", {}}, {"lr", {}}}}, {}, {}, {}};
   results::Value layers = results::Value::array();
   std::vector<double> xs, ys;
   for (int l = 0; l <= L; ++l) {
@@ -159,7 +159,7 @@ ProbeReport run_probes(lm::Model<float>& model, const ProbeData& d, const ProbeO
     for (std::size_t k = 0; k < 5; ++k) r.table.columns[k].values.push_back(cols[k]);
     if (l >= (L + 1) / 2) xs.push_back(l), ys.push_back(s.value);  // the deeper half
   }
-  const Slope slope = least_squares_slope(xs, ys);
+  const Slope slope = r.deeper_half = least_squares_slope(xs, ys);
   results::Value sv = results::Value::object();
   sv.set("from_layer", std::int64_t(xs.front())), sv.set("to_layer", L), sv.set("slope", slope.slope), sv.set("se", slope.se);
   r.value.set("target", o.tags ? "tag" : "next-token");

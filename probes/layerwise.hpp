@@ -39,6 +39,13 @@ struct ProbeOptions {
   std::uint64_t seed = 1;
 };
 
+// The least-squares slope of y against x, and its standard error (NaN with fewer than 3 points);
+// the fitted line passes through (x_mean, y_mean).
+struct Slope {
+  double slope = 0, se = 0;
+  double x_mean = 0, y_mean = 0;
+};
+
 struct ProbeReport {
   results::Value value;
   results::Table table;
@@ -47,12 +54,9 @@ struct ProbeReport {
   // then nothing is summarised, and the command reports it, exit 1. A learning rate whose
   // loss is not finite (a diverged probe) is never picked: loss_by_lr holds null for it.
   std::string nonfinite;
+  Slope deeper_half;  // the slope over the deeper half of the layers (value's deeper_half_slope)
 };
 
-// The least-squares slope of y against x, and its standard error (NaN with fewer than 3 points).
-struct Slope {
-  double slope = 0, se = 0;
-};
 Slope least_squares_slope(const std::vector<double>& x, const std::vector<double>& y);
 
 ProbeReport run_probes(lm::Model<float>& model, const ProbeData& data, const ProbeOptions& options,

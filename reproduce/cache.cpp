@@ -124,6 +124,8 @@ results::Value from_json(const engine::Json& j) {
   return {};
 }
 
+}  // namespace
+
 results::Value read_json_file(const fs::path& path) {
   const std::string text = read_text_file(path);
   try {
@@ -132,8 +134,6 @@ results::Value read_json_file(const fs::path& path) {
     throw UsageError(path.string() + ": " + e.what());
   }
 }
-
-}  // namespace
 
 namespace {
 
@@ -186,8 +186,12 @@ Trained train_or_reuse(const Context& c, const Recipe& r, const lm::TrainData& d
     std::snprintf(extra, sizeof extra, "loss %.4f", p.loss);
     c.progress("train " + label, "step", p.step, p.steps, extra);
   });
-  write_bytes_atomically(dir / "cache.json", "JSON", lm::files_manifest_json(dir, kRecorded, "qkvlab-reproduce-cache"));
+  record_entry(dir);
   return {dir, out, false};
+}
+
+void record_entry(const fs::path& dir) {
+  write_bytes_atomically(dir / "cache.json", "JSON", lm::files_manifest_json(dir, kRecorded, "qkvlab-reproduce-cache"));
 }
 
 }  // namespace qkvlab::reproduce

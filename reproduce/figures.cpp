@@ -3,10 +3,8 @@
 // figures to results/, which writes them all or none.
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <map>
 #include <optional>
-#include <sstream>
 #include <thread>
 
 #include "analysis/analyze.hpp"
@@ -200,9 +198,8 @@ void resformer_fig1_left(Session& s, Output& out) {
   out.value.set("compare", compared);
   const int window = 10;
   const lm::Curve first = lm::read_log(dirs[0] / "train.csv", 1);
-  const std::vector<double> steps(first.steps.begin(), first.steps.end());
   const auto base = lm::moving_average(first.values, window);
-  Table t{"relative_loss", {{"step", steps}}};
+  Table t{"relative_loss", {{"step", std::vector<double>(first.steps.begin(), first.steps.end())}}};
   results::Figure f{"training loss minus vanilla's (moving average of 10 steps), seed " + std::to_string(s.options().seed),
                     "step", "loss - vanilla loss (nats)", false, false, {}, {"set key bottom left", "set grid"}};
   f.series.push_back({"", "", "0", "vanilla", "lines dt 2 lc rgb 'black'", ""});
@@ -235,19 +232,11 @@ void first_token(Session& s, Output& out, bool per_position) {
   Table t{"first_token", {}};
   results::Figure f{"first token over the mean of the others (T = 128)", "layer", "ratio", false, true, {},
                     {"set key top right", "set yrange [0.3:80]"}};
-  {  // the importance ratio of a uniform causal pattern (a_j = Σ_{i ≥ j} 1/(i+1)): what position alone gives
-    const int T = 128;
-    std::vector<double> a(T, 0.0);
-    for (int i = 0; i < T; ++i)
-      for (int j = 0; j <= i; ++j) a[std::size_t(j)] += 1.0 / (i + 1);
-    double others = 0;
-    for (int j = 1; j < T; ++j) others += a[std::size_t(j)] / (T - 1);
-    const double uniform = a[0] / others;
-    if (!per_position) {
-      f.series.push_back({"", "", fixed(uniform, 6), "importance of a uniform causal pattern", "lines dt 2 lc rgb 'black'", ""});
-      out.value.set("uniform_causal_importance_ratio", uniform);
-      out.notes += "- a uniform causal pattern's first-token importance ratio at T = 128: " + fixed(uniform, 2) + "\n";
-    }
+  if (!per_position) {  // what position alone gives the first token
+    const double uniform = analysis::uniform_causal_importance_ratio(128);
+    f.series.push_back({"", "", fixed(uniform, 6), "importance of a uniform causal pattern", "lines dt 2 lc rgb 'black'", ""});
+    out.value.set("uniform_causal_importance_ratio", uniform);
+    out.notes += "- a uniform causal pattern's first-token importance ratio at T = 128: " + fixed(uniform, 2) + "\n";
   }
   for (const auto& name : kResFormerPair) {
     const analysis::Report r = s.analyze(name, analysis::Kind::first_token, {}, 128);
@@ -442,12 +431,9 @@ void skipv1_fig12(Session& s, Output& out) {
     layer.erase(layer.begin()), loss.erase(loss.begin()), se.erase(se.begin());
     if (t.columns.empty()) t.columns.push_back({"layer", layer});
     t.columns.push_back({name, loss}), t.columns.push_back({name + "_se", se});
-    const double slope = r.value["deeper_half_slope"]["slope"].number();
-    const double slope_se = r.value["deeper_half_slope"]["se"].number();
-    std::vector<double> x, y;  // the deeper half's fitted line, drawn over it
+    const double slope = r.deeper_half.slope, slope_se = r.deeper_half.se;
+    const double xm = r.deeper_half.x_mean, ym = r.deeper_half.y_mean;  // the fitted line, drawn over the deeper half
     const int L = int(layer.size());
-    for (int l = (L + 1) / 2; l <= L; ++l) x.push_back(l), y.push_back(loss[std::size_t(l - 1)]);
-    const double xm = mean_of(x), ym = mean_of(y);
     f.series.push_back({"layer", name, "", name, "linespoints", ""});
     char line[160];
     std::snprintf(line, sizeof line, "(x >= %d ? %.10g + %.10g*(x - %.10g) : 1/0)", (L + 1) / 2, ym, slope, xm);
@@ -1083,11 +1069,13 @@ Result run_figure(const Context& context, const Figure& figure, const fs::path& 
   v.set("runs", session.runs());
   v.set("results", out.value);
   v.set("command_line", context.options.command_line);
+  v = with_verdict(name, v);
 
   std::string readme = "# " + name + "\n\n" + figure.remakes + ".\n\n## The paper's figure\n\n" + figure.paper +
                        "\n\n## Remade here\n\n";
   for (const auto& d : out.drawn) readme += "![" + d.figure.title + "](" + d.stem + ".png)\n\n";
-  readme += "Numbers (also in " + name + ".json):\n\n" + out.notes + "\nCommand: `" + context.options.command_line + "`\n";
+  readme += "Numbers (also in " + name + ".json):\n\n" + out.notes + "\n## Verdict\n\n" + v["claim"].string() + ": **" +
+            v["verdict"].string() + "** (" + v["rule"].string() + ").\n\nCommand: `" + context.options.command_line + "`\n";
 
   fs::create_directories(dir);
   StagedFiles files;  // every file of the figure: all or none

@@ -30,6 +30,7 @@
 #include "engine/kernel_types.hpp"
 #include "lm/train.hpp"
 #include "results/value.hpp"
+#include "results/verdict.hpp"
 
 namespace qkvlab::reproduce {
 
@@ -72,6 +73,9 @@ struct Recipe {
 Recipe recipe(const std::string& name, std::uint64_t seed, std::int64_t steps);
 const std::vector<std::string>& recipe_names();
 
+// A JSON file (a run's run.json, a figure's FIGURE.json) as a Value; UsageError naming the file.
+results::Value read_json_file(const std::filesystem::path& path);
+
 // The recipe's key: "key=value" lines of its configuration and run identity (sorted), and its hash.
 std::string recipe_text(const lm::RunOptions& run, const lm::TrainData& data);
 std::string recipe_hash(const std::string& text);  // 16 hex digits
@@ -83,6 +87,10 @@ struct Trained {
 };
 // The cache entry for `r`, trained now unless a finished entry with the same recipe exists.
 Trained train_or_reuse(const Context& context, const Recipe& r, const lm::TrainData& data);
+// Writes dir/cache.json, the record of the sizes and checksums of the entry's files that figures
+// read, which train_or_reuse checks before it reuses the entry: train_or_reuse calls it when a
+// training ends (an `lm train` run moved into an entry is reused once recorded).
+void record_entry(const std::filesystem::path& dir);
 
 // ---- the figures ------------------------------------------------------------------------------------
 
@@ -107,5 +115,19 @@ struct Result {
 // Runs `figure` (an entry of figures(), e.g. from find_figure; UsageError for another name) and
 // writes its files into `out` (created), all or none.
 Result run_figure(const Context& context, const Figure& figure, const std::filesystem::path& out);
+
+// ---- the verdicts (verdicts.cpp) ---------------------------------------------------------------------
+
+// The figure's claim (a direction or inequality on a named quantity), judged by its stated rule
+// (results/verdict.hpp) on the quantity measured from its FIGURE.json value `json`.
+results::Verdict judge_figure(const std::string& figure, const results::Value& json);
+// `json` with the verdict's fields (claim, quantity, uncertainty, rule, verdict) before its
+// command_line, replacing any it had.
+results::Value with_verdict(const std::string& figure, const results::Value& json);
+// Recomputes the verdict of OUTPUTS/FIGURE/FIGURE.json from its own results and rewrites the file
+// (atomically) with it; returns the new value.
+results::Value rejudge(const Figure& figure, const std::filesystem::path& outputs);
+// The verdict table of docs/figures.md, generated from OUTPUTS/*/FIGURE.json in --list order.
+std::string verdicts_markdown(const std::filesystem::path& outputs);
 
 }  // namespace qkvlab::reproduce

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Uptraining SkipV1Former from trained vanilla models (SkipV1Former §5.1, Fig. 8, 10), as in
-# docs/lm-comparisons.md: each vanilla checkpoint converted by every method of `qkvlab lm convert`,
+# docs/lm-comparisons.md: each vanilla checkpoint converted by every method of `qkvlab lm convert`
+# (svd is released-svd; mean-v, the same as released-avg, is not run twice),
 # its validation loss as converted, then `qkvlab lm train --from` for a tenth and a fifth of the
-# preset's 1,200 steps (peak lr 3e-4 = 1.5x the preset's floor, as 000 App. B.1 found best relative
+# preset's 1,200 steps (peak lr 3e-4 = 1.5x the preset's floor, as SkipV1Former App. B.1 found best relative
 # to its pretraining's final rate; fresh windows: seed + 100).
 #
 #   scripts/lm_uptraining.sh --vanilla DIR_WITH_vanilla-sSEED/checkpoint... [--qkvlab BIN] [--device D]
@@ -26,7 +27,7 @@ summary="$out/initial.csv"
 echo "seed,method,initial_validation_loss" > "$summary"
 for ck in "$vanilla"/vanilla-s*/checkpoint; do
   seed=$(basename "$(dirname "$ck")"); seed=${seed#vanilla-s}
-  for method in mean-v mean-vo top-v top-vo svd; do
+  for method in released-avg released-topk released-topk1 svd mean-v-adjacent mean-vo top-v top-vo; do
     conv="$out/converted/$method-s$seed"
     "$qkvlab" lm convert "$ck" --to skipv1 --method "$method" --out "$conv" >/dev/null
     loss=$("$qkvlab" lm eval "$conv" --tokens "$data/validation_tokens.npy" --seq-len 128 --device "$device" \

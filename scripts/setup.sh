@@ -23,9 +23,10 @@ done
 
 packages=(
   cmake ninja-build make g++ pkg-config
-  libeigen3-dev libboost-dev libmpfr-dev libgmp-dev   # linear algebra, multiprecision
+  libeigen3-dev libboost-dev libmpfr-dev libgmp-dev libmpfi-dev   # linear algebra, multiprecision, intervals (fdim)
   libspectra-dev                                      # Lanczos top singular values (qwe.sec8.3.1)
   libhdf5-dev libcli11-dev                            # results files, command line
+  libpcre2-dev                                        # Unicode regular expressions of the tokenizers
   libgtest-dev python3 python3-h5py                   # tests read JSON, XML and HDF5 back
   libbenchmark-dev libopenblas-dev                    # bench/ (built on demand); engine products (OpenBLAS)
   gnuplot-nox                                         # figures of rmt, lnorm, transfer, icl

@@ -1,4 +1,4 @@
-// qwe.exp8.4 — MLP basis transfer (docs/math/qkv.md, qwe.exp8.4; seed 003 §8.4, eqs. 13–15).
+// qwe.exp8.4 — MLP basis transfer (docs/math/qkv.md, qwe.exp8.4; Query-weight elimination §8.4, eqs. 13–15).
 //
 // A skip block x + M(x) seen in an input basis T_in and an output basis T_out becomes
 // x ↦ T_out T_in⁻¹ x + T_out M(T_in⁻¹ x). Can a skip MLP of the same width learn such a map?

@@ -351,6 +351,16 @@ Report replicate(const std::vector<double>& eq3, const std::vector<double>& eq6)
 
 // The rule: every layer n ≥ 2 above 2 se agrees; one below −2 se disagrees; else, and with one
 // seed, inconclusive. Layer 1 does not count.
+// A uniform causal pattern's first-token importance ratio: T = 2 by hand (a_0 = 1 + 1/2, a_1 = 1/2:
+// 3); T = 1 … 4 rises (the first token is seen by every query); T = 128 is the committed
+// resformer-fig10's baseline to the last digit (the arithmetic moved here from reproduce/).
+TEST(UniformCausal, FirstTokenImportanceRatio) {
+  EXPECT_DOUBLE_EQ(uniform_causal_importance_ratio(2), 3.0);
+  EXPECT_GT(uniform_causal_importance_ratio(4), uniform_causal_importance_ratio(3));
+  EXPECT_EQ(uniform_causal_importance_ratio(128), 5.629659768453636);
+  EXPECT_NE(uniform_causal_importance_ratio(127), 5.629659768453636);  // control: another length
+}
+
 TEST(CrossLayerVerdict, TheStatedRule) {
   const Report a = replicate({1, 0.9, 0.8}, {0.5, 0.6, 0.7}), b = replicate({1, 0.91, 0.82}, {0.5, 0.62, 0.7}),
                c = replicate({1, 0.92, 0.81}, {0.5, 0.6, 0.71});

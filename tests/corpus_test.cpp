@@ -35,6 +35,7 @@ namespace {
 using test_support::run_qkvlab;
 using test_support::ScratchDir;
 using test_support::shell_quoted;
+using test_support::usage_error;
 
 void write_file(const std::filesystem::path& p, const std::string& bytes) {
   std::ofstream out(p, std::ios::binary);
@@ -46,16 +47,6 @@ std::string read_file(const std::filesystem::path& p) {
   std::ostringstream s;
   s << in.rdbuf();
   return s.str();
-}
-
-// The message of the UsageError f throws ("" when it throws none).
-template <class F> std::string usage_error(F&& f) {
-  try {
-    f();
-  } catch (const UsageError& e) {
-    return e.what();
-  }
-  return "";
 }
 
 // --- Brown files ---------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 // GPU against CPU for what remains of gpu/ops.hpp (the column-major products
-// that synthetic/icl/theory_gpu.cpp and bench/gpu_bench.cpp use): gemm and
+// that bench/gpu_bench.cpp uses): gemm and
 // gemm_strided_batched against Eigen, in float and double. The backend the
 // models run on (gpu/cuda_backend.hpp) is tested kernel by kernel against the
 // CPU backend in tests/lm_gpu_test.cpp, which took over this file's tests of

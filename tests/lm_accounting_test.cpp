@@ -38,7 +38,7 @@ TEST(LmAccounting, Gpt2SmallIsHuggingFacesCount) {
 }
 
 TEST(LmAccounting, NanoGptAndQueryIdentity) {
-  // nanoGPT's bias-free GPT-2 (vocab padded to 50304, LayerNorm gains only): 003 Table 2's baseline.
+  // nanoGPT's bias-free GPT-2 (vocab padded to 50304, LayerNorm gains only): Query-weight elimination Table 2's baseline.
   const auto base = lm::count_parameters(gpt2_small(50304, false));
   EXPECT_EQ(base.total, 124373760);      // printed 124.37M
   EXPECT_EQ(base.non_embedding(), 84953856);  // printed 84.95M
@@ -119,7 +119,7 @@ TEST(LmAccounting, ReusedHeadsAreCountedOnceAtTheirOwner) {
 TEST(LmAccounting, MlaCachesLatentAndRotaryKey) {
   lm::Config c = llama(24, 1024, 16, 16);
   c.mla = true, c.d_c = 256, c.d_r = 32;
-  EXPECT_EQ(kv(c), 24 * (256 + 32));                // 6,912 elements: 13,824 bytes in bf16 (000 Table 2)
+  EXPECT_EQ(kv(c), 24 * (256 + 32));                // 6,912 elements: 13,824 bytes in bf16 (SkipV1Former Table 2)
   c.variant.kind = lm::VariantKind::skipv1;
   EXPECT_EQ(kv(c), (256 + 32) + 23 * (128 + 32));   // layer 1 keeps its whole latent: 3,968 (7,936 bytes)
   // Parameters: SkipV1-MLA halves W_DKV in layers 2…L: 23 · 1024 · 128 fewer.

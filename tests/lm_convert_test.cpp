@@ -1,12 +1,18 @@
-// lm/convert: vanilla → SkipV1 for uptraining. Each method's defining property on a random
-// model: mean pooling of the value heads, the largest heads kept, SVD's Eckart–Young optimum
-// (no other method's W_V W_O is closer), the bias folded exactly; top-vo's
-// converted model computes the vanilla model's loss when the heads it drops were silent.
+// lm/convert: vanilla → SkipV1 for uptraining. The authors' released conversions (dense_skip's
+// checkpoint_converting_gpt2.py) against their definitions written out here, independently, on a
+// small model: the same weights to float rounding, with controls (adjacent pairing is not the
+// released average; whole-head top-k is not column top-k; topk keeps no W_O row topk1 keeps).
+// qkvlab's other methods by their defining property: mean pooling of the value heads, the largest
+// heads kept, SVD's Eckart–Young optimum (no other method's W_V W_O is closer), the bias folded
+// exactly; top-vo's converted model computes the vanilla model's loss when the heads it drops were silent.
 #include <gtest/gtest.h>
 
 #include <Eigen/Dense>
 
+#include <algorithm>
 #include <cmath>
+#include <utility>
+#include <vector>
 
 #include "core/errors.hpp"
 #include "core/rng.hpp"
@@ -51,9 +57,9 @@ double loss_of(const Checkpoint& ck) {
   return m.forward(ids.data(), targets.data(), 2, 12, Pass::eval).mean();
 }
 
-TEST(LmConvert, MeanVPoolsPairsOfValueHeadsAndKeepsTheRest) {
+TEST(LmConvert, MeanVAdjacentPoolsAdjacentValueHeadsAndKeepsTheRest) {
   const Checkpoint src = vanilla();
-  const Checkpoint out = convert_to_skipv1(src, Conversion::mean_v);
+  const Checkpoint out = convert_to_skipv1(src, Conversion::mean_v_adjacent);
   EXPECT_EQ(out.config.variant.kind, VariantKind::skipv1);
   const int dh = src.config.head_dim;
   for (int n = 1; n < 3; ++n) {
@@ -117,6 +123,132 @@ TEST(LmConvert, TopVoKeepsAModelWhoseDroppedHeadsWereSilent) {
     EXPECT_NEAR(loss_of(convert_to_skipv1(src, Conversion::top_vo)), before, 1e-5 * before) << to_string(family);
     EXPECT_GT(std::abs(loss_of(convert_to_skipv1(src, Conversion::mean_v)) - before), 1e-3) << to_string(family);
   }
+}
+
+// ---- The released converter (Zhoutong-Wu/dense_skip, checkpoint_converting_gpt2.py), written out
+// from its text on the test model's layers 2 and 3: W_V d × D, W_O D × d (as here), H' = 2 of 4
+// heads of d_h = 4, r = H'·d_h = D/2 = 8. Its models have no biases; ours carry b_V with W_V's columns.
+
+constexpr int kOwn = 2, kDh = 4, kRank = kOwn * kDh;
+
+// A converted float tensor is the double result rounded once: within float's unit roundoff 2^-24.
+constexpr double kFloatRounding = 1e-7;
+
+double relative(const Matrix& a, const Matrix& b) { return (a - b).norm() / b.norm(); }
+
+// convert_gpt2_checkpoint_to_skipv1_avg: W_V viewed as d × H × d_h, (heads [0, H') + heads [H', H)) / 2.
+Matrix released_avg(const Matrix& Wv) {
+  Matrix out(Wv.rows(), kRank);
+  for (Eigen::Index row = 0; row < Wv.rows(); ++row)
+    for (int j = 0; j < kOwn; ++j)
+      for (int c = 0; c < kDh; ++c) out(row, j * kDh + c) = (Wv(row, j * kDh + c) + Wv(row, (kOwn + j) * kDh + c)) / 2;
+  return out;
+}
+
+struct Factors {
+  Matrix Wv, Wo;
+  std::vector<int> columns;  // top-k: the source column of each new one
+};
+
+// ..._topk and ..._topk1: contribution_scores = ‖W_V[:,c]‖·‖W_O[c,:]‖, torch.topk's r indices (largest
+// first), W_V's columns gathered in that order; W_O = zeros (topk) or a clone (topk1) whose rows
+// 0 … r−1 are overwritten by the selected rows.
+Factors released_topk(const Matrix& Wv, const Matrix& Wo, bool clone_o) {
+  std::vector<std::pair<double, int>> by_score;
+  for (Eigen::Index c = 0; c < Wv.cols(); ++c) by_score.push_back({-Wv.col(c).norm() * Wo.row(c).norm(), int(c)});
+  std::sort(by_score.begin(), by_score.end());
+  Factors f{Matrix(Wv.rows(), kRank), clone_o ? Wo : Matrix(Matrix::Zero(Wo.rows(), Wo.cols())), {}};
+  for (int n = 0; n < kRank; ++n) {
+    const int c = by_score[std::size_t(n)].second;
+    f.Wv.col(n) = Wv.col(c), f.Wo.row(n) = Wo.row(c), f.columns.push_back(c);
+  }
+  return f;
+}
+
+// ..._svd: M = W_V W_O ≈ U_r S_r V_rᵀ; W_V' = U_r √S_r, W_O' = (V_r √S_r)ᵀ in W_O's rows 0 … r−1, the rest
+// zero. Here from the eigenvectors of MᵀM (V_r; U_r √S_r = M V_r S_r^-½), an SVD computed another way
+// than lm/convert's; exact where the released torch.svd_lowrank is randomized. Signs: each pair of
+// factors only up to a common sign, so each is aligned to `like`'s.
+Factors released_svd(const Matrix& Wv, const Matrix& Wo, const Factors& like) {
+  const Matrix M = Wv * Wo;
+  Eigen::SelfAdjointEigenSolver<Matrix> eig(M.transpose() * M);
+  Factors f{Matrix(Wv.rows(), kRank), Matrix::Zero(Wo.rows(), Wo.cols()), {}};
+  for (int i = 0; i < kRank; ++i) {
+    const Eigen::VectorXd v = eig.eigenvectors().col(M.cols() - 1 - i);  // eigenvalues ascending
+    const double s = std::sqrt(eig.eigenvalues()(M.cols() - 1 - i)), sign = like.Wo.row(i).dot(v) < 0 ? -1.0 : 1.0;
+    f.Wv.col(i) = sign * M * v / std::sqrt(s), f.Wo.row(i) = sign * std::sqrt(s) * v.transpose();
+  }
+  return f;
+}
+
+// Everything outside layers ≥ 2's W_V, b_V, W_O, b_O is the source's.
+void expect_rest_kept(const Checkpoint& src, const Checkpoint& out) {
+  for (const std::string& name : {std::string("wte"), layer_tensor(0, "attn.v.weight"), layer_tensor(0, "attn.o.weight"),
+                                 layer_tensor(1, "attn.q.weight"), layer_tensor(2, "attn.k.weight")})
+    EXPECT_EQ(tensor(out, name), tensor(src, name)) << name;
+}
+
+TEST(LmConvert, ReleasedAvgIsTheReleasedAverageAndMeanVIsIt) {
+  const Checkpoint src = vanilla();
+  const Checkpoint avg = convert_to_skipv1(src, Conversion::released_avg);
+  const Checkpoint adjacent = convert_to_skipv1(src, Conversion::mean_v_adjacent);
+  for (int n = 1; n < 3; ++n) {
+    const std::string wv = layer_tensor(n, "attn.v.weight"), bv = layer_tensor(n, "attn.v.bias");
+    const Matrix expected = released_avg(tensor(src, wv));
+    EXPECT_LT(relative(tensor(avg, wv), expected), kFloatRounding);
+    EXPECT_LT(relative(tensor(avg, bv).transpose(), released_avg(tensor(src, bv).transpose())), kFloatRounding);
+    EXPECT_EQ(tensor(avg, layer_tensor(n, "attn.o.weight")), tensor(src, layer_tensor(n, "attn.o.weight")));
+    EXPECT_GT(relative(tensor(adjacent, wv), expected), 0.1);  // control: heads 2j, 2j+1 are other pairs
+  }
+  expect_rest_kept(src, avg);
+  EXPECT_EQ(convert_to_skipv1(src, Conversion::mean_v).values, avg.values);
+}
+
+TEST(LmConvert, ReleasedTopkSelectsValueColumnsByTheirNormProductWithWO) {
+  const Checkpoint src = vanilla();
+  const Checkpoint topk = convert_to_skipv1(src, Conversion::released_topk);
+  const Checkpoint topk1 = convert_to_skipv1(src, Conversion::released_topk1);
+  const Checkpoint heads = convert_to_skipv1(src, Conversion::top_vo);
+  for (int n = 1; n < 3; ++n) {
+    const std::string wv = layer_tensor(n, "attn.v.weight"), wo = layer_tensor(n, "attn.o.weight");
+    const Matrix Wv = tensor(src, wv), Wo = tensor(src, wo);
+    for (bool clone_o : {false, true}) {
+      SCOPED_TRACE(clone_o ? "released-topk1" : "released-topk");
+      const Checkpoint& out = clone_o ? topk1 : topk;
+      const Factors expected = released_topk(Wv, Wo, clone_o);
+      EXPECT_LT(relative(tensor(out, wv), expected.Wv), kFloatRounding);  // a selection: exact in fact
+      EXPECT_LT(relative(tensor(out, wo), expected.Wo), kFloatRounding);
+      // Control: the other of the two keeps (zeroes) the rows r … D−1 this one zeroes (keeps).
+      EXPECT_GT(relative(tensor(clone_o ? topk : topk1, wo), expected.Wo), 0.1);
+      expect_rest_kept(src, out);
+    }
+    // b_V's entries go with W_V's columns.
+    const Matrix bv = tensor(src, layer_tensor(n, "attn.v.bias")).transpose();
+    const std::vector<int> columns = released_topk(Wv, Wo, false).columns;
+    for (int c = 0; c < kRank; ++c)
+      EXPECT_EQ(tensor(topk, layer_tensor(n, "attn.v.bias"))(c, 0), bv(0, columns[std::size_t(c)]));
+    // Control: whole heads (top-vo) are not the top columns.
+    EXPECT_GT(relative(tensor(heads, wv), released_topk(Wv, Wo, false).Wv), 0.1);
+  }
+}
+
+TEST(LmConvert, ReleasedSvdIsTheReleasedFactorizationOfTheRankHalfApproximation) {
+  const Checkpoint src = vanilla();
+  const Checkpoint svd = convert_to_skipv1(src, Conversion::released_svd);
+  for (int n = 1; n < 3; ++n) {
+    const std::string wv = layer_tensor(n, "attn.v.weight"), wo = layer_tensor(n, "attn.o.weight");
+    const Factors out{tensor(svd, wv), tensor(svd, wo), {}};
+    const Factors expected = released_svd(tensor(src, wv), tensor(src, wo), out);
+    EXPECT_LT(relative(out.Wv, expected.Wv), kFloatRounding);  // the two SVDs agree far below float's rounding
+    EXPECT_LT(relative(out.Wo, expected.Wo), kFloatRounding);
+    EXPECT_EQ(out.Wo.bottomRows(16 - kRank).norm(), 0.0);
+    // Control: the factors of the rank-H'·d_h approximation, not of a rank one lower.
+    Factors lower = expected;
+    lower.Wv.col(kRank - 1).setZero(), lower.Wo.row(kRank - 1).setZero();
+    EXPECT_GT(relative(out.Wv, lower.Wv), 1e-3);
+  }
+  expect_rest_kept(src, svd);
+  EXPECT_EQ(convert_to_skipv1(src, Conversion::svd).values, svd.values);
 }
 
 TEST(LmConvert, RefusesWhatItCannotConvert) {

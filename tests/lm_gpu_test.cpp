@@ -362,15 +362,16 @@ TEST_F(LmGpuKernels, Rope) {
   struct Case {
     int B, T, heads, d, ld;
     engine::kernels::RopeFrequencies f;
+    int past = 0;  // positions already in a decoder's cache
   };
   const engine::kernels::RopeFrequencies llama3{500.0, 8, 1, 4, 64};  // the three bands at d = 8
   for (const Case s : {Case{2, 5, 3, 6, 22, {10000.0}}, Case{1, 7, 2, 8, 16, {500.0}}, Case{3, 1, 2, 4, 8, {10000.0}},
-                       Case{2, 9, 2, 8, 16, llama3}})
+                       Case{2, 9, 2, 8, 16, llama3}, Case{2, 1, 2, 8, 16, llama3, 37}})
     for (bool inverse : {false, true}) {
       const std::string what = "rope T = " + std::to_string(s.T) + (inverse ? " inverse" : "");
       const std::vector<Floats> in{normals(std::size_t(s.B) * s.T * s.ld, 1)};
       const Kernel k = [=](Backend<float>& be, Arrays& a) {
-        be.rope(s.B, s.T, s.heads, s.d, s.ld, s.f, inverse, a[0]);
+        be.rope(s.B, s.T, s.past, s.heads, s.d, s.ld, s.f, inverse, a[0]);
       };
       const auto c = run(cpu, in, k), g = run(*cuda, in, k);
       EXPECT_LE(rel(c[0], g[0]), tol(2)) << what;
@@ -407,6 +408,24 @@ TEST_F(LmGpuKernels, Attention) {
             be.attention_backward(s, scale, a[0], a[1], a[2], a[3], a[5], a[6], a[7], a[8], a[9]);
           },
           {6, 7, 8}, k, {5, 0});
+  }
+}
+
+// A decoder's cache (lm/model.hpp): T = 1 and T = 3 queries after `past` positions, k and v of
+// `capacity` rows per sequence (GQA, dk ≠ dv). k = dk + dv + 3 keys. The control moves the first
+// cached key of sequence 0, head 0, which every query sees.
+TEST_F(LmGpuKernels, AttentionWithCache) {
+  AttentionShape one{2, 1, 4, 2, 6, 3}, three{2, 3, 2, 1, 4, 4};
+  one.past = 9, one.capacity = 16, three.past = 5, three.capacity = 8;
+  for (const AttentionShape s : {one, three}) {
+    const std::size_t N = std::size_t(s.B) * s.T, rows = std::size_t(s.B) * s.kv_rows();
+    const std::size_t P = std::size_t(s.B) * s.H * s.T * s.keys();
+    const std::vector<Floats> in{normals(N * s.H * s.dk, 1), normals(rows * s.Hkv * s.dk, 2),
+                                 normals(rows * s.Hkv * s.dv, 3), Floats(P, kNaN), Floats(N * s.H * s.dv, kNaN)};
+    const float scale = float(1 / std::sqrt(double(s.dk)));
+    agree("cached attention past " + std::to_string(s.past) + " T " + std::to_string(s.T), in,
+          [=](Backend<float>& be, Arrays& a) { be.attention_forward(s, scale, a[0], a[1], a[2], a[3], a[4]); }, {3, 4},
+          s.dk + s.dv + 3.0 * s.keys(), {1, 0});
   }
 }
 
@@ -636,6 +655,40 @@ TEST_P(LmGpuModel, DeterministicOnCuda) {
   EXPECT_TRUE(a.grads == b.grads) << "gradients differ between two runs";
   const ModelRun other = train_pass(*cuda, c, values, model_tokens(c.vocab, 4));
   EXPECT_FALSE(a.grads == other.grads) << "control: another batch";
+}
+
+// Decoding with the cache (lm/model.hpp): a prompt of 4 tokens in B = 2 sequences, then 3 steps of
+// one token each; the logits of every step (B·V) within tol(model_k) of the CPU's. Control: the
+// embedding of the first prompt token moved by 0.5 on the CUDA side.
+Floats decode(Backend<float>& be, const lm::Config& c, const std::vector<float>& values) {
+  lm::Model<float> model(c, be);
+  model.set_parameters(values);
+  const int B = 2, P = 4, steps = 3;
+  const Tokens t = model_tokens(c.vocab, 5);
+  Ints prompt;
+  for (int b = 0; b < B; ++b) prompt.insert(prompt.end(), t.ids.begin() + b * t.T, t.ids.begin() + b * t.T + P);
+  model.begin_cache(B, P + steps, P);
+  Floats logits(std::size_t(B) * c.vocab), all;
+  model.extend(prompt.data(), P, logits.data());
+  for (int step = 0; step < steps; ++step) {
+    all.insert(all.end(), logits.begin(), logits.end());
+    const Ints next{t.targets[std::size_t(step)] < 0 ? 0 : t.targets[std::size_t(step)], t.ids[std::size_t(step)]};
+    model.extend(next.data(), 1, logits.data());
+  }
+  all.insert(all.end(), logits.begin(), logits.end());
+  return all;
+}
+
+TEST_P(LmGpuModel, DecodesWithTheCacheAsTheCpu) {
+  const lm::Config& c = GetParam().config;
+  const engine::ParameterLayout layout = lm::Model<float>(c, cpu).parameters().layout;
+  const auto values = gpu_test::random_parameters(layout, 7);
+  const Floats a = decode(cpu, c, values), b = decode(*cuda, c, values);
+  const double k = model_k(c, 8);
+  EXPECT_LE(rel(a, b), tol(k));
+  auto moved = values;
+  moved[layout.at("wte").offset + std::size_t(model_tokens(c.vocab, 5).ids[0]) * c.d] += 0.5f;
+  EXPECT_GT(rel(a, decode(*cuda, c, moved)), tol(k)) << "control";
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, LmGpuModel, ::testing::ValuesIn(model_cases()),

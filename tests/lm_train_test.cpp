@@ -142,6 +142,20 @@ TEST(LmCompare, GroupsBySeedAndMeasuresAgainstTheBaseline) {
     EXPECT_NE(g["final_relative_train_loss"].number(), 0.0);  // control: the variants' curves differ
   }
   EXPECT_EQ(moving_average({1, 2, 3, 4}, 2), (std::vector<double>{1, 1.5, 2.5, 3.5}));
+  EXPECT_EQ(moving_average({1, 2, 3, 4}, 2, Smoothing::forward), (std::vector<double>{1.5, 2.5, 3.5, 4}));
+  EXPECT_EQ(moving_average({1, 2, 4, 8}, 3, Smoothing::forward), (std::vector<double>{7.0 / 3, 14.0 / 3, 6, 8}));
+  EXPECT_EQ(c["smoothing"].string(), "trailing");
+  // Forward smoothing gives other relative curves from the same runs (control: the trailing ones).
+  CompareOptions forward = o;
+  forward.smoothing = Smoothing::forward;
+  const results::Value cf = compare_runs(runs, forward);
+  EXPECT_EQ(cf["smoothing"].string(), "forward");
+  for (std::size_t i = 0; i < c["groups"].items().size(); ++i) {
+    const results::Value& g = c["groups"].items()[i];
+    if (g.find("final_relative_train_loss") == nullptr) continue;
+    EXPECT_EQ(cf["groups"].items()[i]["delta_vs_baseline_mean"].number(), g["delta_vs_baseline_mean"].number());
+    EXPECT_GT(std::abs(cf["groups"].items()[i]["final_relative_train_loss"].number() - g["final_relative_train_loss"].number()), 1e-9);
+  }
 }
 
 }  // namespace

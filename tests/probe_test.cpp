@@ -146,6 +146,8 @@ TEST(Probes, LeastSquaresSlopeAgainstAHandComputation) {
   const Slope noisy = least_squares_slope({0, 1, 2, 3}, {1, 3, 2, 5});
   EXPECT_NEAR(noisy.slope, 1.1, 1e-14);
   EXPECT_NEAR(noisy.se, std::sqrt(0.27), 1e-14);
+  EXPECT_NEAR(noisy.x_mean, 1.5, 1e-15);  // the line passes through (x̄, ȳ)
+  EXPECT_NEAR(noisy.y_mean, 2.75, 1e-15);
   EXPECT_TRUE(std::isnan(least_squares_slope({0, 1}, {1, 2}).se));
 }
 

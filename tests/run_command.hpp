@@ -2,7 +2,7 @@
 // stderr goes through a temporary file of its own (ctest runs test cases as
 // parallel processes), removed afterwards. Redirections inside the command
 // apply first: run_command("x 2>&1") returns stderr in out. run_bounded and expect_usage_error:
-// the CLI tests' bounded run and their check of a usage error.
+// the CLI tests' bounded run and their check of a usage error; usage_error: a library call's.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -16,6 +16,8 @@
 #include <sstream>
 #include <string>
 #include <unistd.h>
+
+#include "core/errors.hpp"
 
 namespace qkvlab::test_support {
 
@@ -69,6 +71,16 @@ inline void expect_usage_error(const CommandResult& r, const std::string& args, 
   EXPECT_EQ(r.err.rfind("qkvlab: error: ", 0), 0u) << args << ": " << r.err;
   EXPECT_NE(r.err.find(names), std::string::npos) << args << ": " << r.err;
   EXPECT_TRUE(r.out.empty()) << args << ": " << r.out;
+}
+
+// The message of the UsageError f throws ("" when it throws none).
+template <class F> std::string usage_error(F&& f) {
+  try {
+    f();
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "";
 }
 
 }  // namespace qkvlab::test_support

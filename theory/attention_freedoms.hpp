@@ -64,7 +64,7 @@ template <class S> Deviation input_basis_deviation(const AttentionProbe<S>& p, c
   return output_deviation<S>(p, Mat<S>(p.X * T.T), with_input_basis<S>(p.w, T), {T});
 }
 
-// [002] Eqs. 3–5: softmax(Q [K_1; …; K_m]ᵀ/√d_h)[V_1; …; V_m] against (1/m) A V̄ with
+// ResFormer Eqs. 3–5: softmax(Q [K_1; …; K_m]ᵀ/√d_h)[V_1; …; V_m] against (1/m) A V̄ with
 // A = softmax(Q K_nᵀ/√d_h), V̄ = Σ_i V_i. An identity when every K_i = K_n (m = 2: Eq. 3 = Eq. 4;
 // m = n layers: Eq. 5); with the layers' own keys (Eq. 2) it is the paper's approximation.
 template <class S>

@@ -1,4 +1,4 @@
-// The normalizer identities of seed 003 §8.3 on given points: what the
+// The normalizer identities of Query-weight elimination §8.3 on given points: what the
 // random-weight claims (qwe_norm.cpp) measure, written once so that their
 // checkpoint forms (theory_lm/) measure the same on a model's own activations,
 // ε and gains. Column-vector convention: the points are the columns of X.

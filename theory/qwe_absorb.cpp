@@ -1,4 +1,4 @@
-// qwe.thm8.4 and the decision half of qwe.cor8.4.1 (docs/math/qkv.md; seed 003 §8.5):
+// qwe.thm8.4 and the decision half of qwe.cor8.4.1 (docs/math/qkv.md; Query-weight elimination §8.5):
 // when the skip of a ReLU MLP x ↦ x + W_2 σ(W_1 x) (column vectors, W_1 m×d,
 // W_2 d×m, m = 2d here) can be absorbed into a skipless one of the same width.
 // The construction and the decision procedure live in core/absorb.hpp.

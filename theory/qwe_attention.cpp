@@ -1,4 +1,4 @@
-// Attention-level claims of seed 003 (§3, §4.1–4.2, Prop. 8.1): attention sees
+// Attention-level claims of Query-weight elimination (§3, §4.1–4.2, Prop. 8.1): attention sees
 // X only through X W_Q, X W_K, X W_V; the reparametrization lemma; the
 // single-head two-matrix form; the block-diagonal freedom.
 #include "theory/claims.hpp"

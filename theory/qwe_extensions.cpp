@@ -1,4 +1,4 @@
-// The head-wise freedoms of [003] beyond plain multi-head attention (docs/math/extensions.md):
+// The head-wise freedoms of Query-weight elimination beyond plain multi-head attention (docs/math/extensions.md):
 // qwe.freedom.vo (the W_V/W_O analogue of Prop. 4.2 that §4.1.2 conjectures), and §6's
 // extensions to RoPE (qwe.ext.rope), grouped-query attention (qwe.ext.gqa) and QK-norm
 // (qwe.ext.qknorm). Row-vector convention. What is measured is theory/attention_freedoms.hpp's,

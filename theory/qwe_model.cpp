@@ -1,4 +1,4 @@
-// Model-level claims of seed 003 (§4.3–4.5, Lemmas 8.5–8.6): eliminating W_Q
+// Model-level claims of Query-weight elimination (§4.3–4.5, Lemmas 8.5–8.6): eliminating W_Q
 // from one layer of a model with both skips, tied embeddings, intertwining of
 // attention-skip-only blocks and elimination from every layer, weight-shared
 // telescoping.

@@ -1,4 +1,4 @@
-// Normalizer claims of seed 003 §8.3 (docs/math/qkv.md): LayerNorm
+// Normalizer claims of Query-weight elimination §8.3 (docs/math/qkv.md): LayerNorm
 // semi-conjugacy (qwe.lemma8.2), a change of basis through LayerNorm with gain
 // (qwe.thm8.3), the same construction for RMSNorm and DyT (qwe.remark5).
 //

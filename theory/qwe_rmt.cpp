@@ -1,4 +1,4 @@
-// qwe.sec8.3.1 (seed 003 §8.3.1; docs/math/qkv.md): the metric defect of
+// qwe.sec8.3.1 (Query-weight elimination §8.3.1; docs/math/qkv.md): the metric defect of
 // RMSNorm and the random-matrix picture. Column-vector convention (x ↦ A x);
 // the math is in core/random_matrix.hpp, R is core/normalize.hpp's rms_norm.
 //

@@ -1,4 +1,4 @@
-// qwe.scale8.2 (seed 003 §8.2; docs/math/qkv.md): attention scaling at initialization.
+// qwe.scale8.2 (Query-weight elimination §8.2; docs/math/qkv.md): attention scaling at initialization.
 // Inputs with unit-norm rows, weights N(0, σ_w²), σ_w = 0.02. Baseline score
 // q·k/sqrt(d_h) has std σ_w²; with W_Q = I the query of head h is the input's
 // h-th slice and the score has std σ_w/sqrt(d). Analytic ratio reduced/baseline

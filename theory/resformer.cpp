@@ -1,4 +1,4 @@
-// ResFormer's efficient cross-layer attention ([002] §3.2; docs/math/extensions.md): Eq. 3 ⇒
+// ResFormer's efficient cross-layer attention (§3.2; docs/math/extensions.md): Eq. 3 ⇒
 // Eq. 4 (resformer.eq4) and its n-layer form Eq. 5 (resformer.eq5), exact when every layer's keys
 // are the current layer's. One head of width d (Eq. 1's √d), row vectors; Q, K, V drawn N(0, 1)
 // (logits of order 1). What is measured is theory/attention_freedoms.hpp's cross_layer_deviation.

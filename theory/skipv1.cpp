@@ -1,4 +1,4 @@
-// skipv1.* (seed 000, Appendix A; docs/math/icl.md): the in-context regression
+// skipv1.* (SkipV1Former, Appendix A; docs/math/icl.md): the in-context regression
 // behind the SkipV1 theorem. Column convention: tokens are columns.
 //
 // skipv1.reduction (identity, precision ladder): the token-level two-layer

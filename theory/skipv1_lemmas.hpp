@@ -1,4 +1,4 @@
-// The statements of Appendix A (seed 000) as Monte Carlo checks: each reports
+// The statements of Appendix A (SkipV1Former) as Monte Carlo checks: each reports
 // a per-prompt statistic whose expectation is 0 when the statement holds, its
 // mean, standard error, and a verdict (holds within Monte Carlo error when
 // |mean| ≤ lemma_budget · SE). Column convention; B_D = Y Xᵀ; Û the predictor

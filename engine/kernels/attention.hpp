@@ -36,23 +36,24 @@ void causal_softmax_row(int t, int T_, S* row) {
   for (int j = t + 1; j < T_; ++j) row[j] = S(0);
 }
 
+// Query t of the T is position past + t and sees keys j ≤ past + t (engine/kernel_types.hpp).
 template <class S>
 void attention_forward_head(const AttentionShape& s, int b, int h, S scale, const S* q, const S* k, const S* v,
                             S* pattern, S* z) {
-  const int g = h / s.group();
+  const int g = h / s.group(), J = s.keys();
   const int ldq = s.H * s.dk, ldk = s.Hkv * s.dk, ldv = s.Hkv * s.dv, ldz = s.H * s.dv;
-  const std::size_t row0 = std::size_t(b) * s.T;
+  const std::size_t row0 = std::size_t(b) * s.T, kv0 = std::size_t(b) * s.kv_rows();
   const S* Q = q + row0 * ldq + std::size_t(h) * s.dk;
-  const S* K = k + row0 * ldk + std::size_t(g) * s.dk;
-  const S* V = v + row0 * ldv + std::size_t(g) * s.dv;
-  S* P = pattern + (std::size_t(b) * s.H + h) * s.T * s.T;
+  const S* K = k + kv0 * ldk + std::size_t(g) * s.dk;
+  const S* V = v + kv0 * ldv + std::size_t(g) * s.dv;
+  S* P = pattern + (std::size_t(b) * s.H + h) * s.T * J;
   S* Z = z + row0 * ldz + std::size_t(h) * s.dv;
-  gemm_serial(Trans::none, Trans::transpose, s.T, s.T, s.dk, scale, Q, ldq, K, ldk, S(0), P, s.T);
-  for (int t = 0; t < s.T; ++t) causal_softmax_row(t, s.T, P + std::size_t(t) * s.T);
-  gemm_serial(Trans::none, Trans::none, s.T, s.dv, s.T, S(1), P, s.T, V, ldv, S(0), Z, ldz);
+  gemm_serial(Trans::none, Trans::transpose, s.T, J, s.dk, scale, Q, ldq, K, ldk, S(0), P, J);
+  for (int t = 0; t < s.T; ++t) causal_softmax_row(s.past + t, J, P + std::size_t(t) * J);
+  gemm_serial(Trans::none, Trans::none, s.T, s.dv, J, S(1), P, J, V, ldv, S(0), Z, ldz);
 }
 
-// Backward of the heads of key/value group g of sequence b; `scratch` holds T·T values.
+// Backward of the heads of key/value group g of sequence b (a plain shape); `scratch` holds T·T values.
 template <class S>
 void attention_backward_group(const AttentionShape& s, int b, int g, S scale, const S* q, const S* k, const S* v,
                               const S* pattern, const S* dz, S* dq, S* dk, S* dv, S* scratch) {

@@ -40,6 +40,17 @@ struct RopeFrequencies {
   }
 };
 
+// Rows of the table for T positions after `past` (rope(B, T, past, …) reads rows
+// past … past + T − 1): T itself without a past, else a power of two, so that
+// decoding one position at a time builds a table only when the length doubles
+// (a row's values do not depend on the table's length).
+inline int rope_table_length(int T_, int past) {
+  if (past == 0) return T_;
+  int n = 1;
+  while (n < past + T_) n *= 2;
+  return n;
+}
+
 // cos and sin of t·ω_i for t < T, i < d/2: table[(t·d/2 + i)·2 + {0, 1}].
 template <class S>
 std::vector<S> rope_table(int T_, int d, const RopeFrequencies& f) {
@@ -53,6 +64,8 @@ std::vector<S> rope_table(int T_, int d, const RopeFrequencies& f) {
   return table;
 }
 
+// Row n of X is position n mod T: its cosines and sines are the table's row n mod T (the
+// backend passes the table from row `past` on).
 template <class S>
 void rope_rows(int n0, int n1, int T_, int heads, int d, int ld, const S* table, bool inverse, S* X) {
   const int half = d / 2;

@@ -16,11 +16,12 @@
 
 namespace qkvlab::gpu::kernels {
 
-// Rows of all (b, h) patterns: block r is row t = r mod T of pattern r / T.
-__global__ void causal_softmax_kernel(int T, float* pattern) {
+// Rows of all (b, h) patterns: block r is row t = r mod T of pattern r / T, of J
+// keys (J = T without a cache); query t is position past + t and sees keys j ≤ past + t.
+__global__ void causal_softmax_kernel(int T, int past, int J, float* pattern) {
   const std::size_t r = blockIdx.x;
-  const int t = int(r % T);
-  float* row = pattern + r * T;
+  const int t = past + int(r % T);
+  float* row = pattern + r * J;
   float local = -INFINITY;
   for (int j = threadIdx.x; j <= t; j += blockDim.x) local = row[j] > local ? row[j] : local;
   const float m = block_max(local);
@@ -32,7 +33,7 @@ __global__ void causal_softmax_kernel(int T, float* pattern) {
   }
   detail::block_sum<1>(acc);
   const float inv = float(1 / acc[0]);
-  for (int j = threadIdx.x; j < T; j += blockDim.x) row[j] = j <= t ? row[j] * inv : 0.0f;
+  for (int j = threadIdx.x; j < J; j += blockDim.x) row[j] = j <= t ? row[j] * inv : 0.0f;
 }
 
 // dS in place of dP.

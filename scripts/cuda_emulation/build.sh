@@ -3,7 +3,7 @@
 # binary on the CPU (README.md in this directory).
 #
 # usage: build.sh [--root DIR] [--build-dir DIR] [--test FILE]... [--gpu-src DIR]
-#                 [--no-run] [--] [test arguments, e.g. --gtest_filter=GpuOps*]
+#                 [--libs-from DIR] [--no-run] [--] [test arguments, e.g. --gtest_filter=GpuOps*]
 #   --root DIR       the qkvlab checkout (default: this script's ../..)
 #   --build-dir DIR  where everything is built (default /tmp/cuda-emulation-build)
 #   --test FILE      a test source to build and run instead of tests/gpu_agreement_test.cpp
@@ -13,11 +13,15 @@
 #                    others with qkvlab_synthetic and qkvlab_results.
 #   --gpu-src DIR    take gpu/*.cu, gpu/*.cuh, gpu/kernels/*.cuh and gpu/*.cpp from DIR instead
 #                    of ROOT/gpu (headers .hpp still come from ROOT): for trying modified kernels
+#   --libs-from DIR  link the non-GPU libraries of this built CMake tree of the same checkout
+#                    (ctest passes the project's own build directory, which has them all built)
+#                    instead of configuring and building a second tree; nothing there is rebuilt
 #   --no-run         build only
 # Arguments the script does not know (--gtest_*) go to the test binaries.
-# The non-GPU libraries come from a CMake build of the project with
-# QKVLAB_CUDA=OFF (and QKVLAB_HAVE_CUDA=1 defined) in $CUDA_EMULATION_CMAKE_DIR (default /tmp/cuda-emulation-cmake),
-# configured and built here when needed; the project's own build/ is not touched.
+# The non-GPU libraries come from --libs-from DIR, or else from a CMake build of the project with
+# QKVLAB_CUDA=OFF in $CUDA_EMULATION_CMAKE_DIR (default /tmp/cuda-emulation-cmake), configured and
+# built here when needed; the project's own build/ is never built here. No code outside gpu/
+# depends on QKVLAB_HAVE_CUDA, so the libraries are the same with and without CUDA.
 # Exit status: the tests' (non-zero if any test binary fails).
 set -euo pipefail
 
@@ -29,12 +33,14 @@ gpu_src=""
 tests=()
 test_args=()
 run=1
+libs_from=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --root) root=$(cd "$2" && pwd); shift 2 ;;
     --build-dir) build=$2; shift 2 ;;
     --test) tests+=("$2"); shift 2 ;;
     --gpu-src) gpu_src=$(cd "$2" && pwd); shift 2 ;;
+    --libs-from) libs_from=$(cd "$2" && pwd); shift 2 ;;
     --no-run) run=0; shift ;;
     --) shift; test_args+=("$@"); break ;;
     *) test_args+=("$1"); shift ;;
@@ -69,19 +75,25 @@ for t in "${tests[@]}"; do
   esac
 done
 mapfile -t libs < <(printf '%s\n' "${libs[@]}" | awk '!seen[$0]++')
-# QKVLAB_HAVE_CUDA=1 for every file, as a CUDA build defines it for everything
-# that links qkvlab_gpu: code outside gpu/ has CUDA-only paths too
-# (synthetic/icl/theory_gpu.cpp). The gpu library CMake builds there
-# (device_none.cpp) is not used: the emulated gpu/ objects replace it.
-if ! grep -q '^CMAKE_CXX_FLAGS:STRING=-DQKVLAB_HAVE_CUDA=1$' "$cmake_dir/CMakeCache.txt" 2> /dev/null; then
-  echo "== configuring the non-GPU libraries in $cmake_dir"
-  cmake -S "$root" -B "$cmake_dir" -DQKVLAB_CUDA=OFF -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS=-DQKVLAB_HAVE_CUDA=1 -DCMAKE_UNITY_BUILD=ON -DQKVLAB_CORE_INSTANCES=OFF \
-    "${launcher[@]}" > "$cmake_dir.configure.log" 2>&1 ||
-    { cat "$cmake_dir.configure.log"; exit 1; }
+# The gpu library CMake builds there (device_none.cpp, or the real CUDA one) is not used:
+# the emulated gpu/ objects replace it.
+if [[ -n $libs_from ]]; then
+  cmake_dir=$libs_from
+  for lib in "${libs[@]}"; do
+    [[ -f $cmake_dir/${lib#qkvlab_}/lib$lib.a ]] || { echo "build.sh: --libs-from $cmake_dir has no ${lib#qkvlab_}/lib$lib.a (build it first)" >&2; exit 2; }
+  done
+  echo "== linking ${libs[*]} from $cmake_dir"
+else
+  if [[ ! -f $cmake_dir/CMakeCache.txt ]]; then
+    echo "== configuring the non-GPU libraries in $cmake_dir"
+    cmake -S "$root" -B "$cmake_dir" -DQKVLAB_CUDA=OFF -DCMAKE_BUILD_TYPE=Release -DCMAKE_UNITY_BUILD=ON -DQKVLAB_CORE_INSTANCES=OFF \
+      "${launcher[@]}" > "$cmake_dir.configure.log" 2>&1 ||
+      { cat "$cmake_dir.configure.log"; exit 1; }
+  fi
+  echo "== building ${libs[*]} in $cmake_dir"
+  cmake --build "$cmake_dir" -j"$(nproc)" --target "${libs[@]}" > "$build/libraries.log" 2>&1 ||
+    { tail -40 "$build/libraries.log"; exit 1; }
 fi
-echo "== building ${libs[*]} in $cmake_dir"
-cmake --build "$cmake_dir" -j"$(nproc)" --target "${libs[@]}" > "$build/libraries.log" 2>&1 ||
-  { tail -40 "$build/libraries.log"; exit 1; }
 cache_value() { sed -n "s/^$1:[A-Z]*=//p" "$cmake_dir/CMakeCache.txt"; }
 system_libs=()
 blas=$(cache_value BLAS_openblas_LIBRARY)

@@ -1,8 +1,9 @@
 // estimate_theory: the two passes described in theory.hpp. Pass 1 (stream
 // "icl/theory"): the Λ-independent quantities and Λ's sums; pass 2 (the same
 // prompts again): the Λ-dependent ones at the estimated Λ, with delta-method SEs.
-// This file has the CPU passes and the moments-to-estimates step; theory_gpu.cpp
-// the same passes on a CUDA device.
+// This file has the passes and the moments-to-estimates step (the passes run on the CPU only:
+// the CUDA path was slower than this one on an H100 with 16 host cores and was deleted;
+// docs/benchmarks.md).
 #include "synthetic/icl/theory.hpp"
 
 #include "core/errors.hpp"
@@ -178,7 +179,7 @@ Theory estimate_theory(const Task& task, const TheoryOptions& options) {
   const auto wall0 = std::chrono::steady_clock::now();
   const std::clock_t cpu0 = std::clock();
   const int d = task.d;
-  const TheoryMoments m = options.cuda ? theory_moments_gpu(task, options) : theory_moments_cpu(task, options);
+  const TheoryMoments m = theory_moments_cpu(task, options);
   const Pass1Layout L{d};
   const Pass2Layout P{d};
   const Moments& m1 = m.pass1;

@@ -1,5 +1,5 @@
 // The closed-form quantities of the SkipV1 theorem (docs/math/icl.md, Appendix A
-// of seed 000) by Monte Carlo over prompts, each with its standard error.
+// of SkipV1Former) by Monte Carlo over prompts, each with its standard error.
 // Column convention: tokens are columns; B_D = Y Xᵀ.
 //
 // What each estimate averages (N independent prompts D = (X, Y), W* drawn from
@@ -45,9 +45,6 @@ struct TheoryOptions {
   // Memory pass 1 may keep for pass 2 (X Xᵀ, Y Xᵀ, Ŵ_D and c(D): about 24 d² bytes a
   // prompt); past it pass 2 draws the prompts again. The numbers are the same either way.
   long cache_bytes = 512L << 20;
-  // Compute on a CUDA device (theory_gpu.cpp): the same prompts, drawn on the host;
-  // the numbers agree with the CPU's to rounding. Throws when no device can be used.
-  bool cuda = false;
 };
 
 // The memory estimate_theory would allocate, in bytes, roughly: the per-chunk

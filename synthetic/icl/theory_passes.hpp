@@ -1,7 +1,6 @@
 // The two Monte Carlo passes behind estimate_theory (theory.hpp), as moments
-// of per-prompt feature vectors, so that the CPU (theory.cpp) and a CUDA
-// device (theory_gpu.cpp) fill the same layout and share the arithmetic that
-// turns moments into estimates. Private to theory*.cpp and their tests.
+// of per-prompt feature vectors, and the arithmetic that turns moments into
+// estimates. Private to theory*.cpp and their tests.
 #pragma once
 
 #include "core/icl/monte_carlo.hpp"
@@ -47,7 +46,5 @@ LambdaSums lambda_sums(const Moments& pass1, int d);
 bool cache_fits(const Task& task, const TheoryOptions& options);
 
 TheoryMoments theory_moments_cpu(const Task& task, const TheoryOptions& options);
-// Throws std::runtime_error with the reason when no CUDA device can be used.
-TheoryMoments theory_moments_gpu(const Task& task, const TheoryOptions& options);
 
 }  // namespace qkvlab::icl

@@ -55,8 +55,6 @@ void set_theory_fields(Value& o, const Theory& t, const std::string& line_break)
   set_estimates(o, "gap", t.gap, line_break);
 }
 
-const char* device_name(const TheoryOptions& o) { return o.cuda ? "cuda" : "cpu"; }
-
 // λ̄ = mean_i λ_i; its SE treats the λ_i as independent (sqrt(Σ se_i²)/d).
 Estimate lambda_mean(const Theory& t) {
   Estimate m;
@@ -178,7 +176,7 @@ results::Value theory_json(const Theory& t, const PriorMeanName& w0, const std::
   o.set("w0_sigma_min", Eigen::JacobiSVD<MatD>(t.task.prior_mean()).singularValues().minCoeff());
   o.set("prompts", std::int64_t(t.options.prompts));
   o.set("seed", t.options.seed);
-  o.set("device", device_name(t.options));
+  o.set("device", "cpu");  // the JSON contract keeps the field: the passes run on the CPU only
   set_theory_fields(o, t, line);
   o.set("posterior_mean", form(t.posterior), line);
   o.set("ridge", form(t.ridge), line);
@@ -300,7 +298,7 @@ results::Value sweep_json(const TheorySweep& s, const std::string& command_line)
   o.set("w0", s.identity_prior ? "identity" : "zero");
   o.set("prompts", std::int64_t(s.options.prompts));
   o.set("seed", s.options.seed);
-  o.set("device", device_name(s.options));
+  o.set("device", "cpu");
   o.set("command_line", command_line);
   Value points = Value::array();
   for (std::size_t p = 0; p < s.points.size(); ++p) {

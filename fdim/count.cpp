@@ -1,0 +1,220 @@
+#include "fdim/count.hpp"
+
+#include "core/limits.hpp"
+#include "core/parallel.hpp"
+#include "fdim/dual.hpp"
+#include "fdim/network.hpp"
+
+#include <Eigen/QR>
+#include <Eigen/SVD>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <limits>
+
+namespace qkvlab::fdim {
+
+namespace {
+
+// J u on every input sequence, stacked (sequence, position, output), by one forward pass at Dual<T>.
+template <class T>
+Vec<T> directional(const Config& c, const Layout& L, const Vec<T>& theta, const Point& p, const Vec<T>& u) {
+  Vec<Dual<T>> th(theta.size());
+  for (Eigen::Index i = 0; i < theta.size(); ++i) th[i] = Dual<T>(theta[i], u[i]);
+  const Eigen::Index per = Eigen::Index(c.seq) * c.output_dim();
+  Vec<T> out(per * Eigen::Index(p.inputs.size()));
+  for (std::size_t n = 0; n < p.inputs.size(); ++n) {
+    const Mat<Dual<T>> y = forward<Dual<T>>(c, L, th, p.inputs[n]);
+    for (Eigen::Index i = 0; i < y.rows(); ++i)
+      for (Eigen::Index j = 0; j < y.cols(); ++j) out[Eigen::Index(n) * per + i * y.cols() + j] = y(i, j).d;
+  }
+  return out;
+}
+
+// The columns J e_j for j in cols (all when empty), on the thread pool.
+template <class T>
+Mat<T> columns(const Config& c, const Layout& L, const Vec<T>& theta, const Point& p, const std::vector<int>& cols,
+               const std::string& stage, const ProgressFn& progress) {
+  const auto k = Eigen::Index(cols.size());
+  const Eigen::Index m = Eigen::Index(c.seq) * c.output_dim() * c.inputs;
+  Mat<T> J(m, k);
+  std::atomic<long long> done{0};
+  parallel_for(k, 0, [&](std::int64_t j) {
+    Vec<T> u = Vec<T>::Zero(theta.size());
+    u[cols[j]] = T(1);
+    J.col(j) = directional<T>(c, L, theta, p, u);
+    if (progress) progress(stage, ++done, k);
+  });
+  return J;
+}
+
+std::vector<int> first(const Eigen::VectorXi& perm, int r) { return {perm.data(), perm.data() + r}; }
+
+// r independent columns of A, then r independent rows of those columns (column-pivoted QR).
+std::pair<std::vector<int>, std::vector<int>> spanning_minor(const MatD& A, int r) {
+  Eigen::ColPivHouseholderQR<MatD> qc(A);
+  const std::vector<int> cols = first(qc.colsPermutation().indices(), r);
+  MatD sub(A.rows(), r);
+  for (int j = 0; j < r; ++j) sub.col(j) = A.col(cols[j]);
+  Eigen::ColPivHouseholderQR<MatD> qr(sub.transpose());
+  return {first(qr.colsPermutation().indices(), r), cols};
+}
+
+template <class M> Mat<Interval> pick(const M& A, const std::vector<int>& rows, const std::vector<int>& cols) {
+  Mat<Interval> out(Eigen::Index(rows.size()), Eigen::Index(cols.size()));
+  for (std::size_t i = 0; i < rows.size(); ++i)
+    for (std::size_t j = 0; j < cols.size(); ++j) out(Eigen::Index(i), Eigen::Index(j)) = A(rows[i], cols[j]);
+  return out;
+}
+
+double magnitude_lower(const Interval& x) {  // min |x| over the interval (0 when it contains 0)
+  return contains_zero(x) ? 0.0 : std::abs(midpoint(x)) - radius(x);
+}
+
+std::vector<int> iota(Eigen::Index n) {
+  std::vector<int> v(std::size_t(n), 0);
+  for (Eigen::Index i = 0; i < n; ++i) v[std::size_t(i)] = int(i);
+  return v;
+}
+
+Bound lower_certificate(const Config& c, const Layout& L, const Point& p, const MatD& J, int r, const ProgressFn& progress) {
+  Bound b{0, false,
+          "interval Gaussian elimination (MPFI, 50 digits) on an r x r minor of an enclosure of J computed by "
+          "forward-mode duals over intervals at the exactly representable point",
+          ""};
+  if (r == 0) return {0, true, "trivial (rank 0)", ""};
+  const auto [rows, cols] = spanning_minor(J, r);
+  const Vec<Interval> theta = p.theta.cast<Interval>();
+  try {
+    const Mat<Interval> Jc = columns<Interval>(c, L, theta, p, cols, "enclosing J's minor", progress);
+    const Elimination e = interval_elimination(pick(Jc, rows, iota(r)));
+    b.holds = e.nonsingular;
+    b.reason = e.reason;
+  } catch (const Uncertified& e) {
+    b.reason = e.what();
+  }
+  b.value = b.holds ? r : 0;
+  return b;
+}
+
+// Largest |y_i| over an enclosure of y (|midpoint| + radius) and whether every entry contains 0.
+std::pair<double, bool> zero_test(const Vec<Interval>& y) {
+  double r = 0;
+  bool zero = true;
+  for (const Interval& x : y) {
+    zero = zero && contains_zero(x);
+    r = std::max(r, std::abs(midpoint(x)) + radius(x));
+  }
+  return {r, zero};
+}
+
+Bound upper_certificate(const Config& c, const Layout& L, const Point& p, const MatD& J, const Gauges<double>& gd,
+                  const ProgressFn& progress, Count& n) {
+  const Eigen::Index k = gd.directions.cols();
+  if (k == 0) return {n.parameters, true, "none: rank <= parameters (no gauge of the theory applies)", ""};
+  Bound b{n.parameters, false,
+          "k gauge directions, in the kernel by their symmetry identities: each J g enclosed in MPFI contains 0 "
+          "and is below 1e-30 max|J|; independent by interval elimination on a k x k minor: rank <= P - k",
+          ""};
+  const Vec<Interval> theta = p.theta.cast<Interval>();
+  const Gauges<Interval> gi = gauge_directions<Interval>(c, L, theta);
+  std::vector<double> residual(std::size_t(k), 0.0);
+  std::vector<char> zero(std::size_t(k), 0);
+  std::atomic<long long> done{0};
+  parallel_for(k, 0, [&](std::int64_t j) {
+    const auto [r, z] = zero_test(directional<Interval>(c, L, theta, p, gi.directions.col(j)));
+    residual[std::size_t(j)] = r;
+    zero[std::size_t(j)] = z;
+    if (progress) progress("verifying gauge directions", ++done, k);
+  });
+  const double bound = 1e-30 * std::max(1.0, J.cwiseAbs().maxCoeff());
+  n.gauge_residual = *std::max_element(residual.begin(), residual.end());
+  for (Eigen::Index j = 0; j < k; ++j) n.gauges_verified += zero[std::size_t(j)] && residual[std::size_t(j)] <= bound;
+  if (n.gauges_verified < k) {
+    b.reason = std::to_string(k - n.gauges_verified) + " of " + std::to_string(k) + " directions not in the kernel";
+    return b;
+  }
+  const auto [rows, cols] = spanning_minor(gd.directions, int(k));
+  const Elimination e = interval_elimination(pick(gi.directions, rows, cols));
+  b.holds = e.nonsingular;
+  b.reason = e.nonsingular ? "" : "the directions are not certified independent: " + e.reason;
+  if (b.holds) b.value = n.parameters - k;
+  return b;
+}
+
+}  // namespace
+
+FloatRank float_rank(const MatD& J) {
+  FloatRank f;
+  if (J.size() == 0) return f;
+  const VecD s = Eigen::BDCSVD<MatD>(J).singularValues();
+  f.tolerance = double(std::max(J.rows(), J.cols())) * std::numeric_limits<double>::epsilon() * s[0];
+  while (f.rank < s.size() && s[f.rank] > f.tolerance) ++f.rank;
+  if (f.rank == 0) return f;
+  f.gap = f.rank < s.size() ? s[f.rank - 1] / s[f.rank] : std::numeric_limits<double>::infinity();
+  f.relative = s[f.rank - 1] / s[0];
+  f.over_tolerance = s[f.rank - 1] / f.tolerance;
+  for (Eigen::Index i = std::max(0, f.rank - 3); i < std::min<Eigen::Index>(s.size(), f.rank + 3); ++i)
+    f.around_cut.push_back(s[i]);
+  return f;
+}
+
+Elimination interval_elimination(Mat<Interval> A) {
+  const Eigen::Index n = A.rows();
+  for (Eigen::Index k = 0; k < n; ++k) {
+    Eigen::Index best = k;
+    double best_mag = -1;
+    for (Eigen::Index i = k; i < n; ++i)
+      if (const double m = magnitude_lower(A(i, k)); m > best_mag) best_mag = m, best = i;
+    if (!(best_mag > 0))
+      return {false, "pivot " + std::to_string(k + 1) + " of " + std::to_string(n) + " contains 0"};
+    A.row(k).swap(A.row(best));
+    for (Eigen::Index i = k + 1; i < n; ++i) {
+      const Interval f = A(i, k) / A(k, k);
+      for (Eigen::Index j = k + 1; j < n; ++j) A(i, j) -= f * A(k, j);
+    }
+  }
+  return {true, ""};
+}
+
+Count count(const Config& c, bool certify, const ProgressFn& progress) {
+  validate(c);
+  const Layout L = layout(c);
+  const Point p = draw_point(c, L);
+  Count n;
+  n.config = c;
+  n.parameters = L.size;
+  n.outputs = (long long)c.seq * c.output_dim() * c.inputs;
+  // J and the SVD's working copies, in double.
+  require_memory("qkvlab fdim's Jacobian (--inputs x --seq x outputs by parameters)",
+                 4.0 * 8.0 * double(n.outputs) * double(n.parameters));
+  const MatD J = columns<double>(c, L, p.theta, p, iota(L.size), "Jacobian columns", progress);
+  n.rank = float_rank(J);
+  const Eigen::Index per = J.rows() / std::max(1, c.inputs);
+  for (int k : {1, c.inputs / 4, c.inputs / 2, c.inputs - 1, c.inputs})
+    if (k >= 1 && (n.saturation.empty() || k > n.saturation.back().first))
+      n.saturation.push_back({k, float_rank(J.topRows(per * k)).rank});
+  const auto half = std::find_if(n.saturation.begin(), n.saturation.end(),
+                                 [&](const auto& s) { return s.first == c.inputs / 2; });
+  n.saturated = half != n.saturation.end() && half->second == n.rank.rank;
+  const Gauges<double> gd = gauge_directions<double>(c, L, p.theta);
+  n.predicted = gd.terms;
+  n.upper = {n.parameters, true, "none: rank <= parameters", ""};
+  n.lower = {0, false, "not certified (--no-certify)", ""};
+  if (certify) {
+    n.lower = lower_certificate(c, L, p, J, n.rank.rank, progress);
+    n.upper = upper_certificate(c, L, p, J, gd, progress, n);
+  }
+  n.certified = n.lower.holds && n.upper.holds && n.lower.value == n.upper.value;
+  if (!c.identity_layers.empty()) {
+    Config free = c;
+    free.identity_layers.clear();
+    const Count f = count(free, certify, progress);
+    n.free_rank = f.rank.rank;
+    n.free_certified = f.certified;
+  }
+  return n;
+}
+
+}  // namespace qkvlab::fdim

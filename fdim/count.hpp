@@ -1,0 +1,70 @@
+// The functional dimension of the network of config.hpp at a random point: the rank of the
+// Jacobian of θ ↦ (outputs on --inputs sequences), its floating-point reading with the gap at the
+// cut, and a certificate of both sides (docs/math/fdim.md, "Certificate"):
+//   lower bound: an r × r minor of an MPFI enclosure of J (forward-mode duals over intervals at
+//     the exactly representable point) is nonsingular by interval Gaussian elimination, so every
+//     matrix in the enclosure, the exact J among them, has rank ≥ r;
+//   upper bound: the k gauge directions of gauges.hpp lie in the kernel by their symmetry
+//     identities; each J g is enclosed in MPFI (it must contain 0 and be narrow), and their
+//     independence is certified by interval elimination on a k × k minor: rank ≤ P − k.
+// certified: both bounds hold and meet at the floating-point rank.
+#pragma once
+
+#include "fdim/config.hpp"
+#include "fdim/dual.hpp"
+#include "fdim/gauges.hpp"
+#include "results/value.hpp"
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace qkvlab::fdim {
+
+struct FloatRank {
+  int rank = 0;
+  double tolerance = 0;                // numpy's: max(m, P) · u · s_1
+  double gap = 0, relative = 0;        // s_r / s_{r+1} (∞ at full rank or s_{r+1} = 0), s_r / s_1
+  double over_tolerance = 0;           // s_r / tolerance (BDCSVD deflates to exact zeros past the cut)
+  std::vector<double> around_cut;      // s_{r−2} … s_{r+3}, where they exist
+};
+FloatRank float_rank(const MatD& J);
+
+// Interval Gaussian elimination with pivoting by the largest lower bound of |a|: true when every
+// pivot excludes 0 (every matrix in the enclosure is nonsingular); the failing step otherwise.
+struct Elimination {
+  bool nonsingular = false;
+  std::string reason;
+};
+Elimination interval_elimination(Mat<Interval> A);
+
+struct Bound {
+  long long value = 0;
+  bool holds = false;
+  std::string method, reason;
+};
+
+struct Count {
+  Config config;
+  long long parameters = 0, outputs = 0;
+  FloatRank rank;
+  std::vector<std::pair<int, int>> saturation;  // (inputs n, float rank on the first n)
+  bool saturated = false;                       // the rank on the first N/2 inputs is already the rank on N
+  Bound lower, upper;
+  std::vector<Term> predicted;
+  long long gauges_verified = 0;
+  double gauge_residual = 0;                    // largest |J g| entry bound over the directions
+  bool certified = false;
+  std::optional<long long> free_rank;           // the same network with free queries
+  bool free_certified = false;
+};
+
+// progress(stage, done, total) after each forward-mode column; certify = false skips the MPFI steps.
+using ProgressFn = std::function<void(const std::string&, long long, long long)>;
+Count count(const Config& c, bool certify, const ProgressFn& progress = {});
+
+long long predicted_deficiency(const Count& n);
+results::Value count_value(const Count& n);
+
+}  // namespace qkvlab::fdim

@@ -1,0 +1,39 @@
+// The gauge directions of the network of config.hpp: tangent vectors at θ of the parameter
+// transformations that leave the function unchanged, each in the kernel of the Jacobian because
+// f(g·θ) = f(θ) along a curve g(t) (docs/math/fdim.md, "Gauges"):
+//   - Lemma 3.1 of Query-weight elimination, per head: (W_Q, W_K) ↦ (W_Q A, W_K A⁻ᵀ) and
+//     (W_V, W_O) ↦ (W_V B, B⁻¹ W_O), A, B ∈ GL(d_h) (W_Q = I removes the first);
+//   - the basis of each hidden stream (a residual stream where skips join, else each junction
+//     between linear maps): X ↦ X G, writers W ↦ W G, readers W ↦ G⁻¹ W; G ∈ GL(d) without
+//     norms, O(d) through RMSNorm or a tied readout, O(d) fixing 1 through LayerNorm; G block
+//     diagonal (GL(d_h)^H) where a layer with W_Q = I reads the stream, its W_K^h also ↦ W_K^h G_hᵀ;
+//     none where the stream is the input or the output itself;
+//   - LayerNorm's centring: every writer's component along 1 is dead;
+//   - with biases: translations of a norm-free stream, b_K^h (constant over keys), b_V^h against b_O;
+//   - ReLU's positive scalings (W_1 e_i, b_1,i, e_iᵀ W_2 scaled by s, 1/s), a norm gain against
+//     its readers' rows.
+// The predicted deficiency is the sum of these groups' dimensions, each a named term.
+#pragma once
+
+#include "fdim/config.hpp"
+#include "fdim/network.hpp"
+
+#include <string>
+#include <vector>
+
+namespace qkvlab::fdim {
+
+struct Term {
+  std::string name;
+  long long dimension = 0;
+};
+
+// Directions as the columns of a P × k matrix, with the terms they realize (Σ dimension = k).
+template <class T> struct Gauges {
+  Mat<T> directions;
+  std::vector<Term> terms;
+};
+
+template <class T> Gauges<T> gauge_directions(const Config& c, const Layout& L, const Vec<T>& theta);
+
+}  // namespace qkvlab::fdim

@@ -1,0 +1,114 @@
+// The forward pass of the network of config.hpp at any scalar S (double; Dual<double> for the
+// Jacobian; Dual<Interval> for its enclosure), built from core's attention head and softmax
+// (core/attention.hpp), activations (core/block.hpp) and normalizers (core/normalize.hpp).
+#pragma once
+
+#include "core/attention.hpp"
+#include "core/block.hpp"
+#include "core/normalize.hpp"
+#include "core/rng.hpp"
+#include "fdim/config.hpp"
+
+#include <cmath>
+
+namespace qkvlab::fdim {
+
+// One input sequence: token ids (--embed tokens) or a T × input_dim matrix.
+struct Sequence {
+  std::vector<int> tokens;
+  MatD x;
+};
+
+// A random point: θ (each weight N(0, 1/fan_in), gains 1 + N(0, 0.3²), biases N(0, 0.3²)) and
+// --inputs sequences, all drawn from --seed.
+struct Point {
+  VecD theta;
+  std::vector<Sequence> inputs;
+};
+Point draw_point(const Config& c, const Layout& layout);
+
+template <class S> Mat<S> tensor(const Layout& layout, const Vec<S>& theta, int id) {
+  const Tensor& t = layout.tensors[id];
+  return Eigen::Map<const Mat<S>>(theta.data() + t.offset, t.rows, t.cols);
+}
+
+namespace detail {
+
+template <class S> Mat<S> affine(const Mat<S>& X, const Layout& L, const Vec<S>& th, int W, int b) {
+  Mat<S> Y = X * tensor<S>(L, th, W);
+  if (b >= 0) Y.rowwise() += tensor<S>(L, th, b).row(0);
+  return Y;
+}
+
+// Pre-norm N(X) on rows (core's normalizers act on columns), times the gain when there is one.
+template <class S> Mat<S> normed(const Config& c, const Mat<S>& X, const Layout& L, const Vec<S>& th, int gain) {
+  if (c.norm == Norm::none) return X;
+  Mat<S> Z = c.norm == Norm::layernorm ? Mat<S>(layer_norm<S>(X.transpose(), c.norm_eps).transpose())
+                                       : Mat<S>(rms_norm<S>(X.transpose(), c.norm_eps).transpose());
+  if (gain >= 0) Z = Z * tensor<S>(L, th, gain).row(0).asDiagonal();
+  return Z;
+}
+
+template <class S>
+Mat<S> attention(const Config& c, const Mat<S>& X, const Layout& L, const Vec<S>& th, const LayerTensors& t,
+                 bool identity) {
+  const Mat<S> Z = normed<S>(c, X, L, th, t.norm1_gain);
+  const S scale = S(std::sqrt(double(c.head_dim)));
+  const Mask mask = c.causal ? Mask::causal : Mask::bidirectional;
+  auto bias = [](const std::vector<int>& b, int h) { return b.empty() ? -1 : b[h]; };
+  Mat<S> out = Mat<S>::Zero(X.rows(), c.d);
+  for (int h = 0; h < c.heads; ++h) {
+    const Mat<S> Q = identity ? Mat<S>(Z.middleCols(h * c.head_dim, c.head_dim))
+                              : affine<S>(Z, L, th, t.W_Q[h], bias(t.b_Q, h));
+    const Mat<S> K = affine<S>(Z, L, th, t.W_K[h], bias(t.b_K, h));
+    const Mat<S> V = affine<S>(Z, L, th, t.W_V[h], bias(t.b_V, h));
+    out += attention_head<S>(Q, K, V, mask, scale) * tensor<S>(L, th, t.W_O[h]);
+  }
+  if (t.b_O >= 0) out.rowwise() += tensor<S>(L, th, t.b_O).row(0);
+  return out;
+}
+
+template <class S>
+Mat<S> mlp_of(const Config& c, const Mat<S>& Y, const Layout& L, const Vec<S>& th, const LayerTensors& t) {
+  const Activation act = c.mlp == Mlp::relu ? Activation::relu : Activation::gelu;
+  const Mat<S> H = activate<S>(affine<S>(normed<S>(c, Y, L, th, t.norm2_gain), L, th, t.W_1, t.b_1), act);
+  return affine<S>(H, L, th, t.W_2, t.b_2);
+}
+
+template <class S> Mat<S> embed(const Config& c, const Sequence& in, const Layout& L, const Vec<S>& th) {
+  Mat<S> X;
+  if (c.embed == Embed::tokens) {
+    const Mat<S> E = tensor<S>(L, th, L.embed);
+    X.resize(Eigen::Index(in.tokens.size()), c.d);
+    for (std::size_t i = 0; i < in.tokens.size(); ++i) X.row(Eigen::Index(i)) = E.row(in.tokens[i]);
+  } else {
+    X = in.x.cast<S>();
+    if (c.embed == Embed::linear) X = affine<S>(X, L, th, L.embed, L.embed_bias);
+  }
+  if (L.positions >= 0) X += tensor<S>(L, th, L.positions);
+  return X;
+}
+
+}  // namespace detail
+
+// The network's output on one sequence, T × output_dim.
+template <class S> Mat<S> forward(const Config& c, const Layout& L, const Vec<S>& th, const Sequence& in) {
+  Mat<S> X = detail::embed<S>(c, in, L, th);
+  for (int l = 0; l < c.layers; ++l) {
+    const LayerTensors& t = L.layers[l];
+    Mat<S> Y = detail::attention<S>(c, X, L, th, t, c.identity_query(l));
+    if (c.skips != Skips::none) Y += X;
+    if (c.mlp == Mlp::none) {
+      X = Y;
+      continue;
+    }
+    X = detail::mlp_of<S>(c, Y, L, th, t);
+    if (c.skips == Skips::both) X += Y;
+  }
+  if (c.readout == Readout::none) return X;
+  const Mat<S> Z = detail::normed<S>(c, X, L, th, L.final_gain);
+  if (c.readout == Readout::tied) return Z * tensor<S>(L, th, L.embed).transpose();
+  return detail::affine<S>(Z, L, th, L.readout, L.readout_bias);
+}
+
+}  // namespace qkvlab::fdim

@@ -1,0 +1,419 @@
+// Each figure's claim, rule and measured quantity (reproduce.hpp: judge_figure), its verdict
+// rewritten into a committed FIGURE.json (rejudge) and the generated verdict table of
+// docs/figures.md (verdicts_markdown). The quantities are read from the figure's own results, so a
+// verdict is a function of the recorded numbers and can be recomputed from them at any time.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <map>
+#include <stdexcept>
+
+#include "core/atomic_file.hpp"
+#include "core/errors.hpp"
+#include "reproduce/reproduce.hpp"
+
+namespace qkvlab::reproduce {
+
+namespace fs = std::filesystem;
+using results::Claim;
+using results::Element;
+using results::Rule;
+using results::Sense;
+using results::Value;
+
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+double num(const Value& v) { return v.kind() == Value::Kind::null ? kNaN : v.number(); }
+double both(double a, double b) { return std::sqrt(a * a + b * b); }  // se of a difference of independent estimates
+std::vector<double> numbers(const Value& array) {
+  std::vector<double> x;
+  for (const Value& v : array.items()) x.push_back(num(v));
+  return x;
+}
+// One seed's element: no standard error over seeds; `within` the spread inside the run.
+Element one_seed(std::string label, double value, double within = kNaN) { return {std::move(label), value, kNaN, 1, within}; }
+
+// Per layer, `other` − `base` of a field of analysis rows (`layers` arrays of {layer, field, ...}).
+std::vector<Element> layer_differences(const Value& base, const Value& other, const std::string& field,
+                                       const std::string& se_field = "") {
+  std::vector<Element> e;
+  for (std::size_t l = 0; l < base.items().size(); ++l) {
+    const Value &a = base.items()[l], &b = other.items()[l];
+    e.push_back(one_seed("layer " + std::to_string(l + 1), num(b[field]) - num(a[field]),
+                         se_field.empty() ? kNaN : both(num(a[se_field]), num(b[se_field]))));
+  }
+  return e;
+}
+// Per layer, `other` − `base` of two scalar curves ({per_layer, per_layer_se}).
+std::vector<Element> curve_differences(const Value& base, const Value& other) {
+  const auto a = numbers(base["per_layer"]), b = numbers(other["per_layer"]);
+  const auto sa = numbers(base["per_layer_se"]), sb = numbers(other["per_layer_se"]);
+  std::vector<Element> e;
+  for (std::size_t l = 0; l < a.size(); ++l) e.push_back(one_seed("layer " + std::to_string(l + 1), b[l] - a[l], both(sa[l], sb[l])));
+  return e;
+}
+
+const Rule kSeeds{2, "seeds", 2};
+const Rule kPrompts{2, "held-out prompts", 2, "of the best of the restarts; one training seed"};
+
+struct FigureClaim {
+  std::string figure;
+  Claim claim;
+  Rule rule;
+  std::string within_over;  // what the recorded within-run spread is over
+  std::vector<Element> (*measure)(const Value& json);  // from the figure's JSON
+};
+
+std::vector<Element> fig1_left(const Value& j) {
+  const Value& g = j["results"]["compare"]["groups"].items().at(1);
+  return {{"ResFormer ½ − vanilla", num(g["delta_vs_baseline_mean"]), num(g["delta_vs_baseline_se"]),
+           std::int64_t(num(g["paired_seeds"])), kNaN}};
+}
+std::vector<Element> fig1_middle(const Value& j) {
+  const Value& r = j["results"]["entropy"];
+  return curve_differences(r["vanilla"], r["resformer-half"]);
+}
+std::vector<Element> fig3(const Value& j) {  // the seeds' runs are the results' "seed S" entries
+  const Value& r = j["results"];
+  std::vector<const Value*> seeds;
+  for (const std::string& key : r.keys())
+    if (key.rfind("seed ", 0) == 0) seeds.push_back(&r[key]);
+  std::vector<Element> e;
+  for (std::size_t l = 1; !seeds.empty() && l < seeds.front()->items().size(); ++l) {
+    std::vector<double> d;
+    for (const Value* s : seeds) d.push_back(num(s->items()[l]["eq3"]) - num(s->items()[l]["eq6"]));
+    e.push_back(results::over_replicates("layer " + std::to_string(l + 1), d));
+  }
+  return e;
+}
+std::vector<Element> fig10(const Value& j) {
+  return layer_differences(j["results"]["vanilla"], j["results"]["resformer-half"], "importance_ratio");
+}
+std::vector<Element> fig19(const Value& j) {
+  const Value &a = j["results"]["vanilla"], &b = j["results"]["resformer-half"];
+  std::vector<Element> e;
+  for (std::size_t l = 0; l < a.items().size(); ++l)
+    e.push_back(one_seed("layer " + std::to_string(l + 1),
+                         num(b.items()[l]["per_position"]["importance"].items()[0]) -
+                             num(a.items()[l]["per_position"]["importance"].items()[0])));
+  return e;
+}
+std::vector<Element> fig12(const Value& j) {
+  return layer_differences(j["results"]["vanilla"], j["results"]["resformer-half"], "max", "max_se");
+}
+std::vector<Element> fig18(const Value& j) {
+  const Value& r = j["results"]["similarity"];
+  return curve_differences(r["vanilla"], r["resformer-half"]);
+}
+std::vector<Element> fig20(const Value& j) {
+  std::vector<Element> e;
+  for (const char* T : {"32", "64", "128"}) {
+    const auto a = numbers(j["results"][std::string("vanilla T=") + T]), b = numbers(j["results"][std::string("resformer-half T=") + T]);
+    double d = 0;
+    for (std::size_t l = 0; l < a.size(); ++l) d += (b[l] - a[l]) / double(a.size());
+    e.push_back(one_seed(std::string("T = ") + T, d));
+  }
+  return e;
+}
+std::vector<Element> skipv1_fig10(const Value& j) {
+  const Value& r = j["results"];
+  std::vector<Element> e;
+  for (const std::string& key : r.keys())
+    if (key != "mean-v" && key != "validation_tokens" && key.find("not converted") == std::string::npos &&
+        r[key].kind() != Value::Kind::object && r[key].kind() != Value::Kind::array)
+      e.push_back(one_seed(key + " − mean-v", num(r[key]) - num(r["mean-v"])));
+  return e;
+}
+std::vector<Element> skipv1_fig12(const Value& j) {
+  const Value &a = j["results"]["vanilla"], &b = j["results"]["skipv1"];
+  return {one_seed("slope SkipV1 − vanilla", num(b["slope"]) - num(a["slope"]), both(num(a["slope_se"]), num(b["slope_se"])))};
+}
+std::vector<Element> cosines(const Value& j) {
+  const Value& r = j["results"];
+  return {one_seed("mean cosine, SkipV1 − vanilla", num(r["skipv1_mean_off_diagonal"]) - num(r["vanilla_mean_off_diagonal"])),
+          one_seed("mean absolute cosine, SkipV1 − vanilla",
+                   num(r["skipv1_mean_abs_off_diagonal"]) - num(r["vanilla_mean_abs_off_diagonal"]))};
+}
+std::vector<Element> skipv1_table2(const Value& j) {
+  const auto& rows = j["results"]["rows"].items();
+  return {{"GQA: Δ KV − (−24.0%)", num(rows.at(1)["delta_kv_percent"]) + 24.0, 0, 1, kNaN},
+          {"MLA: Δ KV − (−44.4%)", num(rows.at(3)["delta_kv_percent"]) + 44.4, 0, 1, kNaN}};
+}
+std::vector<Element> qwe_table2(const Value& j) {
+  const auto& rows = j["results"]["rows"].items();
+  return {one_seed("baseline − Q-identity", num(rows.at(0)["final_validation_loss"]) - num(rows.at(1)["final_validation_loss"]))};
+}
+std::vector<Element> qwe_exp84(const Value& j) {
+  std::vector<Element> e;
+  for (const Value& r : j["results"]["runs"].items())
+    e.push_back(one_seed("d = " + std::to_string(std::int64_t(num(r["d"]))), num(r["mlp_rel_l2"]) - num(r["linear_rel_l2"])));
+  return e;
+}
+std::vector<Element> icl_anchor(const Value& j) {
+  const Value& r = j["results"];
+  return {{"relative gap", num(r["relative_gap"]), num(r["trained_loss_se"]) / num(r["one_step_gd_loss"]), -1, kNaN}};
+}
+std::vector<Element> icl_depth(const Value& j) {
+  std::map<std::int64_t, std::pair<const Value*, const Value*>> by_layers;  // mha, skipv1
+  for (const Value& r : j["results"]["runs"].items()) {
+    auto& p = by_layers[std::int64_t(num(r["layers"]))];
+    (r["model"].string() == "skipv1" ? p.second : p.first) = &r;
+  }
+  std::vector<Element> e;
+  for (const auto& [L, p] : by_layers)
+    if (p.first && p.second)
+      e.push_back({"L = " + std::to_string(L), num((*p.second)["loss"]) - num((*p.first)["loss"]),
+                   both(num((*p.first)["se"]), num((*p.second)["se"])), -1, kNaN});
+  return e;
+}
+std::vector<Element> icl_train(const Value& j) {
+  const Value& x = j["results"]["experiment"];
+  return {{"SkipV1 − MHA", num(x["skipv1_minus_mha"]["value"]), num(x["skipv1_minus_mha"]["se"]),
+           std::int64_t(num(x["eval_samples"])), kNaN}};
+}
+std::vector<Element> icl_sweep(const Value& j) {
+  std::vector<Element> e;
+  for (const Value& p : j["results"]["experiment"]["points"].items())
+    if (num(p["a"]) >= 1)
+      e.push_back({"a = " + std::to_string(std::int64_t(num(p["a"]))), num(p["skipv1_minus_mha"]["value"]),
+                   num(p["skipv1_minus_mha"]["se"]), -1, kNaN});
+  return e;
+}
+std::vector<Element> icl_theory(const Value& j) {
+  const Value& r = j["results"];
+  auto separation = [](const Value& t, const std::string& label, std::int64_t prompts) {
+    const std::size_t below = std::size_t(num(t["d"])) - 1;
+    return Element{label, num(t["c_a"].items().at(below)), num(t["c_a_se"].items().at(below)), prompts, kNaN};
+  };
+  std::vector<Element> e = {separation(r["theory_w0_zero"], "W_0 = 0", std::int64_t(num(r["theory_w0_zero"]["prompts"]))),
+                            separation(r["theory_w0_3I"], "W_0 = 3I", std::int64_t(num(r["theory_w0_3I"]["prompts"])))};
+  const std::int64_t prompts = std::int64_t(num(r["theory_sweep"]["prompts"]));
+  for (const Value& p : r["theory_sweep"]["points"].items()) {
+    char label[96];
+    std::snprintf(label, sizeof label, "d = %g, n = %g, σ = %g, W_0 = %g%s", num(p["d"]), num(p["n"]), num(p["sigma"]),
+                  num(p["w0_scale"]), num(p["w0_scale"]) == 0 ? "" : "I");
+    e.push_back(separation(p, label, prompts));
+  }
+  return e;
+}
+
+const std::vector<FigureClaim>& claims() {
+  static const std::vector<FigureClaim> list = {
+      {"resformer-fig1-left",
+       {"ResFormer trains to a lower loss than the vanilla Transformer of the same size (002 Fig. 1 left)",
+        "final validation loss, ResFormer ½(V_n + V_1) − vanilla (nats)", Sense::less},
+       kSeeds, "", fig1_left},
+      {"resformer-fig1-middle",
+       {"ResFormer's attention is less concentrated: its entropy is higher than vanilla's, most in the deeper layers "
+        "(002 Fig. 1 middle)",
+        "column entropy per layer, ResFormer − vanilla (nats)", Sense::greater},
+       kSeeds, "sequences", fig1_middle},
+      {"resformer-fig3",
+       {"Eq. 3 (the current attention as the map) approximates cross-layer attention to layer 1 better than Eq. 6 "
+        "(identity) (002 Fig. 3)",
+        "cos(Eq. 2, Eq. 3) − cos(Eq. 2, Eq. 6) per layer n ≥ 2", Sense::greater},
+       kSeeds, "", fig3},
+      {"resformer-fig10",
+       {"ResFormer's first token draws less attention than vanilla's (the sink mitigated; 002 Fig. 10)",
+        "first-token importance ratio per layer, ResFormer − vanilla", Sense::less},
+       kSeeds, "", fig10},
+      {"resformer-fig19",
+       {"ResFormer's start token draws less attention than vanilla's (002 Fig. 19)",
+        "position 0's importance over the mean of all positions, per layer, ResFormer − vanilla", Sense::less},
+       kSeeds, "", fig19},
+      {"resformer-fig12",
+       {"ResFormer's value states have larger covariance eigenvalues than vanilla's ('larger eigenvalues are more "
+        "transferable'; 002 Fig. 12)",
+        "largest eigenvalue of the value covariance per layer, ResFormer − vanilla", Sense::greater},
+       kSeeds, "sequences", fig12},
+      {"resformer-fig18",
+       {"ResFormer's hidden states are less similar to each other than vanilla's (less over-smoothing; 002 Fig. 18)",
+        "mean pairwise cosine of the hidden states per layer, ResFormer − vanilla", Sense::less},
+       kSeeds, "sequences", fig18},
+      {"resformer-fig20",
+       {"ResFormer's attention entropy is higher than vanilla's at every sequence length (002 Fig. 20)",
+        "column entropy averaged over layers, ResFormer − vanilla (nats)", Sense::greater},
+       kSeeds, "", fig20},
+      {"skipv1-fig10",
+       {"Mean V starts lowest: every other conversion's initial loss is higher (000 Fig. 10)",
+        "initial validation loss after conversion, each method − mean-v (nats)", Sense::greater},
+       kSeeds, "", skipv1_fig10},
+      {"skipv1-fig12",
+       {"SkipV1Former's probe loss falls more steeply over the deeper half of the layers (000 Fig. 12)",
+        "least-squares slope of probe loss over the deeper half of the layers, SkipV1 − vanilla", Sense::less},
+       kSeeds, "the fit's residuals over the layers", skipv1_fig12},
+      {"skipv1-fig13",
+       {"SkipV1Former's heads at the last layer are less similar to each other than vanilla's (000 Fig. 13)",
+        "off-diagonal head–head cosine at the last layer, SkipV1 − vanilla", Sense::less},
+       kSeeds, "", cosines},
+      {"skipv1-fig14",
+       {"SkipV1Former's tokens at the last layer are less similar to each other than vanilla's (000 Fig. 14)",
+        "off-diagonal token–token cosine at the last layer, SkipV1 − vanilla", Sense::less},
+       kSeeds, "", cosines},
+      {"skipv1-table2",
+       {"SkipV1 cuts the KV cache by 24.0% with GQA and 44.4% with MLA (000 Table 2, GPT2-355M)",
+        "KV bytes per token, SkipV1's change minus the paper's (percentage points)", Sense::within, 0, 0.05},
+       Rule{2, "exact counts", 1, "no randomness"}, "", skipv1_table2},
+      {"qwe-table2",
+       {"The model without W_Q trains to the baseline's loss or lower (003 Table 2)",
+        "final validation loss, baseline − Q-identity (nats)", Sense::not_below},
+       kSeeds, "", qwe_table2},
+      {"qwe-exp8.4",
+       {"A trained skip MLP reproduces a basis-changed skip block far better than any linear map (003 §8.4)",
+        "relative L2 error, trained MLP − best linear map, per d", Sense::less},
+       kSeeds, "", qwe_exp84},
+      {"icl-anchor",
+       {"One-layer linear attention trained on in-context regression reaches the best one-step GD loss "
+        "(000 App. A, experiment 4)",
+        "relative gap (trained − one-step GD) / one-step GD", Sense::within, 0, 0.01},
+       Rule{2, "held-out prompts", 2, "of the best restart; one training seed"}, "", icl_anchor},
+      {"icl-depth",
+       {"SkipV1 learns in context better than MHA of the same depth (000 §4, experiment 5)",
+        "held-out loss, SkipV1 − MHA, per depth L ≥ 2", Sense::less},
+       Rule{2, "held-out prompts", 2, "one training seed; the two models' errors combined as independent"}, "", icl_depth},
+      {"icl-assumption1",
+       {"Under Assumption 1 SkipV1 learns in context strictly better than MHA (000 Theorem 1/2)",
+        "held-out loss, SkipV1 − MHA (best runs, same prompts)", Sense::less},
+       kPrompts, "", icl_train},
+      {"icl-assumption1-w0",
+       {"Under Assumption 1 at W_0 = 6I SkipV1 learns in context strictly better than MHA (000 Theorem 1/2)",
+        "held-out loss, SkipV1 − MHA (best runs, same prompts)", Sense::less},
+       kPrompts, "", icl_train},
+      {"icl-learned",
+       {"With a learned first layer SkipV1 learns in context better than MHA (000 App. A, experiment 3)",
+        "held-out loss, SkipV1 − MHA (best runs, same prompts)", Sense::less},
+       kPrompts, "", icl_train},
+      {"icl-learned-w0",
+       {"With a learned first layer at W_0 = 6I SkipV1 learns in context better than MHA (000 App. A, experiment 3)",
+        "held-out loss, SkipV1 − MHA (best runs, same prompts)", Sense::less},
+       kPrompts, "", icl_train},
+      {"icl-sweep",
+       {"Under Assumption 1 SkipV1 is below MHA at every copy width a ≥ 1 (000 App. A, experiment 2)",
+        "held-out loss, SkipV1 − MHA (best runs, same prompts), per a ≥ 1", Sense::less},
+       kPrompts, "", icl_sweep},
+      {"icl-theory",
+       {"MHA's bound exceeds SkipV1's value: the separation c_{d−1} is positive (000 Theorem 1/2)",
+        "c_{d−1} = MHA bound at a = d − 1 − SkipV1 at a = d, per task", Sense::greater},
+       Rule{2, "Monte Carlo prompts", 2, "no training"}, "", icl_theory},
+  };
+  return list;
+}
+
+const FigureClaim& claim_of(const std::string& figure) {
+  for (const auto& c : claims())
+    if (c.figure == figure) return c;
+  throw UsageError("figure \"" + figure + "\" has no registered claim");
+}
+
+}  // namespace
+
+results::Verdict judge_figure(const std::string& figure, const Value& json) {
+  const FigureClaim& c = claim_of(figure);
+  return results::judge(c.claim, c.rule, c.measure(json), c.within_over);
+}
+
+Value with_verdict(const std::string& figure, const Value& json) {
+  const Value verdict = judge_figure(figure, json).to_value();
+  Value out = Value::object();
+  for (std::size_t k = 0; k < json.keys().size(); ++k) {
+    const std::string& key = json.keys()[k];
+    if (verdict.find(key)) continue;  // replaced below
+    if (key == "command_line")
+      for (const std::string& v : verdict.keys()) out.set(v, verdict[v]);
+    out.set(key, json.items()[k]);
+  }
+  return out;
+}
+
+namespace {
+
+// OUTPUTS/FIGURE/FIGURE.json judged; a file that lacks what the figure's claim measures is a
+// UsageError naming it.
+Value judged_file(const std::string& figure, const fs::path& path) {
+  const Value json = read_json_file(path);
+  try {
+    return with_verdict(figure, json);
+  } catch (const std::logic_error& e) {  // a missing key or a string where a number belongs
+    throw UsageError(path.string() + ": not " + figure + "'s results (" + e.what() + ")");
+  }
+}
+
+}  // namespace
+
+Value rejudge(const Figure& figure, const fs::path& outputs) {
+  const fs::path path = outputs / figure.name / (figure.name + ".json");
+  const Value judged = judged_file(figure.name, path);
+  StagedFiles files;
+  files.add_bytes(path, "JSON", judged.json());
+  files.commit();
+  return judged;
+}
+
+namespace {
+
+std::string short_number(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g", x);
+  return buf;
+}
+
+// "label: value ± se (outcome)" for each element, or, past eight, the count of each outcome and
+// the smallest and largest element.
+std::string measured_text(const Value& j) {
+  const auto& elements = j["quantity"]["elements"].items();
+  auto one = [&](std::size_t i) {
+    const double se = num(j["uncertainty"]["se"].items()[i]);
+    return elements[i]["label"].string() + ": " + short_number(num(elements[i]["value"])) +
+           (std::isfinite(se) ? " ± " + short_number(se) : "") + " (" + elements[i]["outcome"].string() + ")";
+  };
+  std::string text;
+  if (elements.size() <= 8) {
+    for (std::size_t i = 0; i < elements.size(); ++i) text += (i ? "; " : "") + one(i);
+  } else {
+    std::map<std::string, int> count;
+    std::size_t lo = 0, hi = 0;
+    for (std::size_t i = 0; i < elements.size(); ++i) {
+      ++count[elements[i]["outcome"].string()];
+      if (num(elements[i]["value"]) < num(elements[lo]["value"])) lo = i;
+      if (num(elements[i]["value"]) > num(elements[hi]["value"])) hi = i;
+    }
+    text = std::to_string(elements.size()) + " elements:";
+    for (const auto& [outcome, n] : count) text += " " + std::to_string(n) + " " + outcome;
+    text += "; smallest " + one(lo) + "; largest " + one(hi);
+  }
+  std::vector<std::int64_t> n;  // the replicates' numbers recorded, smallest to largest
+  for (const Value& x : j["uncertainty"]["replicates"].items())
+    if (x.kind() != Value::Kind::null) n.push_back(std::int64_t(num(x)));
+  std::sort(n.begin(), n.end());
+  if (!n.empty())
+    text += " [" + j["uncertainty"]["over"].string() + ": " + std::to_string(n.front()) +
+            (n.back() != n.front() ? "–" + std::to_string(n.back()) : "") + "]";
+  return text;
+}
+
+}  // namespace
+
+std::string verdicts_markdown(const fs::path& outputs) {
+  std::string table = "| figure | claim | quantity | measured (± se over the rule's replicates) | verdict |\n|---|---|---|---|---|\n";
+  std::vector<std::pair<std::string, std::string>> rules;  // rule, the figures that use it
+  for (const Figure& f : figures()) {
+    const fs::path path = outputs / f.name / (f.name + ".json");
+    const Value j = read_json_file(path);
+    for (const char* key : {"claim", "quantity", "uncertainty", "rule", "verdict"})
+      if (!j.find(key)) throw UsageError(path.string() + ": no \"" + key + "\" (run 'qkvlab reproduce --verdicts')");
+    const Value& q = j["quantity"];
+    table += "| " + f.name + " | " + j["claim"].string() + " | " + q["name"].string() + " " + q["claimed"].string() +
+             " | " + measured_text(j) + " | **" + j["verdict"].string() + "** |\n";
+    const auto same = std::find_if(rules.begin(), rules.end(), [&](const auto& r) { return r.first == j["rule"].string(); });
+    if (same == rules.end()) rules.push_back({j["rule"].string(), f.name});
+    else same->second += ", " + f.name;
+  }
+  std::string text = table + "\nThe rules (the same for the figures named together):\n\n";
+  for (const auto& [rule, names] : rules) text += "- " + names + ": " + rule + ".\n";
+  return text;
+}
+
+}  // namespace qkvlab::reproduce

@@ -1,0 +1,101 @@
+#include "results/verdict.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "core/statistics.hpp"
+
+namespace qkvlab::results {
+
+namespace {
+
+std::string number_text(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", x);
+  return buf;
+}
+
+std::string outcome(const Claim& c, const Rule& r, const Element& e) {
+  if ((e.replicates >= 0 && e.replicates < r.min_replicates) || !std::isfinite(e.se) || !std::isfinite(e.value)) return "inconclusive";
+  const double d = e.value - c.reference, margin = r.z * e.se;
+  switch (c.sense) {
+    case Sense::greater: return d > margin ? "agrees" : d < -margin ? "disagrees" : "inconclusive";
+    case Sense::less: return d < -margin ? "agrees" : d > margin ? "disagrees" : "inconclusive";
+    case Sense::within:
+      return std::abs(d) + margin <= c.tolerance ? "agrees" : std::abs(d) - margin > c.tolerance ? "disagrees" : "inconclusive";
+    case Sense::not_below: return d < -margin ? "disagrees" : "agrees";
+  }
+  return "inconclusive";
+}
+
+}  // namespace
+
+Element over_replicates(std::string label, const std::vector<double>& per_replicate) {
+  const Summary s = summarize(per_replicate);
+  return {std::move(label), s.value, s.se, s.count, 0};
+}
+
+std::string claimed_text(const Claim& c) {
+  const std::string r = number_text(c.reference);
+  switch (c.sense) {
+    case Sense::greater: return "> " + r;
+    case Sense::less: return "< " + r;
+    case Sense::within: return "within " + number_text(c.tolerance) + " of " + r;
+    case Sense::not_below: return ">= " + r + " (not significantly below)";
+  }
+  return "";
+}
+
+Verdict judge(const Claim& claim, const Rule& rule, std::vector<Element> elements, std::string within_over) {
+  Verdict v{"inconclusive", {}, claim, rule, std::move(within_over), std::move(elements)};
+  for (const Element& e : v.elements) v.outcomes.push_back(outcome(claim, rule, e));
+  const auto is = [&](const char* o) { return [o](const std::string& x) { return x == o; }; };
+  if (std::any_of(v.outcomes.begin(), v.outcomes.end(), is("disagrees"))) v.verdict = "disagrees";
+  else if (!v.outcomes.empty() && std::all_of(v.outcomes.begin(), v.outcomes.end(), is("agrees"))) v.verdict = "agrees";
+  return v;
+}
+
+std::string Verdict::rule_text() const {
+  const std::string z = number_text(rule.z) + " se";
+  const std::string m = claim.reference == 0 ? "the mean" : "mean - " + number_text(claim.reference);
+  std::string each;
+  switch (claim.sense) {
+    case Sense::greater: each = "agrees when " + m + " > " + z + ", disagrees when " + m + " < -" + z; break;
+    case Sense::less: each = "agrees when " + m + " < -" + z + ", disagrees when " + m + " > " + z; break;
+    case Sense::within:
+      each = "agrees when |" + m + "| + " + z + " <= " + number_text(claim.tolerance) + ", disagrees when |" + m +
+             "| - " + z + " > " + number_text(claim.tolerance);
+      break;
+    case Sense::not_below: each = "disagrees when " + m + " < -" + z + ", agrees otherwise"; break;
+  }
+  const std::string fewer = rule.min_replicates > 1
+                                ? ", inconclusive " + std::string(claim.sense == Sense::not_below ? "" : "otherwise and ") +
+                                      "with fewer than " + std::to_string(rule.min_replicates) + " " + rule.over
+                                : claim.sense == Sense::not_below ? "" : ", inconclusive otherwise";
+  return "each element's mean and standard error (se) over " + rule.over + (rule.note.empty() ? "" : " (" + rule.note + ")") +
+         ": " + each + fewer + "; the quantity disagrees when some element does, agrees when all do";
+}
+
+Value Verdict::to_value() const {
+  Value q = Value::object(), list = Value::array(), se = Value::array(), within = Value::array(), n = Value::array();
+  for (std::size_t i = 0; i < elements.size(); ++i) {
+    const Element& e = elements[i];
+    Value x = Value::object();
+    x.set("label", e.label), x.set("value", e.value), x.set("outcome", outcomes[i]);
+    list.push(x);
+    se.push(e.se), within.push(e.within_se), n.push(e.replicates >= 0 ? Value(e.replicates) : Value());
+  }
+  q.set("name", claim.quantity), q.set("claimed", claimed_text(claim)), q.set("elements", list);
+  Value u = Value::object();
+  u.set("over", rule.over);
+  if (!rule.note.empty()) u.set("note", rule.note);
+  u.set("z", rule.z), u.set("replicates", n), u.set("se", se);
+  if (!within_over.empty()) u.set("within_run_over", within_over), u.set("within_run_se", within);
+  Value v = Value::object();
+  v.set("claim", claim.statement), v.set("quantity", q), v.set("uncertainty", u), v.set("rule", rule_text());
+  v.set("verdict", verdict);
+  return v;
+}
+
+}  // namespace qkvlab::results

@@ -1,0 +1,390 @@
+// Hugging Face BPE tokenizers (lm/tokenizer.hpp): hand-made files whose encodings are derived by hand
+// in the comments, the byte-level round trip on all of Brown, the toolkit's own tokenizer.json against
+// the corpus's token files, refusals, and `qkvlab lm tokenize`.
+#include "lm/tokenizer.hpp"
+
+#include "core/errors.hpp"
+#include "core/json_text.hpp"
+#include "corpus/bpe.hpp"
+#include "corpus/byte_unicode.hpp"
+#include "corpus/token_file.hpp"
+#include "engine/json.hpp"
+#include "tests/run_command.hpp"
+#include "tests/scratch_dir.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <iterator>
+#include <tuple>
+
+namespace qkvlab::lm {
+namespace {
+
+using test_support::expect_usage_error;
+using test_support::run_qkvlab;
+using test_support::ScratchDir;
+using test_support::shell_quoted;
+using test_support::usage_error;
+using Ids = std::vector<std::int32_t>;
+
+void write_file(const std::filesystem::path& p, const std::string& bytes) {
+  std::ofstream out(p, std::ios::binary);
+  out << bytes;
+}
+
+std::string read_text(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// GPT-2 numbers the byte tokens: '!' … '~' are 0 … 93 ('a' = 64, 't' = 83), then '¡' … '¬' (94 … 105),
+// '®' … 'ÿ' (106 … 187: byte 0xC3 = 127, 0xA9 = 102, 0xFF = 187), then the other 68 bytes from byte 0
+// (188), space being 220. The fixture's byte tokens are these 256; its merges, in rank order:
+//   0 "Ġ t" → 256 "Ġt"   1 "h e" → 257 "he"   2 "Ġt he" → 258 "Ġthe"   3 "i s" → 259 "is"
+//   4 "© x" → 260 "©x"   (© is byte 0xA9, the second byte of é)
+// and <|endoftext|> = 261.
+const std::vector<std::pair<std::string, std::string>> kMerges = {
+    {"Ġ", "t"}, {"h", "e"}, {"Ġt", "he"}, {"i", "s"}, {"©", "x"}};
+
+std::string vocab_entries() {
+  std::string out;
+  for (int b = 0; b < 256; ++b)
+    out += json_quote(corpus::bytes_to_token_text(std::string(1, char(b)))) + ": " +
+           std::to_string(corpus::gpt2_byte_rank(static_cast<unsigned char>(b))) + ", ";
+  for (std::size_t k = 0; k < kMerges.size(); ++k)
+    out += json_quote(kMerges[k].first + kMerges[k].second) + ": " + std::to_string(256 + k) + ", ";
+  return out;
+}
+
+void write_gpt2_files(const std::filesystem::path& dir) {
+  write_file(dir / "vocab.json", "{" + vocab_entries() + "\"<|endoftext|>\": 261}");
+  std::string merges = "#version: 0.2\n";
+  for (const auto& [l, r] : kMerges) merges += l + " " + r + "\n";
+  write_file(dir / "merges.txt", merges);
+}
+
+// Llama 3's pre-tokenizer pattern, as its tokenizer.json holds it (JSON-escaped).
+const std::string kLlama3Pattern =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+)";
+
+// Llama 3's layout: the fixture's vocabulary, "ab" = 261 (no merge makes it: only ignore_merges finds
+// it), merges as pairs, <|begin_of_text|> = 262 added and put first by the post-processor.
+std::string llama3_json(bool ignore_merges = true, const std::string& pattern = kLlama3Pattern) {
+  std::string merges;
+  for (const auto& [l, r] : kMerges) merges += std::string(merges.empty() ? "" : ", ") + "[" + json_quote(l) + ", " + json_quote(r) + "]";
+  return R"({"version": "1.0", "added_tokens": [{"id": 262, "content": "<|begin_of_text|>", "single_word": false,
+    "lstrip": false, "rstrip": false, "normalized": false, "special": true}], "normalizer": null,
+  "pre_tokenizer": {"type": "Sequence", "pretokenizers": [{"type": "Split", "pattern": {"Regex": ")" + pattern +
+         R"("}, "behavior": "Isolated", "invert": false}, {"type": "ByteLevel", "add_prefix_space": false,
+         "trim_offsets": true, "use_regex": false}]},
+  "post_processor": {"type": "Sequence", "processors": [{"type": "ByteLevel", "add_prefix_space": true,
+    "trim_offsets": false, "use_regex": true}, {"type": "TemplateProcessing", "single": [{"SpecialToken":
+    {"id": "<|begin_of_text|>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}], "pair": [],
+    "special_tokens": {"<|begin_of_text|>": {"id": "<|begin_of_text|>", "ids": [262], "tokens": ["<|begin_of_text|>"]}}}]},
+  "decoder": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true},
+  "model": {"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,
+    "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false, "ignore_merges": )" +
+         std::string(ignore_merges ? "true" : "false") + R"(, "vocab": {)" + vocab_entries() + R"("ab": 261},
+    "merges": [)" + merges + "]}}";
+}
+
+// --- GPT-2's files ------------------------------------------------------------------------------
+
+TEST(Tokenizer, Gpt2FilesEncodeAsDerivedByHand) {
+  ScratchDir dir;
+  write_gpt2_files(dir.path());
+  const Tokenizer t = Tokenizer::load(dir.path());
+  EXPECT_EQ(t.vocab_size(), 262);
+  // Pieces "the" | " this" | " is" | <|endoftext|> | " the":
+  //   t h e: only (h,e) has a rank → [t, he] = [83, 257]
+  //   Ġ t h i s: (Ġ,t) rank 0, then (i,s) rank 3 → [Ġt, h, is] = [256, 71, 259]
+  //   Ġ i s → [220, 259];  Ġ t h e: (Ġ,t), (h,e), then (Ġt,he) → [258]
+  EXPECT_EQ(t.encode("the this is<|endoftext|> the"), (Ids{83, 257, 256, 71, 259, 220, 259, 261, 258}));
+  // GPT-2's pattern: "it" | "'s" | " 42" | "!" ('\'' = 6, 's' = 82, '4' = 19, '2' = 17, '!' = 0);
+  // two spaces before a letter: \s+(?!\S) takes the first alone, " b" the second ('b' = 65).
+  EXPECT_EQ(t.encode("it's 42!"), (Ids{72, 83, 6, 82, 220, 19, 17, 0}));
+  EXPECT_EQ(t.encode("a  b"), (Ids{64, 220, 220, 65}));
+  // é is a letter (\p{L}): "éx" is one piece, bytes Ã © x, and (©, x) merges → [127, 260]. Were é
+  // not a letter, "é" and "x" would be two pieces and nothing would merge (the control).
+  EXPECT_EQ(t.encode("éx"), (Ids{127, 260}));
+  EXPECT_EQ(Tokenizer::from_json(llama3_json(true, "[a-z]+|[^a-z]+"), "ascii").encode("éx"), (Ids{262, 127, 102, 87}));
+  EXPECT_EQ(t.decode(Ids{83, 257, 256, 71, 259, 261, 127, 260}), "the this<|endoftext|>éx");
+}
+
+TEST(Tokenizer, ControlCharactersAndInvalidUtf8RoundTrip) {
+  ScratchDir dir;
+  write_gpt2_files(dir.path());
+  const Tokenizer t = Tokenizer::load(dir.path());
+  std::string all_bytes;
+  for (int b = 0; b < 256; ++b) all_bytes += char(b);
+  const std::string texts[] = {std::string("a\0b\x01\tc\x7f\r\n", 9), "\xff\xfe", "\xc3(", "caf\xc3\xa9", "\xe2\x82",
+                               "x\xed\xa0\x80y" /* a UTF-16 surrogate */, all_bytes, all_bytes + all_bytes};
+  for (const std::string& s : texts) EXPECT_EQ(t.decode(t.encode(s)), s) << json_quote(s);
+  // A byte outside UTF-8 matches no pattern item and is encoded as its byte token.
+  EXPECT_EQ(t.encode("\xff"), (Ids{187}));
+  EXPECT_EQ(t.encode("\xc3(x"), (Ids{127, 7, 87}));  // '(' = 7, 'x' = 87
+}
+
+// As Python's bytes.decode("utf-8", errors="replace"): 'a\ufffd\ufffdb\ufffd\ufffd\ufffdé\ufffd'.
+TEST(Tokenizer, InvalidUtf8ReplacedForJson) {
+  const std::string r = "\xEF\xBF\xBD";
+  EXPECT_EQ(replace_invalid_utf8("a\xff\xe2\x82" "b\xed\xa0\x80\xc3\xa9\xf0\x9f\x98"), "a" + r + r + "b" + r + r + r + "\xc3\xa9" + r);
+  EXPECT_EQ(replace_invalid_utf8("caf\xc3\xa9 \xf0\x9f\x98\x80"), "caf\xc3\xa9 \xf0\x9f\x98\x80");  // valid: unchanged
+}
+
+TEST(Tokenizer, LongPieceIsLinearithmic) {  // one piece of 200 000 letters: a heap, not a rescan per merge
+  ScratchDir dir;
+  write_gpt2_files(dir.path());
+  const Tokenizer t = Tokenizer::load(dir.path());
+  std::string s;
+  for (int k = 0; k < 100000; ++k) s += "he";
+  const auto start = std::chrono::steady_clock::now();
+  const Ids ids = t.encode(s);
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 5.0);
+  EXPECT_EQ(ids, Ids(100000, 257));
+}
+
+// --- tokenizer.json -------------------------------------------------------------------------------
+
+TEST(Tokenizer, Llama3JsonEncodesAsDerivedByHand) {
+  const Tokenizer t = Tokenizer::from_json(llama3_json(), "llama3.json");
+  EXPECT_EQ(t.vocab_size(), 263);
+  // <|begin_of_text|> first. Llama 3's pattern: digits in threes without a space ("123" | "45"), the space
+  // joins the letters (" it" → Ġ i t: no merge), "'s" apart: [262, 16 17 18, 19 20, 220 72 83, 6 82].
+  EXPECT_EQ(t.encode("12345 it's"), (Ids{262, 16, 17, 18, 19, 20, 220, 72, 83, 6, 82}));
+  // (?i:) makes the contraction case-blind: "IT" | "'S" ('I' = 40, 'T' = 51, 'S' = 50).
+  EXPECT_EQ(t.encode("IT'S"), (Ids{262, 40, 51, 6, 50}));
+  // ignore_merges: a piece that is a token is that token (261), not its merges (a b = 64 65).
+  EXPECT_EQ(t.encode("ab"), (Ids{262, 261}));
+  EXPECT_EQ(Tokenizer::from_json(llama3_json(false), "x").encode("ab"), (Ids{262, 64, 65}));
+  // The same merges as GPT-2's files where the pieces agree.
+  EXPECT_EQ(t.encode(" the"), (Ids{262, 258}));
+  EXPECT_EQ(t.decode(Ids{262, 258, 261}), "<|begin_of_text|> theab");
+}
+
+// byte_fallback and unk_token as the file states: Ġ (the space) has no token here.
+TEST(Tokenizer, ByteFallbackAndUnknown) {
+  const auto file = [](const std::string& model_options) {
+    return R"({"added_tokens": [], "normalizer": null, "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false,
+      "use_regex": true}, "post_processor": null, "decoder": {"type": "ByteLevel"}, "model": {"type": "BPE", )" +
+           model_options + R"("vocab": {"a": 0, "<unk>": 1, "<0xC4>": 2, "<0xA0>": 3}, "merges": []}})";
+  };
+  // "a" | " a": Ġ is U+0120, UTF-8 C4 A0 → the byte tokens 2, 3.
+  EXPECT_EQ(Tokenizer::from_json(file(R"("byte_fallback": true, "unk_token": "<unk>", )"), "f").encode("a a"), (Ids{0, 2, 3, 0}));
+  EXPECT_EQ(Tokenizer::from_json(file(R"("byte_fallback": false, "unk_token": "<unk>", )"), "f").encode("a a"), (Ids{0, 1, 0}));
+  const std::string e = usage_error([&] { Tokenizer::from_json(file(R"("byte_fallback": false, )"), "f").encode("a a"); });
+  EXPECT_NE(e.find("has no token"), std::string::npos) << e;
+  EXPECT_EQ(usage_error([&] { Tokenizer::from_json(file(R"("byte_fallback": false, )"), "f").encode("aa"); }), "");
+}
+
+// The toolkit's own tokenizer.json: every whitespace-separated word is " word", as the corpus encodes it.
+TEST(Tokenizer, OwnTokenizerJsonEncodesWordsAsTheCorpus) {
+  ScratchDir dir;
+  write_gpt2_files(dir.path());
+  const corpus::Bpe bpe = corpus::Bpe::load(dir / "vocab.json", dir / "merges.txt");
+  const Tokenizer t = Tokenizer::from_json(tokenizer_json(bpe), "own");
+  // " the" | " this" | " is", whatever the whitespace: [258], [256, 71, 259], [220, 259].
+  EXPECT_EQ(t.encode("the  this\n\tis"), (Ids{258, 256, 71, 259, 220, 259}));
+  EXPECT_EQ(t.encode("the this is"), corpus::encode_words(bpe, {"the", "this", "is"}).ids);
+  EXPECT_EQ(t.encode("the<|endoftext|>is"), (Ids{258, 261, 220, 259}));
+  // Control: whitespace is not kept, so this pre-tokenizer does not round-trip text.
+  EXPECT_EQ(t.decode(t.encode("the  this")), " the this");
+  EXPECT_NE(t.decode(t.encode("the  this")), "the  this");
+}
+
+// --- all of Brown ---------------------------------------------------------------------------------
+
+std::filesystem::path brown() { return std::filesystem::path(QKVLAB_SOURCE_DIR) / "data" / "brown"; }
+
+Ids brown_tokens(const std::string& split) { return corpus::read_token_file(brown() / (split + "_tokens.npy")).ids; }
+
+// The corpus as text: its train and validation tokens decoded (every file, words after spaces,
+// <|endoftext|> between files), read back through GPT-2's pattern: decode(encode(s)) = s.
+TEST(Tokenizer, BrownRoundTripsThroughGpt2Files) {
+  if (!std::filesystem::exists(brown() / "manifest.json")) GTEST_SKIP() << "no prepared corpus in " << brown();
+  const Tokenizer t = Tokenizer::load(brown());
+  for (const char* split : {"train", "validation"}) {
+    const std::string text = t.decode(brown_tokens(split));
+    EXPECT_EQ(t.decode(t.encode(text)), text) << split;
+  }
+}
+
+// The own tokenizer.json of the corpus's BPE gives back the corpus's tokens from their text.
+TEST(Tokenizer, BrownOwnTokenizerGivesTheCorpusTokens) {
+  if (!std::filesystem::exists(brown() / "manifest.json")) GTEST_SKIP() << "no prepared corpus in " << brown();
+  const corpus::Bpe bpe = corpus::Bpe::load(brown() / "vocab.json", brown() / "merges.txt");
+  const Tokenizer own = Tokenizer::from_json(tokenizer_json(bpe), "own");
+  for (const char* split : {"train", "validation"}) {
+    const Ids ids = brown_tokens(split);
+    EXPECT_EQ(own.encode(own.decode(ids)), ids) << split;
+  }
+}
+
+// --- refusals -------------------------------------------------------------------------------------
+
+TEST(Tokenizer, RefusesWhatIsNotImplemented) {
+  const std::string good = llama3_json();
+  const auto refused = [&](const std::string& from, const std::string& to, const std::string& names) {
+    std::string bad = good;
+    const auto at = bad.find(from);
+    ASSERT_NE(at, std::string::npos) << from;
+    bad.replace(at, from.size(), to);
+    const std::string e = usage_error([&] { Tokenizer::from_json(bad, "tok.json"); });
+    EXPECT_NE(e.find(names), std::string::npos) << to << ": " << e;
+    EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+  };
+  EXPECT_EQ(usage_error([&] { Tokenizer::from_json(good, "tok.json"); }), "");  // control
+  refused(R"("type": "BPE")", R"("type": "WordPiece")", "the model type \"WordPiece\" is not implemented");
+  refused(R"("normalizer": null)", R"("normalizer": {"type": "NFC"})", "normalizer");
+  refused(R"({"type": "Split")", R"({"type": "Metaspace")", "the pre-tokenizer \"Metaspace\" is not implemented");
+  refused(R"("decoder": {"type": "ByteLevel")", R"("decoder": {"type": "Metaspace")", "decoder");
+  refused(R"("type": "TemplateProcessing")", R"("type": "RobertaProcessing")", "RobertaProcessing");
+  refused(R"("dropout": null)", R"("dropout": 0.1)", "dropout");
+  refused(R"("lstrip": false)", R"("lstrip": true)", "lstrip");
+  refused(R"("behavior": "Isolated")", R"("behavior": "MergedWithNext")", "MergedWithNext");
+  refused(R"(["Ġ", "t"])", R"(["Ġ", "zz"])", "merges[0]");
+  refused(R"("ab": 261)", R"("ab": "x")", "vocab");
+  refused(R"("ab": 261)", R"("ab": 900000000)", "id 900000000 is not below the 263 entries");  // not sized by it
+  refused(R"({"Regex": ")", R"({"Regex": "(", "x": ")", "does not compile");
+  refused(R"("version")", R"(,"version")", "tok.json: JSON");
+}
+
+// --- qkvlab lm tokenize ---------------------------------------------------------------------------
+
+TEST(TokenizeCommand, IdsTextJsonAndDecode) {
+  ScratchDir dir;
+  write_gpt2_files(dir.path());
+  const std::string d = shell_quoted(dir.path());
+  auto r = run_qkvlab("lm tokenize " + d + " --prompt 'the this is'");
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "83 257 256 71 259 220 259\n");
+  write_file(dir / "prompt.txt", "the this is");
+  r = run_qkvlab("lm tokenize " + d + " --text " + shell_quoted(dir / "prompt.txt") + " --format json");
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "{\n  \"ids\": [83, 257, 256, 71, 259, 220, 259]\n}\n");
+  corpus::write_tokens_npy(dir / "ids.npy", {83, 257, 256, 71, 259, 261}, 6, 0);
+  r = run_qkvlab("lm tokenize " + d + " --decode --tokens " + shell_quoted(dir / "ids.npy"));
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "the this<|endoftext|>");
+  r = run_qkvlab("lm tokenize " + d + " --decode --tokens " + shell_quoted(dir / "ids.npy") + " --format json");
+  EXPECT_EQ(r.out, "{\n  \"text\": \"the this<|endoftext|>\"\n}\n");
+}
+
+TEST(TokenizeCommand, BadInputExit2) {
+  ScratchDir dir;
+  write_gpt2_files(dir.path());
+  const std::string d = shell_quoted(dir.path());
+  corpus::write_tokens_npy(dir / "ids.npy", {83, 262}, 2, 0);
+  std::string args = "lm tokenize " + d + " --decode --tokens " + shell_quoted(dir / "ids.npy");
+  expect_usage_error(run_qkvlab(args), args, "token id 262 is outside the vocabulary");
+  args = "lm tokenize " + d + " --prompt x --text y";
+  expect_usage_error(run_qkvlab(args), args, "--text");
+  ScratchDir other;
+  write_file(other / "tokenizer.json", "{\"model\": {\"type\": \"Unigram\", \"vocab\": []}}");
+  args = "lm tokenize " + shell_quoted(other.path()) + " --prompt x";
+  expect_usage_error(run_qkvlab(args), args, "\"Unigram\" is not implemented");
+  write_file(other / "tokenizer.json", "{\"model\": ");
+  expect_usage_error(run_qkvlab(args), args, "tokenizer.json: JSON");
+  ScratchDir empty;
+  args = "lm tokenize " + shell_quoted(empty.path()) + " --prompt x";
+  expect_usage_error(run_qkvlab(args), args, "no tokenizer");
+}
+
+// --- checkpoints carry the corpus's tokenizer; --text reads through it ------------------------------
+
+// A corpus prepared as `qkvlab data brown` lays it out, with the fixture's BPE and its tokens.
+// lm generate --prompt and --prompt-file: the prompt is encoded by the checkpoint's tokenizer (the ids
+// lm tokenize gives), and the new tokens come back as text too. Control: another prompt, other ids.
+TEST(GenerateCommand, PromptTextIsEncodedAndNewTokensDecoded) {
+  ScratchDir dir;
+  const std::string m = shell_quoted(dir / "m");
+  ASSERT_EQ(run_qkvlab("lm init " + m + " --family gpt2 --layers 1 --d 16 --heads 2 --vocab 262 --positions 32").status, 0);
+  write_gpt2_files(dir / "m");
+  write_file(dir / "prompt.txt", "the this is");
+  const auto generate = [&](const std::string& prompt) {
+    const auto r = run_qkvlab("lm generate " + m + " " + prompt + " --max-new 4 --format json");
+    EXPECT_EQ(r.status, 0) << r.err;
+    const engine::Json j = engine::parse_json(r.out);
+    const auto at = [&](const std::string& key) -> const engine::Json& {
+      return j.items.at(std::size_t(std::find(j.keys.begin(), j.keys.end(), key) - j.keys.begin()));
+    };
+    Ids prompt_ids, ids;
+    for (const auto& x : at("prompt_ids").items) prompt_ids.push_back(std::int32_t(std::stol(x.text)));
+    for (const auto& x : at("ids").items) ids.push_back(std::int32_t(std::stol(x.text)));
+    return std::tuple{prompt_ids, ids, at("text").text};
+  };
+  const auto [prompt_ids, ids, text] = generate("--prompt 'the this is'");
+  EXPECT_EQ(prompt_ids, (Ids{83, 257, 256, 71, 259, 220, 259}));
+  ASSERT_EQ(ids.size(), 4u);
+  EXPECT_EQ(text, replace_invalid_utf8(Tokenizer::load(dir / "m").decode(ids)));
+  EXPECT_EQ(generate("--prompt-file " + shell_quoted(dir / "prompt.txt")), std::tuple(prompt_ids, ids, text));
+  EXPECT_NE(std::get<0>(generate("--prompt 'is it'")), prompt_ids);
+}
+
+TEST(CheckpointTokenizer, TrainedOnACorpusCarriesItsTokenizer) {
+  ScratchDir dir;
+  const auto data = dir / "data";
+  std::filesystem::create_directories(data);
+  write_gpt2_files(data);
+  std::string text;
+  for (int k = 0; k < 40; ++k) text += "the this is it's ";
+  const Ids ids = Tokenizer::from_json(tokenizer_json(corpus::Bpe::load(data / "vocab.json", data / "merges.txt")), "own").encode(text);
+  corpus::write_tokens_npy(data / "train_tokens.npy", ids, std::int64_t(ids.size()), 0);
+  corpus::write_tokens_npy(data / "validation_tokens.npy", ids, std::int64_t(ids.size()), 0);
+  write_file(data / "manifest.json", "{}\n");
+  auto r = run_qkvlab("lm train --family gpt2 --layers 1 --d 16 --heads 2 --vocab 262 --positions 16 --corpus brown --data " +
+                      shell_quoted(data) + " --seq-len 16 --batch 2 --steps 2 --out " + shell_quoted(dir / "run") + " --quiet");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto ckpt = dir / "run" / "checkpoint";
+  // The own pre-tokenizer: " the" | " this" | " is", whatever the spacing.
+  EXPECT_EQ(Tokenizer::load(ckpt).encode("the  this\nis"), (Ids{258, 256, 71, 259, 220, 259}));
+  // Listed in the manifest: a tokenizer.json from another write is refused.
+  write_file(ckpt / "tokenizer.json", read_text(ckpt / "tokenizer.json") + " ");
+  const std::string changed = "lm export " + shell_quoted(ckpt) + " --hf " + shell_quoted(dir / "hf");
+  expect_usage_error(run_qkvlab(changed), changed, "tokenizer.json: does not match manifest.json");
+  EXPECT_FALSE(std::filesystem::exists(dir / "hf"));
+  std::filesystem::remove(ckpt / "manifest.json");
+  // lm export copies it beside the model.
+  r = run_qkvlab("lm export " + shell_quoted(ckpt) + " --hf " + shell_quoted(dir / "hf"));
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(read_text(dir / "hf" / "tokenizer.json"), read_text(ckpt / "tokenizer.json"));
+  // --text: the same loss as the ids it encodes to, in lm eval and on the exported model.
+  write_file(dir / "text.txt", text);
+  const std::string eval_tokens = "--tokens " + shell_quoted(data / "train_tokens.npy") + " --seq-len 16 --format json";
+  const std::string eval_text = "--text " + shell_quoted(dir / "text.txt") + " --seq-len 16 --format json";
+  const auto loss = [](const std::string& out) {
+    const auto at = out.find("\"loss\"");
+    return at == std::string::npos ? "no loss" : out.substr(at, out.find(',', at) - at);
+  };
+  for (const auto& model : {ckpt, dir / "hf"}) {
+    const auto by_ids = run_qkvlab("lm eval " + shell_quoted(model) + " " + eval_tokens);
+    const auto by_text = run_qkvlab("lm eval " + shell_quoted(model) + " " + eval_text);
+    ASSERT_EQ(by_text.status, 0) << by_text.err;
+    EXPECT_EQ(loss(by_text.out), loss(by_ids.out)) << model;
+  }
+  const auto by_ids = run_qkvlab("lm eval " + shell_quoted(ckpt) + " " + eval_tokens);
+  // Control: another text gives another loss.
+  write_file(dir / "other.txt", std::string(400, 'x') + " is");
+  const auto other =
+      run_qkvlab("lm eval " + shell_quoted(ckpt) + " --text " + shell_quoted(dir / "other.txt") + " --seq-len 16 --format json");
+  ASSERT_EQ(other.status, 0) << other.err;
+  EXPECT_NE(loss(other.out), loss(by_ids.out));
+  // The shared token options: analyze takes --text too, and not with --tokens.
+  r = run_qkvlab("analyze entropy " + shell_quoted(ckpt) + " --text " + shell_quoted(dir / "text.txt") +
+                 " --seq-len 16 --sequences 2 --format json --quiet");
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("\"text "), std::string::npos) << r.out;
+  const std::string both = "analyze entropy " + shell_quoted(ckpt) + " --text " + shell_quoted(dir / "text.txt") + " --tokens " +
+                           shell_quoted(data / "train_tokens.npy");
+  expect_usage_error(run_qkvlab(both), both, "give one of --tokens FILE, --text FILE and --corpus brown");
+  // A model without a tokenizer: --text is refused, naming what is missing.
+  std::filesystem::remove(ckpt / "tokenizer.json");
+  const std::string none = "lm eval " + shell_quoted(ckpt) + " " + eval_text;
+  expect_usage_error(run_qkvlab(none), none, "no tokenizer");
+}
+
+}  // namespace
+}  // namespace qkvlab::lm

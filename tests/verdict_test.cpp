@@ -1,0 +1,99 @@
+// results/verdict.hpp: each decision rule on synthetic replicates. A clear effect agrees or
+// disagrees, an effect inside the noise is inconclusive, one seed is inconclusive whatever its
+// value, and the quantity's verdict combines its elements (one disagreeing element decides).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "results/verdict.hpp"
+
+using namespace qkvlab::results;
+
+namespace {
+
+// n replicates of a normal effect with standard deviation sd (a fixed stream: the test is exact).
+std::vector<double> draws(double effect, double sd, int n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<double> noise(0.0, sd);
+  std::vector<double> x;
+  for (int i = 0; i < n; ++i) x.push_back(effect + noise(rng));
+  return x;
+}
+
+Claim claim(Sense sense, double reference = 0, double tolerance = 0) { return {"synthetic", "x", sense, reference, tolerance}; }
+
+std::string verdict(Sense sense, const std::vector<double>& x, double reference = 0, double tolerance = 0) {
+  return judge(claim(sense, reference, tolerance), Rule{}, {over_replicates("x", x)}).verdict;
+}
+
+}  // namespace
+
+TEST(Verdict, ClearEffectAgreesOrDisagreesByItsSign) {
+  const auto up = draws(1.0, 0.1, 5, 1), down = draws(-1.0, 0.1, 5, 2);
+  EXPECT_EQ(verdict(Sense::greater, up), "agrees");
+  EXPECT_EQ(verdict(Sense::greater, down), "disagrees");
+  EXPECT_EQ(verdict(Sense::less, down), "agrees");
+  EXPECT_EQ(verdict(Sense::less, up), "disagrees");
+  // Against a reference other than 0: 1 ± 0.05 is above 0.5 and below 1.5.
+  EXPECT_EQ(verdict(Sense::greater, up, 0.5), "agrees");
+  EXPECT_EQ(verdict(Sense::greater, up, 1.5), "disagrees");
+}
+
+TEST(Verdict, EffectInsideTheNoiseIsInconclusive) {
+  const auto noisy = draws(0.05, 1.0, 5, 3);  // se ≈ 0.45, mean within 2 se of 0
+  const Element e = over_replicates("x", noisy);
+  ASSERT_LT(std::abs(e.value), 2 * e.se);
+  EXPECT_EQ(verdict(Sense::greater, noisy), "inconclusive");
+  EXPECT_EQ(verdict(Sense::less, noisy), "inconclusive");
+  // Control: the same draws shifted by 10 se decide.
+  std::vector<double> shifted = noisy;
+  for (double& x : shifted) x += 10 * e.se;
+  EXPECT_EQ(verdict(Sense::greater, shifted), "agrees");
+}
+
+TEST(Verdict, OneSeedIsInconclusiveUnlessTheRuleSaysOtherwise) {
+  EXPECT_EQ(verdict(Sense::greater, {100.0}), "inconclusive");
+  EXPECT_EQ(verdict(Sense::less, {100.0}), "inconclusive");
+  const Element one = over_replicates("x", {100.0});
+  EXPECT_EQ(one.replicates, 1);
+  EXPECT_TRUE(std::isnan(one.se));
+  // An exact quantity (se 0, one evaluation) under a rule that asks for one replicate decides.
+  const Rule exact{2, "exact evaluations", 1};
+  EXPECT_EQ(judge(claim(Sense::greater), exact, {{"x", 100.0, 0.0, 1, 0}}).verdict, "agrees");
+  EXPECT_EQ(judge(claim(Sense::greater), exact, {{"x", -100.0, 0.0, 1, 0}}).verdict, "disagrees");
+}
+
+TEST(Verdict, WithinAndNotBelow) {
+  const auto near = draws(0.002, 0.001, 8, 4), far = draws(0.05, 0.001, 8, 5);
+  EXPECT_EQ(verdict(Sense::within, near, 0, 0.01), "agrees");
+  EXPECT_EQ(verdict(Sense::within, far, 0, 0.01), "disagrees");
+  EXPECT_EQ(verdict(Sense::within, draws(0.01, 0.02, 5, 6), 0, 0.01), "inconclusive");
+  // A bound: only a significant violation disagrees; sitting on it agrees.
+  EXPECT_EQ(verdict(Sense::not_below, draws(-1.0, 0.1, 5, 7)), "disagrees");
+  EXPECT_EQ(verdict(Sense::not_below, draws(0.0, 0.1, 5, 8)), "agrees");
+}
+
+TEST(Verdict, OneDisagreeingElementDecidesAndAllMustAgree) {
+  const Element yes = over_replicates("a", draws(1, 0.1, 4, 9)), no = over_replicates("b", draws(-1, 0.1, 4, 10)),
+                unsure = over_replicates("c", draws(0, 1, 4, 11));
+  EXPECT_EQ(judge(claim(Sense::greater), Rule{}, {yes, yes}).verdict, "agrees");
+  EXPECT_EQ(judge(claim(Sense::greater), Rule{}, {yes, no, unsure}).verdict, "disagrees");
+  EXPECT_EQ(judge(claim(Sense::greater), Rule{}, {yes, unsure}).verdict, "inconclusive");
+  EXPECT_EQ(judge(claim(Sense::greater), Rule{}, {}).verdict, "inconclusive");
+  const Verdict v = judge(claim(Sense::greater), Rule{}, {yes, no});
+  EXPECT_EQ(v.outcomes, (std::vector<std::string>{"agrees", "disagrees"}));
+}
+
+TEST(Verdict, ValueCarriesRuleQuantityAndUncertainty) {
+  const Verdict v = judge(claim(Sense::less), Rule{}, {over_replicates("layer 2", {1, 2, 3})}, "sequences");
+  const Value j = v.to_value();
+  EXPECT_EQ(j["verdict"].string(), "disagrees");
+  EXPECT_EQ(j["rule"].string(), v.rule_text());
+  EXPECT_NE(v.rule_text().find("fewer than 2 seeds"), std::string::npos);
+  EXPECT_EQ(j["quantity"]["claimed"].string(), "< 0");
+  EXPECT_EQ(j["quantity"]["elements"].items()[0]["value"].number(), 2.0);
+  EXPECT_NEAR(j["uncertainty"]["se"].items()[0].number(), 1 / std::sqrt(3.0), 1e-15);
+  EXPECT_EQ(j["uncertainty"]["over"].string(), "seeds");
+  EXPECT_EQ(j["uncertainty"]["within_run_over"].string(), "sequences");
+}
