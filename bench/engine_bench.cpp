@@ -9,17 +9,13 @@
 //   model's shapes (batch 4096 × d by d × 4d, and the backward products) and
 //   at square n = 512, 1024, 2048; threads = the second argument.
 // - BM_step_*: one step at d = 64, batch 4096 (row vectors X ∈ R^{4096×64},
-//   W1 ∈ R^{64×256}, W2 ∈ R^{256×64}): data, target, and each operation's
-//   forward alone and forward + backward on the engine's tape (the backward is
-//   the difference), clipping + AdamW on the tape, and the whole step as
+//   W1 ∈ R^{64×256}, W2 ∈ R^{256×64}): data, target, and the whole step as
 //   `qkvlab transfer` runs it (transfer::SkipMlp on the CPU backend); on one
 //   thread (OpenBLAS, sampling and the backend), so that CPU time is each
 //   part's whole work.
 // FLOP/s count 2 m n k per product.
 #include "engine/blas.hpp"
 #include "engine/cpu_backend.hpp"
-#include "engine/ops.hpp"
-#include "engine/optim.hpp"
 #include "engine/rng.hpp"
 #include "synthetic/transfer.hpp"
 
@@ -93,11 +89,6 @@ struct Step {
   MatF X = transfer::draw_inputs(d, batch, 1, "bench/x", 1);
   engine::CpuBackend<float> backend{1};
   transfer::SkipMlp model{backend, target, mlp, transfer::TrainConfig{}};
-  MatF Y = model.target(X);
-  MatF A = X * mlp.W1;
-  MatF H = A.cwiseProduct(engine::normal_cdf(A));
-  MatF HW2 = H * mlp.W2;
-  MatF F = X + HW2;
 };
 
 // One thread throughout, so that CPU time is the whole work of each part.
@@ -113,66 +104,8 @@ void BM_step_target(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(s.model.target(s.X).data());
 }
 
-// An operation on a tape: forward only (range(0) = 0) or forward and backward (1).
-template <class Op>
-void run_op(benchmark::State& state, const Op& op) {
-  setup_threads();
-  const bool backward = state.range(0) == 1;
-  for (auto _ : state) {
-    engine::Tape<float> tape;
-    engine::Var<float> y = op(tape);
-    if (backward) tape.backward(y, MatF::Ones(y.rows(), y.cols()));
-    benchmark::DoNotOptimize(y.value().data());
-  }
-  state.SetLabel(backward ? "forward + backward" : "forward");
-}
-
-void BM_step_matmul_X_W1(benchmark::State& state) {
-  Step s;
-  engine::Parameter<float> W1("W1", s.mlp.W1);
-  run_op(state, [&](engine::Tape<float>& t) { return t.constant(s.X) * t.parameter(W1); });
-}
-void BM_step_gelu(benchmark::State& state) {
-  Step s;
-  run_op(state, [&](engine::Tape<float>& t) { return engine::gelu(t.variable(s.A)); });
-}
-void BM_step_matmul_H_W2(benchmark::State& state) {
-  Step s;
-  engine::Parameter<float> W2("W2", s.mlp.W2);
-  run_op(state, [&](engine::Tape<float>& t) { return t.variable(s.H) * t.parameter(W2); });
-}
-void BM_step_skip_add(benchmark::State& state) {
-  Step s;
-  run_op(state, [&](engine::Tape<float>& t) { return t.constant(s.X) + t.variable(s.HW2); });
-}
-void BM_step_relative_loss(benchmark::State& state) {
-  Step s;
-  const float c = float(double(s.Y.size()) / s.Y.cast<double>().squaredNorm());
-  run_op(state, [&](engine::Tape<float>& t) {
-    return engine::scale(engine::mse_loss(t.variable(s.F), t.constant(s.Y)), c);
-  });
-}
 BENCHMARK(BM_step_draw_inputs)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_step_target)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_step_matmul_X_W1)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_step_gelu)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_step_matmul_H_W2)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_step_skip_add)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK(BM_step_relative_loss)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
-
-void BM_step_clip_adamw(benchmark::State& state) {
-  setup_threads();
-  Step s;
-  engine::Parameter<float> W1("W1", s.mlp.W1), W2("W2", s.mlp.W2);
-  W1.grad = random<float>(Step::d, 4 * Step::d), W2.grad = random<float>(4 * Step::d, Step::d);
-  const engine::Parameters<float> params{&W1, &W2};
-  engine::AdamW<float> adamw;
-  for (auto _ : state) {
-    engine::clip_grad_norm(params, 3.0);
-    adamw.step(params, 1e-3);
-  }
-}
-BENCHMARK(BM_step_clip_adamw)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // The whole step as run_transfer runs it: draw, then SkipMlp::step on the CPU backend (target,
 // forward, loss, backward, clipping, AdamW).

@@ -89,6 +89,8 @@ class ProductTimer final : public Backend<float> {
   void gelu_backward(std::size_t n, engine::GeluForm f, const float* X, const float* dY, float* dX) override {
     b_.gelu_backward(n, f, X, dY, dX);
   }
+  void relu_forward(std::size_t n, const float* X, float* Y) override { b_.relu_forward(n, X, Y); }
+  void relu_backward(std::size_t n, const float* X, const float* dY, float* dX) override { b_.relu_backward(n, X, dY, dX); }
   void swiglu_forward(std::size_t n, const float* G, const float* U, float* Y) override { b_.swiglu_forward(n, G, U, Y); }
   void swiglu_backward(std::size_t n, const float* G, const float* U, const float* dY, float* dG, float* dU) override {
     b_.swiglu_backward(n, G, U, dY, dG, dU);

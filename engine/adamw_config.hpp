@@ -1,5 +1,4 @@
-// AdamW's hyperparameters, shared by the tape's optimizer (optim.hpp) and the
-// backend's (optimizer.hpp).
+// AdamW's hyperparameters (engine/optimizer.hpp; the update is engine/kernels/adamw.hpp's).
 #pragma once
 
 namespace qkvlab::engine {

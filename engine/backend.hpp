@@ -80,6 +80,9 @@ class Backend : public Memory {
   // ---- Activations -----------------------------------------------------------
   virtual void gelu_forward(std::size_t count, GeluForm form, const S* X, S* Y) = 0;
   virtual void gelu_backward(std::size_t count, GeluForm form, const S* X, const S* dY, S* dX) = 0;
+  // ReLU: Y = max(X, 0);  dX += dY ⊙ [X > 0] (the derivative at 0 taken as 0).
+  virtual void relu_forward(std::size_t count, const S* X, S* Y) = 0;
+  virtual void relu_backward(std::size_t count, const S* X, const S* dY, S* dX) = 0;
   // SwiGLU: Y = silu(G) ⊙ U;  dG += dY ⊙ U ⊙ silu'(G),  dU += dY ⊙ silu(G).
   virtual void swiglu_forward(std::size_t count, const S* G, const S* U, S* Y) = 0;
   virtual void swiglu_backward(std::size_t count, const S* G, const S* U, const S* dY, S* dG, S* dU) = 0;
@@ -114,7 +117,7 @@ class Backend : public Memory {
                              S* dlogits) = 0;
 
   // ---- Optimizer -------------------------------------------------------------
-  // AdamW (engine/optim.hpp's formulas) on `count` parameters: step t ≥ 1,
+  // AdamW (engine/kernels/adamw.hpp's formulas) on `count` parameters: step t ≥ 1,
   // decay λ applied where `decay`.
   struct AdamW {
     double lr = 0, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0;

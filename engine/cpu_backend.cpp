@@ -205,6 +205,16 @@ void CpuBackend<S>::gelu_backward(std::size_t count, GeluForm form, const S* X, 
   split(count, 1 << 13, [&](std::size_t i0, std::size_t i1) { k::gelu_backward_range(i0, i1, form, X, dY, dX); });
 }
 template <class S>
+void CpuBackend<S>::relu_forward(std::size_t count, const S* X, S* Y) {
+  split(count, 1 << 13, [&](std::size_t i0, std::size_t i1) { k::relu_forward_range(i0, i1, X, Y); });
+}
+
+template <class S>
+void CpuBackend<S>::relu_backward(std::size_t count, const S* X, const S* dY, S* dX) {
+  split(count, 1 << 13, [&](std::size_t i0, std::size_t i1) { k::relu_backward_range(i0, i1, X, dY, dX); });
+}
+
+template <class S>
 void CpuBackend<S>::swiglu_forward(std::size_t count, const S* G, const S* U, S* Y) {
   split(count, 1 << 13, [&](std::size_t i0, std::size_t i1) { k::swiglu_forward_range(i0, i1, G, U, Y); });
 }

@@ -50,6 +50,8 @@ class CpuBackend final : public Backend<S> {
                      const S* dout, S* dX, S* dgain, S* dbias) override;
   void gelu_forward(std::size_t count, GeluForm form, const S* X, S* Y) override;
   void gelu_backward(std::size_t count, GeluForm form, const S* X, const S* dY, S* dX) override;
+  void relu_forward(std::size_t count, const S* X, S* Y) override;
+  void relu_backward(std::size_t count, const S* X, const S* dY, S* dX) override;
   void swiglu_forward(std::size_t count, const S* G, const S* U, S* Y) override;
   void swiglu_backward(std::size_t count, const S* G, const S* U, const S* dY, S* dG, S* dU) override;
   void rope(int B, int T_, int past, int heads, int d, int ld, const kernels::RopeFrequencies& f, bool inverse,

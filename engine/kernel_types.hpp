@@ -1,6 +1,5 @@
-// The small types every kernel signature shares, defined once for the tape's
-// operations (engine/ops/), the backend interface (engine/backend.hpp) and
-// both backends.
+// The small types every kernel signature shares, defined once for the backend
+// interface (engine/backend.hpp) and both backends.
 #pragma once
 
 namespace qkvlab::engine {
@@ -8,7 +7,6 @@ namespace qkvlab::engine {
 enum class Trans { none, transpose };       // op(A) = A or Aᵀ in a product
 enum class Centering { mean, none };        // LayerNorm subtracts the row mean, RMSNorm does not
 enum class GeluForm { tanh, erf };          // Hugging Face's gelu_new (tanh form) and the exact erf form
-enum class Mask { causal, bidirectional };  // causal: query i sees keys j ≤ i
 enum class Device { cpu, cuda };
 
 // Attention over B sequences of T tokens, H query heads of width dk (scores)

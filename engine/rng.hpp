@@ -5,9 +5,11 @@
 #pragma once
 
 #include "core/rng.hpp"
-#include "engine/tape.hpp"
+#include "core/types.hpp"
 
 namespace qkvlab::engine {
+
+using qkvlab::Mat;
 
 using qkvlab::Rng;
 

@@ -228,10 +228,10 @@ float half_to_float(std::uint16_t h) {
 
 std::vector<std::uint8_t> serialize_safetensors(const SafeTensors& file) {
   for (const auto& [name, tensor] : file.tensors) {
-    require(name != "__metadata__", "safetensors: a tensor cannot be named __metadata__");
-    require(byte_count(tensor.shape, tensor.dtype, name) == tensor.data.size(),
-            "safetensors: tensor " + json_quote(name) + " has " + std::to_string(tensor.data.size()) +
-                " bytes, its dtype and shape need another number");
+    if (name == "__metadata__") throw std::invalid_argument("safetensors: a tensor cannot be named __metadata__");
+    if (byte_count(tensor.shape, tensor.dtype, name) != tensor.data.size())
+      throw std::invalid_argument("safetensors: tensor " + json_quote(name) + " has " +
+                                  std::to_string(tensor.data.size()) + " bytes, its dtype and shape need another number");
   }
   std::string header = header_json(file);
   header.append((8 - header.size() % 8) % 8, ' ');

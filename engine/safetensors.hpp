@@ -28,14 +28,17 @@
 #include <filesystem>
 #include <map>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <type_traits>
 #include <vector>
 
-#include "engine/tape.hpp"
+#include "core/types.hpp"
 
 namespace qkvlab::engine {
+
+using qkvlab::Mat;
 
 // The format's dtypes. BF16 is the upper half of a float32; F8_* are the OCP 8-bit floats.
 enum class DType { F64, F32, F16, BF16, I64, I32, I16, I8, U64, U32, U16, U8, BOOL, F8_E4M3, F8_E5M2 };
@@ -146,5 +149,19 @@ Tensor to_tensor(const Mat<S>& M);
 // rounding) and a 2-D shape; `name` is used in the message.
 template <class S>
 Mat<S> to_matrix(const Tensor& tensor, const std::string& name);
+
+// The tensor `name` of `file` as a Mat<S> of the given shape; throws
+// std::runtime_error if it is missing or differs in dtype or shape.
+template <class S>
+Mat<S> restore_matrix(const SafeTensors& file, const std::string& name, Eigen::Index rows, Eigen::Index cols) {
+  const auto it = file.tensors.find(name);
+  if (it == file.tensors.end()) throw std::runtime_error("checkpoint: no tensor \"" + name + "\"");
+  Mat<S> M = to_matrix<S>(it->second, name);
+  if (M.rows() != rows || M.cols() != cols)
+    throw std::runtime_error("checkpoint: tensor \"" + name + "\" is " + std::to_string(M.rows()) + "x" +
+                             std::to_string(M.cols()) + ", expected " + std::to_string(rows) + "x" +
+                             std::to_string(cols));
+  return M;
+}
 
 }  // namespace qkvlab::engine

@@ -3,15 +3,15 @@
 #include <cmath>
 #include <numbers>
 
-#include "engine/tape.hpp"
+#include <stdexcept>
 
 namespace qkvlab::engine {
 
 WarmupCosine::WarmupCosine(double peak, double floor, std::int64_t warmup_steps, std::int64_t total_steps)
     : peak_(peak), floor_(floor), warmup_(warmup_steps), total_(total_steps) {
-  require(0 <= floor && floor <= peak, "WarmupCosine: need 0 <= floor <= peak");
-  require(0 <= warmup_steps && warmup_steps < total_steps,
-          "WarmupCosine: need 0 <= warmup_steps < total_steps");
+  if (!(0 <= floor && floor <= peak)) throw std::invalid_argument("WarmupCosine: need 0 <= floor <= peak");
+  if (!(0 <= warmup_steps && warmup_steps < total_steps))
+    throw std::invalid_argument("WarmupCosine: need 0 <= warmup_steps < total_steps");
 }
 
 double WarmupCosine::operator()(std::int64_t step) const {

@@ -203,6 +203,18 @@ void CudaBackend::gelu_backward(std::size_t count, engine::GeluForm form, const 
   QKVLAB_KERNEL_CHECK();
 }
 
+void CudaBackend::relu_forward(std::size_t count, const float* X, float* Y) {
+  if (count == 0) return;
+  kn::relu_forward_kernel<<<kn::blocks_for(count), kn::kThreads>>>(count, X, Y);
+  QKVLAB_KERNEL_CHECK();
+}
+
+void CudaBackend::relu_backward(std::size_t count, const float* X, const float* dY, float* dX) {
+  if (count == 0) return;
+  kn::relu_backward_kernel<<<kn::blocks_for(count), kn::kThreads>>>(count, X, dY, dX);
+  QKVLAB_KERNEL_CHECK();
+}
+
 void CudaBackend::swiglu_forward(std::size_t count, const float* G, const float* U, float* Y) {
   if (count == 0) return;
   kn::swiglu_forward_kernel<<<kn::blocks_for(count), kn::kThreads>>>(count, G, U, Y);

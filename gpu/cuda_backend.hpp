@@ -75,6 +75,8 @@ class CudaBackend final : public engine::Backend<float> {
                      const float* rstd, const float* dout, float* dX, float* dgain, float* dbias) override;
   void gelu_forward(std::size_t count, engine::GeluForm form, const float* X, float* Y) override;
   void gelu_backward(std::size_t count, engine::GeluForm form, const float* X, const float* dY, float* dX) override;
+  void relu_forward(std::size_t count, const float* X, float* Y) override;
+  void relu_backward(std::size_t count, const float* X, const float* dY, float* dX) override;
   void swiglu_forward(std::size_t count, const float* G, const float* U, float* Y) override;
   void swiglu_backward(std::size_t count, const float* G, const float* U, const float* dY, float* dG,
                        float* dU) override;

@@ -474,7 +474,7 @@ void cosine_maps(Session& s, Output& out, analysis::Kind kind) {
 void skipv1_fig13(Session& s, Output& out) { cosine_maps(s, out, analysis::Kind::heads); }
 void skipv1_fig14(Session& s, Output& out) { cosine_maps(s, out, analysis::Kind::tokens); }
 
-// 000 Table 2's configurations (GPT2-355M with GQA or MLA, each with and without SkipV1) and the
+// SkipV1Former Table 2's configurations (GPT2-355M with GQA or MLA, each with and without SkipV1) and the
 // tiny preset: parameters and KV-cache bytes per token (docs/accounting.md).
 void skipv1_table2(Session& s, Output& out) {
   struct Row {

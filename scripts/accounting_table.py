@@ -18,7 +18,7 @@ QKVLAB = sys.argv[1] if len(sys.argv) > 1 else "build/qkvlab"
 GPT2_355M = "--family gpt2 --layers 24 --d 1024 --heads 16 --vocab 50257 --positions 1024 --tied --bias"
 GQA = GPT2_355M + " --kv-heads 8"
 MLA = GPT2_355M + " --mla --d-c 256 --d-r 32"
-LLAMA = {  # 000 Table 4 (App. B.2) and LLaMA-7B; vocabulary 32,000, untied (LlamaConfig's defaults)
+LLAMA = {  # SkipV1Former Table 4 (App. B.2) and LLaMA-7B; vocabulary 32,000, untied (LlamaConfig's defaults)
     "60M": "--layers 8 --d 512 --heads 8 --ffn 1376",
     "130M": "--layers 12 --d 768 --heads 12 --ffn 2048",
     "350M": "--layers 24 --d 1024 --heads 16 --ffn 2736",
@@ -26,7 +26,7 @@ LLAMA = {  # 000 Table 4 (App. B.2) and LLaMA-7B; vocabulary 32,000, untied (Lla
     "3B": "--layers 32 --d 2560 --heads 32 --ffn 6848",
     "7B": "--layers 32 --d 4096 --heads 32 --ffn 11008",
 }
-RESFORMER = {  # 002 Table 4: SwiGLU, RoPE, vocabulary 50,277, untied
+RESFORMER = {  # ResFormer Table 4: SwiGLU, RoPE, vocabulary 50,277, untied
     "2M": "--layers 4 --d 16 --heads 2 --ffn 56",
     "82M": "--layers 8 --d 512 --heads 8 --ffn 1792",
     "180M": "--layers 12 --d 768 --heads 12 --ffn 2688",
@@ -60,12 +60,12 @@ def row(source, printed, exact, command):
     rows.append((source, printed, exact, command))
 
 
-# 000 (SkipV1Former) Table 2: GQA and MLA with and without SkipV1, "GPT2-355M".
+# SkipV1Former Table 2: GQA and MLA with and without SkipV1, "GPT2-355M".
 for name, base in (("GQA", GQA), ("MLA", MLA)):
     for variant, label in (("vanilla", "Transformer-" + name), ("skipv1", "SkipV1Former-" + name)):
         args = f"{base} --variant {variant}"
         p = params(args)
-        row(f"000 Table 2, {label}, params", {"GQA": {"vanilla": "334.7 M", "skipv1": "328.9 M"},
+        row(f"SkipV1Former Table 2, {label}, params", {"GQA": {"vanilla": "334.7 M", "skipv1": "328.9 M"},
                                               "MLA": {"vanilla": "337.4 M", "skipv1": "334.4 M"}}[name][variant],
             f"{p['total']:,} ({m(p['total'])})", f"qkvlab params {args}")
         for dtype in ("f32", "bf16"):
@@ -73,37 +73,37 @@ for name, base in (("GQA", GQA), ("MLA", MLA)):
             printed = {"GQA": {"vanilla": "98 304 B", "skipv1": "74 752 B, -24.0%"},
                        "MLA": {"vanilla": "13 824 B", "skipv1": "7 680 B, -44.4%"}}[name][variant]
             exact = f"{k['bytes_per_token']:,} B" + (f", -{100 * k['saving']:.2f}%" if variant != "vanilla" else "")
-            row(f"000 Table 2, {label}, KV bytes/token ({dtype})", printed, exact, f"qkvlab kv {args} --dtype {dtype}")
+            row(f"SkipV1Former Table 2, {label}, KV bytes/token ({dtype})", printed, exact, f"qkvlab kv {args} --dtype {dtype}")
 for variant in ("vanilla", "skipv1"):  # the other rule that reproduces the GQA rows: 16 cached heads in bf16
     args = f"{GPT2_355M} --variant {variant} --dtype bf16"
     k = kv(args)
-    row(f"000 Table 2, GQA rows counted with all 16 heads (MHA), bf16, {variant}",
+    row(f"SkipV1Former Table 2, GQA rows counted with all 16 heads (MHA), bf16, {variant}",
         "98 304 B" if variant == "vanilla" else "74 752 B, -24.0%",
         f"{k['bytes_per_token']:,} B" + (f", -{100 * k['saving']:.2f}%" if variant != "vanilla" else ""),
         f"qkvlab kv {args}")
 
-# 000 §6.2/§6.3: ~25% KV saving and ~4% fewer parameters across the LLaMA sizes.
+# SkipV1Former §6.2/§6.3: ~25% KV saving and ~4% fewer parameters across the LLaMA sizes.
 for size, flags in LLAMA.items():
     args = f"--family llama {flags} --vocab 32000 --positions 1024"
     k = kv(f"{args} --variant skipv1 --dtype bf16")
-    row(f"000 §6.3, LLaMA-{size}, KV saving of SkipV1", "~25%",
+    row(f"SkipV1Former §6.3, LLaMA-{size}, KV saving of SkipV1", "~25%",
         f"-{100 * k['saving']:.2f}% ({k['vanilla_bytes_per_token']:,} -> {k['bytes_per_token']:,} B/token bf16)",
         f"qkvlab kv {args} --variant skipv1 --dtype bf16")
     a, b = params(args)["total"], params(args + " --variant skipv1")["total"]
-    row(f"000 §6.2, LLaMA-{size}, parameter saving of SkipV1", "around 4%",
+    row(f"SkipV1Former §6.2, LLaMA-{size}, parameter saving of SkipV1", "around 4%",
         f"-{100 * (1 - b / a):.2f}% ({a:,} -> {b:,})", f"qkvlab params {args} [--variant skipv1]")
 
-# 002 (ResFormer/SVFormer): SVFormer's "nearly half" of the KV cache, Table 4's sizes.
+# ResFormer (and SVFormer): SVFormer's "nearly half" of the KV cache, Table 4's sizes.
 for size, flags in RESFORMER.items():
     args = f"--family llama {flags} --vocab 50277 --positions 2048"
     p = params(args)
-    row(f"002 Table 4, {size} model, params", size, f"{p['total']:,} ({m(p['total'])})", f"qkvlab params {args}")
+    row(f"ResFormer Table 4, {size} model, params", size, f"{p['total']:,} ({m(p['total'])})", f"qkvlab params {args}")
     k = kv(f"{args} --variant svformer --dtype bf16")
-    row(f"002 §3.5, {size} model, SVFormer KV saving", "nearly half",
+    row(f"ResFormer §3.5, {size} model, SVFormer KV saving", "nearly half",
         f"-{100 * k['saving']:.2f}% ({k['vanilla_bytes_per_token']:,} -> {k['bytes_per_token']:,} B/token bf16)",
         f"qkvlab kv {args} --variant svformer --dtype bf16")
 
-# 003 (Query-weight elimination) Table 2: five nanoGPT configurations, total and non-embedding.
+# Query-weight elimination Table 2: five nanoGPT configurations, total and non-embedding.
 for label, flags, total, non_emb in (
         ("Baseline (smaller MLP)", "--d 768 --mlp-ratio 3.5", "117.30M", "77.88M"),
         ("Baseline (smaller d)", "--d 744", "117.92M", "79.73M"),
@@ -112,7 +112,7 @@ for label, flags, total, non_emb in (
         ("Reduced (larger MLP)", "--d 768 --mlp-ratio 4.5 --variant q-identity", "124.37M", "84.95M")):
     args = f"{NANOGPT} {flags}"
     p = params(args)
-    row(f"003 Table 2, {label}", f"{total} / {non_emb}",
+    row(f"Query-weight elimination Table 2, {label}", f"{total} / {non_emb}",
         f"{p['total']:,} / {p['non_embedding']:,} ({m(p['total'])} / {m(p['non_embedding'])})", f"qkvlab params {args}")
 
 print("| printed figure | printed | exact (qkvlab) | command (+ `--format json`) |")

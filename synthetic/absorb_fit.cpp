@@ -12,8 +12,10 @@
 #include "core/errors.hpp"
 #include "core/limits.hpp"
 #include "core/linalg.hpp"
-#include "engine/ops.hpp"
-#include "engine/optim.hpp"
+#include "engine/cpu_backend.hpp"
+#include "engine/linear.hpp"
+#include "engine/optimizer.hpp"
+#include "engine/relative_error.hpp"
 #include "engine/rng.hpp"
 #include "engine/schedule.hpp"
 
@@ -53,16 +55,14 @@ double relative_squared_error(const SkiplessMlp<double>& g, const MatD& X, const
   return (apply(g, X) - F).squaredNorm() / F.squaredNorm();
 }
 
-RestartFit fit_restart(const SkipNetwork& f, const FitConfig& c, Rng& rng, const MatD& X_select, const MatD& F_select) {
-  using namespace engine;
+RestartFit fit_restart(const SkipNetwork& f, const FitConfig& c, engine::Backend<double>& be, Rng& rng,
+                       const MatD& X_select, const MatD& F_select) {
   const Eigen::Index m = f.W_1.rows(), d = f.W_1.cols();
-  // Row layout: A = W̃_1ᵀ (d×m), B = W̃_2ᵀ (m×d), G = σ(X A) B.
-  Parameter<double> A("W1_tilde_T", normal_matrix<double>(d, m, 1 / std::sqrt(double(d)), rng));
-  Parameter<double> B("W2_tilde_T", normal_matrix<double>(m, d, 1 / std::sqrt(double(m)), rng));
-  const Parameters<double> params{&A, &B};
-  AdamW<double> adam({.eps = c.adam_eps, .weight_decay = 0.0});
+  const MatD A = engine::normal_matrix<double>(d, m, 1 / std::sqrt(double(d)), rng);
+  const MatD B = engine::normal_matrix<double>(m, d, 1 / std::sqrt(double(m)), rng);
+  SkiplessTrainer trainer(be, A, B, c);
   const auto warmup = std::int64_t(c.warmup * c.steps);
-  const WarmupCosine schedule(c.lr, c.lr * c.lr_floor, warmup, c.steps);
+  const engine::WarmupCosine schedule(c.lr, c.lr * c.lr_floor, warmup, c.steps);
   const MatD f_rows_R = f.R.transpose(), f_rows_W1 = f.W_1.transpose(), f_rows_W2 = f.W_2.transpose();
 
   RestartFit r;
@@ -70,17 +70,9 @@ RestartFit fit_restart(const SkipNetwork& f, const FitConfig& c, Rng& rng, const
   int window_count = 0, next_point = 0;
   for (int step = 0; step < c.steps; ++step) {
     const MatD X = rng.gaussian(c.batch, d);
-    const MatD F = X * f_rows_R + relu(X * f_rows_W1) * f_rows_W2;
-    Tape<double> tape;
-    const Var<double> G = matmul(relu(matmul(tape.constant(X), tape.parameter(A))), tape.parameter(B));
-    const Var<double> loss = scale(mse_loss(G, tape.constant(F)), double(F.size()) / F.squaredNorm());
-    const double value = loss.value()(0, 0);
+    const double value = trainer.step({X, X * f_rows_R + relu(X * f_rows_W1) * f_rows_W2}, schedule(step));
     if (!std::isfinite(value))
       throw NumericalError("absorb fit: the loss is not finite at step " + std::to_string(step));
-    zero_grad(params);
-    tape.backward(loss);
-    clip_grad_norm(params, c.clip);
-    adam.step(params, schedule(step));
     window_sum += value;
     ++window_count;
     if (step + 1 == (next_point + 1) * c.steps / c.trace_points) {
@@ -91,7 +83,7 @@ RestartFit fit_restart(const SkipNetwork& f, const FitConfig& c, Rng& rng, const
       ++next_point;
     }
   }
-  r.g = SkiplessMlp<double>{A.value.transpose(), B.value.transpose()};
+  r.g = trainer.weights();
   r.loss = relative_squared_error(r.g, X_select, F_select);
   if (!std::isfinite(r.loss)) throw NumericalError("absorb fit: the selection loss is not finite");
   r.matched_units = matched_units(f.W_1, r.g.W_1);
@@ -108,6 +100,83 @@ void check_config(const FitConfig& c) {
 }
 
 }  // namespace
+
+// ---- SkiplessTrainer: the model on the backend -----------------------------------------------
+
+namespace {
+
+using RowMatD = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+engine::ParameterLayout skipless_layout(Eigen::Index d, Eigen::Index m) {
+  engine::ParameterLayout layout;
+  layout.add("A", {d, m}, false);  // no weight decay: it would pull g off an exact solution
+  layout.add("B", {m, d}, false);
+  return layout;
+}
+
+// M as the backend's row-major array, at `offset` of `to`.
+void upload_rows(engine::Buffer<double>& to, const MatD& M, std::size_t offset = 0) {
+  const RowMatD rows = M;
+  to.upload(rows.data(), std::size_t(rows.size()), offset);
+}
+
+}  // namespace
+
+SkiplessTrainer::SkiplessTrainer(engine::Backend<double>& be, const MatD& A, const MatD& B, const FitConfig& c)
+    : be_(be), d_(int(A.rows())), m_(int(A.cols())), n_(c.batch), params_(be, skipless_layout(A.rows(), A.cols())),
+      adam_(be, params_.layout.total()), adam_config_{.eps = c.adam_eps, .weight_decay = 0.0}, clip_(c.clip),
+      X_(be, rows(d_)), F_(be, rows(d_)), Z_(be, rows(m_)), H_(be, rows(m_)), G_(be, rows(d_)), dG_(be, rows(d_)),
+      dH_(be, rows(m_)), dZ_(be, rows(m_)) {
+  if (B.rows() != m_ || B.cols() != d_ || n_ < 1)
+    throw std::invalid_argument("SkiplessTrainer: need A d×m, B m×d and a positive batch");
+  upload_rows(params_.values, A, params_.layout.at("A").offset);
+  upload_rows(params_.values, B, params_.layout.at("B").offset);
+}
+
+std::size_t SkiplessTrainer::rows(int width) const { return std::size_t(n_) * std::size_t(width); }
+
+double SkiplessTrainer::forward(const SkiplessBatch& batch) {
+  if (batch.X.rows() != n_ || batch.X.cols() != d_ || batch.F.rows() != n_ || batch.F.cols() != d_)
+    throw std::invalid_argument("SkiplessTrainer: a batch is " + std::to_string(n_) + "x" + std::to_string(d_));
+  upload_rows(X_, batch.X), upload_rows(F_, batch.F);
+  engine::linear_forward<double>(be_, n_, d_, m_, {X_.data(), d_}, params_.value("A"), nullptr, {Z_.data(), m_});
+  be_.relu_forward(rows(m_), Z_.data(), H_.data());
+  engine::linear_forward<double>(be_, n_, m_, d_, {H_.data(), m_}, params_.value("B"), nullptr, {G_.data(), d_});
+  return engine::relative_squared_error<double>(be_, n_, d_, G_.data(), F_.data(), dG_.data());
+}
+
+void SkiplessTrainer::backward() {
+  engine::linear_backward<double>(be_, n_, m_, d_, {H_.data(), m_}, params_.value("B"), {dG_.data(), d_},
+                                  {dH_.data(), m_}, params_.grad("B"), nullptr);
+  be_.fill(rows(m_), 0.0, dZ_.data());
+  be_.relu_backward(rows(m_), Z_.data(), dH_.data(), dZ_.data());
+  engine::linear_backward<double>(be_, n_, d_, m_, {X_.data(), d_}, params_.value("A"), {dZ_.data(), m_},
+                                  {nullptr, 0}, params_.grad("A"), nullptr);
+}
+
+double SkiplessTrainer::loss(const SkiplessBatch& batch) { return forward(batch); }
+
+void SkiplessTrainer::add_gradient(const SkiplessBatch& batch) {
+  forward(batch);
+  backward();
+}
+
+double SkiplessTrainer::step(const SkiplessBatch& batch, double lr) {
+  const double value = forward(batch);
+  if (!std::isfinite(value)) return value;
+  be_.fill(params_.grads.size(), 0.0, params_.grads.data());
+  backward();
+  engine::clip_gradients(be_, params_, clip_);
+  adam_.step(be_, params_, adam_config_, lr);
+  return value;
+}
+
+SkiplessMlp<double> SkiplessTrainer::weights() const {
+  const std::vector<double> v = params_.values.to_host();
+  const RowMatD A = Eigen::Map<const RowMatD>(v.data() + params_.layout.at("A").offset, d_, m_);
+  const RowMatD B = Eigen::Map<const RowMatD>(v.data() + params_.layout.at("B").offset, m_, d_);
+  return {A.transpose(), B.transpose()};
+}
 
 MatD apply(const SkipNetwork& f, const MatD& X) { return f.R * X + f.W_2 * relu(f.W_1 * X); }
 
@@ -205,10 +274,12 @@ FitResult fit_skipless(const SkipNetwork& f, const FitConfig& config, std::uint6
   const MatD X_heldout = heldout_rng.gaussian(d, config.heldout_samples);
   const MatD F_heldout = apply(f, X_heldout);
 
+  // One thread: the products are d×m, too small to split (the numbers do not depend on it).
+  engine::CpuBackend<double> backend(1);
   FitResult out;
   for (int i = 0; i < config.restarts; ++i) {
     Rng rng(seed, stream + "/restart/" + std::to_string(i));
-    RestartFit r = fit_restart(f, config, rng, X_select, F_select);
+    RestartFit r = fit_restart(f, config, backend, rng, X_select, F_select);
     r.rel_err = std::sqrt(relative_squared_error(r.g, X_heldout, F_heldout));
     if (!std::isfinite(r.rel_err)) throw NumericalError("absorb fit: the held-out error is not finite");
     out.restarts.push_back(std::move(r));

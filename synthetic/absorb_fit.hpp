@@ -10,8 +10,9 @@
 //   L = Σ_n ‖g(x_n) − f(x_n)‖² / Σ_n ‖f(x_n)‖²       (relative squared error),
 // Adam (AdamW with weight decay 0: decay would pull g off an exact solution),
 // linear warmup then cosine decay, clipping at global norm FitConfig::clip.
-// Training runs on the engine's tape in double and its row-vector layout: a
-// batch X ∈ R^{n×d} holds inputs as rows, G = σ(X W̃_1ᵀ) W̃_2ᵀ. Each restart has
+// Training runs on the engine's CPU backend in double, with the backward written out
+// beside the forward (absorb_fit.cpp), in the row-vector layout: a batch X ∈ R^{n×d}
+// holds inputs as rows, G = σ(X W̃_1ᵀ) W̃_2ᵀ. Each restart has
 // its own stream Rng(seed, stream + "/restart/i") (init, then batches), so the
 // numbers depend only on (seed, stream), never on threads or on other restarts.
 // The restart with the lowest loss on a common selection sample (stream
@@ -25,6 +26,9 @@
 #include "core/absorb.hpp"
 #include "core/rng.hpp"
 #include "core/types.hpp"
+#include "engine/adamw_config.hpp"
+#include "engine/optimizer.hpp"
+#include "engine/parameters.hpp"
 
 #include <cstdint>
 #include <string>
@@ -96,6 +100,46 @@ struct FitResult {
   std::vector<RestartFit> restarts;
   std::size_t best = 0;  // index of the lowest selection loss
   const RestartFit& best_fit() const { return restarts[best]; }
+};
+
+// One batch of the fit, row layout: inputs X (batch × d) one a row, and their targets F = f(X).
+struct SkiplessBatch {
+  MatD X, F;
+};
+
+// The skipless MLP on a backend in double, row layout A = W̃_1ᵀ (d×m), B = W̃_2ᵀ (m×d), with its
+// backward written out beside the forward (llm.c style):
+//   forward   Z = X A,  H = σ(Z),  G = H B
+//   loss      L = Σ‖G − F‖² / Σ‖F‖²,  dG = 2 (G − F) / Σ‖F‖²          (engine/relative_error.hpp)
+//   backward  dB += Hᵀ dG,  dH = dG Bᵀ,  dZ = dH ⊙ [Z > 0],  dA += Xᵀ dZ   (engine/linear.hpp; σ'(0) = 0)
+// step(): zero the gradients, backward, clip by the global norm of (dA, dB) at FitConfig::clip,
+// then Adam (engine/optimizer.hpp: AdamW with ε = FitConfig::adam_eps, no weight decay).
+class SkiplessTrainer {
+ public:
+  // A (d×m) and B (m×d) the initial weights; batches of config.batch rows.
+  SkiplessTrainer(engine::Backend<double>& be, const MatD& A, const MatD& B, const FitConfig& config);
+  SkiplessTrainer(const SkiplessTrainer&) = delete;
+  SkiplessTrainer& operator=(const SkiplessTrainer&) = delete;
+
+  double loss(const SkiplessBatch& batch);          // L, the forward pass only
+  void add_gradient(const SkiplessBatch& batch);    // forward and backward, adding into params().grads
+  double step(const SkiplessBatch& batch, double lr);  // L before the update (non-finite: no update)
+  SkiplessMlp<double> weights() const;              // W̃_1 = Aᵀ, W̃_2 = Bᵀ
+  engine::ParameterSet<double>& params() { return params_; }  // "A", "B"
+  engine::Backend<double>& backend() { return be_; }
+
+ private:
+  double forward(const SkiplessBatch& batch);
+  void backward();
+  std::size_t rows(int width) const;
+
+  engine::Backend<double>& be_;
+  int d_, m_, n_;
+  engine::ParameterSet<double> params_;
+  engine::AdamWState<double> adam_;
+  engine::AdamWConfig adam_config_;
+  double clip_;
+  engine::Buffer<double> X_, F_, Z_, H_, G_, dG_, dH_, dZ_;  // batch rows each
 };
 
 // Fits width-m skipless MLPs to f (m = f.W_1.rows()) from config.restarts random

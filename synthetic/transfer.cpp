@@ -5,9 +5,9 @@
 #include "core/parallel.hpp"
 #include "core/rng.hpp"
 #include "engine/blas.hpp"
-#include "engine/checkpoint.hpp"
 #include "engine/linear.hpp"
 #include "engine/optimizer.hpp"
+#include "engine/relative_error.hpp"
 #include "engine/rng.hpp"
 #include "engine/schedule.hpp"
 #include "gpu/backend.hpp"
@@ -187,15 +187,7 @@ struct SkipMlp::Impl {
   }
 
   // The loss of the batch in X; D holds dF = 2 (F − F*)/S* on return.
-  double loss() {
-    const int n = batch;
-    be.axpby(n, d, 1.0f, F.data(), d, 0.0f, D.data(), d);
-    be.axpby(n, d, -1.0f, Fs.data(), d, 1.0f, D.data(), d);  // D = F − F*
-    const double target_energy = be.dot(rows(d), Fs.data(), Fs.data());
-    const double value = be.dot(rows(d), D.data(), D.data()) / target_energy;
-    be.axpby(n, d, float(2 / target_energy), D.data(), d, 0.0f, D.data(), d);
-    return value;
-  }
+  double loss() { return engine::relative_squared_error<float>(be, batch, d, F.data(), Fs.data(), D.data()); }
 
   void backward() {
     const int n = batch;
@@ -282,7 +274,7 @@ engine::Tensor tensor_of(const engine::ParameterSpec& spec, const std::vector<fl
   return t;
 }
 
-// engine/checkpoint.hpp's checks (present, F32, the shape), into the flat array.
+// engine/safetensors.hpp's restore_matrix checks (present, F32, the shape), into the flat array.
 void read_tensor(const engine::SafeTensors& file, const std::string& name, const engine::ParameterSpec& spec,
                  std::vector<float>& values) {
   const RowMatF M = engine::restore_matrix<float>(file, name, spec.shape[0], spec.shape[1]);

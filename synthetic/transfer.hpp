@@ -15,7 +15,7 @@
 // CPU backend and the CUDA backend (`--device cpu|cuda`, gpu/backend.hpp) run the same code.
 // Forward, with Z = X W1 (n×r), H = GELU(Z), F = X + H W2 and Z* = X U, H* = GELU(Z*),
 // F* = X R + H* V (the target is data: no gradient flows into it):
-//     loss = Σ‖F − F*‖² / Σ‖F*‖² over the batch   (backend dot products, summed in double)
+//     loss = Σ‖F − F*‖² / Σ‖F*‖² over the batch   (engine/relative_error.hpp, sums in double)
 // Backward, with S* = Σ‖F*‖²:
 //     dF = 2 (F − F*) / S*,  dW2 = Hᵀ dF,  dH = dF W2ᵀ,  dZ = dH ⊙ GELU'(Z),  dW1 = Xᵀ dZ
 // (engine/linear.hpp), then clipping by the global norm of (dW1, dW2) (engine::clip_gradients)
@@ -177,8 +177,8 @@ class SkipMlp {
   Mlp weights() const;
   std::int64_t steps() const;  // AdamW steps taken (restored ones included)
   // Parameters "W1", "W2" (F32, row-major d×r and r×d), AdamW's moments "adamw.m/W1", … and the
-  // step count in metadata "adamw.steps" (engine/checkpoint.hpp's names). Restoring is bit-exact
-  // and all-or-nothing: a missing or mis-shaped tensor throws std::runtime_error, nothing changed.
+  // step count in metadata "adamw.steps". Restoring is bit-exact and all-or-nothing: a missing or
+  // mis-shaped tensor throws std::runtime_error, nothing changed.
   void save(engine::SafeTensors& file) const;
   void restore(const engine::SafeTensors& file);
 

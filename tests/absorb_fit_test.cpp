@@ -1,13 +1,16 @@
 // qwe.cor8.4.1, empirical half (synthetic/absorb_fit.hpp, `qkvlab absorb fit`):
 // a skipless ReLU MLP of the same width fits a representable skip network to
 // optimizer precision, and stays above the floor on a generic one (the negative
-// control, same code path). Also: the reported restart is the lowest-loss one,
+// control, same code path). Also: the trainer's hand-written backward against central differences,
+// the reported restart is the lowest-loss one,
 // the same seed gives the same numbers, and the CLI's usage errors and the
 // `qkvlab absorb W1 W2` form of the parent command.
 #include "core/absorb.hpp"
 #include "core/npy.hpp"
 #include "synthetic/absorb_fit.hpp"
 #include "synthetic/absorb_fit_check.hpp"
+#include "engine/cpu_backend.hpp"
+#include "tests/backend_gradient.hpp"
 #include "tests/run_command.hpp"
 #include "tests/scratch_dir.hpp"
 
@@ -113,6 +116,30 @@ TEST(AbsorbFit, SameSeedSameNumbersOtherSeedOtherNumbers) {
   // One restart does not depend on how many others run.
   c.restarts = 1;
   EXPECT_EQ(fit_skipless(f, c, 6, "test/fit").restarts[0].rel_err, a.restarts[0].rel_err);
+}
+
+// SkiplessTrainer on the CPU backend: its loss is the host formula Σ‖g − f‖²/Σ‖f‖² of its weights, and
+// its hand-written backward matches central differences in A and B within 1e-7 (tests/backend_gradient.hpp;
+// controls: each tensor's gradient off by 1e-3 relative, and the gradient of another batch, are caught).
+TEST(AbsorbFit, TrainerLossAndGradientMatchTheirDefinitions) {
+  engine::CpuBackend<double> be(2);
+  const SkipNetwork f = pair(false, 1);
+  FitConfig c;
+  c.batch = 16;
+  Rng rng(9, "test/trainer");
+  const MatD A = rng.gaussian(3, 6), B = rng.gaussian(6, 3);
+  SkiplessTrainer m(be, A, B, c);
+  auto batch = [&](std::uint64_t s) {
+    Rng r(s, "test/batch");
+    const MatD X = r.gaussian(16, 3);
+    return SkiplessBatch{X, apply(f, X.transpose()).transpose()};
+  };
+  const SkiplessBatch b = batch(1);
+  const SkiplessMlp<double> g = m.weights();
+  const double host = (apply(g, b.X.transpose()) - b.F.transpose()).squaredNorm() / b.F.squaredNorm();
+  EXPECT_NEAR(m.loss(b), host, 1e-14 * host);
+  EXPECT_GT(std::abs(m.loss(batch(2)) - host), 1e-3 * host);  // control: another batch
+  qkvlab::test_support::expect_gradient_matches(m, b, batch(2), "skipless trainer");
 }
 
 TEST(AbsorbFit, BadConfigurationThrows) {

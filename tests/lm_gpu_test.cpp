@@ -33,6 +33,7 @@
 // allocation check's: a new batch size must allocate.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -337,7 +338,7 @@ TEST_F(LmGpuKernels, Norm) {
 
 // ---- Activations -------------------------------------------------------------------------------------
 
-// GELU (both forms) and SwiGLU on x ~ N(0, 2²), forward and the backward into arrays holding
+// GELU (both forms), ReLU and SwiGLU on x ~ N(0, 2²), forward and the backward into arrays holding
 // values. k = 8 (an exp or erf and half a dozen roundings).
 TEST_F(LmGpuKernels, Activations) {
   const std::size_t n = 1000;
@@ -349,6 +350,11 @@ TEST_F(LmGpuKernels, Activations) {
     agree(what + " backward", in, [=](Backend<float>& be, Arrays& a) { be.gelu_backward(n, form, a[0], a[2], a[4]); },
           {4}, 8, {0, 0});
   }
+  // ReLU (k = 2: exact but for the backward's one addition); the control moves an entry with x > 0.
+  const std::size_t pos = std::size_t(std::find_if(in[0].begin(), in[0].end(), [](float x) { return x > 0; }) - in[0].begin());
+  agree("relu", in, [=](Backend<float>& be, Arrays& a) { be.relu_forward(n, a[0], a[3]); }, {3}, 2, {0, pos});
+  agree("relu backward", in, [=](Backend<float>& be, Arrays& a) { be.relu_backward(n, a[0], a[2], a[4]); }, {4}, 2,
+        {2, pos});
   agree("swiglu", in, [=](Backend<float>& be, Arrays& a) { be.swiglu_forward(n, a[0], a[1], a[3]); }, {3}, 8, {0, 0});
   agree("swiglu backward", in,
         [=](Backend<float>& be, Arrays& a) { be.swiglu_backward(n, a[0], a[1], a[2], a[4], a[5]); }, {4, 5}, 8, {0, 0});

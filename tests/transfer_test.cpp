@@ -200,6 +200,29 @@ TEST(TransferTraining, ResumesBitIdenticalFromCheckpoint) {
   EXPECT_THROW(run_transfer(8, other, {}), UsageError);
 }
 
+// SkipMlp::restore is all-or-nothing: a file without AdamW's state, or with W1 of another shape,
+// throws std::runtime_error and leaves the weights as they were (from the tape's
+// EngineTraining.RestoreRejectsMissingOrMisshapenState). Control: the complete file restores.
+TEST(TransferTraining, RestoreRejectsMissingOrMisshapenState) {
+  engine::CpuBackend<float> be(1);
+  TrainConfig t;
+  t.batch = 16;
+  SkipMlp source(be, draw_target(4, 1), init_mlp(4, 2), t), model(be, draw_target(4, 1), init_mlp(4, 3), t);
+  engine::SafeTensors full;
+  source.save(full);
+  const Mlp before = model.weights();
+  engine::SafeTensors no_state = full;
+  no_state.tensors.erase("adamw.m/W1");
+  EXPECT_THROW(model.restore(no_state), std::runtime_error);
+  engine::SafeTensors misshapen = full;
+  misshapen.tensors["W1"] = engine::to_tensor<float>(MatF::Zero(4, 3));
+  EXPECT_THROW(model.restore(misshapen), std::runtime_error);
+  EXPECT_EQ(model.weights().W1, before.W1);
+  EXPECT_EQ(model.weights().W2, before.W2);
+  model.restore(full);
+  EXPECT_EQ(model.weights().W1, source.weights().W1);
+}
+
 // ---- The same model on the CUDA backend (skipped without a device) --------------------------
 //
 // Error model. Both backends run SkipMlp's one definition in float; they differ only in the order

@@ -1,7 +1,9 @@
 // AdamW with decoupled weight decay (Loshchilov & Hutter), step t ≥ 1:
 //   m ← β1 m + (1 − β1) g,   v ← β2 v + (1 − β2) g²,
 //   θ ← θ − η λ θ (where decayed),   θ ← θ − η (m / (1 − β1^t)) / (sqrt(v / (1 − β2^t)) + ε),
-// the update of engine/optim.hpp, entry by entry.
+// entry by entry (m̂ = m / (1 − β1^t) and v̂ = v / (1 − β2^t): Adam's bias corrections). The one AdamW
+// of the toolkit: engine/optimizer.hpp steps it over a ParameterSet, and gpu/kernels/elementwise.cuh
+// repeats these formulas for CUDA.
 #pragma once
 
 #include <cmath>

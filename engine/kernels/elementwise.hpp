@@ -3,6 +3,7 @@
 //   axpby      Y[r, 0:cols] = α X[r, 0:cols] + β Y[r, 0:cols]   (β = 0: Y is overwritten)
 //   add_bias   Y[r, :] += b;  its backward db += Σ_r dY[r, :] (bias_backward, over a column block)
 //   GELU       Y = GELU(X);   dX += dY ⊙ GELU'(X)                (math.hpp, both forms)
+//   ReLU       Y = max(X, 0);  dX += dY ⊙ [X > 0]                 (ReLU'(0) taken as 0)
 //   SwiGLU     Y = silu(G) ⊙ U;  dG += dY ⊙ U ⊙ silu'(G),  dU += dY ⊙ silu(G)
 #pragma once
 
@@ -64,6 +65,17 @@ void gelu_backward_range(std::size_t i0, std::size_t i1, GeluForm form, const S*
     for (std::size_t i = i0; i < i1; ++i) dX[i] += dY[i] * gelu_tanh_grad(X[i]);
   else
     for (std::size_t i = i0; i < i1; ++i) dX[i] += dY[i] * gelu_erf_grad(X[i]);
+}
+
+template <class S>
+void relu_forward_range(std::size_t i0, std::size_t i1, const S* X, S* Y) {
+  for (std::size_t i = i0; i < i1; ++i) Y[i] = X[i] > S(0) ? X[i] : S(0);
+}
+
+template <class S>
+void relu_backward_range(std::size_t i0, std::size_t i1, const S* X, const S* dY, S* dX) {
+  for (std::size_t i = i0; i < i1; ++i)
+    if (X[i] > S(0)) dX[i] += dY[i];
 }
 
 template <class S>

@@ -4,6 +4,7 @@
 //   fill       X[i] = value
 //   add_bias   Y[r, c] += b[c]
 //   GELU       Y = GELU(X);  dX += dY ⊙ GELU'(X)                  (math.cuh, both forms)
+//   ReLU       Y = max(X, 0);  dX += dY ⊙ [X > 0]
 //   SwiGLU     Y = silu(G) ⊙ U;  dG += dY ⊙ U ⊙ silu'(G),  dU += dY ⊙ silu(G)
 //   AdamW      m ← β1 m + (1 − β1) g,  v ← β2 v + (1 − β2) g²,  θ ← θ − decay θ,
 //              θ ← θ − η (m_scale m) / (sqrt(v_scale v) + ε)
@@ -47,6 +48,14 @@ __global__ void gelu_forward_kernel(std::size_t count, bool tanh_form, const flo
 
 __global__ void gelu_backward_kernel(std::size_t count, bool tanh_form, const float* X, const float* dY, float* dX) {
   QKVLAB_GRID_STRIDE(i, count) dX[i] += dY[i] * (tanh_form ? gelu_tanh_grad(X[i]) : gelu_erf_grad(X[i]));
+}
+
+__global__ void relu_forward_kernel(std::size_t count, const float* X, float* Y) {
+  QKVLAB_GRID_STRIDE(i, count) Y[i] = X[i] > 0.0f ? X[i] : 0.0f;
+}
+
+__global__ void relu_backward_kernel(std::size_t count, const float* X, const float* dY, float* dX) {
+  QKVLAB_GRID_STRIDE(i, count) if (X[i] > 0.0f) dX[i] += dY[i];
 }
 
 __global__ void swiglu_forward_kernel(std::size_t count, const float* G, const float* U, float* Y) {

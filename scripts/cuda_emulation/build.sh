@@ -60,7 +60,7 @@ fi
 # QKVLAB_NO_CORE_INSTANCES: the libraries below are configured without core's instance files
 # (-DQKVLAB_CORE_INSTANCES=OFF), so these files instantiate what they use (which also links
 # against a tree configured before, with them).
-flags=(-std=c++20 -O1 -g -pthread -Wall -Wextra -Wno-unused-parameter -DBOOST_ALL_NO_LIB -DQKVLAB_NO_CORE_INSTANCES)
+flags=(-std=c++20 -O1 -g1 -pthread -Wall -Wextra -Wno-unused-parameter -DBOOST_ALL_NO_LIB -DQKVLAB_NO_CORE_INSTANCES)
 # Include order: the emulator's CUDA headers, then the converted gpu/*.cuh, then the project.
 includes=(-I"$here" -I"$build/src" -I"$root" -isystem /usr/include/eigen3)
 
