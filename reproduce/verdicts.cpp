@@ -56,7 +56,7 @@ std::vector<Element> curve_differences(const Value& base, const Value& other) {
   return e;
 }
 
-const Rule kSeeds{2, "seeds", 2};
+const Rule kSeeds{2, "seeds", 2, ""};
 const Rule kPrompts{2, "held-out prompts", 2, "of the best of the restarts; one training seed"};
 
 struct FigureClaim {
