@@ -59,7 +59,7 @@ TEST(Verdict, OneSeedIsInconclusiveUnlessTheRuleSaysOtherwise) {
   EXPECT_EQ(one.replicates, 1);
   EXPECT_TRUE(std::isnan(one.se));
   // An exact quantity (se 0, one evaluation) under a rule that asks for one replicate decides.
-  const Rule exact{2, "exact evaluations", 1};
+  const Rule exact{2, "exact evaluations", 1, ""};
   EXPECT_EQ(judge(claim(Sense::greater), exact, {{"x", 100.0, 0.0, 1, 0}}).verdict, "agrees");
   EXPECT_EQ(judge(claim(Sense::greater), exact, {{"x", -100.0, 0.0, 1, 0}}).verdict, "disagrees");
 }
