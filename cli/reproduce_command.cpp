@@ -1,4 +1,4 @@
-// `qkvlab reproduce FIGURE` and `qkvlab reproduce --list`: the papers' figures remade at small
+// `qkvlab reproduce FIGURE`, `qkvlab reproduce --list` and `--list-recipes`: the papers' figures remade at small
 // scale (reproduce/reproduce.hpp; docs/figures.md).
 #include <algorithm>
 #include <iostream>
@@ -19,7 +19,7 @@ namespace {
 struct ReproduceArgs {
   std::string figure, out, work = "outputs/reproduce/work", data = "data/brown", format = "table";
   std::string outputs = "outputs/reproduce";
-  bool list = false, quiet = false, verdicts = false, docs = false;
+  bool list = false, list_recipes = false, quiet = false, verdicts = false, docs = false;
   reproduce::Options options;
   Device device = Device::cpu;
 };
@@ -61,6 +61,7 @@ int rejudge_figures(const ReproduceArgs& a) {
 
 int run_reproduce(const ReproduceArgs& a, const std::string& command_line) {
   if (a.list) return list_figures(a);
+  if (a.list_recipes) return std::cout << reproduce::sweep_recipes_text(), 0;
   if (a.docs) return std::cout << reproduce::verdicts_markdown(a.outputs), 0;
   if (a.verdicts && !a.figure.empty())  // an unknown FIGURE before any file is touched
     with_hint([&]() -> const reproduce::Figure& { return reproduce::find_figure(a.figure); }, "see 'qkvlab reproduce --list'");
@@ -108,6 +109,9 @@ Command add_reproduce_command(CLI::App& app, const std::string& command_line) {
               "that changes the numbers is the same. Exit status: 0 success, 2 usage error, 3 an unexpected error.");
   cmd->add_option("FIGURE", a->figure, "A figure of 'qkvlab reproduce --list'");
   cmd->add_flag("--list", a->list, "List the figures: name, what it remakes, what it trains, how long it takes");
+  cmd->add_flag("--list-recipes", a->list_recipes,
+                "Print the committed training recipes, a line each: FAMILY|PRESET|NAME|SEEDS|FLAGS (what "
+                "scripts/lm_comparisons.sh trains; the figures train the gpt2 family's)");
   cmd->add_flag("--verdicts", a->verdicts, "Recompute each figure's verdict (or FIGURE's) from its FIGURE.json in "
                                           "--outputs by its registered claim and rule, and write it into that file");
   cmd->add_flag("--docs", a->docs, "Print docs/figures.md's verdict table, generated from the FIGURE.json files in --outputs");

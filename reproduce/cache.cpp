@@ -16,61 +16,6 @@ namespace qkvlab::reproduce {
 
 namespace fs = std::filesystem;
 
-namespace {
-
-// scripts/lm_comparisons.sh's GPT-2 runs that the figures use: name, flags on top of the tiny preset.
-struct Entry {
-  const char* name;
-  const char* flags;
-  void (*apply)(lm::RunOptions&);
-};
-
-const std::vector<Entry>& entries() {
-  static const std::vector<Entry> list = {
-      {"vanilla", "--variant vanilla", [](lm::RunOptions& o) { o.model.variant.kind = lm::VariantKind::vanilla; }},
-      {"resformer-half", "--variant resformer --alpha 0.5 --beta 0.5",
-       [](lm::RunOptions& o) {
-         o.model.variant.kind = lm::VariantKind::resformer;
-         o.model.variant.alpha = 0.5, o.model.variant.beta = 0.5;
-       }},
-      {"skipv1", "--variant skipv1 --skip-ratio 0.5",
-       [](lm::RunOptions& o) {
-         o.model.variant.kind = lm::VariantKind::skipv1;
-         o.model.variant.skip_ratio = 0.5;
-       }},
-      {"q-identity-lr", "--variant q-identity --lr 4e-3 --min-lr 4e-5",
-       [](lm::RunOptions& o) {
-         o.model.variant.kind = lm::VariantKind::q_identity;
-         o.loop.lr = 4e-3, o.loop.min_lr = 4e-5;
-       }},
-  };
-  return list;
-}
-
-}  // namespace
-
-const std::vector<std::string>& recipe_names() {
-  static const std::vector<std::string> names = [] {
-    std::vector<std::string> n;
-    for (const auto& e : entries()) n.push_back(e.name);
-    return n;
-  }();
-  return names;
-}
-
-Recipe recipe(const std::string& name, std::uint64_t seed, std::int64_t steps) {
-  for (const auto& e : entries()) {
-    if (name != e.name) continue;
-    Recipe r{e.name, e.flags, lm::find_preset("tiny").options};
-    e.apply(r.run);
-    if (steps > 0) r.run.loop.steps = steps, r.run.loop.warmup = std::max<std::int64_t>(1, steps / 20);
-    r.run.seed = seed;
-    r.run.eval_every = 100, r.run.checkpoint_every = 100000;  // as scripts/lm_comparisons.sh
-    return r;
-  }
-  throw UsageError("unknown training recipe \"" + name + "\"");
-}
-
 std::string recipe_text(const lm::RunOptions& run, const lm::TrainData& data) {
   std::map<std::string, std::string> all = lm::to_metadata(run.model);
   for (const auto& [key, value] : lm::run_identity(run, data))

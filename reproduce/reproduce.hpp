@@ -63,12 +63,23 @@ struct Context {
 
 // ---- the recipes and the checkpoint cache ---------------------------------------------------------
 
-// A named training of the committed sweep (scripts/lm_comparisons.sh's name and flags).
+// A training of the committed sweep (docs/lm-comparisons.md), defined once (recipes.cpp): its
+// family (gpt2, llama), preset, name, the seeds it is trained at and its flags on top of the preset.
+// scripts/lm_comparisons.sh reads them from `qkvlab reproduce --list-recipes` (sweep_recipes_text).
+struct SweepRecipe {
+  std::string family, preset, name;
+  std::vector<int> seeds;
+  std::string flags;
+};
+const std::vector<SweepRecipe>& sweep_recipes();
+std::string sweep_recipes_text();  // a line each: FAMILY|PRESET|NAME|SEEDS|FLAGS (seeds space-separated)
+
+// A training the figures use: a gpt2 recipe of the sweep, its flags and their settings.
 struct Recipe {
   std::string name, flags;  // "vanilla", "--variant vanilla"
   lm::RunOptions run;       // the tiny preset with the flags applied, seed and steps set
 };
-// The recipe `name` (vanilla, resformer-half, skipv1, q-identity-lr)
+// The figures' recipe `name` (vanilla, resformer-half, skipv1, q-identity-lr)
 // with the seed and, when steps > 0, that many steps (warmup steps/20, as `lm train --steps`).
 Recipe recipe(const std::string& name, std::uint64_t seed, std::int64_t steps);
 const std::vector<std::string>& recipe_names();

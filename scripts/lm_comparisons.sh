@@ -3,15 +3,16 @@
 # GPT-2 preset and four of the tiny Llama preset on the Brown corpus, with seeds,
 # then `qkvlab lm compare` over each family's runs.
 #
-#   scripts/lm_comparisons.sh [--qkvlab BIN] [--device cpu|cuda] [--out DIR] [--only REGEX] [--data DIR] [--jobs N]
+#   scripts/lm_comparisons.sh [--qkvlab BIN] [--device cpu|cuda] [--out DIR] [--only REGEX] [--data DIR] [--jobs N] [--list]
 #
 # Each run goes to OUT/<family>/<name>-s<seed>; a run whose run.json exists is
 # skipped, so the script can be stopped and started again. Seed 1 of every run
 # comes first, then seed 2, then 3, so a partial sweep is balanced. --jobs N runs
-# N trainings at once (each is deterministic on its own). Needs `qkvlab data brown`.
+# N trainings at once (each is deterministic on its own). --list prints each run it would
+# train (FAMILY/NAME-sSEED: --preset PRESET FLAGS) and exits. Needs `qkvlab data brown`.
 set -euo pipefail
 
-qkvlab=build/qkvlab device=cpu out=outputs/lm only=. data=data/brown jobs=1
+qkvlab=build/qkvlab device=cpu out=outputs/lm only=. data=data/brown jobs=1 list=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --qkvlab) qkvlab=$2; shift 2 ;;
@@ -20,37 +21,15 @@ while [[ $# -gt 0 ]]; do
     --only) only=$2; shift 2 ;;
     --data) data=$2; shift 2 ;;
     --jobs) jobs=$2; shift 2 ;;
+    --list) list=1; shift ;;
     *) echo "lm_comparisons.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
 
-# name | seeds | flags (on top of the preset). Q-identity's "higher learning rate": the paper's
-# numbers were lost from its text, so twice the preset's peak and a floor of peak/100 (its text
-# says a higher peak and a deeper decay); its wider MLP reallocates the d² of W_Q per layer
-# (r = 4d + d/2, --mlp-ratio 4.5).
-gpt2_runs=(
-  "vanilla|1 2 3|--variant vanilla"
-  "resformer-half|1 2 3|--variant resformer --alpha 0.5 --beta 0.5"
-  "resformer-l2|1 2|--variant resformer --lambda 2"
-  "svformer|1 2 3|--variant svformer"
-  "neutreno|1 2|--variant neutreno --lambda 0.4"
-  "denseformer|1 2|--variant denseformer"
-  "skipv1|1 2 3|--variant skipv1 --skip-ratio 0.5"
-  "skipv1-r025|1 2|--variant skipv1 --skip-ratio 0.25"
-  "skipv1-r075|1 2|--variant skipv1 --skip-ratio 0.75"
-  "skipv0|1 2|--variant skipv1 --source-layer 0"
-  "skipv2|1 2|--variant skipv1 --source-layer 2"
-  "yoco-v|1 2|--variant yoco-v"
-  "cla-v|1 2|--variant cla-v"
-  "q-identity-lr|1 2|--variant q-identity --lr 4e-3 --min-lr 4e-5"
-  "q-identity-mlp|1 2|--variant q-identity --mlp-ratio 4.5"
-)
-llama_runs=(
-  "vanilla|1 2 3|--variant vanilla"
-  "resformer-half|1 2 3|--variant resformer --alpha 0.5 --beta 0.5"
-  "svformer|1 2 3|--variant svformer"
-  "skipv1|1 2 3|--variant skipv1 --skip-ratio 0.5"
-)
+# The recipes, a line each: family|preset|name|seeds|flags (on top of the preset). They are defined
+# once, in reproduce/recipes.cpp, which the figures of `qkvlab reproduce` train from too.
+mapfile -t recipes < <("$qkvlab" reproduce --list-recipes)
+((${#recipes[@]})) || { echo "lm_comparisons.sh: '$qkvlab reproduce --list-recipes' listed no recipes" >&2; exit 2; }
 
 one_run() {  # family preset name seed flags
   local family=$1 preset=$2 name=$3 seed=$4 flags=$5 start=$SECONDS
@@ -67,18 +46,17 @@ one_run() {  # family preset name seed flags
 trap 'kill $(jobs -p) 2>/dev/null; exit 143' TERM INT  # a stopped sweep stops its trainings too
 
 for seed in 1 2 3; do
-  for family in gpt2 llama; do
-    if [[ $family == gpt2 ]]; then preset=tiny; runs=("${gpt2_runs[@]}"); else preset=tiny-llama; runs=("${llama_runs[@]}"); fi
-    for entry in "${runs[@]}"; do
-      IFS='|' read -r name seeds flags <<<"$entry"
-      [[ " $seeds " == *" $seed "* ]] || continue
-      [[ "$family/$name-s$seed" =~ $only ]] || continue
-      [[ -f "$out/$family/$name-s$seed/run.json" ]] && continue
-      while (($(jobs -rp | wc -l) >= jobs)); do wait -n || true; done
-      one_run "$family" "$preset" "$name" "$seed" "$flags" &
-    done
+  for entry in "${recipes[@]}"; do
+    IFS='|' read -r family preset name seeds flags <<<"$entry"
+    [[ " $seeds " == *" $seed "* ]] || continue
+    [[ "$family/$name-s$seed" =~ $only ]] || continue
+    if ((list)); then echo "$family/$name-s$seed: --preset $preset $flags"; continue; fi
+    [[ -f "$out/$family/$name-s$seed/run.json" ]] && continue
+    while (($(jobs -rp | wc -l) >= jobs)); do wait -n || true; done
+    one_run "$family" "$preset" "$name" "$seed" "$flags" &
   done
 done
+((list)) && exit 0
 wait
 
 for family in gpt2 llama; do

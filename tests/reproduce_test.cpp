@@ -3,6 +3,7 @@
 // the command lists every figure of issue 13 and refuses an unknown one.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -332,22 +333,41 @@ TEST(ReproduceVerdicts, DocsTableIsGeneratedFromTheCommittedJsons) {
   EXPECT_THROW(reproduce::verdicts_markdown(dir / "outputs"), qkvlab::UsageError);
 }
 
-// The recipes are defined once: each of the cache's recipes is a line `NAME|SEEDS|FLAGS` of
-// scripts/lm_comparisons.sh with the same flags, and `qkvlab lm train --preset tiny FLAGS` makes the
-// run the cache's recipe describes (moved into the recipe's entry and recorded there, it is reused, as
-// the committed trainings were). Control: a run made with other flags (another recipe's), recorded
-// the same way, is not reused.
+// The recipes are defined once (reproduce/recipes.cpp): scripts/lm_comparisons.sh trains exactly the
+// runs `qkvlab reproduce --list-recipes` lists (its --list: a run per recipe and seed, with the
+// recipe's preset and flags), each figure recipe is the sweep's gpt2 recipe of that name, and
+// `qkvlab lm train --preset tiny FLAGS` makes the run the cache's recipe describes (moved into the
+// recipe's entry and recorded there, it is reused, as the committed trainings were). Controls: a
+// run made with other flags (another recipe's), recorded the same way, is not reused; the script
+// run with another binary's list trains other runs.
 TEST(ReproduceRecipes, TheScriptTheCacheAndLmTrainAgree) {
-  const std::string script = file_text(fs::path(QKVLAB_SOURCE_DIR) / "scripts" / "lm_comparisons.sh");
+  const fs::path script = fs::path(QKVLAB_SOURCE_DIR) / "scripts" / "lm_comparisons.sh";
+  const auto listed = run_command(std::string(QKVLAB_BINARY) + " reproduce --list-recipes");
+  ASSERT_EQ(listed.status, 0) << listed.err;
+  EXPECT_EQ(listed.out, reproduce::sweep_recipes_text());
+  std::string expected;
+  for (int seed : {1, 2, 3})
+    for (const auto& r : reproduce::sweep_recipes())
+      if (std::find(r.seeds.begin(), r.seeds.end(), seed) != r.seeds.end())
+        expected += r.family + "/" + r.name + "-s" + std::to_string(seed) + ": --preset " + r.preset + " " + r.flags + "\n";
+  const auto planned = run_command("bash " + shell_quoted(script) + " --list --qkvlab " + shell_quoted(QKVLAB_BINARY));
+  ASSERT_EQ(planned.status, 0) << planned.err;
+  EXPECT_EQ(planned.out, expected);
+  EXPECT_GT(std::count(expected.begin(), expected.end(), '\n'), 40);
   ScratchDir dir;
+  const fs::path other = dir / "other-qkvlab";  // control: a binary listing one recipe
+  std::ofstream(other) << "#!/bin/sh\necho 'gpt2|tiny|vanilla|2|--variant vanilla'\n";
+  fs::permissions(other, fs::perms::owner_all);
+  const auto control = run_command("bash " + shell_quoted(script) + " --list --qkvlab " + shell_quoted(other));
+  EXPECT_EQ(control.out, "gpt2/vanilla-s2: --preset tiny --variant vanilla\n");
   write_corpus(dir / "data", 5);
   const auto c = quick(dir / "data", dir / "work", 2);
   const lm::TrainData data = lm::brown_data(dir / "data");
   for (const auto& name : reproduce::recipe_names()) {
     SCOPED_TRACE(name);
     const reproduce::Recipe r = reproduce::recipe(name, 1, 2);
-    EXPECT_NE(script.find("\"" + name + "|"), std::string::npos);
-    EXPECT_NE(script.find("|" + r.flags + "\""), std::string::npos) << r.flags;
+    EXPECT_NE(listed.out.find("gpt2|tiny|" + name + "|"), std::string::npos);
+    EXPECT_NE(listed.out.find("|" + r.flags + "\n"), std::string::npos) << r.flags;
     auto train = [&](const std::string& flags, const fs::path& out) {
       const auto run = run_command(std::string(QKVLAB_BINARY) + " lm train --preset tiny " + flags +
                                    " --corpus brown --data " + shell_quoted(dir / "data") +

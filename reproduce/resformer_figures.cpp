@@ -1,0 +1,303 @@
+// ResFormer's figures (figure_kit.hpp): the analyses of analysis/ on the trained vanilla and
+// ResFormer ½(V_n + V_1) models, and their relative training loss (lm/compare).
+#include <algorithm>
+#include <cmath>
+
+#include "analysis/analyze.hpp"
+#include "lm/compare.hpp"
+#include "reproduce/figure_kit.hpp"
+
+namespace qkvlab::reproduce {
+
+namespace fs = std::filesystem;
+using results::Column;
+using results::Table;
+using results::Value;
+
+namespace {
+// Per-layer mean and se of a scalar analysis (entropy, similarity) from its report's value.
+struct Curve {
+  std::vector<double> layer, mean, se;
+};
+Curve layer_curve(const analysis::Report& r) {
+  Curve c;
+  for (const Value& row : r.value["layers"].items())
+    c.layer.push_back(row["layer"].number()), c.mean.push_back(row["mean"].number()), c.se.push_back(row["se"].number());
+  return c;
+}
+
+// Two models' per-layer curves of one scalar analysis, side by side.
+void scalar_comparison(Session& s, Output& out, analysis::Kind kind, const analysis::Options& o,
+                       const std::vector<std::string>& models, const std::string& title, const std::string& ylabel,
+                       const std::string& stem) {
+  Table t{stem, {}};
+  results::Figure f{title, "layer", ylabel, false, false, {}, {"set key bottom left"}};
+  Value summary = Value::object();
+  for (const auto& name : models) {
+    const Curve c = layer_curve(s.analyze(name, kind, o, 128));
+    if (t.columns.empty()) t.columns.push_back({"layer", c.layer});
+    t.columns.push_back({name, c.mean}), t.columns.push_back({name + "_se", c.se});
+    f.series.push_back({"layer", name, "", name, "linespoints", ""});
+    Value m = Value::object();
+    m.set("per_layer", Value::array_of(c.mean)), m.set("per_layer_se", Value::array_of(c.se));
+    m.set("mean_over_layers", mean_of(c.mean));
+    summary.set(name, m);
+    out.notes += "- " + name + ": " + list_text(c.mean, 3) + " (layers " + fixed(c.layer.front(), 0) + " … " +
+                 fixed(c.layer.back(), 0) + "; mean over layers " + fixed(mean_of(c.mean), 3) + ", se per layer ≤ " +
+                 fixed(*std::max_element(c.se.begin(), c.se.end()), 3) + ")\n";
+  }
+  out.value.set(stem, summary);
+  out.draw(f, out.add(t), stem);
+}
+
+// ---- ResFormer ---------------------------------------------------------------------------------------
+
+const std::vector<std::string> kResFormerPair = {"vanilla", "resformer-half"};
+
+void resformer_fig1_left(Session& s, Output& out) {
+  const std::vector<std::string> models = {"vanilla", "resformer-half"};
+  std::vector<fs::path> dirs;
+  for (const auto& m : models) dirs.push_back(s.trained(m).dir);
+  const Value compared = lm::compare_runs(dirs, lm::CompareOptions{});
+  out.value.set("compare", compared);
+  const int window = 10;
+  const lm::Curve first = lm::read_log(dirs[0] / "train.csv", 1);
+  const auto base = lm::moving_average(first.values, window);
+  Table t{"relative_loss", {{"step", std::vector<double>(first.steps.begin(), first.steps.end())}}};
+  results::Figure f{"training loss minus vanilla's (moving average of 10 steps), seed " + std::to_string(s.options().seed),
+                    "step", "loss - vanilla loss (nats)", false, false, {}, {"set key bottom left", "set grid"}};
+  f.series.push_back({"", "", "0", "vanilla", "lines dt 2 lc rgb 'black'", ""});
+  for (std::size_t k = 1; k < models.size(); ++k) {
+    const auto mine = lm::moving_average(lm::read_log(dirs[k] / "train.csv", 1).values, window);
+    std::vector<double> rel(std::min(mine.size(), base.size()));
+    for (std::size_t i = 0; i < rel.size(); ++i) rel[i] = mine[i] - base[i];
+    t.columns.push_back({models[k], rel});
+    f.series.push_back({"step", models[k], "", models[k], "lines", ""});
+    std::string at;
+    for (std::size_t step : {100, 200, 400, 800, 1200})
+      if (step <= rel.size()) at += (at.empty() ? "" : ", ") + std::string("step ") + std::to_string(step) + ": " + fixed(rel[step - 1], 3);
+    out.notes += "- " + models[k] + " − vanilla (training loss, moving average): " + (at.empty() ? fixed(rel.back(), 3) : at) + "\n";
+  }
+  for (const Value& g : compared["groups"].items())
+    out.notes += "- final validation loss, " + g["label"].string() + ": " + fixed(g["final_validation_loss_mean"].number(), 4) + "\n";
+  out.draw(f, out.add(t), "relative_loss");
+}
+
+void resformer_fig1_middle(Session& s, Output& out) {
+  scalar_comparison(s, out, analysis::Kind::entropy, {}, kResFormerPair,
+                    "attention entropy (column definition, natural log), T = 128", "entropy (nats)", "entropy");
+  out.notes += "- the largest possible value at T = 128: ln 128 = 4.852\n";
+}
+
+// First-token ratios per layer of two models (Fig. 10), or their per-position profiles (Fig. 19).
+void first_token(Session& s, Output& out, bool per_position) {
+  static const char* names[3] = {"importance_ratio", "value_norm_ratio", "hidden_norm_ratio"};
+  static const char* short_names[3] = {"importance", "value_norm", "hidden_norm"};
+  Table t{"first_token", {}};
+  results::Figure f{"first token over the mean of the others (T = 128)", "layer", "ratio", false, true, {},
+                    {"set key top right", "set yrange [0.3:80]"}};
+  if (!per_position) {  // what position alone gives the first token
+    const double uniform = analysis::uniform_causal_importance_ratio(128);
+    f.series.push_back({"", "", fixed(uniform, 6), "importance of a uniform causal pattern", "lines dt 2 lc rgb 'black'", ""});
+    out.value.set("uniform_causal_importance_ratio", uniform);
+    out.notes += "- a uniform causal pattern's first-token importance ratio at T = 128: " + fixed(uniform, 2) + "\n";
+  }
+  for (const auto& name : kResFormerPair) {
+    const analysis::Report r = s.analyze(name, analysis::Kind::first_token, {}, 128);
+    const auto& layers = r.value["layers"].items();
+    if (!per_position) {
+      if (t.columns.empty()) {
+        t.columns.push_back({"layer", {}});
+        for (const Value& row : layers) t.columns[0].values.push_back(row["layer"].number());
+      }
+      for (int k = 0; k < 3; ++k) {
+        Column c{name + " " + short_names[k], {}};
+        for (const Value& row : layers) c.values.push_back(row[names[k]].number());
+        out.notes += "- " + c.name + ": " + list_text(c.values, 2) + "\n";
+        t.columns.push_back(c);
+        f.series.push_back({"layer", c.name, "", c.name, "linespoints", ""});
+      }
+      out.value.set(name, r.value["layers"]);
+      continue;
+    }
+    // Fig. 19: per layer and position (the first 32), each position's value over the mean of all.
+    for (int k = 0; k < 3; ++k) {
+      Table m{name + "-" + short_names[k], {{"position", {}}, {"layer", {}}, {"ratio", {}}}};
+      std::string first;
+      for (const Value& row : layers) {
+        const auto& p = row["per_position"][short_names[k]].items();
+        for (std::size_t i = 0; i < std::min<std::size_t>(32, p.size()); ++i)
+          m.columns[0].values.push_back(double(i)), m.columns[1].values.push_back(row["layer"].number()),
+              m.columns[2].values.push_back(std::log10(p[i].number()));
+        if (!first.empty()) first += ' ';
+        first += fixed(p[0].number(), 2);
+      }
+      out.notes += "- " + name + ", " + short_names[k] + " of position 0 over the mean of all positions, layers 1 … L: " + first + "\n";
+      out.draw({name + ": " + short_names[k] + " per position / mean (log10)", "position", "layer", false, false,
+                {{"position", "layer", "", "", "image", "ratio"}},
+                {"set palette rgbformulae 33,13,10", "set cbrange [-1:2]", "set xrange [-0.5:31.5]",
+                 "set yrange [0.5:" + std::to_string(layers.size()) + ".5]"}},
+               out.add(m), name + "-" + short_names[k]);
+    }
+    out.value.set(name, r.value["layers"]);
+  }
+  if (!per_position) out.draw(f, out.add(t), "first_token");
+}
+
+void resformer_fig10(Session& s, Output& out) { first_token(s, out, false); }
+void resformer_fig19(Session& s, Output& out) { first_token(s, out, true); }
+
+void resformer_fig12(Session& s, Output& out) {
+  Table first{"layer1_spectrum", {}}, largest{"max_eigenvalue", {}};
+  results::Figure left{"value covariance eigenvalues of layer 1, by rank (T = 128)", "rank", "eigenvalue", false, true, {}, {}};
+  results::Figure right{"largest value covariance eigenvalue per layer", "layer", "eigenvalue", false, true, {}, {}};
+  for (const auto& name : kResFormerPair) {
+    const analysis::Report r = s.analyze(name, analysis::Kind::spectrum, {}, 128);
+    const auto& layers = r.value["layers"].items();
+    std::vector<double> e1, mx, ranks, index;
+    for (const Value& x : layers.front()["eigenvalues"].items()) e1.push_back(x.number()), ranks.push_back(double(ranks.size() + 1));
+    for (const Value& row : layers) mx.push_back(row["max"].number()), index.push_back(row["layer"].number());
+    if (first.columns.empty()) first.columns.push_back({"rank", ranks}), largest.columns.push_back({"layer", index});
+    first.columns.push_back({name, e1}), largest.columns.push_back({name, mx});
+    left.series.push_back({"rank", name, "", name, "lines", ""}), right.series.push_back({"layer", name, "", name, "linespoints", ""});
+    out.notes += "- " + name + ": largest eigenvalue per layer " + list_text(mx, 2) + "; layer 1's eigenvalues at ranks 1, 8, 32, 64: " +
+                 fixed(e1[0], 3) + ", " + fixed(e1[std::min<std::size_t>(7, e1.size() - 1)], 3) + ", " +
+                 fixed(e1[std::min<std::size_t>(31, e1.size() - 1)], 3) + ", " + fixed(e1[std::min<std::size_t>(63, e1.size() - 1)], 3) + "\n";
+    out.value.set(name, r.value["layers"]);
+  }
+  out.draw(left, out.add(first), "layer1_spectrum");
+  out.draw(right, out.add(largest), "max_eigenvalue");
+}
+
+void resformer_fig18(Session& s, Output& out) {
+  scalar_comparison(s, out, analysis::Kind::similarity, {}, kResFormerPair,
+                    "mean pairwise cosine of the hidden states (hf states: embedding, blocks, final norm), T = 128",
+                    "token similarity", "similarity");
+}
+
+void resformer_fig20(Session& s, Output& out) {
+  Table t{"entropy_by_length", {}};
+  results::Figure f{"attention entropy (column) per layer at several sequence lengths", "layer", "entropy (nats)", false,
+                    false, {}, {"set key outside"}};
+  for (int T : {32, 64, 128})
+    for (const auto& name : kResFormerPair) {
+      const Curve c = layer_curve(s.analyze(name, analysis::Kind::entropy, {}, T));
+      if (t.columns.empty()) t.columns.push_back({"layer", c.layer});
+      const std::string col = name + " T=" + std::to_string(T);
+      t.columns.push_back({col, c.mean});
+      f.series.push_back({"layer", col, "", col, "linespoints", ""});
+      out.value.set(col, Value::array_of(c.mean));
+      out.notes += "- " + col + ": " + list_text(c.mean, 3) + " (mean " + fixed(mean_of(c.mean), 3) + "; ln T = " +
+                   fixed(std::log(double(T)), 3) + ")\n";
+    }
+  out.draw(f, out.add(t), "entropy_by_length");
+}
+
+// Fig. 3: the vanilla model at kFig3Seeds seeds (the replicates), each analysed on the same sequences.
+constexpr int kFig3Seeds = 3;
+
+void resformer_fig3(Session& s, Output& out) {
+  std::vector<analysis::Report> reports;
+  Table t{"cross_layer", {}};
+  results::Figure f{"cosine with true cross-layer attention to layer 1 (Eq. 2), vanilla, T = 128", "layer",
+                    "cosine (mean over sequences)", false, false, {}, {"set key bottom right", "set xtics 1"}};
+  for (int k = 0; k < kFig3Seeds; ++k) {
+    const std::uint64_t seed = s.options().seed + std::uint64_t(k);
+    reports.push_back(s.analyze("vanilla", analysis::Kind::cross_layer, {}, 128, seed));
+    const auto& layers = reports.back().value["layers"].items();
+    if (t.columns.empty()) t.columns.push_back({"layer", {}});
+    const std::string tag = " s" + std::to_string(seed);
+    Column eq3{"eq3" + tag, {}}, eq6{"eq6" + tag, {}};
+    for (const Value& row : layers) {
+      if (k == 0) t.columns[0].values.push_back(row["layer"].number());
+      eq3.values.push_back(row["eq3"].number()), eq6.values.push_back(row["eq6"].number());
+    }
+    f.series.push_back({"layer", eq3.name, "", "Eq. 3 (current attention), seed " + std::to_string(seed), "linespoints lc 1", ""});
+    f.series.push_back({"layer", eq6.name, "", "Eq. 6 (identity), seed " + std::to_string(seed), "linespoints lc 2", ""});
+    out.notes += "- seed " + std::to_string(seed) + ", layers 1 … " + std::to_string(layers.size()) + ": Eq. 3 " +
+                 list_text(eq3.values, 3) + "; Eq. 6 " + list_text(eq6.values, 3) + "\n";
+    out.value.set("seed " + std::to_string(seed), reports.back().value["layers"]);
+    t.columns.push_back(eq3), t.columns.push_back(eq6);
+  }
+  const analysis::CrossLayerVerdict v = analysis::cross_layer_verdict(reports);
+  Value difference = Value::array();
+  std::string text;
+  for (std::size_t l = 0; l < v.difference.size(); ++l) {
+    Value d = Value::object();
+    d.set("layer", std::int64_t(l) + 2), d.set("mean", v.difference[l].value), d.set("se", v.difference[l].se);
+    difference.push(d);
+    text += (l ? ", " : "") + fixed(v.difference[l].value, 3) + " ± " + fixed(v.difference[l].se, 3);
+  }
+  out.value.set("difference_eq3_minus_eq6", difference);
+  out.value.set("verdict", v.verdict);
+  out.value.set("verdict_rule", analysis::kCrossLayerVerdictRule);
+  out.notes += "- cos(Eq. 2, Eq. 3) − cos(Eq. 2, Eq. 6), mean ± se over the " + std::to_string(kFig3Seeds) +
+               " seeds, layers 2 … L: " + text + "\n- verdict: " + v.verdict + " (" + analysis::kCrossLayerVerdictRule +
+               ")\n";
+  out.draw(f, out.add(t), "cross_layer");
+}
+
+}  // namespace
+
+std::vector<Entry> resformer_figures() {
+  return {
+      {"resformer-fig1-left", "ResFormer Fig. 1 left: training loss of ResFormer ½(V_n + V_1) relative to vanilla",
+       "ResFormer (002) Fig. 1, left: the relative training loss — the loss of each Transformer variant minus the "
+       "vanilla Transformer's — along training, at a fixed size of 82M parameters. ResFormer's curve stays below zero "
+       "and below those of DenseFormer and NeuTRENO: the paper's headline that value residual learning trains to a "
+       "lower loss than the vanilla model of the same size.",
+       "", {"vanilla", "resformer-half"},
+       resformer_fig1_left},
+      {"resformer-fig1-middle", "ResFormer Fig. 1 middle: attention entropy per layer, vanilla against ResFormer",
+       "ResFormer (002) Fig. 1, middle: the average entropy of token importance (Eq. 11: the attention a token "
+       "receives, averaged over queries and heads, normalized) per layer, in ResFormer and the vanilla Transformer. "
+       "Lower entropy means attention concentrated on fewer tokens. The paper: concentration grows markedly with "
+       "depth in the vanilla model and much less in ResFormer, whose entropy stays higher in the deeper layers.",
+       "", {"vanilla", "resformer-half"},
+       resformer_fig1_middle},
+      {"resformer-fig3", "ResFormer Fig. 3: how well Eq. 3 and Eq. 6 approximate cross-layer attention to layer 1",
+       "ResFormer (002) Fig. 3 (§3.2): for each layer of a trained baseline model, on 1,000 pre-training samples, "
+       "the cosine similarity between the output of cross-layer attention (Eq. 2: the current queries over the keys "
+       "and values of the current and an earlier layer) and that of Eq. 3 (the earlier keys replaced by the current "
+       "ones: the current attention maps the earlier values) and of Eq. 6 (identity mapping). Eq. 3 is the better "
+       "approximation; the paper derives ResFormer from it.",
+       "", std::vector<std::string>(kFig3Seeds, "vanilla"),
+       resformer_fig3},
+      {"resformer-fig10", "ResFormer Fig. 10: the first token's importance, value norm and hidden norm per layer",
+       "ResFormer (002) Fig. 10: the token importance, value-state norm and hidden-state norm of the first token of "
+       "each sequence, per layer, in ResFormer and the vanilla Transformer. The first token is an attention sink "
+       "(large importance) with a small value norm (a value-state drain) and a large hidden-state norm in the vanilla "
+       "model; App. A.2 says ResFormer's first token gets less than 10 times the importance of the others.",
+       "", {"vanilla", "resformer-half"},
+       resformer_fig10},
+      {"resformer-fig19", "ResFormer Fig. 19: token importance, value and hidden norms per position and layer",
+       "ResFormer (002) Fig. 19 (App. A.2): token importance, value-state norms and hidden-state norms for tokens at "
+       "different positions across layers, averaged over 1,000 sequences, so that only the start token is the same "
+       "in every sequence. The start token attracts massive attention in the Transformer (and NeuTRENO) and shows a "
+       "value-state drain; in ResFormer its importance is less than 10 times that of other positions.",
+       "", {"vanilla", "resformer-half"},
+       resformer_fig19},
+      {"resformer-fig12", "ResFormer Fig. 12: value-state spectra (layer 1's eigenvalues; largest per layer)",
+       "ResFormer (002) Fig. 12: left, the distribution of the eigenvalues of the value states' covariance in the "
+       "first layer of ResFormer and the Transformer (descending, averaged over 1,000 sequences); right, the largest "
+       "eigenvalue in each layer. The paper reads it as the value states of most of ResFormer's layers having a "
+       "stronger representational capacity than the vanilla model's.",
+       "", {"vanilla", "resformer-half"},
+       resformer_fig12},
+      {"resformer-fig18", "ResFormer Fig. 18: token similarity of the hidden states per layer",
+       "ResFormer (002) Fig. 18: the average pairwise cosine similarity of the tokens' hidden states (Eq. 13) per "
+       "layer, in Llama-3.1-8B and Mistral-7B. The paper finds an 'M'-shaped curve over depth where the entropy "
+       "(Fig. 1 right) is 'W'-shaped: attention concentration goes with over-smoothing. Here the same measure on the "
+       "small trained models, vanilla against ResFormer.",
+       "", {"vanilla", "resformer-half"},
+       resformer_fig18},
+      {"resformer-fig20", "ResFormer Fig. 20: attention entropy per layer at several sequence lengths",
+       "ResFormer (002) Fig. 20 (App. A.2): the average entropy of token importance per layer in ResFormer and the "
+       "vanilla Transformer, on test sequences of different lengths. The paper: ResFormer mitigates attention "
+       "concentration more when the sequences are shorter.",
+       "", {"vanilla", "resformer-half"},
+       resformer_fig20},
+  };
+}
+
+}  // namespace qkvlab::reproduce

@@ -1,0 +1,88 @@
+// A figure's run (figure_kit.hpp: Session) and the small renderings the figure files share.
+#include <cstdio>
+#include <cmath>
+
+#include "corpus/token_file.hpp"
+#include "lm/model_files.hpp"
+#include "reproduce/figure_kit.hpp"
+
+namespace qkvlab::reproduce {
+
+using results::Value;
+
+Session::Session(const Context& c) : c_(c), backend_(c.backend()) {}
+
+const lm::TrainData& Session::data() {
+  if (!data_) data_ = lm::brown_data(c_.options.data);
+  return *data_;
+}
+
+const Trained& Session::trained(const std::string& name, std::uint64_t seed) {
+  if (seed == 0) seed = c_.options.seed;
+  const std::string key = seed == c_.options.seed ? name : name + "-s" + std::to_string(seed);
+  auto it = trained_.find(key);
+  if (it == trained_.end())
+    it = trained_.emplace(key, Used{name, seed, train_or_reuse(c_, recipe(name, seed, c_.options.steps), data())}).first;
+  return it->second.trained;
+}
+
+std::unique_ptr<lm::Model<float>> Session::model(const std::string& name, std::uint64_t seed) {
+  return lm::load_model(checkpoint(name, seed), *backend_);
+}
+
+lm::TokenSequences Session::sequences(int T) {
+  const corpus::TokenArray t = corpus::read_token_file(c_.options.data / "validation_tokens.npy");
+  return analysis::choose_sequences(lm::token_sequences(t.ids, t.rows, t.cols, T, 0), c_.options.sequences,
+                                    c_.options.seed);
+}
+
+analysis::Report Session::analyze(const std::string& name, analysis::Kind kind, analysis::Options o, int T,
+                                  std::uint64_t seed) {
+  o.threads = c_.options.threads;
+  auto m = model(name, seed);
+  const auto data = sequences(T);
+  return analysis::analyze(*m, kind, data, o, [&](std::int64_t done, std::int64_t total) {
+    progress("analyze " + name + " (" + analysis::to_string(kind) + ", T = " + std::to_string(T) + ")", "sequences",
+             done, total);
+  });
+}
+
+Value Session::runs() const {
+  Value v = Value::object();
+  for (const auto& [key, used] : trained_) {
+    const Trained& t = used.trained;
+    Value r = Value::object();
+    r.set("dir", t.dir.string());
+    r.set("reused", t.reused);
+    r.set("recipe", "qkvlab lm train --preset tiny " + recipe(used.recipe, used.seed, c_.options.steps).flags +
+                        " --seed " + std::to_string(used.seed) +
+                        (c_.options.steps > 0 ? " --steps " + std::to_string(c_.options.steps) : ""));
+    r.set("final_validation_loss", t.run["final_validation_loss"]);
+    r.set("seconds", t.run["seconds"]);
+    v.set(key, r);
+  }
+  return v;
+}
+
+std::string fixed(double x, int digits) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, x);
+  return buf;
+}
+
+std::string list_text(const std::vector<double>& x, int digits) {
+  std::string s;
+  for (double v : x) {
+    if (!s.empty()) s += ' ';
+    s += fixed(v, digits);
+  }
+  return s;
+}
+
+double mean_of(const std::vector<double>& x) {
+  double s = 0;
+  for (double v : x) s += v;
+  return x.empty() ? std::nan("") : s / double(x.size());
+}
+
+}  // namespace qkvlab::reproduce

@@ -1,0 +1,211 @@
+// SkipV1Former's figures (figure_kit.hpp): the conversions (lm/convert), the layerwise probes
+// (probes/), the last layer's cosine maps (analysis/) and the accounting of Table 2 (lm/accounting).
+#include <cmath>
+
+#include "analysis/analyze.hpp"
+#include "corpus/token_file.hpp"
+#include "lm/accounting.hpp"
+#include "lm/checkpoint.hpp"
+#include "lm/convert.hpp"
+#include "lm/evaluate.hpp"
+#include "probes/layerwise.hpp"
+#include "reproduce/figure_kit.hpp"
+
+namespace qkvlab::reproduce {
+
+namespace fs = std::filesystem;
+using results::Column;
+using results::Table;
+using results::Value;
+
+namespace {
+
+void skipv1_fig10(Session& s, Output& out) {
+  const lm::Checkpoint vanilla = lm::load_checkpoint(s.checkpoint("vanilla"));
+  const corpus::TokenArray tokens = corpus::read_token_file(s.options().data / "validation_tokens.npy");
+  const lm::TokenSequences data = lm::token_sequences(tokens.ids, tokens.rows, tokens.cols, 128, 0);
+  Table t{"initial_loss", {{"index", {}}, {"loss", {}}}};
+  std::string tics;
+  auto eval = [&](const std::string& label, const lm::Checkpoint& ck) {
+    lm::Model<float> m(ck.config, s.backend());
+    m.set_parameters(ck.values);
+    const lm::EvalResult r = lm::evaluate(m, data, 16, [&](std::int64_t done, std::int64_t total) {
+      s.progress("evaluate " + label, "sequences", done, total);
+    });
+    const double i = double(t.columns[0].values.size());
+    t.columns[0].values.push_back(i), t.columns[1].values.push_back(r.loss);
+    tics += (tics.empty() ? "" : ", ") + std::string("\"") + label + "\" " + fixed(i, 0);
+    out.value.set(label, r.loss);
+    out.notes += "- " + label + ": " + fixed(r.loss, 4) + " nats/token\n";
+  };
+  for (const char* method : {"mean-v", "mean-vo", "top-v", "top-vo", "svd"})
+    eval(method, lm::convert_to_skipv1(vanilla, lm::parse_conversion(method)));
+  eval("vanilla (not converted)", vanilla);
+  out.value.set("validation_tokens", std::int64_t(data.sequences) * (data.length - 1));
+  out.draw({"validation loss of the vanilla model converted to SkipV1 (before uptraining)", "", "loss (nats/token)",
+            false, false, {{"index", "loss", "", "", "boxes fs solid 0.5", ""}},
+            {"set xtics (" + tics + ") rotate by -30", "set boxwidth 0.6", "set yrange [*:*]", "set xrange [-0.6:" +
+             fixed(double(t.columns[0].values.size()) - 0.4, 1) + "]", "unset key"}},
+           out.add(t), "initial_loss");
+}
+
+void skipv1_fig12(Session& s, Output& out) {
+  probes::ProbeData data;
+  data.train = corpus::read_token_file(s.options().data / "train_tokens.npy").ids;
+  data.validation = corpus::read_token_file(s.options().data / "validation_tokens.npy").ids;
+  // The committed probes (docs/lm-comparisons.md): 300 steps, B = 16, T = 128, 256 windows, at the
+  // learning rate every layer of both models chose from the grid 1e-4, 2e-4, 3e-4 there (each rate's
+  // probe is trained on its own, on the same batches, so this is that run's chosen probe at a third
+  // of the cost).
+  probes::ProbeOptions o;
+  o.lr_grid = {3e-4};
+  o.steps = s.options().steps > 0 ? s.options().steps : 300;
+  o.batch = 16, o.seq_len = 128, o.eval_windows = s.options().steps > 0 ? 8 : 256, o.seed = s.options().seed;
+  Table t{"probe_loss", {}};
+  results::Figure f{"layerwise linear probes (next token): validation loss per layer output", "layer output h_l",
+                    "probe loss (nats)", false, false, {}, {"set key top right"}};
+  for (const std::string name : {"vanilla", "skipv1"}) {
+    auto m = s.model(name);
+    const probes::ProbeReport r = probes::run_probes(*m, data, o, [&](std::int64_t done, std::int64_t total) {
+      s.progress("probe " + name, "steps", done, total);
+    });
+    std::vector<double> layer, loss, se;
+    for (const Value& row : r.value["layers"].items())
+      layer.push_back(row["layer"].number()), loss.push_back(row["loss"].number()), se.push_back(row["se"].number());
+    // h_0 (the embedding output, probed from the tied unembedding) is off the scale: layers 1 … L.
+    layer.erase(layer.begin()), loss.erase(loss.begin()), se.erase(se.begin());
+    if (t.columns.empty()) t.columns.push_back({"layer", layer});
+    t.columns.push_back({name, loss}), t.columns.push_back({name + "_se", se});
+    const double slope = r.deeper_half.slope, slope_se = r.deeper_half.se;
+    const double xm = r.deeper_half.x_mean, ym = r.deeper_half.y_mean;  // the fitted line, drawn over the deeper half
+    const int L = int(layer.size());
+    f.series.push_back({"layer", name, "", name, "linespoints", ""});
+    char line[160];
+    std::snprintf(line, sizeof line, "(x >= %d ? %.10g + %.10g*(x - %.10g) : 1/0)", (L + 1) / 2, ym, slope, xm);
+    f.series.push_back({"", "", line, name + " deeper-half slope " + fixed(slope, 3), "lines dt 2", ""});
+    Value v = Value::object();
+    v.set("loss", Value::array_of(loss)), v.set("se", Value::array_of(se));
+    v.set("slope", slope), v.set("slope_se", slope_se);
+    out.value.set(name, v);
+    out.notes += "- " + name + ": loss on h_1 … h_" + std::to_string(L) + " " + list_text(loss, 3) +
+                 "; deeper-half slope " + fixed(slope, 3) + " ± " + fixed(slope_se, 3) + "\n";
+  }
+  out.value.set("probe", Value(std::string("steps ") + std::to_string(o.steps) + ", batch 16, T = 128, " +
+                               std::to_string(o.eval_windows) + " validation windows, lr 3e-4"));
+  out.draw(f, out.add(t), "probe_loss");
+}
+
+// The last layer's head–head (Fig. 13) or token–token (Fig. 14) cosine matrix of both models.
+void cosine_maps(Session& s, Output& out, analysis::Kind kind) {
+  const bool heads = kind == analysis::Kind::heads;
+  for (const std::string name : {"vanilla", "skipv1"}) {
+    analysis::Report r = s.analyze(name, kind, {}, heads ? 128 : 64);
+    double off = 0, magnitude = 0;
+    std::int64_t n = 0;
+    const auto& rows = r.value["matrix"].items();
+    for (std::size_t i = 0; i < rows.size(); ++i)
+      for (std::size_t j = 0; j < rows[i].items().size(); ++j)
+        if (i != j) off += rows[i].items()[j].number(), magnitude += std::abs(rows[i].items()[j].number()), ++n;
+    out.value.set(name, r.value);
+    out.value.set(name + "_mean_off_diagonal", off / double(n));
+    out.value.set(name + "_mean_abs_off_diagonal", magnitude / double(n));
+    out.notes += "- " + name + ": off-diagonal cosines at layer " + fixed(r.value["layer"].number(), 0) + ": mean " +
+                 fixed(off / double(n), 3) + ", mean absolute value " + fixed(magnitude / double(n), 3) + "\n";
+    r.figures[0].title = name + ": " + r.figures[0].title;
+    r.tables[0].name = name + (heads ? "-heads" : "-tokens");
+    out.draw(r.figures[0], out.add(r.tables[0]), r.tables[0].name);
+  }
+}
+void skipv1_fig13(Session& s, Output& out) { cosine_maps(s, out, analysis::Kind::heads); }
+void skipv1_fig14(Session& s, Output& out) { cosine_maps(s, out, analysis::Kind::tokens); }
+
+// SkipV1Former Table 2's configurations (GPT2-355M with GQA or MLA, each with and without SkipV1) and the
+// tiny preset: parameters and KV-cache bytes per token (docs/accounting.md).
+void skipv1_table2(Session& s, Output& out) {
+  struct Row {
+    std::string name;
+    lm::Config config;
+  };
+  lm::Config big = lm::find_preset("tiny").options.model;
+  big.layers = 24, big.d = 1024, big.heads = 16, big.kv_heads = 16, big.head_dim = 64, big.ffn = 4096;
+  big.vocab = 50257, big.positions = 1024;
+  std::vector<Row> rows;
+  for (const bool mla : {false, true})
+    for (const bool skip : {false, true}) {
+      lm::Config c = big;
+      if (mla) c.mla = true, c.d_c = 256, c.d_r = 32;
+      else c.kv_heads = 8;
+      c.variant.kind = skip ? lm::VariantKind::skipv1 : lm::VariantKind::vanilla;
+      rows.push_back({std::string(skip ? "SkipV1Former" : "Transformer") + (mla ? "-MLA" : "-GQA") + " (GPT2-355M)", c});
+    }
+  for (const bool skip : {false, true}) {
+    lm::Config c = lm::find_preset("tiny").options.model;
+    c.variant.kind = skip ? lm::VariantKind::skipv1 : lm::VariantKind::vanilla;
+    rows.push_back({std::string(skip ? "SkipV1Former" : "Transformer") + " (tiny preset)", c});
+  }
+  Table t{"accounting", {{"row", {}}, {"parameters", {}}, {"kv_bytes_f32", {}}, {"kv_bytes_bf16", {}}, {"delta_kv_percent", {}}}};
+  Value list = Value::array();
+  out.notes += "| model | parameters | KV bytes/token (f32) | (bf16) | Δ KV |\n|---|---|---|---|---|\n";
+  double base = 0;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    lm::validate(rows[i].config);
+    const std::int64_t params = lm::count_parameters(rows[i].config).total;
+    const std::int64_t elements = lm::count_kv(rows[i].config).elements_per_token();
+    if (i % 2 == 0) base = double(elements);
+    const double delta = i % 2 == 1 ? 100.0 * (double(elements) - base) / base : 0.0;
+    t.columns[0].values.push_back(double(i)), t.columns[1].values.push_back(double(params));
+    t.columns[2].values.push_back(4.0 * double(elements)), t.columns[3].values.push_back(2.0 * double(elements));
+    t.columns[4].values.push_back(delta);
+    Value v = Value::object();
+    v.set("model", rows[i].name), v.set("parameters", params), v.set("kv_bytes_per_token_f32", 4 * elements);
+    v.set("kv_bytes_per_token_bf16", 2 * elements), v.set("delta_kv_percent", delta);
+    list.push(v);
+    out.notes += "| " + rows[i].name + " | " + std::to_string(params) + " | " + std::to_string(4 * elements) + " | " +
+                 std::to_string(2 * elements) + " | " + (i % 2 ? fixed(delta, 2) + "%" : "—") + " |\n";
+  }
+  out.value.set("rows", list);
+  out.draw({"KV-cache bytes per token (bf16): rows of the table", "row", "bytes", false, true,
+            {{"row", "kv_bytes_bf16", "", "", "boxes fs solid 0.5", ""}}, {"set boxwidth 0.6", "unset key", "set xtics 1"}},
+           out.add(t), "kv_bytes");
+  (void)s;
+}
+
+}  // namespace
+
+std::vector<Entry> skipv1_figures() {
+  return {
+      {"skipv1-fig10", "SkipV1Former Fig. 10: validation loss of the vanilla model converted by each method",
+       "SkipV1Former (000) Fig. 10 (App. B.1): the initial loss of a pretrained vanilla checkpoint converted to "
+       "SkipV1Former by each method — Mean V (the paper's: mean-pool every two value-head projections), Mean VO, "
+       "Top V, Top VO and SVD — before uptraining. The paper reports every alternative above Mean V, its method.",
+       "", {"vanilla"},
+       skipv1_fig10},
+      {"skipv1-fig12", "SkipV1Former Fig. 12: layerwise linear probes and the deeper-half slopes",
+       "SkipV1Former (000) Fig. 12 (App. C.1): a linear probe trained on the output of each layer of a 12-layer "
+       "GPT-2, validation loss per layer for the baseline and SkipV1Former, with best-fit lines over layers 7–12. "
+       "SkipV1Former's steeper negative slope is read as faster-improving representations in the deeper layers.",
+       "", {"vanilla", "skipv1"},
+       skipv1_fig12},
+      {"skipv1-fig13", "SkipV1Former Fig. 13: head–head cosine similarity at the last layer",
+       "SkipV1Former (000) Fig. 13: the head–head cosine similarity matrix at layer 12 of the baseline and of "
+       "SkipV1Former. SkipV1Former shows lower inter-head similarity (more diverse heads), attributed to the "
+       "uncompressed first-layer values injected into the deeper layers.",
+       "", {"vanilla", "skipv1"},
+       skipv1_fig13},
+      {"skipv1-fig14", "SkipV1Former Fig. 14: token–token cosine similarity at the last layer",
+       "SkipV1Former (000) Fig. 14: the token–token cosine similarity matrix at layer 12 of the baseline and of "
+       "SkipV1Former. Apart from a few tokens, SkipV1Former's tokens are less similar to each other (less "
+       "over-smoothing).",
+       "", {"vanilla", "skipv1"},
+       skipv1_fig14},
+      {"skipv1-table2", "SkipV1Former Table 2: parameters and KV-cache bytes per token with GQA and MLA",
+       "SkipV1Former (000) Table 2: validation loss, perplexity, parameters and KV-cache bytes per token of the "
+       "Transformer and SkipV1Former with GQA and with MLA on GPT2-355M: SkipV1 reduces the KV bytes by 24.0% (GQA) "
+       "and 44.4% (MLA) at a slightly lower loss. Here the exact accounting of the four configurations (no training; "
+       "the losses need the paper's scale) and of the tiny preset.",
+       "", {},
+       skipv1_table2},
+  };
+}
+
+}  // namespace qkvlab::reproduce
