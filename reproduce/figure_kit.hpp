@@ -23,10 +23,12 @@ namespace qkvlab::reproduce {
 class Session;
 struct Output;
 
-// A figure of the registry: what it is (name, what it remakes, the paper's figure, the recipes it
-// trains; Figure::duration is filled in by registry.cpp) and the function that makes it.
+// A figure of the registry: its name, the recipes it trains (a recipe named k times is trained at k
+// seeds) and the function that makes it. What it remakes, the paper's figure and its measured time
+// are its section of docs/reproduce-figures.md (figure_docs.cpp).
 struct Entry {
-  Figure figure;
+  std::string name;
+  std::vector<std::string> recipes;
   void (*make)(Session&, Output&);
 };
 // Each paper's figures, in --list order; registry.cpp joins the lists (a new file adds its list there).

@@ -248,59 +248,14 @@ void icl_theory(Session& s, Output& out) {
 
 std::vector<Entry> icl_figures() {
   return {
-      {"icl-anchor", "SkipV1Former App. A, experiment 4: one-layer linear attention against one-step GD",
-       "SkipV1Former (000) App. A (docs/math/icl.md, experiment 4): a one-layer linear self-attention trained on "
-       "in-context linear regression reaches the loss of the best one-step gradient-descent predictor — the anchor "
-       "of the theorem's comparison (qkvlab icl anchor at its defaults).",
-       "", {},
-       icl_anchor},
-      {"icl-depth", "SkipV1Former App. A, experiment 5: held-out loss of L-layer MHA and SkipV1 linear attention",
-       "SkipV1Former (000) App. A (docs/math/icl.md, experiment 5): L-layer linear attention, MHA and SkipV1, trained on "
-       "in-context linear regression; the loss against depth, and the layerwise comparison with multi-step GD "
-       "(qkvlab icl depth at its defaults).",
-       "", {},
-       icl_depth},
-      {"icl-assumption1", "SkipV1Former App. A, experiment 2: trained two-layer MHA, SkipV1, ResFormer, SVFormer under Assumption 1",
-       "SkipV1Former (000) §4 and App. A (Theorem 1/2; docs/math/icl.md, experiment 2): with Assumption 1's "
-       "coordinate copying first layer (A = [I_a 0], B = [0 I_(d-a)], here a = d), every two-layer MHA has loss at "
-       "least C + C_3 + c_a, while SkipV1 (half of the second layer's heads take their values from the first layer) "
-       "reaches C + C_3 at the paper's construction: SkipV1 learns in context strictly better than MHA "
-       "(qkvlab icl train --assumption1 at its defaults: W_0 = 0).",
-       "", {},
-       icl_assumption1},
-      {"icl-assumption1-w0", "SkipV1Former App. A, experiment 2 at W_0 = 6I: the theorem's prior-mean regime",
-       "SkipV1Former (000) App. A (docs/math/icl.md, experiment 2) with the prior mean W_0 = 6I, which satisfies the "
-       "theorem's condition σ_d(W_0) > 2√d σ: the same comparison of trained MHA, SkipV1, ResFormer and SVFormer with "
-       "Assumption 1's copying layer against MHA's bound and the SkipV1 construction (qkvlab icl train --assumption1 "
-       "--w0-scale 6).",
-       "", {},
-       icl_assumption1_w0},
-      {"icl-learned", "SkipV1Former App. A, experiment 3: the two-layer models with a learned first layer",
-       "SkipV1Former (000) App. A (docs/math/icl.md, experiment 3): the theorem's comparison without Assumption 1 — "
-       "the first attention layer is learned too — for MHA, SkipV1, ResFormer (V_2 + V_1) and SVFormer (V_1 only), "
-       "on in-context linear regression at W_0 = 0 (qkvlab icl train at its defaults).",
-       "", {},
-       icl_learned},
-      {"icl-learned-w0", "SkipV1Former App. A, experiment 3 at W_0 = 6I: learned first layer, the theorem's regime",
-       "SkipV1Former (000) App. A (docs/math/icl.md, experiment 3) at the prior mean W_0 = 6I (σ_d(W_0) > 2√d σ): the "
-       "four two-layer models with a learned first layer (qkvlab icl train --w0-scale 6; 3,000 steps — the "
-       "30,000-step runs of docs/figures.md are not remade).",
-       "", {},
-       icl_learned_w0},
-      {"icl-sweep", "SkipV1Former App. A, experiment 2 over a: trained MHA and SkipV1 against the bound lines",
-       "SkipV1Former (000) App. A (docs/math/icl.md, experiment 2): under Assumption 1 with copy width a = 0 … d, "
-       "trained MHA against its lower bound C + C_3 + c_a and trained SkipV1 against the construction's value "
-       "(C + C_3 at a = d; an achieved value for a < d); the theorem: SkipV1 below every MHA (qkvlab icl sweep at "
-       "its defaults).",
-       "", {},
-       icl_sweep},
-      {"icl-theory", "SkipV1Former Theorem 1/2: the closed-form quantities C, C_3, c_a, MHA bound, SkipV1 value",
-       "SkipV1Former (000) §4 (Theorem 1) and App. A (Theorem 2, Lemmas 1–4; docs/math/icl.md, experiment 1): MHA's "
-       "loss is at least C + C_3 + c_a and SkipV1's construction reaches C + C_3, so SkipV1 is better by c_a > 0. "
-       "Each quantity by Monte Carlo over prompts (qkvlab icl theory at W_0 = 0 and W_0 = 3I, 200,000 prompts; and "
-       "its sweep over d, n, σ and W_0 = cI, 50,000 prompts a point).",
-       "", {},
-       icl_theory},
+      {"icl-anchor", {}, icl_anchor},
+      {"icl-depth", {}, icl_depth},
+      {"icl-assumption1", {}, icl_assumption1},
+      {"icl-assumption1-w0", {}, icl_assumption1_w0},
+      {"icl-learned", {}, icl_learned},
+      {"icl-learned-w0", {}, icl_learned_w0},
+      {"icl-sweep", {}, icl_sweep},
+      {"icl-theory", {}, icl_theory},
   };
 }
 

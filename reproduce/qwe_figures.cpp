@@ -83,20 +83,8 @@ void qwe_exp84(Session& s, Output& out) {
 
 std::vector<Entry> qwe_figures() {
   return {
-      {"qwe-table2", "Query-weight elimination Table 2 at small scale: vanilla against Q-identity",
-       "Query-weight elimination (003) Table 2: GPT-2 124M-class models trained on OpenWebText — the baseline, "
-       "smaller baselines, and reduced models without W_Q (Q-identity) at higher learning rates — with their "
-       "non-embedding parameters and validation losses; the reduced model matches the baseline's loss with fewer "
-       "parameters. Here the tiny GPT-2 preset: vanilla against Q-identity at twice the peak learning rate and a "
-       "floor of peak/100 (the committed sweep's choice: the paper's rates were lost from its text).",
-       "", {"vanilla", "q-identity-lr"},
-       qwe_table2},
-      {"qwe-exp8.4", "Query-weight elimination §8.4: MLP basis transfer (qkvlab transfer at its defaults)",
-       "Query-weight elimination (003) App. 8.4: a skip MLP x + W̃₂GELU(W̃₁x) trained to reproduce a basis-changed "
-       "skip block, against the best linear map; the trained MLP approximates the transformed block far better than "
-       "any linear map, so the basis change can be absorbed approximately though not exactly.",
-       "", {},
-       qwe_exp84},
+      {"qwe-table2", {"vanilla", "q-identity-lr"}, qwe_table2},
+      {"qwe-exp8.4", {}, qwe_exp84},
   };
 }
 

@@ -3,6 +3,7 @@
 // tables, its figures and README.md, all or none.
 #include <algorithm>
 #include <map>
+#include <stdexcept>
 
 #include "core/atomic_file.hpp"
 #include "core/errors.hpp"
@@ -16,51 +17,41 @@ using results::Value;
 namespace {
 
 
-// Wall times measured at the default recipe on the 2-core machine (2026-11-23, shared with another
-// compilation): each figure's own work with its models cached, and each training (docs/figures.md).
-// The icl figures from icl-assumption1 on: with --threads 1, on the 2-core machine shared with
-// another engineer's compiler; resformer-fig3 (2026-11-25) at the default threads, the machine
-// shared with four other engineers' builds.
-const std::map<std::string, double>& measured_seconds() {
-  static const std::map<std::string, double> m = {
-      {"resformer-fig1-left", 0.55}, {"resformer-fig1-middle", 1.73}, {"resformer-fig10", 1.98},
-      {"resformer-fig19", 2.71},     {"resformer-fig12", 3.12},       {"resformer-fig18", 2.11},
-      {"resformer-fig20", 2.84},     {"skipv1-fig10", 110},           {"skipv1-table2", 0.36},
-      {"skipv1-fig12", 917},         {"skipv1-fig13", 1.93},          {"skipv1-fig14", 1.70},
-      {"qwe-table2", 0.40},          {"icl-anchor", 7.54},            {"icl-depth", 23.3},
-      {"qwe-exp8.4", 181},           {"icl-assumption1", 20.7},       {"icl-assumption1-w0", 19.6},
-      {"icl-learned", 28.2},         {"icl-learned-w0", 27.5},        {"icl-sweep", 55.1},
-      {"icl-theory", 43.8},          {"resformer-fig3", 21.8}};
-  return m;
-}
-const std::map<std::string, double>& training_seconds() {
-  static const std::map<std::string, double> m = {{"vanilla", 746}, {"resformer-half", 845}, {"skipv1", 718}, {"q-identity-lr", 866}};
-  return m;
-}
-
 std::string duration_text(const Figure& f) {
   auto text = [](double s) { return s < 10 ? fixed(s, 1) + " s" : s < 120 ? fixed(s, 0) + " s" : fixed(s / 60, 1) + " min"; };
-  const auto own = measured_seconds().find(f.name);
-  std::string out = own == measured_seconds().end() ? "not measured" : text(own->second);
+  const double own = figure_docs().figures.at(f.name).seconds;
+  std::string out = own < 0 ? "not measured" : text(own);
   if (f.recipes.empty()) return out;
   out += " with its models cached; training ";
   double total = 0;
   bool all = true;
   for (const auto& r : f.recipes) {
-    const auto t = training_seconds().find(r);
-    if (t == training_seconds().end()) all = false;
+    const auto t = figure_docs().trainings.find(r);
+    if (t == figure_docs().trainings.end()) all = false;
     else total += t->second;
   }
   return out + (all ? text(total) : "not all measured") + " first (measured, 2 cores)";
 }
 
-// The registry: each paper's list, in --list order, with the measured durations.
-const std::vector<Entry>& registered() {
-  static const std::vector<Entry> list = [] {
+// The registry: each paper's list, in --list order, with what docs/reproduce-figures.md says of each.
+const std::vector<std::pair<Figure, const Entry*>>& registered() {
+  static const std::vector<Entry> entries = [] {
     std::vector<Entry> all;
     for (auto* papers : {resformer_figures, skipv1_figures, qwe_figures, icl_figures})
       for (Entry& e : papers()) all.push_back(std::move(e));
-    for (auto& entry : all) entry.figure.duration = duration_text(entry.figure);
+    return all;
+  }();
+  static const std::vector<std::pair<Figure, const Entry*>> list = [] {
+    const FigureDocs& docs = figure_docs();
+    std::vector<std::pair<Figure, const Entry*>> all;
+    for (const Entry& e : entries) {
+      const auto doc = docs.figures.find(e.name);
+      if (doc == docs.figures.end()) throw std::logic_error("figure " + e.name + " has no section in docs/reproduce-figures.md");
+      all.push_back({Figure{e.name, doc->second.remakes, doc->second.paper, "", e.recipes}, &e});
+      all.back().first.duration = duration_text(all.back().first);
+    }
+    if (docs.figures.size() != all.size())
+      throw std::logic_error("docs/reproduce-figures.md has a section for a figure that is not registered");
     return all;
   }();
   return list;
@@ -71,7 +62,7 @@ const std::vector<Entry>& registered() {
 const std::vector<Figure>& figures() {
   static const std::vector<Figure> list = [] {
     std::vector<Figure> f;
-    for (const auto& entry : registered()) f.push_back(entry.figure);
+    for (const auto& entry : registered()) f.push_back(entry.first);
     return f;
   }();
   return list;
@@ -89,11 +80,11 @@ const Figure& find_figure(const std::string& name) {
 Result run_figure(const Context& context, const Figure& figure, const fs::path& dir) {
   const std::string& name = figure.name;
   const auto& all = registered();
-  const auto entry = std::find_if(all.begin(), all.end(), [&](const Entry& e) { return e.figure.name == name; });
+  const auto entry = std::find_if(all.begin(), all.end(), [&](const auto& e) { return e.first.name == name; });
   if (entry == all.end()) throw UsageError("unknown figure \"" + name + "\"");
   Session session(context);
   Output out;
-  entry->make(session, out);
+  entry->second->make(session, out);
 
   Value v = Value::object();
   v.set("figure", name);

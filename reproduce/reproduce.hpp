@@ -105,16 +105,32 @@ void record_entry(const std::filesystem::path& dir);
 
 // ---- the figures ------------------------------------------------------------------------------------
 
-// A registered figure: what it remakes (figures.cpp holds the function that makes it).
+// A registered figure: what it remakes (its paper's *_figures.cpp holds the function that makes it).
 struct Figure {
   std::string name;      // "resformer-fig1-middle"
-  std::string remakes;   // one line: what it remakes
-  std::string paper;     // one paragraph: the paper's figure
-  std::string duration;  // rough time at the default recipe on two CPU cores
+  std::string remakes;   // one line: what it remakes (docs/reproduce-figures.md)
+  std::string paper;     // one paragraph: the paper's figure (docs/reproduce-figures.md)
+  std::string duration;  // measured time at the default recipe on two CPU cores (docs/reproduce-figures.md)
   std::vector<std::string> recipes;  // the trainings it needs; a recipe named k times is trained at
                                      // k seeds, the options' seed … seed + k − 1 (replicates)
 };
 const std::vector<Figure>& figures();  // the registry, in --list order
+
+// docs/reproduce-figures.md, which the build embeds: each figure's section (what it remakes, its
+// measured seconds, the paper's paragraph) and the trainings' measured seconds. figures() takes
+// remakes, paper and duration from it, and refuses (std::logic_error) a registered figure without a
+// section or a section without a figure.
+struct FigureDoc {
+  std::string remakes, paper;
+  double seconds = -1;  // wall seconds with its models cached; < 0: not measured
+};
+struct FigureDocs {
+  std::map<std::string, FigureDoc> figures;
+  std::map<std::string, double> trainings;  // recipe → wall seconds of its training
+};
+// The file's text parsed; UsageError naming a section that lacks a part or has one twice.
+FigureDocs parse_figure_docs(const std::string& text);
+const FigureDocs& figure_docs();  // the embedded file's
 // The registered entry named `name`; UsageError naming the known figures.
 const Figure& find_figure(const std::string& name);
 

@@ -241,62 +241,14 @@ void resformer_fig3(Session& s, Output& out) {
 
 std::vector<Entry> resformer_figures() {
   return {
-      {"resformer-fig1-left", "ResFormer Fig. 1 left: training loss of ResFormer ½(V_n + V_1) relative to vanilla",
-       "ResFormer (002) Fig. 1, left: the relative training loss — the loss of each Transformer variant minus the "
-       "vanilla Transformer's — along training, at a fixed size of 82M parameters. ResFormer's curve stays below zero "
-       "and below those of DenseFormer and NeuTRENO: the paper's headline that value residual learning trains to a "
-       "lower loss than the vanilla model of the same size.",
-       "", {"vanilla", "resformer-half"},
-       resformer_fig1_left},
-      {"resformer-fig1-middle", "ResFormer Fig. 1 middle: attention entropy per layer, vanilla against ResFormer",
-       "ResFormer (002) Fig. 1, middle: the average entropy of token importance (Eq. 11: the attention a token "
-       "receives, averaged over queries and heads, normalized) per layer, in ResFormer and the vanilla Transformer. "
-       "Lower entropy means attention concentrated on fewer tokens. The paper: concentration grows markedly with "
-       "depth in the vanilla model and much less in ResFormer, whose entropy stays higher in the deeper layers.",
-       "", {"vanilla", "resformer-half"},
-       resformer_fig1_middle},
-      {"resformer-fig3", "ResFormer Fig. 3: how well Eq. 3 and Eq. 6 approximate cross-layer attention to layer 1",
-       "ResFormer (002) Fig. 3 (§3.2): for each layer of a trained baseline model, on 1,000 pre-training samples, "
-       "the cosine similarity between the output of cross-layer attention (Eq. 2: the current queries over the keys "
-       "and values of the current and an earlier layer) and that of Eq. 3 (the earlier keys replaced by the current "
-       "ones: the current attention maps the earlier values) and of Eq. 6 (identity mapping). Eq. 3 is the better "
-       "approximation; the paper derives ResFormer from it.",
-       "", std::vector<std::string>(kFig3Seeds, "vanilla"),
-       resformer_fig3},
-      {"resformer-fig10", "ResFormer Fig. 10: the first token's importance, value norm and hidden norm per layer",
-       "ResFormer (002) Fig. 10: the token importance, value-state norm and hidden-state norm of the first token of "
-       "each sequence, per layer, in ResFormer and the vanilla Transformer. The first token is an attention sink "
-       "(large importance) with a small value norm (a value-state drain) and a large hidden-state norm in the vanilla "
-       "model; App. A.2 says ResFormer's first token gets less than 10 times the importance of the others.",
-       "", {"vanilla", "resformer-half"},
-       resformer_fig10},
-      {"resformer-fig19", "ResFormer Fig. 19: token importance, value and hidden norms per position and layer",
-       "ResFormer (002) Fig. 19 (App. A.2): token importance, value-state norms and hidden-state norms for tokens at "
-       "different positions across layers, averaged over 1,000 sequences, so that only the start token is the same "
-       "in every sequence. The start token attracts massive attention in the Transformer (and NeuTRENO) and shows a "
-       "value-state drain; in ResFormer its importance is less than 10 times that of other positions.",
-       "", {"vanilla", "resformer-half"},
-       resformer_fig19},
-      {"resformer-fig12", "ResFormer Fig. 12: value-state spectra (layer 1's eigenvalues; largest per layer)",
-       "ResFormer (002) Fig. 12: left, the distribution of the eigenvalues of the value states' covariance in the "
-       "first layer of ResFormer and the Transformer (descending, averaged over 1,000 sequences); right, the largest "
-       "eigenvalue in each layer. The paper reads it as the value states of most of ResFormer's layers having a "
-       "stronger representational capacity than the vanilla model's.",
-       "", {"vanilla", "resformer-half"},
-       resformer_fig12},
-      {"resformer-fig18", "ResFormer Fig. 18: token similarity of the hidden states per layer",
-       "ResFormer (002) Fig. 18: the average pairwise cosine similarity of the tokens' hidden states (Eq. 13) per "
-       "layer, in Llama-3.1-8B and Mistral-7B. The paper finds an 'M'-shaped curve over depth where the entropy "
-       "(Fig. 1 right) is 'W'-shaped: attention concentration goes with over-smoothing. Here the same measure on the "
-       "small trained models, vanilla against ResFormer.",
-       "", {"vanilla", "resformer-half"},
-       resformer_fig18},
-      {"resformer-fig20", "ResFormer Fig. 20: attention entropy per layer at several sequence lengths",
-       "ResFormer (002) Fig. 20 (App. A.2): the average entropy of token importance per layer in ResFormer and the "
-       "vanilla Transformer, on test sequences of different lengths. The paper: ResFormer mitigates attention "
-       "concentration more when the sequences are shorter.",
-       "", {"vanilla", "resformer-half"},
-       resformer_fig20},
+      {"resformer-fig1-left", {"vanilla", "resformer-half"}, resformer_fig1_left},
+      {"resformer-fig1-middle", {"vanilla", "resformer-half"}, resformer_fig1_middle},
+      {"resformer-fig3", std::vector<std::string>(kFig3Seeds, "vanilla"), resformer_fig3},
+      {"resformer-fig10", {"vanilla", "resformer-half"}, resformer_fig10},
+      {"resformer-fig19", {"vanilla", "resformer-half"}, resformer_fig19},
+      {"resformer-fig12", {"vanilla", "resformer-half"}, resformer_fig12},
+      {"resformer-fig18", {"vanilla", "resformer-half"}, resformer_fig18},
+      {"resformer-fig20", {"vanilla", "resformer-half"}, resformer_fig20},
   };
 }
 

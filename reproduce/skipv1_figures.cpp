@@ -174,37 +174,11 @@ void skipv1_table2(Session& s, Output& out) {
 
 std::vector<Entry> skipv1_figures() {
   return {
-      {"skipv1-fig10", "SkipV1Former Fig. 10: validation loss of the vanilla model converted by each method",
-       "SkipV1Former (000) Fig. 10 (App. B.1): the initial loss of a pretrained vanilla checkpoint converted to "
-       "SkipV1Former by each method — Mean V (the paper's: mean-pool every two value-head projections), Mean VO, "
-       "Top V, Top VO and SVD — before uptraining. The paper reports every alternative above Mean V, its method.",
-       "", {"vanilla"},
-       skipv1_fig10},
-      {"skipv1-fig12", "SkipV1Former Fig. 12: layerwise linear probes and the deeper-half slopes",
-       "SkipV1Former (000) Fig. 12 (App. C.1): a linear probe trained on the output of each layer of a 12-layer "
-       "GPT-2, validation loss per layer for the baseline and SkipV1Former, with best-fit lines over layers 7–12. "
-       "SkipV1Former's steeper negative slope is read as faster-improving representations in the deeper layers.",
-       "", {"vanilla", "skipv1"},
-       skipv1_fig12},
-      {"skipv1-fig13", "SkipV1Former Fig. 13: head–head cosine similarity at the last layer",
-       "SkipV1Former (000) Fig. 13: the head–head cosine similarity matrix at layer 12 of the baseline and of "
-       "SkipV1Former. SkipV1Former shows lower inter-head similarity (more diverse heads), attributed to the "
-       "uncompressed first-layer values injected into the deeper layers.",
-       "", {"vanilla", "skipv1"},
-       skipv1_fig13},
-      {"skipv1-fig14", "SkipV1Former Fig. 14: token–token cosine similarity at the last layer",
-       "SkipV1Former (000) Fig. 14: the token–token cosine similarity matrix at layer 12 of the baseline and of "
-       "SkipV1Former. Apart from a few tokens, SkipV1Former's tokens are less similar to each other (less "
-       "over-smoothing).",
-       "", {"vanilla", "skipv1"},
-       skipv1_fig14},
-      {"skipv1-table2", "SkipV1Former Table 2: parameters and KV-cache bytes per token with GQA and MLA",
-       "SkipV1Former (000) Table 2: validation loss, perplexity, parameters and KV-cache bytes per token of the "
-       "Transformer and SkipV1Former with GQA and with MLA on GPT2-355M: SkipV1 reduces the KV bytes by 24.0% (GQA) "
-       "and 44.4% (MLA) at a slightly lower loss. Here the exact accounting of the four configurations (no training; "
-       "the losses need the paper's scale) and of the tiny preset.",
-       "", {},
-       skipv1_table2},
+      {"skipv1-fig10", {"vanilla"}, skipv1_fig10},
+      {"skipv1-fig12", {"vanilla", "skipv1"}, skipv1_fig12},
+      {"skipv1-fig13", {"vanilla", "skipv1"}, skipv1_fig13},
+      {"skipv1-fig14", {"vanilla", "skipv1"}, skipv1_fig14},
+      {"skipv1-table2", {}, skipv1_table2},
   };
 }
 

@@ -388,3 +388,35 @@ TEST(ReproduceRecipes, TheScriptTheCacheAndLmTrainAgree) {
     }
   }
 }
+
+// What each figure remakes, the paper's figure and the measured times live in
+// docs/reproduce-figures.md, which the build embeds: the embedded copy is the file's, and every
+// registered figure takes its remakes and paper from its section. Controls: a section without its
+// paragraph, or named twice, is refused naming the section.
+TEST(ReproduceRegistry, FiguresAreDocumentedInDocsReproduceFigures) {
+  const std::string text = file_text(fs::path(QKVLAB_SOURCE_DIR) / "docs" / "reproduce-figures.md");
+  const reproduce::FigureDocs file = reproduce::parse_figure_docs(text);
+  ASSERT_EQ(file.figures.size(), reproduce::figures().size());
+  for (const auto& f : reproduce::figures()) {
+    SCOPED_TRACE(f.name);
+    ASSERT_TRUE(file.figures.count(f.name));
+    EXPECT_EQ(f.remakes, file.figures.at(f.name).remakes);
+    EXPECT_EQ(f.paper, file.figures.at(f.name).paper);
+    EXPECT_EQ(reproduce::figure_docs().figures.at(f.name).seconds, file.figures.at(f.name).seconds);
+  }
+  for (const auto& name : reproduce::recipe_names()) EXPECT_GT(file.trainings.at(name), 0) << name;
+  const std::string good = "## trainings\n\nvanilla: 746\n\n## x\n\nremakes: X\n\nseconds: 1.5\n\nThe paper.\n";
+  const reproduce::FigureDocs parsed = reproduce::parse_figure_docs(good);
+  EXPECT_EQ(parsed.figures.at("x").paper, "The paper.");
+  EXPECT_EQ(parsed.figures.at("x").seconds, 1.5);
+  EXPECT_EQ(parsed.trainings.at("vanilla"), 746);
+  for (const std::string bad : {good.substr(0, good.size() - std::string("The paper.\n").size()), good + "\n## x\n\nremakes: Y\n\nZ.\n",
+                                good + "\nA second paragraph.\n"}) {
+    try {
+      reproduce::parse_figure_docs(bad);
+      ADD_FAILURE() << "accepted:\n" << bad;
+    } catch (const qkvlab::UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find("section x"), std::string::npos) << e.what();
+    }
+  }
+}
