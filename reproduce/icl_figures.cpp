@@ -53,16 +53,18 @@ void icl_depth(Session& s, Output& out) {
   c.eval_samples = s.options().steps > 0 ? 2000 : 20000, c.seed = s.options().seed;
   c.threads = s.options().threads;  // 0: one per hardware thread, as everywhere
   const auto runs = icl::run_depth(c, [&](int done, int total) { s.progress("icl depth", "runs", done, total); });
-  Table t{"depth", {{"layers", {}}, {"mha", {}}, {"skipv1", {}}}};
+  Table t{"depth", {{"layers", {}}, {"mha", {}}, {"skipv1", {}}, {"mha_se", {}}, {"skipv1_se", {}}}};
   Value list = Value::array();
   for (const auto& r : runs) {
     auto& col = t.columns[0].values;
     if (col.empty() || col.back() != r.layers) {
       col.push_back(r.layers);
-      t.columns[1].values.push_back(std::nan("")), t.columns[2].values.push_back(std::nan(""));
+      for (std::size_t k = 1; k < t.columns.size(); ++k) t.columns[k].values.push_back(std::nan(""));
     }
     (r.skipv1 ? t.columns[2] : t.columns[1]).values.back() = r.trained.value;
-    if (r.layers == 1 && !r.skipv1) t.columns[2].values.back() = r.trained.value;  // at L = 1 SkipV1 is MHA
+    (r.skipv1 ? t.columns[4] : t.columns[3]).values.back() = r.trained.se;
+    if (r.layers == 1 && !r.skipv1)  // at L = 1 SkipV1 is MHA
+      t.columns[2].values.back() = r.trained.value, t.columns[4].values.back() = r.trained.se;
     Value v = Value::object();
     v.set("layers", r.layers), v.set("model", r.skipv1 ? "skipv1" : "mha"), v.set("loss", r.trained.value);
     v.set("se", r.trained.se);
@@ -72,7 +74,9 @@ void icl_depth(Session& s, Output& out) {
   }
   out.value.set("runs", list);
   out.draw({"L-layer linear attention: held-out loss against depth", "layers L", "loss", false, false,
-            {{"layers", "mha", "", "MHA", "linespoints", ""}, {"layers", "skipv1", "", "SkipV1", "linespoints", ""}}, {"set xtics 1"}},
+            {{"layers", "mha", "", "MHA (± se over held-out prompts)", "yerrorlines", "mha_se"},
+             {"layers", "skipv1", "", "SkipV1 (± se over held-out prompts)", "yerrorlines", "skipv1_se"}},
+            {"set xtics 1"}},
            out.add(t), "depth");
 }
 

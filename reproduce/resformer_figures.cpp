@@ -37,7 +37,7 @@ void scalar_comparison(Session& s, Output& out, analysis::Kind kind, const analy
     const Curve c = layer_curve(s.analyze(name, kind, o, 128));
     if (t.columns.empty()) t.columns.push_back({"layer", c.layer});
     t.columns.push_back({name, c.mean}), t.columns.push_back({name + "_se", c.se});
-    f.series.push_back({"layer", name, "", name, "linespoints", ""});
+    f.series.push_back({"layer", name, "", name + " (± se over sequences)", "yerrorlines", name + "_se"});
     Value m = Value::object();
     m.set("per_layer", Value::array_of(c.mean)), m.set("per_layer_se", Value::array_of(c.se));
     m.set("mean_over_layers", mean_of(c.mean));
@@ -111,11 +111,12 @@ void first_token(Session& s, Output& out, bool per_position) {
         for (const Value& row : layers) t.columns[0].values.push_back(row["layer"].number());
       }
       for (int k = 0; k < 3; ++k) {
-        Column c{name + " " + short_names[k], {}};
-        for (const Value& row : layers) c.values.push_back(row[names[k]].number());
+        Column c{name + " " + short_names[k], {}}, spread{c.name + " std", {}};  // the spread over the sequences
+        for (const Value& row : layers)
+          c.values.push_back(row[names[k]].number()), spread.values.push_back(row[names[k] + std::string("_std")].number());
         out.notes += "- " + c.name + ": " + list_text(c.values, 2) + "\n";
-        t.columns.push_back(c);
-        f.series.push_back({"layer", c.name, "", c.name, "linespoints", ""});
+        t.columns.push_back(c), t.columns.push_back(spread);
+        f.series.push_back({"layer", c.name, "", c.name + " (± std over sequences)", "yerrorlines", spread.name});
       }
       out.value.set(name, r.value["layers"]);
       continue;
@@ -154,12 +155,14 @@ void resformer_fig12(Session& s, Output& out) {
   for (const auto& name : kResFormerPair) {
     const analysis::Report r = s.analyze(name, analysis::Kind::spectrum, {}, 128);
     const auto& layers = r.value["layers"].items();
-    std::vector<double> e1, mx, ranks, index;
+    std::vector<double> e1, mx, mx_se, ranks, index;
     for (const Value& x : layers.front()["eigenvalues"].items()) e1.push_back(x.number()), ranks.push_back(double(ranks.size() + 1));
-    for (const Value& row : layers) mx.push_back(row["max"].number()), index.push_back(row["layer"].number());
+    for (const Value& row : layers)
+      mx.push_back(row["max"].number()), mx_se.push_back(row["max_se"].number()), index.push_back(row["layer"].number());
     if (first.columns.empty()) first.columns.push_back({"rank", ranks}), largest.columns.push_back({"layer", index});
-    first.columns.push_back({name, e1}), largest.columns.push_back({name, mx});
-    left.series.push_back({"rank", name, "", name, "lines", ""}), right.series.push_back({"layer", name, "", name, "linespoints", ""});
+    first.columns.push_back({name, e1}), largest.columns.push_back({name, mx}), largest.columns.push_back({name + "_se", mx_se});
+    left.series.push_back({"rank", name, "", name, "lines", ""});
+    right.series.push_back({"layer", name, "", name + " (± se over sequences)", "yerrorlines", name + "_se"});
     out.notes += "- " + name + ": largest eigenvalue per layer " + list_text(mx, 2) + "; layer 1's eigenvalues at ranks 1, 8, 32, 64: " +
                  fixed(e1[0], 3) + ", " + fixed(e1[std::min<std::size_t>(7, e1.size() - 1)], 3) + ", " +
                  fixed(e1[std::min<std::size_t>(31, e1.size() - 1)], 3) + ", " + fixed(e1[std::min<std::size_t>(63, e1.size() - 1)], 3) + "\n";
@@ -184,9 +187,9 @@ void resformer_fig20(Session& s, Output& out) {
       const Curve c = layer_curve(s.analyze(name, analysis::Kind::entropy, {}, T));
       if (t.columns.empty()) t.columns.push_back({"layer", c.layer});
       const std::string col = name + " T=" + std::to_string(T);
-      t.columns.push_back({col, c.mean});
-      f.series.push_back({"layer", col, "", col, "linespoints", ""});
-      out.value.set(col, Value::array_of(c.mean));
+      t.columns.push_back({col, c.mean}), t.columns.push_back({col + " se", c.se});
+      f.series.push_back({"layer", col, "", col + " (± se)", "yerrorlines", col + " se"});
+      out.value.set(col, Value::array_of(c.mean)), out.value.set(col + " se", Value::array_of(c.se));
       out.notes += "- " + col + ": " + list_text(c.mean, 3) + " (mean " + fixed(mean_of(c.mean), 3) + "; ln T = " +
                    fixed(std::log(double(T)), 3) + ")\n";
     }

@@ -79,7 +79,7 @@ void skipv1_fig12(Session& s, Output& out) {
     const double slope = r.deeper_half.slope, slope_se = r.deeper_half.se;
     const double xm = r.deeper_half.x_mean, ym = r.deeper_half.y_mean;  // the fitted line, drawn over the deeper half
     const int L = int(layer.size());
-    f.series.push_back({"layer", name, "", name, "linespoints", ""});
+    f.series.push_back({"layer", name, "", name + " (± se over windows)", "yerrorlines", name + "_se"});
     char line[160];
     std::snprintf(line, sizeof line, "(x >= %d ? %.10g + %.10g*(x - %.10g) : 1/0)", (L + 1) / 2, ym, slope, xm);
     f.series.push_back({"", "", line, name + " deeper-half slope " + fixed(slope, 3), "lines dt 2", ""});
