@@ -20,6 +20,11 @@
 
 namespace qkvlab::reproduce {
 
+namespace fs = std::filesystem;
+using results::Column;
+using results::Table;
+using results::Value;
+
 class Session;
 struct Output;
 

@@ -12,11 +12,6 @@
 
 namespace qkvlab::reproduce {
 
-namespace fs = std::filesystem;
-using results::Column;
-using results::Table;
-using results::Value;
-
 namespace {
 
 // `qkvlab icl anchor` and `icl depth` at their defaults (d = 4, n = 16, σ = 0.5, lr 5e-3; anchor:

@@ -10,11 +10,6 @@
 
 namespace qkvlab::reproduce {
 
-namespace fs = std::filesystem;
-using results::Column;
-using results::Table;
-using results::Value;
-
 namespace {
 
 void qwe_table2(Session& s, Output& out) {

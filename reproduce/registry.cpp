@@ -11,9 +11,6 @@
 
 namespace qkvlab::reproduce {
 
-namespace fs = std::filesystem;
-using results::Value;
-
 namespace {
 
 

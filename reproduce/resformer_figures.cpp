@@ -9,11 +9,6 @@
 
 namespace qkvlab::reproduce {
 
-namespace fs = std::filesystem;
-using results::Column;
-using results::Table;
-using results::Value;
-
 namespace {
 // Per-layer mean and se of a scalar analysis (entropy, similarity) from its report's value.
 struct Curve {

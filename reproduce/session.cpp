@@ -8,8 +8,6 @@
 
 namespace qkvlab::reproduce {
 
-using results::Value;
-
 Session::Session(const Context& c) : c_(c), backend_(c.backend()) {}
 
 const lm::TrainData& Session::data() {

@@ -13,11 +13,6 @@
 
 namespace qkvlab::reproduce {
 
-namespace fs = std::filesystem;
-using results::Column;
-using results::Table;
-using results::Value;
-
 namespace {
 
 void skipv1_fig10(Session& s, Output& out) {

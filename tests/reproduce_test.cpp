@@ -410,7 +410,7 @@ TEST(ReproduceRegistry, FiguresAreDocumentedInDocsReproduceFigures) {
   EXPECT_EQ(parsed.figures.at("x").paper, "The paper.");
   EXPECT_EQ(parsed.figures.at("x").seconds, 1.5);
   EXPECT_EQ(parsed.trainings.at("vanilla"), 746);
-  for (const std::string bad : {good.substr(0, good.size() - std::string("The paper.\n").size()), good + "\n## x\n\nremakes: Y\n\nZ.\n",
+  for (const std::string& bad : {good.substr(0, good.size() - std::string("The paper.\n").size()), good + "\n## x\n\nremakes: Y\n\nZ.\n",
                                 good + "\nA second paragraph.\n"}) {
     try {
       reproduce::parse_figure_docs(bad);
