@@ -94,7 +94,8 @@ std::vector<Command> add_lm_train_commands(CLI::App& lm, const std::string& comm
                                          "in --out; --resume continues bit for bit)");
   std::string presets;
   for (const auto& p : lm::presets()) presets += "\n  " + p.name + ": " + p.description;
-  cmd->footer("Presets (model flags given on the command line override a preset's):" + presets);
+  cmd->footer("Presets (model flags given on the command line override a preset's; --family also brings that\n"
+              "family's tying and biases: gpt2 tied with biases, llama neither):" + presets);
   cmd->add_option("--preset", a->preset, "Starting point: model, batch, sequence length, schedule")
       ->capture_default_str();
   add_model_options(cmd, a->model);

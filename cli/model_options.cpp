@@ -77,6 +77,7 @@ lm::Config apply(lm::Config c, const ModelOptions& o, Given given) {
     const bool sizes = given("--family") || given("--d") || given("--heads");
     c.family = d.family, c.layers = d.layers, c.d = d.d, c.vocab = d.vocab, c.positions = d.positions;
     if (sizes) c.heads = d.heads, c.kv_heads = d.kv_heads, c.head_dim = d.head_dim, c.ffn = d.ffn, c.norm_eps = d.norm_eps;
+    if (given("--family")) c.tied = d.tied, c.bias = d.bias;  // the family's head and biases, then --tied/--bias
   }
   if (given("--tied")) c.tied = o.tied;
   if (given("--bias")) c.bias = o.bias;

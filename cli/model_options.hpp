@@ -2,7 +2,9 @@
 // every command that builds one from flags: `lm init`, `lm train`, `params`
 // and `kv`. Sizes not given take the family's defaults (head width d/H, MLP
 // width 4d for gpt2 and 8d/3 rounded up to a multiple of 32 for llama);
-// --tied and --bias are off unless given, in both families.
+// --tied and --bias are off unless given, in both families. Over a preset
+// (`lm train --preset`), --family brings that family's tying and biases (gpt2
+// tied with biases, llama neither) unless --tied or --bias is given.
 #pragma once
 
 #include <CLI/CLI.hpp>

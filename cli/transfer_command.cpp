@@ -9,6 +9,7 @@
 #include "cli/validators.hpp"
 #include "core/errors.hpp"
 #include "core/limits.hpp"
+#include "results/value.hpp"
 #include "synthetic/transfer_report.hpp"
 
 #include <cmath>
@@ -74,9 +75,8 @@ int run_transfer(TransferArgs a, const CLI::App& cmd, const std::string& command
   try {
     s = transfer::run_transfer_sweep(a.d, c, [&](int d, std::int64_t step, double loss) {
       if (step % every != 0 && step != a.steps) return;
-      char shown[32];
-      std::snprintf(shown, sizeof shown, "%.6g", loss);
-      progress("d = " + std::to_string(d) + ", loss " + shown + ", step", std::size_t(step), std::size_t(a.steps));
+      progress("d = " + std::to_string(d) + ", loss " + results::short_number(loss) + ", step", std::size_t(step),
+               std::size_t(a.steps));
     });
   } catch (const transfer::CheckpointError& e) {
     throw UsageError(std::string("--checkpoint: ") + e.what());

@@ -15,6 +15,7 @@
 #include "core/statistics.hpp"
 #include "engine/json.hpp"
 #include "results/figure.hpp"
+#include "results/value.hpp"
 
 namespace qkvlab::lm {
 
@@ -50,9 +51,7 @@ std::string shown(const std::string& text) {
   char* end = nullptr;
   const double x = std::strtod(text.c_str(), &end);
   if (text.empty() || *end != '\0' || text.find_first_of(".eE") == std::string::npos) return text;
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.6g", x);
-  return buf;
+  return results::short_number(x);
 }
 
 // The variant's options that distinguish it, e.g. "resformer alpha=1 beta=2".

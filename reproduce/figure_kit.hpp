@@ -1,6 +1,6 @@
 // What the figure files of reproduce/ share (internal: only reproduce/*.cpp include it): a figure's
 // registration (Entry; one list per paper's file, joined in --list order by registry.cpp), what a
-// figure writes (Output), the run it computes in (Session: the backend, the corpus and the trained
+// figure writes (Output, figure_output.hpp), the run it computes in (Session: the backend, the corpus and the trained
 // models, each fetched once) and the small renderings several figures use. reproduce/README.md says
 // how to add a figure.
 #pragma once
@@ -15,6 +15,7 @@
 #include "analysis/analyze.hpp"
 #include "lm/evaluate.hpp"
 #include "lm/model.hpp"
+#include "reproduce/figure_output.hpp"
 #include "reproduce/reproduce.hpp"
 #include "results/figure.hpp"
 
@@ -26,7 +27,6 @@ using results::Table;
 using results::Value;
 
 class Session;
-struct Output;
 
 // A figure of the registry: its name, the recipes it trains (a recipe named k times is trained at k
 // seeds) and the function that makes it. What it remakes, the paper's figure and its measured time
@@ -41,26 +41,6 @@ std::vector<Entry> resformer_figures();  // resformer_figures.cpp
 std::vector<Entry> skipv1_figures();     // skipv1_figures.cpp
 std::vector<Entry> qwe_figures();        // qwe_figures.cpp
 std::vector<Entry> icl_figures();        // icl_figures.cpp
-
-// What a figure writes: its results (FIGURE.json's "results"), tables (CSV), figures drawn from
-// them, and notes (README.md, after the paper's paragraph).
-struct Output {
-  results::Value value = results::Value::object();
-  std::vector<results::Table> tables;
-  struct Drawn {
-    results::Figure figure;
-    std::size_t table;
-    std::string stem;
-  };
-  std::vector<Drawn> drawn;
-  std::string notes;
-
-  std::size_t add(results::Table t) {
-    tables.push_back(std::move(t));
-    return tables.size() - 1;
-  }
-  void draw(results::Figure f, std::size_t table, std::string stem) { drawn.push_back({std::move(f), table, std::move(stem)}); }
-};
 
 // One figure's run: the backend, the corpus and the trained models, each fetched once.
 class Session {

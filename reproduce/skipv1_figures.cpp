@@ -174,6 +174,12 @@ std::vector<Entry> skipv1_figures() {
       {"skipv1-fig13", {"vanilla", "skipv1"}, skipv1_fig13},
       {"skipv1-fig14", {"vanilla", "skipv1"}, skipv1_fig14},
       {"skipv1-table2", {}, skipv1_table2},
+      {"skipv1-fig6c-7", {},
+       [](Session& s, Output& out) {
+         skipv1_fig6c_7(s.options(), s.backend(), out, [&](const std::string& stage, const std::string& unit,
+                                                           std::int64_t done, std::int64_t total,
+                                                           const std::string& extra) { s.progress(stage, unit, done, total, extra); });
+       }},
   };
 }
 

@@ -142,6 +142,34 @@ std::vector<Element> skipv1_table2(const Value& j) {
   return {{"GQA: Δ KV − (−24.0%)", num(rows.at(1)["delta_kv_percent"]) + 24.0, 0, 1, kNaN},
           {"MLA: Δ KV − (−44.4%)", num(rows.at(3)["delta_kv_percent"]) + 44.4, 0, 1, kNaN}};
 }
+// SkipV1's saving of cache bytes per token, measured, minus the paper's (1 − 1/L)·25% (half the
+// value heads of layers 2 … L), for each pair of a variant and its SkipV1 form; and SkipV1's decode
+// throughput against vanilla's at batch 8, per context, paired within each repeat (percent).
+std::vector<Element> skipv1_fig6c_7(const Value& j) {
+  std::map<std::string, const Value*> by_name;
+  for (const Value& v : j["results"]["variants"].items()) by_name[v["variant"].string()] = &v;
+  const auto repeats = std::int64_t(num(j["results"]["repeats"]));
+  std::vector<Element> e;
+  for (const auto& [skip, base] : std::vector<std::pair<std::string, std::string>>{{"skipv1", "vanilla"}, {"gqa+skipv1", "gqa"}}) {
+    const Value &s = *by_name.at(skip), &b = *by_name.at(base);
+    const double saving = 100 * (1 - num(s["cache_bytes_per_token_measured"]) / num(b["cache_bytes_per_token_measured"]));
+    e.push_back({"cache, " + skip + " vs " + base + ": saving − (1 − 1/L)·25%", saving - 25 * (1 - 1 / num(s["layers"])), 0,
+                 repeats, kNaN});
+  }
+  std::map<std::pair<std::string, double>, std::vector<double>> decode;  // (variant, context) at B = 8
+  for (const Value& t : j["results"]["timings"].items())
+    if (num(t["batch"]) == 8) decode[{t["variant"].string(), num(t["context"])}] = numbers(t["decode_tokens_per_s"]);
+  for (const auto& [key, skip] : decode) {
+    if (key.first != "skipv1") continue;
+    const std::vector<double>& base = decode.at({"vanilla", key.second});
+    std::vector<double> change;
+    for (std::size_t r = 0; r < skip.size(); ++r) change.push_back(100 * (skip[r] / base[r] - 1));
+    e.push_back(results::over_replicates("decode B = 8, context " + std::to_string(std::int64_t(key.second)) +
+                                             ": SkipV1 / vanilla − 1",
+                                         change));
+  }
+  return e;
+}
 std::vector<Element> qwe_table2(const Value& j) {
   const auto& rows = j["results"]["rows"].items();
   return {one_seed("baseline − Q-identity", num(rows.at(0)["final_validation_loss"]) - num(rows.at(1)["final_validation_loss"]))};
@@ -257,6 +285,15 @@ const std::vector<FigureClaim>& claims() {
        {"SkipV1 cuts the KV cache by 24.0% with GQA and 44.4% with MLA (SkipV1Former Table 2, GPT2-355M)",
         "KV bytes per token, SkipV1's change minus the paper's (percentage points)", Sense::within, 0, 0.05},
        Rule{2, "exact counts", 1, "no randomness"}, "", skipv1_table2},
+      {"skipv1-fig6c-7",
+       {"SkipV1 cuts the KV cache per token by ~25% ((1 − 1/L)·25% for L layers) and decodes within ±2% of the "
+        "baseline's throughput at batch 8 (SkipV1Former Fig. 6, Fig. 7)",
+        "percent: SkipV1's cache saving minus (1 − 1/L)·25%; SkipV1's decode tokens/s over vanilla's − 1",
+        Sense::within, 0, 2},
+       Rule{2, "timing repeats", 2,
+            "each repeat times vanilla and SkipV1 back to back on a shared 2-core machine; the cache is an exact count, "
+            "the same in every repeat (se 0)"},
+       "", skipv1_fig6c_7},
       {"qwe-table2",
        {"The model without W_Q trains to the baseline's loss or lower (Query-weight elimination Table 2)",
         "final validation loss, baseline − Q-identity (nats)", Sense::not_below},

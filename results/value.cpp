@@ -75,13 +75,13 @@ bool flat(const Value& v) {
   return true;
 }
 
+}  // namespace
+
 std::string short_number(double x) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.6g", x);
   return buf;
 }
-
-}  // namespace
 
 void Value::write_json(std::string& out, int indent, int depth) const {
   const std::string pad = indent ? "\n" + std::string(std::size_t(indent) * (depth + 1), ' ') : "";

@@ -79,4 +79,7 @@ class Value {
   bool broken_items_ = false;
 };
 
+// A number as text and tables show it: printf's %.6g (0.4, not 0.40000000000000002).
+std::string short_number(double x);
+
 }  // namespace qkvlab::results

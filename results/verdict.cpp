@@ -5,16 +5,11 @@
 #include <cstdio>
 
 #include "core/statistics.hpp"
+#include "results/value.hpp"
 
 namespace qkvlab::results {
 
 namespace {
-
-std::string number_text(double x) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g", x);
-  return buf;
-}
 
 std::string outcome(const Claim& c, const Rule& r, const Element& e) {
   if ((e.replicates >= 0 && e.replicates < r.min_replicates) || !std::isfinite(e.se) || !std::isfinite(e.value)) return "inconclusive";
@@ -37,11 +32,11 @@ Element over_replicates(std::string label, const std::vector<double>& per_replic
 }
 
 std::string claimed_text(const Claim& c) {
-  const std::string r = number_text(c.reference);
+  const std::string r = short_number(c.reference);
   switch (c.sense) {
     case Sense::greater: return "> " + r;
     case Sense::less: return "< " + r;
-    case Sense::within: return "within " + number_text(c.tolerance) + " of " + r;
+    case Sense::within: return "within " + short_number(c.tolerance) + " of " + r;
     case Sense::not_below: return ">= " + r + " (not significantly below)";
   }
   return "";
@@ -57,15 +52,15 @@ Verdict judge(const Claim& claim, const Rule& rule, std::vector<Element> element
 }
 
 std::string Verdict::rule_text() const {
-  const std::string z = number_text(rule.z) + " se";
-  const std::string m = claim.reference == 0 ? "the mean" : "mean - " + number_text(claim.reference);
+  const std::string z = short_number(rule.z) + " se";
+  const std::string m = claim.reference == 0 ? "the mean" : "mean - " + short_number(claim.reference);
   std::string each;
   switch (claim.sense) {
     case Sense::greater: each = "agrees when " + m + " > " + z + ", disagrees when " + m + " < -" + z; break;
     case Sense::less: each = "agrees when " + m + " < -" + z + ", disagrees when " + m + " > " + z; break;
     case Sense::within:
-      each = "agrees when |" + m + "| + " + z + " <= " + number_text(claim.tolerance) + ", disagrees when |" + m +
-             "| - " + z + " > " + number_text(claim.tolerance);
+      each = "agrees when |" + m + "| + " + z + " <= " + short_number(claim.tolerance) + ", disagrees when |" + m +
+             "| - " + z + " > " + short_number(claim.tolerance);
       break;
     case Sense::not_below: each = "disagrees when " + m + " < -" + z + ", agrees otherwise"; break;
   }

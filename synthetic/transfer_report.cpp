@@ -2,15 +2,11 @@
 
 #include <cstdio>
 
+#include "results/value.hpp"
+
 namespace qkvlab::transfer {
 
 namespace {
-
-std::string number(double x) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.6g", x);
-  return buf;
-}
 
 const char* device_name(const TransferConfig& c) { return c.train.device == engine::Device::cuda ? "cuda" : "cpu"; }
 
@@ -94,8 +90,9 @@ std::string transfer_text(const TransferSweep& s) {
   std::snprintf(line, sizeof line,
                 "qwe.exp8.4 MLP basis transfer: seed %llu, device %s, batch %d, lr %s, ridge on %lld samples "
                 "(lambda %s), %lld held-out samples\n",
-                static_cast<unsigned long long>(c.seed), device_name(c), c.train.batch, number(c.train.lr).c_str(),
-                static_cast<long long>(c.ridge.samples), number(c.ridge.lambda).c_str(), static_cast<long long>(c.eval_samples));
+                static_cast<unsigned long long>(c.seed), device_name(c), c.train.batch,
+                results::short_number(c.train.lr).c_str(), static_cast<long long>(c.ridge.samples),
+                results::short_number(c.ridge.lambda).c_str(), static_cast<long long>(c.eval_samples));
   out += line;
   std::snprintf(line, sizeof line, "%6s  %11s  %10s  %14s  %13s  %7s  %9s\n", "d", "MLP rel L2", "MLP cosine",
                 "linear rel L2", "linear cosine", "steps", "time (s)");

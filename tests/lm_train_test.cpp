@@ -10,9 +10,12 @@
 
 #include "core/errors.hpp"
 #include "core/rng.hpp"
+#include "corpus/token_file.hpp"
 #include "engine/cpu_backend.hpp"
+#include "lm/checkpoint.hpp"
 #include "lm/compare.hpp"
 #include "lm/train.hpp"
+#include "run_command.hpp"
 
 namespace qkvlab::lm {
 namespace {
@@ -156,6 +159,34 @@ TEST(LmCompare, GroupsBySeedAndMeasuresAgainstTheBaseline) {
     EXPECT_EQ(cf["groups"].items()[i]["delta_vs_baseline_mean"].number(), g["delta_vs_baseline_mean"].number());
     EXPECT_GT(std::abs(cf["groups"].items()[i]["final_relative_train_loss"].number() - g["final_relative_train_loss"].number()), 1e-9);
   }
+}
+
+// `lm train --preset P --family F` takes family F's tying and biases, as the preset of that family
+// has them (tiny + --family llama is tiny-llama's model); --tied and --bias still override.
+TEST(LmTrainCommand, FamilyOverAPresetTakesThatFamilysTyingAndBiases) {
+  using test_support::run_qkvlab, test_support::shell_quoted;
+  ScratchDir dir;
+  std::vector<std::int32_t> ids = toy_data().train;
+  corpus::write_tokens_npy(dir.path / "t.npy", ids, 1, std::int64_t(ids.size()));
+  auto config = [&](const std::string& name, const std::string& flags) {
+    const auto r = run_qkvlab("lm train " + flags + " --layers 1 --d 16 --heads 2 --vocab 64 --seq-len 8 --batch 2 " +
+                              "--steps 2 --quiet --tokens " + shell_quoted(dir.path / "t.npy") +
+                              " --out " + shell_quoted(dir.path / name));
+    EXPECT_EQ(r.status, 0) << r.err;
+    return load_checkpoint(dir.path / name / "checkpoint").config;
+  };
+  const Config llama = config("llama", "--preset tiny --family llama");
+  const Config tiny_llama = config("tiny-llama", "--preset tiny-llama");
+  EXPECT_EQ(to_metadata(llama), to_metadata(tiny_llama));
+  EXPECT_FALSE(llama.tied);
+  EXPECT_FALSE(llama.bias);
+  const Config gpt2 = config("gpt2", "--preset tiny-llama --family gpt2");
+  EXPECT_TRUE(gpt2.tied);
+  EXPECT_TRUE(gpt2.bias);
+  const Config forced = config("forced", "--preset tiny --family llama --tied --bias");  // control: the flags win
+  EXPECT_TRUE(forced.tied);
+  EXPECT_TRUE(forced.bias);
+  EXPECT_NE(to_metadata(forced), to_metadata(tiny_llama));
 }
 
 }  // namespace

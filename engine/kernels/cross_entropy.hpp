@@ -1,8 +1,9 @@
 // Softmax cross-entropy from logits, one row (position) at a time:
 //   loss[n] = logsumexp(z_n) − z_n[y_n],   dz_n = scale (softmax(z_n) − onehot(y_n)),
 // with rows whose target is negative skipped (loss 0, gradient 0). The
-// maximum is subtracted before exponentiating; sums are in double, in an order
-// fixed by the build (vectorized: `omp simd` reductions).
+// maximum is subtracted before exponentiating, and the loss is (m − z_y) + log Σ e^{z−m}, so logits far
+// from 0 (m ≫ the loss) lose nothing to m's rounding; sums are in double, in an order fixed by the
+// build (vectorized: `omp simd` reductions).
 #pragma once
 
 #include <cstddef>
@@ -41,7 +42,7 @@ void cross_entropy_rows(int n0, int n1, int V, const S* logits, const std::int32
 #pragma omp simd reduction(+ : sum)
       for (int v = 0; v < V; ++v) sum += double(exp_of(z[v] - m));
     }
-    loss[n] = S(double(m) + std::log(sum) - double(zy));
+    loss[n] = S((double(m) - double(zy)) + std::log(sum));  // m − z_y first: exact at logits far from 0
     if (dz) {
       const S inv = S(double(scale) / sum);
       for (int v = 0; v < V; ++v) dz[v] *= inv;

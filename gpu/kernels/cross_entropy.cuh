@@ -39,7 +39,7 @@ __global__ void cross_entropy_kernel(int V, const float* logits, const std::int3
     acc[0] += double(e);
   }
   detail::block_sum<1>(acc);
-  if (threadIdx.x == 0) loss[n] = float(double(m) + log(acc[0]) - double(zy));
+  if (threadIdx.x == 0) loss[n] = float((double(m) - double(zy)) + log(acc[0]));
   if (!dz) return;
   const float inv = float(double(scale) / acc[0]);
   for (int v = threadIdx.x; v < V; v += blockDim.x) dz[v] *= inv;
