@@ -18,6 +18,7 @@
 #include "lm/evaluate.hpp"
 #include "lm/model_files.hpp"
 #include "probes/layerwise.hpp"
+#include "reproduce/figure_qwe_fdim.hpp"
 #include "reproduce/reproduce.hpp"
 #include "results/figure.hpp"
 #include "synthetic/icl/anchor.hpp"
@@ -814,6 +815,15 @@ void icl_theory(Session& s, Output& out) {
   add_text(out, command, icl::sweep_text(sweep));
 }
 
+// The counts of figure_qwe_fdim.cpp (no training); --steps N > 0 counts at d = 4, L = 1 only.
+void qwe_fdim(Session& s, Output& out) {
+  FdimFigure f = qwe_fdim_counts(s.options().seed, s.options().steps > 0,
+                                 [&](int done, int total) { s.progress("qwe-fdim", "settings", done, total); });
+  out.value = std::move(f.value);
+  for (auto& p : f.panels) out.draw(std::move(p.figure), out.add(std::move(p.table)), p.stem);
+  out.notes += f.notes;
+}
+
 // ---- the registry -----------------------------------------------------------------------------------
 
 // A figure and the function that makes it.
@@ -979,6 +989,14 @@ std::vector<RegisteredFigure> registry() {
        "its sweep over d, n, σ and W_0 = cI, 50,000 prompts a point).",
        "", {},
        icl_theory},
+      {"qwe-fdim", "Query-weight elimination: what W_Q = I costs, as functional dimension (qkvlab fdim)",
+       "Query-weight elimination argues that W_Q is redundant because a change of basis absorbs it (Theorems "
+       "4.1-4.3, without normalization), and its GPT-2 experiment sets W_Q = I in every layer of a pre-LayerNorm "
+       "model. Where the absorption holds, the model with W_Q = I computes the same set of functions; the count that "
+       "settles it is the functional dimension, the rank of the Jacobian of parameters -> outputs (docs/math/fdim.md). "
+       "Here the rank with free queries against W_Q = I in every layer, over skips x norm x layers at d = 4 and 6.",
+       "", {},
+       qwe_fdim},
   };
 }
 
@@ -986,7 +1004,7 @@ std::vector<RegisteredFigure> registry() {
 // compilation): each figure's own work with its models cached, and each training (docs/figures.md).
 // The icl figures from icl-assumption1 on: with --threads 1, on the 2-core machine shared with
 // another engineer's compiler; resformer-fig3 (2026-11-25) at the default threads, the machine
-// shared with four other engineers' builds.
+// shared with four other engineers' builds; qwe-fdim (2026-11-25) under a load average of 19 (30 s of CPU).
 const std::map<std::string, double>& measured_seconds() {
   static const std::map<std::string, double> m = {
       {"resformer-fig1-left", 0.55}, {"resformer-fig1-middle", 1.73}, {"resformer-fig10", 1.98},
@@ -996,7 +1014,7 @@ const std::map<std::string, double>& measured_seconds() {
       {"qwe-table2", 0.40},          {"icl-anchor", 7.54},            {"icl-depth", 23.3},
       {"qwe-exp8.4", 181},           {"icl-assumption1", 20.7},       {"icl-assumption1-w0", 19.6},
       {"icl-learned", 28.2},         {"icl-learned-w0", 27.5},        {"icl-sweep", 55.1},
-      {"icl-theory", 43.8},          {"resformer-fig3", 21.8}};
+      {"icl-theory", 43.8},          {"resformer-fig3", 21.8},        {"qwe-fdim", 394}};
   return m;
 }
 const std::map<std::string, double>& training_seconds() {
