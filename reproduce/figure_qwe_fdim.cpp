@@ -81,7 +81,8 @@ FdimFigure qwe_fdim_counts(std::uint64_t seed, bool quick, const std::function<v
     for (int L : depths) t.columns[0].values.push_back(L);
     for (fdim::Skips skips : all_skips)
       for (fdim::Norm norm : all_norms) {
-        results::Column lost{"lost_" + column_name(skips, norm), {}}, predicted{"predicted_" + column_name(skips, norm), {}};
+        results::Column lost{"lost_" + column_name(skips, norm), {}};
+        results::Column predicted{"predicted_" + column_name(skips, norm), {}};
         for (int L : depths) {
           const Setting s = setting(network(d, L, skips, norm, seed));
           lost.values.push_back(double(s.lost)), predicted.values.push_back(double(s.predicted_lost));

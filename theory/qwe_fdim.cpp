@@ -163,7 +163,8 @@ void register_fdim_claims(std::vector<Claim>& claims) {
                     "H(d_h-1)(d_h-2)/2 = 1" + ends,
                     Kind::count, fixed, 0, nullptr, at, counted(layernorm_one_layer)});
   claims.push_back({"qwe.fdim.mlp",
-                    "attention skip only, GELU MLP (width 6): W_Q = I in every layer loses nothing (Theorem 4.2)" + ends,
+                    "attention skip only, GELU MLP (width 6): W_Q = I in every layer loses nothing (Theorem 4.2)" +
+                        ends,
                     Kind::count, fixed, 0, nullptr, at, counted(attention_skip_mlp)});
 }
 

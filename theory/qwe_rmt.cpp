@@ -143,7 +143,8 @@ Outcome marchenko_pastur(const Config& c, Precision, Rng& rng) {
                D / scale, spread);
   if (d != c.d) o.note += "; ran at d = " + std::to_string(d) + " (the law needs d >= 64)";
   o.controls.push_back(control_by_rejection("Marchenko-Pastur with scale 2v", wrong_scale, 0.0, scale, mp_budget));
-  o.controls.push_back(control_by_rejection("quarter-circle law of sigma applied to sigma^2", wrong_law, 0.0, scale, mp_budget));
+  o.controls.push_back(
+      control_by_rejection("quarter-circle law of sigma applied to sigma^2", wrong_law, 0.0, scale, mp_budget));
   return o;
 }
 
