@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <limits>
 
@@ -49,6 +50,20 @@ Mat<T> columns(const Config& c, const Layout& L, const Vec<T>& theta, const Poin
   return J;
 }
 
+// Seconds since the last lap (or the start).
+class Stopwatch {
+ public:
+  double lap() {
+    const auto now = std::chrono::steady_clock::now();
+    const double s = std::chrono::duration<double>(now - last_).count();
+    last_ = now;
+    return s;
+  }
+
+ private:
+  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
+};
+
 std::vector<int> first(const Eigen::VectorXi& perm, int r) { return {perm.data(), perm.data() + r}; }
 
 // r independent columns of A, then r independent rows of those columns (column-pivoted QR).
@@ -84,10 +99,18 @@ Bound lower_certificate(const Config& c, const Layout& L, const Point& p, const 
           "forward-mode duals over intervals at the exactly representable point",
           ""};
   if (r == 0) return {0, true, "trivial (rank 0)", ""};
-  const auto [rows, cols] = spanning_minor(J, r);
+  // The minor's rows from the fewest leading inputs that reach rank r, so that only those inputs
+  // are run in intervals (the costly step).
+  const Eigen::Index per = J.rows() / std::max(1, c.inputs);
+  int k = int((r + per - 1) / per);
+  while (k < c.inputs && float_rank(J.topRows(per * k)).rank < r) ++k;
+  Config head = c;
+  head.inputs = k;
+  Point first_inputs{p.theta, {p.inputs.begin(), p.inputs.begin() + k}};
+  const auto [rows, cols] = spanning_minor(J.topRows(per * k), r);
   const Vec<Interval> theta = p.theta.cast<Interval>();
   try {
-    const Mat<Interval> Jc = columns<Interval>(c, L, theta, p, cols, "enclosing J's minor", progress);
+    const Mat<Interval> Jc = columns<Interval>(head, L, theta, first_inputs, cols, "enclosing J's minor", progress);
     const Elimination e = interval_elimination(pick(Jc, rows, iota(r)));
     b.holds = e.nonsingular;
     b.reason = e.reason;
@@ -178,6 +201,18 @@ Elimination interval_elimination(Mat<Interval> A) {
   return {true, ""};
 }
 
+long long predicted_deficiency(const Config& c) {
+  const Layout L = layout(c);
+  long long k = 0;
+  for (const Term& t : gauge_directions<double>(c, L, draw_point(c, L).theta).terms) k += t.dimension;
+  return k;
+}
+
+int saturating_inputs(const Config& c) {
+  const long long P = layout(c).size, rows = (long long)c.seq * c.output_dim();
+  return int(2 * ((P + rows) / rows));
+}
+
 Count count(const Config& c, bool certify, const ProgressFn& progress) {
   validate(c);
   const Layout L = layout(c);
@@ -189,7 +224,9 @@ Count count(const Config& c, bool certify, const ProgressFn& progress) {
   // J and the SVD's working copies, in double.
   require_memory("qkvlab fdim's Jacobian (--inputs x --seq x outputs by parameters)",
                  4.0 * 8.0 * double(n.outputs) * double(n.parameters));
+  Stopwatch clock;
   const MatD J = columns<double>(c, L, p.theta, p, iota(L.size), "Jacobian columns", progress);
+  n.seconds.jacobian = clock.lap();
   n.rank = float_rank(J);
   const Eigen::Index per = J.rows() / std::max(1, c.inputs);
   for (int k : {1, c.inputs / 4, c.inputs / 2, c.inputs - 1, c.inputs})
@@ -198,13 +235,16 @@ Count count(const Config& c, bool certify, const ProgressFn& progress) {
   const auto half = std::find_if(n.saturation.begin(), n.saturation.end(),
                                  [&](const auto& s) { return s.first == c.inputs / 2; });
   n.saturated = half != n.saturation.end() && half->second == n.rank.rank;
+  n.seconds.ranks = clock.lap();
   const Gauges<double> gd = gauge_directions<double>(c, L, p.theta);
   n.predicted = gd.terms;
   n.upper = {n.parameters, true, "none: rank <= parameters", ""};
   n.lower = {0, false, "not certified (--no-certify)", ""};
   if (certify) {
     n.lower = lower_certificate(c, L, p, J, n.rank.rank, progress);
+    n.seconds.lower = clock.lap();
     n.upper = upper_certificate(c, L, p, J, gd, progress, n);
+    n.seconds.upper = clock.lap();
   }
   n.certified = n.lower.holds && n.upper.holds && n.lower.value == n.upper.value;
   if (!c.identity_layers.empty()) {

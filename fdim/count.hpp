@@ -58,6 +58,9 @@ struct Count {
   bool certified = false;
   std::optional<long long> free_rank;           // the same network with free queries
   bool free_certified = false;
+  struct {                                      // wall time of this network's stages (not the free one's)
+    double jacobian = 0, ranks = 0, lower = 0, upper = 0;
+  } seconds;
 };
 
 // progress(stage, done, total) after each forward-mode column; certify = false skips the MPFI steps.
@@ -65,6 +68,11 @@ using ProgressFn = std::function<void(const std::string&, long long, long long)>
 Count count(const Config& c, bool certify, const ProgressFn& progress = {});
 
 long long predicted_deficiency(const Count& n);
+// The theory's gauge count of a configuration alone (its terms at a random point; no Jacobian).
+long long predicted_deficiency(const Config& c);
+// Twice the inputs whose output rows first exceed the parameters: enough that the rank on half of
+// them can already be the rank on all (the count's saturation test).
+int saturating_inputs(const Config& c);
 results::Value count_value(const Count& n);
 
 }  // namespace qkvlab::fdim

@@ -65,6 +65,8 @@ Value count_value(const Count& n) {
   v.set("saturation", sat);
   v.set("saturated", n.saturated);
   v.set("config", config_value(n.config));
+  v.set("seconds", object({{"jacobian", n.seconds.jacobian}, {"ranks", n.seconds.ranks},
+                           {"lower_bound", n.seconds.lower}, {"upper_bound", n.seconds.upper}}));
   return v;
 }
 

@@ -1,11 +1,13 @@
 // Query-weight elimination's figures (figure_kit.hpp): Table 2 at small scale (lm/accounting on the
-// trained runs) and the MLP basis transfer of §8.4 (synthetic/transfer).
+// trained runs), the MLP basis transfer of §8.4 (synthetic/transfer) and what W_Q = I costs as
+// functional dimension (figure_qwe_fdim.cpp, counted by fdim/).
 #include <algorithm>
 #include <thread>
 
 #include "lm/accounting.hpp"
 #include "lm/checkpoint.hpp"
 #include "reproduce/figure_kit.hpp"
+#include "reproduce/figure_qwe_fdim.hpp"
 #include "synthetic/transfer.hpp"
 
 namespace qkvlab::reproduce {
@@ -74,12 +76,22 @@ void qwe_exp84(Session& s, Output& out) {
            out.add(t), "transfer");
 }
 
+// The counts of figure_qwe_fdim.cpp (no training); --steps N > 0 counts at d = 4, L = 1 only.
+void qwe_fdim(Session& s, Output& out) {
+  FdimFigure f = qwe_fdim_counts(s.options().seed, s.options().steps > 0,
+                                 [&](int done, int total) { s.progress("qwe-fdim", "settings", done, total); });
+  out.value = std::move(f.value);
+  for (auto& p : f.panels) out.draw(std::move(p.figure), out.add(std::move(p.table)), p.stem);
+  out.notes += f.notes;
+}
+
 }  // namespace
 
 std::vector<Entry> qwe_figures() {
   return {
       {"qwe-table2", {"vanilla", "q-identity-lr"}, qwe_table2},
       {"qwe-exp8.4", {}, qwe_exp84},
+      {"qwe-fdim", {}, qwe_fdim},
   };
 }
 

@@ -228,6 +228,15 @@ std::vector<Element> icl_theory(const Value& j) {
   return e;
 }
 
+std::vector<Element> qwe_fdim(const Value& j) {
+  std::vector<Element> e;
+  for (const Value& r : j["results"]["settings"].items())
+    e.push_back({"d = " + std::to_string(std::int64_t(num(r["d"]))) + ", L = " + std::to_string(std::int64_t(num(r["layers"]))) +
+                     ", skips " + r["skips"].string() + ", norm " + r["norm"].string(),
+                 num(r["lost_vs_free"]), 0, 1, kNaN});
+  return e;
+}
+
 const std::vector<FigureClaim>& claims() {
   static const std::vector<FigureClaim> list = {
       {"resformer-fig1-left",
@@ -335,6 +344,12 @@ const std::vector<FigureClaim>& claims() {
        {"MHA's bound exceeds SkipV1's value: the separation c_{d−1} is positive (SkipV1Former Theorem 1/2)",
         "c_{d−1} = MHA bound at a = d − 1 − SkipV1 at a = d, per task", Sense::greater},
        Rule{2, "Monte Carlo prompts", 2, "no training"}, "", icl_theory},
+      {"qwe-fdim",
+       {"W_Q can be replaced with the identity in every layer: the model computes the same set of functions "
+        "(Query-weight elimination, abstract and §5)",
+        "functional dimension lost by W_Q = I in every layer (rank with free queries − rank with W_Q = I), per "
+        "setting", Sense::within, 0, 0.5},
+       Rule{2, "exact counts", 1, "float ranks at a seeded random point, saturated in the inputs"}, "", qwe_fdim},
   };
   return list;
 }

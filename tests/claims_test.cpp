@@ -85,7 +85,8 @@ TEST(Registry, HoldsTheClaimsOfTheSpecInLedgerOrder) {
                                           "qwe.remark5",  "qwe.sec8.3.1", "qwe.sec8.3.1.mp", "qwe.sec8.3.1.edge",
                                           "qwe.sec8.3.1.defect", "qwe.thm8.4", "qwe.cor8.4.1", "qwe.scale8.2",
                                           "qwe.freedom.vo", "qwe.ext.rope", "qwe.ext.gqa", "qwe.ext.qknorm",
-                                          "skipv1.reduction", "skipv1.lemma1", "skipv1.lemma2", "skipv1.lemma3",
+                                          "qwe.fdim.noskip", "qwe.fdim.one", "qwe.fdim.every", "qwe.fdim.layernorm",
+                                          "qwe.fdim.mlp", "skipv1.reduction", "skipv1.lemma1", "skipv1.lemma2", "skipv1.lemma3",
                                           "skipv1.lemma4", "skipv1.thm2", "resformer.eq4", "resformer.eq5"};
   std::vector<std::string> ids;
   for (const auto& c : all_claims()) ids.push_back(c.id);
@@ -95,6 +96,8 @@ TEST(Registry, HoldsTheClaimsOfTheSpecInLedgerOrder) {
             (std::vector<std::string>{"qwe.sec8.3.1.mp", "qwe.sec8.3.1.edge", "qwe.sec8.3.1.defect", "qwe.scale8.2",
                                       "skipv1.lemma1", "skipv1.lemma2", "skipv1.lemma3", "skipv1.lemma4",
                                       "skipv1.thm2"}));
+  EXPECT_EQ(claim_ids(Kind::count), (std::vector<std::string>{"qwe.fdim.noskip", "qwe.fdim.one", "qwe.fdim.every",
+                                                              "qwe.fdim.layernorm", "qwe.fdim.mlp"}));
 }
 
 // --- every identity claim ----------------------------------------------------------------
@@ -446,6 +449,42 @@ TEST(Validate, RejectsDOfOneForEveryClaim) {
     o.heads = {1};
     EXPECT_THROW(plan(o), UsageError) << claim.id;
   }
+}
+
+// --- the counts (qwe.fdim.*) -------------------------------------------------------------
+
+// Each count equals its prediction exactly; each control (a configuration outside the hypothesis,
+// or a wrong stated loss) is rejected by the loss it measures: both skips in every layer lose
+// (L−1)(d² − H·d_h²) = 8, one pre-LayerNorm layer 1.
+TEST(FdimClaims, CountsEqualTheirPredictionsAndEveryControlIsRejected) {
+  const std::map<std::string, double> control_gap{{"qwe.fdim.noskip", 8}, {"qwe.fdim.one", 1},
+                                                  {"qwe.fdim.every", 8}, {"qwe.fdim.layernorm", 1},
+                                                  {"qwe.fdim.mlp", 8}};
+  for (const std::string& id : claim_ids(Kind::count)) {
+    const Claim& claim = claim_by_id(id);
+    Config c;
+    c.d = claim.defaults.d.at(0);
+    const Outcome o = run_claim(claim, c, Precision::f64);
+    ASSERT_TRUE(o.statistic) << id;
+    EXPECT_EQ(o.statistic->value, o.statistic->expected) << id << ": " << o.note;
+    EXPECT_GT(o.statistic->value, 0) << id;
+    ASSERT_EQ(o.controls.size(), 1u) << id;
+    EXPECT_TRUE(o.controls[0].failed_as_expected) << id << ": " << o.controls[0].name;
+    EXPECT_EQ(o.controls[0].rel_err, control_gap.at(id)) << id << ": " << o.controls[0].name;
+  }
+}
+
+// The counts run at their own width whatever the sweep's --d, once, in double.
+TEST(FdimClaims, RunAtTheirOwnWidthOnceInDouble) {
+  VerifyOptions o = small_options();
+  o.ids = {"qwe.fdim.every"};
+  o.d = {16, 32};
+  const results::Report r = verify(o);
+  ASSERT_EQ(r.checks.size(), 1u);
+  EXPECT_EQ(r.checks[0].config, "d=4 trial=0");
+  EXPECT_EQ(r.checks[0].precision, "double");
+  EXPECT_TRUE(r.checks[0].pass);
+  EXPECT_TRUE(r.summary().ok);
 }
 
 // --- verify(): reproducibility ------------------------------------------------------------

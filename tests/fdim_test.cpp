@@ -149,6 +149,21 @@ TEST(Fdim, IdentityQueriesLoseWhatTheGaugeCountPredicts) {
   EXPECT_NE(every, 0);
 }
 
+// The gauge count alone (no Jacobian) is the count's prediction, and saturating_inputs saturates;
+// control: too few inputs (two) do not.
+TEST(Fdim, GaugeCountAloneAndSaturatingInputs) {
+  Config c = stack(2);
+  c.skips = Skips::both;
+  c.norm = Norm::layernorm;
+  c.inputs = saturating_inputs(c);
+  const Count n = count(c, false);
+  EXPECT_TRUE(n.saturated);
+  EXPECT_EQ(predicted_deficiency(c), predicted_deficiency(n));
+  EXPECT_EQ(deficiency(n), predicted_deficiency(c));
+  c.inputs = 2;
+  EXPECT_FALSE(count(c, false).saturated);
+}
+
 // The interval elimination itself: a nonsingular enclosure passes, one containing a singular
 // matrix (control) fails at a pivot.
 TEST(Fdim, IntervalEliminationCertifiesOnlyNonsingularEnclosures) {

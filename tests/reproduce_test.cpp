@@ -58,7 +58,8 @@ const std::vector<std::string> kIssueFigures = {
     "resformer-fig18",     "resformer-fig20",       "skipv1-fig10",    "skipv1-fig12",    "skipv1-fig13",
     "skipv1-fig14",        "skipv1-table2",         "qwe-table2",      "qwe-exp8.4",      "icl-anchor",
     "icl-depth",           "icl-assumption1",       "icl-assumption1-w0", "icl-learned",  "icl-learned-w0",
-    "icl-sweep",           "icl-theory",            "resformer-fig3",     "skipv1-fig6c-7"};
+    "icl-sweep",           "icl-theory",            "resformer-fig3",     "skipv1-fig6c-7",
+    "qwe-fdim"};
 
 }  // namespace
 

@@ -19,6 +19,15 @@ ControlOutcome control_by_detection(std::string name, bool detected, double rel_
   return c;
 }
 
+ControlOutcome control_by_rejection(std::string name, double statistic, double wrong, double std_err, double budget) {
+  const double gap = std::abs(statistic - wrong), z = gap / std_err;
+  ControlOutcome c{std::move(name), std::nullopt, false, ""};
+  if (std::isfinite(gap)) c.rel_err = gap;
+  c.failed_as_expected = std::isfinite(z) && z > budget;
+  c.note = fmt("z = %.3g (rejected when > %g)", z, budget);
+  return c;
+}
+
 MatD multiscale_inputs(Rng& rng, int d, int n) {
   MatD X = rng.gaussian(d, n);
   for (int j = 0; j < n; ++j)
@@ -42,6 +51,7 @@ const std::vector<Claim>& all_claims() {
     register_absorb_claims(c);
     register_scale_claims(c);
     register_extension_claims(c);
+    register_fdim_claims(c);
     register_skipv1_claims(c);
     register_resformer_claims(c);
     return c;

@@ -29,8 +29,10 @@ struct Config {
 };
 
 // The dimensions a claim depends on: only these appear in its configurations.
+// width = false: the claim runs at its own defaults.d whatever the sweep's --d (its cost grows
+// too fast in d for the sweep's widths; its statement names the width).
 struct Dims {
-  bool heads = true, layers = false, seq = true, mask = true;
+  bool heads = true, layers = false, seq = true, mask = true, width = true;
 };
 
 // A control's verdict: it must fail (rel_err ≥ control_threshold), or, for a
@@ -46,6 +48,9 @@ struct ControlOutcome {
 
 ControlOutcome control_by_error(std::string name, double rel_err);
 ControlOutcome control_by_detection(std::string name, bool detected, double rel_err);
+// A control of a statistical or count claim: the wrong expected value must be rejected by the
+// claim's own rule, |statistic − wrong| > budget · std_err. rel_err holds |statistic − wrong|.
+ControlOutcome control_by_rejection(std::string name, double statistic, double wrong, double std_err, double budget);
 
 struct Statistic {
   double value, expected, std_err;
@@ -60,7 +65,9 @@ struct Outcome {
   std::vector<ControlOutcome> controls;
 };
 
-enum class Kind { identity, statistical };
+// count: an exact integer (a rank) against its prediction, run once in double; pass when equal
+// (budget 0, std_err 1: one dimension).
+enum class Kind { identity, statistical, count };
 
 struct DefaultSweep {
   std::vector<int> d = {}, heads = {}, layers = {}, seq = {};

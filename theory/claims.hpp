@@ -13,6 +13,7 @@ void register_rmt_claims(std::vector<Claim>& claims);
 void register_absorb_claims(std::vector<Claim>& claims);
 void register_scale_claims(std::vector<Claim>& claims);
 void register_extension_claims(std::vector<Claim>& claims);
+void register_fdim_claims(std::vector<Claim>& claims);
 void register_skipv1_claims(std::vector<Claim>& claims);
 void register_resformer_claims(std::vector<Claim>& claims);
 

@@ -64,18 +64,6 @@ constexpr int mp_draws = 4, mp_min_d = 64;
 constexpr int edge_points = 5, edge_min_d = 512, edge_draws_min = 32, edge_draws_work = 32768;
 constexpr int defect_samples = 4096;
 
-// A control of a statistical claim: the wrong expected value must be rejected by
-// the claim's own rule, |statistic − wrong| > budget · std_err. rel_err holds the
-// discrepancy |statistic − wrong|.
-ControlOutcome rejected(std::string name, double statistic, double wrong, double std_err, double budget) {
-  const double gap = std::abs(statistic - wrong), z = gap / std_err;
-  ControlOutcome c{std::move(name), std::nullopt, false, ""};
-  if (std::isfinite(gap)) c.rel_err = gap;
-  c.failed_as_expected = std::isfinite(z) && z > budget;
-  c.note = fmt("z = %.3g (rejected when > %g)", z, budget);
-  return c;
-}
-
 // qwe.sec8.3.1, the identity half (see the file comment).
 struct MetricDefect {
   template <class S> static Outcome run(const Config& c, Rng& rng) {
@@ -154,8 +142,9 @@ Outcome marchenko_pastur(const Config& c, Precision, Rng& rng) {
   o.note = fmt("mean KS distance D = %.4g over %g draws, D d/log d = %.3g, MC spread of D = %.2g", D, mp_draws,
                D / scale, spread);
   if (d != c.d) o.note += "; ran at d = " + std::to_string(d) + " (the law needs d >= 64)";
-  o.controls.push_back(rejected("Marchenko-Pastur with scale 2v", wrong_scale, 0.0, scale, mp_budget));
-  o.controls.push_back(rejected("quarter-circle law of sigma applied to sigma^2", wrong_law, 0.0, scale, mp_budget));
+  o.controls.push_back(control_by_rejection("Marchenko-Pastur with scale 2v", wrong_scale, 0.0, scale, mp_budget));
+  o.controls.push_back(
+      control_by_rejection("quarter-circle law of sigma applied to sigma^2", wrong_law, 0.0, scale, mp_budget));
   return o;
 }
 
@@ -203,7 +192,7 @@ Outcome edge_scaling(const Config& c, Precision, Rng& rng) {
                double(d_max >> (edge_points - 1)), d_max) +
            table;
   if (d_max != c.d) o.note += "; ran with d_max = " + std::to_string(d_max) + " (five sizes need d_max >= 512)";
-  o.controls.push_back(rejected("no shrinkage (slope 0)", slope, 0.0, se, z_budget));
+  o.controls.push_back(control_by_rejection("no shrinkage (slope 0)", slope, 0.0, se, z_budget));
   return o;
 }
 
@@ -221,7 +210,7 @@ Outcome defect_mean(const Config& c, Precision, Rng& rng) {
   o.rel_err = std::abs(mean - exact) / exact;
   o.note = fmt("E[m^2]: MC %.5g vs |A|_F^2/d = %.5g; std(m^2) sqrt(d) = %.3g; |A|_2^2 = %.4g", mean, exact,
                sd * std::sqrt(double(d)), top.sigma * top.sigma);
-  o.controls.push_back(rejected("E[m^2] against |A|_2^2 (worst case)", mean, top.sigma * top.sigma,
+  o.controls.push_back(control_by_rejection("E[m^2] against |A|_2^2 (worst case)", mean, top.sigma * top.sigma,
                                 sd / std::sqrt(n), z_budget));
   return o;
 }

@@ -76,7 +76,7 @@ void check_sizes(const std::vector<const Claim*>& claims, const VerifyOptions& o
 // A claim's configurations under the options, variants included, at trial 0.
 std::vector<Config> sweep(const Claim& claim, const VerifyOptions& o) {
   const std::vector<int> one{1};
-  const auto& ds = pick(o.d, claim.defaults.d, default_d);
+  const auto& ds = claim.dims.width ? pick(o.d, claim.defaults.d, default_d) : claim.defaults.d;
   const auto& hs = claim.dims.heads ? pick(o.heads, claim.defaults.heads, default_heads) : one;
   const auto& ls = claim.dims.layers ? pick(o.layers, claim.defaults.layers, default_layers) : one;
   const auto& ns = claim.dims.seq ? pick(o.seq, claim.defaults.seq, default_seq) : one;
@@ -187,7 +187,7 @@ TaskResult run_task(const Claim& claim, const Config& config, const VerifyOption
   const std::string where = describe(claim, config);
   std::vector<LadderPoint> ladder;
   const std::vector<Precision> stat_precision{Precision::f64};
-  for (Precision p : claim.kind == Kind::statistical ? stat_precision : o.precisions) {
+  for (Precision p : claim.kind == Kind::identity ? o.precisions : stat_precision) {
     Rng rng(o.seed, claim.id + "|" + where);  // the same draws at every precision
     Outcome out;
     bool error = false;
