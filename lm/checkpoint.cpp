@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <charconv>
-#include <cmath>
-#include <cstring>
 #include <optional>
 
 #include "core/atomic_file.hpp"
@@ -11,6 +9,7 @@
 #include "core/fnv.hpp"
 #include "core/json_text.hpp"
 #include "core/text_file.hpp"
+#include "engine/adamw_state.hpp"
 #include "engine/json.hpp"
 #include "engine/safetensors.hpp"
 #include "lm/describe.hpp"
@@ -21,25 +20,14 @@
 namespace qkvlab::lm {
 
 namespace fs = std::filesystem;
-using engine::DType;
 using engine::SafeTensors;
-using engine::Tensor;
 
 namespace {
 
 constexpr const char* kFormat = "qkvlab-lm";
 
-Tensor tensor_of(const engine::ParameterSpec& spec, const std::vector<float>& values) {
-  Tensor t;
-  t.dtype = DType::F32;
-  for (auto s : spec.shape) t.shape.push_back(std::uint64_t(s));
-  t.data.resize(spec.size() * sizeof(float));
-  std::memcpy(t.data.data(), values.data() + spec.offset, t.data.size());
-  return t;
-}
-
-// The optimizer's moments "m/NAME" and "v/NAME", F32 exactly (a resumed run
-// continues bit for bit), decoded from the mapped file into the layout's offsets.
+// The optimizer's state in engine/adamw_state.hpp's format, decoded from the mapped file: a file that
+// holds anything else, or whose state is not valid, is a UsageError naming it.
 OptimizerState read_optimizer(const fs::path& path, const engine::ParameterLayout& layout) {
   std::optional<engine::MappedSafeTensors> mapped;
   try {
@@ -49,28 +37,13 @@ OptimizerState read_optimizer(const fs::path& path, const engine::ParameterLayou
   }
   const engine::SafeTensorsView& file = mapped->view();
   for (const auto& [name, entry] : file.tensors)
-    if ((name.rfind("m/", 0) != 0 && name.rfind("v/", 0) != 0) || !layout.find(name.substr(2)))
+    if (!engine::is_adamw_tensor(name, layout))
       throw UsageError(path.string() + ": unknown tensor \"" + name + "\" for this configuration");
-  OptimizerState state{std::vector<float>(layout.total(), 0.0f), std::vector<float>(layout.total(), 0.0f), 0};
-  for (const auto& spec : layout.specs())
-    for (auto [prefix, values] : {std::pair{"m/", &state.m}, std::pair{"v/", &state.v}}) {
-      const std::string key = prefix + spec.name;
-      const auto it = file.tensors.find(key);
-      if (it == file.tensors.end()) throw UsageError(path.string() + ": missing tensor \"" + key + "\"");
-      const engine::TensorEntry& t = it->second;
-      if (t.dtype != DType::F32 || t.elements() != spec.size() || t.shape.size() != spec.shape.size())
-        throw UsageError(path.string() + ": tensor \"" + key + "\" is not F32 of the shape the configuration implies");
-      float* x = values->data() + spec.offset;
-      engine::decode_floats(DType::F32, file.bytes(t).data(), spec.size(), x);
-      for (std::size_t k = 0; k < spec.size(); ++k)
-        if (!std::isfinite(x[k]) || (prefix[0] == 'v' && x[k] < 0))
-          throw UsageError(path.string() + ": tensor \"" + key + "\" holds " +
-                           (std::isnan(x[k]) ? "nan" : std::isinf(x[k]) ? (x[k] > 0 ? "inf" : "-inf") : json_number(x[k])) + " at element " +
-                           std::to_string(k) + " (the moments must be finite, v non-negative)");
-    }
-  state.t = metadata_integer(file.metadata, "t", path);
-  if (state.t < 0) throw UsageError(path.string() + ": the step count \"t\" is negative: " + std::to_string(state.t));
-  return state;
+  try {
+    return engine::read_adamw_state(file, layout);
+  } catch (const std::runtime_error& e) {
+    throw UsageError(path.string() + ": " + e.what());
+  }
 }
 
 // The manifest.json of a checkpoint: each file's size and checksum, the step, t and the run's identity.
@@ -195,14 +168,11 @@ void tie_optimizer(const fs::path& dir, const Manifest& m, const Checkpoint& ck,
 
 std::int64_t metadata_integer(const std::map<std::string, std::string>& metadata, const std::string& key,
                               const fs::path& file) {
-  const auto it = metadata.find(key);
-  if (it == metadata.end()) throw UsageError(file.string() + ": no \"" + key + "\" in its metadata");
-  std::int64_t n = 0;
-  const std::string& text = it->second;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
-  if (text.empty() || ec != std::errc() || end != text.data() + text.size())
-    throw UsageError(file.string() + ": \"" + key + "\" is not an integer: " + json_quote(text));
-  return n;
+  try {
+    return engine::metadata_integer(metadata, key);
+  } catch (const std::runtime_error& e) {
+    throw UsageError(file.string() + ": " + e.what());
+  }
 }
 
 std::string config_json(const Config& c) { return config_value(c).json(); }
@@ -219,12 +189,8 @@ void save_checkpoint(const fs::path& dir, const Checkpoint& ck) {
   std::vector<std::string> names;
   if (ck.optimizer) {
     SafeTensors opt;
-    for (const auto& spec : layout.specs()) {
-      opt.tensors["m/" + spec.name] = tensor_of(spec, ck.optimizer->m);
-      opt.tensors["v/" + spec.name] = tensor_of(spec, ck.optimizer->v);
-    }
+    engine::write_adamw_state(opt, layout, *ck.optimizer);
     opt.metadata["format"] = kFormat;
-    opt.metadata["t"] = std::to_string(ck.optimizer->t);
     for (const char* key : {"step", "run_id"})
       if (ck.metadata.count(key)) opt.metadata[key] = ck.metadata.at(key);
     manifest.t = ck.optimizer->t;
@@ -232,7 +198,7 @@ void save_checkpoint(const fs::path& dir, const Checkpoint& ck) {
     names.push_back("optimizer.safetensors"), written(names.back());
   }
   SafeTensors model;
-  for (const auto& spec : layout.specs()) model.tensors[spec.name] = tensor_of(spec, ck.values);
+  for (const auto& spec : layout.specs()) model.tensors[spec.name] = engine::tensor_of(spec, ck.values);
   model.metadata = ck.metadata;
   for (const auto& [key, value] : to_metadata(ck.config)) model.metadata[key] = value;
   model.metadata["format"] = kFormat;

@@ -6,7 +6,8 @@
 //   tokenizer.json         (when the model was trained on a corpus with a tokenizer) the tokenizer
 //                          in Hugging Face's format (lm/tokenizer.hpp), carried on by every rewrite
 //   optimizer.safetensors  (training only) AdamW's moments "m/NAME" and "v/NAME", F32, and its
-//                          step count in __metadata__ "t": with the parameters and the data
+//                          step count in __metadata__ "t" (engine/adamw_state.hpp's format, which
+//                          `qkvlab transfer`'s checkpoints share): with the parameters and the data
 //                          stream's (seed, step), all a run needs to continue bit for bit
 //   manifest.json          written last: each file's size and FNV-1a checksum (core/fnv.hpp), the
 //                          metadata's "step", the optimizer's "t" and the run's "run_id" when given
@@ -37,14 +38,12 @@
 #include <string>
 #include <vector>
 
+#include "engine/adamw_state.hpp"
 #include "lm/config.hpp"
 
 namespace qkvlab::lm {
 
-struct OptimizerState {
-  std::vector<float> m, v;  // in the parameter layout's order and offsets
-  std::int64_t t = 0;
-};
+using OptimizerState = engine::AdamWHostState;  // in the parameter layout's order and offsets
 
 struct Checkpoint {
   Config config;

@@ -4,6 +4,7 @@
 #include "core/errors.hpp"
 #include "core/parallel.hpp"
 #include "core/rng.hpp"
+#include "engine/adamw_state.hpp"
 #include "engine/blas.hpp"
 #include "engine/linear.hpp"
 #include "engine/optimizer.hpp"
@@ -13,12 +14,12 @@
 #include "gpu/backend.hpp"
 
 #include <algorithm>
-#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <optional>
 
 namespace qkvlab::transfer {
 namespace {
@@ -264,16 +265,6 @@ std::int64_t SkipMlp::steps() const { return impl_->adamw.t; }
 
 namespace {
 
-// The tensor of one parameter's entries in a flat row-major array (layout offsets).
-engine::Tensor tensor_of(const engine::ParameterSpec& spec, const std::vector<float>& values) {
-  engine::Tensor t;
-  t.dtype = engine::DType::F32;
-  for (auto s : spec.shape) t.shape.push_back(std::uint64_t(s));
-  t.data.resize(spec.size() * sizeof(float));
-  std::memcpy(t.data.data(), values.data() + spec.offset, t.data.size());
-  return t;
-}
-
 // engine/safetensors.hpp's restore_matrix checks (present, F32, the shape), into the flat array.
 void read_tensor(const engine::SafeTensors& file, const std::string& name, const engine::ParameterSpec& spec,
                  std::vector<float>& values) {
@@ -281,38 +272,39 @@ void read_tensor(const engine::SafeTensors& file, const std::string& name, const
   std::memcpy(values.data() + spec.offset, M.data(), spec.size() * sizeof(float));
 }
 
+// Checkpoints written before the optimizer's state had one format (engine/adamw_state.hpp) named the
+// moments "adamw.m/NAME", "adamw.v/NAME" and the step count "adamw.steps": such a file, renamed to
+// the format; nullopt for any other file.
+std::optional<engine::SafeTensors> from_legacy_format(const engine::SafeTensors& file) {
+  const auto steps = file.metadata.find("adamw.steps");
+  if (steps == file.metadata.end()) return std::nullopt;
+  engine::SafeTensors renamed = file;
+  renamed.metadata.erase("adamw.steps");
+  renamed.metadata[engine::kAdamWStepKey] = steps->second;
+  for (const auto& [name, tensor] : file.tensors)
+    if (name.rfind("adamw.", 0) == 0) renamed.tensors.erase(name), renamed.tensors[name.substr(6)] = tensor;
+  return renamed;
+}
+
 }  // namespace
 
 void SkipMlp::save(engine::SafeTensors& file) const {
   const Impl& m = *impl_;
-  const std::vector<float> values = m.params.values.to_host(), mom = m.adamw.m.to_host(), var = m.adamw.v.to_host();
-  for (const auto& spec : m.params.layout.specs()) {
-    file.tensors[spec.name] = tensor_of(spec, values);
-    file.tensors["adamw.m/" + spec.name] = tensor_of(spec, mom);
-    file.tensors["adamw.v/" + spec.name] = tensor_of(spec, var);
-  }
-  file.metadata["adamw.steps"] = std::to_string(m.adamw.t);
+  const std::vector<float> values = m.params.values.to_host();
+  for (const auto& spec : m.params.layout.specs()) file.tensors[spec.name] = engine::tensor_of(spec, values);
+  engine::write_adamw_state(file, m.params.layout, {m.adamw.m.to_host(), m.adamw.v.to_host(), m.adamw.t});
 }
 
 void SkipMlp::restore(const engine::SafeTensors& file) {
+  if (const auto current = from_legacy_format(file)) return restore(*current);
   Impl& m = *impl_;
-  const auto it = file.metadata.find("adamw.steps");
-  if (it == file.metadata.end()) throw std::runtime_error("checkpoint: no metadata \"adamw.steps\"");
-  std::int64_t t = -1;
-  const auto [end, error] = std::from_chars(it->second.data(), it->second.data() + it->second.size(), t);
-  if (error != std::errc() || end != it->second.data() + it->second.size() || t < 0)
-    throw std::runtime_error("checkpoint: metadata \"adamw.steps\" is not a step count: \"" + it->second + "\"");
-  const std::size_t total = m.params.layout.total();
-  std::vector<float> values(total, 0.0f), mom(total, 0.0f), var(total, 0.0f);
-  for (const auto& spec : m.params.layout.specs()) {
-    read_tensor(file, spec.name, spec, values);
-    read_tensor(file, "adamw.m/" + spec.name, spec, mom);
-    read_tensor(file, "adamw.v/" + spec.name, spec, var);
-  }
+  const engine::AdamWHostState state = engine::read_adamw_state(file, m.params.layout);
+  std::vector<float> values(m.params.layout.total(), 0.0f);
+  for (const auto& spec : m.params.layout.specs()) read_tensor(file, spec.name, spec, values);
   m.params.values.upload(values);
-  m.adamw.m.upload(mom);
-  m.adamw.v.upload(var);
-  m.adamw.t = t;
+  m.adamw.m.upload(state.m);
+  m.adamw.v.upload(state.v);
+  m.adamw.t = state.t;
 }
 
 namespace {
@@ -362,7 +354,7 @@ std::int64_t resume(SkipMlp& trainer, int d, const TransferConfig& c, std::vecto
     if (losses.size() > c.train.steps)
       throw std::runtime_error("the loss history has " + std::to_string(losses.size()) + " steps, more than this run's " + std::to_string(c.train.steps));
     trainer.restore(file);
-    if (losses.size() != trainer.steps()) throw std::runtime_error("the loss history and adamw.steps disagree");
+    if (losses.size() != trainer.steps()) throw std::runtime_error("the loss history and the optimizer's step count \"t\" disagree");
     loss.assign(losses.data(), losses.data() + losses.size());
   } catch (const CheckpointError&) {
     throw;

@@ -176,9 +176,10 @@ class SkipMlp {
   float step(const MatF& X, double lr);
   Mlp weights() const;
   std::int64_t steps() const;  // AdamW steps taken (restored ones included)
-  // Parameters "W1", "W2" (F32, row-major d×r and r×d), AdamW's moments "adamw.m/W1", … and the
-  // step count in metadata "adamw.steps". Restoring is bit-exact and all-or-nothing: a missing or
-  // mis-shaped tensor throws std::runtime_error, nothing changed.
+  // Parameters "W1", "W2" (F32, row-major d×r and r×d) and AdamW's state in engine/adamw_state.hpp's
+  // format (moments "m/W1", …, step count in metadata "t"); restore also reads the format of files
+  // written before (moments "adamw.m/W1", …, step count "adamw.steps"). Restoring is bit-exact and
+  // all-or-nothing: a missing, mis-shaped or non-finite tensor throws std::runtime_error, nothing changed.
   void save(engine::SafeTensors& file) const;
   void restore(const engine::SafeTensors& file);
 

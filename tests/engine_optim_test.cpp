@@ -1,13 +1,19 @@
 // Seeded random numbers, the one AdamW (engine/optimizer.hpp over engine/kernels/adamw.hpp) on the
-// CPU backend against hand computation, the learning-rate schedule and clipping by the global norm.
+// CPU backend against hand computation, its state's file format (engine/adamw_state.hpp), the
+// learning-rate schedule and clipping by the global norm.
 // Training with them is tested by the models that use them (transfer_test, absorb_fit_test,
 // icl_train_test, lm_train_test: loss falls, bit-identical resumption from checkpoints).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
 #include <stdexcept>
 #include <vector>
 
+#include "engine/adamw_state.hpp"
 #include "engine/cpu_backend.hpp"
 #include "engine/optimizer.hpp"
 #include "engine/rng.hpp"
@@ -158,6 +164,60 @@ TEST(EngineOptim, AdamWMinimizesAQuadratic) {
   }
   EXPECT_LT((theta - b * A.inverse()).norm(), 1e-6);
   EXPECT_GT((b * A.inverse()).norm(), 0.1);  // control: the start θ = 0 is far from θ*
+}
+
+// engine/adamw_state.hpp: the one format of AdamW's state (lm/'s optimizer.safetensors, transfer's
+// checkpoints) round-trips bit for bit through both readers (a parsed file and a view of its bytes);
+// a missing, mis-shaped or non-finite moment, v < 0 and a missing, malformed or negative t are refused
+// naming the tensor or field (the controls: each breaks one thing of a file that reads).
+TEST(EngineAdamWState, RoundTripsBitExactlyAndRefusesBrokenState) {
+  ParameterLayout layout;
+  layout.add("W", {2, 3}, true), layout.add("gain", {3}, false);
+  // Each tensor at its offset (the layout aligns them; padding stays zero).
+  const auto placed = [&](std::vector<float> w, std::vector<float> gain) {
+    std::vector<float> all(layout.total(), 0.0f);
+    std::copy(w.begin(), w.end(), all.begin() + std::ptrdiff_t(layout.at("W").offset));
+    std::copy(gain.begin(), gain.end(), all.begin() + std::ptrdiff_t(layout.at("gain").offset));
+    return all;
+  };
+  const AdamWHostState state{placed({0.5f, -1e-38f, 3.0f, -7.25f, 1e30f, 0.0f}, {1.0f / 3, -2.0f, 6.5f}),
+                             placed({0.25f, 1e-45f, 9.0f, 0.0f, 1e20f, 4.0f}, {1.0f / 7, 2.0f, 3.0f}), 17};
+  SafeTensors file;
+  file.tensors["W"] = tensor_of(*layout.find("W"), std::vector<float>(9, 1.0f));  // the caller's own tensors stay
+  write_adamw_state(file, layout, state);
+  EXPECT_EQ(file.metadata.at("t"), "17");
+  ASSERT_TRUE(file.tensors.count("m/W") && file.tensors.count("v/gain") && file.tensors.count("W"));
+  EXPECT_TRUE(is_adamw_tensor("v/gain", layout));
+  EXPECT_FALSE(is_adamw_tensor("W", layout) || is_adamw_tensor("m/bias", layout) || is_adamw_tensor("adamw.m/W", layout));
+  const std::vector<std::uint8_t> bytes = serialize_safetensors(file);
+  for (const AdamWHostState& got : {read_adamw_state(parse_safetensors(bytes), layout),
+                                    read_adamw_state(view_safetensors(bytes), layout)}) {
+    EXPECT_EQ(got.m, state.m);
+    EXPECT_EQ(got.v, state.v);
+    EXPECT_EQ(got.t, state.t);
+  }
+  const auto refused = [&](const std::function<void(SafeTensors&)>& edit, const std::string& why) {
+    SafeTensors broken = file;
+    edit(broken);
+    try {
+      read_adamw_state(broken, layout);
+      ADD_FAILURE() << "read: " << why;
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+    }
+  };
+  const auto set = [](const std::string& name, std::size_t k, float x) {
+    return [=](SafeTensors& f) { std::memcpy(f.tensors.at(name).data.data() + 4 * k, &x, 4); };
+  };
+  refused([](SafeTensors& f) { f.tensors.erase("v/W"); }, "missing tensor \"v/W\"");
+  refused([&](SafeTensors& f) { f.tensors["m/gain"] = tensor_of(*layout.find("W"), state.m); },
+          "tensor \"m/gain\" is not F32 of the shape");
+  refused(set("m/W", 4, std::numeric_limits<float>::quiet_NaN()), "tensor \"m/W\" holds nan at element 4");
+  refused(set("v/gain", 1, -1.0f), "tensor \"v/gain\" holds -1 at element 1");
+  refused(set("v/W", 0, std::numeric_limits<float>::infinity()), "tensor \"v/W\" holds inf at element 0");
+  refused([](SafeTensors& f) { f.metadata.erase("t"); }, "no \"t\" in its metadata");
+  refused([](SafeTensors& f) { f.metadata["t"] = "17x"; }, "\"t\" is not an integer: \"17x\"");
+  refused([](SafeTensors& f) { f.metadata["t"] = "-1"; }, "the step count \"t\" is negative: -1");
 }
 
 TEST(EngineOptim, ParameterNamesAreUnique) {

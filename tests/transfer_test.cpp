@@ -212,7 +212,7 @@ TEST(TransferTraining, RestoreRejectsMissingOrMisshapenState) {
   source.save(full);
   const Mlp before = model.weights();
   engine::SafeTensors no_state = full;
-  no_state.tensors.erase("adamw.m/W1");
+  no_state.tensors.erase("m/W1");
   EXPECT_THROW(model.restore(no_state), std::runtime_error);
   engine::SafeTensors misshapen = full;
   misshapen.tensors["W1"] = engine::to_tensor<float>(MatF::Zero(4, 3));
@@ -221,6 +221,38 @@ TEST(TransferTraining, RestoreRejectsMissingOrMisshapenState) {
   EXPECT_EQ(model.weights().W2, before.W2);
   model.restore(full);
   EXPECT_EQ(model.weights().W1, source.weights().W1);
+}
+
+// Checkpoints written before AdamW's state had one format (engine/adamw_state.hpp) named it
+// "adamw.m/NAME", "adamw.v/NAME" and "adamw.steps": such a file (the format's names renamed back)
+// still restores, bit for bit: the next step from it equals the next step of the model that wrote
+// it. Controls: the old file without a moment is refused; a model that did not restore the moments
+// (the same weights, fresh state) takes another step.
+TEST(TransferTraining, RestoresTheFormatWrittenBefore) {
+  engine::CpuBackend<float> be(1);
+  TrainConfig t;
+  t.batch = 16;
+  SkipMlp source(be, draw_target(4, 1), init_mlp(4, 2), t), model(be, draw_target(4, 1), init_mlp(4, 3), t);
+  const MatF X = MatF::NullaryExpr(16, 4, [](Eigen::Index i, Eigen::Index j) { return std::sin(float(3 * i + j)); });
+  for (int k = 0; k < 3; ++k) source.step(X, 1e-2);
+  engine::SafeTensors current;
+  source.save(current);
+  engine::SafeTensors old;
+  for (const auto& [name, tensor] : current.tensors)
+    old.tensors[name.rfind("m/", 0) == 0 || name.rfind("v/", 0) == 0 ? "adamw." + name : name] = tensor;
+  old.metadata["adamw.steps"] = current.metadata.at("t");
+  ASSERT_FALSE(old.metadata.count("t") || old.tensors.count("m/W1"));
+  engine::SafeTensors incomplete = old;
+  incomplete.tensors.erase("adamw.v/W2");
+  EXPECT_THROW(model.restore(incomplete), std::runtime_error);
+  SkipMlp fresh(be, draw_target(4, 1), source.weights(), t);
+  model.restore(old);
+  EXPECT_EQ(model.steps(), 3);
+  EXPECT_EQ(model.weights().W1, source.weights().W1);
+  for (SkipMlp* m : {&source, &model, &fresh}) m->step(X, 1e-2);
+  EXPECT_EQ(model.weights().W1, source.weights().W1);
+  EXPECT_EQ(model.weights().W2, source.weights().W2);
+  EXPECT_GT((fresh.weights().W1 - source.weights().W1).norm(), 1e-6);
 }
 
 // ---- The same model on the CUDA backend (skipped without a device) --------------------------

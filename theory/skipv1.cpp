@@ -28,6 +28,7 @@
 #include "theory/claims.hpp"
 
 #include <cmath>
+#include <stdexcept>
 
 namespace qkvlab::theory {
 namespace {
@@ -41,7 +42,52 @@ icl::Task make_task(const Config& c, bool scaled_prior) {
   return t;
 }
 
-bool has(const std::string& variant, const std::string& part) { return variant.find(part) != std::string::npos; }
+// The variants of the skipv1.* claims as typed fields, each with the label verify reports: the
+// architecture of the model's second layer (L_1: MHA, L_2: SkipV1), the prior and, for the
+// reduction, Assumption 1's copy width a.
+enum class CopyWidth { one, half, full };  // a = 1, ⌊d/2⌋, d
+struct IclVariant {
+  std::string label;
+  icl::Architecture architecture = icl::Architecture::mha;
+  bool scaled_prior = false;  // W_0 = c I (icl::theorem_w0_scale); else W_0 = 0
+  CopyWidth a = CopyWidth::full;
+};
+using IclVariants = std::vector<IclVariant>;
+
+using enum icl::Architecture;
+const IclVariants reduction_variants{
+    {.label = "model=mha a=1", .architecture = mha, .a = CopyWidth::one},
+    {.label = "model=mha a=d/2", .architecture = mha, .a = CopyWidth::half},
+    {.label = "model=mha a=d", .architecture = mha, .a = CopyWidth::full},
+    {.label = "model=skipv1 a=1", .architecture = skipv1, .a = CopyWidth::one},
+    {.label = "model=skipv1 a=d/2", .architecture = skipv1, .a = CopyWidth::half},
+    {.label = "model=skipv1 a=d", .architecture = skipv1, .a = CopyWidth::full}};
+const IclVariants lemma1_variants{{.label = "k=1 prior=0", .architecture = mha, .scaled_prior = false},
+                                  {.label = "k=1 prior=cI", .architecture = mha, .scaled_prior = true},
+                                  {.label = "k=2 prior=0", .architecture = skipv1, .scaled_prior = false},
+                                  {.label = "k=2 prior=cI", .architecture = skipv1, .scaled_prior = true}};
+const IclVariants lemma2_variants{{.label = "k=1", .architecture = mha}, {.label = "k=2", .architecture = skipv1}};
+const IclVariants thm2_variants{{.label = "skipv1 prior=0", .architecture = skipv1, .scaled_prior = false},
+                                {.label = "skipv1 prior=cI", .architecture = skipv1, .scaled_prior = true},
+                                {.label = "mha prior=0", .architecture = mha, .scaled_prior = false}};
+
+// Claim::variants: the labels of a list.
+std::function<std::vector<std::string>(const Config&)> labels(const IclVariants& list) {
+  return [&list](const Config&) {
+    std::vector<std::string> out;
+    for (const IclVariant& v : list) out.push_back(v.label);
+    return out;
+  };
+}
+
+// The variant a point runs, found by its whole label.
+const IclVariant& variant_of(const IclVariants& list, const Config& c) {
+  for (const IclVariant& v : list)
+    if (v.label == c.variant) return v;
+  throw std::logic_error("skipv1: no variant \"" + c.variant + "\"");
+}
+
+int copy_width(CopyWidth a, int d) { return a == CopyWidth::one ? 1 : a == CopyWidth::half ? d / 2 : d; }
 
 // The control of a statistical check: rejected by the check's own rule.
 ControlOutcome rejected(std::string name, const icl::LemmaResult& r) {
@@ -64,14 +110,11 @@ icl::LemmaOptions options(Rng& rng, icl::Form form = icl::Form::posterior_mean) 
   return {check_prompts, rng.next_u64(), 1, -1, form};
 }
 
-std::vector<std::string> arch_priors(const Config&) {
-  return {"k=1 prior=0", "k=1 prior=cI", "k=2 prior=0", "k=2 prior=cI"};
-}
-
 Outcome lemma1(const Config& c, Precision, Rng& rng) {
-  const auto arch = has(c.variant, "k=1") ? icl::Architecture::mha : icl::Architecture::skipv1;
+  const IclVariant& v = variant_of(lemma1_variants, c);
+  const auto arch = v.architecture;
   const icl::LemmaOptions o = options(rng);
-  const auto r = icl::check_lemma1(make_task(c, has(c.variant, "prior=cI")), o, arch);
+  const auto r = icl::check_lemma1(make_task(c, v.scaled_prior), o, arch);
   icl::LemmaOptions ridge = o;
   ridge.form = icl::Form::ridge;
   ridge.zero_weights = true;
@@ -80,7 +123,7 @@ Outcome lemma1(const Config& c, Precision, Rng& rng) {
 }
 
 Outcome lemma2(const Config& c, Precision, Rng& rng) {
-  const auto arch = has(c.variant, "k=1") ? icl::Architecture::mha : icl::Architecture::skipv1;
+  const auto arch = variant_of(lemma2_variants, c).architecture;
   const icl::LemmaOptions o = options(rng);
   return outcome(icl::check_lemma2(make_task(c, false), o, arch),
                  rejected("W_0 = c I (no Y -> -Y symmetry)", icl::check_lemma2(make_task(c, true), o, arch)));
@@ -100,11 +143,12 @@ Outcome lemma4(const Config& c, Precision, Rng& rng) {
 }
 
 Outcome thm2(const Config& c, Precision, Rng& rng) {
+  const IclVariant& v = variant_of(thm2_variants, c);
   const icl::LemmaOptions o = options(rng);
-  if (has(c.variant, "skipv1")) {
+  if (v.architecture == icl::Architecture::skipv1) {
     icl::LemmaOptions typo = o;
     typo.form = icl::Form::ridge_sigma_typo;
-    return outcome(icl::check_thm2(make_task(c, has(c.variant, "prior=cI")), o, icl::Thm2Part::skipv1),
+    return outcome(icl::check_thm2(make_task(c, v.scaled_prior), o, icl::Thm2Part::skipv1),
                    rejected("sigma I typo: Y X^T (X X^T + sigma I)^-1, W_0 = 0",
                             icl::check_thm2(make_task(c, false), typo, icl::Thm2Part::skipv1)));
   }
@@ -115,9 +159,8 @@ Outcome thm2(const Config& c, Precision, Rng& rng) {
 // skipv1.reduction: token level against the reduced form.
 struct Reduction {
   template <class S> static Outcome run(const Config& c, Rng& rng) {
-    const int d = c.d, n = c.seq;
-    const bool skip = has(c.variant, "skipv1");
-    const int a = has(c.variant, "a=1") ? 1 : has(c.variant, "a=d/2") ? d / 2 : d;
+    const IclVariant& v = variant_of(reduction_variants, c);
+    const int d = c.d, n = c.seq, a = copy_width(v.a, d);
     const icl::Task task{d, n, sigma, {}};
     const icl::Prompt p = icl::draw_prompt(task, rng);
     const double s = 1.0 / std::sqrt(double(d));
@@ -125,7 +168,7 @@ struct Reduction {
     icl::LayerTwo<S> w;
     for (auto& h : w.heads) h = {draw<S>(rng, d, d, s), draw<S>(rng, d, d, s), draw<S>(rng, d, d, s)};
     w.H = draw<S>(rng, d, d, s);
-    const auto arch = skip ? icl::Architecture::skipv1 : icl::Architecture::mha;
+    const auto arch = v.architecture;
     const Vec<S> reduced = icl::reduced_prediction<S>(cast<S>(p.X), cast<S>(p.Y), Vec<S>(cast<S>(p.x_query)), A, B,
                                                       icl::reduce<S>(w, A), arch);
     Outcome o;
@@ -145,31 +188,56 @@ const DefaultSweep stat_sweep{.d = {4}, .seq = {16}};
 }  // namespace
 
 void register_skipv1_claims(std::vector<Claim>& claims) {
-  claims.push_back({"skipv1.reduction",
-                    "token-level 2-layer MHA/SkipV1 under Assumption 1 = reduced form sum_h W^h G^h M^h x_{n+1}",
-                    Kind::identity, stat_dims, 1e3,
-                    [](const Config&) {
-                      return std::vector<std::string>{"model=mha a=1", "model=mha a=d/2", "model=mha a=d",
-                                                      "model=skipv1 a=1", "model=skipv1 a=d/2", "model=skipv1 a=d"};
-                    },
-                    {.d = {4, 16}, .seq = {4, 16}}, dispatch<Reduction>()});
-  claims.push_back({"skipv1.lemma1", "L_k = C + E||sum_h W^h G M^h - W_D||^2 for any weights (posterior mean W_D)",
-                    Kind::statistical, stat_dims, icl::lemma_budget, arch_priors, stat_sweep, lemma1});
-  claims.push_back({"skipv1.lemma2", "cross term E<W_D - N_3, N_1 + N_2> = 0 (Y-odd/even split, Eqs. 9-10), W_0 = 0",
-                    Kind::statistical, stat_dims, icl::lemma_budget,
-                    [](const Config&) { return std::vector<std::string>{"k=1", "k=2"}; }, stat_sweep, lemma2});
-  claims.push_back({"skipv1.lemma3", "E[X Y_i^T Y_i X^T] = t_1 I and E[X Y_i^T (W_D)_i] = t_2 I (isotropy), W_0 = 0",
-                    Kind::statistical, stat_dims, icl::lemma_budget,
-                    [](const Config&) { return std::vector<std::string>{"t1", "t2"}; }, stat_sweep, lemma3});
-  claims.push_back({"skipv1.lemma4", "L~ - E||Lambda Y X^T - h||^2 is the same at every (W~, M~), W_0 = 0",
-                    Kind::statistical, stat_dims, icl::lemma_budget, nullptr, stat_sweep, lemma4});
-  claims.push_back({"skipv1.thm2",
-                    "SkipV1 construction attains C + C_3 (any prior); MHA loss = C + C_1 + C_3 + E||Lambda YX^T - N_3||^2 (W_0 = 0)",
-                    Kind::statistical, stat_dims, icl::lemma_budget,
-                    [](const Config&) {
-                      return std::vector<std::string>{"skipv1 prior=0", "skipv1 prior=cI", "mha prior=0"};
-                    },
-                    stat_sweep, thm2});
+  claims.push_back({.id = "skipv1.reduction",
+                    .statement = "token-level 2-layer MHA/SkipV1 under Assumption 1 = reduced form sum_h W^h G^h M^h "
+                                 "x_{n+1}",
+                    .kind = Kind::identity,
+                    .dims = stat_dims,
+                    .budget = 1e3,
+                    .variants = labels(reduction_variants),
+                    .defaults = {.d = {4, 16}, .seq = {4, 16}},
+                    .run = dispatch<Reduction>()});
+  claims.push_back({.id = "skipv1.lemma1",
+                    .statement = "L_k = C + E||sum_h W^h G M^h - W_D||^2 for any weights (posterior mean W_D)",
+                    .kind = Kind::statistical,
+                    .dims = stat_dims,
+                    .budget = icl::lemma_budget,
+                    .variants = labels(lemma1_variants),
+                    .defaults = stat_sweep,
+                    .run = lemma1});
+  claims.push_back({.id = "skipv1.lemma2",
+                    .statement = "cross term E<W_D - N_3, N_1 + N_2> = 0 (Y-odd/even split, Eqs. 9-10), W_0 = 0",
+                    .kind = Kind::statistical,
+                    .dims = stat_dims,
+                    .budget = icl::lemma_budget,
+                    .variants = labels(lemma2_variants),
+                    .defaults = stat_sweep,
+                    .run = lemma2});
+  claims.push_back({.id = "skipv1.lemma3",
+                    .statement = "E[X Y_i^T Y_i X^T] = t_1 I and E[X Y_i^T (W_D)_i] = t_2 I (isotropy), W_0 = 0",
+                    .kind = Kind::statistical,
+                    .dims = stat_dims,
+                    .budget = icl::lemma_budget,
+                    .variants = [](const Config&) { return std::vector<std::string>{"t1", "t2"}; },
+                    .defaults = stat_sweep,
+                    .run = lemma3});
+  claims.push_back({.id = "skipv1.lemma4",
+                    .statement = "L~ - E||Lambda Y X^T - h||^2 is the same at every (W~, M~), W_0 = 0",
+                    .kind = Kind::statistical,
+                    .dims = stat_dims,
+                    .budget = icl::lemma_budget,
+                    .variants = nullptr,
+                    .defaults = stat_sweep,
+                    .run = lemma4});
+  claims.push_back({.id = "skipv1.thm2",
+                    .statement = "SkipV1 construction attains C + C_3 (any prior); MHA loss = C + C_1 + C_3 + "
+                                 "E||Lambda YX^T - N_3||^2 (W_0 = 0)",
+                    .kind = Kind::statistical,
+                    .dims = stat_dims,
+                    .budget = icl::lemma_budget,
+                    .variants = labels(thm2_variants),
+                    .defaults = stat_sweep,
+                    .run = thm2});
 }
 
 }  // namespace qkvlab::theory
