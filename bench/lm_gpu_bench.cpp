@@ -95,7 +95,7 @@ class ProductTimer final : public Backend<float> {
   void swiglu_backward(std::size_t n, const float* G, const float* U, const float* dY, float* dG, float* dU) override {
     b_.swiglu_backward(n, G, U, dY, dG, dU);
   }
-  void rope(int B, int T, int past, int h, int d, int ld, const engine::kernels::RopeFrequencies& f, bool inverse,
+  void rope(int B, int T, int past, int h, int d, int ld, const engine::RopeFrequencies& f, bool inverse,
             float* X) override {
     b_.rope(B, T, past, h, d, ld, f, inverse, X);
   }

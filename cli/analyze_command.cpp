@@ -12,7 +12,7 @@
 #include "cli/validators.hpp"
 #include "core/atomic_file.hpp"
 #include "corpus/token_file.hpp"
-#include "gpu/backend.hpp"
+#include "engine/make_backend.hpp"
 #include "lm/model_files.hpp"
 
 namespace qkvlab::cli {
@@ -71,7 +71,7 @@ int run_analyze(const AnalyzeArgs& a, const std::string& command_line) {
   const analysis::Kind kind = analysis::parse_kind(a.kind);
   const analysis::Options options = analysis_options(a, kind);
   apply_threads(a.threads, BlasUse::per_worker);  // the CPU backend runs one product per worker
-  const auto backend = gpu::make_backend(a.device, a.threads);
+  const auto backend = engine::make_backend(a.device, a.threads);
   const auto model = lm::load_model(a.checkpoint, *backend, a.allow_nonfinite);
   const lm::TokenSequences data = read_token_sequences(a.input, a.checkpoint, a.seed, model->config(), false);
   const Progress show{"analyze", Progress::wanted(a.quiet)};

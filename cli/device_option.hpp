@@ -5,7 +5,7 @@
 
 #include "core/errors.hpp"
 #include "engine/kernel_types.hpp"
-#include "gpu/device.hpp"
+#include "engine/make_backend.hpp"
 
 #include <CLI/CLI.hpp>
 
@@ -31,8 +31,8 @@ inline CLI::Option* add_device_option(CLI::App* cmd, Device& device, bool gpu_pa
 inline void require_device(Device device, bool gpu_path = true) {
   if (device != Device::cuda) return;
   if (!gpu_path) throw UsageError("--device cuda: this command has no GPU path yet; run it with --device cpu");
-  if (!gpu::device_status().available)
-    throw UsageError("--device cuda: no CUDA device can be used (" + gpu::device_status().description + ")");
+  if (!engine::cuda_available())
+    throw UsageError("--device cuda: no CUDA device can be used (" + engine::cuda_description() + ")");
 }
 
 }  // namespace qkvlab::cli

@@ -10,7 +10,7 @@
 #include "cli/token_options.hpp"
 #include "cli/validators.hpp"
 #include "core/errors.hpp"
-#include "gpu/backend.hpp"
+#include "engine/make_backend.hpp"
 #include "lm/eliminate.hpp"
 
 namespace qkvlab::cli {
@@ -39,7 +39,7 @@ int run_eliminate(const EliminateArgs& a) {
   lm::eliminate_queries(source, layers);  // refuses what does not apply before anything is read or written
   const lm::TokenSequences data = read_token_sequences(a.input, a.checkpoint, a.seed, source.config, true);
   apply_threads(a.threads, BlasUse::per_worker);  // the CPU backend runs one product per worker
-  const auto backend = gpu::make_backend(a.device, a.threads);
+  const auto backend = engine::make_backend(a.device, a.threads);
   const lm::EliminationReport report = lm::eliminate_and_measure(source, layers, data, *backend, a.batch);
   lm::save_checkpoint(a.out, report.result.checkpoint);
   results::Value out = results::Value::object();

@@ -12,7 +12,7 @@
 #include "cli/validators.hpp"
 #include "core/errors.hpp"
 #include "corpus/token_file.hpp"
-#include "gpu/backend.hpp"
+#include "engine/make_backend.hpp"
 #include "lm/describe.hpp"
 #include "lm/evaluate.hpp"
 #include "lm/model_files.hpp"
@@ -39,7 +39,7 @@ int run_eval(const EvalArgs& a) {
   const lm::TokenSequences data = lm::token_sequences(tokens.ids, tokens.rows, tokens.cols, a.seq_len, a.sequences);
   const std::string source = a.text.empty() ? a.tokens : a.text;
   apply_threads(a.threads, BlasUse::per_worker);  // the CPU backend runs one product per worker
-  const auto backend = gpu::make_backend(a.device, a.threads);
+  const auto backend = engine::make_backend(a.device, a.threads);
   const auto model = lm::load_model(a.checkpoint, *backend, a.allow_nonfinite);
   lm::check_sequences(data, model->config(), source);
   const Progress show{"lm eval", Progress::wanted(a.quiet)};

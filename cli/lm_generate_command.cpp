@@ -13,7 +13,7 @@
 #include "core/errors.hpp"
 #include "core/peak_memory.hpp"
 #include "corpus/token_file.hpp"
-#include "gpu/backend.hpp"
+#include "engine/make_backend.hpp"
 #include "lm/generate.hpp"
 #include "lm/model_files.hpp"
 #include "lm/tokenizer.hpp"
@@ -68,7 +68,7 @@ int run_generate(const GenerateArgs& a) {
   require_device(a.device);
   const std::vector<std::int32_t> prompt = prompt_ids(a);
   apply_threads(a.threads, BlasUse::per_worker);
-  const auto backend = gpu::make_backend(a.device, a.threads);
+  const auto backend = engine::make_backend(a.device, a.threads);
   const auto model = lm::load_model(a.checkpoint, *backend, a.allow_nonfinite);
   const Progress show{"lm generate", Progress::wanted(a.quiet)};
   const lm::Generation g = lm::generate(*model, prompt, a.max_new, a.batch, a.sampling,

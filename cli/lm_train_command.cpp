@@ -11,7 +11,7 @@
 #include "cli/plot_common.hpp"
 #include "cli/usage_hint.hpp"
 #include "cli/validators.hpp"
-#include "gpu/backend.hpp"
+#include "engine/make_backend.hpp"
 #include "lm/checkpoint.hpp"
 #include "lm/train.hpp"
 
@@ -73,7 +73,7 @@ int run_train(const LmTrainArgs& a, const CLI::App& cmd, const std::string& comm
                                  : with_hint([&] { return lm::brown_data(a.data); },
                                              "prepare it with 'qkvlab data brown --out " + a.data + "'");
   apply_threads(a.threads, BlasUse::per_worker);  // the CPU backend runs one product per worker
-  const auto backend = gpu::make_backend(a.device, a.threads);
+  const auto backend = engine::make_backend(a.device, a.threads);
   const Progress show{"lm train", Progress::wanted(a.quiet)};
   const results::Value out = lm::train_language_model(o, data, *backend, [&](const lm::Progress& p) {
     char extra[160];

@@ -10,7 +10,7 @@
 #include "cli/validators.hpp"
 #include "core/atomic_file.hpp"
 #include "corpus/token_file.hpp"
-#include "gpu/backend.hpp"
+#include "engine/make_backend.hpp"
 #include "lm/model_files.hpp"
 #include "probes/layerwise.hpp"
 #include "probes/tags.hpp"
@@ -68,7 +68,7 @@ int run_probe(const ProbeArgs& a, const std::string& command_line) {
   o.tags = a.target == "pos", o.init_model = a.init == "model";
   const probes::ProbeData data = probe_data(a);
   apply_threads(a.threads, BlasUse::per_worker);  // the CPU backend runs one product per worker
-  const auto backend = gpu::make_backend(a.device, a.threads);
+  const auto backend = engine::make_backend(a.device, a.threads);
   const auto model = lm::load_model(a.checkpoint, *backend, a.allow_nonfinite);
   for (const auto* s : {&data.train, &data.validation})
     for (std::int32_t id : *s)

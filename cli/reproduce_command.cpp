@@ -9,7 +9,7 @@
 #include "cli/threads_option.hpp"
 #include "cli/usage_hint.hpp"
 #include "cli/validators.hpp"
-#include "gpu/backend.hpp"
+#include "engine/make_backend.hpp"
 #include "reproduce/reproduce.hpp"
 
 namespace qkvlab::cli {
@@ -74,7 +74,7 @@ int run_reproduce(const ReproduceArgs& a, const std::string& command_line) {
   reproduce::Context c;
   c.options = a.options;
   c.options.work = a.work, c.options.data = a.data, c.options.device = a.device, c.options.command_line = command_line;
-  c.backend = [device = a.device, threads = a.options.threads] { return gpu::make_backend(device, threads); };
+  c.backend = [device = a.device, threads = a.options.threads] { return engine::make_backend(device, threads); };
   const bool show = Progress::wanted(a.quiet);
   auto bar = std::make_shared<std::optional<Progress>>();
   auto stage = std::make_shared<std::string>();

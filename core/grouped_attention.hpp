@@ -32,7 +32,7 @@ template <class S> struct GroupedAttention : AttentionWeights<S> {
   int group(int h) const { return h * kv_heads / this->heads; }
 };
 
-// Hugging Face's default RoPE frequencies ω_i = θ^(−2i/d_h), i < d_h/2 (engine/kernels/rope.hpp
+// Hugging Face's default RoPE frequencies ω_i = θ^(−2i/d_h), i < d_h/2 (engine/rope_frequencies.hpp
 // without the "llama3" scaling): distinct for θ > 1, all equal to 1 for θ = 1.
 inline std::vector<double> rope_frequencies(Eigen::Index d_h, double theta) {
   std::vector<double> omega(std::size_t(d_h / 2));

@@ -25,7 +25,7 @@
 
 #include "engine/buffer.hpp"
 #include "engine/kernel_types.hpp"
-#include "engine/kernels/rope.hpp"
+#include "engine/rope_frequencies.hpp"
 
 namespace qkvlab::engine {
 
@@ -92,7 +92,7 @@ class Backend : public Memory {
   // within each head, dimensions i and i + d/2 rotate by the angle
   // t·θ^(−2i/d), t the position of the row: past + (n mod T) (past > 0: the T positions
   // after the `past` already in a decoder's cache). backward = the inverse rotation.
-  virtual void rope(int B, int T, int past, int heads, int d, int ld, const kernels::RopeFrequencies& f, bool inverse,
+  virtual void rope(int B, int T, int past, int heads, int d, int ld, const RopeFrequencies& f, bool inverse,
                     S* X) = 0;
 
   // ---- Causal softmax attention ---------------------------------------------

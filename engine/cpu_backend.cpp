@@ -227,18 +227,18 @@ void CpuBackend<S>::swiglu_backward(std::size_t count, const S* G, const S* U, c
 // ---- Rotary positions --------------------------------------------------------------------
 
 template <class S>
-const S* CpuBackend<S>::rope_table(int T_, int d, const k::RopeFrequencies& f) {
+const S* CpuBackend<S>::rope_table(int T_, int d, const RopeFrequencies& f) {
   auto key = std::make_tuple(T_, d, f.key());
   auto it = rope_tables_.find(key);
-  if (it == rope_tables_.end()) it = rope_tables_.emplace(key, k::rope_table<S>(T_, d, f)).first;
+  if (it == rope_tables_.end()) it = rope_tables_.emplace(key, engine::rope_table<S>(T_, d, f)).first;
   return it->second.data();
 }
 
 template <class S>
-void CpuBackend<S>::rope(int B, int T_, int past, int heads, int d, int ld, const k::RopeFrequencies& f, bool inverse,
+void CpuBackend<S>::rope(int B, int T_, int past, int heads, int d, int ld, const RopeFrequencies& f, bool inverse,
                          S* X) {
   if (d % 2) throw std::invalid_argument("rope: the head width must be even, got " + std::to_string(d));
-  const S* table = rope_table(k::rope_table_length(T_, past), d, f) + std::size_t(past) * d;
+  const S* table = rope_table(rope_table_length(T_, past), d, f) + std::size_t(past) * d;
   split(std::size_t(B) * T_, 16, [&](std::size_t n0, std::size_t n1) {
     k::rope_rows(int(n0), int(n1), T_, heads, d, ld, table, inverse, X);
   });

@@ -54,7 +54,7 @@ class CpuBackend final : public Backend<S> {
   void relu_backward(std::size_t count, const S* X, const S* dY, S* dX) override;
   void swiglu_forward(std::size_t count, const S* G, const S* U, S* Y) override;
   void swiglu_backward(std::size_t count, const S* G, const S* U, const S* dY, S* dG, S* dU) override;
-  void rope(int B, int T_, int past, int heads, int d, int ld, const kernels::RopeFrequencies& f, bool inverse,
+  void rope(int B, int T_, int past, int heads, int d, int ld, const RopeFrequencies& f, bool inverse,
             S* X) override;
   void attention_forward(const AttentionShape& s, S scale, const S* q, const S* k, const S* v, S* pattern,
                          S* z) override;
@@ -69,7 +69,7 @@ class CpuBackend final : public Backend<S> {
   // f(begin, end) over [0, count) in pieces of at least `grain`, on the pool.
   template <class F>
   void split(std::size_t count, std::size_t grain, F&& f);
-  const S* rope_table(int T_, int d, const kernels::RopeFrequencies& f);
+  const S* rope_table(int T_, int d, const RopeFrequencies& f);
 
   int threads_;
   std::map<std::tuple<int, int, std::tuple<double, double, double, double, double>>, std::vector<S>> rope_tables_;

@@ -1,12 +1,14 @@
+// gpu/'s registration of the CUDA backend with engine/make_backend.hpp, run at static
+// initialization. Compiled into every target that links qkvlab_gpu (an interface source,
+// gpu/CMakeLists.txt), so that it is part of the program even where nothing names gpu/.
+#include "engine/make_backend.hpp"
 #include "gpu/backend.hpp"
+#include "gpu/device.hpp"
 
-#include "engine/cpu_backend.hpp"
+namespace {
 
-namespace qkvlab::gpu {
+const bool qkvlab_cuda_registered = qkvlab::engine::register_cuda_source(
+    {[] { return qkvlab::gpu::device_status().available; },
+     []() -> const std::string& { return qkvlab::gpu::device_status().description; }, &qkvlab::gpu::make_cuda_backend});
 
-std::unique_ptr<engine::Backend<float>> make_backend(engine::Device device, int threads) {
-  if (device == engine::Device::cuda) return make_cuda_backend();
-  return std::make_unique<engine::CpuBackend<float>>(threads);
-}
-
-}  // namespace qkvlab::gpu
+}  // namespace

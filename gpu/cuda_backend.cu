@@ -4,7 +4,7 @@
 // cuBLAS statuses become std::runtime_error.
 #include "gpu/cuda_backend.hpp"
 
-#include "engine/kernels/rope.hpp"
+#include "engine/rope_frequencies.hpp"
 #include "gpu/backend.hpp"
 #include "gpu/cublas.cuh"
 #include "gpu/cuda_check.cuh"
@@ -230,11 +230,11 @@ void CudaBackend::swiglu_backward(std::size_t count, const float* G, const float
 
 // ---- Rotary positions ------------------------------------------------------------------------------
 
-const float* CudaBackend::rope_table(int T, int d, const engine::kernels::RopeFrequencies& f) {
+const float* CudaBackend::rope_table(int T, int d, const engine::RopeFrequencies& f) {
   const auto key = std::make_tuple(T, d, f.key());
   auto it = rope_tables_.find(key);
   if (it == rope_tables_.end()) {
-    const std::vector<float> host = engine::kernels::rope_table<float>(T, d, f);
+    const std::vector<float> host = engine::rope_table<float>(T, d, f);
     float* table = static_cast<float*>(allocate(host.size() * sizeof(float)));
     upload(table, host.data(), host.size() * sizeof(float));
     it = rope_tables_.emplace(key, table).first;
@@ -242,12 +242,12 @@ const float* CudaBackend::rope_table(int T, int d, const engine::kernels::RopeFr
   return it->second;
 }
 
-void CudaBackend::rope(int B, int T, int past, int heads, int d, int ld, const engine::kernels::RopeFrequencies& f,
+void CudaBackend::rope(int B, int T, int past, int heads, int d, int ld, const engine::RopeFrequencies& f,
                        bool inverse, float* X) {
   if (d % 2) throw std::invalid_argument("rope: the head width must be even, got " + std::to_string(d));
   const std::size_t count = std::size_t(B) * T * heads * (d / 2);
   if (count == 0) return;
-  const float* table = rope_table(engine::kernels::rope_table_length(T, past), d, f) + std::size_t(past) * d;
+  const float* table = rope_table(engine::rope_table_length(T, past), d, f) + std::size_t(past) * d;
   kn::rope_kernel<<<kn::blocks_for(count), kn::kThreads>>>(B * T, T, heads, d, ld, table, inverse, X);
   QKVLAB_KERNEL_CHECK();
 }

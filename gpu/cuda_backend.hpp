@@ -80,7 +80,7 @@ class CudaBackend final : public engine::Backend<float> {
   void swiglu_forward(std::size_t count, const float* G, const float* U, float* Y) override;
   void swiglu_backward(std::size_t count, const float* G, const float* U, const float* dY, float* dG,
                        float* dU) override;
-  void rope(int B, int T, int past, int heads, int d, int ld, const engine::kernels::RopeFrequencies& f, bool inverse,
+  void rope(int B, int T, int past, int heads, int d, int ld, const engine::RopeFrequencies& f, bool inverse,
             float* X) override;
   void attention_forward(const engine::AttentionShape& s, float scale, const float* q, const float* k,
                          const float* v, float* pattern, float* z) override;
@@ -94,7 +94,7 @@ class CudaBackend final : public engine::Backend<float> {
 
  private:
   double* column_partials(std::size_t count);  // kept scratch of at least `count` doubles
-  const float* rope_table(int T, int d, const engine::kernels::RopeFrequencies& f);
+  const float* rope_table(int T, int d, const engine::RopeFrequencies& f);
 
   double* dot_partials_ = nullptr;             // kernels::kDotBlocks per-block sums
   std::vector<double> dot_host_;               // their host copy

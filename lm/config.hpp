@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "engine/kernel_types.hpp"
-#include "engine/kernels/rope.hpp"
+#include "engine/rope_frequencies.hpp"
 
 namespace qkvlab::lm {
 
@@ -79,7 +79,7 @@ struct Config {
   GeluForm gelu = GeluForm::tanh;
   double norm_eps = 1e-5;
   double rope_theta = 10000;
-  // Llama 3.1's "llama3" RoPE scaling (engine/kernels/rope.hpp); off while rope_original_context is 0.
+  // Llama 3.1's "llama3" RoPE scaling (engine/rope_frequencies.hpp); off while rope_original_context is 0.
   double rope_factor = 1, rope_low_freq_factor = 1, rope_high_freq_factor = 4, rope_original_context = 0;
   bool norm = true;        // false: no norm in front of attention and MLP, no final norm (--norm none)
   // 1-based, ascending: layers with the Q-identity parameterization in a model of
@@ -92,7 +92,7 @@ struct Config {
   bool identity_query(int layer) const;  // 0-based: head h's query is the h-th slice of N1's output
   double attention_scale(int layer) const;  // 0-based
   bool rope() const { return family == Family::llama; }
-  engine::kernels::RopeFrequencies rope_frequencies() const {
+  engine::RopeFrequencies rope_frequencies() const {
     return {rope_theta, rope_factor, rope_low_freq_factor, rope_high_freq_factor, rope_original_context};
   }
 };

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/rng.hpp"
+#include "lm/head.hpp"
 
 namespace qkvlab::probes {
 
@@ -18,8 +19,6 @@ engine::ParameterLayout probe_layout(const lm::Config& c, int outputs) {
   return layout;
 }
 
-constexpr int kRows = 512;  // rows of logits at a time
-
 }  // namespace
 
 template <class S>
@@ -28,49 +27,35 @@ struct Probe<S>::Impl {
   int V, rows;
   engine::Backend<S>& be;
   engine::ParameterSet<S> params;
-  engine::Buffer<S> nh, mean, rstd, logits, losses, dnh, dh;
+  engine::Buffer<S> nh, mean, rstd, dh;
+  lm::Head<S> head;
   engine::Buffer<std::int32_t> targets;
 
   Impl(const lm::Config& c, int outputs, int rows_, engine::Backend<S>& backend)
       : config(c), V(outputs), rows(rows_), be(backend), params(backend, probe_layout(c, outputs)),
         nh(backend, std::size_t(rows_) * c.d), mean(backend, rows_), rstd(backend, rows_),
-        logits(backend, std::size_t(std::min(rows_, kRows)) * outputs), losses(backend, rows_),
-        dnh(backend, std::size_t(rows_) * c.d), dh(backend, std::size_t(rows_) * c.d), targets(backend, rows_) {}
+        dh(backend, std::size_t(rows_) * c.d), head(backend, rows_, c.d, outputs, true), targets(backend, rows_) {}
 
-  engine::Centering centering() const {
-    return config.family == lm::Family::gpt2 ? engine::Centering::mean : engine::Centering::none;
+  lm::NormWeights<S> norm() {
+    const bool biased = params.layout.find("norm.bias");
+    return {params.value("norm.weight"), biased ? params.value("norm.bias") : nullptr, params.grad("norm.weight"),
+            biased ? params.grad("norm.bias") : nullptr};
   }
-  S* bias() { return params.layout.find("norm.bias") ? params.value("norm.bias") : nullptr; }
-  S* dbias() { return params.layout.find("norm.bias") ? params.grad("norm.bias") : nullptr; }
 
   lm::LossSum forward(const S* h, const std::int32_t* host_targets, int N, bool train, double scale,
                       std::vector<double>* per_row) {
     if (N > rows) throw std::invalid_argument("probe: more rows than it was made for");
     const int d = config.d;
     targets.upload(host_targets, std::size_t(N));
-    S *U = params.value("head"), *g = params.value("norm.weight");
-    be.norm_forward(N, d, centering(), S(config.norm_eps), h, g, bias(), nh.data(), mean.data(), rstd.data());
-    for (int r0 = 0; r0 < N; r0 += kRows) {  // logits = n(h) Uᵀ, a block of rows at a time
-      const int n = std::min(kRows, N - r0);
-      const S* x = nh.data() + std::size_t(r0) * d;
-      be.gemm(engine::Trans::none, engine::Trans::transpose, n, V, d, S(1), x, d, 0, U, d, 0, S(0), logits.data(), V,
-              0, 1);
-      be.cross_entropy(n, V, logits.data(), targets.data() + r0, losses.data() + r0, S(scale),
-                       train ? logits.data() : nullptr);
-      if (!train) continue;
-      // dU += dlogitsᵀ n(h);  dn(h) = dlogits U
-      be.gemm(engine::Trans::transpose, engine::Trans::none, V, d, n, S(1), logits.data(), V, 0, x, d, 0, S(1),
-              params.grad("head"), d, 0, 1);
-      be.gemm(engine::Trans::none, engine::Trans::none, n, d, V, S(1), logits.data(), V, 0, U, d, 0, S(0),
-              dnh.data() + std::size_t(r0) * d, d, 0, 1);
-    }
+    const lm::NormWeights<S> w = norm();
+    lm::normalize(be, config, N, h, w, nh.data(), mean.data(), rstd.data());
+    head.loss(N, nh.data(), params.value("head"), targets.data(), S(scale), train ? params.grad("head") : nullptr);
     if (train) {  // the norm's gain and bias; h is frozen (its gradient is not used)
       be.fill(std::size_t(N) * d, S(0), dh.data());
-      be.norm_backward(N, d, centering(), h, g, mean.data(), rstd.data(), dnh.data(), dh.data(),
-                       params.grad("norm.weight"), dbias());
+      lm::normalize_backward(be, config, N, h, w, mean.data(), rstd.data(), head.dx(), dh.data());
     }
     std::vector<S> host(static_cast<std::size_t>(N));
-    losses.download(host.data(), host.size());
+    head.losses().download(host.data(), host.size());
     lm::LossSum total;
     if (per_row) per_row->assign(host.begin(), host.end());
     for (int i = 0; i < N; ++i)

@@ -51,7 +51,7 @@ using ProgressFn = std::function<void(const std::string& stage, const std::strin
 // One line of news ("reusing work/vanilla-s1-…", "training …"), for stderr.
 using NoteFn = std::function<void(const std::string& line)>;
 
-// Where the backends come from: the command makes them (gpu/backend.hpp), this library uses them.
+// Where the backends come from: the command makes them (engine/make_backend.hpp), this library uses them.
 using BackendFactory = std::function<std::unique_ptr<engine::Backend<float>>()>;
 
 struct Context {

@@ -7,11 +7,11 @@
 #include "engine/adamw_state.hpp"
 #include "engine/blas.hpp"
 #include "engine/linear.hpp"
+#include "engine/make_backend.hpp"
 #include "engine/optimizer.hpp"
 #include "engine/relative_error.hpp"
 #include "engine/rng.hpp"
 #include "engine/schedule.hpp"
-#include "gpu/backend.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -400,7 +400,7 @@ TransferResult run_transfer(int d, const TransferConfig& c, const StepObserver& 
   TransferResult result;
   result.d = d;
   const Target target = draw_target(d, c.seed);
-  const std::unique_ptr<engine::Backend<float>> backend = gpu::make_backend(c.train.device, c.threads);
+  const std::unique_ptr<engine::Backend<float>> backend = engine::make_backend(c.train.device, c.threads);
   SkipMlp model(*backend, target, init_mlp(d, c.seed), c.train);
   const Predictor target_values = [&](const MatF& X) { return MatD(model.target(X).cast<double>()); };
 

@@ -12,7 +12,7 @@
 // GELU is the exact erf form; everything trains in float.
 //
 // The model and its target exist once, in SkipMlp, written against engine/backend.hpp: the
-// CPU backend and the CUDA backend (`--device cpu|cuda`, gpu/backend.hpp) run the same code.
+// CPU backend and the CUDA backend (`--device cpu|cuda`, engine/make_backend.hpp) run the same code.
 // Forward, with Z = X W1 (n×r), H = GELU(Z), F = X + H W2 and Z* = X U, H* = GELU(Z*),
 // F* = X R + H* V (the target is data: no gradient flows into it):
 //     loss = Σ‖F − F*‖² / Σ‖F*‖² over the batch   (engine/relative_error.hpp, sums in double)

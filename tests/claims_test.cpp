@@ -255,9 +255,9 @@ TEST(GroupedAttention, RopeIsTheLanguageModelsKernel) {
     std::vector<double> row_major(std::size_t(T * heads * dh));
     for (int t = 0; t < T; ++t)
       for (int j = 0; j < heads * dh; ++j) row_major[std::size_t(t * heads * dh + j)] = Y(t, j);
-    engine::kernels::RopeFrequencies f;
+    engine::RopeFrequencies f;
     f.theta = theta;
-    const auto table = engine::kernels::rope_table<double>(T, dh, f);
+    const auto table = engine::rope_table<double>(T, dh, f);
     auto kernel = row_major;
     engine::kernels::rope_rows<double>(0, T, T, heads, dh, heads * dh, table.data(), false, kernel.data());
     const MatD core = rope_rotate<double>(Y, rope_frequencies(dh, theta));

@@ -1,15 +1,18 @@
 // The CPU backend's buffers (engine/cpu_backend.cpp): every buffer starts at zero; one of 1 MiB or
 // more comes from mmap, so its pages take memory only once written (a model that is only evaluated
-// never writes its gradients). Small buffers come from the heap, zeroed by hand.
+// never writes its gradients). Small buffers come from the heap, zeroed by hand. And the backend a
+// command makes (engine/make_backend.hpp) in a program without gpu/.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstddef>
 #include <fstream>
+#include <stdexcept>
 #include <string>
 
 #include "engine/buffer.hpp"
 #include "engine/cpu_backend.hpp"
+#include "engine/make_backend.hpp"
 
 namespace {
 
@@ -47,6 +50,21 @@ TEST(EngineBuffer, ALargeBufferIsResidentOnlyWhereWritten) {
   EXPECT_LT(allocated - before, 16 * 1024) << "allocating 256 MiB made " << allocated - before << " KiB resident";
   // Control: the measure sees memory that is written (128 MiB).
   EXPECT_GT(written - allocated, 120 * 1024) << written - allocated;
+}
+
+// A program that links no gpu/ (this test) has no CUDA source registered: --device cuda is refused
+// with one line saying so, and cpu is the CPU backend. (gpu_agreement_test's
+// GpuDevice.RegisteredWithTheEngine shows that a program with gpu/ gets gpu/'s status instead.)
+TEST(BackendFactory, WithoutGpuCudaIsRefused) {
+  EXPECT_FALSE(engine::cuda_available());
+  EXPECT_EQ(engine::cuda_description(), "this program was built without gpu/");
+  try {
+    engine::make_backend(engine::Device::cuda, 1);
+    FAIL() << "a CUDA backend without gpu/";
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(std::string(e.what()), "no CUDA device can be used (this program was built without gpu/)");
+  }
+  EXPECT_EQ(engine::make_backend(engine::Device::cpu, 1)->device(), engine::Device::cpu);
 }
 
 }  // namespace

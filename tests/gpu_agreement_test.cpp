@@ -25,6 +25,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "engine/make_backend.hpp"
 #include "engine/rng.hpp"
 #include "gpu/backend.hpp"
 #include "gpu/device.hpp"
@@ -86,11 +87,26 @@ TEST(GpuDevice, BackendNeedsADevice) {
       EXPECT_EQ(message, "no CUDA device can be used (" + device_status().description + ")");
       EXPECT_EQ(message.find('\n'), std::string::npos) << message;
     }
-    EXPECT_THROW(gpu::make_backend(eng::Device::cuda, 1), std::runtime_error);
+    try {  // the backend commands make (engine/make_backend.hpp) is gpu/'s, which registered itself
+      eng::make_backend(eng::Device::cuda, 1);
+      FAIL() << "engine::make_backend made a CUDA backend without a CUDA device";
+    } catch (const std::runtime_error& e) {
+      EXPECT_EQ(std::string(e.what()), "no CUDA device can be used (" + device_status().description + ")");
+    }
   } else {
     const auto backend = gpu::make_cuda_backend();
     EXPECT_EQ(backend->device(), eng::Device::cuda);
+    EXPECT_EQ(eng::make_backend(eng::Device::cuda, 1)->device(), eng::Device::cuda);
   }
+}
+
+// gpu/backend.cpp registers the CUDA backend with engine/make_backend.hpp at static
+// initialization: engine's view of CUDA is gpu/'s device status. (The control, a program without
+// gpu/, is engine_buffer_test's BackendFactory.WithoutGpuCudaIsRefused: "built without gpu/".)
+TEST(GpuDevice, RegisteredWithTheEngine) {
+  EXPECT_EQ(eng::cuda_available(), device_status().available);
+  EXPECT_EQ(eng::cuda_description(), device_status().description);
+  EXPECT_EQ(eng::make_backend(eng::Device::cpu, 1)->device(), eng::Device::cpu);
 }
 
 #ifdef QKVLAB_HAVE_CUDA

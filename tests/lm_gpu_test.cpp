@@ -367,10 +367,10 @@ TEST_F(LmGpuKernels, Activations) {
 TEST_F(LmGpuKernels, Rope) {
   struct Case {
     int B, T, heads, d, ld;
-    engine::kernels::RopeFrequencies f;
+    engine::RopeFrequencies f;
     int past = 0;  // positions already in a decoder's cache
   };
-  const engine::kernels::RopeFrequencies llama3{500.0, 8, 1, 4, 64};  // the three bands at d = 8
+  const engine::RopeFrequencies llama3{500.0, 8, 1, 4, 64};  // the three bands at d = 8
   for (const Case& s : {Case{2, 5, 3, 6, 22, {10000.0}}, Case{1, 7, 2, 8, 16, {500.0}}, Case{3, 1, 2, 4, 8, {10000.0}},
                        Case{2, 9, 2, 8, 16, llama3}, Case{2, 1, 2, 8, 16, llama3, 37}})
     for (bool inverse : {false, true}) {

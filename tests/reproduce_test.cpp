@@ -15,7 +15,7 @@
 #include "analysis/analyze.hpp"
 #include "core/errors.hpp"
 #include "corpus/token_file.hpp"
-#include "gpu/backend.hpp"
+#include "engine/make_backend.hpp"
 #include "reproduce/reproduce.hpp"
 #include "results/figure.hpp"
 #include "tests/run_command.hpp"
@@ -49,7 +49,7 @@ reproduce::Context quick(const fs::path& data, const fs::path& work, std::int64_
   reproduce::Context c;
   c.options.data = data, c.options.work = work, c.options.steps = steps, c.options.sequences = 2;
   c.options.threads = 2, c.options.command_line = "reproduce_test";
-  c.backend = [] { return gpu::make_backend(engine::Device::cpu, 2); };
+  c.backend = [] { return engine::make_backend(engine::Device::cpu, 2); };
   return c;
 }
 

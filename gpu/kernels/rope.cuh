@@ -3,7 +3,7 @@
 // rotate by the angle t·θ^(−2i/d) (the inverse rotation for the backward):
 //   x_i' = x_i cos − x_{i+d/2} sin,   x_{i+d/2}' = x_{i+d/2} cos + x_i sin.
 // One thread per (row, head, i < d/2). The cosines and sines are the CPU's
-// table (engine::kernels::rope_table, computed in double on the host), uploaded once.
+// table (engine::rope_table, computed in double on the host), uploaded once.
 #pragma once
 
 #include <cstddef>

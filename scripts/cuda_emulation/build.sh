@@ -100,7 +100,7 @@ blas=$(cache_value BLAS_openblas_LIBRARY)
 [[ -n $blas && $blas != *NOTFOUND ]] && system_libs+=("$blas")
 hdf5=$(cache_value HDF5_C_LIBRARY_hdf5)
 [[ -n $hdf5 && $hdf5 != *NOTFOUND ]] && system_libs+=("$hdf5")
-system_libs+=(-lpcre2-8 -lmpfr -lgmp -lgtest_main -lgtest -ldl)  # libpcre2-8: lm/tokenizer.cpp
+system_libs+=(-lpcre2-8 -lmpfr -lgmp -lgtest_main -lgtest -ldl)  # libpcre2-8: lm/tokenizer_pattern.cpp
 project_libs=()
 for lib in qkvlab_synthetic qkvlab_analysis qkvlab_lm qkvlab_corpus qkvlab_results qkvlab_engine qkvlab_core; do  # dependents first
   [[ " ${libs[*]} " == *" $lib "* ]] && project_libs+=("$cmake_dir/${lib#qkvlab_}/lib$lib.a")

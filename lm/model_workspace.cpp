@@ -1,0 +1,166 @@
+// Model<S>::Impl's setup (lm/model_impl.hpp): the weights' pointers into the parameter set, the
+// workspace for (B, T, pass), and the checks on a forward's input.
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "lm/model_impl.hpp"
+
+namespace qkvlab::lm {
+
+template <class S>
+typename Model<S>::Impl::Linear Model<S>::Impl::linear(int l, const std::string& what) {
+  Linear lin;
+  const std::string w = layer_tensor(l, what + ".weight"), b = layer_tensor(l, what + ".bias");
+  if (params.layout.find(w)) lin.W = params.value(w), lin.dW = params.grad(w);
+  if (params.layout.find(b)) lin.b = params.value(b), lin.db = params.grad(b);
+  return lin;
+}
+
+template <class S>
+NormWeights<S> Model<S>::Impl::norm(const std::string& name) {
+  NormWeights<S> n;
+  if (!config.norm) return n;  // --norm none: no tensors, N is the identity
+  n.g = params.value(name + ".weight"), n.dg = params.grad(name + ".weight");
+  if (params.layout.find(name + ".bias")) n.b = params.value(name + ".bias"), n.db = params.grad(name + ".bias");
+  return n;
+}
+
+template <class S>
+void Model<S>::Impl::resolve_weights() {
+  wte = params.value("wte"), dwte = params.grad("wte");
+  if (params.layout.find("wpe")) wpe = params.value("wpe"), dwpe = params.grad("wpe");
+  unembedding = config.tied ? wte : params.value("lm_head.weight");
+  dunembedding = config.tied ? dwte : params.grad("lm_head.weight");
+  lnf = norm("ln_f");
+  layers.resize(std::size_t(config.layers));
+  for (int l = 0; l < config.layers; ++l) {
+    LayerWeights& w = layers[std::size_t(l)];
+    w.ln1 = norm(layer_tensor(l, "ln_1")), w.ln2 = norm(layer_tensor(l, "ln_2"));
+    w.q = linear(l, "attn.q"), w.k = linear(l, "attn.k"), w.v = linear(l, "attn.v"), w.o = linear(l, "attn.o");
+    w.dkv = linear(l, "attn.dkv"), w.uk = linear(l, "attn.uk"), w.uv = linear(l, "attn.uv");
+    w.kr = linear(l, "attn.kr"), w.qr = linear(l, "attn.qr");
+    w.fc = linear(l, "mlp.fc"), w.proj = linear(l, "mlp.proj");
+    w.gate = linear(l, "mlp.gate"), w.up = linear(l, "mlp.up"), w.down = linear(l, "mlp.down");
+    if (plan[std::size_t(l)].dense)
+      w.dwa = params.value(layer_tensor(l, "dwa")), w.ddwa = params.grad(layer_tensor(l, "dwa"));
+  }
+}
+
+// Whether layer l's own keys (values) are read by a later layer.
+template <class S>
+bool Model<S>::Impl::reused(int l, bool keys) const {
+  for (std::size_t n = std::size_t(l) + 1; n < plan.size(); ++n)
+    for (const Mix* mix : {keys ? &plan[n].keys : &plan[n].values, keys ? nullptr : &plan[n].direct})
+      if (mix)
+        for (const auto& sources : *mix)
+          for (const Source& s : sources)
+            if (s.layer == l) return true;
+  return false;
+}
+
+// The workspace for (B, T): an eval pass reuses a training workspace of the same shape. With a
+// capacity (incremental decoding), the cache of B sequences of `capacity` positions, fed T at a time.
+template <class S>
+void Model<S>::Impl::allocate(int B_, int T__, Pass pass_, int capacity) {
+  pass = pass_, past = 0;
+  if (allocated && !caching && !capacity && B_ == B && T__ == T_ && (train_workspace || pass_ == Pass::eval)) return;
+  B = B_, T_ = T__, N = B_ * T__, train_workspace = pass_ == Pass::train;
+  caching = capacity > 0, cap = caching ? capacity : T__;
+  const bool train = train_workspace;
+  const int L = config.layers, d = config.d, r = config.ffn, H = config.heads;
+  const std::size_t n = std::size_t(N), patterns = std::size_t(B) * H * T_ * cap, rows = std::size_t(B) * cap;
+  auto buf = [&](std::size_t count) { return Buffer<S>(backend, count); };
+  acts.clear();
+  acts.resize(train ? std::size_t(L) : 1);
+  auto needs_mix = [&](std::size_t i, bool keys) {
+    auto mixes = [&](std::size_t l) {
+      const LayerPlan& q = plan[l];
+      return keys ? !is_own(q.keys, int(l), q.own_key_heads) : !is_own(q.values, int(l), q.own_value_heads);
+    };
+    if (train) return mixes(i);
+    for (std::size_t l = 0; l < plan.size(); ++l)
+      if (mixes(l)) return true;
+    return false;
+  };
+  const std::size_t q_count = n * config.heads * dk(), k_count = rows * attn_kv() * dk(),
+                    v_count = rows * attn_kv() * config.head_dim;
+  for (std::size_t i = 0; i < acts.size(); ++i) {
+    LayerActs& s = acts[i];
+    s.n1 = buf(n * d), s.mean1 = buf(n), s.rstd1 = buf(n), s.q = buf(q_count);
+    s.pattern = buf(patterns), s.z = buf(n * qwidth()), s.m = buf(n * d);
+    s.n2 = buf(n * d), s.mean2 = buf(n), s.rstd2 = buf(n), s.h1 = buf(n * r), s.act = buf(n * r);
+    if (!gpt2()) s.h2 = buf(n * r);
+    if (config.mla || needs_mix(i, true)) s.kmix = buf(k_count);
+    if (config.mla || needs_mix(i, false)) s.vmix = buf(v_count);
+    if (config.mla && needs_mix(i, false)) s.c = buf(rows * config.d_c);
+  }
+  const bool all_x = train || dense();
+  x.clear();
+  for (int i = 0; i < (all_x ? L + 1 : 2); ++i) x.push_back(buf(n * d));
+  y.clear();
+  if (dense())
+    for (int i = 0; i <= L; ++i) y.push_back(buf(n * d));
+  kown.clear(), vown.clear(), dkown.clear(), dvown.clear();
+  for (int l = 0; l < L; ++l) {
+    const LayerPlan& p = plan[std::size_t(l)];
+    const std::size_t kc = rows * p.own_key_heads * head_width(true), vc = rows * p.own_value_heads * head_width(false);
+    kown.push_back(train || reused(l, true) || (caching && !config.mla) ? buf(kc) : Buffer<S>());
+    vown.push_back(train || reused(l, false) || caching ? buf(vc) : Buffer<S>());
+    if (train) dkown.push_back(buf(kc)), dvown.push_back(buf(vc));
+  }
+  shared_kv_[0] = train ? Buffer<S>() : buf(n * config.kv_heads * head_width(true));
+  shared_kv_[1] = train ? Buffer<S>() : buf(n * config.kv_heads * head_width(false));
+  if (config.mla) {  // MLA's projections of one layer at a time, before they are interleaved per head
+    mla_tmp[0] = buf(rows * qwidth()), mla_tmp[1] = buf(n * config.heads * config.d_r), mla_tmp[2] = buf(n * config.d_r);
+    if (train) dc = buf(n * config.d_c);
+  }
+  krown.clear();
+  for (int l = 0; l < L && caching && config.mla; ++l) krown.push_back(buf(rows * config.d_r));
+  const int fresh_width = std::max({config.kv_heads * config.head_dim, config.d_c, config.d_r});
+  fresh = caching && B > 1 ? buf(n * fresh_width) : Buffer<S>();
+  a = buf(n * d), mlp = buf(n * d), nf = buf(n * d), meanf = buf(n), rstdf = buf(n);
+  head = Head<S>(backend, N, d, config.vocab, train);
+  ids = Buffer<std::int32_t>(backend, n), targets = Buffer<std::int32_t>(backend, n);
+  dy.clear();
+  if (train) {
+    dx = buf(n * d), dn = buf(n * d), dact = buf(n * r), dh1 = buf(n * r);
+    if (!gpt2()) dh2 = buf(n * r);
+    dz = buf(n * qwidth()), dq = buf(q_count), dkmix = buf(k_count), dvmix = buf(v_count);
+    dpattern = buf(patterns);
+    if (dense())
+      for (int i = 0; i <= L; ++i) dy.push_back(buf(n * d));
+  }
+  allocated = true;
+}
+
+// past: positions before these T (a decoder's cache).
+template <class S>
+void Model<S>::Impl::check_tokens(const std::int32_t* ids_host, const std::int32_t* targets_host, int B_, int T__,
+                                  int past_) const {
+  if (B_ < 1 || T__ < 1) throw std::invalid_argument("forward: need at least one sequence of one token");
+  if (past_ + T__ > config.positions)
+    throw std::invalid_argument("sequences of " + std::to_string(past_ + T__) + " tokens are longer than the model's " +
+                                std::to_string(config.positions) + " positions");
+  for (std::size_t n = 0; n < std::size_t(B_) * T__; ++n) {
+    if (ids_host[n] < 0 || ids_host[n] >= config.vocab)
+      throw std::invalid_argument("token id " + std::to_string(ids_host[n]) + " at position " + std::to_string(n) +
+                                  " is outside the vocabulary [0, " + std::to_string(config.vocab) + ")");
+    if (targets_host && targets_host[n] >= config.vocab)
+      throw std::invalid_argument("target id " + std::to_string(targets_host[n]) + " at position " +
+                                  std::to_string(n) + " is outside the vocabulary");
+  }
+}
+
+#define QKVLAB_INSTANTIATE(S)                                                                               \
+  template Model<S>::Impl::Linear Model<S>::Impl::linear(int, const std::string&);                         \
+  template NormWeights<S> Model<S>::Impl::norm(const std::string&);                                        \
+  template void Model<S>::Impl::resolve_weights();                                                         \
+  template bool Model<S>::Impl::reused(int, bool) const;                                                   \
+  template void Model<S>::Impl::allocate(int, int, Pass, int);                                             \
+  template void Model<S>::Impl::check_tokens(const std::int32_t*, const std::int32_t*, int, int, int) const;
+QKVLAB_INSTANTIATE(float)
+QKVLAB_INSTANTIATE(double)
+#undef QKVLAB_INSTANTIATE
+
+}  // namespace qkvlab::lm
