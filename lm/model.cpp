@@ -25,6 +25,7 @@ using engine::View;
 namespace model_parts {
 
 constexpr int kHeadRows = 512;  // rows of logits computed at a time
+constexpr int kQueryBlock = 64;  // queries at a time of an eval pass's attention that keeps no pattern
 
 template <class S>
 struct Linear {
@@ -101,6 +102,8 @@ struct Model<S>::Impl {
   std::vector<Buffer<S>> dy;               // DenseFormer: gradients of Y_0 … Y_L
   bool have_targets = false;
   std::vector<S> staging;                  // host copies for the recorder (non-CPU backends)
+  Buffer<double> pattern_sums;             // a layer's PatternSums when a recorder takes them
+  std::vector<double> sums_staging;        // their host copy (non-CPU backends)
 
   // The positions computed are past … past + T_ − 1 of each sequence; the buffers that span positions
   // (own heads, mixed heads, MLA's rotary keys) hold `cap` rows per sequence. A plain forward is the
@@ -202,7 +205,7 @@ struct Model<S>::Impl {
     for (std::size_t i = 0; i < acts.size(); ++i) {
       LayerActs<S>& s = acts[i];
       s.n1 = buf(n * d), s.mean1 = buf(n), s.rstd1 = buf(n), s.q = buf(q_count);
-      s.pattern = buf(patterns), s.z = buf(n * qwidth()), s.m = buf(n * d);
+      s.pattern = train ? buf(patterns) : Buffer<S>(), s.z = buf(n * qwidth()), s.m = buf(n * d);  // eval: at first use
       s.n2 = buf(n * d), s.mean2 = buf(n), s.rstd2 = buf(n), s.h1 = buf(n * r), s.act = buf(n * r);
       if (!gpt2()) s.h2 = buf(n * r);
       if (config.mla || needs_mix(i, true)) s.kmix = buf(k_count);
@@ -464,6 +467,31 @@ struct Model<S>::Impl {
     return {s.kmix.data(), s.vmix.data()};
   }
 
+  // An eval pass over whole sequences forms no pattern unless the recorder wants one: the attention
+  // runs `block` queries at a time (attention_reduce), and reduces the patterns into pattern_sums
+  // (columns, mass, entropy, each (B, H, T)) when the recorder takes them (Recorder::pattern_block).
+  // 0: the pattern is formed (attention_forward).
+  int query_block(int l, const Recorder<S>* rec) const {
+    if (pass != Pass::eval || !shape().plain()) return 0;
+    if (rec && rec->pattern_block(l) > 0) return rec->pattern_block(l);
+    return rec && rec->wants(Site::pattern, l) ? 0 : kQueryBlock;
+  }
+  void attention_reduced(int l, LayerActs<S>& s, const KV& kv, int block, const Recorder<S>* rec) {
+    const bool sums = rec && rec->pattern_block(l) > 0, entropy = sums && rec->pattern_entropy(l);
+    if (sums && pattern_sums.size() < 3 * sums_count()) pattern_sums = Buffer<double>(backend, 3 * sums_count());
+    double* p = pattern_sums.data();
+    backend.attention_reduce(shape(), S(config.attention_scale(l)), s.q.data(), kv.k, kv.v, block, s.z.data(),
+                             sums ? engine::PatternSums{p, p + sums_count(), entropy ? p + 2 * sums_count() : nullptr}
+                                  : engine::PatternSums{});
+    if (!sums || backend.device() == engine::Device::cpu) return;
+    sums_staging.resize(3 * sums_count());
+    pattern_sums.download(sums_staging.data(), sums_staging.size());
+  }
+  std::size_t sums_count() const { return std::size_t(B) * config.heads * T_; }
+  const double* host_sums() const {
+    return backend.device() == engine::Device::cpu ? pattern_sums.data() : sums_staging.data();
+  }
+
   void attention_forward(int l, Recorder<S>* rec) {
     const LayerWeights<S>& w = layers[std::size_t(l)];
     LayerActs<S>& s = act_of(l);
@@ -472,13 +500,24 @@ struct Model<S>::Impl {
     emit(rec, Site::resid_pre, l, x, 1, d);
     normalize(x, w.ln1, s.n1.data(), s.mean1.data(), s.rstd1.data());
     const KV kv = config.mla ? project_mla(l, s) : project(l, s);
-    backend.attention_forward(shape(), S(config.attention_scale(l)), s.q.data(), kv.k, kv.v, s.pattern.data(),
-                              s.z.data());
+    const int block = query_block(l, rec);
+    if (block > 0) {
+      attention_reduced(l, s, kv, block, rec);
+    } else {
+      const std::size_t patterns = std::size_t(B) * config.heads * T_ * shape().keys();
+      if (s.pattern.size() < patterns) s.pattern = Buffer<S>(backend, patterns);
+      backend.attention_forward(shape(), S(config.attention_scale(l)), s.q.data(), kv.k, kv.v, s.pattern.data(),
+                                s.z.data());
+    }
     add_direct(l, s.z.data(), false, nullptr);
     emit(rec, Site::q, l, s.q.data(), config.heads, dk());
     emit(rec, Site::k, l, kv.k, attn_kv(), dk());
     emit(rec, Site::v, l, kv.v, attn_kv(), dh);
-    emit(rec, Site::pattern, l, s.pattern.data(), config.heads, T_);
+    if (block > 0 && rec && rec->pattern_block(l) > 0)
+      rec->record_sums({l, host_sums(), host_sums() + sums_count(),
+                        rec->pattern_entropy(l) ? host_sums() + 2 * sums_count() : nullptr, B, T_, config.heads});
+    else
+      emit(rec, Site::pattern, l, s.pattern.data(), config.heads, T_);
     emit(rec, Site::z, l, s.z.data(), config.heads, dh);
     engine::linear_forward<S>(backend, N, qwidth(), d, {s.z.data(), qwidth()}, w.o.W, w.o.b, {a.data(), d});
     emit(rec, Site::attn_out, l, a.data(), 1, d);
