@@ -67,24 +67,27 @@ void CudaBackend::upload(void* dst, const void* host, std::size_t bytes) { detai
 void CudaBackend::download(void* host, const void* src, std::size_t bytes) { detail::copy_to_host(host, src, bytes); }
 void CudaBackend::synchronize() { QKVLAB_CUDA_CHECK(cudaDeviceSynchronize()); }
 
-double* CudaBackend::column_partials(std::size_t count) {
-  if (count > column_capacity_) {
-    release(column_partials_);
-    column_partials_ = nullptr, column_capacity_ = 0;
-    column_partials_ = static_cast<double*>(allocate(count * sizeof(double)));
-    column_capacity_ = count;
+namespace {
+
+// A kept scratch of at least `count` values: released and allocated anew (zeroed) when too short.
+template <class U>
+U* kept(engine::Memory& memory, U*& buffer, std::size_t& capacity, std::size_t count) {
+  if (count > capacity) {
+    memory.release(buffer);
+    buffer = nullptr, capacity = 0;
+    buffer = static_cast<U*>(memory.allocate(count * sizeof(U)));
+    capacity = count;
   }
-  return column_partials_;
+  return buffer;
 }
 
+}  // namespace
+
+double* CudaBackend::column_partials(std::size_t count) {
+  return kept(*this, column_partials_, column_capacity_, count);
+}
 float* CudaBackend::pattern_block(std::size_t count) {
-  if (count > pattern_block_capacity_) {
-    release(pattern_block_);
-    pattern_block_ = nullptr, pattern_block_capacity_ = 0;
-    pattern_block_ = static_cast<float*>(allocate(count * sizeof(float)));
-    pattern_block_capacity_ = count;
-  }
-  return pattern_block_;
+  return kept(*this, pattern_block_, pattern_block_capacity_, count);
 }
 
 // ---- Elementwise -------------------------------------------------------------------
