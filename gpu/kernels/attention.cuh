@@ -60,13 +60,13 @@ __global__ void pattern_rows_kernel(int T, int first, int rows, const float* P, 
 }
 
 // columns[n·T + j] += Σ_i P_ij over the block's rows i in order, one thread per (n, j) of the J
-// columns; the first block (first = 0) starts the sums from zero.
+// columns; a column the earlier blocks did not reach (j ≥ first) starts from zero here.
 __global__ void pattern_columns_kernel(int heads, int T, int first, int rows, const float* P, double* columns) {
   const int J = first + rows;
   QKVLAB_GRID_STRIDE(c, std::size_t(heads) * J) {
     const std::size_t n = c / J, j = c % J;
     const float* p = P + n * rows * J + j;
-    double sum = first == 0 ? 0.0 : columns[n * T + j];
+    double sum = j < std::size_t(first) ? columns[n * T + j] : 0.0;
     for (int i = 0; i < rows; ++i) sum += double(p[std::size_t(i) * J]);
     columns[n * T + j] = sum;
   }
