@@ -30,6 +30,14 @@ class Analysis : public lm::Recorder<float> {
   virtual void report(Report& out) const = 0;
 
  protected:
+  // Sequence b's pattern reductions, from the attention (streamed) or from its whole pattern.
+  static HeadSums sums_of(const lm::PatternReduction& r, int b) {
+    const std::size_t at = std::size_t(b) * r.heads * r.T;
+    return {r.columns + at, r.mass + at, r.entropy + at, r.heads, r.T};
+  }
+  static PatternReductions sums_of(const Activation<float>& a, int b) {
+    return reduce_pattern(a.data + std::size_t(b) * a.heads * a.T * a.T, a.heads, a.T);
+  }
   // measure(b) for each counted sequence b of the batch, on `threads` workers, returned in
   // sequence order: the summaries add them in that order, so no number depends on the threads.
   template <class Measure> auto each_sequence(const Measure& measure) const {
@@ -45,18 +53,29 @@ class FiniteGuard final : public lm::Recorder<float> {
  public:
   explicit FiniteGuard(Analysis& inner) : inner_(inner) {}
   bool wants(Site s, int l) const override { return inner_.wants(s, l); }
+  int pattern_block(int l) const override { return inner_.pattern_block(l); }
+  bool pattern_entropy(int l) const override { return inner_.pattern_entropy(l); }
+  void record_sums(const lm::PatternReduction& r) override {
+    const std::size_t n = std::size_t(inner_.valid) * r.heads * r.T;
+    for (const double* x : {r.columns, r.mass, r.entropy})
+      for (std::size_t k = 0; x && k < n && found.empty(); ++k)
+        if (!std::isfinite(x[k])) note(r.layer, Site::pattern, std::isnan(x[k]), k / (std::size_t(r.heads) * r.T));
+    inner_.record_sums(r);
+  }
   void record(const Activation<float>& a) override {
     const std::size_t per = std::size_t(a.T) * a.heads * a.width, n = std::size_t(inner_.valid) * per;
     for (std::size_t k = 0; k < n && found.empty(); ++k)
-      if (!std::isfinite(a.data[k]))
-        found = "layer " + std::to_string(a.layer + 1) + "'s " + lm::to_string(a.site) + " holds " +
-                (std::isnan(a.data[k]) ? "nan" : "inf") + " (sequence " + std::to_string(first + std::int64_t(k / per)) + ")";
+      if (!std::isfinite(a.data[k])) note(a.layer, a.site, std::isnan(a.data[k]), k / per);
     inner_.record(a);
   }
   std::string found;
   std::int64_t first = 0;  // the batch's first sequence
 
  private:
+  void note(int layer, Site site, bool nan, std::size_t b) {
+    found = "layer " + std::to_string(layer + 1) + "'s " + lm::to_string(site) + " holds " + (nan ? "nan" : "inf") +
+            " (sequence " + std::to_string(first + std::int64_t(b)) + ")";
+  }
   Analysis& inner_;
 };
 
@@ -88,19 +107,25 @@ void scalar_layers(Report& out, const std::string& name, const std::vector<Runni
 
 class Entropy final : public Analysis {
  public:
-  Entropy(int L, EntropyDefinition d) : stats_(std::size_t(L)), definition_(d) {}
-  bool wants(Site s, int) const override { return s == Site::pattern; }
+  Entropy(int L, EntropyDefinition d, int block) : stats_(std::size_t(L)), definition_(d), block_(block) {}
+  bool wants(Site s, int) const override { return s == Site::pattern && block_ == 0; }
+  int pattern_block(int) const override { return block_; }
+  bool pattern_entropy(int) const override { return definition_ == EntropyDefinition::row; }
   void record(const Activation<float>& a) override {
-    for (double e : each_sequence([&](int b) {
-           return attention_entropy(a.data + std::size_t(b) * a.heads * a.T * a.T, a.heads, a.T, definition_);
-         }))
-      stats_[std::size_t(a.layer)].add(e);
+    add(a.layer, each_sequence([&](int b) { return attention_entropy(sums_of(a, b).view(), definition_); }));
+  }
+  void record_sums(const lm::PatternReduction& r) override {
+    add(r.layer, each_sequence([&](int b) { return attention_entropy(sums_of(r, b), definition_); }));
   }
   void report(Report& out) const override { scalar_layers(out, "entropy", stats_, 1); }
 
  private:
+  void add(int layer, const std::vector<double>& entropies) {
+    for (double e : entropies) stats_[std::size_t(layer)].add(e);
+  }
   std::vector<RunningStats> stats_;
   EntropyDefinition definition_;
+  int block_;
 };
 
 class Similarity final : public Analysis {
@@ -181,17 +206,21 @@ class Spectrum final : public Analysis {
 // and each position's over the mean of all positions.
 class FirstToken final : public Analysis {
  public:
-  explicit FirstToken(int L) : ratio_(3, std::vector<RunningStats>(std::size_t(L))), profile_(3, std::vector<std::vector<double>>(std::size_t(L))), n_(3, std::vector<std::int64_t>(std::size_t(L), 0)) {}
-  bool wants(Site s, int) const override { return s == Site::pattern || s == Site::v || s == Site::resid_post; }
+  FirstToken(int L, int block)
+      : ratio_(3, std::vector<RunningStats>(std::size_t(L))), profile_(3, std::vector<std::vector<double>>(std::size_t(L))),
+        n_(3, std::vector<std::int64_t>(std::size_t(L), 0)), block_(block) {}
+  bool wants(Site s, int) const override {
+    return (s == Site::pattern && block_ == 0) || s == Site::v || s == Site::resid_post;
+  }
+  int pattern_block(int) const override { return block_; }
   void record(const Activation<float>& a) override {
     const int what = a.site == Site::pattern ? 0 : a.site == Site::v ? 1 : 2;
-    for (const auto& x : each_sequence([&](int b) {
-           return what == 0 ? token_importance(a.data + std::size_t(b) * a.heads * a.T * a.T, a.heads, a.T)
-                            : row_norms(sequence(a, b, HeadCombination::concat));
-         })) {
-      ratio_[std::size_t(what)][std::size_t(a.layer)].add(first_ratio(x));
-      add_profile(what, a.layer, x);
-    }
+    add(what, a.layer, each_sequence([&](int b) {
+          return what == 0 ? token_importance(sums_of(a, b).view()) : row_norms(sequence(a, b, HeadCombination::concat));
+        }));
+  }
+  void record_sums(const lm::PatternReduction& r) override {
+    add(0, r.layer, each_sequence([&](int b) { return token_importance(sums_of(r, b)); }));
   }
   void report(Report& out) const override {
     static const char* names[3] = {"importance_ratio", "value_norm_ratio", "hidden_norm_ratio"};
@@ -224,6 +253,12 @@ class FirstToken final : public Analysis {
   }
 
  private:
+  void add(int what, int layer, const std::vector<std::vector<double>>& per_sequence) {
+    for (const auto& x : per_sequence) {
+      ratio_[std::size_t(what)][std::size_t(layer)].add(first_ratio(x));
+      add_profile(what, layer, x);
+    }
+  }
   void add_profile(int what, int layer, const std::vector<double>& x) {
     double mean = 0;
     for (double v : x) mean += v / double(x.size());
@@ -235,6 +270,7 @@ class FirstToken final : public Analysis {
   std::vector<std::vector<RunningStats>> ratio_;
   std::vector<std::vector<std::vector<double>>> profile_;
   std::vector<std::vector<std::int64_t>> n_;
+  int block_;
 };
 
 // The mean over sequences of one layer's cosine matrix (heads or tokens).
@@ -365,9 +401,23 @@ class Together final : public Analysis {
       if (p->wants(s, l)) return true;
     return false;
   }
+  int pattern_block(int l) const override {
+    int block = 0;
+    for (const auto& p : parts) block = std::max(block, p->pattern_block(l));
+    return block;
+  }
+  bool pattern_entropy(int l) const override {
+    for (const auto& p : parts)
+      if (p->pattern_entropy(l)) return true;
+    return false;
+  }
   void record(const Activation<float>& a) override {
     for (auto& p : parts)
       if (p->wants(a.site, a.layer)) p->valid = valid, p->threads = threads, p->record(a);
+  }
+  void record_sums(const lm::PatternReduction& r) override {
+    for (auto& p : parts)
+      if (p->pattern_block(r.layer) > 0) p->valid = valid, p->threads = threads, p->record_sums(r);
   }
   void report(Report& out) const override {
     for (const auto& p : parts) {
@@ -386,10 +436,10 @@ std::unique_ptr<Analysis> make(Kind kind, const lm::Config& c, const Options& o)
   const int L = c.layers, layer = o.layer < 0 ? L - 1 : o.layer;
   if (layer >= L) throw UsageError("layer " + std::to_string(layer + 1) + " is beyond the model's " + std::to_string(L) + " layers");
   switch (kind) {
-    case Kind::entropy: return std::make_unique<Entropy>(L, o.entropy);
+    case Kind::entropy: return std::make_unique<Entropy>(L, o.entropy, o.query_block);
     case Kind::similarity: return std::make_unique<Similarity>(L, o);
     case Kind::spectrum: return std::make_unique<Spectrum>(L, o.top_k);
-    case Kind::first_token: return std::make_unique<FirstToken>(L);
+    case Kind::first_token: return std::make_unique<FirstToken>(L, o.query_block);
     case Kind::heads: return std::make_unique<CosineMatrix>(o.head_matrix == HeadMatrixOf::outputs ? Site::z : Site::pattern, layer, "heads");
     case Kind::tokens: return std::make_unique<CosineMatrix>(Site::resid_post, layer, "tokens");
     case Kind::cross_layer: return std::make_unique<CrossLayer>(c);
@@ -470,6 +520,7 @@ lm::TokenSequences choose_sequences(const lm::TokenSequences& all, std::int64_t 
 Report analyze(lm::Model<float>& model, Kind kind, const lm::TokenSequences& data, const Options& o,
                const std::function<void(std::int64_t, std::int64_t)>& progress) {
   if (data.sequences < 1 || data.length < 2) throw UsageError("analyses need at least one sequence of 2 tokens");
+  if (o.query_block < 0) throw UsageError("--query-block " + std::to_string(o.query_block) + ": must be >= 0");
   const int B = int(std::min<std::int64_t>(o.batch, data.sequences)), T = data.length;
   auto analysis = make(kind, model.config(), o);
   analysis->threads = o.threads;

@@ -3,7 +3,9 @@
 // (lm/record.hpp) and summarized over sequences (mean, standard deviation,
 // standard error: core/statistics.hpp). Each analysis is a Recorder that
 // consumes a layer's activations as soon as the forward pass produces them,
-// so an attention pattern never outlives its layer.
+// so an attention pattern never outlives its layer; entropy and first-token (and all) take the
+// patterns reduced inside the attention instead, so no layer's whole pattern is formed
+// (Options::query_block).
 //
 //   entropy      per layer (1 … L): attention entropy, definition column | row | printed
 //   similarity   per state: mean pairwise cosine of the tokens' hidden states (hf: the L + 1
@@ -53,6 +55,11 @@ struct Options {
   int top_k = 0;   // spectrum: 0 every eigenvalue; k > 0 the k largest by Lanczos (matrix-free)
   int batch = 4;   // sequences per forward pass
   int threads = 0;  // CPU threads for the per-sequence measures (0: all cores)
+  // entropy, first-token (and all): the patterns are reduced inside the attention, this many queries
+  // at a time (lm/record.hpp's PatternReduction), never formed whole; 0 forms each layer's patterns
+  // and reduces them here (the layer-by-layer path, which heads --of patterns, tokens and cross-layer
+  // always take). The numbers are the same either way (measures.hpp's one definition).
+  int query_block = 64;
 };
 
 // n of the sequences (all of them when n = 0 or n ≥ their number), chosen without replacement

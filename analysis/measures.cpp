@@ -5,17 +5,33 @@
 
 #include "core/errors.hpp"
 #include "engine/blas.hpp"
+#include "engine/kernels/pattern_reduction.hpp"
 
 namespace qkvlab::analysis {
 
-std::vector<double> token_importance(const float* pattern, int H, int T) {
-  std::vector<double> a(std::size_t(T), 0.0);
-  for (int h = 0; h < H; ++h)
-    for (int i = 0; i < T; ++i) {
-      const float* row = pattern + (std::size_t(h) * T + i) * T;
-      for (int j = 0; j <= i; ++j) a[std::size_t(j)] += double(row[j]) / H;
-    }
+PatternReductions reduce_pattern(const float* pattern, int H, int T) {
+  PatternReductions r;
+  r.H = H, r.T = T;
+  const std::size_t n = std::size_t(H) * T;
+  r.columns.assign(n, 0.0), r.mass.assign(n, 0.0), r.entropy.assign(n, 0.0);
+  for (int h = 0; h < H; ++h) {
+    const std::size_t at = std::size_t(h) * T;
+    engine::kernels::reduce_pattern_rows(pattern + at * T, std::size_t(T), 0, T, r.columns.data() + at,
+                                         r.mass.data() + at, r.entropy.data() + at);
+  }
+  return r;
+}
+
+std::vector<double> token_importance(const HeadSums& p) {
+  std::vector<double> a(std::size_t(p.T), 0.0);
+  for (int h = 0; h < p.H; ++h)
+    for (int j = 0; j < p.T; ++j) a[std::size_t(j)] += p.columns[std::size_t(h) * p.T + j];
+  for (double& x : a) x /= p.H;
   return a;
+}
+
+std::vector<double> token_importance(const float* pattern, int H, int T) {
+  return token_importance(reduce_pattern(pattern, H, T).view());
 }
 
 namespace {
@@ -30,27 +46,28 @@ double entropy_of(const std::vector<double>& weights) {
   return e;
 }
 
+// Σ_h x_h,i per query i (heads in order), over H·T.
+std::vector<double> head_mean_over_queries(const double* x, int H, int T) {
+  std::vector<double> a(std::size_t(T), 0.0);
+  for (int h = 0; h < H; ++h)
+    for (int i = 0; i < T; ++i) a[std::size_t(i)] += x[std::size_t(h) * T + i];
+  for (double& v : a) v /= double(H) * T;
+  return a;
+}
+
 }  // namespace
 
-double attention_entropy(const float* pattern, int H, int T, EntropyDefinition definition) {
-  if (definition == EntropyDefinition::column) return entropy_of(token_importance(pattern, H, T));
-  if (definition == EntropyDefinition::printed) {  // a_i = (1/T) Σ_j Ā_ij, the row means
-    std::vector<double> a(std::size_t(T), 0.0);
-    for (int h = 0; h < H; ++h)
-      for (int i = 0; i < T; ++i) {
-        const float* row = pattern + (std::size_t(h) * T + i) * T;
-        for (int j = 0; j < T; ++j) a[std::size_t(i)] += double(row[j]) / (double(H) * T);
-      }
-    return entropy_of(a);
-  }
+double attention_entropy(const HeadSums& p, EntropyDefinition definition) {
+  if (definition == EntropyDefinition::column) return entropy_of(token_importance(p));
+  const std::vector<double> a = head_mean_over_queries(definition == EntropyDefinition::printed ? p.mass : p.entropy, p.H, p.T);
+  if (definition == EntropyDefinition::printed) return entropy_of(a);  // a_i = (1/T) Σ_j Ā_ij, the row means
   double e = 0;
-  for (int h = 0; h < H; ++h)
-    for (int i = 0; i < T; ++i) {
-      const float* row = pattern + (std::size_t(h) * T + i) * T;
-      for (int j = 0; j <= i; ++j)
-        if (row[j] != 0) e -= double(row[j]) * std::log(double(row[j]));  // NaN stays NaN
-    }
-  return e / (double(H) * T);
+  for (double x : a) e += x;
+  return e;
+}
+
+double attention_entropy(const float* pattern, int H, int T, EntropyDefinition definition) {
+  return attention_entropy(reduce_pattern(pattern, H, T).view(), definition);
 }
 
 double token_similarity(const RowMatrix& X) {

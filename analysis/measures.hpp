@@ -38,10 +38,30 @@ using RowMatrix = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::R
 
 enum class EntropyDefinition { column, row, printed };
 
-// pattern: H×T×T, row-major (H blocks of T×T).
+// The entropies and the importance are functions of what the attention reduces each head's pattern
+// to (engine/kernel_types.hpp's PatternSums, by engine/kernels/pattern_reduction.hpp's one definition,
+// in blocks of queries inside the attention or here over a whole pattern): per head h, the column
+// sums c_hj = Σ_i A_h,ij, and per query i the mass m_hi = Σ_j A_h,ij and entropy
+// e_hi = −Σ_j A_h,ij ln A_h,ij. Then, heads added in order,
+//   column   a_j = (Σ_h c_hj) / H        row   (Σ_h Σ_i e_hi) / (H T)        printed   a_i = Σ_h m_hi / (H T)
+// One sequence's reductions, each H×T (head h from h·T).
+struct HeadSums {
+  const double *columns, *mass, *entropy;
+  int H, T;
+};
+// The reductions of a whole pattern (H×T×T, row-major: H blocks of T×T), as the attention's.
+struct PatternReductions {
+  std::vector<double> columns, mass, entropy;
+  int H = 0, T = 0;
+  HeadSums view() const { return {columns.data(), mass.data(), entropy.data(), H, T}; }
+};
+PatternReductions reduce_pattern(const float* pattern, int H, int T);
+
+double attention_entropy(const HeadSums& sums, EntropyDefinition definition);
 double attention_entropy(const float* pattern, int H, int T, EntropyDefinition definition);
 
 // The column importance a_j = Σ_i Ā_ij of the head-mean pattern (not normalized).
+std::vector<double> token_importance(const HeadSums& sums);
 std::vector<double> token_importance(const float* pattern, int H, int T);
 
 // Mean pairwise cosine similarity of the T rows of X (T×width, row stride ld).

@@ -103,6 +103,10 @@ class ProductTimer final : public Backend<float> {
                          float* p, float* z) override {
     b_.attention_forward(s, scale, q, k, v, p, z);
   }
+  void attention_reduce(const engine::AttentionShape& s, float scale, const float* q, const float* k, const float* v,
+                        int block, float* z, const engine::PatternSums& sums) override {
+    b_.attention_reduce(s, scale, q, k, v, block, z, sums);
+  }
   void attention_backward(const engine::AttentionShape& s, float scale, const float* q, const float* k,
                           const float* v, const float* p, const float* dz, float* dq, float* dk, float* dv,
                           float* scratch) override {

@@ -23,7 +23,7 @@ struct AnalyzeArgs {
   std::string kind, checkpoint;
   TokenOptions input;
   std::string definition = "column", states = "hf", of, heads = "concat", format = "table", out, csv, figure;
-  int batch = 4, threads = 0, layer = 0, k = 0;
+  int batch = 4, threads = 0, layer = 0, k = 0, query_block = 64;
   std::uint64_t seed = 1;
   Device device = Device::cpu;
   bool quiet = false, allow_nonfinite = false;
@@ -43,7 +43,7 @@ analysis::Options analysis_options(const AnalyzeArgs& a, analysis::Kind kind) {
                      "' (similarity: hidden|keys|values; heads: outputs|patterns)");
   o.of = a.of == "keys" ? Of::keys : a.of == "values" ? Of::values : Of::hidden;
   o.head_matrix = a.of == "patterns" ? HeadMatrixOf::patterns : HeadMatrixOf::outputs;
-  o.layer = a.layer - 1, o.top_k = a.k, o.batch = a.batch, o.threads = a.threads;
+  o.layer = a.layer - 1, o.top_k = a.k, o.batch = a.batch, o.threads = a.threads, o.query_block = a.query_block;
   return o;
 }
 
@@ -100,7 +100,10 @@ Command add_analyze_command(CLI::App& app, const std::string& command_line) {
                                             "cross-layer attention's approximations");
   cmd->footer("Definitions: docs/analysis.md. Each sequence is measured on its own; the output gives the mean,\n"
               "standard deviation and standard error over sequences, the definition used, the checkpoint,\n"
-              "the sequences, T and the seed.");
+              "the sequences, T and the seed.\n"
+              "entropy, first-token and all reduce the attention patterns inside the attention, --query-block\n"
+              "queries at a time, so no layer's T x T patterns are formed (memory O(T d) plus one block per head);\n"
+              "heads --of patterns, tokens and cross-layer need whole patterns and form them layer by layer.");
   cmd->add_option("KIND", a->kind, "entropy|similarity|spectrum|first-token|heads|tokens|cross-layer|all")
       ->required()
       ->check(CLI::IsMember({"entropy", "similarity", "spectrum", "first-token", "heads", "tokens", "cross-layer", "all"}));
@@ -123,6 +126,11 @@ Command add_analyze_command(CLI::App& app, const std::string& command_line) {
       ->capture_default_str();
   cmd->add_option("--layer", a->layer, "heads, tokens: the layer, 1 … L (default: the last)")->check(integer_in(1, 1 << 16));
   cmd->add_option("--k", a->k, "spectrum: only the k largest eigenvalues, by Lanczos (0: all)")
+      ->check(integer_in(0, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("--query-block", a->query_block,
+                  "entropy, first-token, all: queries per block of the patterns reduced inside the attention "
+                  "(0: form each layer's whole patterns and reduce them after; the same numbers)")
       ->check(integer_in(0, 1 << 20))
       ->capture_default_str();
   cmd->add_option("--format", a->format, "Output: table or json")->check(CLI::IsMember({"table", "json"}))->capture_default_str();

@@ -15,6 +15,7 @@
 #include "engine/blas.hpp"
 #include "engine/kernels/adamw.hpp"
 #include "engine/kernels/attention.hpp"
+#include "engine/kernels/attention_reduce.hpp"
 #include "engine/kernels/cross_entropy.hpp"
 #include "engine/kernels/elementwise.hpp"
 #include "engine/kernels/embedding.hpp"
@@ -251,6 +252,18 @@ void CpuBackend<S>::attention_forward(const AttentionShape& s, S scale, const S*
                                       S* pattern, S* z) {
   parallel_for(std::int64_t(s.B) * s.H, threads_, [&](std::int64_t job) {
     k::attention_forward_head(s, int(job / s.H), int(job % s.H), scale, q, k_, v, pattern, z);
+  });
+}
+
+template <class S>
+void CpuBackend<S>::attention_reduce(const AttentionShape& s, S scale, const S* q, const S* k_, const S* v, int block,
+                                     S* z, const PatternSums& sums) {
+  if (!s.plain()) throw std::invalid_argument("attention_reduce: only without a cache (past 0, capacity T)");
+  if (block < 1) throw std::invalid_argument("attention_reduce: a query block of at least 1 row");
+  block = std::min(block, s.T);
+  parallel_for(std::int64_t(s.B) * s.H, threads_, [&](std::int64_t job) {
+    std::vector<S> scratch(std::size_t(block) * s.T);  // this job's block of pattern rows
+    k::attention_reduce_head(s, int(job / s.H), int(job % s.H), scale, q, k_, v, block, scratch.data(), z, sums);
   });
 }
 

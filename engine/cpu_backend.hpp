@@ -58,6 +58,8 @@ class CpuBackend final : public Backend<S> {
             S* X) override;
   void attention_forward(const AttentionShape& s, S scale, const S* q, const S* k, const S* v, S* pattern,
                          S* z) override;
+  void attention_reduce(const AttentionShape& s, S scale, const S* q, const S* k, const S* v, int block, S* z,
+                        const PatternSums& sums) override;
   void attention_backward(const AttentionShape& s, S scale, const S* q, const S* k, const S* v, const S* pattern,
                           const S* dz, S* dq, S* dk, S* dv, S* scratch) override;
   void cross_entropy(int N, int V, const S* logits, const std::int32_t* targets, S* loss, S scale,

@@ -28,4 +28,16 @@ struct AttentionShape {
   bool plain() const { return past == 0 && kv_rows() == T; }
 };
 
+// What the analyses reduce an attention pattern to (Backend::attention_reduce), per sequence b and
+// query head h, in double, in the backend's memory:
+//   columns  (B, H, T)  Σ_t P_tj over the queries t in ascending order (the attention key j receives)
+//   mass     (B, H, T)  Σ_j P_tj per query t (1 up to rounding)
+//   entropy  (B, H, T)  −Σ_j P_tj ln P_tj per query t (0 ln 0 = 0); not computed when null
+// All null (PatternSums{}): no reduction, only the attention's output.
+struct PatternSums {
+  double* columns = nullptr;
+  double* mass = nullptr;
+  double* entropy = nullptr;
+};
+
 }  // namespace qkvlab::engine

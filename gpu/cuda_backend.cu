@@ -48,6 +48,7 @@ CudaBackend::CudaBackend() : dot_host_(kn::kDotBlocks) {
 CudaBackend::~CudaBackend() {
   release(dot_partials_);
   release(column_partials_);
+  release(pattern_block_);
   for (auto& [key, table] : rope_tables_) release(table);
 }
 
@@ -66,14 +67,27 @@ void CudaBackend::upload(void* dst, const void* host, std::size_t bytes) { detai
 void CudaBackend::download(void* host, const void* src, std::size_t bytes) { detail::copy_to_host(host, src, bytes); }
 void CudaBackend::synchronize() { QKVLAB_CUDA_CHECK(cudaDeviceSynchronize()); }
 
-double* CudaBackend::column_partials(std::size_t count) {
-  if (count > column_capacity_) {
-    release(column_partials_);
-    column_partials_ = nullptr, column_capacity_ = 0;
-    column_partials_ = static_cast<double*>(allocate(count * sizeof(double)));
-    column_capacity_ = count;
+namespace {
+
+// A kept scratch of at least `count` values: released and allocated anew (zeroed) when too short.
+template <class U>
+U* kept(engine::Memory& memory, U*& buffer, std::size_t& capacity, std::size_t count) {
+  if (count > capacity) {
+    memory.release(buffer);
+    buffer = nullptr, capacity = 0;
+    buffer = static_cast<U*>(memory.allocate(count * sizeof(U)));
+    capacity = count;
   }
-  return column_partials_;
+  return buffer;
+}
+
+}  // namespace
+
+double* CudaBackend::column_partials(std::size_t count) {
+  return kept(*this, column_partials_, column_capacity_, count);
+}
+float* CudaBackend::pattern_block(std::size_t count) {
+  return kept(*this, pattern_block_, pattern_block_capacity_, count);
 }
 
 // ---- Elementwise -------------------------------------------------------------------
@@ -284,6 +298,44 @@ void CudaBackend::attention_forward(const engine::AttentionShape& s, float scale
     const int g = h / s.group();
     gemm(Trans::none, Trans::none, T, s.dv, J, 1.0f, pattern + h * L.TT, J, L.sp, v + g * s.dv, L.ldv, L.sv, 0.0f,
          z + h * s.dv, L.ldz, L.sz, s.B);
+  }
+}
+
+// Per block of queries t0 … t0 + rows − 1, for all (b, h) at once: the scores against the keys
+// j < t0 + rows (J of them) into the kept scratch, (b, h)'s rows at (b·H + h)·rows·J, the softmax
+// rows (attention_forward's kernel with the block's rows as T and t0 as past), their mass, entropy
+// and column sums, then z's rows of the block.
+void CudaBackend::attention_reduce(const engine::AttentionShape& s, float scale, const float* q, const float* k,
+                                   const float* v, int block, float* z, const engine::PatternSums& sums) {
+  if (!s.plain()) throw std::invalid_argument("attention_reduce: only without a cache (past 0, capacity T)");
+  if (block < 1) throw std::invalid_argument("attention_reduce: a query block of at least 1 row");
+  const HeadLayout L(s);
+  const int T = s.T, heads = s.B * s.H;
+  block = std::min(block, T);
+  float* P = pattern_block(std::size_t(heads) * block * T);
+  for (int t0 = 0; t0 < T; t0 += block) {
+    const int rows = std::min(block, T - t0), J = t0 + rows;
+    const std::int64_t per_head = std::int64_t(rows) * J, per_sequence = s.H * per_head;
+    for (int h = 0; h < s.H; ++h) {
+      const int g = h / s.group();
+      gemm(Trans::none, Trans::transpose, rows, J, s.dk, scale, q + std::int64_t(t0) * L.ldq + h * s.dk, L.ldq, L.sq,
+           k + g * s.dk, L.ldk, L.sk, 0.0f, P + h * per_head, J, per_sequence, s.B);
+    }
+    const unsigned row_blocks = unsigned(std::int64_t(heads) * rows);
+    kn::causal_softmax_kernel<<<row_blocks, kn::row_threads(J)>>>(rows, t0, J, P);
+    QKVLAB_KERNEL_CHECK();
+    if (sums.columns) {
+      kn::pattern_rows_kernel<<<row_blocks, kn::row_threads(J)>>>(T, t0, rows, P, sums.mass, sums.entropy);
+      QKVLAB_KERNEL_CHECK();
+      const std::size_t columns = std::size_t(heads) * J;
+      kn::pattern_columns_kernel<<<kn::blocks_for(columns), kn::kThreads>>>(heads, T, t0, rows, P, sums.columns);
+      QKVLAB_KERNEL_CHECK();
+    }
+    for (int h = 0; h < s.H; ++h) {
+      const int g = h / s.group();
+      gemm(Trans::none, Trans::none, rows, s.dv, J, 1.0f, P + h * per_head, J, per_sequence, v + g * s.dv, L.ldv, L.sv,
+           0.0f, z + std::int64_t(t0) * L.ldz + h * s.dv, L.ldz, L.sz, s.B);
+    }
   }
 }
 

@@ -84,6 +84,8 @@ class CudaBackend final : public engine::Backend<float> {
             float* X) override;
   void attention_forward(const engine::AttentionShape& s, float scale, const float* q, const float* k,
                          const float* v, float* pattern, float* z) override;
+  void attention_reduce(const engine::AttentionShape& s, float scale, const float* q, const float* k,
+                        const float* v, int block, float* z, const engine::PatternSums& sums) override;
   void attention_backward(const engine::AttentionShape& s, float scale, const float* q, const float* k,
                           const float* v, const float* pattern, const float* dz, float* dq, float* dk, float* dv,
                           float* scratch) override;
@@ -100,6 +102,9 @@ class CudaBackend final : public engine::Backend<float> {
   std::vector<double> dot_host_;               // their host copy
   double* column_partials_ = nullptr;          // the column sums' per-chunk partials
   std::size_t column_capacity_ = 0;
+  float* pattern_block(std::size_t count);     // kept scratch of at least `count` floats
+  float* pattern_block_ = nullptr;             // attention_reduce's B·H blocks of pattern rows
+  std::size_t pattern_block_capacity_ = 0;
   std::map<std::tuple<int, int, std::tuple<double, double, double, double, double>>, float*> rope_tables_;
   std::size_t allocations_ = 0;
 };

@@ -113,18 +113,50 @@ typename Model<S>::Impl::KV Model<S>::Impl::project(int l, LayerActs& s) {
   return {mixed(p.keys, l, true, s.kmix.data()), mixed(p.values, l, false, s.vmix.data())};
 }
 
-// From n1 to z: the projections (MLA's or the standard ones), softmax attention, the direct terms.
+template <class S>
+int Model<S>::Impl::query_block(int l, const Recorder<S>* rec) const {
+  if (pass != Pass::eval || !shape().plain()) return 0;
+  if (rec && rec->pattern_block(l) > 0) return rec->pattern_block(l);
+  return rec && rec->wants(Site::pattern, l) ? 0 : kQueryBlock;
+}
+
+template <class S>
+void Model<S>::Impl::attention_reduced(int l, LayerActs& s, const KV& kv, int block, const Recorder<S>* rec) {
+  const bool sums = rec && rec->pattern_block(l) > 0, entropy = sums && rec->pattern_entropy(l);
+  if (sums && pattern_sums.size() < 3 * sums_count()) pattern_sums = Buffer<double>(backend, 3 * sums_count());
+  double* p = pattern_sums.data();
+  backend.attention_reduce(shape(), S(config.attention_scale(l)), s.q.data(), kv.k, kv.v, block, s.z.data(),
+                           sums ? engine::PatternSums{p, p + sums_count(), entropy ? p + 2 * sums_count() : nullptr}
+                                : engine::PatternSums{});
+  if (!sums || backend.device() == engine::Device::cpu) return;
+  sums_staging.resize(3 * sums_count());
+  pattern_sums.download(sums_staging.data(), sums_staging.size());
+}
+
+// From n1 to z: the projections (MLA's or the standard ones), softmax attention (or, in an eval pass
+// that needs no pattern, its reductions block by block of queries), the direct terms.
 template <class S>
 void Model<S>::Impl::attention_forward(int l, Recorder<S>* rec) {
   LayerActs& s = act_of(l);
   const KV kv = config.mla ? project_mla(l, s) : project(l, s);
-  backend.attention_forward(shape(), S(config.attention_scale(l)), s.q.data(), kv.k, kv.v, s.pattern.data(),
-                            s.z.data());
+  const int block = query_block(l, rec);
+  if (block > 0) {
+    attention_reduced(l, s, kv, block, rec);
+  } else {
+    const std::size_t patterns = std::size_t(B) * config.heads * T_ * shape().keys();
+    if (s.pattern.size() < patterns) s.pattern = Buffer<S>(backend, patterns);
+    backend.attention_forward(shape(), S(config.attention_scale(l)), s.q.data(), kv.k, kv.v, s.pattern.data(),
+                              s.z.data());
+  }
   add_direct(l, s.z.data());
   emit(rec, Site::q, l, s.q.data(), config.heads, dk());
   emit(rec, Site::k, l, kv.k, attn_kv(), dk());
   emit(rec, Site::v, l, kv.v, attn_kv(), config.head_dim);
-  emit(rec, Site::pattern, l, s.pattern.data(), config.heads, T_);
+  if (block > 0 && rec && rec->pattern_block(l) > 0)
+    rec->record_sums({l, host_sums(), host_sums() + sums_count(),
+                      rec->pattern_entropy(l) ? host_sums() + 2 * sums_count() : nullptr, B, T_, config.heads});
+  else
+    emit(rec, Site::pattern, l, s.pattern.data(), config.heads, T_);
   emit(rec, Site::z, l, s.z.data(), config.heads, config.head_dim);
 }
 

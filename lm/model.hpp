@@ -13,8 +13,10 @@
 // later layer receives that layer's gradient before its own layer's backward.
 //
 // Memory: activations are allocated once per (B, T, pass) and reused. An eval
-// pass keeps one layer's activations (attention patterns included) at a time,
-// plus the key and value heads that later layers reuse; a training pass keeps
+// pass keeps one layer's activations at a time, plus the key and value heads that
+// later layers reuse, and forms no attention pattern unless a recorder asks for
+// the `pattern` site (otherwise the attention runs 64 queries at a time, and hands
+// a recorder that asks for them the patterns' reductions: lm/record.hpp); a training pass keeps
 // every layer's for the backward. The head's logits are computed 512 rows at
 // a time, so they never take B·T·V floats.
 #pragma once

@@ -27,6 +27,8 @@ namespace qkvlab::lm {
 // members of internal-linkage types (GCC's -Wsubobject-linkage says so in a unity build).
 namespace model_parts {
 
+constexpr int kQueryBlock = 64;  // queries at a time of an eval pass's attention that keeps no pattern
+
 template <class S>
 struct Linear {
   const S* W = nullptr;
@@ -107,6 +109,8 @@ struct Model<S>::Impl {
   std::vector<Buffer<S>> dy;             // DenseFormer: gradients of Y_0 … Y_L
   bool have_targets = false;
   std::vector<S> staging;                // host copies for the recorder (non-CPU backends)
+  Buffer<double> pattern_sums;           // a layer's PatternSums when a recorder takes them
+  std::vector<double> sums_staging;      // their host copy (non-CPU backends)
 
   // Decoding (model_decode.cpp). The positions computed are past … past + T_ − 1 of each sequence;
   // the buffers that span positions (own heads, mixed heads, MLA's rotary keys) hold `cap` rows per
@@ -175,6 +179,16 @@ struct Model<S>::Impl {
   void add_direct(int l, S* z);
   void add_direct_backward(int l, const S* dz);
   KV project(int l, LayerActs& s);
+  // An eval pass over whole sequences forms no pattern unless the recorder wants one: the attention
+  // runs `block` queries at a time (attention_reduce), and reduces the patterns into pattern_sums
+  // (columns, mass, entropy, each (B, H, T)) when the recorder takes them (Recorder::pattern_block).
+  // 0: the pattern is formed (attention_forward).
+  int query_block(int l, const Recorder<S>* rec) const;
+  void attention_reduced(int l, LayerActs& s, const KV& kv, int block, const Recorder<S>* rec);
+  std::size_t sums_count() const { return std::size_t(B) * config.heads * T_; }
+  const double* host_sums() const {
+    return backend.device() == engine::Device::cpu ? pattern_sums.data() : sums_staging.data();
+  }
   void attention_forward(int l, Recorder<S>* rec);
   void mlp_forward(int l);
   void dense_mix(int l);

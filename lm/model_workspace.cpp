@@ -88,7 +88,7 @@ void Model<S>::Impl::allocate(int B_, int T__, Pass pass_, int capacity) {
   for (std::size_t i = 0; i < acts.size(); ++i) {
     LayerActs& s = acts[i];
     s.n1 = buf(n * d), s.mean1 = buf(n), s.rstd1 = buf(n), s.q = buf(q_count);
-    s.pattern = buf(patterns), s.z = buf(n * qwidth()), s.m = buf(n * d);
+    s.pattern = train ? buf(patterns) : Buffer<S>(), s.z = buf(n * qwidth()), s.m = buf(n * d);  // eval: at first use
     s.n2 = buf(n * d), s.mean2 = buf(n), s.rstd2 = buf(n), s.h1 = buf(n * r), s.act = buf(n * r);
     if (!gpt2()) s.h2 = buf(n * r);
     if (config.mla || needs_mix(i, true)) s.kmix = buf(k_count);

@@ -16,6 +16,8 @@
 //   mlp_out     (B, T, 1, d)                                 MLP sublayer output
 //   resid_post  (B, T, 1, d)                                 block output (after DenseFormer's mix)
 //   final       (B, T, 1, d)                                 N_f(resid_post of layer L); layer = L
+// Instead of `pattern`, a recorder may take each layer's patterns reduced inside the attention
+// (PatternReduction below: what entropy and first-token importance need), a block of queries at a time.
 // Layers are 0-based here (layer ℓ is the paper's ℓ + 1).
 #pragma once
 
@@ -37,12 +39,27 @@ struct Activation {
   int B, T, heads, width;  // pattern: (B, heads = H, T, width = T)
 };
 
+// A layer's patterns reduced inside the attention instead of kept (engine/kernel_types.hpp's
+// PatternSums, host memory valid during the call): columns, mass and entropy, each (B, H, T); entropy
+// null unless the recorder asked for it (pattern_entropy).
+struct PatternReduction {
+  int layer;
+  const double *columns, *mass, *entropy;
+  int B, T, heads;
+};
+
 template <class S>
 class Recorder {
  public:
   virtual ~Recorder() = default;
   virtual bool wants(Site site, int layer) const = 0;
   virtual void record(const Activation<S>& activation) = 0;
+  // > 0: the recorder takes layer l's patterns as reductions (record_sums), computed that many
+  // queries at a time so that no layer's whole pattern is formed; 0: as the `pattern` site, if it
+  // wants it. A recorder may not want both.
+  virtual int pattern_block(int /*layer*/) const { return 0; }
+  virtual bool pattern_entropy(int /*layer*/) const { return false; }  // the rows' entropies too
+  virtual void record_sums(const PatternReduction& /*sums*/) {}
 };
 
 }  // namespace qkvlab::lm

@@ -7,7 +7,8 @@
 // heads of a column importance): k = model_k(c, T) + T (d + H). Both families, GQA, the last
 // batch not full, two sequence lengths. Control: one token of the first sequence changed on
 // the CUDA side moves every analysis past the same tolerance. Without a CUDA device the tests
-// skip; scripts/cuda_emulation runs them on the CPU.
+// skip; scripts/cuda_emulation runs them on the CPU. The patterns reduced inside the attention
+// (entropy, first-token, all by default) against the whole patterns' path on the device too.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -70,13 +71,16 @@ class AnalysisGpu : public ::testing::TestWithParam<Case> {
     if (!gpu::device_status().available) GTEST_SKIP() << gpu::device_status().description;
     cuda = gpu::make_cuda_backend();
   }
-  analysis::Report run(engine::Backend<float>& backend, analysis::Kind kind, const lm::TokenSequences& data) const {
+  analysis::Report run(engine::Backend<float>& backend, analysis::Kind kind, const lm::TokenSequences& data,
+                       int query_block = 64,
+                       analysis::EntropyDefinition entropy = analysis::EntropyDefinition::column) const {
     const lm::Config& c = GetParam().config;
     lm::Model<float> model(c, backend);
     model.set_parameters(gpu_test::random_parameters(model.parameters().layout, 11));
     analysis::Options o;
     o.batch = 2, o.threads = 1, o.layer = 1;
     o.head_matrix = analysis::HeadMatrixOf::patterns;
+    o.query_block = query_block, o.entropy = entropy;
     return analysis::analyze(model, kind, data, o);
   }
   engine::CpuBackend<float> cpu{2};
@@ -98,6 +102,29 @@ TEST_P(AnalysisGpu, AgreesWithCpu) {
       const std::string what = analysis::to_string(kind) + "/" + a.tables[t].name;
       EXPECT_LE(rel(numbers(a, t), numbers(b, t)), tol(k)) << what << " (k = " << k << ")";
       EXPECT_GT(rel(numbers(a, t), numbers(control, t)), tol(k)) << what << ": control (one token moved)";
+    }
+  }
+}
+
+// The patterns reduced inside the attention on the device (Backend::attention_reduce), 7 queries at
+// a time (T = 9: a partial last block; T = 40: several), against the whole patterns on the device
+// and against the CPU's reduction, to the same error model; two runs bit-identical. Both entropies
+// that read the reductions (column sums; the rows' entropies). The control of AgreesWithCpu holds.
+TEST_P(AnalysisGpu, ReducedInsideTheAttentionAsTheWholePatterns) {
+  const Case& p = GetParam();
+  const lm::Config& c = p.config;
+  const double k = gpu_test::model_k(c, p.T) + double(p.T) * (c.d + c.heads);
+  const auto data = tokens(c.vocab, p.T, 5);
+  for (auto entropy : {analysis::EntropyDefinition::column, analysis::EntropyDefinition::row}) {
+    const analysis::Report whole = run(*cuda, analysis::Kind::all, data, 0, entropy),
+                           blocks = run(*cuda, analysis::Kind::all, data, 7, entropy),
+                           again = run(*cuda, analysis::Kind::all, data, 7, entropy),
+                           host = run(cpu, analysis::Kind::all, data, 7, entropy);
+    for (std::size_t t = 0; t < whole.tables.size(); ++t) {
+      const std::string what = whole.tables[t].name;
+      EXPECT_LE(rel(numbers(whole, t), numbers(blocks, t)), tol(k)) << what << " (k = " << k << ")";
+      EXPECT_LE(rel(numbers(host, t), numbers(blocks, t)), tol(k)) << what << " against the CPU";
+      EXPECT_EQ(numbers(blocks, t), numbers(again, t)) << what << ": a second run";
     }
   }
 }

@@ -12,6 +12,7 @@
 #include <cstddef>
 
 #include "gpu/block_sum.cuh"
+#include "gpu/kernels/launch.cuh"
 #include "gpu/kernels/reduce.cuh"
 
 namespace qkvlab::gpu::kernels {
@@ -34,6 +35,41 @@ __global__ void causal_softmax_kernel(int T, int past, int J, float* pattern) {
   detail::block_sum<1>(acc);
   const float inv = float(1 / acc[0]);
   for (int j = threadIdx.x; j < J; j += blockDim.x) row[j] = j <= t ? row[j] * inv : 0.0f;
+}
+
+// The reductions of a block of pattern rows (Backend::attention_reduce; engine/kernels/attention_reduce.hpp
+// has the definition): (b, h) = n's block holds its queries first … first + rows − 1 as rows × J
+// values, J = first + rows, at n·rows·J; the results go to row (b, h) of the (B·H, T) sums.
+// Block r is row i = r mod rows of block n = r / rows: its mass Σ_j P_tj and entropy −Σ_j P_tj ln P_tj
+// (when `entropy` is given).
+__global__ void pattern_rows_kernel(int T, int first, int rows, const float* P, double* mass, double* entropy) {
+  const std::size_t r = blockIdx.x;
+  const int J = first + rows, t = first + int(r % rows);
+  const float* p = P + r * J;
+  double acc[2] = {0, 0};
+  for (int j = threadIdx.x; j <= t; j += blockDim.x) {
+    const double x = double(p[j]);
+    acc[0] += x;
+    if (entropy && x != 0) acc[1] -= x * log(x);
+  }
+  detail::block_sum<2>(acc);
+  if (threadIdx.x != 0) return;
+  const std::size_t at = (r / rows) * T + t;
+  mass[at] = acc[0];
+  if (entropy) entropy[at] = acc[1];
+}
+
+// columns[n·T + j] += Σ_i P_ij over the block's rows i in order, one thread per (n, j) of the J
+// columns; a column the earlier blocks did not reach (j ≥ first) starts from zero here.
+__global__ void pattern_columns_kernel(int heads, int T, int first, int rows, const float* P, double* columns) {
+  const int J = first + rows;
+  QKVLAB_GRID_STRIDE(c, std::size_t(heads) * J) {
+    const std::size_t n = c / J, j = c % J;
+    const float* p = P + n * rows * J + j;
+    double sum = j < std::size_t(first) ? columns[n * T + j] : 0.0;
+    for (int i = 0; i < rows; ++i) sum += double(p[std::size_t(i) * J]);
+    columns[n * T + j] = sum;
+  }
 }
 
 // dS in place of dP.
