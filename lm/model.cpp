@@ -117,7 +117,7 @@ template <class S>
 int Model<S>::Impl::query_block(int l, const Recorder<S>* rec) const {
   if (pass != Pass::eval || !shape().plain()) return 0;
   if (rec && rec->pattern_block(l) > 0) return rec->pattern_block(l);
-  return rec && rec->wants(Site::pattern, l) ? 0 : kQueryBlock;
+  return rec && rec->wants(Site::pattern, l) ? 0 : model_parts::kQueryBlock;
 }
 
 template <class S>
