@@ -28,6 +28,7 @@ packages=(
   libhdf5-dev libcli11-dev                            # results files, command line
   libpcre2-dev                                        # Unicode regular expressions of the tokenizers
   libgtest-dev python3 python3-h5py                   # tests read JSON, XML and HDF5 back
+  libboost-context-dev                                # fibers of the CUDA emulation (scripts/cuda_emulation)
   libbenchmark-dev libopenblas-dev                    # bench/ (built on demand); engine products (OpenBLAS)
   gnuplot-nox                                         # figures of rmt, lnorm, transfer, icl
 )

@@ -68,7 +68,7 @@ includes=(-I"$here" -I"$build/src" -I"$root" -isystem /usr/include/eigen3)
 libs=(qkvlab_core qkvlab_engine)
 for t in "${tests[@]}"; do
   case $(basename "$t") in
-    gpu_agreement_test.cpp) ;;
+    gpu_agreement_test.cpp | emulator_test.cpp) ;;
     lm_gpu_test.cpp) libs+=(qkvlab_lm qkvlab_corpus qkvlab_results) ;;
     analysis_gpu_test.cpp) libs+=(qkvlab_analysis qkvlab_lm qkvlab_corpus qkvlab_results) ;;
     *) libs+=(qkvlab_results qkvlab_synthetic) ;;
@@ -100,7 +100,7 @@ blas=$(cache_value BLAS_openblas_LIBRARY)
 [[ -n $blas && $blas != *NOTFOUND ]] && system_libs+=("$blas")
 hdf5=$(cache_value HDF5_C_LIBRARY_hdf5)
 [[ -n $hdf5 && $hdf5 != *NOTFOUND ]] && system_libs+=("$hdf5")
-system_libs+=(-lpcre2-8 -lmpfr -lgmp -lgtest_main -lgtest -ldl)  # libpcre2-8: lm/tokenizer_pattern.cpp
+system_libs+=(-lpcre2-8 -lmpfr -lgmp -lgtest_main -lgtest -lboost_context -ldl)  # libpcre2-8: lm/tokenizer_pattern.cpp; boost_context: the emulator's fibers
 project_libs=()
 for lib in qkvlab_synthetic qkvlab_analysis qkvlab_lm qkvlab_corpus qkvlab_results qkvlab_engine qkvlab_core; do  # dependents first
   [[ " ${libs[*]} " == *" $lib "* ]] && project_libs+=("$cmake_dir/${lib#qkvlab_}/lib$lib.a")

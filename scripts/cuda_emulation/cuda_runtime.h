@@ -9,9 +9,10 @@
 // Execution model (cuda_runtime.cpp):
 // - one kernel at a time, synchronously: a launch returns when the kernel is done;
 // - the blocks of a grid run one after another;
-// - the threads of a block are real std::threads running concurrently, and
-//   __syncthreads() is a C++20 std::barrier over them, so a missing barrier in
-//   a shared-memory reduction gives wrong results as it would on a GPU;
+// - the threads of a block are fibers on the launching thread; between two
+//   __syncthreads() they run one after another in a seeded random order, drawn
+//   anew at every barrier, so a missing barrier in a shared-memory reduction
+//   gives wrong results as it would on a GPU;
 // - __shared__ arrays are function-local statics: shared by the threads of a
 //   block, reused by the next block (blocks do not overlap), and filled with
 //   0xFF bytes (NaN for float and double) before each block, like the
@@ -248,15 +249,15 @@ template <class F> cudaError_t cudaFuncSetAttribute(F* kernel, cudaFuncAttribute
 }
 
 // ---- Built-in variables -------------------------------------------------------------------
-// Set by the emulator for each emulated thread before it runs the kernel.
+// Set by the emulator for each emulated thread before it runs (or resumes) the kernel.
 inline thread_local uint3 threadIdx;
 inline thread_local uint3 blockIdx;
 inline thread_local dim3 blockDim;
 inline thread_local dim3 gridDim;
 constexpr int warpSize = 32;
 
-// Waits until every (not yet returned) thread of the block has reached it; a
-// std::barrier over the block's threads (cuda_runtime.cpp).
+// Waits until every (not yet returned) thread of the block has reached it: the
+// fiber yields to the block's scheduler (cuda_runtime.cpp).
 void __syncthreads();
 inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 inline void __threadfence_block() { std::atomic_thread_fence(std::memory_order_seq_cst); }
