@@ -35,6 +35,15 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// A NaN or infinite logit would be sampled as a token like any other: refused, naming where.
+void check_finite(const float* logits, int V, int step, int b) {
+  for (int v = 0; v < V; ++v)
+    if (!std::isfinite(logits[v]))
+      throw NumericalError("new token " + std::to_string(step + 1) + " of sequence " + std::to_string(b) +
+                           ": the logit of token id " + std::to_string(v) + " is " +
+                           (std::isnan(logits[v]) ? "nan" : "infinite") + " (the weights overflow in float)");
+}
+
 void check_prompt(const Config& c, const std::vector<std::int32_t>& prompt, int max_new) {
   if (prompt.empty()) throw UsageError("the prompt is empty");
   for (std::size_t i = 0; i < prompt.size(); ++i)
@@ -64,6 +73,7 @@ Generation generate(Model<float>& model, const std::vector<std::int32_t>& prompt
   auto choose = [&] {
     ids.resize(std::size_t(B));
     for (int b = 0; b < B; ++b) {
+      check_finite(logits.data() + std::size_t(b) * V, V, int(g.ids[std::size_t(b)].size()), b);
       ids[std::size_t(b)] = sample_token(logits.data() + std::size_t(b) * V, V, sampling, rngs[std::size_t(b)]);
       g.ids[std::size_t(b)].push_back(ids[std::size_t(b)]);
     }

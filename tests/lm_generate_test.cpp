@@ -211,6 +211,24 @@ TEST(LmGenerate, PositionsBeyondTheCacheOrTheModelAreRefused) {
   EXPECT_THROW(model.extend(ids.data(), 1, logits.data()), std::invalid_argument);
 }
 
+TEST(LmGenerate, NonFiniteLogitsAreRefusedNotSampled) {
+  engine::CpuBackend<float> be(1);
+  Model<float> model(tiny({Family::gpt2, VariantKind::vanilla, false}), be);
+  model.initialize(1);
+  const std::vector<std::int32_t> prompt{1, 2, 3};
+  const Sampling greedy{0.0, 0, 1.0, 0};
+  EXPECT_EQ(generate(model, prompt, 3, 2, greedy).ids[1].size(), 3u);  // control: finite weights decode
+  std::vector<float> w = model.parameter_values();
+  w.back() = std::numeric_limits<float>::quiet_NaN();  // the last parameter reaches every logit
+  model.set_parameters(w);
+  try {
+    generate(model, prompt, 3, 2, greedy);
+    ADD_FAILURE() << "NaN logits were sampled";
+  } catch (const NumericalError& e) {
+    EXPECT_NE(std::string(e.what()).find("is nan"), std::string::npos) << e.what();
+  }
+}
+
 // ---- qkvlab lm generate ----
 
 const engine::Json& field(const engine::Json& j, const std::string& key) {
