@@ -84,20 +84,17 @@ RowMatrix sequence(const Activation<float>& a, int b, HeadCombination how) {
   return combine_heads(a.data + std::size_t(b) * a.T * a.heads * a.width, a.T, a.heads, a.width, how);
 }
 
-// Per-layer scalar summaries as result rows {layer, mean, std, se} and a table whose
-// figure is the mean over layers with a band of ± one standard deviation over sequences.
-void scalar_layers(Report& out, const std::string& name, const std::vector<RunningStats>& stats, int first) {
-  results::Value layers = results::Value::array();
+// Per-layer scalar summaries, and a table whose figure is the mean over layers with a band of ±
+// one standard deviation over sequences.
+void scalar_layers(Report& out, std::vector<LayerSummary>& rows, const std::string& name,
+                   const std::vector<RunningStats>& stats, int first) {
   results::Table t{name, {{"layer", {}}, {"mean", {}}, {"std", {}}, {"se", {}}, {"low", {}}, {"high", {}}}};
   for (std::size_t l = 0; l < stats.size(); ++l) {
     const Summary s = stats[l].summary();
-    results::Value row = results::Value::object();
-    row.set("layer", std::int64_t(l) + first), row.set("mean", s.value), row.set("std", s.std), row.set("se", s.se);
-    layers.push(row);
+    rows.push_back({int(l) + first, s});
     const double x[] = {double(l) + first, s.value, s.std, s.se, s.value - s.std, s.value + s.std};
     for (std::size_t c = 0; c < 6; ++c) t.columns[c].values.push_back(x[c]);
   }
-  out.value.set("layers", layers);
   out.tables.push_back(t);
   out.figures.push_back({name + " per layer (mean over sequences, band: ± 1 std)", "layer", name, false, false,
                          {{"layer", "low", "", "± 1 std", "filledcurves fs transparent solid 0.25 noborder", "high"},
@@ -117,7 +114,7 @@ class Entropy final : public Analysis {
   void record_sums(const lm::PatternReduction& r) override {
     add(r.layer, each_sequence([&](int b) { return attention_entropy(sums_of(r, b), definition_); }));
   }
-  void report(Report& out) const override { scalar_layers(out, "entropy", stats_, 1); }
+  void report(Report& out) const override { scalar_layers(out, out.entropy, "entropy", stats_, 1); }
 
  private:
   void add(int layer, const std::vector<double>& entropies) {
@@ -137,7 +134,9 @@ class Similarity final : public Analysis {
     for (double s : each_sequence([&](int b) { return token_similarity(sequence(a, b, o_.heads)); }))
       stats_[std::size_t(at)].add(s);
   }
-  void report(Report& out) const override { scalar_layers(out, "similarity", stats_, o_.of == Of::hidden ? 0 : 1); }
+  void report(Report& out) const override {
+    scalar_layers(out, out.similarity, "similarity", stats_, o_.of == Of::hidden ? 0 : 1);
+  }
 
  private:
   // The state a site is, or −1: hidden states 0 … L (0 the embedding output), else layer l's keys or values.
@@ -168,21 +167,15 @@ class Spectrum final : public Analysis {
     }
   }
   void report(Report& out) const override {
-    results::Value layers = results::Value::array();
     results::Table t{"spectrum", {{"rank", {}}}};
     for (std::size_t l = 0; l < sums_.size(); ++l) {
       std::vector<double> mean(sums_[l].size());
       for (std::size_t i = 0; i < mean.size(); ++i) mean[i] = sums_[l][i] / double(count_[l]);
-      const Summary m = max_[l].summary();
-      results::Value row = results::Value::object();
-      row.set("layer", std::int64_t(l) + 1), row.set("eigenvalues", results::Value::array_of(mean));
-      row.set("max", m.value), row.set("max_std", m.std), row.set("max_se", m.se);
-      layers.push(row);
+      out.spectrum.push_back({int(l) + 1, mean, max_[l].summary()});
       if (t.columns[0].values.empty())
         for (std::size_t i = 0; i < mean.size(); ++i) t.columns[0].values.push_back(double(i) + 1);
       t.columns.push_back({"layer " + std::to_string(l + 1), mean});
     }
-    out.value.set("layers", layers);
     out.tables.push_back(t);
     results::Figure f{"value covariance eigenvalues by rank (mean over sequences)", "rank", "eigenvalue", false, true, {}, {}};
     for (std::size_t c = 1; c < t.columns.size(); ++c) f.series.push_back({"rank", t.columns[c].name, "", t.columns[c].name, "lines", ""});
@@ -224,28 +217,21 @@ class FirstToken final : public Analysis {
   }
   void report(Report& out) const override {
     static const char* names[3] = {"importance_ratio", "value_norm_ratio", "hidden_norm_ratio"};
-    results::Value layers = results::Value::array();
     results::Table t{"first_token", {{"layer", {}}}};
     for (int k = 0; k < 3; ++k) t.columns.push_back({names[k], {}}), t.columns.push_back({std::string(names[k]) + "_std", {}});
     for (std::size_t l = 0; l < ratio_[0].size(); ++l) {
-      results::Value row = results::Value::object();
-      row.set("layer", std::int64_t(l) + 1);
+      FirstTokenLayer row{int(l) + 1, {}, {}, {}};
+      FirstTokenMeasure* measures[3] = {&row.importance, &row.value_norm, &row.hidden_norm};
       t.columns[0].values.push_back(double(l) + 1);
-      for (int k = 0; k < 3; ++k) {
-        const Summary s = ratio_[std::size_t(k)][l].summary();
-        row.set(names[k], s.value), row.set(std::string(names[k]) + "_std", s.std);
-        t.columns[std::size_t(1 + 2 * k)].values.push_back(s.value), t.columns[std::size_t(2 + 2 * k)].values.push_back(s.std);
+      for (std::size_t k = 0; k < 3; ++k) {
+        FirstTokenMeasure& m = *measures[k];
+        m.ratio = ratio_[k][l].summary();
+        t.columns[1 + 2 * k].values.push_back(m.ratio.value), t.columns[2 + 2 * k].values.push_back(m.ratio.std);
+        m.per_position = profile_[k][l];
+        for (double& x : m.per_position) x /= double(n_[k][l]);
       }
-      results::Value positions = results::Value::object();
-      for (int k = 0; k < 3; ++k) {
-        std::vector<double> p = profile_[std::size_t(k)][l];
-        for (double& x : p) x /= double(n_[std::size_t(k)][l]);
-        positions.set(std::string(names[k]).substr(0, std::string(names[k]).size() - 6), results::Value::array_of(p));
-      }
-      row.set("per_position", positions);
-      layers.push(row);
+      out.first_token.push_back(row);
     }
-    out.value.set("layers", layers);
     out.tables.push_back(t);
     results::Figure f{"first token over the mean of the others", "layer", "ratio", false, true, {}, {}};
     for (int k = 0; k < 3; ++k) f.series.push_back({"layer", names[k], "", names[k], "linespoints", ""});
@@ -287,15 +273,12 @@ class CosineMatrix final : public Analysis {
   }
   void report(Report& out) const override {
     const RowMatrix m = sum_ / double(n_);
-    results::Value matrix = results::Value::array();
     results::Table t{name_, {{"i", {}}, {"j", {}}, {"cosine", {}}}};
     for (Eigen::Index i = 0; i < m.rows(); ++i) {
-      matrix.push(results::Value::array_of(std::vector<double>(m.row(i).data(), m.row(i).data() + m.cols())));
       for (Eigen::Index j = 0; j < m.cols(); ++j)
         t.columns[0].values.push_back(double(i)), t.columns[1].values.push_back(double(j)), t.columns[2].values.push_back(m(i, j));
     }
-    out.value.set("layer", std::int64_t(layer_) + 1);
-    out.value.set("matrix", matrix);
+    out.cosine = CosineMap{layer_ + 1, m};
     out.tables.push_back(t);
     out.figures.push_back({name_ + ": cosine similarity, layer " + std::to_string(layer_ + 1), name_ == "heads" ? "head" : "token",
                            name_ == "heads" ? "head" : "token", false, false, {{"i", "j", "", "", "image", "cosine"}},
@@ -353,21 +336,14 @@ class CrossLayer final : public Analysis {
     }
   }
   void report(Report& out) const override {
-    results::Value layers = results::Value::array();
     results::Table t{"cross_layer", {{"layer", {}}}};
     for (const char* name : {"eq3", "eq3_std", "eq3_se", "eq6", "eq6_std", "eq6_se"}) t.columns.push_back({name, {}});
     for (std::size_t l = 0; l < eq3_.size(); ++l) {
       const Summary s3 = eq3_[l].summary(), s6 = eq6_[l].summary();
       const double x[] = {double(l) + 1, s3.value, s3.std, s3.se, s6.value, s6.std, s6.se};
-      results::Value row = results::Value::object();
-      row.set("layer", std::int64_t(l) + 1);
-      for (std::size_t c = 0; c < 7; ++c) {
-        if (c) row.set(t.columns[c].name, x[c]);
-        t.columns[c].values.push_back(x[c]);
-      }
-      layers.push(row);
+      for (std::size_t c = 0; c < 7; ++c) t.columns[c].values.push_back(x[c]);
+      out.cross_layer.push_back({int(l) + 1, s3, s6});
     }
-    out.value.set("layers", layers);
     out.tables.push_back(t);
     out.figures.push_back({"cosine with true cross-layer attention to layer 1 (Eq. 2), mean over sequences", "layer",
                            "cosine", false, false,
@@ -420,13 +396,7 @@ class Together final : public Analysis {
       if (p->pattern_block(r.layer) > 0) p->valid = valid, p->threads = threads, p->record_sums(r);
   }
   void report(Report& out) const override {
-    for (const auto& p : parts) {
-      Report part{results::Value::object(), {}, {}, {}};
-      p->report(part);
-      out.value.set(part.tables.front().name, part.value);
-      for (auto& t : part.tables) out.tables.push_back(std::move(t));
-      for (auto& f : part.figures) out.figures.push_back(std::move(f));
-    }
+    for (const auto& p : parts) p->report(out);
   }
 };
 
@@ -536,17 +506,130 @@ Report analyze(lm::Model<float>& model, Kind kind, const lm::TokenSequences& dat
     model.forward(ids.data(), nullptr, B, T, lm::Pass::eval, 0, &guard);
     if (progress) progress(first + analysis->valid, data.sequences);
   }
-  Report out{results::Value::object(), {}, {}, {}};
-  out.value.set("analysis", to_string(kind));
-  out.value.set("definition", definition(kind, o, model.config().layers));
-  out.value.set("sequences", data.sequences);
-  out.value.set("seq_len", std::int64_t(T));
+  Report out;
+  out.kind = kind;
+  out.definition = definition(kind, o, model.config().layers);
+  out.sequences = data.sequences;
+  out.seq_len = T;
   if (!guard.found.empty()) {
     out.nonfinite = guard.found;
     return out;
   }
   analysis->report(out);
   return out;
+}
+
+namespace {
+
+results::Value summary_rows(const std::vector<LayerSummary>& rows) {
+  results::Value layers = results::Value::array();
+  for (const LayerSummary& r : rows) {
+    results::Value row = results::Value::object();
+    row.set("layer", std::int64_t(r.layer)), row.set("mean", r.summary.value), row.set("std", r.summary.std);
+    row.set("se", r.summary.se);
+    layers.push(row);
+  }
+  return layers;
+}
+
+results::Value spectrum_rows(const std::vector<SpectrumLayer>& rows) {
+  results::Value layers = results::Value::array();
+  for (const SpectrumLayer& r : rows) {
+    results::Value row = results::Value::object();
+    row.set("layer", std::int64_t(r.layer)), row.set("eigenvalues", results::Value::array_of(r.eigenvalues));
+    row.set("max", r.max.value), row.set("max_std", r.max.std), row.set("max_se", r.max.se);
+    layers.push(row);
+  }
+  return layers;
+}
+
+results::Value first_token_rows(const std::vector<FirstTokenLayer>& rows) {
+  static const char* names[3] = {"importance", "value_norm", "hidden_norm"};
+  results::Value layers = results::Value::array();
+  for (const FirstTokenLayer& r : rows) {
+    const FirstTokenMeasure* measures[3] = {&r.importance, &r.value_norm, &r.hidden_norm};
+    results::Value row = results::Value::object(), positions = results::Value::object();
+    row.set("layer", std::int64_t(r.layer));
+    for (int k = 0; k < 3; ++k) {
+      row.set(std::string(names[k]) + "_ratio", measures[k]->ratio.value);
+      row.set(std::string(names[k]) + "_ratio_std", measures[k]->ratio.std);
+      positions.set(names[k], results::Value::array_of(measures[k]->per_position));
+    }
+    row.set("per_position", positions);
+    layers.push(row);
+  }
+  return layers;
+}
+
+results::Value cross_layer_rows(const std::vector<CrossLayerCosine>& rows) {
+  results::Value layers = results::Value::array();
+  for (const CrossLayerCosine& r : rows) {
+    results::Value row = results::Value::object();
+    row.set("layer", std::int64_t(r.layer));
+    row.set("eq3", r.eq3.value), row.set("eq3_std", r.eq3.std), row.set("eq3_se", r.eq3.se);
+    row.set("eq6", r.eq6.value), row.set("eq6_std", r.eq6.std), row.set("eq6_se", r.eq6.se);
+    layers.push(row);
+  }
+  return layers;
+}
+
+results::Value layers_of(const results::Value& rows) {
+  results::Value v = results::Value::object();
+  v.set("layers", rows);
+  return v;
+}
+
+// The off-diagonal entries of a square matrix, each through f, averaged.
+template <class F>
+double off_diagonal_mean(const RowMatrix& m, F f) {
+  double sum = 0;
+  std::int64_t n = 0;
+  for (Eigen::Index i = 0; i < m.rows(); ++i)
+    for (Eigen::Index j = 0; j < m.cols(); ++j)
+      if (i != j) sum += f(m(i, j)), ++n;
+  return sum / double(n);
+}
+
+}  // namespace
+
+double CosineMap::mean_off_diagonal() const {
+  return off_diagonal_mean(mean, [](double x) { return x; });
+}
+double CosineMap::mean_abs_off_diagonal() const {
+  return off_diagonal_mean(mean, [](double x) { return std::abs(x); });
+}
+
+results::Value Report::to_value() const {
+  results::Value v = results::Value::object();
+  v.set("analysis", to_string(kind));
+  v.set("definition", definition);
+  v.set("sequences", sequences);
+  v.set("seq_len", std::int64_t(seq_len));
+  if (!nonfinite.empty()) return v;
+  switch (kind) {
+    case Kind::entropy: v.set("layers", summary_rows(entropy)); break;
+    case Kind::similarity: v.set("layers", summary_rows(similarity)); break;
+    case Kind::spectrum: v.set("layers", spectrum_rows(spectrum)); break;
+    case Kind::first_token: v.set("layers", first_token_rows(first_token)); break;
+    case Kind::cross_layer: v.set("layers", cross_layer_rows(cross_layer)); break;
+    case Kind::heads:
+    case Kind::tokens: {
+      results::Value matrix = results::Value::array();
+      for (Eigen::Index i = 0; i < cosine->mean.rows(); ++i)
+        matrix.push(results::Value::array_of(
+            std::vector<double>(cosine->mean.row(i).data(), cosine->mean.row(i).data() + cosine->mean.cols())));
+      v.set("layer", std::int64_t(cosine->layer));
+      v.set("matrix", matrix);
+      break;
+    }
+    case Kind::all:
+      v.set("entropy", layers_of(summary_rows(entropy)));
+      v.set("similarity", layers_of(summary_rows(similarity)));
+      v.set("spectrum", layers_of(spectrum_rows(spectrum)));
+      v.set("first_token", layers_of(first_token_rows(first_token)));
+      break;
+  }
+  return v;
 }
 
 double uniform_causal_importance_ratio(int T) {
@@ -563,14 +646,11 @@ const char* const kCrossLayerVerdictRule =
     "the seeds: agrees when every such layer has mean(d) > 2 se, disagrees when some layer has mean(d) < -2 se, "
     "inconclusive otherwise and always with fewer than 2 seeds";
 
-CrossLayerVerdict cross_layer_verdict(const std::vector<Report>& replicates) {
+CrossLayerVerdict cross_layer_verdict(const std::vector<std::vector<CrossLayerCosine>>& replicates) {
   CrossLayerVerdict v;
-  for (std::size_t l = 1; !replicates.empty() && l < replicates.front().value["layers"].items().size(); ++l) {
+  for (std::size_t l = 1; !replicates.empty() && l < replicates.front().size(); ++l) {
     RunningStats d;
-    for (const Report& r : replicates) {
-      const results::Value& row = r.value["layers"].items().at(l);
-      d.add(row["eq3"].number() - row["eq6"].number());
-    }
+    for (const auto& layers : replicates) d.add(layers.at(l).eq3.value - layers.at(l).eq6.value);
     v.difference.push_back(d.summary());
   }
   std::vector<results::Element> layers;  // the rule is results/verdict.hpp's: z = 2, at least 2 seeds

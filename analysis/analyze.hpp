@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -67,14 +68,65 @@ struct Options {
 // their order in the file, so the same seed picks the same sequences.
 lm::TokenSequences choose_sequences(const lm::TokenSequences& all, std::int64_t n, std::uint64_t seed);
 
+// One layer's (or hidden state's) scalar measure, summarized over the sequences.
+struct LayerSummary {
+  int layer = 0;  // 1 … L; similarity of hidden states 0 … L (0: the embedding output)
+  Summary summary;
+};
+
+// spectrum: one layer's value covariance eigenvalues by rank (mean over sequences) and the largest.
+struct SpectrumLayer {
+  int layer = 0;
+  std::vector<double> eigenvalues;
+  Summary max;
+};
+
+// first-token: x_0 over the mean of x_1 … x_{T−1} (summarized over sequences), and each position's
+// x_p over the mean of all positions (mean over sequences).
+struct FirstTokenMeasure {
+  Summary ratio;
+  std::vector<double> per_position;
+};
+struct FirstTokenLayer {
+  int layer = 0;
+  FirstTokenMeasure importance, value_norm, hidden_norm;
+};
+
+// heads, tokens: one layer's cosine matrix, mean over sequences.
+struct CosineMap {
+  int layer = 0;  // 1 … L
+  RowMatrix mean;
+  double mean_off_diagonal() const;      // the mean of the entries i ≠ j
+  double mean_abs_off_diagonal() const;  // the mean of their absolute values
+};
+
+// cross-layer: per layer, cos(Eq. 2, Eq. 3) and cos(Eq. 2, Eq. 6), summarized over sequences.
+struct CrossLayerCosine {
+  int layer = 0;
+  Summary eq3, eq6;
+};
+
+// What an analysis measured, typed; to_value() is its JSON (the command's output, the figures' record).
 struct Report {
-  results::Value value;                // analysis, definition, sequences, seq_len, layers | matrix
-  std::vector<results::Table> tables;  // the same numbers as columns (CSV, HDF5, figures)
+  Kind kind = Kind::all;
+  results::Value definition;  // the options that define what was measured
+  std::int64_t sequences = 0;
+  int seq_len = 0;
+  std::vector<LayerSummary> entropy, similarity;
+  std::vector<SpectrumLayer> spectrum;
+  std::vector<FirstTokenLayer> first_token;
+  std::optional<CosineMap> cosine;  // heads, tokens
+  std::vector<CrossLayerCosine> cross_layer;
+  std::vector<results::Table> tables;    // the same numbers as columns (CSV, HDF5, figures)
   std::vector<results::Figure> figures;  // one per table, drawn from its CSV
   // Set when an activation the analysis reads holds NaN or ±Inf ("layer 3's pattern holds nan
   // (sequence 0)"): then nothing is measured or summarised (no layers, no tables), and the
   // command reports this, exit 1.
   std::string nonfinite;
+
+  // {analysis, definition, sequences, seq_len, then layers (heads, tokens: layer and matrix)};
+  // `all`: one {layers} object per analysis, under entropy, similarity, spectrum, first_token.
+  results::Value to_value() const;
 };
 
 Report analyze(lm::Model<float>& model, Kind kind, const lm::TokenSequences& data, const Options& options,
@@ -95,7 +147,7 @@ struct CrossLayerVerdict {
   std::vector<Summary> difference;  // layers 2 … L
   std::string verdict;
 };
-CrossLayerVerdict cross_layer_verdict(const std::vector<Report>& replicates);
+CrossLayerVerdict cross_layer_verdict(const std::vector<std::vector<CrossLayerCosine>>& replicates);
 extern const char* const kCrossLayerVerdictRule;  // the rule above in one sentence, for the record
 
 }  // namespace qkvlab::analysis

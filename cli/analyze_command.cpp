@@ -75,19 +75,20 @@ int run_analyze(const AnalyzeArgs& a, const std::string& command_line) {
   const auto model = lm::load_model(a.checkpoint, *backend, a.allow_nonfinite);
   const lm::TokenSequences data = read_token_sequences(a.input, a.checkpoint, a.seed, model->config(), false);
   const Progress show{"analyze", Progress::wanted(a.quiet)};
-  analysis::Report r = analysis::analyze(*model, kind, data, options, [&](std::int64_t done, std::int64_t total) {
+  const analysis::Report r = analysis::analyze(*model, kind, data, options, [&](std::int64_t done, std::int64_t total) {
     show("sequences", std::size_t(done), std::size_t(total));
   });
   if (!r.nonfinite.empty()) return report_nonfinite("analyze", r.nonfinite);
-  r.value.set("checkpoint", a.checkpoint);
-  r.value.set("tokens", !a.input.text.empty() ? token_source(a.input)  // "text FILE"
-                        : a.input.tokens.empty() ? "corpus " + a.input.corpus + " (" + a.input.data + ", " + a.input.split + ")"
-                                                 : a.input.tokens);
-  r.value.set("seed", a.seed);
-  r.value.set("device", backend->description());
-  r.value.set("command_line", command_line);
+  results::Value v = r.to_value();
+  v.set("checkpoint", a.checkpoint);
+  v.set("tokens", !a.input.text.empty() ? token_source(a.input)  // "text FILE"
+                  : a.input.tokens.empty() ? "corpus " + a.input.corpus + " (" + a.input.data + ", " + a.input.split + ")"
+                                           : a.input.tokens);
+  v.set("seed", a.seed);
+  v.set("device", backend->description());
+  v.set("command_line", command_line);
   write_files(a, r, command_line);
-  std::cout << (a.format == "json" ? r.value.json() : r.value.text());
+  std::cout << (a.format == "json" ? v.json() : v.text());
   return 0;
 }
 

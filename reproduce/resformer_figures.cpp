@@ -10,14 +10,14 @@
 namespace qkvlab::reproduce {
 
 namespace {
-// Per-layer mean and se of a scalar analysis (entropy, similarity) from its report's value.
+// Per-layer mean and se of a scalar analysis (entropy, similarity).
 struct Curve {
   std::vector<double> layer, mean, se;
 };
 Curve layer_curve(const analysis::Report& r) {
   Curve c;
-  for (const Value& row : r.value["layers"].items())
-    c.layer.push_back(row["layer"].number()), c.mean.push_back(row["mean"].number()), c.se.push_back(row["se"].number());
+  for (const analysis::LayerSummary& row : r.kind == analysis::Kind::entropy ? r.entropy : r.similarity)
+    c.layer.push_back(row.layer), c.mean.push_back(row.summary.value), c.se.push_back(row.summary.se);
   return c;
 }
 
@@ -86,7 +86,6 @@ void resformer_fig1_middle(Session& s, Output& out) {
 
 // First-token ratios per layer of two models (Fig. 10), or their per-position profiles (Fig. 19).
 void first_token(Session& s, Output& out, bool per_position) {
-  static const char* names[3] = {"importance_ratio", "value_norm_ratio", "hidden_norm_ratio"};
   static const char* short_names[3] = {"importance", "value_norm", "hidden_norm"};
   Table t{"first_token", {}};
   results::Figure f{"first token over the mean of the others (T = 128)", "layer", "ratio", false, true, {},
@@ -99,34 +98,37 @@ void first_token(Session& s, Output& out, bool per_position) {
   }
   for (const auto& name : kResFormerPair) {
     const analysis::Report r = s.analyze(name, analysis::Kind::first_token, {}, 128);
-    const auto& layers = r.value["layers"].items();
+    const auto& layers = r.first_token;
+    const auto measure = [](const analysis::FirstTokenLayer& row, int k) -> const analysis::FirstTokenMeasure& {
+      return k == 0 ? row.importance : k == 1 ? row.value_norm : row.hidden_norm;
+    };
+    out.value.set(name, r.to_value()["layers"]);
     if (!per_position) {
       if (t.columns.empty()) {
         t.columns.push_back({"layer", {}});
-        for (const Value& row : layers) t.columns[0].values.push_back(row["layer"].number());
+        for (const auto& row : layers) t.columns[0].values.push_back(row.layer);
       }
       for (int k = 0; k < 3; ++k) {
         Column c{name + " " + short_names[k], {}}, spread{c.name + " std", {}};  // the spread over the sequences
-        for (const Value& row : layers)
-          c.values.push_back(row[names[k]].number()), spread.values.push_back(row[names[k] + std::string("_std")].number());
+        for (const auto& row : layers)
+          c.values.push_back(measure(row, k).ratio.value), spread.values.push_back(measure(row, k).ratio.std);
         out.notes += "- " + c.name + ": " + list_text(c.values, 2) + "\n";
         t.columns.push_back(c), t.columns.push_back(spread);
         f.series.push_back({"layer", c.name, "", c.name + " (± std over sequences)", "yerrorlines", spread.name});
       }
-      out.value.set(name, r.value["layers"]);
       continue;
     }
     // Fig. 19: per layer and position (the first 32), each position's value over the mean of all.
     for (int k = 0; k < 3; ++k) {
       Table m{name + "-" + short_names[k], {{"position", {}}, {"layer", {}}, {"ratio", {}}}};
       std::string first;
-      for (const Value& row : layers) {
-        const auto& p = row["per_position"][short_names[k]].items();
+      for (const auto& row : layers) {
+        const auto& p = measure(row, k).per_position;
         for (std::size_t i = 0; i < std::min<std::size_t>(32, p.size()); ++i)
-          m.columns[0].values.push_back(double(i)), m.columns[1].values.push_back(row["layer"].number()),
-              m.columns[2].values.push_back(std::log10(p[i].number()));
+          m.columns[0].values.push_back(double(i)), m.columns[1].values.push_back(row.layer),
+              m.columns[2].values.push_back(std::log10(p[i]));
         if (!first.empty()) first += ' ';
-        first += fixed(p[0].number(), 2);
+        first += fixed(p[0], 2);
       }
       out.notes += "- " + name + ", " + short_names[k] + " of position 0 over the mean of all positions, layers 1 … L: " + first + "\n";
       out.draw({name + ": " + short_names[k] + " per position / mean (log10)", "position", "layer", false, false,
@@ -135,7 +137,6 @@ void first_token(Session& s, Output& out, bool per_position) {
                  "set yrange [0.5:" + std::to_string(layers.size()) + ".5]"}},
                out.add(m), name + "-" + short_names[k]);
     }
-    out.value.set(name, r.value["layers"]);
   }
   if (!per_position) out.draw(f, out.add(t), "first_token");
 }
@@ -149,11 +150,11 @@ void resformer_fig12(Session& s, Output& out) {
   results::Figure right{"largest value covariance eigenvalue per layer", "layer", "eigenvalue", false, true, {}, {}};
   for (const auto& name : kResFormerPair) {
     const analysis::Report r = s.analyze(name, analysis::Kind::spectrum, {}, 128);
-    const auto& layers = r.value["layers"].items();
-    std::vector<double> e1, mx, mx_se, ranks, index;
-    for (const Value& x : layers.front()["eigenvalues"].items()) e1.push_back(x.number()), ranks.push_back(double(ranks.size() + 1));
-    for (const Value& row : layers)
-      mx.push_back(row["max"].number()), mx_se.push_back(row["max_se"].number()), index.push_back(row["layer"].number());
+    const std::vector<double>& e1 = r.spectrum.front().eigenvalues;
+    std::vector<double> mx, mx_se, ranks, index;
+    for (std::size_t i = 0; i < e1.size(); ++i) ranks.push_back(double(i + 1));
+    for (const analysis::SpectrumLayer& row : r.spectrum)
+      mx.push_back(row.max.value), mx_se.push_back(row.max.se), index.push_back(row.layer);
     if (first.columns.empty()) first.columns.push_back({"rank", ranks}), largest.columns.push_back({"layer", index});
     first.columns.push_back({name, e1}), largest.columns.push_back({name, mx}), largest.columns.push_back({name + "_se", mx_se});
     left.series.push_back({"rank", name, "", name, "lines", ""});
@@ -161,7 +162,7 @@ void resformer_fig12(Session& s, Output& out) {
     out.notes += "- " + name + ": largest eigenvalue per layer " + list_text(mx, 2) + "; layer 1's eigenvalues at ranks 1, 8, 32, 64: " +
                  fixed(e1[0], 3) + ", " + fixed(e1[std::min<std::size_t>(7, e1.size() - 1)], 3) + ", " +
                  fixed(e1[std::min<std::size_t>(31, e1.size() - 1)], 3) + ", " + fixed(e1[std::min<std::size_t>(63, e1.size() - 1)], 3) + "\n";
-    out.value.set(name, r.value["layers"]);
+    out.value.set(name, r.to_value()["layers"]);
   }
   out.draw(left, out.add(first), "layer1_spectrum");
   out.draw(right, out.add(largest), "max_eigenvalue");
@@ -195,29 +196,29 @@ void resformer_fig20(Session& s, Output& out) {
 constexpr int kFig3Seeds = 3;
 
 void resformer_fig3(Session& s, Output& out) {
-  std::vector<analysis::Report> reports;
+  std::vector<std::vector<analysis::CrossLayerCosine>> replicates;
   Table t{"cross_layer", {}};
   results::Figure f{"cosine with true cross-layer attention to layer 1 (Eq. 2), vanilla, T = 128", "layer",
                     "cosine (mean over sequences)", false, false, {}, {"set key bottom right", "set xtics 1"}};
   for (int k = 0; k < kFig3Seeds; ++k) {
     const std::uint64_t seed = s.options().seed + std::uint64_t(k);
-    reports.push_back(s.analyze("vanilla", analysis::Kind::cross_layer, {}, 128, seed));
-    const auto& layers = reports.back().value["layers"].items();
+    const analysis::Report r = s.analyze("vanilla", analysis::Kind::cross_layer, {}, 128, seed);
+    const auto& layers = replicates.emplace_back(r.cross_layer);
     if (t.columns.empty()) t.columns.push_back({"layer", {}});
     const std::string tag = " s" + std::to_string(seed);
     Column eq3{"eq3" + tag, {}}, eq6{"eq6" + tag, {}};
-    for (const Value& row : layers) {
-      if (k == 0) t.columns[0].values.push_back(row["layer"].number());
-      eq3.values.push_back(row["eq3"].number()), eq6.values.push_back(row["eq6"].number());
+    for (const analysis::CrossLayerCosine& row : layers) {
+      if (k == 0) t.columns[0].values.push_back(row.layer);
+      eq3.values.push_back(row.eq3.value), eq6.values.push_back(row.eq6.value);
     }
     f.series.push_back({"layer", eq3.name, "", "Eq. 3 (current attention), seed " + std::to_string(seed), "linespoints lc 1", ""});
     f.series.push_back({"layer", eq6.name, "", "Eq. 6 (identity), seed " + std::to_string(seed), "linespoints lc 2", ""});
     out.notes += "- seed " + std::to_string(seed) + ", layers 1 … " + std::to_string(layers.size()) + ": Eq. 3 " +
                  list_text(eq3.values, 3) + "; Eq. 6 " + list_text(eq6.values, 3) + "\n";
-    out.value.set("seed " + std::to_string(seed), reports.back().value["layers"]);
+    out.value.set("seed " + std::to_string(seed), r.to_value()["layers"]);
     t.columns.push_back(eq3), t.columns.push_back(eq6);
   }
-  const analysis::CrossLayerVerdict v = analysis::cross_layer_verdict(reports);
+  const analysis::CrossLayerVerdict v = analysis::cross_layer_verdict(replicates);
   Value difference = Value::array();
   std::string text;
   for (std::size_t l = 0; l < v.difference.size(); ++l) {

@@ -95,17 +95,12 @@ void cosine_maps(Session& s, Output& out, analysis::Kind kind) {
   const bool heads = kind == analysis::Kind::heads;
   for (const std::string name : {"vanilla", "skipv1"}) {
     analysis::Report r = s.analyze(name, kind, {}, heads ? 128 : 64);
-    double off = 0, magnitude = 0;
-    std::int64_t n = 0;
-    const auto& rows = r.value["matrix"].items();
-    for (std::size_t i = 0; i < rows.size(); ++i)
-      for (std::size_t j = 0; j < rows[i].items().size(); ++j)
-        if (i != j) off += rows[i].items()[j].number(), magnitude += std::abs(rows[i].items()[j].number()), ++n;
-    out.value.set(name, r.value);
-    out.value.set(name + "_mean_off_diagonal", off / double(n));
-    out.value.set(name + "_mean_abs_off_diagonal", magnitude / double(n));
-    out.notes += "- " + name + ": off-diagonal cosines at layer " + fixed(r.value["layer"].number(), 0) + ": mean " +
-                 fixed(off / double(n), 3) + ", mean absolute value " + fixed(magnitude / double(n), 3) + "\n";
+    const double off = r.cosine->mean_off_diagonal(), magnitude = r.cosine->mean_abs_off_diagonal();
+    out.value.set(name, r.to_value());
+    out.value.set(name + "_mean_off_diagonal", off);
+    out.value.set(name + "_mean_abs_off_diagonal", magnitude);
+    out.notes += "- " + name + ": off-diagonal cosines at layer " + std::to_string(r.cosine->layer) + ": mean " +
+                 fixed(off, 3) + ", mean absolute value " + fixed(magnitude, 3) + "\n";
     r.figures[0].title = name + ": " + r.figures[0].title;
     r.tables[0].name = name + (heads ? "-heads" : "-tokens");
     out.draw(r.figures[0], out.add(r.tables[0]), r.tables[0].name);

@@ -171,16 +171,22 @@ TEST(Analyze, UniformAttentionGivesTheClosedFormAtEveryLayer) {
   o.batch = 2;  // 5 sequences: the last batch has one row that is not counted
   const Report r = analyze(*zero.model, Kind::entropy, data, o);
   const Report control = analyze(*random.model, Kind::entropy, data, o);
-  ASSERT_EQ(r.value["layers"].items().size(), 3u);
+  ASSERT_EQ(r.entropy.size(), 3u);
   for (std::size_t l = 0; l < 3; ++l) {
-    const auto& layer = r.value["layers"].items()[l];
-    EXPECT_EQ(layer["layer"].number(), std::int64_t(l) + 1);
-    EXPECT_NEAR(layer["mean"].number(), uniform_column_entropy(T), 1e-5);
-    EXPECT_NEAR(layer["std"].number(), 0.0, 1e-5);
-    EXPECT_GT(std::abs(control.value["layers"].items()[l]["mean"].number() - uniform_column_entropy(T)), 1e-3);
+    EXPECT_EQ(r.entropy[l].layer, int(l) + 1);
+    EXPECT_NEAR(r.entropy[l].summary.value, uniform_column_entropy(T), 1e-5);
+    EXPECT_NEAR(r.entropy[l].summary.std, 0.0, 1e-5);
+    EXPECT_GT(std::abs(control.entropy[l].summary.value - uniform_column_entropy(T)), 1e-3);
   }
-  EXPECT_EQ(r.value["sequences"].number(), 5);
-  EXPECT_EQ(r.value["seq_len"].number(), T);
+  EXPECT_EQ(r.sequences, 5);
+  EXPECT_EQ(r.seq_len, T);
+  // The JSON is the typed report's: its layers in order, with their summaries.
+  const results::Value v = r.to_value();
+  ASSERT_EQ(v["layers"].items().size(), 3u);
+  EXPECT_EQ(v["layers"].items()[2]["layer"].number(), 3);
+  EXPECT_EQ(v["layers"].items()[2]["mean"].number(), r.entropy[2].summary.value);
+  EXPECT_EQ(v["layers"].items()[2]["se"].number(), r.entropy[2].summary.se);
+  EXPECT_EQ(v["seq_len"].number(), T);
 }
 
 // The batch size is how the work is cut, not what is measured.
@@ -190,16 +196,18 @@ TEST(Analyze, AllAnalysesAreIndependentOfTheBatch) {
   Options one, three;
   one.batch = 1, three.batch = 3;
   const Report a = analyze(*m.model, Kind::all, data, one), b = analyze(*m.model, Kind::all, data, three);
+  const results::Value va = a.to_value(), vb = b.to_value();
   for (const char* part : {"entropy", "similarity", "first_token"}) {
-    const auto& la = a.value[part]["layers"];
-    const auto& lb = b.value[part]["layers"];
+    const auto& la = va[part]["layers"];
+    const auto& lb = vb[part]["layers"];
     ASSERT_EQ(la.items().size(), lb.items().size());
     for (std::size_t l = 0; l < la.items().size(); ++l) {
       const char* key = std::string(part) == "first_token" ? "importance_ratio" : "mean";
       EXPECT_NEAR(la.items()[l][key].number(), lb.items()[l][key].number(), 1e-5) << part << " " << l;
     }
   }
-  EXPECT_EQ(a.value["similarity"]["layers"].items().size(), 4u);  // hf: L + 1 states
+  EXPECT_EQ(a.similarity.size(), 4u);  // hf: L + 1 states
+  EXPECT_EQ(va["similarity"]["layers"].items().size(), 4u);
   EXPECT_EQ(a.tables.size(), a.figures.size());
 }
 
@@ -212,11 +220,11 @@ TEST(Analyze, TheSameNumbersAtAnyThreadCount) {
   one.batch = three.batch = 4, one.threads = 1, three.threads = 3;
   for (Kind kind : {Kind::all, Kind::cross_layer}) {
     SCOPED_TRACE(to_string(kind));
-    const std::string a = analyze(*m.model, kind, data, one).value.json();
-    EXPECT_EQ(a, analyze(*m.model, kind, data, three).value.json());
+    const std::string a = analyze(*m.model, kind, data, one).to_value().json();
+    EXPECT_EQ(a, analyze(*m.model, kind, data, three).to_value().json());
     auto other = data;
     other.ids[0] = (other.ids[0] + 1) % 32;
-    EXPECT_NE(a, analyze(*m.model, kind, other, three).value.json()) << "control: one token moved";
+    EXPECT_NE(a, analyze(*m.model, kind, other, three).to_value().json()) << "control: one token moved";
   }
 }
 
@@ -226,9 +234,22 @@ TEST(Analyze, MatricesOfOneLayer) {
   Options o;
   o.layer = 1;
   const Report heads = analyze(*m.model, Kind::heads, data, o), tokens = analyze(*m.model, Kind::tokens, data, o);
-  EXPECT_EQ(heads.value["matrix"].items().size(), 4u);
-  EXPECT_EQ(tokens.value["matrix"].items().size(), 6u);
-  for (std::size_t i = 0; i < 4; ++i) EXPECT_NEAR(heads.value["matrix"].items()[i].items()[i].number(), 1.0, 1e-6);
+  EXPECT_EQ(heads.cosine->mean.rows(), 4);
+  EXPECT_EQ(tokens.cosine->mean.rows(), 6);
+  EXPECT_EQ(heads.cosine->layer, 2);
+  for (int i = 0; i < 4; ++i) EXPECT_NEAR(heads.cosine->mean(i, i), 1.0, 1e-6);
+  const results::Value v = heads.to_value();
+  ASSERT_EQ(v["matrix"].items().size(), 4u);
+  EXPECT_EQ(v["matrix"].items()[1].items()[2].number(), heads.cosine->mean(1, 2));
+  // The off-diagonal means: of the 12 entries i != j, and of their absolute values.
+  double off = 0, magnitude = 0;
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 4; ++j)
+      if (i != j) off += heads.cosine->mean(i, j) / 12, magnitude += std::abs(heads.cosine->mean(i, j)) / 12;
+  EXPECT_NEAR(heads.cosine->mean_off_diagonal(), off, 1e-15);
+  EXPECT_NEAR(heads.cosine->mean_abs_off_diagonal(), magnitude, 1e-15);
+  EXPECT_GT(std::abs(heads.cosine->mean_off_diagonal() - (heads.cosine->mean.sum() / 16)), 1e-3)
+      << "control: the diagonal counted";
   o.layer = 3;
   EXPECT_THROW(analyze(*m.model, Kind::heads, data, o), qkvlab::UsageError);
 }
@@ -320,33 +341,27 @@ TEST(Analyze, CrossLayerIsExactWhereTheApproximationIsAndNotElsewhere) {
   TinyModel zero(0), random(50);
   const Report uniform = analyze(*zero.model, Kind::cross_layer, data, {});
   const Report control = analyze(*random.model, Kind::cross_layer, data, {});
-  ASSERT_EQ(uniform.value["layers"].items().size(), 3u);
+  ASSERT_EQ(uniform.cross_layer.size(), 3u);
   for (std::size_t l = 0; l < 3; ++l) {
-    const auto& u = uniform.value["layers"].items()[l];
-    const auto& c = control.value["layers"].items()[l];
-    EXPECT_EQ(u["layer"].number(), std::int64_t(l) + 1);
-    EXPECT_NEAR(u["eq3"].number(), 1.0, 1e-9) << l;
-    EXPECT_LT(u["eq6"].number(), 0.99) << l;
+    const CrossLayerCosine &u = uniform.cross_layer[l], &c = control.cross_layer[l];
+    EXPECT_EQ(u.layer, int(l) + 1);
+    EXPECT_NEAR(u.eq3.value, 1.0, 1e-9) << l;
+    EXPECT_LT(u.eq6.value, 0.99) << l;
     if (l == 0) {
-      EXPECT_NEAR(c["eq3"].number(), 1.0, 1e-9);
+      EXPECT_NEAR(c.eq3.value, 1.0, 1e-9);
     } else {
-      EXPECT_LT(c["eq3"].number(), 0.99) << l;
+      EXPECT_LT(c.eq3.value, 0.99) << l;
     }
   }
   EXPECT_EQ(uniform.tables.size(), 1u);
-  EXPECT_EQ(uniform.value["definition"]["reference_layer"].number(), 1);
+  EXPECT_EQ(uniform.definition["reference_layer"].number(), 1);
+  EXPECT_EQ(uniform.to_value()["layers"].items()[1]["eq6_se"].number(), uniform.cross_layer[1].eq6.se);
 }
 
-Report replicate(const std::vector<double>& eq3, const std::vector<double>& eq6) {
-  results::Value layers = results::Value::array();
-  for (std::size_t l = 0; l < eq3.size(); ++l) {
-    results::Value row = results::Value::object();
-    row.set("layer", std::int64_t(l) + 1), row.set("eq3", eq3[l]), row.set("eq6", eq6[l]);
-    layers.push(row);
-  }
-  results::Value v = results::Value::object();
-  v.set("layers", layers);
-  return {v, {}, {}, {}};
+std::vector<CrossLayerCosine> replicate(const std::vector<double>& eq3, const std::vector<double>& eq6) {
+  std::vector<CrossLayerCosine> layers;
+  for (std::size_t l = 0; l < eq3.size(); ++l) layers.push_back({int(l) + 1, {{eq3[l], 0}, 0, 1}, {{eq6[l], 0}, 0, 1}});
+  return layers;
 }
 
 // The rule: every layer n ≥ 2 above 2 se agrees; one below −2 se disagrees; else, and with one
@@ -362,7 +377,7 @@ TEST(UniformCausal, FirstTokenImportanceRatio) {
 }
 
 TEST(CrossLayerVerdict, TheStatedRule) {
-  const Report a = replicate({1, 0.9, 0.8}, {0.5, 0.6, 0.7}), b = replicate({1, 0.91, 0.82}, {0.5, 0.62, 0.7}),
+  const std::vector<CrossLayerCosine> a = replicate({1, 0.9, 0.8}, {0.5, 0.6, 0.7}), b = replicate({1, 0.91, 0.82}, {0.5, 0.62, 0.7}),
                c = replicate({1, 0.92, 0.81}, {0.5, 0.6, 0.71});
   const CrossLayerVerdict three = cross_layer_verdict({a, b, c});
   EXPECT_EQ(three.verdict, "agrees");

@@ -194,15 +194,19 @@ TEST(Reproduce, ResFormerFig3ComparesThreeSeedsByTheStatedRule) {
   const reproduce::Result r = reproduce::run_figure(c, reproduce::find_figure("resformer-fig3"), dir / "out");
   const results::Value& v = r.value["results"];
   for (const char* run : {"vanilla", "vanilla-s2", "vanilla-s3"}) EXPECT_TRUE(r.value["runs"].find(run)) << run;
-  std::vector<analysis::Report> reports;
+  std::vector<std::vector<analysis::CrossLayerCosine>> reports;
   for (int seed = 1; seed <= 3; ++seed) {
     const results::Value& layers = v["seed " + std::to_string(seed)];
     ASSERT_EQ(layers.items().size(), 6u);
     EXPECT_NEAR(layers.items()[0]["eq3"].number(), 1.0, 1e-9) << seed;
     EXPECT_LT(layers.items()[0]["eq6"].number(), 0.999) << seed;
-    results::Value value = results::Value::object();
-    value.set("layers", layers);
-    reports.push_back({value, {}, {}, {}});
+    auto& replicate = reports.emplace_back();
+    for (const results::Value& row : layers.items()) {
+      const auto summary = [&](const std::string& eq) {
+        return Summary{{row[eq].number(), row[eq + "_se"].number()}, row[eq + "_std"].number(), 0};
+      };
+      replicate.push_back({int(row["layer"].number()), summary("eq3"), summary("eq6")});
+    }
   }
   EXPECT_NE(v["seed 1"].json(), v["seed 2"].json()) << "control: another seed, another model";
   EXPECT_EQ(v["verdict"].string(), analysis::cross_layer_verdict(reports).verdict);
