@@ -656,8 +656,9 @@ CrossLayerVerdict cross_layer_verdict(const std::vector<std::vector<CrossLayerCo
   std::vector<results::Element> layers;  // the rule is results/verdict.hpp's: z = 2, at least 2 seeds
   for (std::size_t l = 0; l < v.difference.size(); ++l)
     layers.push_back({"layer " + std::to_string(l + 2), v.difference[l].value, v.difference[l].se, v.difference[l].count, 0});
-  v.verdict = results::judge({"002 Fig. 3", "cos(Eq. 2, Eq. 3) - cos(Eq. 2, Eq. 6)", results::Sense::greater}, results::Rule{},
-                             layers).verdict;
+  const results::Claim claim{"ResFormer Fig. 3: the current attention maps layer 1's values better than the identity",
+                             "cos(Eq. 2, Eq. 3) - cos(Eq. 2, Eq. 6)", results::Sense::greater};
+  v.verdict = results::judge(claim, results::Rule{}, layers).verdict;
   return v;
 }
 
