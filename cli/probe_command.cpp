@@ -78,20 +78,21 @@ int run_probe(const ProbeArgs& a, const std::string& command_line) {
   if (a.options.seq_len > model->config().positions)
     throw UsageError("--seq-len " + std::to_string(a.options.seq_len) + " is longer than the model's positions");
   const Progress show{"probe", Progress::wanted(a.quiet)};
-  probes::ProbeReport r = probes::run_probes(*model, data, o, [&](std::int64_t done, std::int64_t total) {
+  const probes::ProbeReport r = probes::run_probes(*model, data, o, [&](std::int64_t done, std::int64_t total) {
     show("steps", std::size_t(done), std::size_t(total));
   });
   if (!r.nonfinite.empty()) return report_nonfinite("probe", r.nonfinite);
-  r.value.set("checkpoint", a.checkpoint);
-  r.value.set("tokens", !a.text.empty() ? "text " + a.text : a.tokens.empty() ? "corpus " + a.corpus + " (" + a.data + ")" : a.tokens);
-  r.value.set("device", backend->description());
-  r.value.set("command_line", command_line);
+  results::Value v = r.to_value();
+  v.set("checkpoint", a.checkpoint);
+  v.set("tokens", !a.text.empty() ? "text " + a.text : a.tokens.empty() ? "corpus " + a.corpus + " (" + a.data + ")" : a.tokens);
+  v.set("device", backend->description());
+  v.set("command_line", command_line);
   StagedFiles files;  // the HDF5, the CSV and the figure: all or none
   if (!a.out.empty()) results::stage_tables_hdf5(files, a.out, {r.table}, o.seed, command_line);
   if (!a.csv.empty()) results::stage_csv(files, a.csv, r.table);
   if (!a.figure.empty()) results::stage_figure(files, r.figure, r.table, a.figure);
   files.commit();
-  std::cout << (a.format == "json" ? r.value.json() : r.value.text());
+  std::cout << (a.format == "json" ? v.json() : v.text());
   return 0;
 }
 

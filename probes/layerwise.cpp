@@ -136,8 +136,8 @@ ProbeReport run_probes(lm::Model<float>& model, const ProbeData& d, const ProbeO
     }
   }
 
-  ProbeReport r{results::Value::object(), {"probe", {{"layer", {}}, {"loss", {}}, {"std", {}}, {"se", {}}, {"lr", {}}}}, {}, {}, {}};
-  results::Value layers = results::Value::array();
+  ProbeReport r;
+  r.table = {"probe", {{"layer", {}}, {"loss", {}}, {"std", {}}, {"se", {}}, {"lr", {}}}};
   std::vector<double> xs, ys;
   for (int l = 0; l <= L; ++l) {
     std::optional<std::size_t> best;  // the lowest finite validation loss; a diverged rate is never compared
@@ -150,29 +150,40 @@ ProbeReport run_probes(lm::Model<float>& model, const ProbeData& d, const ProbeO
       return r;
     }
     const Summary s = validation[*best][std::size_t(l)].summary();
-    results::Value row = results::Value::object(), by_lr = results::Value::array();
-    for (std::size_t g = 0; g < o.lr_grid.size(); ++g) by_lr.push(validation[g][std::size_t(l)].mean());  // null: diverged
-    row.set("layer", l), row.set("loss", s.value), row.set("std", s.std), row.set("se", s.se);
-    row.set("lr", o.lr_grid[*best]), row.set("loss_by_lr", by_lr);
-    layers.push(row);
+    ProbeLayer& row = r.layers.emplace_back(ProbeLayer{l, s, o.lr_grid[*best], {}});
+    for (std::size_t g = 0; g < o.lr_grid.size(); ++g) row.loss_by_lr.push_back(validation[g][std::size_t(l)].mean());
     const double cols[] = {double(l), s.value, s.std, s.se, o.lr_grid[*best]};
     for (std::size_t k = 0; k < 5; ++k) r.table.columns[k].values.push_back(cols[k]);
     if (l >= (L + 1) / 2) xs.push_back(l), ys.push_back(s.value);  // the deeper half
   }
-  const Slope slope = r.deeper_half = least_squares_slope(xs, ys);
-  results::Value sv = results::Value::object();
-  sv.set("from_layer", std::int64_t(xs.front())), sv.set("to_layer", L), sv.set("slope", slope.slope), sv.set("se", slope.se);
-  r.value.set("target", o.tags ? "tag" : "next-token");
-  r.value.set("init", o.init_model ? "model" : "random");
-  r.value.set("outputs", outputs);
-  r.value.set("steps", o.steps), r.value.set("warmup", warmup), r.value.set("batch", o.batch);
-  r.value.set("seq_len", T), r.value.set("seed", o.seed), r.value.set("validation_windows", windows);
-  r.value.set("lr_grid", results::Value::array_of(o.lr_grid));
-  r.value.set("layers", layers);
-  r.value.set("deeper_half_slope", sv);
+  r.deeper_half = least_squares_slope(xs, ys);
+  r.from_layer = int(xs.front());
+  r.settings = results::Value::object();
+  r.settings.set("target", o.tags ? "tag" : "next-token");
+  r.settings.set("init", o.init_model ? "model" : "random");
+  r.settings.set("outputs", outputs);
+  r.settings.set("steps", o.steps), r.settings.set("warmup", warmup), r.settings.set("batch", o.batch);
+  r.settings.set("seq_len", T), r.settings.set("seed", o.seed), r.settings.set("validation_windows", windows);
+  r.settings.set("lr_grid", results::Value::array_of(o.lr_grid));
   r.figure = {"probe validation loss per layer", "layer (0: embedding output)", "loss (nats)", false, false,
               {{"layer", "loss", "", "loss", "linespoints", ""}, {"layer", "loss", "", "± se", "yerrorbars", "se"}}, {}};
   return r;
+}
+
+results::Value ProbeReport::to_value() const {
+  results::Value v = settings, rows = results::Value::array(), slope = results::Value::object();
+  for (const ProbeLayer& l : layers) {
+    results::Value row = results::Value::object(), by_lr = results::Value::array();
+    for (double loss : l.loss_by_lr) by_lr.push(loss);  // null: diverged
+    row.set("layer", l.layer), row.set("loss", l.loss.value), row.set("std", l.loss.std), row.set("se", l.loss.se);
+    row.set("lr", l.lr), row.set("loss_by_lr", by_lr);
+    rows.push(row);
+  }
+  v.set("layers", rows);
+  slope.set("from_layer", std::int64_t(from_layer)), slope.set("to_layer", layers.empty() ? 0 : layers.back().layer);
+  slope.set("slope", deeper_half.slope), slope.set("se", deeper_half.se);
+  v.set("deeper_half_slope", slope);
+  return v;
 }
 
 }  // namespace qkvlab::probes

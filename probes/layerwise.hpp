@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "core/statistics.hpp"
 #include "lm/model.hpp"
 #include "results/figure.hpp"
 #include "results/value.hpp"
@@ -46,15 +47,30 @@ struct Slope {
   double x_mean = 0, y_mean = 0;
 };
 
+// One layer output's probe: the validation loss at the chosen learning rate (mean, std, se over the
+// windows), that rate, and the mean loss at every rate of the grid (NaN: the probe diverged).
+struct ProbeLayer {
+  int layer = 0;  // 0: the embedding output; 1 … L the blocks' outputs
+  Summary loss;
+  double lr = 0;
+  std::vector<double> loss_by_lr;
+};
+
 struct ProbeReport {
-  results::Value value;
+  results::Value settings;  // target, init, outputs, steps, warmup, batch, seq_len, seed, validation_windows, lr_grid
+  std::vector<ProbeLayer> layers;
+  Slope deeper_half;     // the slope over the deeper half of the layers, from_layer … the last
+  int from_layer = 0;
   results::Table table;
   results::Figure figure;
   // Set when a layer's validation loss is non-finite at every learning rate ("layer 2: …"):
   // then nothing is summarised, and the command reports it, exit 1. A learning rate whose
   // loss is not finite (a diverged probe) is never picked: loss_by_lr holds null for it.
   std::string nonfinite;
-  Slope deeper_half;  // the slope over the deeper half of the layers (value's deeper_half_slope)
+
+  // The settings, then layers [{layer, loss, std, se, lr, loss_by_lr}] and deeper_half_slope
+  // {from_layer, to_layer, slope, se}.
+  results::Value to_value() const;
 };
 
 Slope least_squares_slope(const std::vector<double>& x, const std::vector<double>& y);

@@ -65,8 +65,8 @@ void skipv1_fig12(Session& s, Output& out) {
       s.progress("probe " + name, "steps", done, total);
     });
     std::vector<double> layer, loss, se;
-    for (const Value& row : r.value["layers"].items())
-      layer.push_back(row["layer"].number()), loss.push_back(row["loss"].number()), se.push_back(row["se"].number());
+    for (const probes::ProbeLayer& row : r.layers)
+      layer.push_back(row.layer), loss.push_back(row.loss.value), se.push_back(row.loss.se);
     // h_0 (the embedding output, probed from the tied unembedding) is off the scale: layers 1 … L.
     layer.erase(layer.begin()), loss.erase(loss.begin()), se.erase(se.begin());
     if (t.columns.empty()) t.columns.push_back({"layer", layer});

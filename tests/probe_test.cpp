@@ -95,7 +95,7 @@ struct Fixture {
   }
 };
 
-double layer_loss(const ProbeReport& r, std::size_t l) { return r.value["layers"].items()[l]["loss"].number(); }
+double layer_loss(const ProbeReport& r, std::size_t l) { return r.layers.at(l).loss.value; }
 
 TEST(Probes, AnUntrainedProbeFromTheModelIsItsHeadAtTheLastLayer) {
   for (lm::Family family : {lm::Family::gpt2, lm::Family::llama}) {
@@ -111,7 +111,8 @@ TEST(Probes, AnUntrainedProbeFromTheModelIsItsHeadAtTheLastLayer) {
     const double model_loss = f.model.forward(ids.data(), targets.data(), 6, 8, lm::Pass::eval).mean();
     EXPECT_NEAR(layer_loss(r, 2), model_loss, 1e-5 * model_loss) << lm::to_string(family);
     EXPECT_GT(std::abs(layer_loss(r, 1) - model_loss), 1e-3) << "control: the layer before";
-    EXPECT_EQ(r.value["layers"].items().size(), 3u);
+    EXPECT_EQ(r.layers.size(), 3u);
+    EXPECT_EQ(r.to_value()["layers"].items()[2]["loss"].number(), r.layers[2].loss.value);  // the JSON is the typed report's
   }
 }
 
