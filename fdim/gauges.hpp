@@ -26,9 +26,11 @@ namespace qkvlab::fdim {
 struct Term {
   std::string name;
   long long dimension = 0;
+  bool constructed = true;  // false: a count from the theory's formula, with no directions built
 };
 
-// Directions as the columns of a P × k matrix, with the terms they realize (Σ dimension = k).
+// Directions as the columns of a P × k matrix, with the terms they realize (Σ dimension of the
+// constructed terms = k).
 template <class T> struct Gauges {
   Mat<T> directions;
   std::vector<Term> terms;
