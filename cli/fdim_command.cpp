@@ -3,6 +3,7 @@
 // theory's gauges, and a certificate of both bounds.
 #include "cli/fdim_command.hpp"
 #include "cli/plot_common.hpp"
+#include "cli/threads_option.hpp"
 #include "cli/validators.hpp"
 #include "fdim/count.hpp"
 
@@ -53,6 +54,7 @@ int run_fdim(FdimArgs a) {
   } else if (!a.query_layers.empty()) {
     throw UsageError("--query-layers needs --query identity");
   }
+  apply_threads(c.threads, BlasUse::shared);
   const Progress progress{"fdim", Progress::wanted(a.quiet)};
   const fdim::Count n = fdim::count(a.config, !a.no_certify, [&](const std::string& what, long long done, long long total) {
     progress(what, std::size_t(done), std::size_t(total));
@@ -131,6 +133,7 @@ Command add_fdim_command(CLI::App& app, const std::string&) {
       ->delimiter(',')
       ->check(integer_in(1, 64));
   cmd->add_option("--seed", c.seed, "Seed of the point and the inputs")->check(seed_value)->capture_default_str();
+  add_threads_option(cmd, c.threads);
   cmd->add_flag("--no-certify", a->no_certify, "Floating-point rank only (no MPFI certificate)");
   cmd->add_option("--format", a->format, "Output: table or json")->check(CLI::IsMember({"table", "json"}))->capture_default_str();
   cmd->add_flag("--quiet", a->quiet, "No progress line");

@@ -49,6 +49,8 @@ struct Config {
   std::vector<int> identity_layers;  // 1-based layers with W_Q = I
   double norm_eps = 1e-5;
   unsigned long long seed = 0;
+  int threads = 0;  // workers of the Jacobian's columns and the gauges' checks (0: one per hardware thread);
+                    // not the network's: every count is the same at any thread count
 
   bool identity_query(int layer) const;  // layer from 0
   int input_dim() const;                  // vocab, din or d

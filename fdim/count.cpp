@@ -41,7 +41,7 @@ Mat<T> columns(const Config& c, const Layout& L, const Vec<T>& theta, const Poin
   const Eigen::Index m = Eigen::Index(c.seq) * c.output_dim() * c.inputs;
   Mat<T> J(m, k);
   std::atomic<long long> done{0};
-  parallel_for(k, 0, [&](std::int64_t j) {
+  parallel_for(k, c.threads, [&](std::int64_t j) {
     Vec<T> u = Vec<T>::Zero(theta.size());
     u[cols[j]] = T(1);
     J.col(j) = directional<T>(c, L, theta, p, u);
@@ -146,7 +146,7 @@ Bound upper_certificate(const Config& c, const Layout& L, const Point& p, const 
   std::vector<char> zero(std::size_t(k), 0);
   std::atomic<long long> done{0};
   std::atomic<bool> undecided{false};
-  parallel_for(k, 0, [&](std::int64_t j) {
+  parallel_for(k, c.threads, [&](std::int64_t j) {
     try {
       const auto [r, z] = zero_test(directional<Interval>(c, L, theta, p, gi.directions.col(j)));
       residual[std::size_t(j)] = r;

@@ -331,3 +331,23 @@ TEST(Fdim, DytReadsMatchSection5) {
     EXPECT_EQ(deficiency(skipless) - deficiency(residual), 3);
   }
 }
+
+// --threads: the Jacobian's columns and the gauges' checks are split over workers, each column
+// computed alone, so one and two workers give bit-identical counts (singular values, residuals).
+// Control: another seed (a different point) changes the singular values.
+TEST(Fdim, CountsAreIdenticalAtAnyThreadCount) {
+  Config c = stack(1);
+  c.mlp = Mlp::relu2;
+  c.ffn = 4;
+  c.inputs = 8;
+  c.threads = 1;
+  const Count one = count(c, true);
+  c.threads = 2;
+  const Count two = count(c, true);
+  EXPECT_EQ(one.rank.rank, two.rank.rank);
+  EXPECT_EQ(one.rank.around_cut, two.rank.around_cut);
+  EXPECT_EQ(one.gauge_residual, two.gauge_residual);
+  EXPECT_EQ(one.certified, two.certified);
+  c.seed = 1;
+  EXPECT_NE(count(c, false).rank.around_cut, one.rank.around_cut);
+}
