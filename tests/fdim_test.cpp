@@ -351,3 +351,48 @@ TEST(Fdim, CountsAreIdenticalAtAnyThreadCount) {
   c.seed = 1;
   EXPECT_NE(count(c, false).rank.around_cut, one.rank.around_cut);
 }
+
+// Each new kind of network, small (d = 3, two blocks of width 3): the count equals the prediction and
+// is certified, every constructed direction verified in MPFI (learned skips, identity units, RMSNorm
+// and LayerNorm at ε = 0, gated MLPs, biases on a residual stack, DyT). Control: a low-rank skip's
+// formula term has no directions, so its count stays uncertified with the upper bound P − constructed.
+TEST(Fdim, NewKindsAreCertifiedAtSmallSizes) {
+  auto small = [](Mlp mlp, Skips skips) {
+    Config c = mlp_stack(mlp, skips, 2, 3, 3);
+    c.din = c.dout = 3;
+    c.inputs = 40;
+    return c;
+  };
+  std::vector<Config> kinds;
+  for (SkipKind k : {SkipKind::learned, SkipKind::units}) {
+    kinds.push_back(small(Mlp::tanh, Skips::both));
+    kinds.back().skip_kind = k;
+  }
+  kinds.push_back(kinds.front());
+  kinds.back().norm = Norm::rmsnorm;
+  kinds.back().norm_eps = 0;
+  kinds.push_back(small(Mlp::gelu, Skips::both));
+  kinds.back().norm = Norm::layernorm;
+  kinds.back().norm_eps = 0;
+  kinds.back().norm_gain = true;
+  kinds.push_back(small(Mlp::swiglu, Skips::both));
+  kinds.push_back(small(Mlp::glu, Skips::none));
+  kinds.push_back(small(Mlp::tanh, Skips::both));
+  kinds.back().bias = true;
+  kinds.push_back(small(Mlp::tanh, Skips::none));
+  kinds.back().norm = Norm::dyt;
+  for (const Config& c : kinds) {
+    const Count n = count(c, true);
+    EXPECT_EQ(deficiency(n), predicted_deficiency(n));
+    EXPECT_TRUE(n.certified);
+    EXPECT_EQ(n.gauges_verified, deficiency(n));
+  }
+  Config lowrank = small(Mlp::tanh, Skips::both);
+  lowrank.skip_kind = SkipKind::lowrank;
+  const Count n = count(lowrank, true);
+  EXPECT_EQ(deficiency(n), predicted_deficiency(n));
+  EXPECT_FALSE(n.certified);
+  EXPECT_TRUE(n.upper.holds);
+  EXPECT_EQ(n.upper.value, n.parameters - n.gauges_verified);
+  EXPECT_GT(n.upper.value, n.rank.rank);
+}
