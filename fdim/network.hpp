@@ -83,6 +83,7 @@ Mat<S> attention(const Config& c, const Mat<S>& X, const Layout& L, const Vec<S>
   return out;
 }
 
+// The logistic 1 / (1 + e^−z) (MPFI: through its exp).
 template <class S> S logistic(const S& z) {
   using std::exp;
   return S(1) / (S(1) + exp(S(-z)));
