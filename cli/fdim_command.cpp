@@ -3,6 +3,7 @@
 // theory's gauges, and a certificate of both bounds.
 #include "cli/fdim_command.hpp"
 #include "cli/plot_common.hpp"
+#include "cli/threads_option.hpp"
 #include "cli/validators.hpp"
 #include "fdim/count.hpp"
 
@@ -18,6 +19,8 @@ namespace {
 struct FdimArgs {
   fdim::Config config;
   std::string skips = "both", norm = "none", mlp = "none", embed = "none", readout = "none";
+  std::string mixer = "attention", skip_kind = "identity";
+  bool norm_eps_given = false, skip_rank_given = false;
   std::string query = "free", format = "table";
   std::vector<int> query_layers;
   bool no_certify = false, quiet = false;
@@ -29,8 +32,19 @@ int run_fdim(FdimArgs a) {
   using namespace fdim;
   Config& c = a.config;
   c.skips = named<Skips>({{"both", Skips::both}, {"attention", Skips::attention}, {"none", Skips::none}}, a.skips);
-  c.norm = named<Norm>({{"none", Norm::none}, {"layernorm", Norm::layernorm}, {"rmsnorm", Norm::rmsnorm}}, a.norm);
-  c.mlp = named<Mlp>({{"none", Mlp::none}, {"relu", Mlp::relu}, {"gelu", Mlp::gelu}}, a.mlp);
+  c.norm = named<Norm>({{"none", Norm::none}, {"layernorm", Norm::layernorm}, {"rmsnorm", Norm::rmsnorm}, {"dyt", Norm::dyt}},
+                       a.norm);
+  c.mlp = named<Mlp>({{"none", Mlp::none}, {"relu", Mlp::relu}, {"gelu", Mlp::gelu}, {"tanh", Mlp::tanh},
+                      {"relu2", Mlp::relu2}, {"reglu", Mlp::reglu}, {"swiglu", Mlp::swiglu},
+                      {"geglu", Mlp::geglu}, {"glu", Mlp::glu}},
+                     a.mlp);
+  c.mixer = a.mixer == "none" ? Mixer::none : Mixer::attention;
+  c.skip_kind = named<SkipKind>({{"identity", SkipKind::identity}, {"learned", SkipKind::learned},
+                                 {"units", SkipKind::units}, {"lowrank", SkipKind::lowrank}},
+                                a.skip_kind);
+  if (a.skip_rank_given && c.skip_kind != SkipKind::lowrank) throw UsageError("--skip-rank needs --skip-kind lowrank");
+  if (a.norm_eps_given && c.norm != Norm::layernorm && c.norm != Norm::rmsnorm)
+    throw UsageError("--norm-eps needs --norm layernorm or rmsnorm");
   c.embed = named<Embed>({{"tokens", Embed::tokens}, {"linear", Embed::linear}, {"none", Embed::none}}, a.embed);
   c.readout = named<Readout>({{"linear", Readout::linear}, {"tied", Readout::tied}, {"none", Readout::none}}, a.readout);
   if (a.query == "identity") {
@@ -40,6 +54,7 @@ int run_fdim(FdimArgs a) {
   } else if (!a.query_layers.empty()) {
     throw UsageError("--query-layers needs --query identity");
   }
+  apply_threads(c.threads, BlasUse::shared);
   const Progress progress{"fdim", Progress::wanted(a.quiet)};
   const fdim::Count n = fdim::count(a.config, !a.no_certify, [&](const std::string& what, long long done, long long total) {
     progress(what, std::size_t(done), std::size_t(total));
@@ -72,13 +87,31 @@ Command add_fdim_command(CLI::App& app, const std::string&) {
   cmd->add_option("--skips", a->skips, "Skip connections")
       ->check(CLI::IsMember({"both", "attention", "none"}))
       ->capture_default_str();
-  cmd->add_option("--norm", a->norm, "Pre-norm in each block (and a final norm before a readout)")
-      ->check(CLI::IsMember({"none", "layernorm", "rmsnorm"}))
+  cmd->add_option("--skip-kind", a->skip_kind,
+                  "What each skip adds: X itself, X A (learned, A d x d), X U V (identity units with trainable U, "
+                  "V) or X + X U V (lowrank, U d x r, V r x d); needs --norm none or rmsnorm, no --bias")
+      ->check(CLI::IsMember({"identity", "learned", "units", "lowrank"}))
       ->capture_default_str();
-  cmd->add_option("--mlp", a->mlp, "MLP after attention")
-      ->check(CLI::IsMember({"none", "relu", "gelu"}))
+  auto* rank = cmd->add_option("--skip-rank", c.skip_rank, "Rank r of --skip-kind lowrank (1 ... d)")
+                   ->check(positive_integer)
+                   ->capture_default_str();
+  cmd->add_option("--norm", a->norm,
+                  "Pre-norm in each block (and a final norm before a readout); dyt: gamma * tanh(alpha x) + beta "
+                  "with a learned scalar alpha")
+      ->check(CLI::IsMember({"none", "layernorm", "rmsnorm", "dyt"}))
       ->capture_default_str();
-  count("--ffn", c.ffn, "MLP hidden width r");
+  auto* eps = cmd->add_option("--norm-eps", c.norm_eps, "The epsilon of LayerNorm and RMSNorm (0: scale-invariant)")
+                  ->check(non_negative_real)
+                  ->capture_default_str();
+  cmd->add_option("--mixer", a->mixer, "What mixes positions in each block: attention, or none (MLP blocks alone)")
+      ->check(CLI::IsMember({"attention", "none"}))
+      ->capture_default_str();
+  cmd->add_option("--mlp", a->mlp,
+                  "MLP after attention: relu, gelu, tanh, relu2 (ReLU squared), or gated g(gates) * values with g = "
+                  "relu (reglu), silu (swiglu), gelu (geglu) or the logistic (glu)")
+      ->check(CLI::IsMember({"none", "relu", "gelu", "tanh", "relu2", "reglu", "swiglu", "geglu", "glu"}))
+      ->capture_default_str();
+  count("--ffn", c.ffn, "MLP hidden width r (gated: r gates and r values)");
   cmd->add_option("--embed", a->embed, "Input end: token table (--vocab), linear map (--din), or the inputs themselves")
       ->check(CLI::IsMember({"tokens", "linear", "none"}))
       ->capture_default_str();
@@ -91,6 +124,7 @@ Command add_fdim_command(CLI::App& app, const std::string&) {
   count("--dout", c.dout, "Output dimension (--readout linear)");
   cmd->add_flag("--bias", c.bias, "Biases on every linear map");
   cmd->add_flag("--norm-gain", c.norm_gain, "A learned gain in every norm");
+  cmd->add_flag("--norm-bias", c.norm_bias, "DyT's learned offset beta in every norm (--norm dyt)");
   cmd->add_flag("--causal", c.causal, "Causal mask (default: bidirectional)");
   cmd->add_option("--query", a->query, "free W_Q, or W_Q = I (q-identity) in --query-layers")
       ->check(CLI::IsMember({"free", "identity"}))
@@ -99,10 +133,15 @@ Command add_fdim_command(CLI::App& app, const std::string&) {
       ->delimiter(',')
       ->check(integer_in(1, 64));
   cmd->add_option("--seed", c.seed, "Seed of the point and the inputs")->check(seed_value)->capture_default_str();
+  add_threads_option(cmd, c.threads);
   cmd->add_flag("--no-certify", a->no_certify, "Floating-point rank only (no MPFI certificate)");
   cmd->add_option("--format", a->format, "Output: table or json")->check(CLI::IsMember({"table", "json"}))->capture_default_str();
   cmd->add_flag("--quiet", a->quiet, "No progress line");
-  return {cmd, [a] { return run_fdim(*a); }};
+  return {cmd, [a, eps, rank] {
+            a->norm_eps_given = eps->count() > 0;
+            a->skip_rank_given = rank->count() > 0;
+            return run_fdim(*a);
+          }};
 }
 
 }  // namespace qkvlab::cli

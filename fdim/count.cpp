@@ -41,7 +41,7 @@ Mat<T> columns(const Config& c, const Layout& L, const Vec<T>& theta, const Poin
   const Eigen::Index m = Eigen::Index(c.seq) * c.output_dim() * c.inputs;
   Mat<T> J(m, k);
   std::atomic<long long> done{0};
-  parallel_for(k, 0, [&](std::int64_t j) {
+  parallel_for(k, c.threads, [&](std::int64_t j) {
     Vec<T> u = Vec<T>::Zero(theta.size());
     u[cols[j]] = T(1);
     J.col(j) = directional<T>(c, L, theta, p, u);
@@ -145,12 +145,21 @@ Bound upper_certificate(const Config& c, const Layout& L, const Point& p, const 
   std::vector<double> residual(std::size_t(k), 0.0);
   std::vector<char> zero(std::size_t(k), 0);
   std::atomic<long long> done{0};
-  parallel_for(k, 0, [&](std::int64_t j) {
-    const auto [r, z] = zero_test(directional<Interval>(c, L, theta, p, gi.directions.col(j)));
-    residual[std::size_t(j)] = r;
-    zero[std::size_t(j)] = z;
+  std::atomic<bool> undecided{false};
+  parallel_for(k, c.threads, [&](std::int64_t j) {
+    try {
+      const auto [r, z] = zero_test(directional<Interval>(c, L, theta, p, gi.directions.col(j)));
+      residual[std::size_t(j)] = r;
+      zero[std::size_t(j)] = z;
+    } catch (const Uncertified&) {
+      undecided = true;
+    }
     if (progress) progress("verifying gauge directions", ++done, k);
   });
+  if (undecided) {
+    b.reason = "a ReLU argument's enclosure contains 0: the directions' J g cannot be enclosed";
+    return b;
+  }
   const double bound = 1e-30 * std::max(1.0, J.cwiseAbs().maxCoeff());
   n.gauge_residual = *std::max_element(residual.begin(), residual.end());
   for (Eigen::Index j = 0; j < k; ++j) n.gauges_verified += zero[std::size_t(j)] && residual[std::size_t(j)] <= bound;

@@ -7,8 +7,8 @@
 // T = Interval, an enclosure that provably contains the exact value and derivative at the
 // (exactly representable) point.
 //
-// Interval = MPFI at 50 digits (Boost.Multiprecision's mpfi_float_50): +, −, ×, ÷, exp and sqrt
-// are MPFI's, whose results contain the exact real result of any real arguments inside the input
+// Interval = MPFI at 50 digits (Boost.Multiprecision's mpfi_float_50): +, −, ×, ÷, exp, sqrt
+// and tanh are MPFI's, whose results contain the exact real result of any real arguments inside the input
 // intervals. erf is enclosed through MPFR (correctly rounded, monotone): [erf↓(a), erf↑(b)].
 // relu at an interval that contains 0 cannot be enclosed by one branch: it throws Uncertified.
 #pragma once
@@ -87,6 +87,12 @@ template <class T> Dual<T> erf(const Dual<T>& x) {
   using std::sqrt;
   const T slope = T(2) / sqrt(scalar_pi_of(x.v)) * exp(T(-(x.v * x.v)));
   return {scalar_erf(x.v), T(slope * x.d)};
+}
+// tanh' = 1 − tanh² (MPFI's tanh at intervals).
+template <class T> Dual<T> tanh(const Dual<T>& x) {
+  using std::tanh;
+  T t = tanh(x.v);
+  return {t, T((T(1) - t * t) * x.d)};
 }
 template <class T> Dual<T> abs(const Dual<T>& x) { return x.v < T(0) ? -x : x; }
 

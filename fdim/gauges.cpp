@@ -2,60 +2,118 @@
 
 #include "fdim/dual.hpp"
 
+#include <algorithm>
+
 namespace qkvlab::fdim {
 
 namespace {
 
 struct Reader {
-  int W = -1, gain = -1;
+  int W = -1;
+  NormTensors norm;  // the pre-norm it reads through; none for a raw read (a learned skip's matrix)
+  bool raw = false;
 };
 
-// A hidden representation of width d between linear maps (docs/math/fdim.md, "Streams").
+// A bias that injects a translation into a norm-free stream, absorbed by the biases of the readers
+// from first_reader on (those that read after it).
+struct Translation {
+  int bias = -1;
+  std::size_t first_reader = 0;
+};
+
+// A hidden representation between linear maps (docs/math/fdim.md, "Streams"): of width d, or the
+// inside of a learned skip (U V: width d; low-rank U V: width r), which no norm reads.
 struct Stream {
-  std::vector<int> writers;          // tensors written into it: W (n × d) or a bias (1 × d)
-  std::vector<Reader> readers;       // linear maps reading it, through their pre-norm's gain
+  int width = 0;
+  bool inner = false;
+  std::vector<int> writers;          // tensors written into it: W (n × width) or a bias (1 × width)
+  std::vector<Reader> readers;       // linear maps reading it, in the order of the network
   std::vector<int> identity_layers;  // layers whose queries read it with W_Q = I
-  int translation = -1;              // the bias (or token table) that absorbs a translation
-  bool pinned = false, tied = false;
+  std::vector<Translation> translations;
+  bool pinned = false, output = false, tied = false;  // pinned: the input's or the output's coordinates
 };
 
-std::vector<Stream> streams(const Config& c, const Layout& L) {
-  std::vector<Stream> s(1);
-  auto open = [&](int translation) {
-    s.emplace_back();
-    s.back().translation = c.bias ? translation : -1;
-  };
-  auto write = [&](int t) {
-    if (t >= 0) s.back().writers.push_back(t);
-  };
-  if (c.embed == Embed::none) s[0].pinned = true;
-  write(L.embed);
-  write(L.embed_bias);
-  write(L.positions);
-  s[0].translation = !c.bias ? -1 : c.embed == Embed::linear ? L.embed_bias : L.embed;
-  for (int l = 0; l < c.layers; ++l) {
-    const LayerTensors& t = L.layers[l];
-    for (int W : t.W_Q) s.back().readers.push_back({W, t.norm1_gain});
-    for (int W : t.W_K) s.back().readers.push_back({W, t.norm1_gain});
-    for (int W : t.W_V) s.back().readers.push_back({W, t.norm1_gain});
-    if (c.identity_query(l)) s.back().identity_layers.push_back(l);
-    if (c.skips == Skips::none) open(t.b_O);
-    for (int W : t.W_O) write(W);
-    write(t.b_O);
-    if (c.mlp == Mlp::none) continue;
-    s.back().readers.push_back({t.W_1, t.norm2_gain});
-    if (c.skips != Skips::both) open(t.b_2);
-    write(t.W_2);
-    write(t.b_2);
+class StreamBuilder {
+ public:
+  StreamBuilder(const Config& c, const Layout& L) : c_(c), L_(L) { open(); }
+
+  std::vector<Stream> build() {
+    Stream& first = s_[0];
+    first.pinned = c_.embed == Embed::none;
+    write(L_.embed);
+    write(L_.embed_bias);
+    write(L_.positions);
+    translate(c_.embed == Embed::linear ? L_.embed_bias : L_.embed);
+    for (int l = 0; l < c_.layers; ++l) layer(l);
+    Stream& last = s_[cur_];
+    if (c_.readout == Readout::none) last.pinned = last.output = true;
+    if (c_.readout == Readout::linear) read(L_.readout, L_.final_norm);
+    if (c_.readout == Readout::tied) {
+      // E ↦ E G, D = Eᵀ ↦ G⁻¹ D: G orthogonal; otherwise the two ends are tied: not enumerated.
+      if (s_.size() == 1 && L_.final_norm.gain < 0 && c_.norm != Norm::dyt) s_[0].tied = true;
+      else s_.front().pinned = last.pinned = true;
+    }
+    return s_;
   }
-  if (c.readout == Readout::none) s.back().pinned = true;
-  if (c.readout == Readout::linear) s.back().readers.push_back({L.readout, L.final_gain});
-  if (c.readout == Readout::tied) {
-    if (s.size() == 1 && L.final_gain < 0) s[0].tied = true;  // E ↦ E G, D = Eᵀ ↦ G⁻¹ D: G orthogonal
-    else s.front().pinned = s.back().pinned = true;         // the two ends tied: not enumerated
+
+ private:
+  void layer(int l) {
+    const LayerTensors& t = L_.layers[l];
+    if (c_.attention()) {
+      for (const auto* group : {&t.W_Q, &t.W_K, &t.W_V})
+        for (int W : *group) read(W, t.norm1);
+      if (c_.identity_query(l)) s_[cur_].identity_layers.push_back(l);
+      sublayer(c_.attention_skip(), t.skip1, t.W_O, t.b_O);
+    }
+    if (c_.mlp == Mlp::none) return;
+    read(t.W_1, t.norm2);
+    sublayer(c_.mlp_skip(), t.skip2, {t.W_2}, t.b_2);
   }
-  return s;
-}
+
+  // A sublayer's writes and its skip: an identity or low-rank skip keeps the stream; no skip, a
+  // learned one (X A) or identity units (X U V) start a new one, which A or V writes.
+  void sublayer(bool skipped, const SkipTensors& k, const std::vector<int>& writers, int bias) {
+    const std::size_t prev = cur_;
+    if (!skipped || k.A >= 0 || (k.U >= 0 && !k.lowrank)) open();
+    raw(prev, k.A);
+    write(k.A);
+    if (k.U >= 0) {
+      raw(prev, k.U);
+      const std::size_t outer = cur_;
+      open();
+      s_[cur_].inner = true;
+      s_[cur_].width = L_.tensors[k.U].cols;
+      write(k.U);
+      raw(cur_, k.V);
+      cur_ = outer;
+      write(k.V);
+    }
+    for (int W : writers) write(W);
+    write(bias);
+    translate(bias);
+  }
+
+  void open() {
+    s_.emplace_back();
+    s_.back().width = c_.d;
+    cur_ = s_.size() - 1;
+  }
+  void write(int t) {
+    if (t >= 0) s_[cur_].writers.push_back(t);
+  }
+  void read(int W, const NormTensors& n) { s_[cur_].readers.push_back({W, n, false}); }
+  void raw(std::size_t stream, int W) {
+    if (W >= 0) s_[stream].readers.push_back({W, {}, true});
+  }
+  void translate(int bias) {
+    if (c_.bias && bias >= 0) s_[cur_].translations.push_back({bias, s_[cur_].readers.size()});
+  }
+
+  const Config& c_;
+  const Layout& L_;
+  std::vector<Stream> s_;
+  std::size_t cur_ = 0;
+};
 
 template <class T> class GaugeBuilder {
  public:
@@ -70,7 +128,10 @@ template <class T> class GaugeBuilder {
   }
 
   void term(std::string name, long long dim) {
-    if (dim > 0) terms_.push_back({std::move(name), dim});
+    if (dim > 0) terms_.push_back({std::move(name), dim, true});
+  }
+  void formula(std::string name, long long dim) {
+    if (dim > 0) terms_.push_back({std::move(name), dim, false});
   }
   Vec<T> zero() const { return Vec<T>::Zero(L_.size); }
   Mat<T> get(int id) const { return tensor<T>(L_, theta_, id); }
@@ -82,6 +143,7 @@ template <class T> class GaugeBuilder {
   void push(Vec<T> dir) { columns_.push_back(std::move(dir)); }
 
   void heads() {
+    if (!c_.attention()) return;
     const int dh = c_.head_dim;
     for (int l = 0; l < c_.layers; ++l) {
       const LayerTensors& t = L_.layers[l];
@@ -112,7 +174,6 @@ template <class T> class GaugeBuilder {
       term(p + "Lemma 3.1 (W_V, W_O), H·d_h² = " + std::to_string(c_.heads) + "·" + std::to_string(dh) + "²",
            (long long)c_.heads * dh * dh);
       if (c_.bias) head_biases(l);
-      if (c_.mlp == Mlp::relu) relu_scalings(l);
     }
   }
 
@@ -134,31 +195,47 @@ template <class T> class GaugeBuilder {
     term(p + "b_V against b_O, H·d_h", (long long)c_.heads * dh);
   }
 
-  void relu_scalings(int l) {
-    const LayerTensors& t = L_.layers[l];
-    for (int i = 0; i < c_.ffn; ++i) {
-      Vec<T> dir = zero();
-      add(dir, t.W_1, get(t.W_1) * unit(c_.ffn, i, i));
-      if (t.b_1 >= 0) add(dir, t.b_1, get(t.b_1) * unit(c_.ffn, i, i));
-      add(dir, t.W_2, -unit(c_.ffn, i, i) * get(t.W_2));
-      push(dir);
+  // Scalings of hidden units: σ(s z) = s^k σ(z) for ReLU (k = 1) and ReLU² (k = 2), so W_1's column i
+  // (and b_1,i) ↦ s·, W_2's row i ↦ s^−k ·; gated MLPs: each value column (k = 1), and ReGLU's gate too.
+  void unit_scalings() {
+    const int k = c_.mlp == Mlp::relu2 ? 2 : 1;
+    std::vector<int> columns;  // W_1's columns that scale
+    if (c_.mlp == Mlp::relu || c_.mlp == Mlp::relu2 || c_.mlp == Mlp::reglu)
+      for (int i = 0; i < c_.ffn; ++i) columns.push_back(i);
+    if (c_.gated())
+      for (int i = 0; i < c_.ffn; ++i) columns.push_back(c_.ffn + i);
+    for (int l = 0; l < c_.layers && !columns.empty(); ++l) {
+      const LayerTensors& t = L_.layers[l];
+      for (int i : columns) {
+        const Mat<T> S = unit(c_.hidden_columns(), i, i);
+        Vec<T> dir = zero();
+        add(dir, t.W_1, get(t.W_1) * S);
+        if (t.b_1 >= 0) add(dir, t.b_1, get(t.b_1) * S);
+        add(dir, t.W_2, -T(k) * unit(c_.ffn, i % c_.ffn, i % c_.ffn) * get(t.W_2));
+        push(dir);
+      }
+      const std::string what = c_.mlp == Mlp::reglu ? "ReGLU gate and value scalings, 2·ffn"
+                               : c_.gated()         ? std::string(mlp_name(c_.mlp)) + " value scalings, ffn"
+                               : k == 2             ? "ReLU² positive scalings, ffn"
+                                                    : "ReLU positive scalings, ffn";
+      term("layer " + std::to_string(l + 1) + ": " + what, (long long)columns.size());
     }
-    term("layer " + std::to_string(l + 1) + ": ReLU positive scalings, ffn", c_.ffn);
   }
 
-  // A norm's gain against the rows of its readers: γ_k ↦ s γ_k, row k of each reader ↦ row / s.
-  void gain(int gain_id, const std::vector<int>& readers, const std::vector<int>& identity_W_K,
+  // A norm's gain against the rows of its readers: γ_k (and DyT's β_k) ↦ s·, row k of each reader ↦ /s.
+  void gain(const NormTensors& n, const std::vector<int>& readers, const std::vector<int>& identity_W_K,
             const std::vector<int>& identity_b_K, const std::string& name) {
-    if (gain_id < 0) return;
+    if (n.gain < 0) return;
     for (int k = 0; k < c_.d; ++k) {
       const Mat<T> M = unit(c_.d, k, k);
       Vec<T> dir = zero();
-      add(dir, gain_id, get(gain_id) * M);
+      add(dir, n.gain, get(n.gain) * M);
+      if (n.offset >= 0) add(dir, n.offset, get(n.offset) * M);
       for (int W : readers) add(dir, W, -M * get(W));
       identity_reads(dir, M, identity_W_K, identity_b_K);
       push(dir);
     }
-    term(name + " gain against its readers, d", c_.d);
+    term(name + (n.offset >= 0 ? " gain and offset" : " gain") + " against its readers, d", c_.d);
   }
 
   // Through LayerNorm, Z = N(x) diag(γ) has Z (1/γ) = 0: any column of a reader may add 1/γ.
@@ -187,10 +264,10 @@ template <class T> class GaugeBuilder {
       r.insert(r.end(), t.W_K.begin(), t.W_K.end());
       r.insert(r.end(), t.W_V.begin(), t.W_V.end());
       const std::string p = "layer " + std::to_string(l + 1) + ": ";
-      zero_means(r, t.norm1_gain, p + "norm 1's");
-      if (t.W_1 >= 0) zero_means({t.W_1}, t.norm2_gain, p + "norm 2's");
+      if (c_.attention()) zero_means(r, t.norm1.gain, p + "norm 1's");
+      if (t.W_1 >= 0) zero_means({t.W_1}, t.norm2.gain, p + "norm 2's");
     }
-    if (c_.readout == Readout::linear) zero_means({L_.readout}, L_.final_gain, "final norm's");
+    if (c_.readout == Readout::linear) zero_means({L_.readout}, L_.final_norm.gain, "final norm's");
   }
 
   // Token and position tables: E ↦ E + 1 cᵀ, P ↦ P − 1 cᵀ leaves X_0 unchanged (c ⊥ 1 through
@@ -218,10 +295,10 @@ template <class T> class GaugeBuilder {
       r.insert(r.end(), t.W_V.begin(), t.W_V.end());
       const bool id = c_.identity_query(l);
       const std::string p = "layer " + std::to_string(l + 1) + ": ";
-      gain(t.norm1_gain, r, id ? t.W_K : std::vector<int>{}, id ? t.b_K : std::vector<int>{}, p + "norm 1");
-      gain(t.norm2_gain, {t.W_1}, {}, {}, p + "norm 2");
+      gain(t.norm1, r, id ? t.W_K : std::vector<int>{}, id ? t.b_K : std::vector<int>{}, p + "norm 1");
+      gain(t.norm2, {t.W_1}, {}, {}, p + "norm 2");
     }
-    if (c_.readout == Readout::linear) gain(L_.final_gain, {L_.readout}, {}, {}, "final norm");
+    if (c_.readout == Readout::linear) gain(L_.final_norm, {L_.readout}, {}, {}, "final norm");
   }
 
   // Where W_Q = I reads Z ↦ Z (I + εM): W_K^h ↦ W_K^h (I − ε M_hᵀ), M_h the head's diagonal block.
@@ -235,23 +312,47 @@ template <class T> class GaugeBuilder {
   }
 
   void stream(const Stream& s, int index) {
+    const std::string p = "stream " + std::to_string(index + 1) + (s.inner ? " (inside a skip): " : ": ");
+    if (!s.output && !s.inner && c_.norm == Norm::none && !s.tied && s.identity_layers.empty()) translations(s, p);
     if (s.pinned) return;
-    const std::string p = "stream " + std::to_string(index + 1) + ": ";
-    const int block = s.identity_layers.empty() ? c_.d : c_.head_dim;
+    const bool dyt = kind(s) == std::string("R+");
+    const int block = s.identity_layers.empty() || dyt ? s.width : c_.head_dim;
     const std::vector<Mat<T>> basis = stream_algebra(s, block);
     for (const Mat<T>& B : basis) {
       Vec<T> dir = zero();
       for (int W : s.writers) add(dir, W, get(W) * B);
-      for (const Reader& r : s.readers) add(dir, r.W, -conjugated(B, r.gain) * get(r.W));
-      for (int l : s.identity_layers) {
+      std::vector<int> alphas;  // DyT: X ↦ X(1 + εB) with B = I, each α ↦ α(1 − ε), its readers unchanged
+      for (const Reader& r : s.readers) {
+        if (dyt && !r.raw) {
+          if (std::find(alphas.begin(), alphas.end(), r.norm.alpha) == alphas.end()) alphas.push_back(r.norm.alpha);
+          continue;
+        }
+        add(dir, r.W, -conjugated(B, r.raw ? -1 : r.norm.gain) * get(r.W));
+      }
+      for (int a : alphas) add(dir, a, -get(a));
+      for (int l : dyt ? std::vector<int>{} : s.identity_layers) {
         const LayerTensors& t = L_.layers[l];
-        identity_reads(dir, conjugated(B, t.norm1_gain), t.W_K, t.b_K);
+        identity_reads(dir, conjugated(B, t.norm1.gain), t.W_K, t.b_K);
       }
       push(dir);
     }
     term(p + algebra_name(s, block), (long long)basis.size());
-    if (c_.norm == Norm::layernorm) dead_means(s, p);
-    if (s.translation >= 0 && c_.norm == Norm::none && !s.tied && s.identity_layers.empty()) translations(s, p);
+    if (c_.norm == Norm::layernorm && !s.inner) dead_means(s, p);
+    if (scale_invariant(s)) scaling(s, p);
+  }
+
+  // At ε = 0 RMSNorm and LayerNorm are scale-invariant: X ↦ c X with every writer ↦ c·, every raw
+  // reader (a learned skip's matrix) ↦ ·/c, and what the norms return unchanged.
+  bool scale_invariant(const Stream& s) const {
+    return !s.inner && !s.tied && c_.norm_eps == 0 && (c_.norm == Norm::rmsnorm || c_.norm == Norm::layernorm);
+  }
+  void scaling(const Stream& s, const std::string& p) {
+    Vec<T> dir = zero();
+    for (int W : s.writers) add(dir, W, get(W));
+    for (const Reader& r : s.readers)
+      if (r.raw) add(dir, r.W, -get(r.W));
+    push(dir);
+    term(p + "its scale (the norms are scale-invariant at eps = 0)", 1);
   }
 
   void dead_means(const Stream& s, const std::string& p) {
@@ -268,18 +369,38 @@ template <class T> class GaugeBuilder {
     term(p + "LayerNorm's centring: each writer row's component along 1", n);
   }
 
+  // A translation injected by a bias (every row + e_k, the token table's too) is removed by the
+  // biases of every reader after it (Lemma 9 of the skips-as-gauges note: with skips, at every
+  // hidden state a bias writes).
   void translations(const Stream& s, const std::string& p) {
-    const Tensor& src = L_.tensors[s.translation];
-    for (int k = 0; k < c_.d; ++k) {
-      Vec<T> dir = zero();
-      add(dir, s.translation, unit(src.rows, src.cols, -1, k));  // every row + e_k
-      for (const Reader& r : s.readers) {
-        const int b = reader_bias(r.W);
-        if (b >= 0) add(dir, b, -Mat<T>(get(r.W).row(k)));
+    for (const Translation& tr : s.translations) {
+      const Tensor& src = L_.tensors[tr.bias];
+      for (int k = 0; k < s.width; ++k) {
+        Vec<T> dir = zero();
+        add(dir, tr.bias, unit(src.rows, src.cols, -1, k));
+        for (std::size_t i = tr.first_reader; i < s.readers.size(); ++i) {
+          const int b = reader_bias(s.readers[i].W);
+          if (b >= 0) add(dir, b, -Mat<T>(get(s.readers[i].W).row(k)));
+        }
+        push(dir);
       }
-      push(dir);
+      term(p + "translations injected by " + src.name + ", d", s.width);
     }
-    term(p + "translations of the stream (biases), d", c_.d);
+  }
+
+  // Low-rank skips X + X U V: beyond U V's GL(r), the note's count of the rest (Section 4: Theorem 2's
+  // sweep removes all of U, V without a norm, 2dr − r² more per skip; under RMSNorm the rotations that
+  // keep the skip within rank r of I, r(r − 1) per skip when 2r ≤ d). A formula: no directions.
+  void lowrank_rest() {
+    if (c_.skip_kind != SkipKind::lowrank) return;
+    const long long d = c_.d, r = c_.skip_rank;
+    long long skips = 0;
+    for (const LayerTensors& t : L_.layers) skips += (t.skip1.U >= 0) + (t.skip2.U >= 0);
+    if (c_.norm == Norm::none)
+      formula("low-rank skips: Theorem 2's sweep, 2dr - r^2 per skip (formula, no directions)", skips * (2 * d * r - r * r));
+    if (c_.norm == Norm::rmsnorm && 2 * r <= d)
+      formula("low-rank skips: rotations keeping each skip of rank r, r(r-1) per skip when 2r <= d (formula, no "
+              "directions)", skips * r * (r - 1));
   }
 
  private:
@@ -313,34 +434,44 @@ template <class T> class GaugeBuilder {
   }
 
   const char* kind(const Stream& s) const {
-    if (c_.norm == Norm::layernorm) return "LN";
-    return c_.norm == Norm::rmsnorm || s.tied ? "O" : "GL";
+    if (s.inner) return "GL";
+    switch (c_.norm) {
+      case Norm::layernorm: return "LN";
+      case Norm::rmsnorm: return "O";
+      case Norm::dyt: return "R+";
+      case Norm::none: break;
+    }
+    return s.tied ? "O" : "GL";
   }
 
   std::string algebra_name(const Stream& s, int block) const {
     const std::string k = kind(s), b = std::to_string(block);
+    if (k == "R+") return "its scale against each DyT's alpha, 1";
     const std::string group = k == "LN" ? "O(" + b + ") fixing 1" : k + "(" + b + ")";
-    return block == c_.d ? group + " (the stream's basis)"
-                         : group + "^" + std::to_string(c_.heads) + " (block-diagonal: W_Q = I reads it)";
+    if (s.inner) return group + " (U -> U G, V -> G^-1 V)";
+    return block == s.width ? group + " (the stream's basis)"
+                            : group + "^" + std::to_string(c_.heads) + " (block-diagonal: W_Q = I reads it)";
   }
 
   // A basis of the stream's Lie algebra, in blocks of size `block`: gl (E_ij), so (E_ij − E_ji)
-  // or, through LayerNorm, so ∩ {B 1 = 0} (v_a v_bᵀ − v_b v_aᵀ with v_a = e_a − e_{a+1}).
+  // or, through LayerNorm, so ∩ {B 1 = 0} (v_a v_bᵀ − v_b v_aᵀ with v_a = e_a − e_{a+1}); DyT: I.
   std::vector<Mat<T>> stream_algebra(const Stream& s, int block) const {
     std::vector<Mat<T>> basis;
     const std::string k = kind(s);
-    for (int o = 0; o < c_.d; o += block) {
+    const int n = s.width;
+    if (k == "R+") return {Mat<T>(Mat<T>::Identity(n, n))};
+    for (int o = 0; o < n; o += block) {
       if (k == "GL")
         for (int i = 0; i < block; ++i)
-          for (int j = 0; j < block; ++j) basis.push_back(unit(c_.d, o + i, o + j));
+          for (int j = 0; j < block; ++j) basis.push_back(unit(n, o + i, o + j));
       if (k == "O")
         for (int i = 0; i < block; ++i)
-          for (int j = i + 1; j < block; ++j) basis.push_back(unit(c_.d, o + i, o + j) - unit(c_.d, o + j, o + i));
+          for (int j = i + 1; j < block; ++j) basis.push_back(unit(n, o + i, o + j) - unit(n, o + j, o + i));
       if (k == "LN")
         for (int a = 0; a + 1 < block; ++a)
           for (int b = a + 1; b + 1 < block; ++b) {
-            const Mat<T> va = unit(c_.d, 1, o + a, 0) - unit(c_.d, 1, o + a + 1, 0);
-            const Mat<T> vb = unit(c_.d, 1, o + b, 0) - unit(c_.d, 1, o + b + 1, 0);
+            const Mat<T> va = unit(n, 1, o + a, 0) - unit(n, 1, o + a + 1, 0);
+            const Mat<T> vb = unit(n, 1, o + b, 0) - unit(n, 1, o + b + 1, 0);
             basis.push_back(va * vb.transpose() - vb * va.transpose());
           }
     }
@@ -359,11 +490,13 @@ template <class T> class GaugeBuilder {
 template <class T> Gauges<T> gauge_directions(const Config& c, const Layout& L, const Vec<T>& theta) {
   GaugeBuilder<T> b(c, L, theta);
   b.heads();
+  b.unit_scalings();
   b.gains();
   b.norm_readers();
   b.moved_vector();
-  const std::vector<Stream> s = streams(c, L);
+  const std::vector<Stream> s = StreamBuilder(c, L).build();
   for (std::size_t i = 0; i < s.size(); ++i) b.stream(s[i], int(i));
+  b.lowrank_rest();
   return b.finish();
 }
 

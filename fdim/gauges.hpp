@@ -10,9 +10,14 @@
 //     none where the stream is the input or the output itself;
 //   - LayerNorm's centring: every writer's component along 1 is dead;
 //   - with biases: translations of a norm-free stream, b_K^h (constant over keys), b_V^h against b_O;
-//   - ReLU's positive scalings (W_1 e_i, b_1,i, e_iᵀ W_2 scaled by s, 1/s), a norm gain against
-//     its readers' rows.
-// The predicted deficiency is the sum of these groups' dimensions, each a named term.
+//   - ReLU's and ReLU²'s positive scalings (W_1 e_i, b_1,i, e_iᵀ W_2 scaled by s, s^−1 or s^−2), a gated
+//     MLP's value (and ReGLU's gate) scalings, a norm gain (and DyT's β) against its readers' rows;
+//   - with biases, a translation at every bias that writes a norm-free stream, against the biases of
+//     the readers after it (Lemma 9 of the skips-as-gauges note);
+//   - learned skips: X A parts the streams; X U V has GL(d) inside, X + X U V GL(r) inside;
+//   - DyT: each stream's scale against the α that read it; at ε = 0, RMSNorm's and LayerNorm's scale.
+// The predicted deficiency is the sum of these groups' dimensions, each a named term; the rest of a
+// low-rank skip's redundancy is the note's formula, a term with no directions (constructed = false).
 #pragma once
 
 #include "fdim/config.hpp"
@@ -26,9 +31,11 @@ namespace qkvlab::fdim {
 struct Term {
   std::string name;
   long long dimension = 0;
+  bool constructed = true;  // false: a count from the theory's formula, with no directions built
 };
 
-// Directions as the columns of a P × k matrix, with the terms they realize (Σ dimension = k).
+// Directions as the columns of a P × k matrix, with the terms they realize (Σ dimension of the
+// constructed terms = k).
 template <class T> struct Gauges {
   Mat<T> directions;
   std::vector<Term> terms;

@@ -3,7 +3,11 @@
 namespace qkvlab::fdim {
 
 namespace {
-bool is_gain(const std::string& name) { return name.size() >= 4 && name.compare(name.size() - 4, 4, "gain") == 0; }
+bool ends_with(const std::string& name, const std::string& tail) {
+  return name.size() >= tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
+}
+bool is_gain(const std::string& name) { return ends_with(name, "gain") || ends_with(name, "alpha"); }
+bool is_square_skip(const Tensor& t) { return t.name.find(".skip") != std::string::npos && t.rows == t.cols; }
 bool is_bias(const Tensor& t) { return t.rows == 1 && !is_gain(t.name) && t.name != "P"; }
 }  // namespace
 
@@ -15,6 +19,7 @@ Point draw_point(const Config& c, const Layout& layout) {
     const double sd = is_gain(t.name) || is_bias(t) ? 0.3 : 1.0 / std::sqrt(double(t.rows));
     MatD w = rng.gaussian(t.rows, t.cols, sd);
     if (is_gain(t.name)) w.array() += 1.0;
+    if (is_square_skip(t)) w = MatD::Identity(t.rows, t.cols) + 0.3 * w;  // a learned skip near the identity
     p.theta.segment(t.offset, w.size()) = Eigen::Map<const VecD>(w.data(), w.size());
   }
   Rng inputs(c.seed, "fdim.inputs");

@@ -19,8 +19,8 @@ struct Sequence {
   MatD x;
 };
 
-// A random point: θ (each weight N(0, 1/fan_in), gains 1 + N(0, 0.3²), biases N(0, 0.3²)) and
-// --inputs sequences, all drawn from --seed.
+// A random point: θ (each weight N(0, 1/fan_in), gains and DyT's α 1 + N(0, 0.3²), biases and DyT's β
+// N(0, 0.3²), square skip matrices I + 0.3 N(0, 1/d)) and --inputs sequences, all drawn from --seed.
 struct Point {
   VecD theta;
   std::vector<Sequence> inputs;
@@ -40,19 +40,34 @@ template <class S> Mat<S> affine(const Mat<S>& X, const Layout& L, const Vec<S>&
   return Y;
 }
 
-// Pre-norm N(X) on rows (core's normalizers act on columns), times the gain when there is one.
-template <class S> Mat<S> normed(const Config& c, const Mat<S>& X, const Layout& L, const Vec<S>& th, int gain) {
-  if (c.norm == Norm::none) return X;
-  Mat<S> Z = c.norm == Norm::layernorm ? Mat<S>(layer_norm<S>(X.transpose(), c.norm_eps).transpose())
-                                       : Mat<S>(rms_norm<S>(X.transpose(), c.norm_eps).transpose());
-  if (gain >= 0) Z = Z * tensor<S>(L, th, gain).row(0).asDiagonal();
+// Pre-norm N(X) on rows (core's normalizers act on columns; DyT is core's tanh(1·(α X))), times the
+// gain, plus DyT's offset, where they exist.
+template <class S>
+Mat<S> normed(const Config& c, const Mat<S>& X, const Layout& L, const Vec<S>& th, const NormTensors& n) {
+  Mat<S> Z;
+  switch (c.norm) {
+    case Norm::none: return X;
+    case Norm::layernorm: Z = layer_norm<S>(X.transpose(), c.norm_eps).transpose(); break;
+    case Norm::rmsnorm: Z = rms_norm<S>(X.transpose(), c.norm_eps).transpose(); break;
+    case Norm::dyt: Z = dyt<S>(Mat<S>(X * tensor<S>(L, th, n.alpha)(0, 0)), 1.0); break;
+  }
+  if (n.gain >= 0) Z = Z * tensor<S>(L, th, n.gain).row(0).asDiagonal();
+  if (n.offset >= 0) Z.rowwise() += tensor<S>(L, th, n.offset).row(0);
   return Z;
+}
+
+// The skip S(X): X itself, X A, (X U) V, or X + (X U) V (low-rank).
+template <class S> Mat<S> skip(const Mat<S>& X, const Layout& L, const Vec<S>& th, const SkipTensors& s) {
+  if (s.A >= 0) return X * tensor<S>(L, th, s.A);
+  if (s.U < 0) return X;
+  const Mat<S> branch = (X * tensor<S>(L, th, s.U)) * tensor<S>(L, th, s.V);
+  return s.lowrank ? Mat<S>(X + branch) : branch;
 }
 
 template <class S>
 Mat<S> attention(const Config& c, const Mat<S>& X, const Layout& L, const Vec<S>& th, const LayerTensors& t,
                  bool identity) {
-  const Mat<S> Z = normed<S>(c, X, L, th, t.norm1_gain);
+  const Mat<S> Z = normed<S>(c, X, L, th, t.norm1);
   const S scale = S(std::sqrt(double(c.head_dim)));
   const Mask mask = c.causal ? Mask::causal : Mask::bidirectional;
   auto bias = [](const std::vector<int>& b, int h) { return b.empty() ? -1 : b[h]; };
@@ -68,10 +83,40 @@ Mat<S> attention(const Config& c, const Mat<S>& X, const Layout& L, const Vec<S>
   return out;
 }
 
+// The logistic 1 / (1 + e^−z) (MPFI: through its exp).
+template <class S> S logistic(const S& z) {
+  using std::exp;
+  return S(1) / (S(1) + exp(S(-z)));
+}
+
+// The gate g of a gated MLP (core's relu and gelu, silu = z · logistic(z), the logistic).
+template <class S> Mat<S> gate(const Config& c, const Mat<S>& G) {
+  switch (c.mlp) {
+    case Mlp::reglu: return activate<S>(G, Activation::relu);
+    case Mlp::geglu: return activate<S>(G, Activation::gelu);
+    case Mlp::swiglu: return G.unaryExpr([](const S& z) -> S { return z * logistic<S>(z); });
+    default: return G.unaryExpr([](const S& z) -> S { return logistic<S>(z); });
+  }
+}
+
+// σ of the MLP: core's relu and gelu, tanh, relu², and the gated g(gates) ⊙ values.
+template <class S> Mat<S> hidden(const Config& c, const Mat<S>& Z) {
+  if (c.gated()) return gate<S>(c, Mat<S>(Z.leftCols(c.ffn))).cwiseProduct(Z.rightCols(c.ffn));
+  switch (c.mlp) {
+    case Mlp::relu: return activate<S>(Z, Activation::relu);
+    case Mlp::gelu: return activate<S>(Z, Activation::gelu);
+    case Mlp::tanh: return Z.unaryExpr([](const S& z) -> S { using std::tanh; return tanh(z); });
+    case Mlp::relu2: {
+      const Mat<S> R = activate<S>(Z, Activation::relu);
+      return R.cwiseProduct(R);
+    }
+    default: return Z;
+  }
+}
+
 template <class S>
 Mat<S> mlp_of(const Config& c, const Mat<S>& Y, const Layout& L, const Vec<S>& th, const LayerTensors& t) {
-  const Activation act = c.mlp == Mlp::relu ? Activation::relu : Activation::gelu;
-  const Mat<S> H = activate<S>(affine<S>(normed<S>(c, Y, L, th, t.norm2_gain), L, th, t.W_1, t.b_1), act);
+  const Mat<S> H = hidden<S>(c, affine<S>(normed<S>(c, Y, L, th, t.norm2), L, th, t.W_1, t.b_1));
   return affine<S>(H, L, th, t.W_2, t.b_2);
 }
 
@@ -96,17 +141,20 @@ template <class S> Mat<S> forward(const Config& c, const Layout& L, const Vec<S>
   Mat<S> X = detail::embed<S>(c, in, L, th);
   for (int l = 0; l < c.layers; ++l) {
     const LayerTensors& t = L.layers[l];
-    Mat<S> Y = detail::attention<S>(c, X, L, th, t, c.identity_query(l));
-    if (c.skips != Skips::none) Y += X;
+    Mat<S> Y = X;
+    if (c.attention()) {
+      Y = detail::attention<S>(c, X, L, th, t, c.identity_query(l));
+      if (c.attention_skip()) Y += detail::skip<S>(X, L, th, t.skip1);
+    }
     if (c.mlp == Mlp::none) {
       X = Y;
       continue;
     }
     X = detail::mlp_of<S>(c, Y, L, th, t);
-    if (c.skips == Skips::both) X += Y;
+    if (c.mlp_skip()) X += detail::skip<S>(Y, L, th, t.skip2);
   }
   if (c.readout == Readout::none) return X;
-  const Mat<S> Z = detail::normed<S>(c, X, L, th, L.final_gain);
+  const Mat<S> Z = detail::normed<S>(c, X, L, th, L.final_norm);
   if (c.readout == Readout::tied) return Z * tensor<S>(L, th, L.embed).transpose();
   return detail::affine<S>(Z, L, th, L.readout, L.readout_bias);
 }

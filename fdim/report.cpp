@@ -23,10 +23,11 @@ Value object(std::initializer_list<std::pair<const char*, Value>> fields) {
 
 Value config_value(const Config& c) {
   return object({{"layers", c.layers}, {"d", c.d}, {"heads", c.heads}, {"head_dim", c.head_dim},
-                 {"seq", c.seq}, {"inputs", c.inputs}, {"skips", skips_name(c.skips)}, {"norm", norm_name(c.norm)},
+                 {"seq", c.seq}, {"inputs", c.inputs}, {"mixer", mixer_name(c.mixer)}, {"skips", skips_name(c.skips)},
+                 {"skip_kind", skip_kind_name(c.skip_kind)}, {"skip_rank", c.skip_rank}, {"norm", norm_name(c.norm)},
                  {"mlp", mlp_name(c.mlp)}, {"ffn", c.ffn}, {"embed", embed_name(c.embed)}, {"vocab", c.vocab},
                  {"din", c.din}, {"pos_emb", c.pos_emb}, {"readout", readout_name(c.readout)}, {"dout", c.dout},
-                 {"bias", c.bias}, {"norm_gain", c.norm_gain}, {"causal", c.causal},
+                 {"bias", c.bias}, {"norm_gain", c.norm_gain}, {"norm_bias", c.norm_bias}, {"causal", c.causal},
                  {"query", c.identity_layers.empty() ? "free" : "identity"},
                  {"query_layers", Value::array_of(c.identity_layers)}, {"norm_eps", c.norm_eps},
                  {"seed", std::uint64_t(c.seed)}});
@@ -43,7 +44,8 @@ Value bound_value(const Bound& b) {
 Value count_value(const Count& n) {
   const long long deficiency = n.parameters - n.rank.rank, predicted = predicted_deficiency(n);
   Value formula = Value::array();
-  for (const Term& t : n.predicted) formula.push(object({{"term", t.name}, {"dimension", std::int64_t(t.dimension)}}));
+  for (const Term& t : n.predicted)
+    formula.push(object({{"term", t.name}, {"dimension", std::int64_t(t.dimension)}, {"constructed", t.constructed}}));
   Value sat = Value::array();
   for (const auto& [k, r] : n.saturation) sat.push(object({{"inputs", k}, {"rank", r}}));
   Value v = object({{"parameters", std::int64_t(n.parameters)}, {"outputs", std::int64_t(n.outputs)},

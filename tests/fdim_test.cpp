@@ -173,3 +173,226 @@ TEST(Fdim, IntervalEliminationCertifiesOnlyNonsingularEnclosures) {
   A(1, 1) = Interval(0.5);  // det 0
   EXPECT_FALSE(interval_elimination(A).nonsingular);
 }
+
+namespace {
+
+// The skips-as-gauges note's MLP stacks (its notebook, Section 1): a linear embedding R^6 → R^d, L
+// blocks σ(N(h) W_1) W_2 without attention, a linear readout R^d → R^6; one token per input.
+Config mlp_stack(Mlp mlp, Skips skips, int layers = 3, int d = 4, int ffn = 8) {
+  Config c;
+  c.mixer = Mixer::none;
+  c.mlp = mlp;
+  c.skips = skips;
+  c.layers = layers;
+  c.d = d;
+  c.ffn = ffn;
+  c.seq = 1;
+  c.embed = Embed::linear;
+  c.din = 6;
+  c.readout = Readout::linear;
+  c.dout = 6;
+  c.inputs = saturating_inputs(c);
+  return c;
+}
+
+Count counted(Config c, bool certify = false) {
+  c.inputs = saturating_inputs(c);
+  return count(c, certify);
+}
+
+}  // namespace
+
+// Corollary 3: without a norm a skipless tanh stack has one GL(d) per hidden state, (L + 1)·d² = 64,
+// the residual one a single GL(d), d² = 16. Control (Lemma 9): biases add a translation at every
+// hidden state a bias writes, (L + 1)·d = 16 with and without skips, not one per stream (d).
+TEST(Fdim, MlpStacksMatchCorollary3AndLemma9) {
+  const Count skipless = counted(mlp_stack(Mlp::tanh, Skips::none));
+  const Count residual = counted(mlp_stack(Mlp::tanh, Skips::both));
+  EXPECT_EQ(skipless.parameters, 240);
+  EXPECT_EQ(deficiency(skipless), 64);
+  EXPECT_EQ(deficiency(residual), 16);
+  EXPECT_EQ(predicted_deficiency(skipless), 64);
+  EXPECT_EQ(predicted_deficiency(residual), 16);
+  for (Skips s : {Skips::none, Skips::both}) {
+    Config c = mlp_stack(Mlp::tanh, s);
+    c.bias = true;
+    const Count biased = counted(c);
+    EXPECT_EQ(deficiency(biased), (s == Skips::none ? 64 : 16) + 4 * 4);
+    EXPECT_EQ(predicted_deficiency(biased), deficiency(biased));
+  }
+}
+
+// Table 6 (degree-two blocks): ReLU² rescales each unit (s, s^-2), ReGLU each gate and each value:
+// d² + L·m = 40 for ReLU²; d² + 2L·m = 64 and (L + 1)d² + 2L·m = 112 for ReGLU. Small ReLU² stacks
+// are certified: residual d² + L·m, and one skipless block 2d² + m (the notebook's three-block skipless
+// ReLU² stack has singular values near double's floor, Appendix E, and is not read here). Control:
+// ReGLU's count exceeds ReLU²'s by exactly L·m, the value scalings.
+TEST(Fdim, DegreeTwoBlocksMatchTable6) {
+  EXPECT_EQ(deficiency(counted(mlp_stack(Mlp::relu2, Skips::both))), 40);
+  const Count reglu = counted(mlp_stack(Mlp::reglu, Skips::both));
+  EXPECT_EQ(reglu.parameters, 336);
+  EXPECT_EQ(deficiency(reglu), 64);
+  EXPECT_EQ(predicted_deficiency(reglu), 64);
+  EXPECT_EQ(deficiency(counted(mlp_stack(Mlp::reglu, Skips::none))), 112);
+  EXPECT_EQ(deficiency(reglu) - 40, 3 * 8);
+  Config small = mlp_stack(Mlp::relu2, Skips::both, 2, 3, 4);
+  small.din = small.dout = 3;
+  const Count residual = counted(small, true);
+  EXPECT_EQ(deficiency(residual), 9 + 2 * 4);
+  EXPECT_TRUE(residual.certified);
+  const Count one_block = counted(mlp_stack(Mlp::relu2, Skips::none, 1), true);  // the notebook's Section 9
+  EXPECT_EQ(one_block.rank.rank, 72);
+  EXPECT_EQ(deficiency(one_block), 2 * 16 + 8);
+  EXPECT_TRUE(one_block.certified);
+}
+
+// Theorem 5 and Corollary 3 under RMSNorm: O(d) per hidden state at ε > 0 (24 skipless, 6 residual);
+// at ε = 0 the norm is scale-invariant and each hidden state gains its scale (28, 7), certified on a
+// small stack. Control: the same network at ε = 1e-2 is one dimension per hidden state below.
+TEST(Fdim, RmsNormEpsilonDecidesTheScaleGauge) {
+  for (Skips s : {Skips::none, Skips::both}) {
+    Config c = mlp_stack(Mlp::tanh, s);
+    c.norm = Norm::rmsnorm;
+    c.norm_eps = 1e-2;
+    const long long positive = deficiency(counted(c));
+    c.norm_eps = 0;
+    const Count zero = counted(c);
+    EXPECT_EQ(positive, s == Skips::none ? 24 : 6);
+    EXPECT_EQ(deficiency(zero), s == Skips::none ? 28 : 7);
+    EXPECT_EQ(predicted_deficiency(zero), deficiency(zero));
+  }
+  Config small = mlp_stack(Mlp::tanh, Skips::none, 1, 3, 3);
+  small.din = small.dout = 3;
+  small.norm = Norm::rmsnorm;
+  small.norm_eps = 0;
+  const Count n = counted(small, true);
+  EXPECT_EQ(deficiency(n), 2 * (3 + 1));
+  EXPECT_TRUE(n.certified);
+}
+
+// Table 2 and Theorem 5: learned skips X A keep one GL(d) per hidden state (L + 1)·d² = 64, identity
+// units X U V add a GL(d) inside each skip (112); under RMSNorm (ε = 1e-2) learned skips keep O(d)
+// per hidden state (24). Control: the identity skip's network has L·d² = 48 fewer.
+TEST(Fdim, LearnedSkipsMatchTable2AndTheorem5) {
+  Config c = mlp_stack(Mlp::tanh, Skips::both);
+  c.skip_kind = SkipKind::learned;
+  const Count learned = counted(c);
+  EXPECT_EQ(learned.parameters, 288);
+  EXPECT_EQ(deficiency(learned), 64);
+  EXPECT_EQ(deficiency(learned) - deficiency(counted(mlp_stack(Mlp::tanh, Skips::both))), 3 * 16);
+  c.skip_kind = SkipKind::units;
+  const Count units = counted(c);
+  EXPECT_EQ(units.parameters, 336);
+  EXPECT_EQ(deficiency(units), 112);
+  EXPECT_EQ(predicted_deficiency(units), 112);
+  c.skip_kind = SkipKind::learned;
+  c.norm = Norm::rmsnorm;
+  c.norm_eps = 1e-2;
+  EXPECT_EQ(deficiency(counted(c)), 24);
+}
+
+// Section 4, low-rank skips X + X U V: d² + 2Ldr without a norm (40 at d = 4, r = 1), d(d−1)/2 +
+// L·r(2r − 1) under RMSNorm (24 at r = 2). The part beyond U V's GL(r) is the note's formula, with
+// no constructed directions: the upper bound certifies only P minus the constructed ones (control).
+TEST(Fdim, LowRankSkipsMatchSection4) {
+  Config c = mlp_stack(Mlp::tanh, Skips::both);
+  c.skip_kind = SkipKind::lowrank;
+  c.skip_rank = 1;
+  const Count plain = counted(c);
+  EXPECT_EQ(plain.parameters, 264);
+  EXPECT_EQ(deficiency(plain), 40);
+  EXPECT_EQ(predicted_deficiency(plain), 40);
+  c.skip_rank = 2;
+  c.norm = Norm::rmsnorm;
+  c.norm_eps = 1e-2;
+  const Count normed = counted(c);
+  EXPECT_EQ(deficiency(normed), 24);
+  EXPECT_EQ(predicted_deficiency(normed), 24);
+  long long formula = 0;
+  for (const Term& t : normed.predicted) formula += t.constructed ? 0 : t.dimension;
+  EXPECT_EQ(formula, 3 * 2);
+}
+
+// Section 5, DyT reads γ ⊙ tanh(α h) + β: each hidden state keeps one scale (against α), each DyT its
+// gain and offset against the next read: (L + 1)(1 + d) = 20 without skips, 1 + (L + 1)d = 17 with
+// them; without γ, β: 4 and 1. Control: the skips remove exactly L = 3 in both.
+TEST(Fdim, DytReadsMatchSection5) {
+  for (bool affine : {true, false}) {
+    Config c = mlp_stack(Mlp::tanh, Skips::none);
+    c.norm = Norm::dyt;
+    c.norm_gain = c.norm_bias = affine;
+    const Count skipless = counted(c);
+    c.skips = Skips::both;
+    const Count residual = counted(c);
+    EXPECT_EQ(skipless.parameters, affine ? 276 : 244);
+    EXPECT_EQ(deficiency(skipless), affine ? 20 : 4);
+    EXPECT_EQ(deficiency(residual), affine ? 17 : 1);
+    EXPECT_EQ(predicted_deficiency(residual), deficiency(residual));
+    EXPECT_EQ(deficiency(skipless) - deficiency(residual), 3);
+  }
+}
+
+// --threads: the Jacobian's columns and the gauges' checks are split over workers, each column
+// computed alone, so one and two workers give bit-identical counts (singular values, residuals).
+// Control: another seed (a different point) changes the singular values.
+TEST(Fdim, CountsAreIdenticalAtAnyThreadCount) {
+  Config c = stack(1);
+  c.mlp = Mlp::relu2;
+  c.ffn = 4;
+  c.inputs = 8;
+  c.threads = 1;
+  const Count one = count(c, true);
+  c.threads = 2;
+  const Count two = count(c, true);
+  EXPECT_EQ(one.rank.rank, two.rank.rank);
+  EXPECT_EQ(one.rank.around_cut, two.rank.around_cut);
+  EXPECT_EQ(one.gauge_residual, two.gauge_residual);
+  EXPECT_EQ(one.certified, two.certified);
+  c.seed = 1;
+  EXPECT_NE(count(c, false).rank.around_cut, one.rank.around_cut);
+}
+
+// Each new kind of network, small (d = 3, two blocks of width 3): the count equals the prediction and
+// is certified, every constructed direction verified in MPFI (learned skips, identity units, RMSNorm
+// and LayerNorm at ε = 0, gated MLPs, biases on a residual stack, DyT). Control: a low-rank skip's
+// formula term has no directions, so its count stays uncertified with the upper bound P − constructed.
+TEST(Fdim, NewKindsAreCertifiedAtSmallSizes) {
+  auto small = [](Mlp mlp, Skips skips) {
+    Config c = mlp_stack(mlp, skips, 2, 3, 3);
+    c.din = c.dout = 3;
+    c.inputs = 40;
+    return c;
+  };
+  std::vector<Config> kinds;
+  for (SkipKind k : {SkipKind::learned, SkipKind::units}) {
+    kinds.push_back(small(Mlp::tanh, Skips::both));
+    kinds.back().skip_kind = k;
+  }
+  kinds.push_back(kinds.front());
+  kinds.back().norm = Norm::rmsnorm;
+  kinds.back().norm_eps = 0;
+  kinds.push_back(small(Mlp::gelu, Skips::both));
+  kinds.back().norm = Norm::layernorm;
+  kinds.back().norm_eps = 0;
+  kinds.back().norm_gain = true;
+  kinds.push_back(small(Mlp::swiglu, Skips::both));
+  kinds.push_back(small(Mlp::glu, Skips::none));
+  kinds.push_back(small(Mlp::tanh, Skips::both));
+  kinds.back().bias = true;
+  kinds.push_back(small(Mlp::tanh, Skips::none));
+  kinds.back().norm = Norm::dyt;
+  for (const Config& c : kinds) {
+    const Count n = count(c, true);
+    EXPECT_EQ(deficiency(n), predicted_deficiency(n));
+    EXPECT_TRUE(n.certified);
+    EXPECT_EQ(n.gauges_verified, deficiency(n));
+  }
+  Config lowrank = small(Mlp::tanh, Skips::both);
+  lowrank.skip_kind = SkipKind::lowrank;
+  const Count n = count(lowrank, true);
+  EXPECT_EQ(deficiency(n), predicted_deficiency(n));
+  EXPECT_FALSE(n.certified);
+  EXPECT_TRUE(n.upper.holds);
+  EXPECT_EQ(n.upper.value, n.parameters - n.gauges_verified);
+  EXPECT_GT(n.upper.value, n.rank.rank);
+}
