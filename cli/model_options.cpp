@@ -15,8 +15,9 @@ void add_model_options(CLI::App* cmd, ModelOptions& o) {
       ->capture_default_str();
   g->add_option("--variant", o.variant, "Architecture variant (docs/lm.md)")
       ->check(CLI::IsMember({"vanilla", "resformer", "svformer", "neutreno", "denseformer", "skipv1", "yoco-v",
-                             "cla-v", "skipkv1", "skipv1-yoco", "q-identity", "resformer-neutreno", "resformer-k", "resformer-q",
-                             "resformer-previous", "resformer-all", "resformer-identity", "cla-k", "cla-kv"}))
+                             "cla-v", "skipkv1", "skipv1-yoco", "q-identity", "resformer-neutreno", "resformer-k",
+                             "resformer-q", "resformer-previous", "resformer-all", "resformer-identity", "cla-k",
+                             "cla-kv"}))
       ->capture_default_str();
   g->add_option("--layers", o.layers, "Number of blocks L")->check(integer_in(1, 1024))->capture_default_str();
   g->add_option("--d", o.d, "Model width d")->check(integer_in(1, 65536))->capture_default_str();
