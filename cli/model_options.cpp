@@ -15,7 +15,9 @@ void add_model_options(CLI::App* cmd, ModelOptions& o) {
       ->capture_default_str();
   g->add_option("--variant", o.variant, "Architecture variant (docs/lm.md)")
       ->check(CLI::IsMember({"vanilla", "resformer", "svformer", "neutreno", "denseformer", "skipv1", "yoco-v",
-                             "cla-v", "skipkv1", "skipv1-yoco", "q-identity"}))
+                             "cla-v", "skipkv1", "skipv1-yoco", "q-identity", "resformer-neutreno", "resformer-k",
+                             "resformer-q", "resformer-previous", "resformer-all", "resformer-identity", "cla-k",
+                             "cla-kv"}))
       ->capture_default_str();
   g->add_option("--layers", o.layers, "Number of blocks L")->check(integer_in(1, 1024))->capture_default_str();
   g->add_option("--d", o.d, "Model width d")->check(integer_in(1, 65536))->capture_default_str();
@@ -46,16 +48,20 @@ void add_model_options(CLI::App* cmd, ModelOptions& o) {
   g->add_flag("--mla", o.mla, "Multi-head latent attention (cache a latent of width --d-c and a rotary key --d-r)");
   g->add_option("--d-c", o.d_c, "MLA latent width d_c")->check(integer_in(0, 65536));
   g->add_option("--d-r", o.d_r, "MLA decoupled rotary key width d_R")->check(integer_in(0, 4096));
-  g->add_option("--lambda", o.lambda, "resformer: V_n + lambda V_1; neutreno: its lambda (default 0.4)")
+  g->add_option("--lambda", o.lambda, "resformer, resformer-k, -q, -previous: V_n + lambda V_k (alpha = 1, "
+                                      "beta = lambda); neutreno: its lambda (default 0.4); resformer-neutreno: "
+                                      "NeuTRENO's lambda (default 0.2, the released value)")
       ->check(real_in(-1e6, 1e6));
-  g->add_option("--alpha", o.alpha, "resformer: alpha in alpha V_n + beta V_1 (default 0.5)")
+  g->add_option("--alpha", o.alpha, "resformer family: alpha in alpha V_n + beta V_k (default 0.5)")
       ->check(real_in(-1e6, 1e6));
-  g->add_option("--beta", o.beta, "resformer: beta in alpha V_n + beta V_1 (default 0.5)")
+  g->add_option("--beta", o.beta, "resformer family: beta in alpha V_n + beta V_k (default 0.5)")
       ->check(real_in(-1e6, 1e6));
   g->add_option("--skip-ratio", o.skip_ratio, "skipv1 family: share of value heads taken from the source layer")
       ->check(real_in(0.0, 1.0))
       ->capture_default_str();
-  g->add_option("--source-layer", o.source_layer, "skipv1 family: the source layer k (SkipVk; 0: SkipV0)")
+  g->add_option("--source-layer", o.source_layer, "skipv1 family: the source layer k (SkipVk; 0: SkipV0); resformer, "
+                                                  "resformer-neutreno, -k, -q: the layer k whose values (keys, "
+                                                  "queries) layers > k mix in (default 1)")
       ->check(integer_in(0, 1024))
       ->capture_default_str();
   g->add_option("--strategy", o.strategy, "skipv1: how injected heads are filled")
@@ -102,9 +108,15 @@ lm::Config apply(lm::Config c, const ModelOptions& o, Given given) {
   if (given("--strategy")) v.strategy = lm::parse_strategy(o.strategy);
   if (given("--skip-ratio")) v.skip_ratio = o.skip_ratio;
   if (given("--source-layer")) v.source_layer = o.source_layer;
-  if (o.lambda && (o.alpha || o.beta)) throw UsageError("--lambda and --alpha/--beta both set ResFormer's weights: give one");
-  if (o.lambda && v.kind == lm::VariantKind::resformer) v.alpha = 1, v.beta = *o.lambda;
-  if (o.lambda && v.kind == lm::VariantKind::neutreno) v.lambda = *o.lambda;
+  using K = lm::VariantKind;
+  const bool own_lambda = v.kind == K::neutreno || v.kind == K::resformer_neutreno;  // λ is NeuTRENO's
+  if (o.lambda && !own_lambda && (o.alpha || o.beta))
+    throw UsageError("--lambda and --alpha/--beta both set ResFormer's weights: give one");
+  if (o.lambda && (v.kind == K::resformer || v.kind == K::resformer_k || v.kind == K::resformer_q ||
+                   v.kind == K::resformer_previous))
+    v.alpha = 1, v.beta = *o.lambda;
+  if (given("--variant") && v.kind == K::resformer_neutreno) v.lambda = 0.2;  // the released combination's λ
+  if (o.lambda && own_lambda) v.lambda = *o.lambda;
   if (o.alpha) v.alpha = *o.alpha;
   if (o.beta) v.beta = *o.beta;
   lm::validate(c);

@@ -59,8 +59,13 @@ std::string label_of(const Json& model, const fs::path& file) {
   auto field = [&](const char* k) { return shown(member(model, k, file).text); };
   const std::string v = field("variant");
   std::string label = v;
-  if (v == "resformer") label += " alpha=" + field("alpha") + " beta=" + field("beta");
-  if (v == "neutreno") label += " lambda=" + field("lambda");
+  if (v == "resformer" || v == "resformer-k" || v == "resformer-q" || v == "resformer-previous" ||
+      v == "resformer-neutreno")
+    label += " alpha=" + field("alpha") + " beta=" + field("beta");
+  if (v == "neutreno" || v == "resformer-neutreno") label += " lambda=" + field("lambda");
+  if ((v == "resformer" || v == "resformer-k" || v == "resformer-q" || v == "resformer-neutreno") &&
+      field("source_layer") != "1")
+    label += " source=" + field("source_layer");
   if (v == "skipv1" || v == "skipkv1" || v == "skipv1-yoco")
     label += " ratio=" + field("skip_ratio") + " source=" + field("source_layer") +
              (field("strategy") == "second-half" ? "" : " " + field("strategy"));

@@ -30,7 +30,7 @@ struct Names {
 };
 
 constexpr Names<Family, 2> kFamilies{{{Family::gpt2, "gpt2"}, {Family::llama, "llama"}}};
-constexpr Names<VariantKind, 11> kVariants{{{VariantKind::vanilla, "vanilla"},
+constexpr Names<VariantKind, 19> kVariants{{{VariantKind::vanilla, "vanilla"},
                                             {VariantKind::resformer, "resformer"},
                                             {VariantKind::svformer, "svformer"},
                                             {VariantKind::neutreno, "neutreno"},
@@ -40,7 +40,15 @@ constexpr Names<VariantKind, 11> kVariants{{{VariantKind::vanilla, "vanilla"},
                                             {VariantKind::cla_v, "cla-v"},
                                             {VariantKind::skipkv1, "skipkv1"},
                                             {VariantKind::skipv1_yoco, "skipv1-yoco"},
-                                            {VariantKind::q_identity, "q-identity"}}};
+                                            {VariantKind::q_identity, "q-identity"},
+                                            {VariantKind::resformer_neutreno, "resformer-neutreno"},
+                                            {VariantKind::resformer_k, "resformer-k"},
+                                            {VariantKind::resformer_q, "resformer-q"},
+                                            {VariantKind::resformer_previous, "resformer-previous"},
+                                            {VariantKind::resformer_all, "resformer-all"},
+                                            {VariantKind::resformer_identity, "resformer-identity"},
+                                            {VariantKind::cla_k, "cla-k"},
+                                            {VariantKind::cla_kv, "cla-kv"}}};
 constexpr Names<Strategy, 5> kStrategies{{{Strategy::second_half, "second-half"},
                                           {Strategy::pooling, "pooling"},
                                           {Strategy::dynamic, "dynamic"},
@@ -63,6 +71,11 @@ void require(bool ok, const std::string& message) {
 }
 
 }  // namespace
+
+bool resformer_family(VariantKind k) {
+  return k == VariantKind::resformer || k == VariantKind::resformer_neutreno || k == VariantKind::resformer_k ||
+         k == VariantKind::resformer_q;
+}
 
 std::string to_string(Family f) { return kFamilies.name(f); }
 std::string to_string(VariantKind v) { return kVariants.name(v); }
@@ -175,6 +188,9 @@ void validate(const Config& c) {
         v.strategy == Strategy::plus_resformer)
       require(2 * own == c.kv_heads, "the " + to_string(v.strategy) + " strategy is defined for a skip ratio of 1/2");
   }
+  if (resformer_family(v.kind))  // L = 1 keeps the default k = 1 (no layer mixes)
+    require(v.source_layer >= 1 && v.source_layer <= std::max(1, c.layers - 1),
+            to_string(v.kind) + ": the source layer must be 1 ... L-1, got " + std::to_string(v.source_layer));
   if (v.kind == VariantKind::yoco_v || v.kind == VariantKind::skipv1_yoco)
     require(c.layers >= 2, to_string(v.kind) + " needs at least 2 layers");
   for (double x : {v.alpha, v.beta, v.lambda})

@@ -47,6 +47,15 @@ enum class VariantKind {
   skipkv1,      // SkipV1's injection applied to keys as well
   skipv1_yoco,  // layers ≤ L/2 as SkipV1; later layers use layer L/2's keys and SkipV1 values
   q_identity,   // W_Q = I: head h's query is the input's h-th slice; scale 1/(2 sqrt(d_h))
+  // ResFormer's ablations (ResFormer paper, Figs. 1, 4, 7, 8, 9); k = source_layer (default 1):
+  resformer_neutreno,  // V'_n = α V_n + β V_k, U_n = A_n V'_n + λ (V_k − V'_n) (the released combination)
+  resformer_k,         // K_n ← α K_n + β K_k (the residual on the keys instead of the values)
+  resformer_q,         // Q_n ← α Q_n + β Q_k (the residual on the queries instead of the values)
+  resformer_previous,  // U_n = A_n (α V_n + β V_{n−1}) (the nearest preceding layer)
+  resformer_all,       // U_n = (1/n) A_n Σ_{i ≤ n} V_i (every earlier layer, Eq. 5)
+  resformer_identity,  // U_n = A_n V_n + 1/(n−1) Σ_{i < n} V_i (the identity mapping, Eq. 6)
+  cla_k,               // layer 2k reuses layer 2k−1's keys
+  cla_kv,              // layer 2k reuses layer 2k−1's keys and values (CLA)
 };
 
 // How SkipV1 fills the injected value heads (SkipV1Former App. C.4); with ρ = ½ and
@@ -62,9 +71,9 @@ enum class Strategy {
 struct Variant {
   VariantKind kind = VariantKind::vanilla;
   double alpha = 0.5, beta = 0.5;  // ResFormer weights (the λ form V_n + λV_1 is α = 1, β = λ)
-  double lambda = 0.4;             // NeuTRENO
+  double lambda = 0.4;             // NeuTRENO (resformer-neutreno: the released 0.2, set by the command line)
   double skip_ratio = 0.5;         // SkipV1 family: share ρ of the value heads taken from the source layer
-  int source_layer = 1;            // SkipVk (1-based); 0 is SkipV0: the injected heads are zero
+  int source_layer = 1;            // SkipVk and ResFormer's V_k (1-based); 0 is SkipV0: the injected heads are zero
   Strategy strategy = Strategy::second_half;
 };
 
@@ -100,6 +109,10 @@ struct Config {
 // The family's defaults for the given sizes (head_dim = d/heads, ffn = 4d for
 // gpt2 and the multiple of 32 nearest above 8d/3 for llama, tied for gpt2).
 Config family_defaults(Family family, int layers, int d, int heads, int vocab, int positions);
+
+// The variants whose layers n > k mix a source layer k with weights α, β
+// (resformer, resformer-neutreno, resformer-k, resformer-q).
+bool resformer_family(VariantKind kind);
 
 // Throws UsageError (core/errors.hpp) naming the first inconsistency: a size
 // below 1, heads not a multiple of kv_heads, a ratio that does not give whole

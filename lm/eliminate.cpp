@@ -20,13 +20,16 @@ std::string list_text(const std::vector<int>& layers) {
   return s;
 }
 
-// Whether layer n's keys are its own and read by no other layer (the Q-identity scale doubles them).
+// Whether layer n's keys and queries are its own and read by no other layer (the Q-identity scale
+// doubles the keys; resformer-q's mix would add queries of another basis).
 bool keys_private(const std::vector<LayerPlan>& plan, int n) {
-  if (!is_own(plan[std::size_t(n)].keys, n, plan[std::size_t(n)].own_key_heads)) return false;
+  const LayerPlan& p = plan[std::size_t(n)];
+  if (!is_own(p.keys, n, p.own_key_heads) || !is_own(p.queries, n, int(p.queries.size()))) return false;
   for (std::size_t m = 0; m < plan.size(); ++m)
-    for (const auto& sources : plan[m].keys)
-      for (const Source& s : sources)
-        if (s.layer == n && int(m) != n) return false;
+    for (const Mix* mix : {&plan[m].keys, &plan[m].queries})
+      for (const auto& sources : *mix)
+        for (const Source& s : sources)
+          if (s.layer == n && int(m) != n) return false;
   return true;
 }
 
@@ -47,8 +50,8 @@ void check_applicable(const Config& c, const std::vector<int>& layers) {
       throw UsageError("layer " + std::to_string(l) + " is not one of the model's layers 1 ... " + std::to_string(c.layers));
     if (std::count(layers.begin(), layers.end(), l) > 1) throw UsageError("layer " + std::to_string(l) + " is listed twice");
     if (!keys_private(plan, l - 1))
-      throw UsageError("layer " + std::to_string(l) + " shares its key heads with another layer (variant " +
-                       to_string(c.variant.kind) + "): the Q-identity scale's factor on W_K would reach it");
+      throw UsageError("layer " + std::to_string(l) + " shares its key or query heads with another layer (variant " +
+                       to_string(c.variant.kind) + "): what elimination changes in them would reach it");
   }
 }
 

@@ -87,6 +87,46 @@ void Model<S>::Impl::add_direct_backward(int l, const S* dz) {
     }
 }
 
+// resformer-q: keeps layer l's queries (N, H·dk) when a later layer reads them, then replaces them by
+// the plan's mix: q_h = Σ w · (query head of the source; layer l's own as just computed).
+template <class S>
+void Model<S>::Impl::mix_queries(int l, S* q) {
+  const Mix& mix = plan[std::size_t(l)].queries;
+  const int H = config.heads, w = dk();
+  if (!qown[std::size_t(l)].empty()) backend.axpby(N, H * w, S(1), q, H * w, S(0), qown[std::size_t(l)].data(), H * w);
+  if (is_own(mix, l, H)) return;
+  const Heads<S> to{qmix.data(), H, w};
+  for (int h = 0; h < H; ++h) {
+    bool first = true;
+    for (const Source& src : mix[std::size_t(h)]) {
+      const Heads<S> from{src.layer == l ? q : qown[std::size_t(src.layer)].data(), H, w};
+      axpby(backend, N, w, S(src.weight), from.head(src.head), first ? S(0) : S(1), to.head(h));
+      first = false;
+    }
+  }
+  backend.axpby(N, H * w, S(1), qmix.data(), H * w, S(0), q, H * w);
+}
+
+// Backward of mix_queries: dq of the mixed queries → dq of layer l's own (overwritten) and the
+// sources' dqown; then what later layers sent to layer l's queries is added to dq.
+template <class S>
+void Model<S>::Impl::unmix_queries(int l) {
+  const Mix& mix = plan[std::size_t(l)].queries;
+  const int H = config.heads, w = dk();
+  if (!is_own(mix, l, H)) {
+    backend.axpby(N, H * w, S(1), dq.data(), H * w, S(0), qmix.data(), H * w);
+    backend.fill(dq.size(), S(0), dq.data());
+    const Heads<const S> from{qmix.data(), H, w};
+    for (int h = 0; h < H; ++h)
+      for (const Source& src : mix[std::size_t(h)]) {
+        const Heads<S> to{src.layer == l ? dq.data() : dqown[std::size_t(src.layer)].data(), H, w};
+        axpby(backend, N, w, S(src.weight), from.head(h), S(1), to.head(src.head));
+      }
+  }
+  if (!dqown[std::size_t(l)].empty())
+    backend.axpby(N, H * w, S(1), dqown[std::size_t(l)].data(), H * w, S(1), dq.data(), H * w);
+}
+
 // ---- forward --------------------------------------------------------------------------------------
 
 // q = n1 W_Q (Q-identity: n1), own k, v = n1 W_K, n1 W_V, RoPE (llama), the plan's mixing.
@@ -100,6 +140,7 @@ typename Model<S>::Impl::KV Model<S>::Impl::project(int l, LayerActs& s) {
   else
     engine::linear_forward<S>(backend, N, d, qwidth(), {s.n1.data(), d}, w.q.W, w.q.b, {s.q.data(), qwidth()});
   if (config.rope()) backend.rope(B, T_, past, config.heads, dh, qwidth(), config.rope_frequencies(), false, s.q.data());
+  mix_queries(l, s.q.data());
   if (p.own_key_heads) {
     S* k = new_rows(own_keys(l), kw);
     engine::linear_forward<S>(backend, N, d, kw, {s.n1.data(), d}, w.k.W, w.k.b, {k, kw});
@@ -321,6 +362,7 @@ void Model<S>::Impl::attention_backward(int l) {
   if (!own_v) backend.fill(dvmix.size(), S(0), dvmix.data());
   backend.attention_backward(shape(), S(config.attention_scale(l)), s.q.data(), k, v, s.pattern.data(), dz.data(),
                              dq.data(), dk_, dv_, dpattern.data());
+  unmix_queries(l);
   if (config.mla)
     project_mla_backward(l, s);
   else
@@ -366,6 +408,7 @@ void Model<S>::Impl::backward() {
   backend.fill(count, S(0), dx.data());
   for (auto& b : dkown) backend.fill(b.size(), S(0), b.data());
   for (auto& b : dvown) backend.fill(b.size(), S(0), b.data());
+  for (auto& b : dqown) backend.fill(b.size(), S(0), b.data());
   for (auto& b : dy) backend.fill(b.size(), S(0), b.data());
   normalize_backward(x_in(config.layers), lnf, meanf.data(), rstdf.data(), head.dx(), dx.data());
   for (int l = config.layers - 1; l >= 0; --l) layer_backward(l);

@@ -3,18 +3,18 @@
 // definition. Pre-norm blocks, row-vector convention (lm/config.hpp):
 //   X_0 = E[ids] (+ P)                                   embedding (+ learned positions)
 //   block ℓ:  n1 = N_1(X_ℓ);  q = n1 W_Q (Q-identity: n1);  k, v = n1 W_K, n1 W_V (own heads)
-//             RoPE on q, k (llama);  keys and values mixed as the plan says (lm/plan.hpp)
+//             RoPE on q, k (llama);  queries, keys and values mixed as the plan says (lm/plan.hpp)
 //             z_h = softmax(scale q_h k_gᵀ + causal) v_g (+ direct terms);  a = z W_O
 //             m = X_ℓ + a;  n2 = N_2(m);  Y = m + MLP(n2);  X_{ℓ+1} = Y (DenseFormer: Σ_j α_j Y_j)
 //   logits = N_f(X_L) Uᵀ (U = E when tied);  loss = mean cross-entropy over predicted positions
 // Without norms (--norm none) N_1, N_2 and N_f are the identity.
 // The backward pass mirrors it layer by layer (the formulas are the kernels',
-// engine/backend.hpp and engine/linear.hpp); a value or key head reused by a
-// later layer receives that layer's gradient before its own layer's backward.
+// engine/backend.hpp and engine/linear.hpp); a query, key or value head reused by
+// a later layer receives that layer's gradient before its own layer's backward.
 //
 // Memory: activations are allocated once per (B, T, pass) and reused. An eval
-// pass keeps one layer's activations at a time, plus the key and value heads that
-// later layers reuse, and forms no attention pattern unless a recorder asks for
+// pass keeps one layer's activations at a time, plus the query, key and value heads
+// that later layers reuse, and forms no attention pattern unless a recorder asks for
 // the `pattern` site (otherwise the attention runs 64 queries at a time, and hands
 // a recorder that asks for them the patterns' reductions: lm/record.hpp); a training pass keeps
 // every layer's for the backward. The head's logits are computed 512 rows at

@@ -100,6 +100,8 @@ struct Model<S>::Impl {
   std::vector<Buffer<S>> y;              // DenseFormer's raw block outputs Y_0 … Y_L
   std::vector<Buffer<S>> kown, vown;     // each layer's own key and value heads
   std::vector<Buffer<S>> dkown, dvown;   // their gradients (train)
+  std::vector<Buffer<S>> qown, dqown;    // resformer-q: queries a later layer reads, their gradients (train)
+  Buffer<S> qmix;                        // a layer's mixed queries, or (backward) their gradient
   Buffer<S> shared_kv_[2];               // eval: own heads nobody reuses (keys, values)
   Buffer<S> mla_tmp[3], dc;              // MLA: q_C or k_C (N, H·d_h), q_R (N, H·d_R), k_R (N, d_R); dc
   Buffer<S> a, mlp, nf, meanf, rstdf;
@@ -142,7 +144,7 @@ struct Model<S>::Impl {
   Linear linear(int l, const std::string& what);
   NormWeights<S> norm(const std::string& name);
   void resolve_weights();
-  bool reused(int l, bool keys) const;
+  bool reused(int l, bool keys, bool queries = false) const;
   void allocate(int B_, int T__, Pass pass_, int capacity = 0);
   void check_tokens(const std::int32_t* ids_host, const std::int32_t* targets_host, int B_, int T__,
                     int past_ = 0) const;
@@ -178,6 +180,8 @@ struct Model<S>::Impl {
   void unmix(const Mix& mix, bool keys, const S* dmix);
   void add_direct(int l, S* z);
   void add_direct_backward(int l, const S* dz);
+  void mix_queries(int l, S* q);
+  void unmix_queries(int l);
   KV project(int l, LayerActs& s);
   // An eval pass over whole sequences forms no pattern unless the recorder wants one: the attention
   // runs `block` queries at a time (attention_reduce), and reduces the patterns into pattern_sums

@@ -47,15 +47,18 @@ void Model<S>::Impl::resolve_weights() {
   }
 }
 
-// Whether layer l's own keys (values) are read by a later layer.
+// Whether a later layer reads layer l's own keys (values; queries with `queries`).
 template <class S>
-bool Model<S>::Impl::reused(int l, bool keys) const {
-  for (std::size_t n = std::size_t(l) + 1; n < plan.size(); ++n)
-    for (const Mix* mix : {keys ? &plan[n].keys : &plan[n].values, keys ? nullptr : &plan[n].direct})
+bool Model<S>::Impl::reused(int l, bool keys, bool queries) const {
+  for (std::size_t n = std::size_t(l) + 1; n < plan.size(); ++n) {
+    const LayerPlan& p = plan[n];
+    const Mix* none = nullptr;
+    for (const Mix* mix : {queries ? &p.queries : keys ? &p.keys : &p.values, queries || keys ? none : &p.direct})
       if (mix)
         for (const auto& sources : *mix)
           for (const Source& s : sources)
             if (s.layer == l) return true;
+  }
   return false;
 }
 
@@ -109,6 +112,15 @@ void Model<S>::Impl::allocate(int B_, int T__, Pass pass_, int capacity) {
     vown.push_back(train || reused(l, false) || caching ? buf(vc) : Buffer<S>());
     if (train) dkown.push_back(buf(kc)), dvown.push_back(buf(vc));
   }
+  qown.clear(), dqown.clear();  // resformer-q: the queries a later layer reads, for these positions
+  bool mixes_queries = false;
+  for (int l = 0; l < L; ++l) {
+    const bool read = reused(l, false, true);
+    qown.push_back(read ? buf(q_count) : Buffer<S>());
+    dqown.push_back(read && train ? buf(q_count) : Buffer<S>());
+    mixes_queries = mixes_queries || !is_own(plan[std::size_t(l)].queries, l, H);
+  }
+  qmix = mixes_queries ? buf(q_count) : Buffer<S>();
   shared_kv_[0] = train ? Buffer<S>() : buf(n * config.kv_heads * head_width(true));
   shared_kv_[1] = train ? Buffer<S>() : buf(n * config.kv_heads * head_width(false));
   if (config.mla) {  // MLA's projections of one layer at a time, before they are interleaved per head
@@ -156,7 +168,7 @@ void Model<S>::Impl::check_tokens(const std::int32_t* ids_host, const std::int32
   template Model<S>::Impl::Linear Model<S>::Impl::linear(int, const std::string&);                         \
   template NormWeights<S> Model<S>::Impl::norm(const std::string&);                                        \
   template void Model<S>::Impl::resolve_weights();                                                         \
-  template bool Model<S>::Impl::reused(int, bool) const;                                                   \
+  template bool Model<S>::Impl::reused(int, bool, bool) const;                                                \
   template void Model<S>::Impl::allocate(int, int, Pass, int);                                             \
   template void Model<S>::Impl::check_tokens(const std::int32_t*, const std::int32_t*, int, int, int) const;
 QKVLAB_INSTANTIATE(float)

@@ -48,6 +48,27 @@ Mix skip_heads(const Config& c, int n, int own, int src) {
   return m;
 }
 
+// Head g of layers first … last (0-based), each with weight w.
+std::vector<Source> across(int first, int last, int g, double w) {
+  std::vector<Source> sources;
+  for (int i = first; i <= last; ++i) sources.push_back(Source{i, g, w});
+  return sources;
+}
+
+// The ResFormer family's layer n (0-based) with source layer k = source_layer: layers ≤ k are
+// standard; later ones mix α·own + β·(layer k's) into their values (resformer-k: keys,
+// resformer-q: queries), and resformer-neutreno adds λ (V_k − V'_n) outside the attention, V'_n
+// the mixed values.
+void resformer_layer(const Variant& v, int n, int G, LayerPlan& p) {
+  const int src = v.source_layer - 1;
+  if (n <= src) return;
+  Mix& target = v.kind == VariantKind::resformer_k ? p.keys : v.kind == VariantKind::resformer_q ? p.queries : p.values;
+  for (int g = 0; g < int(target.size()); ++g) target[g] = {Source{n, g, v.alpha}, Source{src, g, v.beta}};
+  if (v.kind == VariantKind::resformer_neutreno)
+    for (int g = 0; g < G; ++g)
+      p.direct[g] = {Source{src, g, v.lambda * (1 - v.beta)}, Source{n, g, -v.lambda * v.alpha}};
+}
+
 }  // namespace
 
 std::vector<LayerPlan> make_plan(const Config& c) {
@@ -59,7 +80,7 @@ std::vector<LayerPlan> make_plan(const Config& c) {
   for (int n = 0; n < L; ++n) {
     LayerPlan& p = plan[n];
     p.own_key_heads = G, p.own_value_heads = G;
-    p.keys = own_heads(n, G), p.values = own_heads(n, G), p.direct.assign(G, {});
+    p.keys = own_heads(n, G), p.values = own_heads(n, G), p.direct.assign(G, {}), p.queries = own_heads(n, c.heads);
     p.identity_query = c.identity_query(n);
     p.dense = v.kind == VariantKind::denseformer;
     if (n == 0) continue;  // layer 1 is always standard
@@ -69,7 +90,19 @@ std::vector<LayerPlan> make_plan(const Config& c) {
       case VariantKind::q_identity:
         break;
       case VariantKind::resformer:
-        for (int g = 0; g < G; ++g) p.values[g] = {Source{n, g, v.alpha}, Source{0, g, v.beta}};
+      case VariantKind::resformer_neutreno:
+      case VariantKind::resformer_k:
+      case VariantKind::resformer_q:
+        resformer_layer(v, n, G, p);
+        break;
+      case VariantKind::resformer_previous:
+        for (int g = 0; g < G; ++g) p.values[g] = {Source{n, g, v.alpha}, Source{n - 1, g, v.beta}};
+        break;
+      case VariantKind::resformer_all:  // layers 1 … n (1-based), each 1/n
+        for (int g = 0; g < G; ++g) p.values[g] = across(0, n, g, 1.0 / (n + 1));
+        break;
+      case VariantKind::resformer_identity:  // layers 1 … n−1 (1-based), each 1/(n−1)
+        for (int g = 0; g < G; ++g) p.direct[g] = across(0, n - 1, g, 1.0 / n);
         break;
       case VariantKind::svformer:
         p.own_value_heads = 0, p.values = own_heads(0, G);
@@ -81,7 +114,11 @@ std::vector<LayerPlan> make_plan(const Config& c) {
         if (n > half) p.own_value_heads = 0, p.values = own_heads(half, G);
         break;
       case VariantKind::cla_v:
-        if ((n + 1) % 2 == 0) p.own_value_heads = 0, p.values = own_heads(n - 1, G);
+      case VariantKind::cla_k:
+      case VariantKind::cla_kv:
+        if ((n + 1) % 2 != 0) break;
+        if (v.kind != VariantKind::cla_k) p.own_value_heads = 0, p.values = own_heads(n - 1, G);
+        if (v.kind != VariantKind::cla_v) p.own_key_heads = 0, p.keys = own_heads(n - 1, G);
         break;
       case VariantKind::skipv1:
       case VariantKind::skipkv1:
@@ -129,6 +166,7 @@ std::string describe(const std::vector<LayerPlan>& plan) {
     bool any_direct = false;
     for (const auto& d : p.direct) any_direct = any_direct || !d.empty();
     if (any_direct) out << "; direct " << mix_text(p.direct);
+    if (!is_own(p.queries, int(n), int(p.queries.size()))) out << "; queries " << mix_text(p.queries);
     if (p.identity_query) out << "; W_Q = I";
     if (p.dense) out << "; dense mix";
     out << "\n";

@@ -11,6 +11,8 @@
 //   values[g]  the value head g attended by A_n is Σ w·(own value head of layer)
 //   direct[g]  added, outside the attention, to the output of every query head
 //              reading g (NeuTRENO's λ(V_1 − V_n); empty otherwise)
+//   queries[h] the query head h is Σ w·(query head `head` of layer `layer`, as that layer's
+//              W_Q and RoPE give it); H lists, the layer's own heads unless a variant mixes them
 // An empty source list is a zero head (SkipV0's injected heads).
 #pragma once
 
@@ -33,7 +35,7 @@ struct LayerPlan {
   bool identity_query = false;  // Q-identity: q = the normalized input, no W_Q (Config::identity_query)
   int own_key_heads = 0;        // heads of W_K (0: every key head comes from another layer)
   int own_value_heads = 0;      // heads of W_V (MLA: latent slots of W_DKV)
-  Mix keys, values, direct;
+  Mix keys, values, direct, queries;
   bool dense = false;           // DenseFormer: the block output is mixed with X_0 … X_n
 };
 

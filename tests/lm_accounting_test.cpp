@@ -70,13 +70,20 @@ TEST(LmAccounting, KvCacheMatchesTheClosedForms) {
     const std::int64_t dh = d / H, head = std::int64_t(G) * dh, half = std::int64_t(G / 2) * dh;
     SCOPED_TRACE("L=" + std::to_string(L) + " H=" + std::to_string(H) + " G=" + std::to_string(G));
     const std::int64_t mha = 2LL * L * G * dh;
-    for (K k : {K::vanilla, K::resformer, K::neutreno, K::denseformer, K::q_identity}) EXPECT_EQ(kv(llama(L, d, H, G, k)), mha);
+    for (K k : {K::vanilla, K::resformer, K::neutreno, K::denseformer, K::q_identity, K::resformer_neutreno,
+                K::resformer_k, K::resformer_q, K::resformer_previous, K::resformer_all, K::resformer_identity})
+      EXPECT_EQ(kv(llama(L, d, H, G, k)), mha);
     // SkipV1 at ρ = ½: L H d_h (keys) + H d_h + (L−1) H' d_h (values).
     const std::int64_t skip = L * head + head + (L - 1) * half;
     EXPECT_EQ(kv(llama(L, d, H, G, K::skipv1)), skip);
     EXPECT_EQ(kv(llama(L, d, H, G, K::svformer)), L * head + head);
     EXPECT_EQ(kv(llama(L, d, H, G, K::yoco_v)), L * head + (L / 2) * head);
     EXPECT_EQ(kv(llama(L, d, H, G, K::cla_v)), L * head + ((L + 1) / 2) * head);
+    EXPECT_EQ(kv(llama(L, d, H, G, K::cla_k)), L * head + ((L + 1) / 2) * head);
+    EXPECT_EQ(kv(llama(L, d, H, G, K::cla_kv)), 2 * ((L + 1) / 2) * head);
+    if (L > 1) {  // control: CLA-KV is not CLA-V's count
+      EXPECT_NE(kv(llama(L, d, H, G, K::cla_kv)), kv(llama(L, d, H, G, K::cla_v)));
+    }
     EXPECT_EQ(kv(llama(L, d, H, G, K::skipkv1)), 2 * (head + (L - 1) * half));
     EXPECT_EQ(kv(llama(L, d, H, G, K::skipv1_yoco)), (L / 2) * head + head + (L - 1) * half);
     // SkipVk: layers ≤ k full; SkipV0 caches as SkipV1 (the injected heads are zero).
@@ -116,6 +123,17 @@ TEST(LmAccounting, ReusedHeadsAreCountedOnceAtTheirOwner) {
   EXPECT_NE(attended, a.elements_per_token());
 }
 
+TEST(LmAccounting, ClaKvCountsEachSharedHeadOnceAtTheOddLayer) {
+  const auto a = lm::count_kv(llama(4, 64, 4, 4, lm::VariantKind::cla_kv));
+  for (int n : {1, 3}) {
+    ASSERT_EQ(a.layers[n].reused.size(), 2u);
+    EXPECT_EQ(a.layers[n].elements(), 0);
+    for (const auto& r : a.layers[n].reused) EXPECT_EQ(r.layer, n);  // 1-based: layer n + 1 reads layer n
+    EXPECT_TRUE(a.layers[n - 1].reused.empty());
+    EXPECT_EQ(a.layers[n - 1].elements(), 2 * 4 * 16);
+  }
+}
+
 TEST(LmAccounting, MlaCachesLatentAndRotaryKey) {
   lm::Config c = llama(24, 1024, 16, 16);
   c.mla = true, c.d_c = 256, c.d_r = 32;
@@ -137,6 +155,10 @@ TEST(LmAccounting, ParameterDifferencesOfTheVariants) {
   EXPECT_EQ(diff(K::svformer), 5 * wv);
   EXPECT_EQ(diff(K::yoco_v), 3 * wv);
   EXPECT_EQ(diff(K::cla_v), 3 * wv);
+  EXPECT_EQ(diff(K::cla_k), 3 * wv);  // W_K has W_V's shape
+  EXPECT_EQ(diff(K::cla_kv), 6 * wv);
+  for (K k : {K::resformer_neutreno, K::resformer_k, K::resformer_q, K::resformer_previous, K::resformer_all, K::resformer_identity})
+    EXPECT_EQ(diff(k), 0);
   EXPECT_EQ(diff(K::resformer), 0);
   EXPECT_EQ(diff(K::denseformer), -(2 + 3 + 4 + 5 + 6 + 7));  // α_{n,0…n} for n = 1 … 6
   EXPECT_EQ(diff(K::q_identity), 6LL * 128 * 128);
@@ -155,6 +177,19 @@ TEST(LmAccounting, CommandsReportTheCounts) {
   EXPECT_NE(r.out.find("\"bytes_per_token\": 74752"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("\"vanilla_bytes_per_token\": 98304"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("\"total_bytes\": 76546048"), std::string::npos) << r.out;
+  // CLA-KV (ResFormer Fig. 4): keys and values cached in the odd layers only, 12 of 24.
+  r = run_qkvlab("kv --family llama --layers 24 --d 1024 --heads 16 --kv-heads 8 --variant cla-kv --dtype f32 "
+                 "--format json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("\"bytes_per_token\": 49152"), std::string::npos) << r.out;  // 2 · 12 · 8 · 64 · 4
+  // resformer-neutreno's λ is the released 0.2 unless --lambda says otherwise (control).
+  r = run_qkvlab("kv --variant resformer-neutreno --format json");
+  EXPECT_NE(r.out.find("\"lambda\": 0.20000000000000001"), std::string::npos) << r.out;
+  r = run_qkvlab("kv --variant resformer-neutreno --lambda 0.3 --format json");
+  EXPECT_NE(r.out.find("\"lambda\": 0.29999999999999999"), std::string::npos) << r.out;
+  r = run_qkvlab("kv --variant resformer --source-layer 0");  // ResFormer's source is a layer 1 … L−1
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("source layer"), std::string::npos) << r.err;
   r = run_qkvlab("kv --family gpt2 --layers 2 --d 64 --heads 4");  // text table
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("bytes_per_token"), std::string::npos) << r.out;

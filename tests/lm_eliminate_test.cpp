@@ -266,6 +266,7 @@ TEST(LmEliminateCommand, BadInputExitsTwoWithOneLine) {
   ASSERT_EQ(run_qkvlab("lm init " + shell_quoted(dir / "mla") + " --family llama --mla --d-c 8" + model).status, 0);
   ASSERT_EQ(run_qkvlab("lm init " + shell_quoted(dir / "qid") + " --variant q-identity" + model).status, 0);
   ASSERT_EQ(run_qkvlab("lm init " + shell_quoted(dir / "wide") + " --head-dim 8" + model).status, 0);
+  ASSERT_EQ(run_qkvlab("lm init " + shell_quoted(dir / "rq") + " --norm none --variant resformer-q" + model).status, 0);
   Checkpoint singular = load_checkpoint(dir / "m");
   const auto layout = parameter_layout(singular.config, make_plan(singular.config));
   const auto& q = layout.at(layer_tensor(0, "attn.q.weight"));
@@ -277,6 +278,8 @@ TEST(LmEliminateCommand, BadInputExitsTwoWithOneLine) {
       {"mla", "MLA"},
       {"qid", "q-identity"},
       {"wide", "heads x head width != d"},
+      {"rq --layers 1", "shares its key or query heads"},  // layer 2 mixes layer 1's queries
+      {"rq --layers 2", "shares its key or query heads"},
       {"singular --layers 1", "singular"},
       {"m --seq-len 17", "longer than the model's 16 positions"},
       {"m --tokens " + shell_quoted(dir / "absent.npy"), "absent.npy"},

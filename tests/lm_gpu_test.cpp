@@ -521,14 +521,14 @@ struct ModelCase {
 void PrintTo(const ModelCase& c, std::ostream* os) { *os << c.name; }
 
 // Two layers, d = 16, four heads of 4 (llama: on two key/value heads, GQA), T up to 8, V = 32;
-// six variants of each family, MLA in each, and the options that switch kernels (GELU's erf form,
+// seven variants of each family (resformer-q: the queries' mixing), MLA in each, and the options that switch kernels (GELU's erf form,
 // biases, an untied head).
 std::vector<ModelCase> model_cases() {
   std::vector<ModelCase> cases;
   for (lm::Family f : {lm::Family::gpt2, lm::Family::llama})
     for (lm::VariantKind kind : {lm::VariantKind::vanilla, lm::VariantKind::resformer, lm::VariantKind::skipv1,
                                  lm::VariantKind::denseformer, lm::VariantKind::q_identity,
-                                 lm::VariantKind::neutreno}) {
+                                 lm::VariantKind::neutreno, lm::VariantKind::resformer_q}) {
       lm::Config c = lm::family_defaults(f, 2, 16, 4, 32, 8);
       if (f == lm::Family::llama) c.kv_heads = 2;
       c.variant.kind = kind;

@@ -45,8 +45,20 @@ std::vector<Case> every_variant() {
     const std::string fam = to_string(f) + "_";
     for (VariantKind k : {VariantKind::vanilla, VariantKind::resformer, VariantKind::svformer, VariantKind::neutreno,
                           VariantKind::denseformer, VariantKind::skipv1, VariantKind::yoco_v, VariantKind::cla_v,
-                          VariantKind::skipkv1, VariantKind::skipv1_yoco, VariantKind::q_identity})
+                          VariantKind::skipkv1, VariantKind::skipv1_yoco, VariantKind::q_identity,
+                          VariantKind::resformer_neutreno, VariantKind::resformer_k, VariantKind::resformer_q,
+                          VariantKind::resformer_previous,
+                          VariantKind::resformer_all, VariantKind::resformer_identity, VariantKind::cla_k,
+                          VariantKind::cla_kv})
       cases.push_back({fam + to_string(k), tiny(f, k)});
+    for (VariantKind k : {VariantKind::resformer, VariantKind::resformer_k, VariantKind::resformer_q}) {
+      Config source2 = tiny(f, k);
+      source2.variant.source_layer = 2;
+      cases.push_back({fam + to_string(k) + "_source2", source2});
+    }
+    Config neutreno_gqa = tiny(f, VariantKind::resformer_neutreno);
+    neutreno_gqa.heads = 4, neutreno_gqa.kv_heads = 2, neutreno_gqa.head_dim = 2;
+    cases.push_back({fam + "resformer_neutreno_gqa", neutreno_gqa});
     Config gqa = tiny(f, VariantKind::vanilla);
     gqa.heads = 4, gqa.kv_heads = 2, gqa.head_dim = 2;
     cases.push_back({fam + "gqa", gqa});
@@ -171,13 +183,30 @@ INSTANTIATE_TEST_SUITE_P(EveryVariant, LmGradient, ::testing::ValuesIn(every_var
 // weights differ (ResFormer's β, NeuTRENO's λ), and one off by 1% everywhere.
 TEST(LmGradientControl, WrongMixingWeightIsCaught) {
   engine::CpuBackend<double> be(2);
-  for (VariantKind kind : {VariantKind::resformer, VariantKind::neutreno}) {
+  for (VariantKind kind : {VariantKind::resformer, VariantKind::neutreno, VariantKind::resformer_neutreno,
+                           VariantKind::resformer_k, VariantKind::resformer_q}) {
     Config c = tiny(Family::gpt2, kind);
     Model<double> probe(c, be);
     const auto values = random_parameters(probe.parameters().layout, 7);
     const Batch batch = random_batch(c.vocab, 3);
     Config wrong = c;
     wrong.variant.beta = 0.3, wrong.variant.lambda = 0.3;
+    const auto analytic = analytic_gradient(wrong, batch, values, be);
+    EXPECT_GT(gradient_error(c, batch, values, analytic, be), kControlMin) << to_string(kind);
+  }
+}
+
+// The source layer of the ResFormer family: a gradient taken with V_1 (K_1) for a model that mixes V_2 (K_2).
+TEST(LmGradientControl, WrongSourceLayerIsCaught) {
+  engine::CpuBackend<double> be(2);
+  for (VariantKind kind : {VariantKind::resformer, VariantKind::resformer_k, VariantKind::resformer_q}) {
+    Config c = tiny(Family::llama, kind);
+    c.variant.source_layer = 2;
+    Model<double> probe(c, be);
+    const auto values = random_parameters(probe.parameters().layout, 7);
+    const Batch batch = random_batch(c.vocab, 3);
+    Config wrong = c;
+    wrong.variant.source_layer = 1;
     const auto analytic = analytic_gradient(wrong, batch, values, be);
     EXPECT_GT(gradient_error(c, batch, values, analytic, be), kControlMin) << to_string(kind);
   }

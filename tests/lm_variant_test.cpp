@@ -81,6 +81,31 @@ RowMat own_values(const Run& r, int l) {
   return ref_linear(ref_norm(r.rec.at(l, Site::resid_pre), w, p + "ln_1", r.config), w, p + "attn.v");
 }
 
+// The keys (queries: what = "q") layer l's own projection gives, after RoPE (llama): N_1(resid_pre) W + b.
+RowMat own_keys(const Run& r, int l, const std::string& what = "k") {
+  const Tensors w{r.layout, r.values};
+  const std::string p = "h." + std::to_string(l) + ".";
+  RowMat k = ref_linear(ref_norm(r.rec.at(l, Site::resid_pre), w, p + "ln_1", r.config), w, p + "attn." + what);
+  if (r.config.rope())
+    for (int b = 0; b < 2; ++b) {
+      RowMat seq = k.middleRows(b * 7, 7);
+      ref_rope(seq, what == "q" ? r.config.heads : r.config.kv_heads, r.config.head_dim, r.config.rope_theta);
+      k.middleRows(b * 7, 7) = seq;
+    }
+  return k;
+}
+
+// A_n V per head, V (B·T, H_kv·d_h) the values layer l attends with (H = H_kv here).
+RowMat attended(const Run& r, int l, const RowMat& v) {
+  const int T = 7, B = 2, H = r.config.heads, dh = r.config.head_dim;
+  RowMat out(B * T, H * dh);
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < H; ++h)
+      out.block(b * T, h * dh, T, dh) =
+          r.rec.at(l, Site::pattern).middleRows((b * H + h) * T, T) * v.block(b * T, h * dh, T, dh);
+  return out;
+}
+
 TEST(LmVariant, SVFormerLayersAttendWithLayerOnesValuesAndHoldNoValueWeights) {
   for (Family f : {Family::gpt2, Family::llama}) {
     const auto r = run(small(f, VariantKind::svformer));
@@ -172,6 +197,116 @@ TEST(LmVariant, NeuTRENOAddsLambdaTimesTheValueDifferenceOutsideTheAttention) {
       EXPECT_LT(diff(attended + direct, r->rec.head(l, Site::z, h)), 1e-12);
       EXPECT_GT(diff(attended, r->rec.head(l, Site::z, h)), kDiffers);
     }
+}
+
+// ResFormer's ablations (ResFormer paper Figs. 1 left, 4, 7, 8, 9), each against its formula in
+// docs/lm.md computed here from the layers' own projections, with a control that misses.
+
+// The released combination: V'_n = α V_n + β V_1 is attended, and λ (V_1 − V'_n) added outside.
+TEST(LmVariant, ResFormerNeuTRENOAttendsTheMixAndAddsLambdaTimesItsDifference) {
+  for (Family f : {Family::gpt2, Family::llama}) {
+    Config c = small(f, VariantKind::resformer_neutreno);
+    c.variant.lambda = 0.2;
+    const auto r = run(c);
+    const RowMat v1 = own_values(*r, 0);
+    for (int l = 1; l < 4; ++l) {
+      const RowMat mix = 0.5 * own_values(*r, l) + 0.5 * v1;
+      EXPECT_LT(diff(mix, r->rec.at(l, Site::v)), kExact);
+      const RowMat z = r->rec.at(l, Site::z), a = attended(*r, l, mix);
+      EXPECT_LT(diff(a + 0.2 * (v1 - mix), z), 1e-12) << "layer " << l + 1;
+      EXPECT_GT(diff(a + 0.2 * (v1 - own_values(*r, l)), z), kDiffers);  // control: NeuTRENO on the raw V_n
+      EXPECT_GT(diff(a, z), kDiffers);                                    // control: ResFormer alone
+    }
+  }
+}
+
+TEST(LmVariant, ResFormerKMixesLayerOnesKeysAndLeavesTheValues) {
+  for (Family f : {Family::gpt2, Family::llama}) {
+    const auto r = run(small(f, VariantKind::resformer_k));
+    for (int l = 1; l < 4; ++l) {
+      EXPECT_LT(diff(0.5 * own_keys(*r, l) + 0.5 * own_keys(*r, 0), r->rec.at(l, Site::k)), kExact);
+      EXPECT_GT(diff(own_keys(*r, l), r->rec.at(l, Site::k)), kDiffers);  // control: the own keys
+      EXPECT_LT(diff(own_values(*r, l), r->rec.at(l, Site::v)), kExact);
+    }
+  }
+}
+
+TEST(LmVariant, ResFormerQMixesLayerOnesQueriesAndLeavesKeysAndValues) {
+  for (Family f : {Family::gpt2, Family::llama}) {
+    const auto r = run(small(f, VariantKind::resformer_q));
+    EXPECT_LT(diff(own_keys(*r, 0, "q"), r->rec.at(0, Site::q)), kExact);
+    for (int l = 1; l < 4; ++l) {
+      const RowMat own = own_keys(*r, l, "q");
+      EXPECT_LT(diff(0.5 * own + 0.5 * own_keys(*r, 0, "q"), r->rec.at(l, Site::q)), kExact) << "layer " << l + 1;
+      EXPECT_GT(diff(own, r->rec.at(l, Site::q)), kDiffers);  // control: the own queries
+      EXPECT_LT(diff(own_keys(*r, l), r->rec.at(l, Site::k)), kExact);
+      EXPECT_LT(diff(own_values(*r, l), r->rec.at(l, Site::v)), kExact);
+    }
+  }
+}
+
+TEST(LmVariant, ResFormerSourceLayerKMixesLayerKsValuesIntoLaterLayersOnly) {
+  Config c = small(Family::llama, VariantKind::resformer);
+  c.variant.source_layer = 2;
+  const auto r = run(c);
+  EXPECT_LT(diff(own_values(*r, 1), r->rec.at(1, Site::v)), kExact);  // layer 2 ≤ k: standard
+  for (int l = 2; l < 4; ++l) {
+    const RowMat own = own_values(*r, l);
+    EXPECT_LT(diff(0.5 * own + 0.5 * own_values(*r, 1), r->rec.at(l, Site::v)), kExact);
+    EXPECT_GT(diff(0.5 * own + 0.5 * own_values(*r, 0), r->rec.at(l, Site::v)), kDiffers);  // control: V_1
+  }
+}
+
+TEST(LmVariant, ResFormerPreviousAndAllMixTheStatedLayers) {
+  const auto prev = run(small(Family::gpt2, VariantKind::resformer_previous));
+  const auto all = run(small(Family::gpt2, VariantKind::resformer_all));
+  for (int l = 1; l < 4; ++l) {
+    const RowMat own = own_values(*prev, l);
+    EXPECT_LT(diff(0.5 * own + 0.5 * own_values(*prev, l - 1), prev->rec.at(l, Site::v)), kExact);
+    if (l > 1) {  // control: layer 1's values (at layer 2, the previous layer is layer 1)
+      EXPECT_GT(diff(0.5 * own + 0.5 * own_values(*prev, 0), prev->rec.at(l, Site::v)), kDiffers);
+    }
+    RowMat mean = RowMat::Zero(own.rows(), own.cols());
+    for (int i = 0; i <= l; ++i) mean += own_values(*all, i) / double(l + 1);  // Eq. 5: (1/n) Σ_{i ≤ n} V_i
+    EXPECT_LT(diff(mean, all->rec.at(l, Site::v)), kExact) << "layer " << l + 1;
+    if (l > 1) {  // control: ResFormer's mix (the same at layer 2)
+      EXPECT_GT(diff(0.5 * own_values(*all, l) + 0.5 * own_values(*all, 0), all->rec.at(l, Site::v)), kDiffers);
+    }
+  }
+}
+
+// Eq. 6: U_n = A_n V_n + 1/(n−1) Σ_{i < n} V_i, the earlier values mapped by the identity.
+TEST(LmVariant, ResFormerIdentityAddsTheMeanOfEarlierValuesOutsideTheAttention) {
+  for (Family f : {Family::gpt2, Family::llama}) {
+    const auto r = run(small(f, VariantKind::resformer_identity));
+    for (int l = 1; l < 4; ++l) {
+      const RowMat own = own_values(*r, l);
+      EXPECT_LT(diff(own, r->rec.at(l, Site::v)), kExact);
+      RowMat mean = RowMat::Zero(own.rows(), own.cols());
+      for (int i = 0; i < l; ++i) mean += own_values(*r, i) / double(l);
+      const RowMat z = r->rec.at(l, Site::z), a = attended(*r, l, own);
+      EXPECT_LT(diff(a + mean, z), 1e-12) << "layer " << l + 1;
+      if (l > 1) {
+        EXPECT_GT(diff(a + own_values(*r, 0), z), kDiffers);  // control: V_1 alone (the same at layer 2)
+      }
+    }
+  }
+}
+
+TEST(LmVariant, ClaKAndClaKvReuseTheOddLayersKeys) {
+  for (VariantKind k : {VariantKind::cla_k, VariantKind::cla_kv}) {
+    const auto r = run(small(Family::llama, k));
+    for (int l : {1, 3}) {
+      EXPECT_LT(diff(r->rec.at(l - 1, Site::k), r->rec.at(l, Site::k)), kExact) << to_string(k);
+      EXPECT_FALSE(r->layout.find("h." + std::to_string(l) + ".attn.k.weight"));
+      const double values = diff(r->rec.at(l - 1, Site::v), r->rec.at(l, Site::v));
+      if (k == VariantKind::cla_kv) EXPECT_LT(values, kExact);
+      else EXPECT_GT(values, kDiffers);  // CLA-K keeps each layer's values
+      EXPECT_EQ(bool(r->layout.find("h." + std::to_string(l) + ".attn.v.weight")), k == VariantKind::cla_k);
+    }
+    EXPECT_GT(diff(r->rec.at(1, Site::k), r->rec.at(2, Site::k)), kDiffers);  // control: layer 3 has its own
+    EXPECT_TRUE(r->layout.find("h.2.attn.k.weight"));
+  }
 }
 
 TEST(LmVariant, YocoVAndClaVReuseTheStatedLayersValues) {
