@@ -99,12 +99,12 @@ class ProductTimer final : public Backend<float> {
             float* X) override {
     b_.rope(B, T, past, h, d, ld, f, inverse, X);
   }
-  void attention_forward(const engine::AttentionShape& s, float scale, const float* q, const float* k, const float* v,
-                         float* p, float* z) override {
+  void attention_forward(const engine::AttentionShape& s, float scale, const float* q, engine::KvHeads<float> k,
+                         engine::KvHeads<float> v, float* p, float* z) override {
     b_.attention_forward(s, scale, q, k, v, p, z);
   }
-  void attention_reduce(const engine::AttentionShape& s, float scale, const float* q, const float* k, const float* v,
-                        int block, float* z, const engine::PatternSums& sums) override {
+  void attention_reduce(const engine::AttentionShape& s, float scale, const float* q, engine::KvHeads<float> k,
+                        engine::KvHeads<float> v, int block, float* z, const engine::PatternSums& sums) override {
     b_.attention_reduce(s, scale, q, k, v, block, z, sums);
   }
   void attention_backward(const engine::AttentionShape& s, float scale, const float* q, const float* k,

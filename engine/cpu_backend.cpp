@@ -248,7 +248,7 @@ void CpuBackend<S>::rope(int B, int T_, int past, int heads, int d, int ld, cons
 // ---- Attention -----------------------------------------------------------------------------
 
 template <class S>
-void CpuBackend<S>::attention_forward(const AttentionShape& s, S scale, const S* q, const S* k_, const S* v,
+void CpuBackend<S>::attention_forward(const AttentionShape& s, S scale, const S* q, KvHeads<S> k_, KvHeads<S> v,
                                       S* pattern, S* z) {
   parallel_for(std::int64_t(s.B) * s.H, threads_, [&](std::int64_t job) {
     k::attention_forward_head(s, int(job / s.H), int(job % s.H), scale, q, k_, v, pattern, z);
@@ -256,8 +256,8 @@ void CpuBackend<S>::attention_forward(const AttentionShape& s, S scale, const S*
 }
 
 template <class S>
-void CpuBackend<S>::attention_reduce(const AttentionShape& s, S scale, const S* q, const S* k_, const S* v, int block,
-                                     S* z, const PatternSums& sums) {
+void CpuBackend<S>::attention_reduce(const AttentionShape& s, S scale, const S* q, KvHeads<S> k_, KvHeads<S> v,
+                                     int block, S* z, const PatternSums& sums) {
   if (!s.plain()) throw std::invalid_argument("attention_reduce: only without a cache (past 0, capacity T)");
   if (block < 1) throw std::invalid_argument("attention_reduce: a query block of at least 1 row");
   block = std::min(block, s.T);

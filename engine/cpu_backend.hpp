@@ -56,9 +56,9 @@ class CpuBackend final : public Backend<S> {
   void swiglu_backward(std::size_t count, const S* G, const S* U, const S* dY, S* dG, S* dU) override;
   void rope(int B, int T_, int past, int heads, int d, int ld, const RopeFrequencies& f, bool inverse,
             S* X) override;
-  void attention_forward(const AttentionShape& s, S scale, const S* q, const S* k, const S* v, S* pattern,
+  void attention_forward(const AttentionShape& s, S scale, const S* q, KvHeads<S> k, KvHeads<S> v, S* pattern,
                          S* z) override;
-  void attention_reduce(const AttentionShape& s, S scale, const S* q, const S* k, const S* v, int block, S* z,
+  void attention_reduce(const AttentionShape& s, S scale, const S* q, KvHeads<S> k, KvHeads<S> v, int block, S* z,
                         const PatternSums& sums) override;
   void attention_backward(const AttentionShape& s, S scale, const S* q, const S* k, const S* v, const S* pattern,
                           const S* dz, S* dq, S* dk, S* dv, S* scratch) override;

@@ -2,6 +2,8 @@
 // interface (engine/backend.hpp) and both backends.
 #pragma once
 
+#include <cstddef>
+
 namespace qkvlab::engine {
 
 enum class Trans { none, transpose };       // op(A) = A or Aᵀ in a product
@@ -11,8 +13,9 @@ enum class Device { cpu, cuda };
 
 // Attention over B sequences of T tokens, H query heads of width dk (scores)
 // and Hkv key/value heads (query head h reads key/value head h / (H / Hkv)),
-// values of width dv. q is (N, H·dk), k (N, Hkv·dk), v (N, Hkv·dv), the output
-// z (N, H·dv) and the pattern (B, H, T, T), all row-major, N = B·T.
+// values of width dv. q is (N, H·dk), k (N, Hkv·dk), v (N, Hkv·dv) (or head by
+// head where they live: KvHeads), the output z (N, H·dv) and the pattern
+// (B, H, T, T), all row-major, N = B·T.
 // Incremental decoding (lm/model.hpp's cache): the T queries of a sequence
 // are its positions past … past + T − 1, and k and v hold `capacity` rows per
 // sequence (sequence b from row b·capacity), of which the first keys() =
@@ -26,6 +29,28 @@ struct AttentionShape {
   int keys() const { return past + T; }
   int kv_rows() const { return capacity ? capacity : keys(); }  // rows of k and v per sequence
   bool plain() const { return past == 0 && kv_rows() == T; }
+};
+
+template <class S>
+struct View {  // a row-major (rows, cols) block with leading dimension ld
+  S* data;
+  int ld;
+};
+
+// The Hkv key (or value) heads of width w an attention reads (Backend::attention_forward,
+// attention_reduce): side by side in one tensor (`data`: head g at data + g·w, leading dimension
+// Hkv·w), or each where it lives (`each[g]`: head g's first row and its leading dimension; sequence
+// b's rows from row b·kv_rows(), as in a tensor). So a layer reads its own heads and another
+// layer's cached ones in place (lm/model.cpp's attended: SkipV1's values) instead of a copy of both.
+template <class S>
+struct KvHeads {
+  const S* data = nullptr;
+  const View<const S>* each = nullptr;
+  KvHeads(const S* tensor) : data(tensor) {}  // implicit: one tensor is the common case
+  explicit KvHeads(const View<const S>* heads) : each(heads) {}
+  View<const S> head(int g, int Hkv, int w) const {
+    return each ? each[g] : View<const S>{data + std::size_t(g) * w, Hkv * w};
+  }
 };
 
 // What the analyses reduce an attention pattern to (Backend::attention_reduce), per sequence b and

@@ -1,6 +1,6 @@
 // A linear map on a backend, row-vector convention: Y = X W + b with X (N, in),
 // W (in, out), b (out), Y (N, out), each a row-major view with its own leading
-// dimension (so a head slice or a column block can be an operand).
+// dimension (engine/kernel_types.hpp's View: so a head slice or a column block can be an operand).
 //   forward   Y = X W + b                    (accumulate: Y += X W + b)
 //   backward  dX = dY Wᵀ (or +=),  dW += Xᵀ dY,  db += Σ_rows dY
 // Built from the backend's gemm and bias kernels; the skip MLP of qwe.exp8.4
@@ -10,12 +10,6 @@
 #include "engine/backend.hpp"
 
 namespace qkvlab::engine {
-
-template <class S>
-struct View {  // a row-major (rows, cols) block with leading dimension ld
-  S* data;
-  int ld;
-};
 
 template <class S>
 void linear_forward(Backend<S>& be, int N, int in, int out, View<const S> X, const S* W, const S* b, View<S> Y,

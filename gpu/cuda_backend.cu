@@ -281,22 +281,34 @@ struct HeadLayout {
         sz(std::int64_t(s.T) * ldz), TT(std::int64_t(s.T) * s.keys()), sp(s.H * TT) {}
 };
 
+// Key/value head g of k or v (engine::KvHeads: one tensor, or head by head where each lives), its
+// leading dimension and its stride from one sequence to the next.
+struct KvHead {
+  const float* data;
+  int ld;
+  std::int64_t stride;
+  KvHead(const engine::AttentionShape& s, engine::KvHeads<float> heads, int g, int width) {
+    const engine::View<const float> h = heads.head(g, s.Hkv, width);
+    data = h.data, ld = h.ld, stride = std::int64_t(s.kv_rows()) * h.ld;
+  }
+};
+
 }  // namespace
 
-void CudaBackend::attention_forward(const engine::AttentionShape& s, float scale, const float* q, const float* k,
-                                    const float* v, float* pattern, float* z) {
+void CudaBackend::attention_forward(const engine::AttentionShape& s, float scale, const float* q,
+                                    engine::KvHeads<float> k, engine::KvHeads<float> v, float* pattern, float* z) {
   const HeadLayout L(s);
   const int T = s.T, J = s.keys();
   for (int h = 0; h < s.H; ++h) {  // S_bh = scale · q_bh k_bgᵀ
-    const int g = h / s.group();
-    gemm(Trans::none, Trans::transpose, T, J, s.dk, scale, q + h * s.dk, L.ldq, L.sq, k + g * s.dk, L.ldk, L.sk,
-         0.0f, pattern + h * L.TT, J, L.sp, s.B);
+    const KvHead K(s, k, h / s.group(), s.dk);
+    gemm(Trans::none, Trans::transpose, T, J, s.dk, scale, q + h * s.dk, L.ldq, L.sq, K.data, K.ld, K.stride, 0.0f,
+         pattern + h * L.TT, J, L.sp, s.B);
   }
   kn::causal_softmax_kernel<<<unsigned(std::int64_t(s.B) * s.H * T), kn::row_threads(J)>>>(T, s.past, J, pattern);
   QKVLAB_KERNEL_CHECK();
   for (int h = 0; h < s.H; ++h) {  // z_bh = P_bh v_bg
-    const int g = h / s.group();
-    gemm(Trans::none, Trans::none, T, s.dv, J, 1.0f, pattern + h * L.TT, J, L.sp, v + g * s.dv, L.ldv, L.sv, 0.0f,
+    const KvHead V(s, v, h / s.group(), s.dv);
+    gemm(Trans::none, Trans::none, T, s.dv, J, 1.0f, pattern + h * L.TT, J, L.sp, V.data, V.ld, V.stride, 0.0f,
          z + h * s.dv, L.ldz, L.sz, s.B);
   }
 }
@@ -305,8 +317,9 @@ void CudaBackend::attention_forward(const engine::AttentionShape& s, float scale
 // j < t0 + rows (J of them) into the kept scratch, (b, h)'s rows at (b·H + h)·rows·J, the softmax
 // rows (attention_forward's kernel with the block's rows as T and t0 as past), their mass, entropy
 // and column sums, then z's rows of the block.
-void CudaBackend::attention_reduce(const engine::AttentionShape& s, float scale, const float* q, const float* k,
-                                   const float* v, int block, float* z, const engine::PatternSums& sums) {
+void CudaBackend::attention_reduce(const engine::AttentionShape& s, float scale, const float* q,
+                                   engine::KvHeads<float> k, engine::KvHeads<float> v, int block, float* z,
+                                   const engine::PatternSums& sums) {
   if (!s.plain()) throw std::invalid_argument("attention_reduce: only without a cache (past 0, capacity T)");
   if (block < 1) throw std::invalid_argument("attention_reduce: a query block of at least 1 row");
   const HeadLayout L(s);
@@ -317,9 +330,9 @@ void CudaBackend::attention_reduce(const engine::AttentionShape& s, float scale,
     const int rows = std::min(block, T - t0), J = t0 + rows;
     const std::int64_t per_head = std::int64_t(rows) * J, per_sequence = s.H * per_head;
     for (int h = 0; h < s.H; ++h) {
-      const int g = h / s.group();
+      const KvHead K(s, k, h / s.group(), s.dk);
       gemm(Trans::none, Trans::transpose, rows, J, s.dk, scale, q + std::int64_t(t0) * L.ldq + h * s.dk, L.ldq, L.sq,
-           k + g * s.dk, L.ldk, L.sk, 0.0f, P + h * per_head, J, per_sequence, s.B);
+           K.data, K.ld, K.stride, 0.0f, P + h * per_head, J, per_sequence, s.B);
     }
     const unsigned row_blocks = unsigned(std::int64_t(heads) * rows);
     kn::causal_softmax_kernel<<<row_blocks, kn::row_threads(J)>>>(rows, t0, J, P);
@@ -332,8 +345,8 @@ void CudaBackend::attention_reduce(const engine::AttentionShape& s, float scale,
       QKVLAB_KERNEL_CHECK();
     }
     for (int h = 0; h < s.H; ++h) {
-      const int g = h / s.group();
-      gemm(Trans::none, Trans::none, rows, s.dv, J, 1.0f, P + h * per_head, J, per_sequence, v + g * s.dv, L.ldv, L.sv,
+      const KvHead V(s, v, h / s.group(), s.dv);
+      gemm(Trans::none, Trans::none, rows, s.dv, J, 1.0f, P + h * per_head, J, per_sequence, V.data, V.ld, V.stride,
            0.0f, z + std::int64_t(t0) * L.ldz + h * s.dv, L.ldz, L.sz, s.B);
     }
   }

@@ -82,10 +82,10 @@ class CudaBackend final : public engine::Backend<float> {
                        float* dU) override;
   void rope(int B, int T, int past, int heads, int d, int ld, const engine::RopeFrequencies& f, bool inverse,
             float* X) override;
-  void attention_forward(const engine::AttentionShape& s, float scale, const float* q, const float* k,
-                         const float* v, float* pattern, float* z) override;
-  void attention_reduce(const engine::AttentionShape& s, float scale, const float* q, const float* k,
-                        const float* v, int block, float* z, const engine::PatternSums& sums) override;
+  void attention_forward(const engine::AttentionShape& s, float scale, const float* q, engine::KvHeads<float> k,
+                         engine::KvHeads<float> v, float* pattern, float* z) override;
+  void attention_reduce(const engine::AttentionShape& s, float scale, const float* q, engine::KvHeads<float> k,
+                        engine::KvHeads<float> v, int block, float* z, const engine::PatternSums& sums) override;
   void attention_backward(const engine::AttentionShape& s, float scale, const float* q, const float* k,
                           const float* v, const float* pattern, const float* dz, float* dq, float* dk, float* dv,
                           float* scratch) override;

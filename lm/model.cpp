@@ -51,6 +51,23 @@ const S* Model<S>::Impl::mixed(const Mix& mix, int l, bool keys, S* out) {
   return out;
 }
 
+// The key (value) heads layer l attends with. With a cache, where the mix takes each head as it is
+// from some layer (lm/plan.hpp's selects: SkipV1's own and layer-1 value heads, SkipKV1's keys),
+// each is read in place where it is cached, a view per head (engine::KvHeads), instead of being
+// copied into `out` over every position at every step; otherwise mixed()'s tensor. A faulty cache
+// (drop_shared) takes mixed()'s path, where the dropped heads are zero.
+template <class S>
+engine::KvHeads<S> Model<S>::Impl::attended(const Mix& mix, int l, bool keys, S* out) {
+  if (!caching || drop_shared || is_own(mix, l, own_heads(l, keys)) || !selects(mix)) return mixed(mix, l, keys, out);
+  std::vector<engine::View<const S>>& views = in_place[keys ? 0 : 1];
+  views.clear();
+  for (const auto& sources : mix) {
+    const engine::View<S> head = own(sources[0].layer, keys).head(sources[0].head);
+    views.push_back({head.data, head.ld});
+  }
+  return engine::KvHeads<S>(views.data());
+}
+
 // dOwn[source] += w · dmix[g] for every source of every head g.
 template <class S>
 void Model<S>::Impl::unmix(const Mix& mix, bool keys, const S* dmix) {
@@ -151,7 +168,7 @@ typename Model<S>::Impl::KV Model<S>::Impl::project(int l, LayerActs& s) {
     engine::linear_forward<S>(backend, N, d, vw, {s.n1.data(), d}, w.v.W, w.v.b, {new_rows(own_values(l), vw), vw});
     store(own_values(l), vw);
   }
-  return {mixed(p.keys, l, true, s.kmix.data()), mixed(p.values, l, false, s.vmix.data())};
+  return {attended(p.keys, l, true, s.kmix.data()), attended(p.values, l, false, s.vmix.data())};
 }
 
 template <class S>
@@ -191,8 +208,8 @@ void Model<S>::Impl::attention_forward(int l, Recorder<S>* rec) {
   }
   add_direct(l, s.z.data());
   emit(rec, Site::q, l, s.q.data(), config.heads, dk());
-  emit(rec, Site::k, l, kv.k, attn_kv(), dk());
-  emit(rec, Site::v, l, kv.v, attn_kv(), config.head_dim);
+  emit(rec, Site::k, l, kv.k.data, attn_kv(), dk());
+  emit(rec, Site::v, l, kv.v.data, attn_kv(), config.head_dim);
   if (block > 0 && rec && rec->pattern_block(l) > 0)
     rec->record_sums({l, host_sums(), host_sums() + sums_count(),
                       rec->pattern_entropy(l) ? host_sums() + 2 * sums_count() : nullptr, B, T_, config.heads});

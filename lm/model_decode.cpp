@@ -25,8 +25,9 @@ void Model<S>::Impl::store(S* spanning, int w) {
 }
 
 // With a cache: the buffer of the one layer whose own heads `mix` takes unchanged (SVFormer's,
-// YOCO-V's and CLA-V's values, SkipV1-YOCO's keys), read in place by a step instead of copied;
-// null otherwise (and in a plain forward, whose backward expects the copy).
+// YOCO-V's and CLA-V's values, SkipV1-YOCO's keys), read in place by a step instead of copied
+// (MLA's latent, the input of one product; the attention's heads: attended()); null otherwise (and
+// in a plain forward, whose backward expects the copy).
 template <class S>
 const S* Model<S>::Impl::whole_layer(const Mix& mix, bool keys) {
   if (!caching || drop_shared || mix.empty() || mix[0].empty()) return nullptr;

@@ -54,9 +54,9 @@ struct LayerActs {
 };
 
 template <class S>
-struct KV {  // the keys and values a layer attends with
-  const S* k;
-  const S* v;
+struct KV {  // the keys and values a layer attends with: tensors (k.data, v.data) unless a cache is read in place
+  engine::KvHeads<S> k;
+  engine::KvHeads<S> v;
 };
 
 }  // namespace model_parts
@@ -123,6 +123,7 @@ struct Model<S>::Impl {
   bool drop_shared = false;              // the tests' faulty cache: heads from other layers read as zero
   std::vector<Buffer<S>> krown;          // MLA, caching: each layer's rotary key k_R
   Buffer<S> fresh;                       // caching, B > 1: the new positions' own heads before store()
+  std::vector<engine::View<const S>> in_place[2];  // caching: the key (value) heads attended where they are cached
 
   // ---- sizes ------------------------------------------------------------------------------------
 
@@ -177,6 +178,7 @@ struct Model<S>::Impl {
   }
   void emit(Recorder<S>* rec, Site site, int l, const S* p, int heads, int width);
   const S* mixed(const Mix& mix, int l, bool keys, S* out);
+  engine::KvHeads<S> attended(const Mix& mix, int l, bool keys, S* out);
   void unmix(const Mix& mix, bool keys, const S* dmix);
   void add_direct(int l, S* z);
   void add_direct_backward(int l, const S* dz);

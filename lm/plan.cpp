@@ -143,6 +143,12 @@ bool is_own(const Mix& mix, int layer, int own_heads) {
   return true;
 }
 
+bool selects(const Mix& mix) {
+  for (const auto& sources : mix)
+    if (sources.size() != 1 || sources[0].weight != 1) return false;
+  return true;
+}
+
 std::string describe(const std::vector<LayerPlan>& plan) {
   std::ostringstream out;
   auto mix_text = [](const Mix& mix) {

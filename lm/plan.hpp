@@ -45,6 +45,11 @@ std::vector<LayerPlan> make_plan(const Config& config);
 // (the layer's own heads used as they are: no mixing buffer needed).
 bool is_own(const Mix& mix, int layer, int own_heads);
 
+// True when every mix[g] is one source head of weight 1 (each head taken as it is from some
+// layer, no arithmetic: SkipV1's own and layer-1 heads, SVFormer's layer-1 heads), so an
+// attention can read each where it lives.
+bool selects(const Mix& mix);
+
 // One line per layer, e.g. "layer 3: keys own 0-3; values 0-1 own, 2-3 from layer 1".
 std::string describe(const std::vector<LayerPlan>& plan);
 

@@ -10,7 +10,9 @@
 // (tests/gpu_error_model.hpp, u = 2⁻²⁴) with k the chained length (the kernel: d_k + 2T; an
 // analysis: the model's forward plus the measure's sums). At any thread count: the same bits.
 // Controls: a reduction that skips the diagonal or the last partial block, or puts a block's rows at
-// the wrong queries, is caught by the same comparison, by a wide margin.
+// the wrong queries, is caught by the same comparison, by a wide margin. Also: both attentions with
+// their keys and values read head by head where each lives (engine::KvHeads) give the tensors' bits;
+// control: two heads' views swapped.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -19,6 +21,7 @@
 #include <functional>
 #include <iostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "analysis/analyze.hpp"
@@ -157,6 +160,53 @@ TEST(AttentionReduce, RefusesACacheAndAnEmptyBlock) {
   in.s.past = 1;
   EXPECT_THROW(be.attention_reduce(in.s, 1.0f, in.q.data(), in.k.data(), in.v.data(), 2, r.z.data(), r.sums.view()),
                std::invalid_argument);
+}
+
+// ---- keys and values head by head (engine::KvHeads) ----
+
+// The tensor's key/value heads stored apart as a decoder's cache keeps SkipV1's (lm/model.cpp's
+// attended): head 0 alone (leading dimension w), head 1 as the third of three heads (3w).
+struct ApartHeads {
+  std::vector<float> alone, wide;
+  std::vector<engine::View<const float>> views;
+  ApartHeads(const std::vector<float>& tensor, int rows, int w) : alone(std::size_t(rows) * w), wide(alone.size() * 3) {
+    for (std::size_t r = 0; r < std::size_t(rows); ++r)
+      for (std::size_t c = 0; c < std::size_t(w); ++c)
+        alone[r * w + c] = tensor[r * 2 * w + c], wide[r * 3 * w + 2 * w + c] = tensor[r * 2 * w + w + c];
+    views = {{alone.data(), w}, {wide.data() + 2 * w, 3 * w}};
+  }
+  engine::KvHeads<float> heads() const { return engine::KvHeads<float>(views.data()); }
+  engine::KvHeads<float> swapped() {
+    std::swap(views[0], views[1]);
+    return heads();
+  }
+};
+
+// attention_forward with a cache (past 4 of capacity 9) and attention_reduce (plain), their k and v
+// read head by head from two buffers: the same bits as from the tensors (the same products over
+// the same rows). Control: the two heads' views swapped (each query head reads the other group's
+// keys and values) is caught by a wide margin.
+TEST(AttentionKvHeads, ReadWhereTheyLiveEqualsTheTensorBitForBit) {
+  Inputs in(2, 9, 4, 2, 6, 5);
+  engine::CpuBackend<float> be(2);
+  const int rows = in.s.B * in.s.T;
+  ApartHeads k(in.k, rows, in.s.dk), v(in.v, rows, in.s.dv);
+  AttentionShape cached = in.s;
+  cached.T = 2, cached.past = 4, cached.capacity = 9;
+  const std::size_t nz = std::size_t(cached.B) * cached.T * cached.H * cached.dv;
+  const std::size_t np = std::size_t(cached.B) * cached.H * cached.T * cached.keys();
+  auto decode = [&](engine::KvHeads<float> keys, engine::KvHeads<float> values) {
+    std::vector<float> pattern(np), z(nz);
+    be.attention_forward(cached, in.scale(), in.q.data(), keys, values, pattern.data(), z.data());
+    return z;
+  };
+  const std::vector<float> tensor = decode(in.k.data(), in.v.data());
+  EXPECT_EQ(decode(k.heads(), v.heads()), tensor);
+  Result reduced = streamed(in, 4, 2), apart{std::vector<float>(reduced.z.size()), Sums(in.heads())};
+  be.attention_reduce(in.s, in.scale(), in.q.data(), k.heads(), v.heads(), 4, apart.z.data(), apart.sums.view());
+  EXPECT_EQ(apart.z, reduced.z);
+  EXPECT_EQ(apart.sums.columns, reduced.sums.columns);
+  EXPECT_GT(rel(tensor, decode(k.swapped(), v.swapped())), 0.1) << "control: heads swapped";
 }
 
 // ---- the analyses ----

@@ -435,6 +435,26 @@ TEST_F(LmGpuKernels, AttentionWithCache) {
   }
 }
 
+// The same cache read head by head where each lives (engine::KvHeads, SkipV1's own and layer-1
+// value heads): key/value head 0 in a buffer of its own (leading dimension d), head 1 as the third
+// head of a buffer of three (3d). The control moves head 1's first cached key, in the wider buffer.
+TEST_F(LmGpuKernels, AttentionWithCacheHeadByHead) {
+  AttentionShape s{2, 1, 4, 2, 6, 3};
+  s.past = 9, s.capacity = 16;
+  const std::size_t N = std::size_t(s.B) * s.T, rows = std::size_t(s.B) * s.kv_rows();
+  const std::vector<Floats> in{normals(N * s.H * s.dk, 1), normals(rows * s.dk, 2), normals(rows * 3 * s.dk, 3),
+                               normals(rows * s.dv, 4), normals(rows * 3 * s.dv, 5),
+                               Floats(std::size_t(s.B) * s.H * s.T * s.keys(), kNaN), Floats(N * s.H * s.dv, kNaN)};
+  const float scale = float(1 / std::sqrt(double(s.dk)));
+  agree("cached attention head by head", in,
+        [=](Backend<float>& be, Arrays& a) {
+          const engine::View<const float> k[] = {{a[1], s.dk}, {a[2] + 2 * s.dk, 3 * s.dk}};
+          const engine::View<const float> v[] = {{a[3], s.dv}, {a[4] + 2 * s.dv, 3 * s.dv}};
+          be.attention_forward(s, scale, a[0], engine::KvHeads<float>(k), engine::KvHeads<float>(v), a[5], a[6]);
+        },
+        {5, 6}, s.dk + s.dv + 3.0 * s.keys(), {2, std::size_t(2 * s.dk)});
+}
+
 // ---- Loss ------------------------------------------------------------------------------------------------
 
 // Rows with targets (and two without: −1), V = 37 and V = 300; loss only, gradient into another

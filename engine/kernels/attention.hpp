@@ -7,7 +7,8 @@
 //   dP = dz_h v_gᵀ,  dS = P ⊙ (dP − rowsum(P ⊙ dP)),
 //   dq_h += scale dS k_g,  dk_g += scale dSᵀ q_h,  dv_g += Pᵀ dz_h.
 // Products are serial GEMMs on strided views of the (N, heads·d) tensors
-// (engine/blas.hpp gemm_serial); the softmax sums in double.
+// (engine/blas.hpp gemm_serial; the forward's keys and values head by head where
+// they live: KvHeads); the softmax sums in double.
 #pragma once
 
 #include <cmath>
@@ -36,21 +37,27 @@ void causal_softmax_row(int t, int T_, S* row) {
   for (int j = t + 1; j < T_; ++j) row[j] = S(0);
 }
 
+// Key/value head g's rows of sequence b (of k or v: engine/kernel_types.hpp's KvHeads).
+template <class S>
+View<const S> sequence_head(const AttentionShape& s, int b, int g, KvHeads<S> heads, int width) {
+  const View<const S> head = heads.head(g, s.Hkv, width);
+  return {head.data + std::size_t(b) * s.kv_rows() * head.ld, head.ld};
+}
+
 // Query t of the T is position past + t and sees keys j ≤ past + t (engine/kernel_types.hpp).
 template <class S>
-void attention_forward_head(const AttentionShape& s, int b, int h, S scale, const S* q, const S* k, const S* v,
+void attention_forward_head(const AttentionShape& s, int b, int h, S scale, const S* q, KvHeads<S> k, KvHeads<S> v,
                             S* pattern, S* z) {
   const int g = h / s.group(), J = s.keys();
-  const int ldq = s.H * s.dk, ldk = s.Hkv * s.dk, ldv = s.Hkv * s.dv, ldz = s.H * s.dv;
-  const std::size_t row0 = std::size_t(b) * s.T, kv0 = std::size_t(b) * s.kv_rows();
+  const int ldq = s.H * s.dk, ldz = s.H * s.dv;
+  const std::size_t row0 = std::size_t(b) * s.T;
   const S* Q = q + row0 * ldq + std::size_t(h) * s.dk;
-  const S* K = k + kv0 * ldk + std::size_t(g) * s.dk;
-  const S* V = v + kv0 * ldv + std::size_t(g) * s.dv;
+  const View<const S> K = sequence_head(s, b, g, k, s.dk), V = sequence_head(s, b, g, v, s.dv);
   S* P = pattern + (std::size_t(b) * s.H + h) * s.T * J;
   S* Z = z + row0 * ldz + std::size_t(h) * s.dv;
-  gemm_serial(Trans::none, Trans::transpose, s.T, J, s.dk, scale, Q, ldq, K, ldk, S(0), P, J);
+  gemm_serial(Trans::none, Trans::transpose, s.T, J, s.dk, scale, Q, ldq, K.data, K.ld, S(0), P, J);
   for (int t = 0; t < s.T; ++t) causal_softmax_row(s.past + t, J, P + std::size_t(t) * J);
-  gemm_serial(Trans::none, Trans::none, s.T, s.dv, J, S(1), P, J, V, ldv, S(0), Z, ldz);
+  gemm_serial(Trans::none, Trans::none, s.T, s.dv, J, S(1), P, J, V.data, V.ld, S(0), Z, ldz);
 }
 
 // Backward of the heads of key/value group g of sequence b (a plain shape); `scratch` holds T·T values.

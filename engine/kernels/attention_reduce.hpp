@@ -26,26 +26,25 @@ namespace qkvlab::engine::kernels {
 
 // One (b, h) of a plain shape; `scratch` holds block × T values.
 template <class S>
-void attention_reduce_head(const AttentionShape& s, int b, int h, S scale, const S* q, const S* k, const S* v,
+void attention_reduce_head(const AttentionShape& s, int b, int h, S scale, const S* q, KvHeads<S> k, KvHeads<S> v,
                            int block, S* scratch, S* z, const PatternSums& out) {
   const int g = h / s.group(), T = s.T;
-  const int ldq = s.H * s.dk, ldk = s.Hkv * s.dk, ldv = s.Hkv * s.dv, ldz = s.H * s.dv;
+  const int ldq = s.H * s.dk, ldz = s.H * s.dv;
   const std::size_t row0 = std::size_t(b) * T, at = (std::size_t(b) * s.H + h) * T;
   const S* Q = q + row0 * ldq + std::size_t(h) * s.dk;
-  const S* K = k + row0 * ldk + std::size_t(g) * s.dk;
-  const S* V = v + row0 * ldv + std::size_t(g) * s.dv;
+  const View<const S> K = sequence_head(s, b, g, k, s.dk), V = sequence_head(s, b, g, v, s.dv);
   S* Z = z + row0 * ldz + std::size_t(h) * s.dv;
   if (out.columns) std::fill_n(out.columns + at, T, 0.0);
   for (int t0 = 0; t0 < T; t0 += block) {
     const int rows = std::min(block, T - t0), J = t0 + rows;
-    gemm_serial(Trans::none, Trans::transpose, rows, J, s.dk, scale, Q + std::size_t(t0) * ldq, ldq, K, ldk, S(0),
-                scratch, J);
+    gemm_serial(Trans::none, Trans::transpose, rows, J, s.dk, scale, Q + std::size_t(t0) * ldq, ldq, K.data, K.ld,
+                S(0), scratch, J);
     for (int r = 0; r < rows; ++r) causal_softmax_row(t0 + r, J, scratch + std::size_t(r) * J);
     if (out.columns)
       reduce_pattern_rows(scratch, std::size_t(J), t0, rows, out.columns + at, out.mass + at + t0,
                           out.entropy ? out.entropy + at + t0 : nullptr);
-    gemm_serial(Trans::none, Trans::none, rows, s.dv, J, S(1), scratch, J, V, ldv, S(0), Z + std::size_t(t0) * ldz,
-                ldz);
+    gemm_serial(Trans::none, Trans::none, rows, s.dv, J, S(1), scratch, J, V.data, V.ld, S(0),
+                Z + std::size_t(t0) * ldz, ldz);
   }
 }
 
