@@ -70,7 +70,7 @@ Mat<S> attention(const Config& c, const Mat<S>& X, const Layout& L, const Vec<S>
 
 template <class S>
 Mat<S> mlp_of(const Config& c, const Mat<S>& Y, const Layout& L, const Vec<S>& th, const LayerTensors& t) {
-  const Activation act = c.mlp == Mlp::relu ? Activation::relu : Activation::gelu;
+  const MlpActivation act = c.mlp == Mlp::relu ? MlpActivation::relu : MlpActivation::gelu;
   const Mat<S> H = activate<S>(affine<S>(normed<S>(c, Y, L, th, t.norm2_gain), L, th, t.W_1, t.b_1), act);
   return affine<S>(H, L, th, t.W_2, t.b_2);
 }
