@@ -23,7 +23,7 @@ template <class S> void BM_block(benchmark::State& state) {
   Rng rng(1, "bench");
   const auto b = random_block<S>(rng, d, heads, 4 * d);
   const Mat<S> X = cast<S>(rng.gaussian(n, d));
-  for (auto _ : state) benchmark::DoNotOptimize(block_forward<S>(X, b, Skip::both, Mask::causal, Activation::gelu));
+  for (auto _ : state) benchmark::DoNotOptimize(block_forward<S>(X, b, Skip::both, Mask::causal, MlpActivation::gelu));
 }
 
 template <class S> void BM_change_of_basis(benchmark::State& state) {

@@ -16,7 +16,7 @@ using namespace qkvlab::icl;
 
 std::vector<std::string> all_model_names() {
   std::vector<std::string> names;
-  for (Variant v : kAllVariants) names.push_back(variant_name(v));
+  for (VariantKind v : kAllVariants) names.push_back(variant_name(v));
   return names;
 }
 
@@ -31,7 +31,7 @@ struct IclTrainArgs {
 TrainExperimentConfig experiment_of(const IclTrainArgs& t) {
   if (!t.assumption1 && t.learn_ab) throw UsageError("--learn-ab needs --assumption1");
   const FirstLayer first = !t.assumption1 ? FirstLayer::attention : t.learn_ab ? FirstLayer::copying_learned : FirstLayer::copying_fixed;
-  std::vector<Variant> models;
+  std::vector<VariantKind> models;
   for (const auto& m : t.models) models.push_back(parse_variant(m));
   return train_experiment_of(t.common, first, t.a, models, t.theory_prompts);
 }

@@ -11,7 +11,7 @@
 namespace qkvlab {
 
 enum class Skip { both, attention_only, none };
-enum class Activation { gelu, relu };
+enum class MlpActivation { gelu, relu };
 
 inline const char* skip_name(Skip s) {
   return s == Skip::both ? "both" : s == Skip::attention_only ? "attention_only" : "none";
@@ -30,17 +30,17 @@ template <class S> S gelu(const S& x) {
 
 template <class S> S relu(const S& x) { return x > S(0) ? x : S(0); }
 
-template <class S> Mat<S> activate(const Mat<S>& Z, Activation act) {
-  return act == Activation::gelu ? Mat<S>(Z.unaryExpr([](const S& z) { return gelu<S>(z); }))
+template <class S> Mat<S> activate(const Mat<S>& Z, MlpActivation act) {
+  return act == MlpActivation::gelu ? Mat<S>(Z.unaryExpr([](const S& z) { return gelu<S>(z); }))
                                  : Mat<S>(Z.unaryExpr([](const S& z) { return relu<S>(z); }));
 }
 
-template <class S> Mat<S> mlp(const Mat<S>& Y, const Mat<S>& W_1, const Mat<S>& W_2, Activation act) {
+template <class S> Mat<S> mlp(const Mat<S>& Y, const Mat<S>& W_1, const Mat<S>& W_2, MlpActivation act) {
   return activate<S>(Y * W_1, act) * W_2;
 }
 
 template <class S>
-Mat<S> block_forward(const Mat<S>& X, const BlockWeights<S>& w, Skip skip, Mask mask, Activation act) {
+Mat<S> block_forward(const Mat<S>& X, const BlockWeights<S>& w, Skip skip, Mask mask, MlpActivation act) {
   const Mat<S> A = mha<S>(X, w.attn, mask);
   switch (skip) {
     case Skip::both: {
@@ -65,9 +65,9 @@ BlockWeights<S> random_block(Rng& rng, Eigen::Index d, int heads, Eigen::Index r
 
 // Instantiated once per scalar in core/instances_*.cpp (P: extern here, nothing there).
 #define QKVLAB_BLOCK_INSTANCES(P, S)                                                             \
-  P template Mat<S> activate<S>(const Mat<S>&, Activation);                                     \
-  P template Mat<S> mlp<S>(const Mat<S>&, const Mat<S>&, const Mat<S>&, Activation);            \
-  P template Mat<S> block_forward<S>(const Mat<S>&, const BlockWeights<S>&, Skip, Mask, Activation); \
+  P template Mat<S> activate<S>(const Mat<S>&, MlpActivation);                                     \
+  P template Mat<S> mlp<S>(const Mat<S>&, const Mat<S>&, const Mat<S>&, MlpActivation);            \
+  P template Mat<S> block_forward<S>(const Mat<S>&, const BlockWeights<S>&, Skip, Mask, MlpActivation); \
   P template BlockWeights<S> random_block<S>(Rng&, Eigen::Index, int, Eigen::Index);
 #define QKVLAB_BLOCK_EXTERN(S) QKVLAB_BLOCK_INSTANCES(extern, S)
 QKVLAB_EXTERN_INSTANCES(QKVLAB_BLOCK_EXTERN)

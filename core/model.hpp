@@ -1,4 +1,4 @@
-// A model without normalization, row-vector convention:
+// A transformer without normalization (Query-weight elimination §4.3–4.4), row-vector convention:
 //   X_0 = E[tokens] + P,  X_i = B_i(X_{i−1}) for i = 1 … L,  logits = X_L U,
 // with U = Eᵀ when the head is tied. With weight sharing one block serves all
 // L layers.
@@ -10,7 +10,7 @@
 
 namespace qkvlab {
 
-template <class S> struct Model {
+template <class S> struct NormFreeTransformer {
   Mat<S> E;  // V×d token embedding
   Mat<S> P;  // n×d positions
   Mat<S> U;  // d×V output head; unused when tied
@@ -20,7 +20,7 @@ template <class S> struct Model {
   std::vector<BlockWeights<S>> blocks;  // L blocks, or 1 when shared
   Skip skip = Skip::both;
   Mask mask = Mask::causal;
-  Activation activation = Activation::gelu;
+  MlpActivation activation = MlpActivation::gelu;
 
   const BlockWeights<S>& block(int i) const { return blocks[shared ? 0 : i]; }
   BlockWeights<S>& block(int i) { return blocks[shared ? 0 : i]; }
@@ -33,7 +33,7 @@ template <class S> struct Trace {
   Mat<S> logits;
 };
 
-template <class S> Trace<S> forward(const Model<S>& m, const std::vector<int>& tokens) {
+template <class S> Trace<S> forward(const NormFreeTransformer<S>& m, const std::vector<int>& tokens) {
   Trace<S> t;
   Mat<S> X(Eigen::Index(tokens.size()), m.d());
   for (std::size_t i = 0; i < tokens.size(); ++i) X.row(Eigen::Index(i)) = m.E.row(tokens[i]);
@@ -53,8 +53,8 @@ struct ModelShape {
 // N(0, 1); positions P (seq×d) and, untied, the head U (d×vocab) with entries N(0, 1/d); each
 // block as random_block (entries N(0, 1/fan_in); W_Q, W_K, W_V conditioned by draw_basis).
 template <class S>
-Model<S> random_model(Rng& rng, const ModelShape& s, Skip skip, Mask mask, bool tied, bool shared) {
-  Model<S> m;
+NormFreeTransformer<S> random_model(Rng& rng, const ModelShape& s, Skip skip, Mask mask, bool tied, bool shared) {
+  NormFreeTransformer<S> m;
   const double sd = 1.0 / std::sqrt(double(s.d));
   m.E = cast<S>(rng.gaussian(s.vocab, s.d, 1.0));
   m.P = cast<S>(rng.gaussian(s.seq, s.d, sd));
@@ -76,8 +76,8 @@ inline std::vector<int> random_tokens(Rng& rng, int n, int vocab) {
 
 // Instantiated once per scalar in core/instances_*.cpp (P: extern here, nothing there).
 #define QKVLAB_MODEL_INSTANCES(P, S)                                                   \
-  P template Trace<S> forward<S>(const Model<S>&, const std::vector<int>&);           \
-  P template Model<S> random_model<S>(Rng&, const ModelShape&, Skip, Mask, bool, bool);
+  P template Trace<S> forward<S>(const NormFreeTransformer<S>&, const std::vector<int>&);           \
+  P template NormFreeTransformer<S> random_model<S>(Rng&, const ModelShape&, Skip, Mask, bool, bool);
 #define QKVLAB_MODEL_EXTERN(S) QKVLAB_MODEL_INSTANCES(extern, S)
 QKVLAB_EXTERN_INSTANCES(QKVLAB_MODEL_EXTERN)
 

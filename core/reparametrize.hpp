@@ -35,8 +35,9 @@ BlockWeights<S> intertwine(const BlockWeights<S>& b, const ChangeOfBasis<S>& T_i
   return r;
 }
 
-template <class S> Model<S> change_model_basis(const Model<S>& m, const std::vector<ChangeOfBasis<S>>& T) {
-  Model<S> r = m;
+template <class S>
+NormFreeTransformer<S> change_model_basis(const NormFreeTransformer<S>& m, const std::vector<ChangeOfBasis<S>>& T) {
+  NormFreeTransformer<S> r = m;
   r.E = m.E * T.front().T;
   r.P = m.P * T.front().T;
   r.U = T.back().T_inv * m.head();
@@ -46,7 +47,8 @@ template <class S> Model<S> change_model_basis(const Model<S>& m, const std::vec
 }
 
 // The same basis T at every layer boundary (Theorem 4.1, Lemma 8.6).
-template <class S> Model<S> change_model_basis(const Model<S>& m, const ChangeOfBasis<S>& T) {
+template <class S>
+NormFreeTransformer<S> change_model_basis(const NormFreeTransformer<S>& m, const ChangeOfBasis<S>& T) {
   return change_model_basis<S>(m, std::vector<ChangeOfBasis<S>>(std::size_t(m.layers) + 1, T));
 }
 
@@ -58,8 +60,10 @@ template <class S> ChangeOfBasis<S> query_basis(const BlockWeights<S>& b) { retu
   P template AttentionWeights<S> reparametrize<S>(const AttentionWeights<S>&, const ChangeOfBasis<S>&);     \
   P template BlockWeights<S> intertwine<S>(const BlockWeights<S>&, const ChangeOfBasis<S>&,                 \
                                            const ChangeOfBasis<S>&);                                        \
-  P template Model<S> change_model_basis<S>(const Model<S>&, const std::vector<ChangeOfBasis<S>>&);         \
-  P template Model<S> change_model_basis<S>(const Model<S>&, const ChangeOfBasis<S>&);                      \
+  P template NormFreeTransformer<S> change_model_basis<S>(const NormFreeTransformer<S>&,                     \
+                                                         const std::vector<ChangeOfBasis<S>>&);             \
+  P template NormFreeTransformer<S> change_model_basis<S>(const NormFreeTransformer<S>&,                     \
+                                                         const ChangeOfBasis<S>&);                          \
   P template ChangeOfBasis<S> query_basis<S>(const BlockWeights<S>&);
 #define QKVLAB_REPARAMETRIZE_EXTERN(S) QKVLAB_REPARAMETRIZE_INSTANCES(extern, S)
 QKVLAB_EXTERN_INSTANCES(QKVLAB_REPARAMETRIZE_EXTERN)

@@ -92,8 +92,8 @@ template <class S> S logistic(const S& z) {
 // The gate g of a gated MLP (core's relu and gelu, silu = z · logistic(z), the logistic).
 template <class S> Mat<S> gate(const Config& c, const Mat<S>& G) {
   switch (c.mlp) {
-    case Mlp::reglu: return activate<S>(G, Activation::relu);
-    case Mlp::geglu: return activate<S>(G, Activation::gelu);
+    case Mlp::reglu: return activate<S>(G, MlpActivation::relu);
+    case Mlp::geglu: return activate<S>(G, MlpActivation::gelu);
     case Mlp::swiglu: return G.unaryExpr([](const S& z) -> S { return z * logistic<S>(z); });
     default: return G.unaryExpr([](const S& z) -> S { return logistic<S>(z); });
   }
@@ -103,11 +103,11 @@ template <class S> Mat<S> gate(const Config& c, const Mat<S>& G) {
 template <class S> Mat<S> hidden(const Config& c, const Mat<S>& Z) {
   if (c.gated()) return gate<S>(c, Mat<S>(Z.leftCols(c.ffn))).cwiseProduct(Z.rightCols(c.ffn));
   switch (c.mlp) {
-    case Mlp::relu: return activate<S>(Z, Activation::relu);
-    case Mlp::gelu: return activate<S>(Z, Activation::gelu);
+    case Mlp::relu: return activate<S>(Z, MlpActivation::relu);
+    case Mlp::gelu: return activate<S>(Z, MlpActivation::gelu);
     case Mlp::tanh: return Z.unaryExpr([](const S& z) -> S { using std::tanh; return tanh(z); });
     case Mlp::relu2: {
-      const Mat<S> R = activate<S>(Z, Activation::relu);
+      const Mat<S> R = activate<S>(Z, MlpActivation::relu);
       return R.cwiseProduct(R);
     }
     default: return Z;

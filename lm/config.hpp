@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "core/qkv_plan.hpp"
 #include "engine/kernel_types.hpp"
 #include "engine/rope_frequencies.hpp"
 
@@ -35,47 +36,11 @@ using engine::GeluForm;
 
 enum class Family { gpt2, llama };
 
-enum class VariantKind {
-  vanilla,      // U_n = A_n V_n
-  resformer,    // U_n = A_n (α V_n + β V_1)
-  svformer,     // U_n = A_n V_1, no W_V in layers ≥ 2
-  neutreno,     // U_n = A_n V_n + λ (V_1 − V_n)
-  denseformer,  // after block n: X_n ← Σ_{i ≤ n} α_{n,i} X_i (learned)
-  skipv1,       // the last ρ·H_kv value heads of layers > k come from layer k (k = 1: SkipV1; k = 0: SkipV0)
-  yoco_v,       // layers L/2+1 … L reuse layer L/2's values
-  cla_v,        // layer 2k reuses layer 2k−1's values
-  skipkv1,      // SkipV1's injection applied to keys as well
-  skipv1_yoco,  // layers ≤ L/2 as SkipV1; later layers use layer L/2's keys and SkipV1 values
-  q_identity,   // W_Q = I: head h's query is the input's h-th slice; scale 1/(2 sqrt(d_h))
-  // ResFormer's ablations (ResFormer paper, Figs. 1, 4, 7, 8, 9); k = source_layer (default 1):
-  resformer_neutreno,  // V'_n = α V_n + β V_k, U_n = A_n V'_n + λ (V_k − V'_n) (the released combination)
-  resformer_k,         // K_n ← α K_n + β K_k (the residual on the keys instead of the values)
-  resformer_q,         // Q_n ← α Q_n + β Q_k (the residual on the queries instead of the values)
-  resformer_previous,  // U_n = A_n (α V_n + β V_{n−1}) (the nearest preceding layer)
-  resformer_all,       // U_n = (1/n) A_n Σ_{i ≤ n} V_i (every earlier layer, Eq. 5)
-  resformer_identity,  // U_n = A_n V_n + 1/(n−1) Σ_{i < n} V_i (the identity mapping, Eq. 6)
-  cla_k,               // layer 2k reuses layer 2k−1's keys
-  cla_kv,              // layer 2k reuses layer 2k−1's keys and values (CLA)
-};
-
-// How SkipV1 fills the injected value heads (SkipV1Former App. C.4); with ρ = ½ and
-// H' = H_kv/2 own heads, position H' + j of layer n gets:
-enum class Strategy {
-  second_half,     // source head H' + j (the default)
-  pooling,         // ½ (source head j + source head H' + j)
-  dynamic,         // as second_half, except position H' + (n mod H') gets source head n mod H'
-  odd_even,        // source head j in odd layers, H' + j in even layers
-  plus_resformer,  // second_half, and source head j is also added to own head j (j < H')
-};
-
-struct Variant {
-  VariantKind kind = VariantKind::vanilla;
-  double alpha = 0.5, beta = 0.5;  // ResFormer weights (the λ form V_n + λV_1 is α = 1, β = λ)
-  double lambda = 0.4;             // NeuTRENO (resformer-neutreno: the released 0.2, set by the command line)
-  double skip_ratio = 0.5;         // SkipV1 family: share ρ of the value heads taken from the source layer
-  int source_layer = 1;            // SkipVk and ResFormer's V_k (1-based); 0 is SkipV0: the injected heads are zero
-  Strategy strategy = Strategy::second_half;
-};
+// The variants, SkipV1's injection strategies and their parameters are the one
+// vocabulary of core/qkv_plan.hpp.
+using qkv::Strategy;
+using qkv::Variant;
+using qkv::VariantKind;
 
 struct Config {
   Family family = Family::gpt2;

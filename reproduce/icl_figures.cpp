@@ -142,7 +142,8 @@ void icl_train_figure(Session& s, Output& out, icl::FirstLayer first, double w0_
                  fixed(m.best_loss, 4) + " ± " + fixed(m.best_se, 4) + " (restarts " + fixed(m.min, 4) + " … " +
                  fixed(m.max, 4) + ")";
     if (m.reference)
-      out.notes += "; " + std::string(m.model == icl::Variant::mha ? "MHA lower bound " : "SkipV1 construction value ") +
+      out.notes += "; " +
+                   std::string(m.model == icl::VariantKind::vanilla ? "MHA lower bound " : "SkipV1 construction value ") +
                    fixed(m.reference->value, 4) + " ± " + fixed(m.reference->se, 4);
     out.notes += "\n";
   }

@@ -22,7 +22,7 @@ python=$([ -x /usr/bin/python3 ] && echo /usr/bin/python3 || echo python3)
 common=(-std=c++20 -O1 -g -fno-omit-frame-pointer -I. -isystem /usr/include/eigen3)
 sanitize=(-fsanitize=address,undefined -fno-sanitize-recover=undefined)
 sources=(engine/safetensors.cpp engine/json.cpp engine/parameters.cpp core/json_text.cpp core/atomic_file.cpp
-         core/rng.cpp lm/hf_config.cpp lm/hf.cpp lm/config.cpp lm/plan.cpp lm/parameters.cpp results/value.cpp)
+         core/rng.cpp lm/hf_config.cpp lm/hf.cpp lm/config.cpp core/qkv_plan.cpp lm/parameters.cpp results/value.cpp)
 
 mkdir -p "$out/obj" "$out/artifacts" "$out/seeds"
 objects=()

@@ -42,14 +42,14 @@ std::vector<std::string> claim_ids(Kind kind) {
 
 // The small configurations of a claim: d=8, 2 heads, 2 layers, 4 tokens,
 // both masks where the claim distinguishes them, each of its variants.
-std::vector<Config> small_configs(const Claim& claim) {
-  std::vector<Config> configs;
+std::vector<SweepPoint> small_configs(const Claim& claim) {
+  std::vector<SweepPoint> configs;
   std::vector<Mask> masks{Mask::causal};
   if (claim.dims.mask) masks.push_back(Mask::bidirectional);
   for (Mask mask : masks) {
-    Config c;
+    SweepPoint c;
     c.d = 8, c.heads = 2, c.layers = 2, c.seq = 4, c.mask = mask;
-    const auto variants = claim.variants ? claim.variants(c) : std::vector<std::string>{""};
+    const auto variants = claim.variants ? claim.variants(c) : std::vector<PointVariant>(1);
     for (const auto& v : variants) {
       c.variant = v;
       configs.push_back(c);
@@ -60,7 +60,7 @@ std::vector<Config> small_configs(const Claim& claim) {
 
 // One configuration at one precision, drawing from the stream verify() uses,
 // so every precision sees the same weights.
-Outcome run_claim(const Claim& claim, const Config& config, Precision p) {
+Outcome run_claim(const Claim& claim, const SweepPoint& config, Precision p) {
   Rng rng(kSeed, claim.id + "|" + describe(claim, config));
   return claim.run(config, p, rng);
 }
@@ -108,7 +108,7 @@ class IdentityClaim : public ::testing::TestWithParam<std::string> {
 };
 
 TEST_P(IdentityClaim, HoldsWithinBudgetAndEveryControlFails) {
-  for (const Config& config : small_configs(claim())) {
+  for (const SweepPoint& config : small_configs(claim())) {
     for (Precision p : all_precisions) {
       const std::string where = describe(claim(), config) + " [" + std::string(precision_name(p)) + "]";
       const Outcome o = run_claim(claim(), config, p);
@@ -128,7 +128,7 @@ TEST_P(IdentityClaim, HoldsWithinBudgetAndEveryControlFails) {
 }
 
 TEST_P(IdentityClaim, ErrorTracksUnitRoundoffDownThePrecisionLadder) {
-  for (const Config& config : small_configs(claim())) {
+  for (const SweepPoint& config : small_configs(claim())) {
     const std::string where = describe(claim(), config);
     std::map<Precision, double> err;
     std::vector<LadderPoint> points;
@@ -155,7 +155,7 @@ INSTANTIATE_TEST_SUITE_P(AllClaims, IdentityClaim, ::testing::ValuesIn(claim_ids
 
 TEST(Scale82, MonteCarloRatioAgreesWithTheAnalyticValue) {
   const Claim& claim = claim_by_id("qwe.scale8.2");
-  Config config;
+  SweepPoint config;
   config.d = 64, config.heads = 4;
   const Outcome o = run_claim(claim, config, Precision::f64);
   ASSERT_TRUE(o.statistic.has_value());
@@ -178,7 +178,7 @@ TEST(Scale82, MonteCarloRatioAgreesWithTheAnalyticValue) {
 // at a small configuration, and each control (a wrong law, no shrinkage, the worst
 // case) is rejected by the same rule.
 Statistic run_statistical(const std::string& id, int d, Outcome& o) {
-  Config config;
+  SweepPoint config;
   config.d = d;
   o = run_claim(claim_by_id(id), config, Precision::f64);
   EXPECT_TRUE(o.statistic.has_value()) << id << " " << o.note;
@@ -288,16 +288,21 @@ TEST(CrossLayerAttention, FirstQueryAveragesTheFirstValueOfEachLayer) {
 // group" (group size >= 2), and it fails by a wide margin.
 TEST(ExtensionClaims, GqaSplitGroupControlFailsForEveryGrouping) {
   const Claim& claim = claim_by_id("qwe.ext.gqa");
-  Config config;
+  SweepPoint config;
   config.d = 16, config.heads = 4, config.seq = 6;
-  EXPECT_EQ(claim.variants(config), (std::vector<std::string>{"kv=1", "kv=2"}));
+  std::vector<std::string> labels;
+  std::vector<int> kv_heads;
+  for (const auto& variant : claim.variants(config))
+    labels.push_back(variant.label), kv_heads.push_back(variant.kv_heads);
+  EXPECT_EQ(labels, (std::vector<std::string>{"kv=1", "kv=2"}));
+  EXPECT_EQ(kv_heads, (std::vector<int>{1, 2}));
   for (const auto& variant : claim.variants(config)) {
     config.variant = variant;
     const Outcome o = run_claim(claim, config, Precision::f64);
-    EXPECT_LE(*normalized_error(o.rel_err, unit_roundoff<double>(), o.kappa), claim.budget) << variant;
+    EXPECT_LE(*normalized_error(o.rel_err, unit_roundoff<double>(), o.kappa), claim.budget) << variant.label;
     const auto split = std::ranges::find_if(o.controls, [](const auto& c) { return c.name.starts_with("a different M"); });
-    ASSERT_NE(split, o.controls.end()) << variant;
-    EXPECT_GE(split->rel_err.value_or(0), 1e-2) << variant;
+    ASSERT_NE(split, o.controls.end()) << variant.label;
+    EXPECT_GE(split->rel_err.value_or(0), 1e-2) << variant.label;
   }
 }
 
@@ -462,7 +467,7 @@ TEST(FdimClaims, CountsEqualTheirPredictionsAndEveryControlIsRejected) {
                                                   {"qwe.fdim.mlp", 8}};
   for (const std::string& id : claim_ids(Kind::count)) {
     const Claim& claim = claim_by_id(id);
-    Config c;
+    SweepPoint c;
     c.d = claim.defaults.d.at(0);
     const Outcome o = run_claim(claim, c, Precision::f64);
     ASSERT_TRUE(o.statistic) << id;

@@ -62,18 +62,31 @@ RandomModel random_model(int d, int n, int a, std::uint64_t seed) {
 
 double rel(const VecD& a, const VecD& b) { return (a - b).norm() / a.norm(); }
 
+// Which head of layer 2 reads E is the variant's plan (core/qkv_plan.hpp): SkipV1 injects layer 1's
+// values into head 2 only, SVFormer into both; ResFormer's heads read both layers, which the
+// closed forms (one source per head) refuse.
+TEST(IclModels, ValueSourcesComeFromTheVariantsPlan) {
+  using qkv::VariantKind;
+  EXPECT_EQ(values_from_input(VariantKind::vanilla), (std::array<bool, 2>{false, false}));
+  EXPECT_EQ(values_from_input(VariantKind::skipv1), (std::array<bool, 2>{false, true}));
+  EXPECT_EQ(values_from_input(VariantKind::svformer), (std::array<bool, 2>{true, true}));
+  EXPECT_THROW(values_from_input(VariantKind::resformer), std::invalid_argument);
+}
+
 TEST(IclModels, ReducedFormEqualsTokenLevelAndEq3AsPrintedDoesNot) {
   // a = 0 is excluded: the query token [A; 0] x_{n+1} is then 0 and both sides vanish.
   for (int a : {1, 2, 4}) {
     const RandomModel m = random_model(4, 6, a, 11 + a);
     const MatD E = prompt_tokens(m.p);
     const auto r = reduce<double>(m.w, m.A);
-    for (auto arch : {Architecture::mha, Architecture::skipv1}) {
+    for (auto arch : {qkv::VariantKind::vanilla, qkv::VariantKind::skipv1}) {
       const VecD reduced = reduced_prediction<double>(m.p.X, m.p.Y, m.p.x_query, m.A, m.B, r, arch);
       EXPECT_LT(rel(reduced, token_prediction<double>(E, m.A, m.B, m.w, arch)), 1e-12) << "a=" << a;
     }
-    const VecD skip = reduced_prediction<double>(m.p.X, m.p.Y, m.p.x_query, m.A, m.B, r, Architecture::skipv1);
-    EXPECT_GT(rel(skip, token_prediction<double>(E, m.A, m.B, m.w, Architecture::skipv1_eq3_as_printed)), 1e-3);
+    const VecD skip = reduced_prediction<double>(m.p.X, m.p.Y, m.p.x_query, m.A, m.B, r, qkv::VariantKind::skipv1);
+    const VecD eq3_as_printed =
+        token_prediction<double>(E, m.A, m.B, m.w, qkv::VariantKind::skipv1, HeadOneQuery::head_two);
+    EXPECT_GT(rel(skip, eq3_as_printed), 1e-3);
   }
 }
 
@@ -85,7 +98,7 @@ TEST(IclModels, ConstructionMapIsTheReducedSkipV1MapAtTheConstruction) {
     ReducedWeights<double> r;
     r.W = {-0.5 * I, I};
     r.M = {query_embedding<double>(A, d), query_embedding<double>(A, d)};
-    const MatD U = reduced_map<double>(m.p.X, m.p.Y, A, B, r, Architecture::skipv1);
+    const MatD U = reduced_map<double>(m.p.X, m.p.Y, A, B, r, qkv::VariantKind::skipv1);
     const MatD K = skipv1_construction_map(m.p.X * m.p.X.transpose(), m.p.Y * m.p.X.transpose(), a);
     EXPECT_LT((U - K).norm(), 1e-12 * U.norm() + 1e-300) << "a=" << a;
     if (a == d) {
@@ -173,7 +186,7 @@ TEST(IclLemmas, ChecksPassWhereTheyShouldAndControlsFailWidely) {
   ridge.zero_weights = true;
   typo.form = Form::ridge_sigma_typo;
   const Task zero = task_with(0.0), scaled = task_with(theorem_w0_scale(task_with(0.0)));
-  for (auto arch : {Architecture::mha, Architecture::skipv1}) {
+  for (auto arch : {qkv::VariantKind::vanilla, qkv::VariantKind::skipv1}) {
     EXPECT_TRUE(check_lemma1(zero, o, arch).holds);
     EXPECT_TRUE(check_lemma1(scaled, o, arch).holds);
     EXPECT_GT(check_lemma1(scaled, ridge, arch).z, 10);

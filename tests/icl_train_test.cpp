@@ -6,6 +6,7 @@
 // (linearity in x_{n+1}) or the report states (parity in Y), the closed-form
 // one-step GD loss against Monte Carlo, training, determinism, and the CLI.
 // Every check has a negative control that must fail by a wide margin.
+#include "core/errors.hpp"
 #include "engine/cpu_backend.hpp"
 #include "engine/linear_attention.hpp"
 #include "synthetic/icl/anchor.hpp"
@@ -167,7 +168,7 @@ TEST(IclModels, TwoLayerGradientsMatchFiniteDifferences) {
   const Task task{3, 3, 0.5, {}};
   const TokenBatch batch = make_token_batch(prompts(task, 3, 1)), other = make_token_batch(prompts(task, 3, 2));
   for (FirstLayer first : {FirstLayer::copying_fixed, FirstLayer::copying_learned, FirstLayer::attention})
-    for (Variant v : {Variant::mha, Variant::skipv1, Variant::resformer, Variant::svformer}) {
+    for (VariantKind v : {VariantKind::vanilla, VariantKind::skipv1, VariantKind::resformer, VariantKind::svformer}) {
       Rng rng(3, variant_name(v) + first_layer_name(first));
       TwoLayerModel m(be, {v, first, 3, 3, 2}, rng);
       if (first == FirstLayer::copying_learned)  // move A, B away from the coordinate start
@@ -177,16 +178,25 @@ TEST(IclModels, TwoLayerGradientsMatchFiniteDifferences) {
     }
 }
 
+// The stack takes its value sources from the plan of MHA or SkipV1; any other variant is refused.
+TEST(IclModels, StackIsMhaOrSkipV1) {
+  EXPECT_NO_THROW(validate(StackConfig{2, 4, 3, 2, VariantKind::skipv1}));
+  EXPECT_THROW(validate(StackConfig{2, 4, 3, 2, VariantKind::resformer}), UsageError);
+  EXPECT_THROW(validate(StackConfig{2, 4, 3, 1, VariantKind::skipv1}), UsageError);
+}
+
 TEST(IclModels, StackGradientsMatchFiniteDifferences) {
   engine::CpuBackend<double> be(2);
   const Task task{2, 4, 0.5, {}};
   const ConcatBatch batch = make_concat_batch(prompts(task, 3, 3)), other = make_concat_batch(prompts(task, 3, 4));
-  for (const StackConfig& c : {StackConfig{2, 4, 1, 1, false}, StackConfig{2, 4, 3, 2, false},
-                               StackConfig{2, 4, 3, 2, true}}) {
-    Rng rng(4, c.skipv1 ? "skip" : "mha");
+  for (const StackConfig& c : {StackConfig{2, 4, 1, 1, VariantKind::vanilla},
+                               StackConfig{2, 4, 3, 2, VariantKind::vanilla},
+                               StackConfig{2, 4, 3, 2, VariantKind::skipv1}}) {
+    const bool skipv1 = c.variant == VariantKind::skipv1;
+    Rng rng(4, skipv1 ? "skip" : "mha");
     LinearAttentionStack m(be, c, rng);
     expect_gradient_matches(m, batch, other,
-                            "L=" + std::to_string(c.layers) + (c.skipv1 ? " skipv1" : " mha"));
+                            "L=" + std::to_string(c.layers) + (skipv1 ? " skipv1" : " mha"));
   }
 }
 
@@ -199,7 +209,7 @@ LayerTwo<double> layer_two_of(const TwoLayerModel& m) {
     auto& head = w.heads[std::size_t(h - 1)];
     head.W_Q = to_column_weight(weight(m.params(), p + "WQ"));
     head.W_K = to_column_weight(weight(m.params(), p + "WK"));
-    const bool from_E = m.config().variant == Variant::skipv1 && h == 2;
+    const bool from_E = m.config().variant == VariantKind::skipv1 && h == 2;
     head.W_V = to_column_weight(weight(m.params(), p + (from_E ? "WV_E" : "WV_F")));
   }
   w.H = to_column_weight(weight(m.params(), "H"));
@@ -214,7 +224,7 @@ TEST(IclModels, ForwardEqualsColumnConventionModels) {
   const TokenBatch batch = make_token_batch(ps);
   for (FirstLayer first : {FirstLayer::copying_fixed, FirstLayer::copying_learned, FirstLayer::attention})
     for (int a : {1, 2, 3})  // a = 0: the query token is 0 and every prediction is 0
-      for (Variant v : {Variant::mha, Variant::skipv1}) {
+      for (VariantKind v : {VariantKind::vanilla, VariantKind::skipv1}) {
         Rng rng(6, variant_name(v) + std::to_string(a) + first_layer_name(first));
         TwoLayerModel m(be, {v, first, d, n, a}, rng);
         if (first == FirstLayer::copying_learned)  // move A, B away from the coordinate start
@@ -231,7 +241,7 @@ TEST(IclModels, ForwardEqualsColumnConventionModels) {
                                            to_column_weight(weight(m.params(), p + "WK")),
                                            to_column_weight(weight(m.params(), p + "WV"))};
           }
-        const auto column_model = [&](Architecture arch) {
+        const auto column_model = [&](qkv::VariantKind arch) {
           MatD out(Eigen::Index(ps.size()), d);
           for (std::size_t b = 0; b < ps.size(); ++b) {
             const MatD E = prompt_tokens(ps[b]);
@@ -241,8 +251,8 @@ TEST(IclModels, ForwardEqualsColumnConventionModels) {
           }
           return out;
         };
-        const Architecture same = v == Variant::mha ? Architecture::mha : Architecture::skipv1;
-        const Architecture other = v == Variant::mha ? Architecture::skipv1 : Architecture::mha;
+        const qkv::VariantKind same = v == VariantKind::vanilla ? qkv::VariantKind::vanilla : qkv::VariantKind::skipv1;
+        const qkv::VariantKind other = v == VariantKind::vanilla ? qkv::VariantKind::skipv1 : qkv::VariantKind::vanilla;
         EXPECT_LT(rel(column_model(same), mine), 1e-12) << variant_name(v) << " a=" << a << " " << first_layer_name(first);
         EXPECT_GT(rel(column_model(other), mine), 1e-2);  // control: the other architecture
         if (first == FirstLayer::copying_fixed) {
@@ -268,7 +278,7 @@ std::vector<MatD> stack_states_directly(const LinearAttentionStack& m, const Con
       MatD next = Z;
       for (int h = 1; h <= c.heads; ++h) {
         const std::string p = "l" + std::to_string(l) + ".h" + std::to_string(h) + ".";
-        const bool from_first = c.skipv1 && !skip_as_mha && l >= 2 && h > c.heads / 2;
+        const bool from_first = c.variant == VariantKind::skipv1 && !skip_as_mha && l >= 2 && h > c.heads / 2;
         const MatD V = (from_first ? Z0 : Z).topRows(c.n) * weight(m.params(), p + "WV");
         const MatD scores = (Z * weight(m.params(), p + "WQ")) * (Z.topRows(c.n) * weight(m.params(), p + "WK")).transpose();
         next += scores * V / c.n;
@@ -286,7 +296,7 @@ TEST(IclModels, StackForwardEqualsTheDirectFormula) {
   const ConcatBatch batch = make_concat_batch(prompts(task, 4, 14));
   for (bool skip : {false, true}) {
     Rng rng(15, skip ? "skip" : "mha");
-    LinearAttentionStack m(be, {2, 5, 3, 2, skip}, rng);
+    LinearAttentionStack m(be, {2, 5, 3, 2, skip ? VariantKind::skipv1 : VariantKind::vanilla}, rng);
     const std::vector<MatD> mine = m.query_states(batch), direct = stack_states_directly(m, batch, false);
     for (std::size_t l = 0; l < mine.size(); ++l) EXPECT_LT(rel(direct[l], mine[l]), 1e-13) << "layer " << l + 1;
     EXPECT_LT(rel(direct.back().rightCols(2), m.predict(batch)), 1e-13);
@@ -311,7 +321,7 @@ TEST(IclModels, PredictionsAreLinearInTheQuery) {
   Rng rng(9, "queries");
   const MatD u = rng.gaussian(3, 3), w = rng.gaussian(3, 3);
   for (FirstLayer first : {FirstLayer::copying_fixed, FirstLayer::attention})
-    for (Variant v : {Variant::mha, Variant::skipv1, Variant::resformer, Variant::svformer}) {
+    for (VariantKind v : {VariantKind::vanilla, VariantKind::skipv1, VariantKind::resformer, VariantKind::svformer}) {
       TwoLayerModel m(be, {v, first, 3, 4, 2}, rng);
       const auto predict = [&](const std::vector<Prompt>& p) { return m.predict(make_token_batch(p)); };
       std::size_t i = 0;
@@ -326,7 +336,7 @@ TEST(IclModels, PredictionsAreLinearInTheQuery) {
       EXPECT_LT(rel(ab, a + 2 * b), 1e-12);
       EXPECT_GT(rel(ab, a + b), 1e-2);  // control
     }
-  LinearAttentionStack s(be, {3, 4, 3, 2, true}, rng);
+  LinearAttentionStack s(be, {3, 4, 3, 2, VariantKind::skipv1}, rng);
   const auto predict = [&](const std::vector<Prompt>& p) { return s.predict(make_concat_batch(p)); };
   const MatD a = predict(with_query(ps, [&](const Prompt&) { return VecD(u.col(0)); }));
   const MatD b = predict(with_query(ps, [&](const Prompt&) { return VecD(w.col(0)); }));
@@ -344,11 +354,11 @@ TEST(IclModels, LearnedFirstLayerGivesPredictionsEvenInY) {
   auto flipped = ps;
   for (auto& p : flipped) p.Y = -p.Y;
   Rng rng(11, "parity");
-  for (Variant v : {Variant::mha, Variant::skipv1, Variant::resformer, Variant::svformer}) {
+  for (VariantKind v : {VariantKind::vanilla, VariantKind::skipv1, VariantKind::resformer, VariantKind::svformer}) {
     TwoLayerModel m(be, {v, FirstLayer::attention, 3, 4, 3}, rng);
     EXPECT_LT(rel(m.predict(make_token_batch(ps)), m.predict(make_token_batch(flipped))), 1e-12);
   }
-  TwoLayerModel m(be, {Variant::skipv1, FirstLayer::copying_fixed, 3, 4, 3}, rng);
+  TwoLayerModel m(be, {VariantKind::skipv1, FirstLayer::copying_fixed, 3, 4, 3}, rng);
   EXPECT_GT(rel(m.predict(make_token_batch(ps)), m.predict(make_token_batch(flipped))), 1e-2);
 }
 
@@ -400,7 +410,7 @@ TEST(IclAnchor, ShortTrainingReachesTheOneStepLossAndIsDeterministic) {
 TEST(IclTrain, SkipV1UnderAssumption1LearnsAndMhaCannotSeeY) {
   TrainExperimentConfig c;
   c.task = {2, 6, 0.5, {}};
-  c.a = 2, c.models = {Variant::mha, Variant::skipv1};
+  c.a = 2, c.models = {VariantKind::vanilla, VariantKind::skipv1};
   c.train.steps = 300, c.train.batch = 32, c.train.lr = 1e-2, c.train.log_every = 50;
   c.restarts = 1, c.eval_samples = 2000, c.theory_prompts = 5000, c.seed = 5, c.threads = 2;
   const TrainExperimentResult r = run_train_experiment(c);
@@ -409,8 +419,8 @@ TEST(IclTrain, SkipV1UnderAssumption1LearnsAndMhaCannotSeeY) {
   EXPECT_LT(r.models[1].best_loss, 0.6 * zero_predictor);
   EXPECT_GT(r.models[0].best_loss, 0.9 * zero_predictor);
   ASSERT_TRUE(r.models[0].reference && r.models[1].reference);
-  EXPECT_EQ(decoder_accounting(Variant::mha, FirstLayer::attention, 4).kv_cache_per_token, 32);
-  EXPECT_EQ(decoder_accounting(Variant::skipv1, FirstLayer::attention, 4).kv_cache_per_token, 28);  // −1/8
+  EXPECT_EQ(decoder_accounting(VariantKind::vanilla, FirstLayer::attention, 4).kv_cache_per_token, 32);
+  EXPECT_EQ(decoder_accounting(VariantKind::skipv1, FirstLayer::attention, 4).kv_cache_per_token, 28);  // −1/8
 }
 
 TEST(IclDepth, GdIteratesAndBestStep) {

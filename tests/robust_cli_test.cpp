@@ -304,19 +304,19 @@ TEST(RobustVerify, ACheckThatThrowsIsAnErrorNotANumericalFailure) {
   theory::Claim claim;
   claim.id = "test.throws";
   claim.kind = theory::Kind::identity;
-  claim.run = [](const theory::Config&, Precision, Rng&) -> theory::Outcome {
+  claim.run = [](const theory::SweepPoint&, Precision, Rng&) -> theory::Outcome {
     throw std::runtime_error("the basis has no inverse here");
   };
   theory::Claim non_finite = claim;
   non_finite.id = "test.nan";
-  non_finite.run = [](const theory::Config&, Precision, Rng&) {
+  non_finite.run = [](const theory::SweepPoint&, Precision, Rng&) {
     theory::Outcome o;
     o.rel_err = NAN;
     return o;
   };
   theory::VerifyOptions o;
   o.precisions = {Precision::f64};
-  const theory::Config config{};
+  const theory::SweepPoint config{};
   const results::Report thrown = theory::verify_configuration(claim, config, o);
   ASSERT_EQ(thrown.checks.size(), 1u);
   EXPECT_EQ(thrown.checks[0].status, "error");

@@ -5,6 +5,12 @@
 
 namespace qkvlab::theory {
 
+std::vector<PointVariant> numbered(const std::vector<std::string>& labels) {
+  std::vector<PointVariant> out;
+  for (std::size_t k = 0; k < labels.size(); ++k) out.push_back({.label = labels[k], .entry = int(k)});
+  return out;
+}
+
 ControlOutcome control_by_error(std::string name, double rel_err) {
   ControlOutcome c{std::move(name), std::nullopt, false, ""};
   if (std::isfinite(rel_err)) c.rel_err = rel_err;

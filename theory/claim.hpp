@@ -10,6 +10,7 @@
 
 #include "core/attention.hpp"
 #include "core/linalg.hpp"
+#include "core/qkv_plan.hpp"
 #include "core/rng.hpp"
 #include "core/types.hpp"
 
@@ -20,11 +21,27 @@
 
 namespace qkvlab::theory {
 
-// One point of a sweep. Claims ignore the dimensions they do not use.
-struct Config {
+// The claim-specific part of a point: the typed fields its check reads, and the
+// label verify prints after the dimensions (which also names the point's random
+// stream). Checks read the fields, never the label.
+struct PointVariant {
+  std::string label = "";                                    // e.g. "elim=K", "layer=2", "kv=1"; empty: none
+  std::optional<qkv::Projection> eliminated = std::nullopt;  // qwe.lemma3.1: T is W_Q, W_K or W_V
+  int layer = 0;                                             // qwe.thm4.1: the layer l (1-based) whose W_Q^l is T
+  int kv_heads = 0;                                          // qwe.ext.gqa: key/value heads H_kv
+  double rope_theta = 0;                                     // qwe.ext.rope: RoPE's base θ
+  int entry = 0;  // otherwise: the index in the claim's own list of variants (e.g. "k=1 prior=0")
+};
+
+// The variants of a claim with its own list: each label with its index as `entry`.
+std::vector<PointVariant> numbered(const std::vector<std::string>& labels);
+
+// One point of a sweep (dimensions, mask, variant, trial). Claims ignore the
+// dimensions they do not use.
+struct SweepPoint {
   int d = 16, heads = 2, layers = 1, seq = 8;
   Mask mask = Mask::causal;
-  std::string variant;  // claim-specific, e.g. "elim=K" or "layer=2"
+  PointVariant variant;
   int trial = 0;
 };
 
@@ -80,19 +97,19 @@ struct Claim {
   Dims dims;
   double budget = 1e3;
   // Claim-specific variants of one configuration (e.g. which weight is eliminated).
-  std::function<std::vector<std::string>(const Config&)> variants;
+  std::function<std::vector<PointVariant>(const SweepPoint&)> variants = nullptr;
   // Claim-specific default lists, used where the user gives none.
-  DefaultSweep defaults;
+  DefaultSweep defaults = {};
   // Runs one configuration at one precision; rng is the configuration's stream.
-  std::function<Outcome(const Config&, Precision, Rng&)> run;
+  std::function<Outcome(const SweepPoint&, Precision, Rng&)> run;
 };
 
 // The registry, in ledger order.
 const std::vector<Claim>& all_claims();
 
-// Adapts a type with `template <class S> static Outcome run(const Config&, Rng&)`.
-template <class Impl> std::function<Outcome(const Config&, Precision, Rng&)> dispatch() {
-  return [](const Config& c, Precision p, Rng& rng) {
+// Adapts a type with `template <class S> static Outcome run(const SweepPoint&, Rng&)`.
+template <class Impl> std::function<Outcome(const SweepPoint&, Precision, Rng&)> dispatch() {
+  return [](const SweepPoint& c, Precision p, Rng& rng) {
     return with_scalar(p, [&]<class S>() { return Impl::template run<S>(c, rng); });
   };
 }

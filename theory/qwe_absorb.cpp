@@ -19,9 +19,9 @@
 namespace qkvlab::theory {
 namespace {
 
-int subset_size(const Config& c) { return c.variant == "|J|=d" ? c.d : c.d + c.d / 2; }
+int subset_size(const SweepPoint& c) { return c.variant.entry == 0 ? c.d : c.d + c.d / 2; }
 
-std::vector<std::string> subset_sizes(const Config&) { return {"|J|=d", "|J|=3d/2"}; }
+std::vector<PointVariant> subset_sizes(const SweepPoint&) { return numbered({"|J|=d", "|J|=3d/2"}); }
 
 std::vector<int> random_permutation(Rng& rng, int m) {
   std::vector<int> p(std::size_t(m), 0);
@@ -49,7 +49,7 @@ template <class S> struct Pair {
 
 // The draws are made in double (the same at every precision); only the
 // pseudo-inverse is computed at S.
-template <class S> Pair<S> representable_pair(Rng& rng, const Config& c) {
+template <class S> Pair<S> representable_pair(Rng& rng, const SweepPoint& c) {
   const int d = c.d, m = 2 * d;
   auto perm = random_permutation(rng, m);
   std::vector<int> J(perm.begin(), perm.begin() + subset_size(c));
@@ -68,7 +68,7 @@ template <class S> Pair<S> representable_pair(Rng& rng, const Config& c) {
 // x + W_2 σ(W_1 x) = W̃_2 σ(W̃_1 x) with W̃_1 = (I − 2P_J) W_1, W̃_2 = W_2, and the
 // same with W̃_1' = D Π W̃_1, W̃_2' = W̃_2 Πᵀ D⁻¹ (D positive, see core/absorb.hpp).
 struct Theorem84 {
-  template <class S> static Outcome run(const Config& c, Rng& rng) {
+  template <class S> static Outcome run(const SweepPoint& c, Rng& rng) {
     const auto p = representable_pair<S>(rng, c);
     const int m = int(p.W_1.rows());
     const Mat<S> X = draw<S>(rng, c.d, c.seq, 1.0);  // n inputs as columns
@@ -122,7 +122,7 @@ ControlOutcome control_by_decision(std::string name, const AbsorbDecision& d) {
 // and rel_err = ‖W_2 P_J W_1 + I‖_F / ‖I‖_F for the J it returns, evaluated at S
 // (so the ladder shows the found J is exact up to the pseudo-inverse's rounding).
 struct Corollary841 {
-  template <class S> static Outcome run(const Config& c, Rng& rng) {
+  template <class S> static Outcome run(const SweepPoint& c, Rng& rng) {
     const auto p = representable_pair<S>(rng, c);
     AbsorbLimits limits;
     limits.unit_roundoff = std::max(unit_roundoff<S>(), unit_roundoff<double>());
@@ -150,14 +150,22 @@ struct Corollary841 {
 }  // namespace
 
 void register_absorb_claims(std::vector<Claim>& claims) {
-  claims.push_back({"qwe.thm8.4",
-                    "x + W_2 relu(W_1 x) = W_2 relu((I - 2P_J) W_1 x) when W_2 P_J W_1 = -I, |J| >= d; also after (D, Pi)",
-                    Kind::identity, Dims{.heads = false, .layers = false, .seq = true, .mask = false}, default_budget,
-                    subset_sizes, {}, dispatch<Theorem84>()});
-  claims.push_back({"qwe.cor8.4.1",
-                    "deciding absorbability: yes (with J, W_2 P_J W_1 = -I) on representable pairs, no on generic ones",
-                    Kind::identity, Dims{.heads = false, .layers = false, .seq = false, .mask = false},
-                    default_budget, subset_sizes, {}, dispatch<Corollary841>()});
+  claims.push_back({.id = "qwe.thm8.4",
+                    .statement = "x + W_2 relu(W_1 x) = W_2 relu((I - 2P_J) W_1 x) when W_2 P_J W_1 = -I, |J| >= d; "
+                                 "also after (D, Pi)",
+                    .kind = Kind::identity,
+                    .dims = Dims{.heads = false, .layers = false, .seq = true, .mask = false},
+                    .budget = default_budget,
+                    .variants = subset_sizes,
+                    .run = dispatch<Theorem84>()});
+  claims.push_back({.id = "qwe.cor8.4.1",
+                    .statement = "deciding absorbability: yes (with J, W_2 P_J W_1 = -I) on representable pairs, no "
+                                 "on generic ones",
+                    .kind = Kind::identity,
+                    .dims = Dims{.heads = false, .layers = false, .seq = false, .mask = false},
+                    .budget = default_budget,
+                    .variants = subset_sizes,
+                    .run = dispatch<Corollary841>()});
 }
 
 }  // namespace qkvlab::theory

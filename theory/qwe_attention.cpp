@@ -8,7 +8,7 @@
 namespace qkvlab::theory {
 namespace {
 
-template <class S> Mat<S> draw_input(Rng& rng, const Config& c) { return draw<S>(rng, c.seq, c.d, 1.0); }
+template <class S> Mat<S> draw_input(Rng& rng, const SweepPoint& c) { return draw<S>(rng, c.seq, c.d, 1.0); }
 
 // qwe.obs3.1: SA(X; W) = F(X W_Q, X W_K, X W_V). Two consequences are checked:
 // F, built from the three products alone, reproduces SA (bitwise: the same
@@ -19,7 +19,7 @@ template <class S> Mat<S> without_direction(const Mat<S>& W, const Vec<S>& v) {
 }
 
 struct Observation31 {
-  template <class S> static Outcome run(const Config& c, Rng& rng) {
+  template <class S> static Outcome run(const SweepPoint& c, Rng& rng) {
     auto w = random_attention<S>(rng, c.d, c.heads);
     const Vec<S> v = cast<S>(rng.gaussian(c.d, 1)).col(0).normalized();
     for (Mat<S>* W : {&w.W_Q, &w.W_K, &w.W_V}) *W = without_direction<S>(*W, v);
@@ -50,29 +50,30 @@ struct Observation31 {
 // qwe.lemma3.1: MHA(X T; T⁻¹W_Q, T⁻¹W_K, T⁻¹W_V, W_O) = MHA(X; W), with T the
 // eliminated weight (W_Q, W_K or W_V), whose reparametrized form is I.
 struct Lemma31 {
-  template <class W> static auto& eliminated(W& w, const std::string& v) {
-    return v == "elim=Q" ? w.W_Q : v == "elim=K" ? w.W_K : w.W_V;
+  template <class W> static auto& eliminated(W& w, qkv::Projection p) {
+    return p == qkv::Projection::query ? w.W_Q : p == qkv::Projection::key ? w.W_K : w.W_V;
   }
-  template <class S> static Outcome run(const Config& c, Rng& rng) {
+  template <class S> static Outcome run(const SweepPoint& c, Rng& rng) {
     const auto w = random_attention<S>(rng, c.d, c.heads);
     const Mat<S> X = draw_input<S>(rng, c);
     const Mat<S> reference = mha<S>(X, w, c.mask);
-    const auto T = change_of_basis<S>(eliminated(w, c.variant));
+    const qkv::Projection e = c.variant.eliminated.value();
+    const auto T = change_of_basis<S>(eliminated(w, e));
     Outcome o;
     o.kappa = T.kappa;
     o.singular = T.singular();
     const auto r = reparametrize<S>(w, T);
     const Mat<S> I = Mat<S>::Identity(c.d, c.d);
-    o.rel_err = std::max(rel_err<S>(reference, mha<S>(X * T.T, r, c.mask)), rel_err<S>(I, eliminated(r, c.variant)));
+    o.rel_err = std::max(rel_err<S>(reference, mha<S>(X * T.T, r, c.mask)), rel_err<S>(I, eliminated(r, e)));
 
     auto only_eliminated = w;  // T⁻¹ applied to the eliminated weight alone
-    eliminated(only_eliminated, c.variant) = eliminated(r, c.variant);
+    eliminated(only_eliminated, e) = eliminated(r, e);
     o.controls.push_back(control_by_error("T^-1 applied to the eliminated weight only",
                                           rel_err<S>(reference, mha<S>(X * T.T, only_eliminated, c.mask))));
 
     auto ns = w;
-    eliminated(ns, c.variant) = near_singular<S>(rng, c.d);
-    const auto T_ns = change_of_basis<S>(eliminated(ns, c.variant));
+    eliminated(ns, e) = near_singular<S>(rng, c.d);
+    const auto T_ns = change_of_basis<S>(eliminated(ns, e));
     o.controls.push_back(control_by_detection(
         "near-singular eliminated weight (cond ~ 1/(10u)) detected", T_ns.singular(),
         rel_err<S>(mha<S>(X, ns, c.mask), mha<S>(X * T_ns.T, reparametrize<S>(ns, T_ns), c.mask))));
@@ -89,7 +90,7 @@ template <class S> Mat<S> two_matrix_head(const Mat<S>& X, const AttentionWeight
 }
 
 struct Proposition41 {
-  template <class S> static Outcome run(const Config& c, Rng& rng) {
+  template <class S> static Outcome run(const SweepPoint& c, Rng& rng) {
     auto w = random_attention<S>(rng, c.d, 1);
     const Mat<S> X = draw_input<S>(rng, c);
     Outcome o;
@@ -105,7 +106,7 @@ struct Proposition41 {
 
 // qwe.prop4.2: SA(X; W_Q B, W_K B⁻ᵀ, W_V) = SA(X; W) for block-diagonal B.
 struct Proposition42 {
-  template <class S> static Outcome run(const Config& c, Rng& rng) {
+  template <class S> static Outcome run(const SweepPoint& c, Rng& rng) {
     const auto w = random_attention<S>(rng, c.d, c.heads);
     const Mat<S> X = draw_input<S>(rng, c);
     const Eigen::Index dh = w.head_dim();
@@ -132,20 +133,40 @@ struct Proposition42 {
   }
 };
 
-std::vector<std::string> eliminated_weights(const Config&) { return {"elim=Q", "elim=K", "elim=V"}; }
+std::vector<PointVariant> eliminated_weights(const SweepPoint&) {
+  return {{.label = "elim=Q", .eliminated = qkv::Projection::query},
+          {.label = "elim=K", .eliminated = qkv::Projection::key},
+          {.label = "elim=V", .eliminated = qkv::Projection::value}};
+}
 
 }  // namespace
 
 void register_attention_claims(std::vector<Claim>& claims) {
-  claims.push_back({"qwe.obs3.1", "attention sees X only through X W_Q, X W_K, X W_V (block notation, Prop. 8.1)",
-                    Kind::identity, Dims{}, default_budget, nullptr, {}, dispatch<Observation31>()});
-  claims.push_back({"qwe.lemma3.1",
-                    "MHA(X T; T^-1 W_Q, T^-1 W_K, T^-1 W_V, W_O) = MHA(X; W) for T = W_Q, W_K or W_V",
-                    Kind::identity, Dims{}, default_budget, eliminated_weights, {}, dispatch<Lemma31>()});
-  claims.push_back({"qwe.prop4.1", "one head depends on its weights only through W_QK = W_Q W_K^T and W_VO = W_V W_O",
-                    Kind::identity, Dims{.heads = false}, default_budget, nullptr, {}, dispatch<Proposition41>()});
-  claims.push_back({"qwe.prop4.2", "SA(X; W_Q B, W_K B^-T, W_V) = SA(X; W) for block-diagonal invertible B",
-                    Kind::identity, Dims{}, default_budget, nullptr, {}, dispatch<Proposition42>()});
+  claims.push_back({.id = "qwe.obs3.1",
+                    .statement = "attention sees X only through X W_Q, X W_K, X W_V (block notation, Prop. 8.1)",
+                    .kind = Kind::identity,
+                    .dims = Dims{},
+                    .budget = default_budget,
+                    .run = dispatch<Observation31>()});
+  claims.push_back({.id = "qwe.lemma3.1",
+                    .statement = "MHA(X T; T^-1 W_Q, T^-1 W_K, T^-1 W_V, W_O) = MHA(X; W) for T = W_Q, W_K or W_V",
+                    .kind = Kind::identity,
+                    .dims = Dims{},
+                    .budget = default_budget,
+                    .variants = eliminated_weights,
+                    .run = dispatch<Lemma31>()});
+  claims.push_back({.id = "qwe.prop4.1",
+                    .statement = "one head depends on its weights only through W_QK = W_Q W_K^T and W_VO = W_V W_O",
+                    .kind = Kind::identity,
+                    .dims = Dims{.heads = false},
+                    .budget = default_budget,
+                    .run = dispatch<Proposition41>()});
+  claims.push_back({.id = "qwe.prop4.2",
+                    .statement = "SA(X; W_Q B, W_K B^-T, W_V) = SA(X; W) for block-diagonal invertible B",
+                    .kind = Kind::identity,
+                    .dims = Dims{},
+                    .budget = default_budget,
+                    .run = dispatch<Proposition42>()});
 }
 
 }  // namespace qkvlab::theory

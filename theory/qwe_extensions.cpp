@@ -12,10 +12,10 @@
 namespace qkvlab::theory {
 namespace {
 
-template <class S> Mat<S> draw_input(Rng& rng, const Config& c) { return draw<S>(rng, c.seq, c.d, 1.0); }
+template <class S> Mat<S> draw_input(Rng& rng, const SweepPoint& c) { return draw<S>(rng, c.seq, c.d, 1.0); }
 
 // W_Q, W_O d×d; W_K, W_V d × H_kv d_h; entries N(0, 1/d).
-template <class S> GroupedAttention<S> random_grouped(Rng& rng, const Config& c, int kv_heads) {
+template <class S> GroupedAttention<S> random_grouped(Rng& rng, const SweepPoint& c, int kv_heads) {
   const double sd = 1.0 / std::sqrt(double(c.d));
   const Eigen::Index kv_width = Eigen::Index(c.d / c.heads) * kv_heads;
   GroupedAttention<S> w;
@@ -81,7 +81,7 @@ template <class S> ControlOutcome qk_control(std::string name, const AttentionPr
 // qwe.freedom.vo: MHA(X; W_V N, N⁻¹ W_O) = MHA(X; W) and SA(X; W_V N) = SA(X) N for
 // block-diagonal N = diag(N_1, …, N_H).
 struct FreedomVO {
-  template <class S> static Outcome run(const Config& c, Rng& rng) {
+  template <class S> static Outcome run(const SweepPoint& c, Rng& rng) {
     const auto w = random_grouped<S>(rng, c, c.heads);
     const Mat<S> X = draw_input<S>(rng, c);
     const AttentionProbe<S> p(X, w, c.mask);
@@ -117,8 +117,6 @@ struct FreedomVO {
 // qwe.ext.rope: M_h commuting with every rotation of the RoPE table: complex scalings per
 // frequency pair (θ = 1e4, distinct frequencies), a complex-linear map of all pairs (θ = 1,
 // every frequency equal).
-double variant_theta(const std::string& v) { return v == "theta=1" ? 1.0 : 1e4; }
-
 template <class S> Mat<S> rope_commutant(Rng& rng, Eigen::Index dh, bool coinciding) {
   const Eigen::Index m = dh / 2;
   if (!coinciding) {
@@ -141,12 +139,12 @@ template <class S> Mat<S> interleaved_scaling(Rng& rng, Eigen::Index dh) {
 }
 
 struct ExtRope {
-  template <class S> static Outcome run(const Config& c, Rng& rng) {
+  template <class S> static Outcome run(const SweepPoint& c, Rng& rng) {
     auto w = random_grouped<S>(rng, c, c.heads);
     const Eigen::Index dh = w.head_dim();
     if (dh % 2 != 0) throw std::invalid_argument("RoPE needs an even head width d_h, got " + std::to_string(dh));
-    const bool coinciding = c.variant == "theta=1";
-    w.rope = rope_frequencies(dh, variant_theta(c.variant));
+    const bool coinciding = c.variant.rope_theta == 1;
+    w.rope = rope_frequencies(dh, c.variant.rope_theta);
     const AttentionProbe<S> p(draw_input<S>(rng, c), w, c.mask);
     std::vector<Mat<S>> blocks;
     for (int h = 0; h < c.heads; ++h) blocks.push_back(rope_commutant<S>(rng, dh, coinciding));
@@ -172,12 +170,14 @@ struct ExtRope {
   }
 };
 
-std::vector<std::string> rope_thetas(const Config&) { return {"theta=1e4", "theta=1"}; }
+std::vector<PointVariant> rope_thetas(const SweepPoint&) {
+  return {{.label = "theta=1e4", .rope_theta = 1e4}, {.label = "theta=1", .rope_theta = 1}};
+}
 
 // qwe.ext.gqa: one M_g (and N_g) per key/value head, shared by the query heads of its group.
 struct ExtGqa {
-  template <class S> static Outcome run(const Config& c, Rng& rng) {
-    const int kv = std::stoi(c.variant.substr(3));
+  template <class S> static Outcome run(const SweepPoint& c, Rng& rng) {
+    const int kv = c.variant.kv_heads;
     const auto w = random_grouped<S>(rng, c, kv);
     const Eigen::Index dh = w.head_dim();
     const AttentionProbe<S> p(draw_input<S>(rng, c), w, c.mask);
@@ -201,10 +201,10 @@ struct ExtGqa {
 };
 
 // Key/value head counts H_kv < H dividing H (multi-query attention, H_kv = 1, always); H = 1: H_kv = 1.
-std::vector<std::string> kv_head_counts(const Config& c) {
-  std::vector<std::string> v;
+std::vector<PointVariant> kv_head_counts(const SweepPoint& c) {
+  std::vector<PointVariant> v;
   for (int kv = 1; kv < std::max(c.heads, 2); ++kv)
-    if (c.heads % kv == 0) v.push_back("kv=" + std::to_string(kv));
+    if (c.heads % kv == 0) v.push_back({.label = "kv=" + std::to_string(kv), .kv_heads = kv});
   return v;
 }
 
@@ -231,7 +231,7 @@ template <class S> Mat<S> haar_orthogonal(Rng& rng, Eigen::Index m) {
 }
 
 struct ExtQkNorm {
-  template <class S> static Outcome run(const Config& c, Rng& rng) {
+  template <class S> static Outcome run(const SweepPoint& c, Rng& rng) {
     auto w = random_grouped<S>(rng, c, c.heads);
     const Eigen::Index dh = w.head_dim(), first = (dh + 1) / 2;
     w.q_gain = random_gains<S>(rng, c.d);
@@ -260,22 +260,39 @@ struct ExtQkNorm {
 void register_extension_claims(std::vector<Claim>& claims) {
   // d = 8 and 16 with H = 1, 2, 4: head widths 2 … 16; the bases' κ at 50 digits make d = 32 cost 4×.
   const DefaultSweep extension_sweep{.d = {8, 16}};
-  claims.push_back({"qwe.freedom.vo",
-                    "MHA(X; W_V N, N^-1 W_O) = MHA(X; W) and SA(X; W_V N) = SA(X) N for block-diagonal N (the W_V/W_O "
-                    "analogue of Prop. 4.2 conjectured in 4.1.2)",
-                    Kind::identity, Dims{}, default_budget, nullptr, {}, dispatch<FreedomVO>()});
-  claims.push_back({"qwe.ext.rope",
-                    "under RoPE, (W_Q M, W_K M^-T) keeps attention at every position iff each M_h commutes with the "
-                    "rotations: complex scalings per frequency pair (sec. 6)",
-                    Kind::identity, Dims{}, default_budget, rope_thetas, extension_sweep, dispatch<ExtRope>()});
-  claims.push_back({"qwe.ext.gqa",
-                    "GQA: W_Q^h M_g for every query head h of group g with W_K^g M_g^-T (and W_V^g N_g, N_g^-1 W_O^h) "
-                    "keep attention: one freedom per key head (sec. 6)",
-                    Kind::identity, Dims{.mask = false}, default_budget, kv_head_counts, extension_sweep, dispatch<ExtGqa>()});
-  claims.push_back({"qwe.ext.qknorm",
-                    "per-head QK RMSNorm with gains: (W_Q M, W_K M) keeps attention for M_h orthogonal commuting with "
-                    "diag(gamma_Q gamma_K) (sec. 6)",
-                    Kind::identity, Dims{.mask = false}, default_budget, nullptr, extension_sweep, dispatch<ExtQkNorm>()});
+  claims.push_back({.id = "qwe.freedom.vo",
+                    .statement = "MHA(X; W_V N, N^-1 W_O) = MHA(X; W) and SA(X; W_V N) = SA(X) N for block-diagonal "
+                                 "N (the W_V/W_O analogue of Prop. 4.2 conjectured in 4.1.2)",
+                    .kind = Kind::identity,
+                    .dims = Dims{},
+                    .budget = default_budget,
+                    .run = dispatch<FreedomVO>()});
+  claims.push_back({.id = "qwe.ext.rope",
+                    .statement = "under RoPE, (W_Q M, W_K M^-T) keeps attention at every position iff each M_h "
+                                 "commutes with the rotations: complex scalings per frequency pair (sec. 6)",
+                    .kind = Kind::identity,
+                    .dims = Dims{},
+                    .budget = default_budget,
+                    .variants = rope_thetas,
+                    .defaults = extension_sweep,
+                    .run = dispatch<ExtRope>()});
+  claims.push_back({.id = "qwe.ext.gqa",
+                    .statement = "GQA: W_Q^h M_g for every query head h of group g with W_K^g M_g^-T (and W_V^g "
+                                 "N_g, N_g^-1 W_O^h) keep attention: one freedom per key head (sec. 6)",
+                    .kind = Kind::identity,
+                    .dims = Dims{.mask = false},
+                    .budget = default_budget,
+                    .variants = kv_head_counts,
+                    .defaults = extension_sweep,
+                    .run = dispatch<ExtGqa>()});
+  claims.push_back({.id = "qwe.ext.qknorm",
+                    .statement = "per-head QK RMSNorm with gains: (W_Q M, W_K M) keeps attention for M_h orthogonal "
+                                 "commuting with diag(gamma_Q gamma_K) (sec. 6)",
+                    .kind = Kind::identity,
+                    .dims = Dims{.mask = false},
+                    .budget = default_budget,
+                    .defaults = extension_sweep,
+                    .run = dispatch<ExtQkNorm>()});
 }
 
 }  // namespace qkvlab::theory

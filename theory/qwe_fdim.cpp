@@ -92,14 +92,14 @@ long long layernorm_one_layer_loss() {
          heads * (head_dim - 1) * (head_dim - 2) / 2;
 }
 
-Outcome no_skips(const Config&, Rng& rng) {
+Outcome no_skips(const SweepPoint&, Rng& rng) {
   Outcome o = outcome(measure(network(fdim::Skips::none, rng), every_layer(), 0));
   o.controls.push_back(control("both skips (outside the hypothesis): lost 0 predicted",
                                measure(network(fdim::Skips::both, rng), every_layer(), 0)));
   return o;
 }
 
-Outcome both_skips_one_layer(const Config&, Rng& rng) {
+Outcome both_skips_one_layer(const SweepPoint&, Rng& rng) {
   Outcome o = outcome(measure(network(fdim::Skips::both, rng), {1}, 0));
   fdim::Config normed = network(fdim::Skips::both, rng);
   normed.norm = fdim::Norm::layernorm;
@@ -107,7 +107,7 @@ Outcome both_skips_one_layer(const Config&, Rng& rng) {
   return o;
 }
 
-Outcome both_skips_every_layer(const Config&, Rng& rng) {
+Outcome both_skips_every_layer(const SweepPoint&, Rng& rng) {
   const Measured m = measure(network(fdim::Skips::both, rng), every_layer(), residual_basis_loss());
   Measured lossless = m;
   lossless.predicted -= residual_basis_loss();
@@ -116,7 +116,7 @@ Outcome both_skips_every_layer(const Config&, Rng& rng) {
   return o;
 }
 
-Outcome layernorm_one_layer(const Config&, Rng& rng) {
+Outcome layernorm_one_layer(const SweepPoint&, Rng& rng) {
   fdim::Config c = network(fdim::Skips::both, rng);
   c.norm = fdim::Norm::layernorm;
   const Measured m = measure(c, {1}, layernorm_one_layer_loss());
@@ -133,7 +133,7 @@ fdim::Config gelu(fdim::Config c) {
   return c;
 }
 
-Outcome attention_skip_mlp(const Config&, Rng& rng) {
+Outcome attention_skip_mlp(const SweepPoint&, Rng& rng) {
   Outcome o = outcome(measure(gelu(network(fdim::Skips::attention, rng)), every_layer(), 0));
   o.controls.push_back(control("both skips (outside Theorem 4.2's hypothesis): lost 0 predicted",
                                measure(gelu(network(fdim::Skips::both, rng)), every_layer(), 0)));
@@ -141,8 +141,8 @@ Outcome attention_skip_mlp(const Config&, Rng& rng) {
 }
 
 // The counts are exact integers at every precision's draw: run once, in double.
-std::function<Outcome(const Config&, Precision, Rng&)> counted(Outcome (*check)(const Config&, Rng&)) {
-  return [check](const Config& c, Precision, Rng& rng) { return check(c, rng); };
+std::function<Outcome(const SweepPoint&, Precision, Rng&)> counted(Outcome (*check)(const SweepPoint&, Rng&)) {
+  return [check](const SweepPoint& c, Precision, Rng& rng) { return check(c, rng); };
 }
 
 }  // namespace
@@ -151,21 +151,45 @@ void register_fdim_claims(std::vector<Claim>& claims) {
   constexpr Dims fixed{.heads = false, .layers = false, .seq = false, .mask = false, .width = false};
   const DefaultSweep at{.d = {width}};
   const std::string ends = " (linear embedding and readout, d = 4, H = 2, d_h = 2, L = 2; functional dimension)";
-  claims.push_back({"qwe.fdim.noskip", "no skips: W_Q = I in every layer loses nothing" + ends, Kind::count, fixed, 0,
-                    nullptr, at, counted(no_skips)});
-  claims.push_back({"qwe.fdim.one", "both skips, no norm: W_Q = I in one layer loses nothing (Theorem 4.1)" + ends,
-                    Kind::count, fixed, 0, nullptr, at, counted(both_skips_one_layer)});
-  claims.push_back({"qwe.fdim.every",
-                    "both skips, no norm: W_Q = I in every layer loses (L-1)(d^2 - H d_h^2) = 8 (Remark 1)" + ends,
-                    Kind::count, fixed, 0, nullptr, at, counted(both_skips_every_layer)});
-  claims.push_back({"qwe.fdim.layernorm",
-                    "both skips, pre-LayerNorm: W_Q = I in one layer loses d^2 - H d_h^2 - d - (d-1)(d-2)/2 + "
-                    "H(d_h-1)(d_h-2)/2 = 1" + ends,
-                    Kind::count, fixed, 0, nullptr, at, counted(layernorm_one_layer)});
-  claims.push_back({"qwe.fdim.mlp",
-                    "attention skip only, GELU MLP (width 6): W_Q = I in every layer loses nothing (Theorem 4.2)" +
-                        ends,
-                    Kind::count, fixed, 0, nullptr, at, counted(attention_skip_mlp)});
+  claims.push_back({.id = "qwe.fdim.noskip",
+                    .statement = "no skips: W_Q = I in every layer loses nothing" + ends,
+                    .kind = Kind::count,
+                    .dims = fixed,
+                    .budget = 0,
+                    .defaults = at,
+                    .run = counted(no_skips)});
+  claims.push_back({.id = "qwe.fdim.one",
+                    .statement = "both skips, no norm: W_Q = I in one layer loses nothing (Theorem 4.1)" + ends,
+                    .kind = Kind::count,
+                    .dims = fixed,
+                    .budget = 0,
+                    .defaults = at,
+                    .run = counted(both_skips_one_layer)});
+  claims.push_back({.id = "qwe.fdim.every",
+                    .statement = "both skips, no norm: W_Q = I in every layer loses (L-1)(d^2 - H d_h^2) = 8 "
+                                 "(Remark 1)" + ends,
+                    .kind = Kind::count,
+                    .dims = fixed,
+                    .budget = 0,
+                    .defaults = at,
+                    .run = counted(both_skips_every_layer)});
+  claims.push_back({.id = "qwe.fdim.layernorm",
+                    .statement = "both skips, pre-LayerNorm: W_Q = I in one layer loses d^2 - H d_h^2 - d - "
+                                 "(d-1)(d-2)/2 + H(d_h-1)(d_h-2)/2 = 1" + ends,
+                    .kind = Kind::count,
+                    .dims = fixed,
+                    .budget = 0,
+                    .defaults = at,
+                    .run = counted(layernorm_one_layer)});
+  claims.push_back({.id = "qwe.fdim.mlp",
+                    .statement = "attention skip only, GELU MLP (width 6): W_Q = I in every layer loses nothing "
+                                 "(Theorem 4.2)" +
+                                 ends,
+                    .kind = Kind::count,
+                    .dims = fixed,
+                    .budget = 0,
+                    .defaults = at,
+                    .run = counted(attention_skip_mlp)});
 }
 
 }  // namespace qkvlab::theory

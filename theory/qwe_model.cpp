@@ -11,11 +11,9 @@ namespace {
 
 constexpr int vocab = 24;
 
-ModelShape shape(const Config& c) {
+ModelShape shape(const SweepPoint& c) {
   return {.d = c.d, .vocab = vocab, .seq = c.seq, .hidden = 4 * c.d, .heads = c.heads, .layers = c.layers};
 }
-
-int layer_of(const Config& c) { return std::stoi(c.variant.substr(c.variant.find('=') + 1)); }
 
 // max over i of rel_err(X_i T_i, X_i'), the logits and every W_Q' that must be I.
 template <class S>
@@ -41,10 +39,10 @@ template <class S> void note_singular(Outcome& o, const ChangeOfBasis<S>& T) {
 // qwe.thm4.1: with both skips, T = W_Q^ℓ applied to every weight gives X_i' = X_i T,
 // identical logits and W_Q^ℓ' = I.
 struct Theorem41 {
-  template <class S> static Outcome run(const Config& c, Rng& rng) {
+  template <class S> static Outcome run(const SweepPoint& c, Rng& rng) {
     const auto m = random_model<S>(rng, shape(c), Skip::both, c.mask, false, false);
     const auto tokens = random_tokens(rng, c.seq, vocab);
-    const int ell = layer_of(c) - 1;
+    const int ell = c.variant.layer - 1;
     const auto T = query_basis<S>(m.block(ell));
     const auto reduced = change_model_basis<S>(m, T);
     const auto a = forward<S>(m, tokens);
@@ -65,7 +63,7 @@ struct Theorem41 {
 
 // qwe.remark4: a tied head must be untied (U' = T⁻¹Eᵀ), unless T is orthogonal.
 struct Remark4 {
-  template <class S> static Outcome run(const Config& c, Rng& rng) {
+  template <class S> static Outcome run(const SweepPoint& c, Rng& rng) {
     const auto m = random_model<S>(rng, shape(c), Skip::both, c.mask, true, false);
     const auto tokens = random_tokens(rng, c.seq, vocab);
     const Mat<S> logits = forward<S>(m, tokens).logits;
@@ -87,16 +85,16 @@ struct Remark4 {
 };
 
 // qwe.lemma8.5: an attention-skip-only block intertwines: B'(X T_in) = B(X) T_out.
-template <class S> double intertwining_error(const Config& c, Rng& rng, Skip skip, const ChangeOfBasis<S>& T_in,
+template <class S> double intertwining_error(const SweepPoint& c, Rng& rng, Skip skip, const ChangeOfBasis<S>& T_in,
                                              const ChangeOfBasis<S>& T_out, const BlockWeights<S>& b) {
   const Mat<S> X = draw<S>(rng, c.seq, c.d, 1.0);
-  const Mat<S> reference = block_forward<S>(X, b, skip, c.mask, Activation::gelu) * T_out.T;
+  const Mat<S> reference = block_forward<S>(X, b, skip, c.mask, MlpActivation::gelu) * T_out.T;
   return rel_err<S>(reference, block_forward<S>(X * T_in.T, intertwine<S>(b, T_in, T_out), skip, c.mask,
-                                                Activation::gelu));
+                                                MlpActivation::gelu));
 }
 
 struct Lemma85 {
-  template <class S> static Outcome run(const Config& c, Rng& rng) {
+  template <class S> static Outcome run(const SweepPoint& c, Rng& rng) {
     const auto b = random_block<S>(rng, c.d, c.heads, 4 * c.d);
     const auto T_in = random_basis<S>(rng, c.d), T_out = random_basis<S>(rng, c.d);
     Outcome o;
@@ -112,14 +110,15 @@ struct Lemma85 {
 
 // qwe.thm4.2: attention-skip-only layers, T_i = W_Q^i and T_{L+1} = I: every
 // layer loses W_Q and the logits are unchanged (U untouched).
-template <class S> std::vector<ChangeOfBasis<S>> query_bases(const Model<S>& m) {
+template <class S> std::vector<ChangeOfBasis<S>> query_bases(const NormFreeTransformer<S>& m) {
   std::vector<ChangeOfBasis<S>> T;
   for (int i = 0; i < m.layers; ++i) T.push_back(query_basis<S>(m.block(i)));
   T.push_back(change_of_basis<S>(Mat<S>::Identity(m.d(), m.d())));
   return T;
 }
 
-template <class S> double eliminate_every_query(const Model<S>& m, const std::vector<int>& tokens, Outcome& o) {
+template <class S>
+double eliminate_every_query(const NormFreeTransformer<S>& m, const std::vector<int>& tokens, Outcome& o) {
   const auto T = query_bases<S>(m);
   const auto reduced = change_model_basis<S>(m, T);
   std::vector<const Mat<S>*> queries;
@@ -130,7 +129,7 @@ template <class S> double eliminate_every_query(const Model<S>& m, const std::ve
 }
 
 struct Theorem42 {
-  template <class S> static Outcome run(const Config& c, Rng& rng) {
+  template <class S> static Outcome run(const SweepPoint& c, Rng& rng) {
     const auto m = random_model<S>(rng, shape(c), Skip::attention_only, c.mask, false, false);
     const auto tokens = random_tokens(rng, c.seq, vocab);
     Outcome o;
@@ -146,7 +145,7 @@ struct Theorem42 {
 
 // qwe.lemma8.6: a block with both skips intertwines with one basis: B'(X T) = B(X) T.
 struct Lemma86 {
-  template <class S> static Outcome run(const Config& c, Rng& rng) {
+  template <class S> static Outcome run(const SweepPoint& c, Rng& rng) {
     const auto b = random_block<S>(rng, c.d, c.heads, 4 * c.d);
     const auto T = query_basis<S>(b);
     const auto T_out = random_basis<S>(rng, c.d);
@@ -162,7 +161,7 @@ struct Lemma86 {
 // qwe.thm4.3: weight-shared layers telescope: with T = W_Q, B'^L(X T) = B^L(X) T
 // and the one shared W_Q' = I.
 struct Theorem43 {
-  template <class S> static Outcome run(const Config& c, Rng& rng) {
+  template <class S> static Outcome run(const SweepPoint& c, Rng& rng) {
     const auto m = random_model<S>(rng, shape(c), Skip::both, c.mask, false, true);
     const auto tokens = random_tokens(rng, c.seq, vocab);
     const auto T = query_basis<S>(m.block(0));
@@ -184,9 +183,9 @@ struct Theorem43 {
   }
 };
 
-std::vector<std::string> every_layer(const Config& c) {
-  std::vector<std::string> v;
-  for (int l = 1; l <= c.layers; ++l) v.push_back("layer=" + std::to_string(l));
+std::vector<PointVariant> every_layer(const SweepPoint& c) {
+  std::vector<PointVariant> v;
+  for (int l = 1; l <= c.layers; ++l) v.push_back({.label = "layer=" + std::to_string(l), .layer = l});
   return v;
 }
 
@@ -198,20 +197,46 @@ void register_model_claims(std::vector<Claim>& claims) {
   const Dims both_masks{.heads = true, .layers = true, .seq = true, .mask = true};
   const Dims model{.heads = true, .layers = true, .seq = true, .mask = false};
   const Dims block{.heads = true, .layers = false, .seq = true, .mask = false};
-  claims.push_back({"qwe.thm4.1",
-                    "both skips, untied: T = W_Q^l on every weight gives X_i' = X_i T, equal logits, W_Q^l' = I",
-                    Kind::identity, both_masks, default_budget, every_layer, {}, dispatch<Theorem41>()});
-  claims.push_back({"qwe.remark4", "a tied head must be untied (U' = T^-1 E^T) unless T is orthogonal", Kind::identity,
-                    model, default_budget, nullptr, {}, dispatch<Remark4>()});
-  claims.push_back({"qwe.lemma8.5", "attention-skip-only blocks intertwine: B'(X T_in) = B(X) T_out", Kind::identity,
-                    block, default_budget, nullptr, {}, dispatch<Lemma85>()});
-  claims.push_back({"qwe.thm4.2",
-                    "attention-skip-only layers with T_i = W_Q^i, T_{L+1} = I: every W_Q' = I, equal logits",
-                    Kind::identity, model, default_budget, nullptr, {}, dispatch<Theorem42>()});
-  claims.push_back({"qwe.lemma8.6", "a block with both skips intertwines with one basis: B'(X T) = B(X) T",
-                    Kind::identity, block, default_budget, nullptr, {}, dispatch<Lemma86>()});
-  claims.push_back({"qwe.thm4.3", "weight-shared layers telescope: B'^L(X T) = B^L(X) T, shared W_Q' = I",
-                    Kind::identity, model, default_budget, nullptr, {.layers = {4, 32}, .seq = {8}}, dispatch<Theorem43>()});
+  claims.push_back({.id = "qwe.thm4.1",
+                    .statement = "both skips, untied: T = W_Q^l on every weight gives X_i' = X_i T, equal logits, "
+                                 "W_Q^l' = I",
+                    .kind = Kind::identity,
+                    .dims = both_masks,
+                    .budget = default_budget,
+                    .variants = every_layer,
+                    .run = dispatch<Theorem41>()});
+  claims.push_back({.id = "qwe.remark4",
+                    .statement = "a tied head must be untied (U' = T^-1 E^T) unless T is orthogonal",
+                    .kind = Kind::identity,
+                    .dims = model,
+                    .budget = default_budget,
+                    .run = dispatch<Remark4>()});
+  claims.push_back({.id = "qwe.lemma8.5",
+                    .statement = "attention-skip-only blocks intertwine: B'(X T_in) = B(X) T_out",
+                    .kind = Kind::identity,
+                    .dims = block,
+                    .budget = default_budget,
+                    .run = dispatch<Lemma85>()});
+  claims.push_back({.id = "qwe.thm4.2",
+                    .statement = "attention-skip-only layers with T_i = W_Q^i, T_{L+1} = I: every W_Q' = I, equal "
+                                 "logits",
+                    .kind = Kind::identity,
+                    .dims = model,
+                    .budget = default_budget,
+                    .run = dispatch<Theorem42>()});
+  claims.push_back({.id = "qwe.lemma8.6",
+                    .statement = "a block with both skips intertwines with one basis: B'(X T) = B(X) T",
+                    .kind = Kind::identity,
+                    .dims = block,
+                    .budget = default_budget,
+                    .run = dispatch<Lemma86>()});
+  claims.push_back({.id = "qwe.thm4.3",
+                    .statement = "weight-shared layers telescope: B'^L(X T) = B^L(X) T, shared W_Q' = I",
+                    .kind = Kind::identity,
+                    .dims = model,
+                    .budget = default_budget,
+                    .defaults = {.layers = {4, 32}, .seq = {8}},
+                    .run = dispatch<Theorem43>()});
 }
 
 }  // namespace qkvlab::theory

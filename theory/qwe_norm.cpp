@@ -193,7 +193,7 @@ namespace {
 // ‖v‖/‖v − μ1‖ of the shifted points and the inverse identity's 1/s (see the
 // file comment).
 struct Lemma82 {
-  template <class S> static Outcome run(const Config& c, Rng& rng) {
+  template <class S> static Outcome run(const SweepPoint& c, Rng& rng) {
     const int d = c.d, n = c.seq;
     const auto L = layer_norm_conjugacy<S>(cast<S>(draw_conjugacy_basis(rng, d)));
     const MatD X_random = multiscale_inputs(rng, d, n);
@@ -283,7 +283,7 @@ struct Lemma82 {
 // product. (cond₂(A) ≥ ‖A‖ ‖N‖/‖A N‖ covers the first identity.)
 // The last factor matters at d = 2, where every N(x) lies on one line.
 struct Theorem83 {
-  template <class S> static Outcome run(const Config& c, Rng& rng) {
+  template <class S> static Outcome run(const SweepPoint& c, Rng& rng) {
     const int d = c.d, n = c.seq;
     const auto L = layer_norm_conjugacy<S>(cast<S>(draw_conjugacy_basis(rng, d)));
     const MatD X_random = multiscale_inputs(rng, d, n);
@@ -304,7 +304,7 @@ struct Theorem83 {
 // round-trip argument of the file comment holds for R verbatim, and for DyT
 // tanh'(w) = 1 − y² cancels atanh's 1/(1 − y²).
 struct Remark5 {
-  template <class S> static Outcome run(const Config& c, Rng& rng) {
+  template <class S> static Outcome run(const SweepPoint& c, Rng& rng) {
     const int d = c.d, n = c.seq;
     const MatD T_draw = draw_basis(rng, d, 1.0 / std::sqrt(double(d)));
     const MatD X_random = multiscale_inputs(rng, d, n);
@@ -340,15 +340,27 @@ constexpr Dims norm_dims{.heads = false, .layers = false, .seq = true, .mask = f
 }  // namespace
 
 void register_norm_claims(std::vector<Claim>& claims) {
-  claims.push_back({"qwe.lemma8.2",
-                    "f = N^-1 o (D T) o N with D = c diag(T^-T 1), |D T on Z| = 1: N(f(x)) = D T N(x) (LayerNorm)",
-                    Kind::identity, norm_dims, default_budget, nullptr, {}, dispatch<Lemma82>()});
-  claims.push_back({"qwe.thm8.3",
-                    "G~ N(f(x)) = (G~ D T G^-1) LN_G(x) and W' LN_G~(f(x)) = W LN_G(x), W' = W G T^-1 D^-1 G~^-1",
-                    Kind::identity, norm_dims, default_budget, nullptr, {}, dispatch<Theorem83>()});
-  claims.push_back({"qwe.remark5",
-                    "RMSNorm with A = T/|T|_2: R(f(x)) = A R(x); DyT with A = T/|T|_inf: Y(f(x)) = A Y(x)",
-                    Kind::identity, norm_dims, default_budget, nullptr, {}, dispatch<Remark5>()});
+  claims.push_back({.id = "qwe.lemma8.2",
+                    .statement = "f = N^-1 o (D T) o N with D = c diag(T^-T 1), |D T on Z| = 1: N(f(x)) = D T N(x) "
+                                 "(LayerNorm)",
+                    .kind = Kind::identity,
+                    .dims = norm_dims,
+                    .budget = default_budget,
+                    .run = dispatch<Lemma82>()});
+  claims.push_back({.id = "qwe.thm8.3",
+                    .statement = "G~ N(f(x)) = (G~ D T G^-1) LN_G(x) and W' LN_G~(f(x)) = W LN_G(x), W' = W G T^-1 "
+                                 "D^-1 G~^-1",
+                    .kind = Kind::identity,
+                    .dims = norm_dims,
+                    .budget = default_budget,
+                    .run = dispatch<Theorem83>()});
+  claims.push_back({.id = "qwe.remark5",
+                    .statement = "RMSNorm with A = T/|T|_2: R(f(x)) = A R(x); DyT with A = T/|T|_inf: Y(f(x)) = A "
+                                 "Y(x)",
+                    .kind = Kind::identity,
+                    .dims = norm_dims,
+                    .budget = default_budget,
+                    .run = dispatch<Remark5>()});
 }
 
 }  // namespace qkvlab::theory

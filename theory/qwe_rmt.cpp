@@ -66,7 +66,7 @@ constexpr int defect_samples = 4096;
 
 // qwe.sec8.3.1, the identity half (see the file comment).
 struct MetricDefect {
-  template <class S> static Outcome run(const Config& c, Rng& rng) {
+  template <class S> static Outcome run(const SweepPoint& c, Rng& rng) {
     const int d = c.d, n = c.seq;
     const Mat<S> U = orthogonal_factor<S>(draw<S>(rng, d, d, 1.0));
     const Mat<S> V = orthogonal_factor<S>(draw<S>(rng, d, d, 1.0));
@@ -122,7 +122,7 @@ double quarter_circle_cdf(double y) {
   return (2 * theta + std::sin(2 * theta)) / std::numbers::pi;
 }
 
-Outcome marchenko_pastur(const Config& c, Precision, Rng& rng) {
+Outcome marchenko_pastur(const SweepPoint& c, Precision, Rng& rng) {
   const int d = std::max(c.d, mp_min_d);
   double D = 0, wrong_scale = 0, wrong_law = 0;
   std::vector<double> each;
@@ -148,7 +148,7 @@ Outcome marchenko_pastur(const Config& c, Precision, Rng& rng) {
   return o;
 }
 
-Outcome edge_scaling(const Config& c, Precision, Rng& rng) {
+Outcome edge_scaling(const SweepPoint& c, Precision, Rng& rng) {
   const int d_max = std::max(c.d, edge_min_d);
   const double edge = 2 * std::sqrt(v);
   // Weighted least squares of y = log E|excess| on t = log d.
@@ -196,7 +196,7 @@ Outcome edge_scaling(const Config& c, Precision, Rng& rng) {
   return o;
 }
 
-Outcome defect_mean(const Config& c, Precision, Rng& rng) {
+Outcome defect_mean(const SweepPoint& c, Precision, Rng& rng) {
   const int d = c.d;
   const MatD A = random_matrix(rng, d);
   const MatD directions = rng.unit_rows(defect_samples, d);
@@ -220,20 +220,36 @@ Outcome defect_mean(const Config& c, Precision, Rng& rng) {
 void register_rmt_claims(std::vector<Claim>& claims) {
   constexpr Dims identity_dims{.heads = false, .layers = false, .seq = true, .mask = false};
   constexpr Dims d_only{.heads = false, .layers = false, .seq = false, .mask = false};
-  claims.push_back({"qwe.sec8.3.1",
-                    "RMSNorm metric defect: R(U Sigma V^T x) = U R(Sigma V^T x), R(Sigma u) = s(u) Sigma R(u), "
-                    "s = sqrt((|u|^2/d + eps)/(m^2 |u|^2/d + eps))",
-                    Kind::identity, identity_dims, default_budget, nullptr, {}, dispatch<MetricDefect>()});
-  claims.push_back({"qwe.sec8.3.1.mp",
-                    "squared singular values of N(0, v/d) d x d matrices follow Marchenko-Pastur (ratio 1, scale v): "
-                    "KS distance <= 2 log(d)/d",
-                    Kind::statistical, d_only, mp_budget, nullptr, {.d = {64, 256}}, marchenko_pastur});
-  claims.push_back({"qwe.sec8.3.1.edge",
-                    "E|sigma_max - 2 sqrt(v)| shrinks like d^(-2/3): log-log slope over d_max/16..d_max vs -2/3",
-                    Kind::statistical, d_only, z_budget, nullptr, {.d = {1024}}, edge_scaling});
-  claims.push_back({"qwe.sec8.3.1.defect",
-                    "u uniform on the sphere: E[m(u)^2] = |A|_F^2/d (Monte Carlo vs exact)", Kind::statistical,
-                    d_only, z_budget, nullptr, {.d = {16, 64, 256}}, defect_mean});
+  claims.push_back({.id = "qwe.sec8.3.1",
+                    .statement = "RMSNorm metric defect: R(U Sigma V^T x) = U R(Sigma V^T x), R(Sigma u) = s(u) "
+                                 "Sigma R(u), s = sqrt((|u|^2/d + eps)/(m^2 |u|^2/d + eps))",
+                    .kind = Kind::identity,
+                    .dims = identity_dims,
+                    .budget = default_budget,
+                    .run = dispatch<MetricDefect>()});
+  claims.push_back({.id = "qwe.sec8.3.1.mp",
+                    .statement = "squared singular values of N(0, v/d) d x d matrices follow Marchenko-Pastur "
+                                 "(ratio 1, scale v): KS distance <= 2 log(d)/d",
+                    .kind = Kind::statistical,
+                    .dims = d_only,
+                    .budget = mp_budget,
+                    .defaults = {.d = {64, 256}},
+                    .run = marchenko_pastur});
+  claims.push_back({.id = "qwe.sec8.3.1.edge",
+                    .statement = "E|sigma_max - 2 sqrt(v)| shrinks like d^(-2/3): log-log slope over "
+                                 "d_max/16..d_max vs -2/3",
+                    .kind = Kind::statistical,
+                    .dims = d_only,
+                    .budget = z_budget,
+                    .defaults = {.d = {1024}},
+                    .run = edge_scaling});
+  claims.push_back({.id = "qwe.sec8.3.1.defect",
+                    .statement = "u uniform on the sphere: E[m(u)^2] = |A|_F^2/d (Monte Carlo vs exact)",
+                    .kind = Kind::statistical,
+                    .dims = d_only,
+                    .budget = z_budget,
+                    .defaults = {.d = {16, 64, 256}},
+                    .run = defect_mean});
 }
 
 }  // namespace qkvlab::theory

@@ -50,7 +50,7 @@ Statistic score_ratio(const std::vector<BatchMoments>& b, double expected) {
   return {ratio, expected, ratio * std::sqrt(var_log)};
 }
 
-Outcome attention_scaling(const Config& c, Precision, Rng& rng) {
+Outcome attention_scaling(const SweepPoint& c, Precision, Rng& rng) {
   std::vector<BatchMoments> b;
   for (int i = 0; i < batches; ++i) b.push_back(score_moments(rng, c.d, c.heads));
   const double expected = 1.0 / (sigma_w * std::sqrt(double(c.d)));
@@ -66,10 +66,14 @@ Outcome attention_scaling(const Config& c, Precision, Rng& rng) {
 }  // namespace
 
 void register_scale_claims(std::vector<Claim>& claims) {
-  claims.push_back({"qwe.scale8.2",
-                    "with W_Q = I, score std at init is larger by 1/(sigma_w sqrt(d)) (paper: 2); Monte Carlo vs analytic",
-                    Kind::statistical, Dims{.heads = true, .layers = false, .seq = false, .mask = false}, 4.0,
-                    nullptr, {.d = {64, 256, 768}, .heads = {1, 4}}, attention_scaling});
+  claims.push_back({.id = "qwe.scale8.2",
+                    .statement = "with W_Q = I, score std at init is larger by 1/(sigma_w sqrt(d)) (paper: 2); "
+                                 "Monte Carlo vs analytic",
+                    .kind = Kind::statistical,
+                    .dims = Dims{.heads = true, .layers = false, .seq = false, .mask = false},
+                    .budget = 4.0,
+                    .defaults = {.d = {64, 256, 768}, .heads = {1, 4}},
+                    .run = attention_scaling});
 }
 
 }  // namespace qkvlab::theory

@@ -13,7 +13,7 @@ namespace {
 
 // m layers' values with the current layer's keys K_n in every slot; the controls: Eq. 2 (layer
 // i's own keys), and, under the causal mask, one causal mask over the m·n concatenated positions.
-template <class S> Outcome cross_layer_outcome(const Config& c, Rng& rng, int layers) {
+template <class S> Outcome cross_layer_outcome(const SweepPoint& c, Rng& rng, int layers) {
   const Mat<S> Q = draw<S>(rng, c.seq, c.d, 1.0), K_n = draw<S>(rng, c.seq, c.d, 1.0);
   std::vector<Mat<S>> values, own_keys;
   for (int i = 0; i < layers; ++i) values.push_back(draw<S>(rng, c.seq, c.d, 1.0));
@@ -40,11 +40,11 @@ template <class S> Outcome cross_layer_outcome(const Config& c, Rng& rng, int la
 }
 
 struct Eq4 {
-  template <class S> static Outcome run(const Config& c, Rng& rng) { return cross_layer_outcome<S>(c, rng, 2); }
+  template <class S> static Outcome run(const SweepPoint& c, Rng& rng) { return cross_layer_outcome<S>(c, rng, 2); }
 };
 
 struct Eq5 {
-  template <class S> static Outcome run(const Config& c, Rng& rng) {
+  template <class S> static Outcome run(const SweepPoint& c, Rng& rng) {
     if (c.layers < 2) throw std::invalid_argument("Eq. 5 combines n >= 2 layers, got L = " + std::to_string(c.layers));
     return cross_layer_outcome<S>(c, rng, c.layers);
   }
@@ -53,15 +53,21 @@ struct Eq5 {
 }  // namespace
 
 void register_resformer_claims(std::vector<Claim>& claims) {
-  claims.push_back({"resformer.eq4",
-                    "softmax(Q_n [K_n; K_n]^T/sqrt(d)) [V_n; V_m] = 1/2 A_n (V_n + V_m), both key copies masked alike "
-                    "(Eq. 3 => Eq. 4)",
-                    Kind::identity, Dims{.heads = false}, default_budget, nullptr, {}, dispatch<Eq4>()});
-  claims.push_back({"resformer.eq5",
-                    "softmax(Q_n [K_n; ...; K_n]^T/sqrt(d)) [V_1; ...; V_n] = (1/n) A_n sum_i V_i over n layers (Eq. 5, "
-                    "exact with every key K_n)",
-                    Kind::identity, Dims{.heads = false, .layers = true}, default_budget, nullptr,
-                    DefaultSweep{.layers = {3, 6}}, dispatch<Eq5>()});
+  claims.push_back({.id = "resformer.eq4",
+                    .statement = "softmax(Q_n [K_n; K_n]^T/sqrt(d)) [V_n; V_m] = 1/2 A_n (V_n + V_m), both key "
+                                 "copies masked alike (Eq. 3 => Eq. 4)",
+                    .kind = Kind::identity,
+                    .dims = Dims{.heads = false},
+                    .budget = default_budget,
+                    .run = dispatch<Eq4>()});
+  claims.push_back({.id = "resformer.eq5",
+                    .statement = "softmax(Q_n [K_n; ...; K_n]^T/sqrt(d)) [V_1; ...; V_n] = (1/n) A_n sum_i V_i over "
+                                 "n layers (Eq. 5, exact with every key K_n)",
+                    .kind = Kind::identity,
+                    .dims = Dims{.heads = false, .layers = true},
+                    .budget = default_budget,
+                    .defaults = DefaultSweep{.layers = {3, 6}},
+                    .run = dispatch<Eq5>()});
 }
 
 }  // namespace qkvlab::theory

@@ -36,7 +36,7 @@ namespace {
 constexpr long check_prompts = 20000;
 constexpr double sigma = 0.5;
 
-icl::Task make_task(const Config& c, bool scaled_prior) {
+icl::Task make_task(const SweepPoint& c, bool scaled_prior) {
   icl::Task t{c.d, c.seq, sigma, {}};
   t.W0 = scaled_prior ? MatD(icl::theorem_w0_scale(t) * MatD::Identity(c.d, c.d)) : MatD::Zero(c.d, c.d);
   return t;
@@ -48,43 +48,41 @@ icl::Task make_task(const Config& c, bool scaled_prior) {
 enum class CopyWidth { one, half, full };  // a = 1, ⌊d/2⌋, d
 struct IclVariant {
   std::string label;
-  icl::Architecture architecture = icl::Architecture::mha;
+  qkv::VariantKind architecture = qkv::VariantKind::vanilla;
   bool scaled_prior = false;  // W_0 = c I (icl::theorem_w0_scale); else W_0 = 0
   CopyWidth a = CopyWidth::full;
 };
 using IclVariants = std::vector<IclVariant>;
 
-using enum icl::Architecture;
+using enum qkv::VariantKind;
 const IclVariants reduction_variants{
-    {.label = "model=mha a=1", .architecture = mha, .a = CopyWidth::one},
-    {.label = "model=mha a=d/2", .architecture = mha, .a = CopyWidth::half},
-    {.label = "model=mha a=d", .architecture = mha, .a = CopyWidth::full},
+    {.label = "model=mha a=1", .architecture = vanilla, .a = CopyWidth::one},
+    {.label = "model=mha a=d/2", .architecture = vanilla, .a = CopyWidth::half},
+    {.label = "model=mha a=d", .architecture = vanilla, .a = CopyWidth::full},
     {.label = "model=skipv1 a=1", .architecture = skipv1, .a = CopyWidth::one},
     {.label = "model=skipv1 a=d/2", .architecture = skipv1, .a = CopyWidth::half},
     {.label = "model=skipv1 a=d", .architecture = skipv1, .a = CopyWidth::full}};
-const IclVariants lemma1_variants{{.label = "k=1 prior=0", .architecture = mha, .scaled_prior = false},
-                                  {.label = "k=1 prior=cI", .architecture = mha, .scaled_prior = true},
+const IclVariants lemma1_variants{{.label = "k=1 prior=0", .architecture = vanilla, .scaled_prior = false},
+                                  {.label = "k=1 prior=cI", .architecture = vanilla, .scaled_prior = true},
                                   {.label = "k=2 prior=0", .architecture = skipv1, .scaled_prior = false},
                                   {.label = "k=2 prior=cI", .architecture = skipv1, .scaled_prior = true}};
-const IclVariants lemma2_variants{{.label = "k=1", .architecture = mha}, {.label = "k=2", .architecture = skipv1}};
+const IclVariants lemma2_variants{{.label = "k=1", .architecture = vanilla}, {.label = "k=2", .architecture = skipv1}};
 const IclVariants thm2_variants{{.label = "skipv1 prior=0", .architecture = skipv1, .scaled_prior = false},
                                 {.label = "skipv1 prior=cI", .architecture = skipv1, .scaled_prior = true},
-                                {.label = "mha prior=0", .architecture = mha, .scaled_prior = false}};
+                                {.label = "mha prior=0", .architecture = vanilla, .scaled_prior = false}};
 
 // Claim::variants: the labels of a list.
-std::function<std::vector<std::string>(const Config&)> labels(const IclVariants& list) {
-  return [&list](const Config&) {
+std::function<std::vector<PointVariant>(const SweepPoint&)> labels(const IclVariants& list) {
+  return [&list](const SweepPoint&) {
     std::vector<std::string> out;
     for (const IclVariant& v : list) out.push_back(v.label);
-    return out;
+    return numbered(out);
   };
 }
 
-// The variant a point runs, found by its whole label.
-const IclVariant& variant_of(const IclVariants& list, const Config& c) {
-  for (const IclVariant& v : list)
-    if (v.label == c.variant) return v;
-  throw std::logic_error("skipv1: no variant \"" + c.variant + "\"");
+// The variant a point runs: its entry of the list.
+const IclVariant& variant_of(const IclVariants& list, const SweepPoint& c) {
+  return list.at(std::size_t(c.variant.entry));
 }
 
 int copy_width(CopyWidth a, int d) { return a == CopyWidth::one ? 1 : a == CopyWidth::half ? d / 2 : d; }
@@ -110,7 +108,7 @@ icl::LemmaOptions options(Rng& rng, icl::Form form = icl::Form::posterior_mean) 
   return {check_prompts, rng.next_u64(), 1, -1, form};
 }
 
-Outcome lemma1(const Config& c, Precision, Rng& rng) {
+Outcome lemma1(const SweepPoint& c, Precision, Rng& rng) {
   const IclVariant& v = variant_of(lemma1_variants, c);
   const auto arch = v.architecture;
   const icl::LemmaOptions o = options(rng);
@@ -122,30 +120,30 @@ Outcome lemma1(const Config& c, Precision, Rng& rng) {
                              icl::check_lemma1(make_task(c, true), ridge, arch)));
 }
 
-Outcome lemma2(const Config& c, Precision, Rng& rng) {
+Outcome lemma2(const SweepPoint& c, Precision, Rng& rng) {
   const auto arch = variant_of(lemma2_variants, c).architecture;
   const icl::LemmaOptions o = options(rng);
   return outcome(icl::check_lemma2(make_task(c, false), o, arch),
                  rejected("W_0 = c I (no Y -> -Y symmetry)", icl::check_lemma2(make_task(c, true), o, arch)));
 }
 
-Outcome lemma3(const Config& c, Precision, Rng& rng) {
-  const auto part = c.variant == "t1" ? icl::Lemma3Part::t1 : icl::Lemma3Part::t2;
+Outcome lemma3(const SweepPoint& c, Precision, Rng& rng) {
+  const auto part = c.variant.entry == 0 ? icl::Lemma3Part::t1 : icl::Lemma3Part::t2;
   const icl::LemmaOptions o = options(rng);
   return outcome(icl::check_lemma3(make_task(c, false), o, part),
                  rejected("W_0 = c I (rows of W* not centred)", icl::check_lemma3(make_task(c, true), o, part)));
 }
 
-Outcome lemma4(const Config& c, Precision, Rng& rng) {
+Outcome lemma4(const SweepPoint& c, Precision, Rng& rng) {
   const icl::LemmaOptions o = options(rng);
   return outcome(icl::check_lemma4(make_task(c, false), o),
                  rejected("W_0 = c I (the theorem's condition)", icl::check_lemma4(make_task(c, true), o)));
 }
 
-Outcome thm2(const Config& c, Precision, Rng& rng) {
+Outcome thm2(const SweepPoint& c, Precision, Rng& rng) {
   const IclVariant& v = variant_of(thm2_variants, c);
   const icl::LemmaOptions o = options(rng);
-  if (v.architecture == icl::Architecture::skipv1) {
+  if (v.architecture == qkv::VariantKind::skipv1) {
     icl::LemmaOptions typo = o;
     typo.form = icl::Form::ridge_sigma_typo;
     return outcome(icl::check_thm2(make_task(c, v.scaled_prior), o, icl::Thm2Part::skipv1),
@@ -158,7 +156,7 @@ Outcome thm2(const Config& c, Precision, Rng& rng) {
 
 // skipv1.reduction: token level against the reduced form.
 struct Reduction {
-  template <class S> static Outcome run(const Config& c, Rng& rng) {
+  template <class S> static Outcome run(const SweepPoint& c, Rng& rng) {
     const IclVariant& v = variant_of(reduction_variants, c);
     const int d = c.d, n = c.seq, a = copy_width(v.a, d);
     const icl::Task task{d, n, sigma, {}};
@@ -176,8 +174,8 @@ struct Reduction {
     o.controls.push_back(control_by_error(
         "Eq. 3 as printed (W_Q^{2,2} in head 1's score) vs the reduced SkipV1 form",
         rel_err<S>(icl::reduced_prediction<S>(cast<S>(p.X), cast<S>(p.Y), Vec<S>(cast<S>(p.x_query)), A, B,
-                                              icl::reduce<S>(w, A), icl::Architecture::skipv1),
-                   icl::token_prediction<S>(E, A, B, w, icl::Architecture::skipv1_eq3_as_printed))));
+                                              icl::reduce<S>(w, A), qkv::VariantKind::skipv1),
+                   icl::token_prediction<S>(E, A, B, w, qkv::VariantKind::skipv1, icl::HeadOneQuery::head_two))));
     return o;
   }
 };
@@ -218,7 +216,7 @@ void register_skipv1_claims(std::vector<Claim>& claims) {
                     .kind = Kind::statistical,
                     .dims = stat_dims,
                     .budget = icl::lemma_budget,
-                    .variants = [](const Config&) { return std::vector<std::string>{"t1", "t2"}; },
+                    .variants = [](const SweepPoint&) { return numbered({"t1", "t2"}); },
                     .defaults = stat_sweep,
                     .run = lemma3});
   claims.push_back({.id = "skipv1.lemma4",

@@ -56,7 +56,7 @@ LemmaResult result(std::string id, std::string variant, std::string statement, E
   return r;
 }
 
-std::string arch_name(Architecture a) { return a == Architecture::mha ? "k=1 (MHA)" : "k=2 (SkipV1)"; }
+std::string arch_name(qkv::VariantKind a) { return a == qkv::VariantKind::vanilla ? "k=1 (MHA)" : "k=2 (SkipV1)"; }
 
 template <class F> Estimate scalar_mc(const Task& task, const LemmaOptions& o, const std::string& stream, F f) {
   return run_chunks(task, o.prompts, o.seed, stream, o.threads, 1, 0,
@@ -105,9 +105,9 @@ double theorem_w0_scale(const Task& task) {
   return task.sigma > 0 ? 1.5 * 2.0 * std::sqrt(double(task.d)) * task.sigma : 1.0;
 }
 
-LemmaResult check_lemma1(const Task& task, const LemmaOptions& o, Architecture arch) {
+LemmaResult check_lemma1(const Task& task, const LemmaOptions& o, qkv::VariantKind arch) {
   validate(task);
-  const std::string stream = std::string("icl/lemmas/lemma1/") + (arch == Architecture::mha ? "mha" : "skipv1");
+  const std::string stream = std::string("icl/lemmas/lemma1/") + (arch == qkv::VariantKind::vanilla ? "mha" : "skipv1");
   Rng wrng(o.seed, stream + "/weights");
   RandomPoint w = random_point(task, copy_width(task, o), wrng);
   if (o.zero_weights) w.r.W = {MatD::Zero(task.d, task.d), MatD::Zero(task.d, task.d)};
@@ -120,9 +120,9 @@ LemmaResult check_lemma1(const Task& task, const LemmaOptions& o, Architecture a
                 std::string("form ") + form_name(o.form) + (o.zero_weights ? ", U = 0" : ""));
 }
 
-LemmaResult check_lemma2(const Task& task, const LemmaOptions& o, Architecture arch) {
+LemmaResult check_lemma2(const Task& task, const LemmaOptions& o, qkv::VariantKind arch) {
   validate(task);
-  const std::string stream = std::string("icl/lemmas/lemma2/") + (arch == Architecture::mha ? "mha" : "skipv1");
+  const std::string stream = std::string("icl/lemmas/lemma2/") + (arch == qkv::VariantKind::vanilla ? "mha" : "skipv1");
   Rng wrng(o.seed, stream + "/weights");
   const RandomPoint w = random_point(task, copy_width(task, o), wrng);
   const Estimate e = scalar_mc(task, o, stream, [&](const Prompt& p) {
@@ -214,7 +214,7 @@ LemmaResult check_thm2(const Task& task, const LemmaOptions& o, Thm2Part part) {
     const Estimate e =
         lambda_mc(task, o, "icl/lemmas/thm2/skipv1", [&](const PromptView& v, const Prompt& p, const VecD& lambda,
                                                          VecD& g) {
-          const MatD K = reduced_map<double>(p.X, p.Y, A, B, r, Architecture::skipv1);
+          const MatD K = reduced_map<double>(p.X, p.Y, A, B, r, qkv::VariantKind::skipv1);
           const MatD U = lambda.asDiagonal() * K, LB = lambda.asDiagonal() * v.B;
           g = 2 * (U - p.W).cwiseProduct(K).rowwise().sum() + 2 * lambda.cwiseProduct(v.B.rowwise().squaredNorm());
           return (U - p.W).squaredNorm() - (v.W_hat - p.W).squaredNorm() - v.W_hat.squaredNorm() + LB.squaredNorm();
@@ -226,8 +226,8 @@ LemmaResult check_thm2(const Task& task, const LemmaOptions& o, Thm2Part part) {
   Rng wrng(o.seed, stream + "/weights");
   const RandomPoint w = random_point(task, copy_width(task, o), wrng);
   const Estimate e = lambda_mc(task, o, stream, [&](const PromptView& v, const Prompt& p, const VecD& lambda, VecD& g) {
-    const MatD U = reduced_map<double>(p.X, p.Y, w.A, w.B, w.r, Architecture::mha);
-    const MatD Um = reduced_map<double>(p.X, (-p.Y).eval(), w.A, w.B, w.r, Architecture::mha);
+    const MatD U = reduced_map<double>(p.X, p.Y, w.A, w.B, w.r, qkv::VariantKind::vanilla);
+    const MatD Um = reduced_map<double>(p.X, (-p.Y).eval(), w.A, w.B, w.r, qkv::VariantKind::vanilla);
     const MatD odd = 0.5 * (U - Um), even = 0.5 * (U + Um);
     g = 2 * v.B.cwiseProduct(odd).rowwise().sum();
     return (U - p.W).squaredNorm() - (v.W_hat - p.W).squaredNorm() - even.squaredNorm() - v.W_hat.squaredNorm() +
@@ -238,8 +238,8 @@ LemmaResult check_thm2(const Task& task, const LemmaOptions& o, Thm2Part part) {
 }
 
 std::vector<LemmaResult> check_all_lemmas(const Task& task, const LemmaOptions& o) {
-  return {check_lemma1(task, o, Architecture::mha),     check_lemma1(task, o, Architecture::skipv1),
-          check_lemma2(task, o, Architecture::mha),     check_lemma2(task, o, Architecture::skipv1),
+  return {check_lemma1(task, o, qkv::VariantKind::vanilla),     check_lemma1(task, o, qkv::VariantKind::skipv1),
+          check_lemma2(task, o, qkv::VariantKind::vanilla),     check_lemma2(task, o, qkv::VariantKind::skipv1),
           check_lemma3(task, o, Lemma3Part::t1),        check_lemma3(task, o, Lemma3Part::t2),
           check_lemma4(task, o),                        check_thm2(task, o, Thm2Part::skipv1),
           check_thm2(task, o, Thm2Part::mha)};

@@ -75,8 +75,8 @@ struct LemmaResult {
 enum class Lemma3Part { t1, t2 };
 enum class Thm2Part { skipv1, mha };
 
-LemmaResult check_lemma1(const Task& task, const LemmaOptions& o, Architecture arch);
-LemmaResult check_lemma2(const Task& task, const LemmaOptions& o, Architecture arch);
+LemmaResult check_lemma1(const Task& task, const LemmaOptions& o, qkv::VariantKind arch);
+LemmaResult check_lemma2(const Task& task, const LemmaOptions& o, qkv::VariantKind arch);
 LemmaResult check_lemma3(const Task& task, const LemmaOptions& o, Lemma3Part part);
 LemmaResult check_lemma4(const Task& task, const LemmaOptions& o);
 LemmaResult check_thm2(const Task& task, const LemmaOptions& o, Thm2Part part);

@@ -46,7 +46,7 @@ const std::vector<int>& pick(const std::optional<std::vector<int>>& given, const
 // Bytes of one configuration at its widest scalar, up to a constant: per layer
 // the weights, their reparametrized copies and bases (≈ 40 d²), activations
 // (≈ 40 n d) and attention scores (4 H n²); the bases' inverses and LU (≈ 20 d²).
-double configuration_bytes(const Config& c, double scalar_bytes) {
+double configuration_bytes(const SweepPoint& c, double scalar_bytes) {
   const double d = c.d, n = c.seq, L = c.layers, H = c.heads;
   return scalar_bytes * (40 * L * d * d + 20 * d * d + 40 * L * n * d + 4 * L * H * n * n);
 }
@@ -74,7 +74,7 @@ void check_sizes(const std::vector<const Claim*>& claims, const VerifyOptions& o
 }
 
 // A claim's configurations under the options, variants included, at trial 0.
-std::vector<Config> sweep(const Claim& claim, const VerifyOptions& o) {
+std::vector<SweepPoint> sweep(const Claim& claim, const VerifyOptions& o) {
   const std::vector<int> one{1};
   const auto& ds = claim.dims.width ? pick(o.d, claim.defaults.d, default_d) : claim.defaults.d;
   const auto& hs = claim.dims.heads ? pick(o.heads, claim.defaults.heads, default_heads) : one;
@@ -82,14 +82,14 @@ std::vector<Config> sweep(const Claim& claim, const VerifyOptions& o) {
   const auto& ns = claim.dims.seq ? pick(o.seq, claim.defaults.seq, default_seq) : one;
   std::vector<Mask> masks{Mask::causal};
   if (claim.dims.mask) masks.push_back(Mask::bidirectional);
-  std::vector<Config> out;
+  std::vector<SweepPoint> out;
   for (int d : ds)
     for (int h : hs)
       for (int l : ls)
         for (int n : ns)
           for (Mask m : masks) {
-            Config c{d, h, l, n, m, "", 0};
-            const auto variants = claim.variants ? claim.variants(c) : std::vector<std::string>{""};
+            SweepPoint c{d, h, l, n, m, {}, 0};
+            const auto variants = claim.variants ? claim.variants(c) : std::vector<PointVariant>(1);
             for (const auto& v : variants) {
               c.variant = v;
               out.push_back(c);
@@ -129,7 +129,7 @@ VerifyPlan plan_verify(const std::vector<const Claim*>& claims, const VerifyOpti
   for (Precision p : o.precisions)
     scalar_bytes = std::max(scalar_bytes, p == Precision::mp50 ? double(sizeof(mp50)) : p == Precision::f80 ? 16.0 : 8.0);
   for (const Claim* c : claims)
-    for (const Config& config : sweep(*c, o)) {
+    for (const SweepPoint& config : sweep(*c, o)) {
       widest = std::max(widest, configuration_bytes(config, scalar_bytes));
       plan.configurations.emplace_back(c, config);
     }
@@ -138,13 +138,13 @@ VerifyPlan plan_verify(const std::vector<const Claim*>& claims, const VerifyOpti
   return plan;
 }
 
-std::string describe(const Claim& claim, const Config& c) {
+std::string describe(const Claim& claim, const SweepPoint& c) {
   std::string s = "d=" + std::to_string(c.d);
   if (claim.dims.heads) s += " H=" + std::to_string(c.heads);
   if (claim.dims.layers) s += " L=" + std::to_string(c.layers);
   if (claim.dims.seq) s += " n=" + std::to_string(c.seq);
   if (claim.dims.mask) s += std::string(" mask=") + mask_name(c.mask);
-  if (!c.variant.empty()) s += " " + c.variant;
+  if (!c.variant.label.empty()) s += " " + c.variant.label;
   return s + " trial=" + std::to_string(c.trial);
 }
 
@@ -182,7 +182,7 @@ results::CheckRecord check_record(const Claim& claim, const std::string& config,
   return r;
 }
 
-TaskResult run_task(const Claim& claim, const Config& config, const VerifyOptions& o) {
+TaskResult run_task(const Claim& claim, const SweepPoint& config, const VerifyOptions& o) {
   TaskResult t;
   const std::string where = describe(claim, config);
   std::vector<LadderPoint> ladder;
@@ -218,7 +218,7 @@ TaskResult run_task(const Claim& claim, const Config& config, const VerifyOption
 
 // Work of one configuration, up to a constant: per layer, the products
 // n·d·(d + n) of attention and n·d·4d of the MLP.
-double estimated_cost(const Config& c) {
+double estimated_cost(const SweepPoint& c) {
   return double(c.layers) * c.seq * c.d * (5.0 * c.d + c.seq);
 }
 
@@ -232,7 +232,7 @@ results::Report verify(const VerifyOptions& o) {
 }
 
 results::Report verify(const VerifyPlan& plan, const VerifyOptions& o) {
-  std::vector<std::pair<const Claim*, Config>> tasks;  // each configuration's trials in turn
+  std::vector<std::pair<const Claim*, SweepPoint>> tasks;  // each configuration's trials in turn
   for (const auto& [claim, config] : plan.configurations)
     for (int t = 0; t < o.trials; ++t) {
       tasks.emplace_back(claim, config);
@@ -270,7 +270,7 @@ results::Report verify(const VerifyPlan& plan, const VerifyOptions& o) {
   return report;
 }
 
-results::Report verify_configuration(const Claim& claim, const Config& config, const VerifyOptions& o) {
+results::Report verify_configuration(const Claim& claim, const SweepPoint& config, const VerifyOptions& o) {
   TaskResult t = run_task(claim, config, o);
   results::Report report;
   report.seed = o.seed;

@@ -42,7 +42,7 @@ std::vector<const Claim*> select_claims(const std::vector<std::string>& ids);
 // count dividing every d of a claim with heads, a precision. Throws UsageError
 // naming the values.
 struct VerifyPlan {
-  std::vector<std::pair<const Claim*, Config>> configurations;
+  std::vector<std::pair<const Claim*, SweepPoint>> configurations;
   // The memory the sizes imply: the largest configuration on every thread at
   // once, and the records of every configuration and trial.
   double memory_bytes = 0;
@@ -50,7 +50,7 @@ struct VerifyPlan {
 VerifyPlan plan_verify(const std::vector<const Claim*>& claims, const VerifyOptions& options);
 
 // The configuration as it appears in every output, e.g. "d=16 H=2 n=4 mask=causal elim=Q trial=0".
-std::string describe(const Claim& claim, const Config& config);
+std::string describe(const Claim& claim, const SweepPoint& config);
 
 // The size lists set, each as "LABEL v1,v2,…" (labels of d, heads, layers, seq and trials,
 // the latter only when not 1) joined by `separator`; "the default sweep" when none is set.
@@ -66,6 +66,6 @@ results::Report verify(const VerifyOptions& options);
 
 // One configuration of one claim (every precision): what verify() records for it.
 // A check whose run throws is recorded with status "error", its message as the note.
-results::Report verify_configuration(const Claim& claim, const Config& config, const VerifyOptions& options);
+results::Report verify_configuration(const Claim& claim, const SweepPoint& config, const VerifyOptions& options);
 
 }  // namespace qkvlab::theory

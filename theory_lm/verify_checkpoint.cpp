@@ -9,7 +9,7 @@ namespace qkvlab::theory_lm {
 namespace {
 
 using theory::Claim;
-using theory::Config;
+using theory::SweepPoint;
 using theory::Outcome;
 
 std::string family_norm(const lm::Config& c) {
@@ -84,8 +84,8 @@ struct Builder {
     auto claim = std::make_unique<Claim>(Claim{base.id, base.statement + " (on the checkpoint's weights)",
                                                theory::Kind::identity, theory::Dims{false, false, false, false},
                                                base.budget, nullptr, {}, nullptr});
-    claim->run = [check = std::move(check)](const Config&, Precision p, Rng& rng) { return check(p, rng); };
-    const Config c{config().d, config().heads, 1, data->activations.length, Mask::causal, site, 0};
+    claim->run = [check = std::move(check)](const SweepPoint&, Precision p, Rng& rng) { return check(p, rng); };
+    const SweepPoint c{config().d, config().heads, 1, data->activations.length, Mask::causal, {.label = site}, 0};
     out.plan.configurations.emplace_back(claim.get(), c);
     out.claims.push_back(std::move(claim));
   }

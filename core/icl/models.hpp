@@ -8,6 +8,8 @@
 // computed in that associative order. TF_l(E) = Σ_{h=1,2} head_h(E, E).
 //   MHA:    E_out = Σ_h head^{2,h}(F, F),                         F = TF_1(E)
 //   SkipV1: E_out = head^{2,1}(F, F) + head^{2,2}(E, F)   (head 2's values from E)
+// Which head reads E is the variant's plan (core/qkv_plan.hpp): layer 1's values
+// V_1 = W_V^{1,h} E are seen as E, since W_O^{2,h} W_V^{1,h} is again a free map.
 //   Eq. 3 as printed (a negative control): head^{2,1} uses W_Q^{2,2} in its score.
 // Prediction ŷ = H E_out[:, 2n] (the query column).
 // Assumption 1's first layer (used instead of TF_1 in the theorem):
@@ -24,10 +26,13 @@
 // L_k = E‖U_k x_{n+1} − y_{n+1}‖² (the integrands are reduced_prediction − y).
 #pragma once
 
+#include "core/qkv_plan.hpp"
 #include "core/types.hpp"
 #include "core/icl/prompt.hpp"
 
 #include <array>
+#include <stdexcept>
+#include <string>
 
 namespace qkvlab::icl {
 
@@ -41,7 +46,30 @@ template <class S> struct LayerTwo {
   Mat<S> H;  // d×d
 };
 
-enum class Architecture { mha, skipv1, skipv1_eq3_as_printed };
+// Layer 2's value sources in the plan of `variant` over two layers of two heads:
+// head h reads layer 1 (index 0: V_1, seen as E) and/or its own projection of F.
+inline qkv::Mix layer_two_values(qkv::VariantKind variant) {
+  return qkv::make_plan(qkv::Variant{.kind = variant}, 2, 2, 2)[1].values;
+}
+
+// from_E[h]: head h + 1 of layer 2 takes its values from E, else from F. The
+// closed forms here take one source per head (MHA: F, F; SkipV1: F, E); a
+// variant whose head reads both (ResFormer) is a std::invalid_argument.
+inline std::array<bool, 2> values_from_input(qkv::VariantKind variant) {
+  const qkv::Mix values = layer_two_values(variant);
+  std::array<bool, 2> from_E{};
+  for (int h = 0; h < 2; ++h) {
+    from_E[std::size_t(h)] = qkv::reads_layer(values, h, 0);
+    if (from_E[std::size_t(h)] == qkv::reads_layer(values, h, 1))
+      throw std::invalid_argument("icl: head " + std::to_string(h + 1) +
+                                  " of layer 2 must read exactly one of E and F");
+  }
+  return from_E;
+}
+
+// Where head 1's score takes its query weight: its own W_Q^{2,1}, or, as Eq. 3
+// is printed (a negative control), W_Q^{2,2}.
+enum class HeadOneQuery { own, head_two };
 
 // W_V V P (Kᵀ W_Kᵀ W_Q K): all T output columns.
 template <class S>
@@ -73,20 +101,24 @@ template <class S> Mat<S> copying_layer(const Mat<S>& E, const Mat<S>& A, const 
 }
 
 // Layer 2 over (E, F): E_out for the architecture.
-template <class S> Mat<S> layer_two_output(const Mat<S>& E, const Mat<S>& F, const LayerTwo<S>& w, Architecture arch) {
+template <class S>
+Mat<S> layer_two_output(const Mat<S>& E, const Mat<S>& F, const LayerTwo<S>& w, qkv::VariantKind variant,
+                        HeadOneQuery query = HeadOneQuery::own) {
+  const auto from_E = values_from_input(variant);
   const auto& h1 = w.heads[0];
   const auto& h2 = w.heads[1];
-  const Mat<S>& W_Q1 = arch == Architecture::skipv1_eq3_as_printed ? h2.W_Q : h1.W_Q;
-  Mat<S> out = linear_attention_head<S>(F, F, W_Q1, h1.W_K, h1.W_V);
-  out += linear_attention_head<S>(arch == Architecture::mha ? F : E, F, h2.W_Q, h2.W_K, h2.W_V);
+  const Mat<S>& W_Q1 = query == HeadOneQuery::head_two ? h2.W_Q : h1.W_Q;
+  Mat<S> out = linear_attention_head<S>(from_E[0] ? E : F, F, W_Q1, h1.W_K, h1.W_V);
+  out += linear_attention_head<S>(from_E[1] ? E : F, F, h2.W_Q, h2.W_K, h2.W_V);
   return out;
 }
 
 // ŷ = H E_out[:, last] of the token-level model with Assumption 1's first layer.
 template <class S>
-Vec<S> token_prediction(const Mat<S>& E, const Mat<S>& A, const Mat<S>& B, const LayerTwo<S>& w, Architecture arch) {
+Vec<S> token_prediction(const Mat<S>& E, const Mat<S>& A, const Mat<S>& B, const LayerTwo<S>& w,
+                        qkv::VariantKind variant, HeadOneQuery query = HeadOneQuery::own) {
   const Mat<S> F = copying_layer<S>(E, A, B);
-  return w.H * layer_two_output<S>(E, F, w, arch).col(E.cols() - 1);
+  return w.H * layer_two_output<S>(E, F, w, variant, query).col(E.cols() - 1);
 }
 
 // The reduced weights W^h = H W_V^h, M^h = W_K^hᵀ W_Q^h [A; 0].
@@ -131,20 +163,24 @@ template <class S> Mat<S> gram_skip(const Mat<S>& X, const Mat<S>& Y, const Mat<
   return X * X.transpose() + Y * Z.transpose();
 }
 
-// U_k = Σ_h W^h G^h M^h (MHA: G^h = G_{1,D}; SkipV1: G^1 = G_{1,D}, G^2 = G_2^2).
+// U_k = Σ_h W^h G^h M^h, G^h = G_2^2 for a head whose values come from E, else G_{1,D}
+// (MHA: G^h = G_{1,D}; SkipV1: G^1 = G_{1,D}, G^2 = G_2^2).
 template <class S>
 Mat<S> reduced_map(const Mat<S>& X, const Mat<S>& Y, const Mat<S>& A, const Mat<S>& B, const ReducedWeights<S>& r,
-                   Architecture arch) {
-  const Mat<S> G1 = gram_mha<S>(X, Y, A, B);
-  const Mat<S> G2 = arch == Architecture::mha ? G1 : gram_skip<S>(X, Y, A, B);
+                   qkv::VariantKind variant) {
+  const auto from_E = values_from_input(variant);
+  const Mat<S> G_D = gram_mha<S>(X, Y, A, B);
+  const Mat<S> G_skip = from_E[0] || from_E[1] ? gram_skip<S>(X, Y, A, B) : Mat<S>();
+  const Mat<S>& G1 = from_E[0] ? G_skip : G_D;
+  const Mat<S>& G2 = from_E[1] ? G_skip : G_D;
   return r.W[0] * G1 * r.M[0] + r.W[1] * G2 * r.M[1];
 }
 
 // U_k x_{n+1}: the reduced form's prediction.
 template <class S>
 Vec<S> reduced_prediction(const Mat<S>& X, const Mat<S>& Y, const Vec<S>& x_query, const Mat<S>& A, const Mat<S>& B,
-                          const ReducedWeights<S>& r, Architecture arch) {
-  return reduced_map<S>(X, Y, A, B, r, arch) * x_query;
+                          const ReducedWeights<S>& r, qkv::VariantKind variant) {
+  return reduced_map<S>(X, Y, A, B, r, variant) * x_query;
 }
 
 // A = [I_a 0] ∈ R^{a×d}, B = [0 I_{d−a}] ∈ R^{(d−a)×d}: the coordinate copying

@@ -53,7 +53,7 @@ AnchorResult run_anchor(const AnchorConfig& c, const std::function<void(int, int
     const std::string tag = "restart=" + std::to_string(i);
     Rng init(c.seed, "icl/anchor/init/" + tag), data(c.seed, "icl/anchor/batches/" + tag);
     engine::CpuBackend<double> backend(1);  // one run per thread
-    LinearAttentionStack model(backend, {c.task.d, c.task.n, 1, 1, false}, init);
+    LinearAttentionStack model(backend, {c.task.d, c.task.n, 1, 1, VariantKind::vanilla}, init);
     AnchorRun& run = r.runs[std::size_t(i)];
     run.curve = train_on_fresh_prompts(model, c.task, data, c.train);
     run.trained = held_out_loss(c.task, trained_predictor(model, make_concat_batch), c.eval_samples, c.seed, eval_stream);

@@ -89,7 +89,8 @@ std::vector<DepthRun> run_depth(const DepthConfig& c, const std::function<void(i
     const std::string tag = "L=" + std::to_string(run.layers) + "/" + (run.skipv1 ? "skipv1" : "mha");
     Rng init(c.seed, "icl/depth/init/" + tag), data(c.seed, "icl/depth/batches/L=" + std::to_string(run.layers));
     engine::CpuBackend<double> backend(1);  // one run per thread
-    LinearAttentionStack model(backend, {c.task.d, c.task.n, run.layers, c.heads, run.skipv1}, init);
+    const VariantKind variant = run.skipv1 ? VariantKind::skipv1 : VariantKind::vanilla;
+    LinearAttentionStack model(backend, {c.task.d, c.task.n, run.layers, c.heads, variant}, init);
     run.curve = train_on_fresh_prompts(model, c.task, data, c.train);
     // Layer-l predictions on the held-out prompts, in chunks.
     std::vector<MatD> layer_pred(std::size_t(run.layers), MatD(Eigen::Index(eval.size()), c.task.d));

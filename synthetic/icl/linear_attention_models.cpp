@@ -15,19 +15,25 @@ using engine::Backend;
 using engine::Buffer;
 using engine::View;
 
-std::string variant_name(Variant v) {
-  switch (v) {
-    case Variant::mha: return "mha";
-    case Variant::skipv1: return "skipv1";
-    case Variant::resformer: return "resformer";
-    case Variant::svformer: return "svformer";
-  }
+namespace {
+
+// The names of the trained models (the language models' "vanilla" is "mha" here).
+constexpr std::array<std::pair<VariantKind, const char*>, 4> kModelNames{{{VariantKind::vanilla, "mha"},
+                                                                          {VariantKind::skipv1, "skipv1"},
+                                                                          {VariantKind::resformer, "resformer"},
+                                                                          {VariantKind::svformer, "svformer"}}};
+
+}  // namespace
+
+std::string variant_name(VariantKind v) {
+  for (const auto& [kind, name] : kModelNames)
+    if (kind == v) return name;
   return "?";
 }
 
-Variant parse_variant(const std::string& name) {
-  for (Variant v : {Variant::mha, Variant::skipv1, Variant::resformer, Variant::svformer})
-    if (variant_name(v) == name) return v;
+VariantKind parse_variant(const std::string& name) {
+  for (const auto& [kind, known] : kModelNames)
+    if (name == known) return kind;
   throw UsageError("unknown model '" + name + "' (expected mha, skipv1, resformer or svformer)");
 }
 
@@ -187,11 +193,9 @@ void validate(const TwoLayerConfig& c) {
 
 namespace model_parts {
 
-bool has_F_values(Variant v) { return v != Variant::svformer; }
-bool has_E_values(Variant v, int head) {
-  return v == Variant::resformer || v == Variant::svformer || (v == Variant::skipv1 && head == 2);
-}
-bool F_values_in_head(Variant v, int head) { return has_F_values(v) && !(v == Variant::skipv1 && head == 2); }
+// Head `head` (1-based) of layer 2 reads layer 1's values (E) or its own (F), as the variant's plan says.
+bool has_E_values(VariantKind v, int head) { return qkv::reads_layer(layer_two_values(v), head - 1, 0); }
+bool F_values_in_head(VariantKind v, int head) { return qkv::reads_layer(layer_two_values(v), head - 1, 1); }
 
 std::string head(int l, int h, const char* what) {
   std::string name = "l";
@@ -412,7 +416,9 @@ void validate(const StackConfig& c) {
   validate(Task{c.d, c.n, 0.0, {}});
   if (c.layers < 1) throw UsageError("layers must be at least 1 (got " + std::to_string(c.layers) + ")");
   if (c.heads < 1) throw UsageError("heads must be at least 1 (got " + std::to_string(c.heads) + ")");
-  if (c.skipv1 && c.heads < 2) throw UsageError("SkipV1 needs at least 2 heads per layer");
+  if (c.variant != VariantKind::vanilla && c.variant != VariantKind::skipv1)
+    throw UsageError("the stack is MHA or SkipV1 (got " + variant_name(c.variant) + ")");
+  if (c.variant == VariantKind::skipv1 && c.heads < 2) throw UsageError("SkipV1 needs at least 2 heads per layer");
 }
 
 namespace model_parts {
@@ -450,12 +456,14 @@ struct StackActivations {
 }  // namespace model_parts
 
 struct LinearAttentionStack::Impl : ModelCore {
-  Impl(Backend<double>& be_, const StackConfig& c_, Rng& rng) : ModelCore(be_, stack_weights(c_, rng)), c(c_) {}
+  Impl(Backend<double>& be_, const StackConfig& c_, Rng& rng)
+      : ModelCore(be_, stack_weights(c_, rng)), c(c_), plan(qkv::make_plan({.kind = c.variant}, c.layers, c.heads, c.heads)) {}
 
   int T() const { return c.n + 1; }
   int w() const { return 2 * c.d; }
   engine::LinearAttentionShape shape() const { return {a->B, T(), c.n, T(), w(), w()}; }
-  bool from_first(int l, int h) const { return c.skipv1 && l >= 2 && h > c.heads / 2; }
+  // Head h of layer l ≥ 2 (both 1-based) reads layer 1's values, i.e. Z_0's (layer 1 itself reads Z_0 anyway).
+  bool from_first(int l, int h) const { return l >= 2 && qkv::reads_layer(plan[std::size_t(l - 1)].values, h - 1, 0); }
   std::size_t query_row() const { return std::size_t(T() - 1) * w(); }
 
   void prepare(const ConcatBatch& batch) {
@@ -516,6 +524,7 @@ struct LinearAttentionStack::Impl : ModelCore {
   }
 
   StackConfig c;
+  std::vector<qkv::LayerPlan> plan;     // where each layer's value heads come from
   std::unique_ptr<StackActivations> a;  // for the last batch's size
   ConcatBatch staging;                  // add_gradient(prompts)'s batch, refilled in place
 };

@@ -33,6 +33,7 @@
 //    layer l is the y-slot (columns d … 2d−1) of the query row of Z_l.
 #pragma once
 
+#include "core/icl/models.hpp"
 #include "core/icl/prompt.hpp"
 #include "engine/parameters.hpp"
 
@@ -42,11 +43,14 @@
 
 namespace qkvlab::icl {
 
-enum class Variant { mha, skipv1, resformer, svformer };
+// The second layer's variant (core/qkv_plan.hpp): vanilla ("mha"), skipv1,
+// resformer or svformer; its plan over two layers of two heads gives each head's
+// value sources (F: its own values; E: layer 1's, V_1).
+using qkv::VariantKind;
 enum class FirstLayer { copying_fixed, copying_learned, attention };
 
-std::string variant_name(Variant v);
-Variant parse_variant(const std::string& name);  // throws UsageError
+std::string variant_name(VariantKind v);
+VariantKind parse_variant(const std::string& name);  // throws UsageError
 std::string first_layer_name(FirstLayer f);
 
 // Host batches are row-major, the layout of the backend's buffers, so a batch
@@ -89,7 +93,7 @@ MatD weight(const engine::ParameterSet<double>& params, const std::string& name)
 void set_weight(engine::ParameterSet<double>& params, const std::string& name, const MatD& theta);
 
 struct TwoLayerConfig {
-  Variant variant = Variant::mha;
+  VariantKind variant = VariantKind::vanilla;
   FirstLayer first = FirstLayer::copying_fixed;
   int d = 4, n = 16, a = 4;  // a: rows of A (Assumption 1 only)
 };
@@ -139,7 +143,9 @@ void validate(const TwoLayerConfig& config);  // throws UsageError
 
 struct StackConfig {
   int d = 4, n = 16, layers = 1, heads = 1;
-  bool skipv1 = false;  // layers ≥ 2: heads heads/2 … heads−1 take values from Z_0
+  // vanilla, or skipv1: in layers ≥ 2 the value heads its plan (core/qkv_plan.hpp)
+  // injects from layer 1, the last ⌈heads/2⌉, take their values from Z_0
+  VariantKind variant = VariantKind::vanilla;
 };
 
 // Parameter names "l{l}.h{h}.{WQ,WK,WV}" (row convention, 2d × 2d). Forward:

@@ -10,11 +10,16 @@
 
 namespace qkvlab::icl {
 
-DecoderAccounting decoder_accounting(Variant v, FirstLayer first, int d) {
+DecoderAccounting decoder_accounting(VariantKind v, FirstLayer first, int d) {
   const long dd = long(d) * d;
   const bool attention_first = first == FirstLayer::attention;
-  const long value_heads2 = v == Variant::mha ? 2 : v == Variant::skipv1 ? 1 : v == Variant::resformer ? 2 : 0;
-  const bool reads_first = v != Variant::mha;
+  const qkv::Mix values = layer_two_values(v);  // layer 1 (E) or layer 2's own (F), per head
+  long value_heads2 = 0;
+  bool reads_first = false;
+  for (int h = 0; h < 2; ++h) {
+    value_heads2 += qkv::reads_layer(values, h, 1) ? 1 : 0;
+    reads_first = reads_first || qkv::reads_layer(values, h, 0);
+  }
   DecoderAccounting a;
   a.kv_cache_per_token = 2L * d + value_heads2 * d;            // layer 2 keys and own values
   if (attention_first) a.kv_cache_per_token += 4L * d;         // layer 1 keys and values (V_1 reused)
@@ -27,7 +32,7 @@ DecoderAccounting decoder_accounting(Variant v, FirstLayer first, int d) {
 
 void validate(const TrainExperimentConfig& c) {
   validate(c.task);
-  validate(TwoLayerConfig{Variant::mha, c.first, c.task.d, c.task.n, c.a});
+  validate(TwoLayerConfig{VariantKind::vanilla, c.first, c.task.d, c.task.n, c.a});
   validate(c.train);
   if (c.models.empty()) throw UsageError("the list of models is empty");
   if (c.restarts < 1) throw UsageError("restarts must be at least 1");
@@ -74,16 +79,16 @@ TrainExperimentResult run_train_experiment(const TrainExperimentConfig& c,
       s.min = std::min(s.min, v), s.max = std::max(s.max, v), s.mean += v / c.restarts;
     }
     s.best_loss = r.runs[std::size_t(s.best)].loss.value, s.best_se = r.runs[std::size_t(s.best)].loss.se;
-    if (r.theory && s.model == Variant::mha) s.reference = r.theory->mha_bound[std::size_t(c.a)];
-    if (r.theory && s.model == Variant::skipv1) s.reference = r.theory->skipv1_value[std::size_t(c.a)];
+    if (r.theory && s.model == VariantKind::vanilla) s.reference = r.theory->mha_bound[std::size_t(c.a)];
+    if (r.theory && s.model == VariantKind::skipv1) s.reference = r.theory->skipv1_value[std::size_t(c.a)];
     r.models.push_back(s);
   }
-  const auto find = [&](Variant v) {
+  const auto find = [&](VariantKind v) {
     return std::find_if(r.models.begin(), r.models.end(), [v](const ModelSummary& s) { return s.model == v; });
   };
-  if (find(Variant::mha) != r.models.end() && find(Variant::skipv1) != r.models.end())
-    r.skipv1_minus_mha = paired_difference(r.runs[std::size_t(find(Variant::skipv1)->best)].loss,
-                                           r.runs[std::size_t(find(Variant::mha)->best)].loss);
+  if (find(VariantKind::vanilla) != r.models.end() && find(VariantKind::skipv1) != r.models.end())
+    r.skipv1_minus_mha = paired_difference(r.runs[std::size_t(find(VariantKind::skipv1)->best)].loss,
+                                           r.runs[std::size_t(find(VariantKind::vanilla)->best)].loss);
   return r;
 }
 
@@ -104,7 +109,7 @@ TrainConfig train_of(const TrainSettings& s) {
 }
 
 TrainExperimentConfig train_experiment_of(const TrainSettings& s, FirstLayer first, int a,
-                                          const std::vector<Variant>& models, long theory_prompts) {
+                                          const std::vector<VariantKind>& models, long theory_prompts) {
   TrainExperimentConfig c;
   c.task = task_of(s);
   c.first = first;

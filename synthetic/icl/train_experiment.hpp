@@ -37,13 +37,13 @@ struct DecoderAccounting {
   long kv_cache_per_token = 0;  // values cached per token (multiply by the dtype's bytes)
   long parameters = 0;          // parameters of the decoder form
 };
-DecoderAccounting decoder_accounting(Variant v, FirstLayer first, int d);
+DecoderAccounting decoder_accounting(VariantKind v, FirstLayer first, int d);
 
 struct TrainExperimentConfig {
   Task task;
   FirstLayer first = FirstLayer::copying_fixed;
   int a = 4;
-  std::vector<Variant> models{Variant::mha, Variant::skipv1};
+  std::vector<VariantKind> models{VariantKind::vanilla, VariantKind::skipv1};
   TrainConfig train;
   int restarts = 3;
   int eval_samples = 20000;
@@ -55,7 +55,7 @@ struct TrainExperimentConfig {
 void validate(const TrainExperimentConfig& config);  // throws UsageError
 
 struct TrainRun {
-  Variant model = Variant::mha;
+  VariantKind model = VariantKind::vanilla;
   int restart = 0;
   LossEstimate loss;  // held-out
   Curve curve;
@@ -63,7 +63,7 @@ struct TrainRun {
 };
 
 struct ModelSummary {
-  Variant model = Variant::mha;
+  VariantKind model = VariantKind::vanilla;
   int best = 0;  // index into runs
   double best_loss = 0, best_se = 0, mean = 0, min = 0, max = 0;
   DecoderAccounting accounting;
@@ -99,14 +99,15 @@ struct TrainSettings {
 Task task_of(const TrainSettings& s);          // validated (throws UsageError)
 TrainConfig train_of(const TrainSettings& s);  // one curve point per max(1, steps/100) steps; validated
 
-inline const std::vector<Variant> kAllVariants{Variant::mha, Variant::skipv1, Variant::resformer, Variant::svformer};
+inline const std::vector<VariantKind> kAllVariants{VariantKind::vanilla, VariantKind::skipv1, VariantKind::resformer,
+                                                   VariantKind::svformer};
 inline constexpr long kTrainTheoryPrompts = 100000;  // `icl train`'s Monte Carlo prompts for C and the bounds
 inline constexpr long kSweepTheoryPrompts = 50000;   // `icl sweep`'s
 
 // `icl train`: experiment 2 under Assumption 1 (first = copying_fixed, or copying_learned: A, B learned
 // from the copying layer) or experiment 3 (first = attention, a learned first layer); a < 0: a = d. Validated.
 TrainExperimentConfig train_experiment_of(const TrainSettings& s, FirstLayer first, int a = -1,
-                                          const std::vector<Variant>& models = kAllVariants,
+                                          const std::vector<VariantKind>& models = kAllVariants,
                                           long theory_prompts = kTrainTheoryPrompts);
 
 }  // namespace qkvlab::icl

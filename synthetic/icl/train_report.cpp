@@ -65,8 +65,8 @@ Value experiment_header(const char* command, std::uint64_t seed, const Task& tas
   return o;
 }
 
-double model_code(Variant v) { return double(int(v)); }
-std::string reference_name(Variant v) { return v == Variant::mha ? "lower_bound" : "construction_value"; }
+double model_code(VariantKind v) { return double(int(v)); }
+std::string reference_name(VariantKind v) { return v == VariantKind::vanilla ? "lower_bound" : "construction_value"; }
 double w0_scale(const Task& t) { return t.W0.size() ? t.W0(0, 0) : 0.0; }
 
 }  // namespace
@@ -109,7 +109,7 @@ ExperimentTables train_tables(const TrainExperimentResult& r) {
                         variant_name(s.model) + " (best restart)", "lines lw 2 lc " + std::to_string(colour++), ""});
     if (s.reference)
       f.series.push_back({"", "", text_num(s.reference->value),
-                          s.model == Variant::mha ? "MHA lower bound C + C3 + c_a" : "SkipV1 construction value",
+                          s.model == VariantKind::vanilla ? "MHA lower bound C + C3 + c_a" : "SkipV1 construction value",
                           "lines dt 2 lw 2 lc " + std::to_string(colour - 1), ""});
   }
   f.series.push_back({"", "", text_num(r.C.value), "Bayes loss C", "lines dt 3 lc rgb 'black'", ""});
@@ -141,7 +141,7 @@ std::string train_text(const TrainExperimentResult& r) {
     if (!s.reference) continue;
     const double diff = s.best_loss - s.reference->value, se = std::hypot(s.best_se, s.reference->se);
     o << "  " << variant_name(s.model) << ": trained " << fixed(s.best_loss) << " vs "
-      << (s.model == Variant::mha ? "lower bound C + C3 + c_a " : "construction value (C + C3 at a = d) ")
+      << (s.model == VariantKind::vanilla ? "lower bound C + C3 + c_a " : "construction value (C + C3 at a = d) ")
       << fixed(s.reference->value) << " +- " << fixed(s.reference->se) << ": difference " << fixed(diff) << " +- "
       << fixed(se) << " (" << fixed(diff / se, 1) << " se)\n";
   }
@@ -214,7 +214,7 @@ std::vector<TrainExperimentConfig> sweep_points(const TrainExperimentConfig& bas
           e.task = Task{d, n, sigma, {}};
           if (base.task.W0.size()) e.task.W0 = base.task.W0(0, 0) * MatD::Identity(d, d);
           validate(e.task);
-          e.first = FirstLayer::copying_fixed, e.a = a, e.models = {Variant::mha, Variant::skipv1};
+          e.first = FirstLayer::copying_fixed, e.a = a, e.models = {VariantKind::vanilla, VariantKind::skipv1};
           e.tag = "sweep/d=" + std::to_string(d) + "/n=" + std::to_string(n) + "/sigma=" + text_num(sigma) +
                   "/a=" + std::to_string(a);
           validate(e);

@@ -1,9 +1,9 @@
-#include "lm/plan.hpp"
+#include "core/qkv_plan.hpp"
 
 #include <cmath>
 #include <sstream>
 
-namespace qkvlab::lm {
+namespace qkvlab::qkv {
 
 namespace {
 
@@ -17,15 +17,15 @@ Mix own_heads(int layer, int heads) {
 
 // SkipV1's value (or key) heads of layer n (0-based) with `own` own heads and
 // heads own … G−1 injected from layer `src` (0-based; −1: SkipV0, zero heads).
-Mix skip_heads(const Config& c, int n, int own, int src) {
-  const int G = c.kv_heads, injected = G - own;
+Mix skip_heads(const Variant& v, int G, int n, int own, int src) {
+  const int injected = G - own;
   Mix m(G);
   for (int g = 0; g < own; ++g) m[g] = one(n, g);
   if (src < 0) return m;
   const int paper_n = n + 1;  // the paper numbers layers from 1
   for (int j = 0; j < injected; ++j) {
     const int position = own + j;
-    switch (c.variant.strategy) {
+    switch (v.strategy) {
       case Strategy::second_half:
         m[position] = one(src, own + j);
         break;
@@ -43,7 +43,7 @@ Mix skip_heads(const Config& c, int n, int own, int src) {
         break;
     }
   }
-  if (c.variant.strategy == Strategy::plus_resformer)
+  if (v.strategy == Strategy::plus_resformer)
     for (int g = 0; g < own; ++g) m[g].push_back(Source{src, g, 1.0});
   return m;
 }
@@ -71,17 +71,14 @@ void resformer_layer(const Variant& v, int n, int G, LayerPlan& p) {
 
 }  // namespace
 
-std::vector<LayerPlan> make_plan(const Config& c) {
-  validate(c);
-  const int L = c.layers, G = c.kv_heads;
-  const Variant& v = c.variant;
+std::vector<LayerPlan> make_plan(const Variant& v, int L, int H, int G) {
   const int half = L / 2 - 1;  // layer L/2, 0-based
   std::vector<LayerPlan> plan(L);
   for (int n = 0; n < L; ++n) {
     LayerPlan& p = plan[n];
     p.own_key_heads = G, p.own_value_heads = G;
-    p.keys = own_heads(n, G), p.values = own_heads(n, G), p.direct.assign(G, {}), p.queries = own_heads(n, c.heads);
-    p.identity_query = c.identity_query(n);
+    p.keys = own_heads(n, G), p.values = own_heads(n, G), p.direct.assign(G, {}), p.queries = own_heads(n, H);
+    p.identity_query = v.kind == VariantKind::q_identity;
     p.dense = v.kind == VariantKind::denseformer;
     if (n == 0) continue;  // layer 1 is always standard
     switch (v.kind) {
@@ -126,14 +123,20 @@ std::vector<LayerPlan> make_plan(const Config& c) {
         const int src = v.source_layer - 1;  // −1: SkipV0
         if (n <= src) break;                 // layers ≤ k are full
         const int own = G - int(std::lround(v.skip_ratio * G));
-        p.own_value_heads = own, p.values = skip_heads(c, n, own, src);
-        if (v.kind == VariantKind::skipkv1) p.own_key_heads = own, p.keys = skip_heads(c, n, own, src);
+        p.own_value_heads = own, p.values = skip_heads(v, G, n, own, src);
+        if (v.kind == VariantKind::skipkv1) p.own_key_heads = own, p.keys = skip_heads(v, G, n, own, src);
         if (v.kind == VariantKind::skipv1_yoco && n > half) p.own_key_heads = 0, p.keys = own_heads(half, G);
         break;
       }
     }
   }
   return plan;
+}
+
+bool reads_layer(const Mix& mix, int g, int layer) {
+  for (const Source& s : mix[std::size_t(g)])
+    if (s.layer == layer) return true;
+  return false;
 }
 
 bool is_own(const Mix& mix, int layer, int own_heads) {
@@ -180,4 +183,4 @@ std::string describe(const std::vector<LayerPlan>& plan) {
   return out.str();
 }
 
-}  // namespace qkvlab::lm
+}  // namespace qkvlab::qkv
