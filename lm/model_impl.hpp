@@ -1,12 +1,14 @@
-// Model<S>::Impl, lm/model.hpp's private half, split by concern over four files:
-//   model.cpp            the math: a layer's forward and backward, top to bottom, and the mixing of
-//                        heads the plan says (lm/plan.hpp); the head is lm/head.hpp's
+// Model<S>::Impl, lm/model.hpp's private half, split by concern over five files:
+//   model.cpp            the math: a layer's forward and backward, top to bottom; the head is
+//                        lm/head.hpp's
+//   model_mixing.cpp     the mixing of heads the plan says (lm/plan.hpp), read in place with a
+//                        cache, its backward, NeuTRENO's direct terms, resformer-q's queries
 //   model_mla.cpp        MLA's projections (latent, rotary parts) and their backward
 //   model_workspace.cpp  the weights' pointers, the workspace for (B, T, pass), the input checks
 //   model_decode.cpp     incremental decoding: the cache's rows, begin_cache, extend, last_logits
 // Names follow lm/model.hpp's formulas: per layer ℓ, x (block input), n1, q, k, v (used keys and
 // values), pattern, z, a (attention output), m = x + a, n2, h (MLP hidden), y (block output).
-// Included by those four files only.
+// Included by those five files only.
 #pragma once
 
 #include <cstddef>
