@@ -1,7 +1,6 @@
 #include "core/qkv_plan.hpp"
 
 #include <cmath>
-#include <sstream>
 
 namespace qkvlab::qkv {
 
@@ -150,37 +149,6 @@ bool selects(const Mix& mix) {
   for (const auto& sources : mix)
     if (sources.size() != 1 || sources[0].weight != 1) return false;
   return true;
-}
-
-std::string describe(const std::vector<LayerPlan>& plan) {
-  std::ostringstream out;
-  auto mix_text = [](const Mix& mix) {
-    std::ostringstream s;
-    for (std::size_t g = 0; g < mix.size(); ++g) {
-      s << (g ? ", " : "") << g << "=";
-      if (mix[g].empty()) s << "0";
-      for (std::size_t i = 0; i < mix[g].size(); ++i) {
-        const Source& src = mix[g][i];
-        s << (i ? "+" : "");
-        if (src.weight != 1) s << src.weight << "*";
-        s << "L" << src.layer + 1 << "h" << src.head;
-      }
-    }
-    return s.str();
-  };
-  for (std::size_t n = 0; n < plan.size(); ++n) {
-    const LayerPlan& p = plan[n];
-    out << "layer " << n + 1 << ": W_K " << p.own_key_heads << " heads, W_V " << p.own_value_heads
-        << " heads; keys " << mix_text(p.keys) << "; values " << mix_text(p.values);
-    bool any_direct = false;
-    for (const auto& d : p.direct) any_direct = any_direct || !d.empty();
-    if (any_direct) out << "; direct " << mix_text(p.direct);
-    if (!is_own(p.queries, int(n), int(p.queries.size()))) out << "; queries " << mix_text(p.queries);
-    if (p.identity_query) out << "; W_Q = I";
-    if (p.dense) out << "; dense mix";
-    out << "\n";
-  }
-  return out.str();
 }
 
 }  // namespace qkvlab::qkv

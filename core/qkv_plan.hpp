@@ -115,7 +115,4 @@ bool selects(const Mix& mix);
 // True when some source of mix[g] is a head of layer `layer`.
 bool reads_layer(const Mix& mix, int g, int layer);
 
-// One line per layer, e.g. "layer 3: keys own 0-3; values 0-1 own, 2-3 from layer 1".
-std::string describe(const std::vector<LayerPlan>& plan);
-
 }  // namespace qkvlab::qkv

@@ -11,7 +11,6 @@
 
 namespace qkvlab::lm {
 
-using qkv::describe;
 using qkv::is_own;
 using qkv::LayerPlan;
 using qkv::Mix;
