@@ -75,21 +75,16 @@ int run_checkpoint(VerifyArgs& a) {
   if (!a.against.empty()) {
     if (!o.ids.empty()) throw UsageError("--against compares two checkpoints: claim ids do not apply");
     if (!a.out.empty() || !a.junit.empty()) throw UsageError("--out and --junit write the claims' report, not --against's");
-    const theory_lm::CompareOptions options{a.compare == "gauge"      ? theory_lm::Comparison::gauge
-                                            : a.compare == "function" ? theory_lm::Comparison::function
-                                                                      : theory_lm::Comparison::automatic,
-                                            a.tolerance};
+    const theory_lm::CompareOptions options{theory_lm::comparison_named(a.compare), a.tolerance};
     const auto r = theory_lm::compare_against(a.checkpoint, weights, a.against, tokens, tokens_value(a.input, tokens, o.seed),
                                               options, o.threads, o.command_line);
     std::cout << (a.format == "json" ? r.value.json() : r.value.text());
     return r.ok ? 0 : 1;
   }
   const auto claims = with_hint([&] { return theory::select_claims(o.ids); }, "see 'qkvlab verify --list'");
-  auto data = std::make_shared<theory_lm::CheckpointData>(
-      theory_lm::CheckpointData{weights, theory_lm::record_activations(a.checkpoint, tokens, o.threads)});
-  const auto plan = theory_lm::plan_checkpoint(data, claims);
   o.progress = progress(a.quiet);
-  const auto report = theory_lm::verify_checkpoint(plan, weights, tokens_value(a.input, tokens, o.seed), o);
+  const auto report =
+      theory_lm::verify_checkpoint(a.checkpoint, weights, tokens, tokens_value(a.input, tokens, o.seed), claims, o);
   render(a, report);
   return report.summary().ok ? 0 : 1;
 }

@@ -19,7 +19,6 @@
 // numbered 1 … L in every message and 0 … L−1 in code.
 #pragma once
 
-#include <string>
 #include <vector>
 
 namespace qkvlab::qkv {

@@ -5,6 +5,7 @@
 #include "fdim/dual.hpp"
 #include "fdim/network.hpp"
 
+#include <Eigen/LU>
 #include <Eigen/QR>
 #include <Eigen/SVD>
 
@@ -83,10 +84,6 @@ template <class M> Mat<Interval> pick(const M& A, const std::vector<int>& rows, 
   return out;
 }
 
-double magnitude_lower(const Interval& x) {  // min |x| over the interval (0 when it contains 0)
-  return contains_zero(x) ? 0.0 : std::abs(midpoint(x)) - radius(x);
-}
-
 std::vector<int> iota(Eigen::Index n) {
   std::vector<int> v(std::size_t(n), 0);
   for (Eigen::Index i = 0; i < n; ++i) v[std::size_t(i)] = int(i);
@@ -95,8 +92,8 @@ std::vector<int> iota(Eigen::Index n) {
 
 Bound lower_certificate(const Config& c, const Layout& L, const Point& p, const MatD& J, int r, const ProgressFn& progress) {
   Bound b{0, false,
-          "interval Gaussian elimination (MPFI, 50 digits) on an r x r minor of an enclosure of J computed by "
-          "forward-mode duals over intervals at the exactly representable point",
+          "||I - C A|| < 1 in MPFI (C = the inverse of the minor's midpoint in 50-digit MPFR) on an r x r minor of "
+          "an enclosure of J computed by forward-mode duals over intervals at the exactly representable point",
           ""};
   if (r == 0) return {0, true, "trivial (rank 0)", ""};
   // The minor's rows from the fewest leading inputs that reach rank r, so that only those inputs
@@ -111,7 +108,7 @@ Bound lower_certificate(const Config& c, const Layout& L, const Point& p, const 
   const Vec<Interval> theta = p.theta.cast<Interval>();
   try {
     const Mat<Interval> Jc = columns<Interval>(head, L, theta, first_inputs, cols, "enclosing J's minor", progress);
-    const Elimination e = interval_elimination(pick(Jc, rows, iota(r)));
+    const Elimination e = certify_nonsingular(pick(Jc, rows, iota(r)));
     b.holds = e.nonsingular;
     b.reason = e.reason;
   } catch (const Uncertified& e) {
@@ -138,7 +135,7 @@ Bound upper_certificate(const Config& c, const Layout& L, const Point& p, const 
   if (k == 0) return {n.parameters, true, "none: rank <= parameters (no gauge of the theory applies)", ""};
   Bound b{n.parameters, false,
           "k gauge directions, in the kernel by their symmetry identities: each J g enclosed in MPFI contains 0 "
-          "and is below 1e-30 max|J|; independent by interval elimination on a k x k minor: rank <= P - k",
+          "and is below 1e-30 max|J|; independent by ||I - C G|| < 1 on a k x k minor: rank <= P - k",
           ""};
   const Vec<Interval> theta = p.theta.cast<Interval>();
   const Gauges<Interval> gi = gauge_directions<Interval>(c, L, theta);
@@ -168,7 +165,7 @@ Bound upper_certificate(const Config& c, const Layout& L, const Point& p, const 
     return b;
   }
   const auto [rows, cols] = spanning_minor(gd.directions, int(k));
-  const Elimination e = interval_elimination(pick(gi.directions, rows, cols));
+  const Elimination e = certify_nonsingular(pick(gi.directions, rows, cols));
   b.holds = e.nonsingular;
   b.reason = e.nonsingular ? "" : "the directions are not certified independent: " + e.reason;
   if (b.holds) b.value = n.parameters - k;
@@ -192,20 +189,23 @@ FloatRank float_rank(const MatD& J) {
   return f;
 }
 
-Elimination interval_elimination(Mat<Interval> A) {
+Elimination certify_nonsingular(const Mat<Interval>& A) {
   const Eigen::Index n = A.rows();
-  for (Eigen::Index k = 0; k < n; ++k) {
-    Eigen::Index best = k;
-    double best_mag = -1;
-    for (Eigen::Index i = k; i < n; ++i)
-      if (const double m = magnitude_lower(A(i, k)); m > best_mag) best_mag = m, best = i;
-    if (!(best_mag > 0))
-      return {false, "pivot " + std::to_string(k + 1) + " of " + std::to_string(n) + " contains 0"};
-    A.row(k).swap(A.row(best));
-    for (Eigen::Index i = k + 1; i < n; ++i) {
-      const Interval f = A(i, k) / A(k, k);
-      for (Eigen::Index j = k + 1; j < n; ++j) A(i, j) -= f * A(k, j);
-    }
+  Mat<mp50> M(n, n);
+  for (Eigen::Index i = 0; i < n; ++i)
+    for (Eigen::Index j = 0; j < n; ++j) M(i, j) = mp50(boost::multiprecision::median(A(i, j)));
+  const Eigen::FullPivLU<Mat<mp50>> lu(M);
+  if (!lu.isInvertible()) return {false, "the enclosure's midpoint matrix is singular"};
+  const Mat<mp50> C = lu.inverse();
+  Mat<Interval> CI(n, n);
+  for (Eigen::Index i = 0; i < n; ++i)
+    for (Eigen::Index j = 0; j < n; ++j) CI(i, j) = Interval(C(i, j));
+  const Mat<Interval> R = Mat<Interval>::Identity(n, n) - CI * A;
+  for (Eigen::Index i = 0; i < n; ++i) {
+    Interval row(0);
+    for (Eigen::Index j = 0; j < n; ++j) row += abs(R(i, j));
+    if (!(boost::multiprecision::upper(row) < 1))
+      return {false, "||I - C A|| >= 1 in row " + std::to_string(i + 1) + " of " + std::to_string(n)};
   }
   return {true, ""};
 }

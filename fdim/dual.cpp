@@ -48,6 +48,16 @@ Interval interval_erf(const Interval& x) {
   return out;
 }
 
+// max(x, 0) over [a, b]: [max(a, 0), max(b, 0)] (exact ends).
+Interval positive_part(const Interval& x) {
+  Ends e(x);
+  if (mpfr_sgn(e.lo) < 0) mpfr_set_zero(e.lo, 1);
+  if (mpfr_sgn(e.hi) < 0) mpfr_set_zero(e.hi, 1);
+  Interval out;
+  mpfi_interv_fr(out.backend().data(), e.lo, e.hi);
+  return out;
+}
+
 Interval interval_pi() {
   Interval out;
   mpfi_const_pi(out.backend().data());

@@ -11,6 +11,8 @@
 // and tanh are MPFI's, whose results contain the exact real result of any real arguments inside the input
 // intervals. erf is enclosed through MPFR (correctly rounded, monotone): [erf↓(a), erf↑(b)].
 // relu at an interval that contains 0 cannot be enclosed by one branch: it throws Uncertified.
+// relu² = max(x, 0)² is C¹ (derivative 2 max(x, 0)), so it needs no branch: an argument through 0
+// is enclosed by max(x, 0) ∈ [max(a, 0), max(b, 0)].
 #pragma once
 
 #include "core/block.hpp"
@@ -36,6 +38,7 @@ double midpoint(const Interval& x);
 double radius(const Interval& x);           // an upper bound of half the width
 bool contains_zero(const Interval& x);
 Interval interval_erf(const Interval& x);
+Interval positive_part(const Interval& x);  // max(x, 0) over the interval
 Interval interval_pi();
 
 inline double scalar_erf(double x) { return std::erf(x); }
@@ -101,6 +104,14 @@ inline bool relu_positive(double x) { return x > 0; }
 inline bool relu_positive(const Interval& x) {
   if (contains_zero(x)) throw Uncertified("a ReLU argument's enclosure contains 0");
   return x > 0;
+}
+
+// relu²(x) = max(x, 0)², derivative 2 max(x, 0) x' (no branch: see the header comment).
+inline double positive_part(double x) { return x > 0 ? x : 0.0; }
+inline double relu_squared(double x) { return positive_part(x) * positive_part(x); }
+template <class T> Dual<T> relu_squared(const Dual<T>& x) {
+  const T r = positive_part(x.v);
+  return {T(r * r), T(T(2) * r * x.d)};
 }
 
 }  // namespace qkvlab::fdim

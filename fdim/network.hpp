@@ -8,6 +8,7 @@
 #include "core/normalize.hpp"
 #include "core/rng.hpp"
 #include "fdim/config.hpp"
+#include "fdim/dual.hpp"
 
 #include <cmath>
 
@@ -106,10 +107,7 @@ template <class S> Mat<S> hidden(const Config& c, const Mat<S>& Z) {
     case Mlp::relu: return activate<S>(Z, MlpActivation::relu);
     case Mlp::gelu: return activate<S>(Z, MlpActivation::gelu);
     case Mlp::tanh: return Z.unaryExpr([](const S& z) -> S { using std::tanh; return tanh(z); });
-    case Mlp::relu2: {
-      const Mat<S> R = activate<S>(Z, MlpActivation::relu);
-      return R.cwiseProduct(R);
-    }
+    case Mlp::relu2: return Z.unaryExpr([](const S& z) -> S { return relu_squared(z); });
     default: return Z;
   }
 }

@@ -164,14 +164,19 @@ TEST(Fdim, GaugeCountAloneAndSaturatingInputs) {
   EXPECT_FALSE(count(c, false).saturated);
 }
 
-// The interval elimination itself: a nonsingular enclosure passes, one containing a singular
-// matrix (control) fails at a pivot.
-TEST(Fdim, IntervalEliminationCertifiesOnlyNonsingularEnclosures) {
+// The nonsingularity test itself: a nonsingular enclosure passes; one containing a singular matrix
+// fails (controls: a singular point matrix, and a nonsingular midpoint whose enclosure reaches a
+// singular matrix).
+TEST(Fdim, NonsingularityIsCertifiedOnlyForNonsingularEnclosures) {
   qkvlab::Mat<Interval> A(2, 2);
   A << Interval(2), Interval(1), Interval(1), Interval(1);
-  EXPECT_TRUE(interval_elimination(A).nonsingular);
+  EXPECT_TRUE(certify_nonsingular(A).nonsingular);
   A(1, 1) = Interval(0.5);  // det 0
-  EXPECT_FALSE(interval_elimination(A).nonsingular);
+  EXPECT_FALSE(certify_nonsingular(A).nonsingular);
+  A(1, 1) = Interval("[0.4, 0.9]");  // det 2a − 1: 0.3 at the midpoint, 0 at a = 0.5 inside
+  EXPECT_FALSE(certify_nonsingular(A).nonsingular);
+  A(1, 1) = Interval("[0.75, 1.25]");  // det in [0.5, 1.5]
+  EXPECT_TRUE(certify_nonsingular(A).nonsingular);
 }
 
 namespace {

@@ -173,6 +173,13 @@ CompareResult compare_checkpoints(const ModelWeights& B, const Activations& act_
   return r;
 }
 
+Comparison comparison_named(const std::string& name) {
+  if (name == "gauge") return Comparison::gauge;
+  if (name == "function") return Comparison::function;
+  if (name == "auto") return Comparison::automatic;
+  throw UsageError("--compare: unknown comparison '" + name + "' (auto, gauge or function)");
+}
+
 CompareResult compare_against(const std::filesystem::path& B, const ModelWeights& weights_B, const std::filesystem::path& A,
                               const lm::TokenSequences& tokens, const results::Value& tokens_value,
                               const CompareOptions& options, int threads, const std::string& command_line) {

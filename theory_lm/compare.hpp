@@ -30,6 +30,7 @@
 namespace qkvlab::theory_lm {
 
 enum class Comparison { automatic, gauge, function };
+Comparison comparison_named(const std::string& name);  // "auto", "gauge", "function"
 
 struct CompareOptions {
   Comparison method = Comparison::automatic;

@@ -193,11 +193,15 @@ results::Value checkpoint_value(const ModelWeights& w) {
   return v;
 }
 
-results::Report verify_checkpoint(const CheckpointPlan& plan, const ModelWeights& weights, results::Value tokens,
-                                  const theory::VerifyOptions& options) {
+results::Report verify_checkpoint(const std::filesystem::path& dir, const ModelWeights& weights,
+                                  const lm::TokenSequences& tokens, results::Value tokens_value,
+                                  const std::vector<const theory::Claim*>& selected, const theory::VerifyOptions& options) {
+  const CheckpointPlan plan = plan_checkpoint(
+      std::make_shared<const CheckpointData>(CheckpointData{weights, record_activations(dir, tokens, options.threads)}),
+      selected);
   results::Report report = theory::verify(plan.plan, options);
   report.context.set("checkpoint", checkpoint_value(weights));
-  report.context.set("tokens", std::move(tokens));
+  report.context.set("tokens", std::move(tokens_value));
   report.context.set("claims_run", results::Value::array_of(plan.run));
   report.skipped = plan.skipped;
   return report;

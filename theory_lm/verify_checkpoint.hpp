@@ -15,6 +15,7 @@
 // heads numbered from 1).
 #pragma once
 
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -38,9 +39,11 @@ CheckpointPlan plan_checkpoint(std::shared_ptr<const CheckpointData> data, const
 // The checkpoint as a result value: path, format, family and configuration.
 results::Value checkpoint_value(const ModelWeights& weights);
 
-// Runs the plan (theory::verify) and records its context: "checkpoint", `tokens`
-// (where the inputs came from), "claims_run", and the skipped claims.
-results::Report verify_checkpoint(const CheckpointPlan& plan, const ModelWeights& weights, results::Value tokens,
-                                  const theory::VerifyOptions& options);
+// `verify --checkpoint DIR`, whole: the model's activations on `tokens` recorded (one forward
+// pass on the CPU), the selected claims planned at their sites and run (theory::verify). The report
+// records "checkpoint", `tokens_value` (where the inputs came from), "claims_run" and the skipped claims.
+results::Report verify_checkpoint(const std::filesystem::path& dir, const ModelWeights& weights,
+                                  const lm::TokenSequences& tokens, results::Value tokens_value,
+                                  const std::vector<const theory::Claim*>& selected, const theory::VerifyOptions& options);
 
 }  // namespace qkvlab::theory_lm
