@@ -112,6 +112,12 @@ class ProductTimer final : public Backend<float> {
                           float* scratch) override {
     b_.attention_backward(s, scale, q, k, v, p, dz, dq, dk, dv, scratch);
   }
+  void state_rows(const engine::StateShape& s, const float* X, const engine::RowSums& out) override {
+    b_.state_rows(s, X, out);
+  }
+  void state_gram(int B, int T, int C, const float* X, double alpha, double* out) override {
+    b_.state_gram(B, T, C, X, alpha, out);
+  }
   void cross_entropy(int N, int V, const float* logits, const std::int32_t* t, float* loss, float scale,
                      float* dlogits) override {
     b_.cross_entropy(N, V, logits, t, loss, scale, dlogits);

@@ -117,6 +117,19 @@ class Backend : public Memory {
   virtual void attention_backward(const AttentionShape& s, S scale, const S* q, const S* k, const S* v,
                                   const S* pattern, const S* dz, S* dq, S* dk, S* dv, S* scratch) = 0;
 
+  // ---- Reductions of token-major states (the analyses': analysis/measures.hpp) -------------------
+  // Token similarity and the value spectrum reduce a state where it lives; only O(C) per sequence (or
+  // the C×C Gram matrix) leaves the backend. StateShape combines row i of sequence b over its heads:
+  // h_bi = x_bi (concat), or h_bi,c = Σ_h (x_bi,h·w+c / heads) with the heads added in order (mean).
+  // In double: ‖h‖ = sqrt(Σ_c h_c²) (CPU: c ascending; CUDA: a block tree per row), the unit sums
+  // add h_bi/‖h_bi‖ in ascending i and skip zero rows (RowSums).
+  virtual void state_rows(const StateShape& s, const S* X, const RowSums& out) = 0;
+  // The smaller Gram matrix of each sequence's rows X_b (T × C, heads side by side, packed), in double:
+  // out_b = α X_bᵀ X_b (C × C) when T ≥ C, else α X_b X_bᵀ (T × T); m = min(T, C), out_b at out + b·m²
+  // (symmetric, so either layout). The products sum in double (CPU: one serial double GEMM per
+  // sequence; CUDA: cuBLAS's double GEMM), the same at any thread count and in every run.
+  virtual void state_gram(int B, int T, int C, const S* X, double alpha, double* out) = 0;
+
   // ---- Loss --------------------------------------------------------------------
   // Per row n of logits (N, V): loss[n] = logsumexp(logits[n]) − logits[n, target[n]],
   // or 0 where target[n] < 0 (not predicted). With `dlogits`, also

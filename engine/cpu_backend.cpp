@@ -21,6 +21,7 @@
 #include "engine/kernels/embedding.hpp"
 #include "engine/kernels/norm.hpp"
 #include "engine/kernels/rope.hpp"
+#include "engine/kernels/state_reduction.hpp"
 
 namespace qkvlab::engine {
 
@@ -276,6 +277,33 @@ void CpuBackend<S>::attention_backward(const AttentionShape& s, S scale, const S
     k::attention_backward_group(s, int(job / s.Hkv), int(job % s.Hkv), scale, q, k_, v, pattern, dz, dq, dk, dv,
                                 own);
   });
+}
+
+// ---- Reductions of token-major states -------------------------------------------------------
+
+// Norms split over rows; each (sequence, 64 columns) of the unit sums is one job over the rows in order.
+template <class S>
+void CpuBackend<S>::state_rows(const StateShape& s, const S* X, const RowSums& out) {
+  const std::size_t N = std::size_t(s.B) * s.T;
+  std::vector<double> own(out.norms ? 0 : N);
+  double* norms = out.norms ? out.norms : own.data();
+  split(N, 16, [&](std::size_t r0, std::size_t r1) { k::state_norm_rows(s, X, r0, r1, norms); });
+  constexpr int piece = 64;
+  const int C = s.columns(), pieces = (C + piece - 1) / piece;
+  if (out.unit)
+    parallel_for(std::int64_t(s.B) * pieces, threads_, [&](std::int64_t job) {
+      const int b = int(job / pieces), c0 = int(job % pieces) * piece;
+      k::state_unit_columns(s, X, norms, b, c0, std::min(C, c0 + piece), out.unit);
+    });
+  for (int b = 0; out.nonzero && b < s.B; ++b) {
+    out.nonzero[b] = 0;
+    for (int i = 0; i < s.T; ++i) out.nonzero[b] += norms[std::size_t(b) * s.T + i] != 0;
+  }
+}
+
+template <class S>
+void CpuBackend<S>::state_gram(int B, int T_, int C, const S* X, double alpha, double* out) {
+  parallel_for(B, threads_, [&](std::int64_t b) { k::state_gram_sequence(int(b), T_, C, X, alpha, out); });
 }
 
 // ---- Loss and optimizer ----------------------------------------------------------------------

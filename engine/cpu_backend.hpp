@@ -62,6 +62,8 @@ class CpuBackend final : public Backend<S> {
                         const PatternSums& sums) override;
   void attention_backward(const AttentionShape& s, S scale, const S* q, const S* k, const S* v, const S* pattern,
                           const S* dz, S* dq, S* dk, S* dv, S* scratch) override;
+  void state_rows(const StateShape& s, const S* X, const RowSums& out) override;
+  void state_gram(int B, int T_, int C, const S* X, double alpha, double* out) override;
   void cross_entropy(int N, int V, const S* logits, const std::int32_t* targets, S* loss, S scale,
                      S* dlogits) override;
   void adamw(std::size_t count, const typename Backend<S>::AdamW& a, bool decay, S* theta, const S* grad, S* m,

@@ -10,6 +10,7 @@ enum class Trans { none, transpose };       // op(A) = A or Aᵀ in a product
 enum class Centering { mean, none };        // LayerNorm subtracts the row mean, RMSNorm does not
 enum class GeluForm { tanh, erf };          // Hugging Face's gelu_new (tanh form) and the exact erf form
 enum class Device { cpu, cuda };
+enum class HeadCombination { concat, mean };  // a token-major state's heads as one row: side by side, or averaged
 
 // Attention over B sequences of T tokens, H query heads of width dk (scores)
 // and Hkv key/value heads (query head h reads key/value head h / (H / Hkv)),
@@ -63,6 +64,26 @@ struct PatternSums {
   double* columns = nullptr;
   double* mass = nullptr;
   double* entropy = nullptr;
+};
+
+// A token-major state the analyses reduce where it lives (Backend::state_rows, state_gram): B sequences
+// of T rows (sequence b from row b·T), `heads` blocks of `width` columns side by side (row-major, packed),
+// each row combined over its heads (HeadCombination) into h_bi of columns() values.
+struct StateShape {
+  int B = 1, T = 1, heads = 1, width = 1;
+  HeadCombination combine = HeadCombination::concat;
+  int columns() const { return combine == HeadCombination::concat ? heads * width : width; }
+};
+
+// What Backend::state_rows reduces a state to, in double, in the backend's memory; null pointers are
+// not computed:
+//   norms    (B·T)   ‖h_bi‖
+//   unit     (B, C)  Σ_{i: ‖h_bi‖ ≠ 0} h_bi / ‖h_bi‖ over the rows in ascending i (C = columns())
+//   nonzero  (B)     #{i : ‖h_bi‖ ≠ 0}
+struct RowSums {
+  double* norms = nullptr;
+  double* unit = nullptr;
+  double* nonzero = nullptr;
 };
 
 }  // namespace qkvlab::engine

@@ -18,6 +18,7 @@
 #include "gpu/kernels/norm.cuh"
 #include "gpu/kernels/reduce.cuh"
 #include "gpu/kernels/rope.cuh"
+#include "gpu/kernels/state_reduction.cuh"
 
 #include <cmath>
 #include <stdexcept>
@@ -49,6 +50,7 @@ CudaBackend::~CudaBackend() {
   release(dot_partials_);
   release(column_partials_);
   release(pattern_block_);
+  release(state_scratch_);
   for (auto& [key, table] : rope_tables_) release(table);
 }
 
@@ -89,6 +91,7 @@ double* CudaBackend::column_partials(std::size_t count) {
 float* CudaBackend::pattern_block(std::size_t count) {
   return kept(*this, pattern_block_, pattern_block_capacity_, count);
 }
+double* CudaBackend::state_scratch(std::size_t count) { return kept(*this, state_scratch_, state_capacity_, count); }
 
 // ---- Elementwise -------------------------------------------------------------------
 
@@ -376,6 +379,36 @@ void CudaBackend::attention_backward(const engine::AttentionShape& s, float scal
     gemm(Trans::transpose, Trans::none, T, s.dv, T, 1.0f, pattern + h * L.TT, T, L.sp, dz + h * s.dv, L.ldz, L.sz,
          1.0f, dv + g * s.dv, L.ldv, L.sv, s.B);
   }
+}
+
+// ---- Reductions of token-major states --------------------------------------------------------------
+
+void CudaBackend::state_rows(const engine::StateShape& s, const float* X, const engine::RowSums& out) {
+  const std::size_t N = std::size_t(s.B) * s.T;
+  if (N == 0) return;
+  const kn::StateRows rows{s.T, s.heads, s.width, s.combine == engine::HeadCombination::mean};
+  double* norms = out.norms ? out.norms : state_scratch(N);
+  kn::state_norms_kernel<<<unsigned(N), kn::row_threads(rows.columns())>>>(rows, X, norms);
+  QKVLAB_KERNEL_CHECK();
+  if (!out.unit && !out.nonzero) return;
+  const std::size_t sums = std::size_t(s.B) * rows.columns();
+  kn::state_unit_kernel<<<kn::blocks_for(sums), kn::kThreads>>>(s.B, rows, X, norms, out.unit, out.nonzero);
+  QKVLAB_KERNEL_CHECK();
+}
+
+// Row-major X_b (T × C) read column-major is A = X_bᵀ (C × T, lda = C): X_bᵀ X_b = A Aᵀ, X_b X_bᵀ = Aᵀ A.
+void CudaBackend::state_gram(int B, int T, int C, const float* X, double alpha, double* out) {
+  const std::size_t count = std::size_t(B) * T * C;
+  if (count == 0) return;
+  double* x = state_scratch(count);
+  kn::to_double_kernel<<<kn::blocks_for(count), kn::kThreads>>>(count, X, x);
+  QKVLAB_KERNEL_CHECK();
+  const bool tokens = T < C;
+  const int m = tokens ? T : C;
+  const double zero = 0;
+  QKVLAB_CUBLAS_CHECK(detail::gemm_call(tokens ? CUBLAS_OP_T : CUBLAS_OP_N, tokens ? CUBLAS_OP_N : CUBLAS_OP_T, m, m,
+                                        tokens ? C : T, &alpha, x, C, std::int64_t(T) * C, x, C, std::int64_t(T) * C,
+                                        &zero, out, m, std::int64_t(m) * m, B));
 }
 
 // ---- Loss and optimizer -----------------------------------------------------------------------------------

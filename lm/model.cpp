@@ -14,6 +14,7 @@ namespace qkvlab::lm {
 
 template <class S>
 void Model<S>::Impl::emit(Recorder<S>* rec, Site site, int l, const S* p, int heads, int width) {
+  if (rec && site != Site::pattern) reduce_state(rec, site, l, p, heads, width);
   if (!rec || !rec->wants(site, l)) return;
   const std::size_t count =
       site == Site::pattern ? std::size_t(B) * heads * T_ * T_ : std::size_t(N) * heads * width;
@@ -23,6 +24,36 @@ void Model<S>::Impl::emit(Recorder<S>* rec, Site site, int l, const S* p, int he
     p = staging.data();
   }
   rec->record(Activation<S>{site, l, p, B, T_, heads, site == Site::pattern ? T_ : width});
+}
+
+// The reductions a recorder asks of a token-major site, on the backend; only they cross to the host.
+// Laid out [norms (N) | unit (B·columns) | nonzero (B) | gram (B·m²)].
+template <class S>
+void Model<S>::Impl::reduce_state(Recorder<S>* rec, Site site, int l, const S* p, int heads, int width) {
+  const StateRequest r = rec->state_request(site, l);
+  if (!r.any()) return;
+  const engine::StateShape whole{B, T_, heads, width}, unit{B, T_, heads, width, r.combine};
+  const int C = whole.columns(), m = std::min(T_, C);
+  const std::size_t at_unit = std::size_t(N), at_nonzero = at_unit + std::size_t(B) * unit.columns(),
+                    at_gram = at_nonzero + std::size_t(B), count = at_gram + std::size_t(B) * m * m;
+  if (state_sums.size() < count) state_sums = Buffer<double>(backend, count);
+  double* d = state_sums.data();
+  const engine::RowSums sums{r.norms ? d : nullptr, r.unit ? d + at_unit : nullptr, r.unit ? d + at_nonzero : nullptr};
+  if (r.unit && r.norms && r.combine != engine::HeadCombination::concat) {  // the norms' rows are not the unit's
+    backend.state_rows(whole, p, {sums.norms, nullptr, nullptr});
+    backend.state_rows(unit, p, {nullptr, sums.unit, sums.nonzero});
+  } else if (r.unit || r.norms) {
+    backend.state_rows(unit, p, sums);
+  }
+  if (r.gram) backend.state_gram(B, T_, C, p, 1.0 / T_, d + at_gram);
+  const double* host = d;
+  if (backend.device() != engine::Device::cpu) {
+    state_staging.resize(count);
+    state_sums.download(state_staging.data(), count);
+    host = state_staging.data();
+  }
+  rec->record_state({site, l, r.norms ? host : nullptr, r.unit ? host + at_unit : nullptr,
+                     r.unit ? host + at_nonzero : nullptr, r.gram ? host + at_gram : nullptr, B, T_, unit.columns(), m});
 }
 
 // ---- forward --------------------------------------------------------------------------------------
@@ -388,6 +419,7 @@ void Model<S>::set_cache_fault(bool drop_shared) {
 
 #define QKVLAB_INSTANTIATE(S)                                                                                  \
   template void Model<S>::Impl::emit(Recorder<S>*, Site, int, const S*, int, int);                            \
+  template void Model<S>::Impl::reduce_state(Recorder<S>*, Site, int, const S*, int, int);                    \
   template LossSum Model<S>::Impl::forward(const std::int32_t*, const std::int32_t*, int, int, Pass, double, \
                                            Recorder<S>*);                                                     \
   template void Model<S>::Impl::blocks_forward(Recorder<S>*);                                                 \

@@ -115,6 +115,8 @@ struct Model<S>::Impl {
   std::vector<S> staging;                // host copies for the recorder (non-CPU backends)
   Buffer<double> pattern_sums;           // a layer's PatternSums when a recorder takes them
   std::vector<double> sums_staging;      // their host copy (non-CPU backends)
+  Buffer<double> state_sums;             // a site's StateReduction when a recorder takes it
+  std::vector<double> state_staging;     // its host copy (non-CPU backends)
 
   // Decoding (model_decode.cpp). The positions computed are past … past + T_ − 1 of each sequence;
   // the buffers that span positions (own heads, mixed heads, MLA's rotary keys) hold `cap` rows per
@@ -179,6 +181,7 @@ struct Model<S>::Impl {
     lm::normalize_backward(backend, config, N, x, w, mean, rstd, dn, dx);
   }
   void emit(Recorder<S>* rec, Site site, int l, const S* p, int heads, int width);
+  void reduce_state(Recorder<S>* rec, Site site, int l, const S* p, int heads, int width);
   const S* mixed(const Mix& mix, int l, bool keys, S* out);
   engine::KvHeads<S> attended(const Mix& mix, int l, bool keys, S* out);
   void unmix(const Mix& mix, bool keys, const S* dmix);
