@@ -104,6 +104,8 @@ Command add_analyze_command(CLI::App& app, const std::string& command_line) {
               "the sequences, T and the seed.\n"
               "entropy, first-token and all reduce the attention patterns inside the attention, --query-block\n"
               "queries at a time, so no layer's T x T patterns are formed (memory O(T d) plus one block per head);\n"
+              "similarity, spectrum and first-token's norms reduce the states where the model runs (with --device\n"
+              "cuda only per-sequence sums and Gram matrices reach the host);\n"
               "heads --of patterns, tokens and cross-layer need whole patterns and form them layer by layer.");
   cmd->add_option("KIND", a->kind, "entropy|similarity|spectrum|first-token|heads|tokens|cross-layer|all")
       ->required()
