@@ -73,13 +73,18 @@ field() { python3 -c "import json,sys; t=json.load(open('$1')); print(eval(sys.a
 left() { echo $((deadline - $(date +%s))); }
 want() { [[ $parts == *" $1 "* ]] && { (($(left) >= 10)) || { note "$1: skipped, the budget is spent"; false; }; }; }
 
-# run LIMIT LOG CMD...: CMD under `timeout` (at most the budget left), its output to LOG.
+# run LIMIT LOG CMD...: CMD under `timeout` (at most the budget left), its output to LOG (stderr to
+# $errlog when set).
 run() {
   local limit=$1 log=$2
   shift 2
   ((limit > $(left))) && limit=$(left)
   ((limit < 1)) && { echo "not run: the budget is spent" > "$log"; return 124; }
-  timeout --kill-after=5 "$limit" "$@" > "$log" 2>&1
+  if [[ -n ${errlog:-} ]]; then
+    timeout --kill-after=5 "$limit" "$@" > "$log" 2> "$errlog"
+  else
+    timeout --kill-after=5 "$limit" "$@" > "$log" 2>&1
+  fi
 }
 
 # py LIMIT LOG SCRIPT ARGS...: a Python benchmark; in a dry run the script must compile and define
@@ -126,12 +131,14 @@ gtest() {
   note "$name: $(grep -E '^\[  (PASSED|FAILED|  SKIPPED)' "$log" | tr -s ' ' | tr '\n' ' ')($(took "$t0" "$(now)") s)"
 }
 
-# qk LIMIT NAME ARGS...: a qkvlab command, its JSON to OUT/NAME.json, its wall time noted.
+# qk LIMIT NAME ARGS...: a qkvlab command, its output to OUT/NAME.json and stderr to OUT/NAME.err, its wall
+# time noted.
 qk() {
   local limit=$1 name=$2 t0
   shift 2
   t0=$(now)
-  run "$limit" "$out/$name.json" "$build/qkvlab" "$@" || { status=1; note "$name: failed ($(tail -c 300 "$out/$name.json"))"; return 1; }
+  errlog=$out/$name.err run "$limit" "$out/$name.json" "$build/qkvlab" "$@" ||
+    { status=1; note "$name: failed ($(tail -c 300 "$out/$name.err"))"; return 1; }
   $dry || note "$name: $(took "$t0" "$(now)") s (whole process)"
 }
 
