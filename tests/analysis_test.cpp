@@ -517,6 +517,19 @@ TEST(StatesReduced, AgreeWithTheHostPathAndCatchTheControls) {
   }
 }
 
+// A zero row (a token whose state is 0) counts as cosine 0 with every other row and stays in T(T − 1),
+// as the host path had it. Control: leaving it out of T moves the number.
+TEST(StatesReduced, AZeroRowCountsAsCosineZero) {
+  Rng rng(8, "analysis_test/zero_row");
+  RowMatrix X = rng.gaussian(6, 5);
+  X.row(2).setZero();
+  const double s = token_similarity(X);
+  EXPECT_NEAR(s, reference_similarity(X, Variant::exact), 1e-15);
+  RowMatrix without(5, 5);
+  without << X.topRows(2), X.bottomRows(3);
+  EXPECT_GT(std::abs(s - token_similarity(without)), 1e-3) << "control: the zero row dropped";
+}
+
 // --k: the k largest eigenvalues by Lanczos on the Gram matrix, the full spectrum's first k; the value
 // of k is the number returned.
 TEST(StatesReduced, TopKIsTheSpectrumsHead) {
