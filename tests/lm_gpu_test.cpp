@@ -691,8 +691,8 @@ TEST_P(LmGpuModel, DeterministicOnCuda) {
 Floats decode(Backend<float>& be, const lm::Config& c, const std::vector<float>& values,
               engine::WeightType weights = engine::WeightType::f32) {
   lm::Model<float> model(c, be, weights);
-  for (const auto& spec : lm::parameter_layout(c, model.plan()).specs())
-    model.store(spec.name, values.data() + spec.offset, spec.size());
+  const engine::ParameterLayout layout = lm::parameter_layout(c, model.plan());
+  for (const auto& spec : layout.specs()) model.store(spec.name, values.data() + spec.offset, spec.size());
   const int B = 2, P = 4, steps = 3;
   const Tokens t = model_tokens(c.vocab, 5);
   Ints prompt;
