@@ -67,6 +67,10 @@ class ProductTimer final : public Backend<float> {
     if (timing) timer.mark("gemm");
     flops += 2.0 * m * n * double(k) * batch;
   }
+  void widen(int r, int c, const std::uint16_t* W, int lw, const std::int32_t* rows_of, engine::WeightType type,
+             float* Y, int ly) override {
+    b_.widen(r, c, W, lw, rows_of, type, Y, ly);
+  }
   void add_bias(int r, int c, const float* bias, float* Y, int ly) override { b_.add_bias(r, c, bias, Y, ly); }
   void bias_backward(int r, int c, const float* dY, int ly, float* db) override { b_.bias_backward(r, c, dY, ly, db); }
   void embedding_forward(int B, int T, int C, const std::int32_t* ids, const float* wte, const float* wpe,

@@ -26,6 +26,7 @@
 #include "engine/buffer.hpp"
 #include "engine/kernel_types.hpp"
 #include "engine/rope_frequencies.hpp"
+#include "engine/weight_type.hpp"
 
 namespace qkvlab::engine {
 
@@ -54,6 +55,11 @@ class Backend : public Memory {
   virtual void gemm(Trans ta, Trans tb, int m, int n, int k, S alpha, const S* A, int lda, std::int64_t stride_a,
                     const S* B, int ldb, std::int64_t stride_b, S beta, S* C, int ldc, std::int64_t stride_c,
                     int batch) = 0;
+  // Y[r, 0:cols] = the floats of W[row(r), 0:cols], a matrix of 16-bit weights of `type` (bf16 or
+  // f16, engine/weight_type.hpp's widen_bits), row(r) = rows_of ? rows_of[r] : r, row strides ldw, ldy:
+  // a panel of a weight widened for a float product (engine/weight.hpp), or an embedding's lookup.
+  virtual void widen(int rows, int cols, const std::uint16_t* W, int ldw, const std::int32_t* rows_of,
+                     WeightType type, S* Y, int ldy) = 0;
   // Y[r, 0:cols] += b (b of length cols) for every row r < rows (row stride ldy).
   virtual void add_bias(int rows, int cols, const S* b, S* Y, int ldy) = 0;
   // db += Σ_r dY[r, 0:cols] (row stride ldy).

@@ -145,6 +145,18 @@ void CpuBackend<S>::gemm(Trans ta, Trans tb, int m, int n, int k_, S alpha, cons
 }
 
 template <class S>
+void CpuBackend<S>::widen(int rows, int cols, const std::uint16_t* W, int ldw, const std::int32_t* rows_of,
+                          WeightType type, S* Y, int ldy) {
+  split(std::size_t(rows), 16384 / std::max(cols, 1) + 1, [&](std::size_t r0, std::size_t r1) {
+    for (std::size_t r = r0; r < r1; ++r) {
+      const std::uint16_t* w = W + std::size_t(rows_of ? rows_of[r] : std::int32_t(r)) * std::size_t(ldw);
+      S* y = Y + r * std::size_t(ldy);
+      for (int c = 0; c < cols; ++c) y[c] = S(widen_bits(w[c], type));
+    }
+  });
+}
+
+template <class S>
 void CpuBackend<S>::add_bias(int rows, int cols, const S* b, S* Y, int ldy) {
   split(std::size_t(rows), 4096 / std::max(cols, 1) + 1,
         [&](std::size_t r0, std::size_t r1) { k::add_bias_rows(int(r0), int(r1), cols, b, Y, ldy); });

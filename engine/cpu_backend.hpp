@@ -38,6 +38,8 @@ class CpuBackend final : public Backend<S> {
   double dot(std::size_t count, const S* X, const S* Y) override;
   void gemm(Trans ta, Trans tb, int m, int n, int k, S alpha, const S* A, int lda, std::int64_t stride_a, const S* B,
             int ldb, std::int64_t stride_b, S beta, S* C, int ldc, std::int64_t stride_c, int batch) override;
+  void widen(int rows, int cols, const std::uint16_t* W, int ldw, const std::int32_t* rows_of, WeightType type, S* Y,
+             int ldy) override;
   void add_bias(int rows, int cols, const S* b, S* Y, int ldy) override;
   void bias_backward(int rows, int cols, const S* dY, int ldy, S* db) override;
   void embedding_forward(int B, int T_, int C, const std::int32_t* ids, const S* wte, const S* wpe,

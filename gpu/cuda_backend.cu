@@ -134,6 +134,14 @@ void CudaBackend::gemm(Trans ta, Trans tb, int m, int n, int k, float alpha, con
                                         stride_a, &beta, C, ldc, stride_c, batch));
 }
 
+void CudaBackend::widen(int rows, int cols, const std::uint16_t* W, int ldw, const std::int32_t* rows_of,
+                        engine::WeightType type, float* Y, int ldy) {
+  const std::size_t count = std::size_t(rows) * cols;
+  if (count == 0) return;
+  kn::widen_kernel<<<kn::blocks_for(count), kn::kThreads>>>(rows, cols, W, ldw, rows_of, type, Y, ldy);
+  QKVLAB_KERNEL_CHECK();
+}
+
 void CudaBackend::add_bias(int rows, int cols, const float* b, float* Y, int ldy) {
   const std::size_t count = std::size_t(rows) * cols;
   if (count == 0) return;

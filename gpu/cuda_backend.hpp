@@ -63,6 +63,8 @@ class CudaBackend final : public engine::Backend<float> {
   void gemm(engine::Trans ta, engine::Trans tb, int m, int n, int k, float alpha, const float* A, int lda,
             std::int64_t stride_a, const float* B, int ldb, std::int64_t stride_b, float beta, float* C, int ldc,
             std::int64_t stride_c, int batch) override;
+  void widen(int rows, int cols, const std::uint16_t* W, int ldw, const std::int32_t* rows_of, engine::WeightType type,
+             float* Y, int ldy) override;
   void add_bias(int rows, int cols, const float* b, float* Y, int ldy) override;
   void bias_backward(int rows, int cols, const float* dY, int ldy, float* db) override;
   void embedding_forward(int B, int T, int C, const std::int32_t* ids, const float* wte, const float* wpe,

@@ -188,7 +188,8 @@ void Model<S>::Impl::layer_forward(int l, Recorder<S>* rec) {
 template <class S>
 void Model<S>::Impl::blocks_forward(Recorder<S>* rec) {
   S* x0 = dense() ? y[0].data() : x_in(0);
-  backend.embedding_forward(B, T_, config.d, ids.data(), wte, wpe ? wpe + std::size_t(past) * config.d : nullptr, x0);
+  engine::embedding_lookup(backend, B, T_, config.d, ids.data(), wte, wpe ? wpe + std::size_t(past) * config.d : nullptr,
+                           x0);
   if (dense()) backend.axpby(N, config.d, S(1), x0, config.d, S(0), x_in(0), config.d);
   for (int l = 0; l < config.layers; ++l) layer_forward(l, rec);
   normalize(x_in(config.layers), lnf, nf.data(), meanf.data(), rstdf.data());
@@ -226,21 +227,21 @@ void Model<S>::Impl::mlp_backward(int l) {
   const int d = config.d, r = config.ffn;
   const std::size_t nr = std::size_t(N) * r;
   if (gpt2()) {
-    engine::linear_backward<S>(backend, N, r, d, {s.act.data(), r}, w.proj.W, {dx.data(), d}, {dact.data(), r},
+    engine::linear_backward<S>(backend, N, r, d, {s.act.data(), r}, w.proj.W.f, {dx.data(), d}, {dact.data(), r},
                                w.proj.dW, w.proj.db);
     backend.fill(nr, S(0), dh1.data());
     backend.gelu_backward(nr, config.gelu, s.h1.data(), dact.data(), dh1.data());
-    engine::linear_backward<S>(backend, N, d, r, {s.n2.data(), d}, w.fc.W, {dh1.data(), r}, {dn.data(), d}, w.fc.dW,
+    engine::linear_backward<S>(backend, N, d, r, {s.n2.data(), d}, w.fc.W.f, {dh1.data(), r}, {dn.data(), d}, w.fc.dW,
                                w.fc.db);
   } else {
-    engine::linear_backward<S>(backend, N, r, d, {s.act.data(), r}, w.down.W, {dx.data(), d}, {dact.data(), r},
+    engine::linear_backward<S>(backend, N, r, d, {s.act.data(), r}, w.down.W.f, {dx.data(), d}, {dact.data(), r},
                                w.down.dW, w.down.db);
     backend.fill(nr, S(0), dh1.data());
     backend.fill(nr, S(0), dh2.data());
     backend.swiglu_backward(nr, s.h1.data(), s.h2.data(), dact.data(), dh1.data(), dh2.data());
-    engine::linear_backward<S>(backend, N, d, r, {s.n2.data(), d}, w.gate.W, {dh1.data(), r}, {dn.data(), d},
+    engine::linear_backward<S>(backend, N, d, r, {s.n2.data(), d}, w.gate.W.f, {dh1.data(), r}, {dn.data(), d},
                                w.gate.dW, w.gate.db);
-    engine::linear_backward<S>(backend, N, d, r, {s.n2.data(), d}, w.up.W, {dh2.data(), r}, {dn.data(), d}, w.up.dW,
+    engine::linear_backward<S>(backend, N, d, r, {s.n2.data(), d}, w.up.W.f, {dh2.data(), r}, {dn.data(), d}, w.up.dW,
                                w.up.db, true);
   }
 }
@@ -263,14 +264,14 @@ void Model<S>::Impl::project_backward(int l, LayerActs& s, bool own_k, bool own_
   if (p.identity_query)
     backend.axpby(N, d, S(1), dq.data(), qwidth(), S(0), dn.data(), d);
   else
-    engine::linear_backward<S>(backend, N, d, qwidth(), {s.n1.data(), d}, w.q.W, {dq.data(), qwidth()},
+    engine::linear_backward<S>(backend, N, d, qwidth(), {s.n1.data(), d}, w.q.W.f, {dq.data(), qwidth()},
                                {dn.data(), d}, w.q.dW, w.q.db);
   if (p.own_key_heads)
-    engine::linear_backward<S>(backend, N, d, p.own_key_heads * dh, {s.n1.data(), d}, w.k.W,
+    engine::linear_backward<S>(backend, N, d, p.own_key_heads * dh, {s.n1.data(), d}, w.k.W.f,
                                {dkown[std::size_t(l)].data(), p.own_key_heads * dh}, {dn.data(), d}, w.k.dW, w.k.db,
                                true);
   if (p.own_value_heads)
-    engine::linear_backward<S>(backend, N, d, p.own_value_heads * dh, {s.n1.data(), d}, w.v.W,
+    engine::linear_backward<S>(backend, N, d, p.own_value_heads * dh, {s.n1.data(), d}, w.v.W.f,
                                {dvown[std::size_t(l)].data(), p.own_value_heads * dh}, {dn.data(), d}, w.v.dW, w.v.db,
                                true);
 }
@@ -322,7 +323,7 @@ void Model<S>::Impl::layer_backward(int l) {
   if (dense()) dense_backward(l);  // dY
   mlp_backward(l);                 // dn = ∂/∂n2
   normalize_backward(s.m.data(), w.ln2, s.mean2.data(), s.rstd2.data(), dn.data(), dx.data());  // dm = dY + ∂/∂m
-  engine::linear_backward<S>(backend, N, qwidth(), d, {s.z.data(), qwidth()}, w.o.W, {dx.data(), d},
+  engine::linear_backward<S>(backend, N, qwidth(), d, {s.z.data(), qwidth()}, w.o.W.f, {dx.data(), d},
                              {dz.data(), qwidth()}, w.o.dW, w.o.db);  // dz = dm W_Oᵀ
   add_direct_backward(l, dz.data());
   attention_backward(l);  // dn = ∂/∂n1
@@ -348,7 +349,8 @@ void Model<S>::Impl::backward() {
 // ---- the public interface (lm/model.hpp) ---------------------------------------------------------
 
 template <class S>
-Model<S>::Model(const Config& config, engine::Backend<S>& backend) : impl_(std::make_unique<Impl>(config, backend)) {}
+Model<S>::Model(const Config& config, engine::Backend<S>& backend, engine::WeightType weights)
+    : impl_(std::make_unique<Impl>(config, backend, weights)) {}
 template <class S>
 Model<S>::~Model() = default;
 template <class S>
@@ -366,6 +368,21 @@ engine::Backend<S>& Model<S>::backend() {
 template <class S>
 engine::ParameterSet<S>& Model<S>::parameters() {
   return impl_->params;
+}
+
+template <class S>
+engine::WeightType Model<S>::weight_type() const {
+  return impl_->weight_type;
+}
+template <class S>
+std::size_t Model<S>::weight_bytes() const {
+  return impl_->params.values.size() * sizeof(S) + impl_->values16.size() * sizeof(std::uint16_t);
+}
+template <class S>
+void Model<S>::store(const std::string& name, const float* values, std::size_t count) {
+  if (!impl_->layout.find(name) || impl_->layout.at(name).size() != count)
+    throw std::invalid_argument("Model::store: no tensor " + name + " of " + std::to_string(count) + " values");
+  impl_->store(name, values, count);
 }
 
 template <class S>
@@ -389,6 +406,8 @@ std::vector<S> Model<S>::parameter_values() const {
 template <class S>
 LossSum Model<S>::forward(const std::int32_t* ids, const std::int32_t* targets, int B, int T_, Pass pass,
                           double grad_scale, Recorder<S>* recorder) {
+  if (pass == Pass::train && impl_->weight_type != engine::WeightType::f32)
+    throw std::logic_error("Model: a model holding 16-bit weights is not trained (training keeps float32)");
   return impl_->forward(ids, targets, B, T_, pass, grad_scale, recorder);
 }
 

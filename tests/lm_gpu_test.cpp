@@ -52,6 +52,7 @@
 #include "gpu/backend.hpp"
 #include "gpu/device.hpp"
 #include "lm/model.hpp"
+#include "lm/parameters.hpp"
 #include "tests/gpu_error_model.hpp"
 
 #ifdef QKVLAB_HAVE_CUDA
@@ -686,9 +687,12 @@ TEST_P(LmGpuModel, DeterministicOnCuda) {
 // Decoding with the cache (lm/model.hpp): a prompt of 4 tokens in B = 2 sequences, then 3 steps of
 // one token each; the logits of every step (B·V) within tol(model_k) of the CPU's. Control: the
 // embedding of the first prompt token moved by 0.5 on the CUDA side.
-Floats decode(Backend<float>& be, const lm::Config& c, const std::vector<float>& values) {
-  lm::Model<float> model(c, be);
-  model.set_parameters(values);
+// With weights bf16 or f16 the model holds its matrices in 16 bits (engine/weight.hpp's widened panels).
+Floats decode(Backend<float>& be, const lm::Config& c, const std::vector<float>& values,
+              engine::WeightType weights = engine::WeightType::f32) {
+  lm::Model<float> model(c, be, weights);
+  const engine::ParameterLayout layout = lm::parameter_layout(c, model.plan());
+  for (const auto& spec : layout.specs()) model.store(spec.name, values.data() + spec.offset, spec.size());
   const int B = 2, P = 4, steps = 3;
   const Tokens t = model_tokens(c.vocab, 5);
   Ints prompt;
@@ -715,6 +719,23 @@ TEST_P(LmGpuModel, DecodesWithTheCacheAsTheCpu) {
   auto moved = values;
   moved[layout.at("wte").offset + std::size_t(model_tokens(c.vocab, 5).ids[0]) * c.d] += 0.5f;
   EXPECT_GT(rel(a, decode(*cuda, c, moved)), tol(k)) << "control";
+}
+
+// The same with the matrices held in bf16 (the widening kernel, the embedding's lookup through it,
+// the products over widened panels): the CPU's logits within the same tol(k), which differ from the
+// float32 weights' by far more (the rounding of the weights). Control: as above.
+TEST_P(LmGpuModel, DecodesBf16WeightsAsTheCpu) {
+  const lm::Config& c = GetParam().config;
+  const engine::ParameterLayout layout = lm::Model<float>(c, cpu).parameters().layout;
+  const auto values = gpu_test::random_parameters(layout, 7);
+  const auto bf16 = engine::WeightType::bf16;
+  const Floats a = decode(cpu, c, values, bf16), b = decode(*cuda, c, values, bf16);
+  const double k = model_k(c, 8);
+  EXPECT_LE(rel(a, b), tol(k));
+  EXPECT_GT(rel(decode(cpu, c, values), a), tol(k)) << "bf16 weights must move the logits";
+  auto moved = values;
+  moved[layout.at("wte").offset + std::size_t(model_tokens(c.vocab, 5).ids[0]) * c.d] += 0.5f;
+  EXPECT_GT(rel(a, decode(*cuda, c, moved, bf16)), tol(k)) << "control";
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, LmGpuModel, ::testing::ValuesIn(model_cases()),
