@@ -106,7 +106,9 @@ class Backend : public Memory {
   // z_bh = P_bh v_bg. `pattern` (B·H·T·T) is written and kept for the backward.
   // With a cache (s.past, s.capacity: engine/kernel_types.hpp) the T queries are
   // the positions after s.past, k and v the cache, the pattern B·H·T·s.keys().
-  // k and v are one tensor each, or head by head where each lives (KvHeads).
+  // k and v are one tensor each, or head by head where each lives (KvHeads). With s.segments > 1
+  // (ResFormer's cross-layer attention) the queries attend over every segment's keys jointly, causal
+  // within each, the pattern B·H·T·s.columns() (engine/kernel_types.hpp).
   virtual void attention_forward(const AttentionShape& s, S scale, const S* q, KvHeads<S> k, KvHeads<S> v,
                                  S* pattern, S* z) = 0;
   // The same z without keeping the pattern: each (b, h)'s queries are taken `block` at a time and
@@ -114,12 +116,13 @@ class Backend : public Memory {
   // entropy) before the next block is computed, so one block of rows per head exists at a time, never
   // B·H·T·T values. The rows are attention_forward's; the column sums add the queries in ascending
   // order; sums' null pointers are not computed (PatternSums{}: z alone, as an eval pass that keeps
-  // no pattern runs). Plain shapes only (no cache).
+  // no pattern runs). Plain shapes of one segment only (no cache).
   virtual void attention_reduce(const AttentionShape& s, S scale, const S* q, KvHeads<S> k, KvHeads<S> v,
                                 int block, S* z, const PatternSums& sums) = 0;
   // dv += Pᵀ dz, dP = dz vᵀ, dS = P ⊙ (dP − rowsum(P ⊙ dP)), dq += scale dS k,
-  // dk += scale dSᵀ q; the heads sharing a key/value head add in head order.
-  // `scratch` holds B·H·T·T values. Plain shapes only (no cache).
+  // dk += scale dSᵀ q; the heads sharing a key/value head add in head order; with segments, per
+  // segment's block of P and dS, into that segment's heads of dk and dv (one tensor each, (N, s.kv_heads()·d)).
+  // `scratch` holds B·H·T·s.columns() values. Plain shapes only (no cache).
   virtual void attention_backward(const AttentionShape& s, S scale, const S* q, const S* k, const S* v,
                                   const S* pattern, const S* dz, S* dq, S* dk, S* dv, S* scratch) = 0;
 

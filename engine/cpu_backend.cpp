@@ -272,6 +272,7 @@ template <class S>
 void CpuBackend<S>::attention_reduce(const AttentionShape& s, S scale, const S* q, KvHeads<S> k_, KvHeads<S> v,
                                      int block, S* z, const PatternSums& sums) {
   if (!s.plain()) throw std::invalid_argument("attention_reduce: only without a cache (past 0, capacity T)");
+  if (s.segments != 1) throw std::invalid_argument("attention_reduce: one segment of keys only");
   if (block < 1) throw std::invalid_argument("attention_reduce: a query block of at least 1 row");
   block = std::min(block, s.T);
   parallel_for(std::int64_t(s.B) * s.H, threads_, [&](std::int64_t job) {
@@ -285,7 +286,7 @@ void CpuBackend<S>::attention_backward(const AttentionShape& s, S scale, const S
                                        const S* pattern, const S* dz, S* dq, S* dk, S* dv, S* scratch) {
   if (!s.plain()) throw std::invalid_argument("attention_backward: only without a cache (past 0, capacity T)");
   parallel_for(std::int64_t(s.B) * s.Hkv, threads_, [&](std::int64_t job) {
-    S* own = scratch + std::size_t(job) * s.group() * s.T * s.T;  // this job's part of the B·H·T·T scratch
+    S* own = scratch + std::size_t(job) * s.group() * s.T * s.columns();  // this job's part of the B·H·T·C scratch
     k::attention_backward_group(s, int(job / s.Hkv), int(job % s.Hkv), scale, q, k_, v, pattern, dz, dq, dk, dv,
                                 own);
   });

@@ -23,11 +23,19 @@ enum class HeadCombination { concat, mean };  // a token-major state's heads as 
 // past + T are read; query t sees keys j ≤ past + t and the pattern is
 // (B, H, T, keys()). past = 0 and capacity = 0 (meaning keys()) is the plain
 // case above; the backward kernels take only that.
+// Segments (ResFormer's cross-layer attention, Eq. 2: U_n = softmax(Q_n [K_n; K_m]ᵀ) [V_n; V_m]):
+// with `segments` = S > 1 the queries attend over S sets of keys and values jointly, each causal
+// by itself (query t sees keys j ≤ past + t of every segment). k and v then hold S·Hkv heads, key/value
+// head g of segment s being head s·Hkv + g (in one tensor, (N, S·Hkv·dk), or where each lives), and a
+// pattern row has columns() = S·keys() values, segment s's at s·keys() …. S = 1 is plain attention.
 struct AttentionShape {
   int B = 1, T = 1, H = 1, Hkv = 1, dk = 1, dv = 1;
   int past = 0, capacity = 0;
+  int segments = 1;
   int group() const { return H / Hkv; }
   int keys() const { return past + T; }
+  int columns() const { return segments * keys(); }     // a pattern row's values
+  int kv_heads() const { return segments * Hkv; }       // the heads k and v hold
   int kv_rows() const { return capacity ? capacity : keys(); }  // rows of k and v per sequence
   bool plain() const { return past == 0 && kv_rows() == T; }
 };

@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/errors.hpp"
 #include "lm/model_impl.hpp"
 
 namespace qkvlab::lm {
@@ -85,7 +86,7 @@ typename Model<S>::Impl::KV Model<S>::Impl::project(int l, LayerActs& s) {
 
 template <class S>
 int Model<S>::Impl::query_block(int l, const Recorder<S>* rec) const {
-  if (pass != Pass::eval || !shape().plain()) return 0;
+  if (pass != Pass::eval || !shape(l).plain() || shape(l).segments > 1) return 0;  // segments: the pattern is formed
   if (rec && rec->pattern_block(l) > 0) return rec->pattern_block(l);
   return rec && rec->wants(Site::pattern, l) ? 0 : model_parts::kQueryBlock;
 }
@@ -95,7 +96,7 @@ void Model<S>::Impl::attention_reduced(int l, LayerActs& s, const KV& kv, int bl
   const bool sums = rec && rec->pattern_block(l) > 0, entropy = sums && rec->pattern_entropy(l);
   if (sums && pattern_sums.size() < 3 * sums_count()) pattern_sums = Buffer<double>(backend, 3 * sums_count());
   double* p = pattern_sums.data();
-  backend.attention_reduce(shape(), S(config.attention_scale(l)), s.q.data(), kv.k, kv.v, block, s.z.data(),
+  backend.attention_reduce(shape(l), S(config.attention_scale(l)), s.q.data(), kv.k, kv.v, block, s.z.data(),
                            sums ? engine::PatternSums{p, p + sums_count(), entropy ? p + 2 * sums_count() : nullptr}
                                 : engine::PatternSums{});
   if (!sums || backend.device() == engine::Device::cpu) return;
@@ -103,19 +104,33 @@ void Model<S>::Impl::attention_reduced(int l, LayerActs& s, const KV& kv, int bl
   pattern_sums.download(sums_staging.data(), sums_staging.size());
 }
 
+// A layer attending over several key/value segments (cross-layer attention) has patterns over
+// segments·T keys and k, v of segments·H_kv heads: the analyses of one layer's T keys refuse it.
+template <class S>
+void Model<S>::Impl::refuse_segments(int l, const Recorder<S>* rec) const {
+  const LayerPlan& p = plan[std::size_t(l)];
+  if (!rec || p.segments == 1) return;
+  if (rec->wants(Site::pattern, l) || rec->wants(Site::k, l) || rec->wants(Site::v, l) || rec->pattern_block(l) > 0)
+    throw UsageError(to_string(config.variant.kind) + ": layer " + std::to_string(l + 1) + " attends over " +
+                     std::to_string(p.segments) + " key/value segments (its own and layer " +
+                     std::to_string(config.variant.source_layer) +
+                     "'s), so one layer's attention pattern, keys and values are not defined for it");
+}
+
 // From n1 to z: the projections (MLA's or the standard ones), softmax attention (or, in an eval pass
 // that needs no pattern, its reductions block by block of queries), the direct terms.
 template <class S>
 void Model<S>::Impl::attention_forward(int l, Recorder<S>* rec) {
+  refuse_segments(l, rec);
   LayerActs& s = act_of(l);
   const KV kv = config.mla ? project_mla(l, s) : project(l, s);
   const int block = query_block(l, rec);
   if (block > 0) {
     attention_reduced(l, s, kv, block, rec);
   } else {
-    const std::size_t patterns = std::size_t(B) * config.heads * T_ * shape().keys();
+    const std::size_t patterns = std::size_t(B) * config.heads * T_ * shape(l).columns();
     if (s.pattern.size() < patterns) s.pattern = Buffer<S>(backend, patterns);
-    backend.attention_forward(shape(), S(config.attention_scale(l)), s.q.data(), kv.k, kv.v, s.pattern.data(),
+    backend.attention_forward(shape(l), S(config.attention_scale(l)), s.q.data(), kv.k, kv.v, s.pattern.data(),
                               s.z.data());
   }
   add_direct(l, s.z.data());
@@ -290,7 +305,7 @@ void Model<S>::Impl::attention_backward(int l) {
   backend.fill(dq.size(), S(0), dq.data());
   if (!own_k) backend.fill(dkmix.size(), S(0), dkmix.data());
   if (!own_v) backend.fill(dvmix.size(), S(0), dvmix.data());
-  backend.attention_backward(shape(), S(config.attention_scale(l)), s.q.data(), k, v, s.pattern.data(), dz.data(),
+  backend.attention_backward(shape(l), S(config.attention_scale(l)), s.q.data(), k, v, s.pattern.data(), dz.data(),
                              dq.data(), dk_, dv_, dpattern.data());
   unmix_queries(l);
   if (config.mla)

@@ -11,6 +11,7 @@
 // Included by those five files only.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -149,7 +150,15 @@ struct Model<S>::Impl {
   int own_heads(int l, bool keys) const {
     return keys ? plan[std::size_t(l)].own_key_heads : plan[std::size_t(l)].own_value_heads;
   }
-  engine::AttentionShape shape() const { return {B, T_, config.heads, attn_kv(), dk(), config.head_dim, past, cap}; }
+  // Layer l's attention: its plan's key/value segments (cross-layer attention: 2).
+  engine::AttentionShape shape(int l) const {
+    return {B, T_, config.heads, attn_kv(), dk(), config.head_dim, past, cap, plan[std::size_t(l)].segments};
+  }
+  int max_segments() const {
+    int most = 1;
+    for (const LayerPlan& p : plan) most = std::max(most, p.segments);
+    return most;
+  }
 
   // ---- the workspace's buffers (model_workspace.cpp) --------------------------------------------
 
@@ -213,6 +222,7 @@ struct Model<S>::Impl {
   const double* host_sums() const {
     return backend.device() == engine::Device::cpu ? pattern_sums.data() : sums_staging.data();
   }
+  void refuse_segments(int l, const Recorder<S>* rec) const;
   void attention_forward(int l, Recorder<S>* rec);
   void mlp_forward(int l);
   void dense_mix(int l);

@@ -122,7 +122,8 @@ void Model<S>::Impl::allocate(int B_, int T__, Pass pass_, int capacity) {
   caching = capacity > 0, cap = caching ? capacity : T__;
   const bool train = train_workspace;
   const int L = config.layers, d = config.d, r = config.ffn, H = config.heads;
-  const std::size_t n = std::size_t(N), patterns = std::size_t(B) * H * T_ * cap, rows = std::size_t(B) * cap;
+  const std::size_t n = std::size_t(N), rows = std::size_t(B) * cap, segments = std::size_t(max_segments());
+  const std::size_t patterns = std::size_t(B) * H * T_ * cap * segments;
   auto buf = [&](std::size_t count) { return Buffer<S>(backend, count); };
   acts.clear();
   acts.resize(train ? std::size_t(L) : 1);
@@ -136,8 +137,8 @@ void Model<S>::Impl::allocate(int B_, int T__, Pass pass_, int capacity) {
       if (mixes(l)) return true;
     return false;
   };
-  const std::size_t q_count = n * config.heads * dk(), k_count = rows * attn_kv() * dk(),
-                    v_count = rows * attn_kv() * config.head_dim;
+  const std::size_t q_count = n * config.heads * dk(), k_count = rows * segments * attn_kv() * dk(),
+                    v_count = rows * segments * attn_kv() * config.head_dim;
   for (std::size_t i = 0; i < acts.size(); ++i) {
     LayerActs& s = acts[i];
     s.n1 = buf(n * d), s.mean1 = buf(n), s.rstd1 = buf(n), s.q = buf(q_count);

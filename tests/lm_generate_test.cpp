@@ -54,7 +54,8 @@ std::vector<Case> cases() {
                              VariantKind::yoco_v,  VariantKind::cla_v,       VariantKind::skipkv1,
                              VariantKind::skipv1_yoco, VariantKind::q_identity, VariantKind::resformer_neutreno,
                              VariantKind::resformer_k, VariantKind::resformer_q, VariantKind::resformer_previous, VariantKind::resformer_all,
-                             VariantKind::resformer_identity, VariantKind::cla_k, VariantKind::cla_kv};
+                             VariantKind::resformer_identity, VariantKind::cla_k, VariantKind::cla_kv,
+                             VariantKind::resformer_cross};
   const VariantKind mla[] = {VariantKind::vanilla, VariantKind::skipv1, VariantKind::resformer, VariantKind::svformer};
   std::vector<Case> out;
   for (Family f : {Family::gpt2, Family::llama}) {

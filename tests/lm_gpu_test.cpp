@@ -418,6 +418,51 @@ TEST_F(LmGpuKernels, Attention) {
   }
 }
 
+// Two key/value segments (ResFormer's cross-layer attention, Eq. 2: k and v of 2·H_kv heads, the
+// second segment's head g at column (H_kv + g)·d), GQA and MHA, forward and backward, and a cache of two
+// segments read head by head. k = dk + dv + 3·2T (the softmax spans both segments). The controls move
+// the second segment's first key of sequence 0, head 0, which every query of that head sees.
+TEST_F(LmGpuKernels, AttentionTwoSegments) {
+  AttentionShape gqa{2, 5, 4, 2, 6, 3}, mha{1, 40, 2, 2, 8, 8};
+  gqa.segments = mha.segments = 2;
+  for (const AttentionShape s : {gqa, mha}) {
+    const std::size_t N = std::size_t(s.B) * s.T, P = std::size_t(s.B) * s.H * s.T * s.columns();
+    const std::size_t nq = N * s.H * s.dk, nk = N * s.kv_heads() * s.dk, nv = N * s.kv_heads() * s.dv,
+                      nz = N * s.H * s.dv;
+    const float scale = float(1 / std::sqrt(double(s.dk)));
+    const std::vector<Floats> in{normals(nq, 1), normals(nk, 2), normals(nv, 3), Floats(P, kNaN), Floats(nz, kNaN),
+                                 normals(nz, 4), normals(nq, 5), normals(nk, 6), normals(nv, 7), Floats(P, kNaN)};
+    const std::string what = "two-segment attention T " + std::to_string(s.T) + " Hkv " + std::to_string(s.Hkv);
+    const double k = s.dk + s.dv + 3.0 * s.columns();
+    auto forward = [=](Backend<float>& be, Arrays& a) { be.attention_forward(s, scale, a[0], a[1], a[2], a[3], a[4]); };
+    const std::pair<std::size_t, std::size_t> second_key{1, std::size_t(s.Hkv) * s.dk};
+    agree(what, in, forward, {3, 4}, k, second_key);
+    agree(what + " backward", in,
+          [=](Backend<float>& be, Arrays& a) {
+            forward(be, a);
+            be.attention_backward(s, scale, a[0], a[1], a[2], a[3], a[5], a[6], a[7], a[8], a[9]);
+          },
+          {6, 7, 8}, k, second_key);
+  }
+  AttentionShape cached{2, 1, 4, 2, 6, 3};
+  cached.past = 9, cached.capacity = 16, cached.segments = 2;
+  const AttentionShape s = cached;
+  const std::size_t N = std::size_t(s.B) * s.T, rows = std::size_t(s.B) * s.kv_rows();
+  const std::vector<Floats> in{normals(N * s.H * s.dk, 1), normals(rows * 2 * s.dk, 2), normals(rows * 2 * s.dk, 3),
+                               normals(rows * 2 * s.dv, 4), normals(rows * 2 * s.dv, 5),
+                               Floats(std::size_t(s.B) * s.H * s.T * s.columns(), kNaN), Floats(N * s.H * s.dv, kNaN)};
+  const float scale = float(1 / std::sqrt(double(s.dk)));
+  agree("cached two-segment attention head by head", in,
+        [=](Backend<float>& be, Arrays& a) {  // segment s's heads in a buffer of their own (a[1 + s], a[3 + s])
+          const engine::View<const float> k[] = {
+              {a[1], 2 * s.dk}, {a[1] + s.dk, 2 * s.dk}, {a[2], 2 * s.dk}, {a[2] + s.dk, 2 * s.dk}};
+          const engine::View<const float> v[] = {
+              {a[3], 2 * s.dv}, {a[3] + s.dv, 2 * s.dv}, {a[4], 2 * s.dv}, {a[4] + s.dv, 2 * s.dv}};
+          be.attention_forward(s, scale, a[0], engine::KvHeads<float>(k), engine::KvHeads<float>(v), a[5], a[6]);
+        },
+        {5, 6}, s.dk + s.dv + 3.0 * s.columns(), {2, 0});
+}
+
 // A decoder's cache (lm/model.hpp): T = 1 and T = 3 queries after `past` positions, k and v of
 // `capacity` rows per sequence (GQA, dk ≠ dv). k = dk + dv + 3 keys. The control moves the first
 // cached key of sequence 0, head 0, which every query sees.
