@@ -68,6 +68,18 @@ class FiniteGuard final : public lm::Recorder<float> {
       if (!std::isfinite(a.data[k])) note(a.layer, a.site, std::isnan(a.data[k]), k / per);
     inner_.record(a);
   }
+  lm::StateRequest state_request(Site s, int l) const override { return inner_.state_request(s, l); }
+  // A reduced state: the first non-finite value of its reductions (a NaN or ±Inf entry makes its row's
+  // norm and unit row, and its sequence's Gram matrix, non-finite), norms first.
+  void record_state(const lm::StateReduction& r) override {
+    const std::size_t mm = std::size_t(r.m) * r.m;
+    const std::pair<const double*, std::size_t> parts[] = {
+        {r.norms, std::size_t(r.T)}, {r.gram, mm}, {r.unit, std::size_t(r.columns)}, {r.nonzero, 1}};
+    for (const auto& [x, per] : parts)
+      for (std::size_t k = 0; x && k < inner_.valid * per && found.empty(); ++k)
+        if (!std::isfinite(x[k])) note(r.layer, r.site, std::isnan(x[k]), k / per);
+    if (found.empty()) inner_.record_state(r);  // an eigensolver refuses NaN; nothing is reported then anyway
+  }
   std::string found;
   std::int64_t first = 0;  // the batch's first sequence
 
@@ -128,11 +140,17 @@ class Entropy final : public Analysis {
 class Similarity final : public Analysis {
  public:
   Similarity(int L, const Options& o) : L_(L), o_(o), stats_(std::size_t(o.of == Of::hidden ? L + 1 : L)) {}
-  bool wants(Site s, int l) const override { return state(s, l) >= 0; }
-  void record(const Activation<float>& a) override {
-    const int at = state(a.site, a.layer);
-    for (double s : each_sequence([&](int b) { return token_similarity(sequence(a, b, o_.heads)); }))
-      stats_[std::size_t(at)].add(s);
+  bool wants(Site, int) const override { return false; }
+  void record(const Activation<float>&) override {}
+  lm::StateRequest state_request(Site s, int l) const override {
+    lm::StateRequest r;
+    r.unit = state(s, l) >= 0, r.combine = o_.heads;
+    return r;
+  }
+  void record_state(const lm::StateReduction& r) override {
+    auto& stats = stats_[std::size_t(state(r.site, r.layer))];
+    for (int b = 0; b < valid; ++b)
+      stats.add(token_similarity(r.unit + std::size_t(b) * r.columns, r.columns, r.nonzero[b], r.T));
   }
   void report(Report& out) const override {
     scalar_layers(out, out.similarity, "similarity", stats_, o_.of == Of::hidden ? 0 : 1);
@@ -156,14 +174,21 @@ class Similarity final : public Analysis {
 class Spectrum final : public Analysis {
  public:
   Spectrum(int L, int top_k) : top_k_(top_k), sums_(std::size_t(L)), max_(std::size_t(L)), count_(std::size_t(L), 0) {}
-  bool wants(Site s, int) const override { return s == Site::v; }
-  void record(const Activation<float>& a) override {
-    auto& sum = sums_[std::size_t(a.layer)];
-    for (const auto& e : each_sequence([&](int b) { return eigenvalues(sequence(a, b, HeadCombination::concat)); })) {
+  bool wants(Site, int) const override { return false; }
+  void record(const Activation<float>&) override {}
+  lm::StateRequest state_request(Site s, int) const override {
+    lm::StateRequest r;
+    r.gram = s == Site::v;
+    return r;
+  }
+  void record_state(const lm::StateReduction& r) override {
+    auto& sum = sums_[std::size_t(r.layer)];
+    const std::size_t mm = std::size_t(r.m) * r.m;
+    for (const auto& e : each_sequence([&](int b) { return gram_spectrum(r.gram + b * mm, r.m, top_k_); })) {
       if (sum.empty()) sum.assign(e.size(), 0.0);
       for (std::size_t i = 0; i < e.size(); ++i) sum[i] += e[i];
-      max_[std::size_t(a.layer)].add(e.front());
-      ++count_[std::size_t(a.layer)];
+      max_[std::size_t(r.layer)].add(e.front());
+      ++count_[std::size_t(r.layer)];
     }
   }
   void report(Report& out) const override {
@@ -183,12 +208,6 @@ class Spectrum final : public Analysis {
   }
 
  private:
-  std::vector<double> eigenvalues(const RowMatrix& X) const {
-    if (top_k_ <= 0) return covariance_spectrum(X);
-    const TopGramEigenvalues top = top_gram_eigenvalues(RowMatrix(X / std::sqrt(double(X.rows()))), top_k_);
-    if (!top.ok) throw NumericalError("spectrum: the Lanczos solver did not converge");
-    return top.values;
-  }
   int top_k_;
   std::vector<std::vector<double>> sums_;
   std::vector<RunningStats> max_;
@@ -202,15 +221,20 @@ class FirstToken final : public Analysis {
   FirstToken(int L, int block)
       : ratio_(3, std::vector<RunningStats>(std::size_t(L))), profile_(3, std::vector<std::vector<double>>(std::size_t(L))),
         n_(3, std::vector<std::int64_t>(std::size_t(L), 0)), block_(block) {}
-  bool wants(Site s, int) const override {
-    return (s == Site::pattern && block_ == 0) || s == Site::v || s == Site::resid_post;
-  }
+  bool wants(Site s, int) const override { return s == Site::pattern && block_ == 0; }
   int pattern_block(int) const override { return block_; }
   void record(const Activation<float>& a) override {
-    const int what = a.site == Site::pattern ? 0 : a.site == Site::v ? 1 : 2;
-    add(what, a.layer, each_sequence([&](int b) {
-          return what == 0 ? token_importance(sums_of(a, b).view()) : row_norms(sequence(a, b, HeadCombination::concat));
-        }));
+    add(0, a.layer, each_sequence([&](int b) { return token_importance(sums_of(a, b).view()); }));
+  }
+  lm::StateRequest state_request(Site s, int) const override {
+    lm::StateRequest r;
+    r.norms = s == Site::v || s == Site::resid_post;
+    return r;
+  }
+  void record_state(const lm::StateReduction& r) override {
+    std::vector<std::vector<double>> norms;
+    for (int b = 0; b < valid; ++b) norms.emplace_back(r.norms + std::size_t(b) * r.T, r.norms + std::size_t(b + 1) * r.T);
+    add(r.site == Site::v ? 1 : 2, r.layer, norms);
   }
   void record_sums(const lm::PatternReduction& r) override {
     add(0, r.layer, each_sequence([&](int b) { return token_importance(sums_of(r, b)); }));
@@ -394,6 +418,19 @@ class Together final : public Analysis {
   void record_sums(const lm::PatternReduction& r) override {
     for (auto& p : parts)
       if (p->pattern_block(r.layer) > 0) p->valid = valid, p->threads = threads, p->record_sums(r);
+  }
+  lm::StateRequest state_request(Site s, int l) const override {
+    lm::StateRequest all;
+    for (const auto& p : parts) {
+      const lm::StateRequest r = p->state_request(s, l);
+      all.norms |= r.norms, all.gram |= r.gram;
+      if (r.unit) all.unit = true, all.combine = r.combine;  // one similarity at most
+    }
+    return all;
+  }
+  void record_state(const lm::StateReduction& r) override {
+    for (auto& p : parts)
+      if (p->state_request(r.site, r.layer).any()) p->valid = valid, p->threads = threads, p->record_state(r);
   }
   void report(Report& out) const override {
     for (const auto& p : parts) p->report(out);

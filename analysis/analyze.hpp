@@ -5,7 +5,9 @@
 // consumes a layer's activations as soon as the forward pass produces them,
 // so an attention pattern never outlives its layer; entropy and first-token (and all) take the
 // patterns reduced inside the attention instead, so no layer's whole pattern is formed
-// (Options::query_block).
+// (Options::query_block); similarity, spectrum and first-token's norms take the states reduced
+// where the model runs (lm/record.hpp's StateReduction: unit sums, Gram matrices, norms), so only
+// per-sequence results cross from the device to the host.
 //
 //   entropy      per layer (1 … L): attention entropy, definition column | row | printed
 //   similarity   per state: mean pairwise cosine of the tokens' hidden states (hf: the L + 1
@@ -53,7 +55,7 @@ struct Options {
   HeadCombination heads = HeadCombination::concat;
   HeadMatrixOf head_matrix = HeadMatrixOf::outputs;
   int layer = -1;  // heads, tokens: 0-based; −1 the last
-  int top_k = 0;   // spectrum: 0 every eigenvalue; k > 0 the k largest by Lanczos (matrix-free)
+  int top_k = 0;   // spectrum: 0 every eigenvalue; k > 0 the k largest by Lanczos on the Gram matrix
   int batch = 4;   // sequences per forward pass
   int threads = 0;  // CPU threads for the per-sequence measures (0: all cores)
   // entropy, first-token (and all): the patterns are reduced inside the attention, this many queries

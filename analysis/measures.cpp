@@ -4,8 +4,10 @@
 #include <cmath>
 
 #include "core/errors.hpp"
+#include "core/random_matrix.hpp"
 #include "engine/blas.hpp"
 #include "engine/kernels/pattern_reduction.hpp"
+#include "engine/kernels/state_reduction.hpp"
 
 namespace qkvlab::analysis {
 
@@ -70,32 +72,45 @@ double attention_entropy(const float* pattern, int H, int T, EntropyDefinition d
   return attention_entropy(reduce_pattern(pattern, H, T).view(), definition);
 }
 
-double token_similarity(const RowMatrix& X) {
-  const Eigen::Index T = X.rows();
+double token_similarity(const double* unit_sum, int columns, double nonzero, int T) {
   if (T < 2) return std::nan("");
-  Eigen::RowVectorXd sum = Eigen::RowVectorXd::Zero(X.cols());
-  double diagonal = 0;
-  for (Eigen::Index i = 0; i < T; ++i) {
-    const double n = X.row(i).norm();
-    if (n == 0) continue;
-    sum += X.row(i) / n;
-    diagonal += 1;
+  double sum = 0;
+  for (int c = 0; c < columns; ++c) sum += unit_sum[c] * unit_sum[c];
+  return (sum - nonzero) / (double(T) * double(T - 1));
+}
+
+double token_similarity(const RowMatrix& X) {
+  const engine::StateShape s{1, int(X.rows()), 1, int(X.cols())};
+  std::vector<double> norms(std::size_t(s.T)), unit(std::size_t(s.width));
+  engine::kernels::state_norm_rows(s, X.data(), 0, std::size_t(s.T), norms.data());
+  engine::kernels::state_unit_columns(s, X.data(), norms.data(), 0, 0, s.width, unit.data());
+  double nonzero = 0;
+  for (double n : norms) nonzero += n != 0;
+  return token_similarity(unit.data(), s.width, nonzero, s.T);
+}
+
+std::vector<double> gram_spectrum(const double* gram, int m, int top_k) {
+  const MatD M = Eigen::Map<const MatD>(gram, m, m);  // symmetric: row- and column-major read alike
+  if (top_k > 0) {  // Lanczos on AᵀA = M, A = sqrt(D) Lᵀ P from M's pivoted LDLᵀ (D ≥ 0 up to rounding)
+    const Eigen::LDLT<MatD> f(M);
+    const VecD d = f.vectorD().cwiseMax(0.0).cwiseSqrt();
+    const MatD A = d.asDiagonal() * MatD(f.matrixU()) * f.transpositionsP();
+    const TopGramEigenvalues top = top_gram_eigenvalues(A, std::min(top_k, m));
+    if (!top.ok) throw NumericalError("spectrum: the Lanczos solver did not converge");
+    return top.values;
   }
-  return (sum.squaredNorm() - diagonal) / (double(T) * double(T - 1));
+  MatD A = M;
+  std::vector<double> ev;
+  if (!engine::symmetric_eigenvalues(A, ev)) throw NumericalError("spectrum: the eigensolver did not converge");
+  std::sort(ev.rbegin(), ev.rend());
+  return ev;
 }
 
 std::vector<double> covariance_spectrum(const RowMatrix& X) {
-  // The smaller Gram matrix, (1/T) X Xᵀ (T×T) or (1/T) Xᵀ X (n×n): the same non-zero eigenvalues.
   const int T = int(X.rows()), n = int(X.cols()), m = std::min(T, n);
-  const bool tokens = T < n;
-  Mat<double> M(m, m);  // symmetric: row- and column-major read alike
-  engine::gemm_serial(tokens ? engine::Trans::none : engine::Trans::transpose,
-                      tokens ? engine::Trans::transpose : engine::Trans::none, m, m, tokens ? n : T, 1.0 / T,
-                      X.data(), n, X.data(), n, 0.0, M.data(), m);
-  std::vector<double> ev;
-  if (!engine::symmetric_eigenvalues(M, ev)) throw NumericalError("spectrum: the eigensolver did not converge");
-  std::sort(ev.rbegin(), ev.rend());
-  return ev;
+  std::vector<double> gram(std::size_t(m) * m);
+  engine::kernels::state_gram_sequence(0, T, n, X.data(), 1.0 / T, gram.data());
+  return gram_spectrum(gram.data(), m);
 }
 
 double first_ratio(const std::vector<double>& x) {
@@ -103,12 +118,6 @@ double first_ratio(const std::vector<double>& x) {
   double rest = 0;
   for (std::size_t j = 1; j < x.size(); ++j) rest += x[j];
   return x[0] / (rest / double(x.size() - 1));
-}
-
-std::vector<double> row_norms(const RowMatrix& X) {
-  std::vector<double> n(std::size_t(X.rows()));
-  for (Eigen::Index i = 0; i < X.rows(); ++i) n[std::size_t(i)] = X.row(i).norm();
-  return n;
 }
 
 RowMatrix cosine_matrix(const RowMatrix& X) {

@@ -11,9 +11,12 @@
 //   printed  Eq. 11 as printed: a_i = (1/T) Σ_j Ā_ij, a row mean; since every row of a
 //            pattern sums to 1, a_i = 1/T and e = ln T for every pattern: it measures nothing
 // Token similarity (resformer.eq13): s = (1/(T(T−1))) Σ_{i≠j} cos(h_i, h_j), computed as
-//   (‖Σ_i u_i‖² − Σ_i ‖u_i‖²) / (T(T−1)) with u_i = h_i/‖h_i‖ (a zero row counts as 0).
+//   (‖Σ_i u_i‖² − Σ_i ‖u_i‖²) / (T(T−1)) with u_i = h_i/‖h_i‖ (a zero row counts as 0), from what the
+//   backend reduces a sequence to (engine/backend.hpp's state_rows: Σ_i u_i and the count of
+//   non-zero rows, each ‖u_i‖² = 1), so only O(d) numbers per sequence leave the device.
 // Value spectrum (resformer.eq12): the eigenvalues of C = (1/T) Σ_i v_i v_iᵀ in descending
-//   order; when T < width they are those of the T×T Gram matrix V Vᵀ / T (the rest are 0).
+//   order; when T < width they are those of the T×T Gram matrix V Vᵀ / T (the rest are 0). The
+//   backend forms the smaller of the two (state_gram); only it leaves the device.
 // First-token ratios (resformer Fig. 10, 19): x_0 / mean(x_1 … x_{T−1}) for the importance a_j
 //   (column definition, before normalization), the value norms ‖v_j‖ and the hidden norms ‖h_j‖.
 // Cosine matrices: rows of a matrix against each other (heads: H×H over flattened head
@@ -31,6 +34,8 @@
 
 #include <Eigen/Dense>
 #include <vector>
+
+#include "engine/kernel_types.hpp"
 
 namespace qkvlab::analysis {
 
@@ -64,24 +69,29 @@ double attention_entropy(const float* pattern, int H, int T, EntropyDefinition d
 std::vector<double> token_importance(const HeadSums& sums);
 std::vector<double> token_importance(const float* pattern, int H, int T);
 
-// Mean pairwise cosine similarity of the T rows of X (T×width, row stride ld).
+// Mean pairwise cosine similarity of T rows from their unit sum (`columns` values) and the count of
+// non-zero rows (state_rows' RowSums of one sequence); NaN for T < 2.
+double token_similarity(const double* unit_sum, int columns, double nonzero, int T);
+// The same of the T rows of X (T×width), reduced by the CPU kernel of state_rows.
 double token_similarity(const RowMatrix& X);
 
-// Eigenvalues of (1/T) Xᵀ X, descending, of length min(T, width).
+// The eigenvalues of a sequence's smaller Gram matrix (m × m, symmetric: state_gram's), descending:
+// all of them (top_k = 0), or the top_k largest by Lanczos (core/random_matrix.hpp on AᵀA = the Gram
+// matrix, A from its pivoted LDLᵀ). NumericalError when a solver does not converge.
+std::vector<double> gram_spectrum(const double* gram, int m, int top_k = 0);
+// Eigenvalues of (1/T) Xᵀ X, descending, of length min(T, width), its Gram matrix formed by the CPU
+// kernel of state_gram.
 std::vector<double> covariance_spectrum(const RowMatrix& X);
 
 // x_0 over the mean of x_1 … x_{n−1}.
 double first_ratio(const std::vector<double>& x);
-
-// Euclidean norm of each row.
-std::vector<double> row_norms(const RowMatrix& X);
 
 // The cosine of every pair of rows (zero rows: cosine 0).
 RowMatrix cosine_matrix(const RowMatrix& X);
 
 // The heads of a token-major tensor (T × heads·width) combined per token:
 // concat keeps all heads' entries, mean averages the heads' vectors.
-enum class HeadCombination { concat, mean };
+using HeadCombination = engine::HeadCombination;
 RowMatrix combine_heads(const float* data, int T, int heads, int width, HeadCombination how);
 
 // One sequence of one attention layer as the record lays it out: q T×H×d_k, k T×G×d_k,

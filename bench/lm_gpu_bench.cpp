@@ -67,6 +67,10 @@ class ProductTimer final : public Backend<float> {
     if (timing) timer.mark("gemm");
     flops += 2.0 * m * n * double(k) * batch;
   }
+  void widen(int r, int c, const std::uint16_t* W, int lw, const std::int32_t* rows_of, engine::WeightType type,
+             float* Y, int ly) override {
+    b_.widen(r, c, W, lw, rows_of, type, Y, ly);
+  }
   void add_bias(int r, int c, const float* bias, float* Y, int ly) override { b_.add_bias(r, c, bias, Y, ly); }
   void bias_backward(int r, int c, const float* dY, int ly, float* db) override { b_.bias_backward(r, c, dY, ly, db); }
   void embedding_forward(int B, int T, int C, const std::int32_t* ids, const float* wte, const float* wpe,
@@ -111,6 +115,12 @@ class ProductTimer final : public Backend<float> {
                           const float* v, const float* p, const float* dz, float* dq, float* dk, float* dv,
                           float* scratch) override {
     b_.attention_backward(s, scale, q, k, v, p, dz, dq, dk, dv, scratch);
+  }
+  void state_rows(const engine::StateShape& s, const float* X, const engine::RowSums& out) override {
+    b_.state_rows(s, X, out);
+  }
+  void state_gram(int B, int T, int C, const float* X, double alpha, double* out) override {
+    b_.state_gram(B, T, C, X, alpha, out);
   }
   void cross_entropy(int N, int V, const float* logits, const std::int32_t* t, float* loss, float scale,
                      float* dlogits) override {

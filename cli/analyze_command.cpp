@@ -7,6 +7,7 @@
 #include "cli/token_options.hpp"
 #include "cli/commands.hpp"
 #include "cli/device_option.hpp"
+#include "cli/dtype_option.hpp"
 #include "cli/nonfinite_option.hpp"
 #include "cli/plot_common.hpp"
 #include "cli/validators.hpp"
@@ -26,6 +27,7 @@ struct AnalyzeArgs {
   int batch = 4, threads = 0, layer = 0, k = 0, query_block = 64;
   std::uint64_t seed = 1;
   Device device = Device::cpu;
+  std::string dtype = "auto";
   bool quiet = false, allow_nonfinite = false;
 };
 
@@ -72,7 +74,7 @@ int run_analyze(const AnalyzeArgs& a, const std::string& command_line) {
   const analysis::Options options = analysis_options(a, kind);
   apply_threads(a.threads, BlasUse::per_worker);  // the CPU backend runs one product per worker
   const auto backend = engine::make_backend(a.device, a.threads);
-  const auto model = lm::load_model(a.checkpoint, *backend, a.allow_nonfinite);
+  const auto model = lm::load_model(a.checkpoint, *backend, a.allow_nonfinite, a.dtype);
   const lm::TokenSequences data = read_token_sequences(a.input, a.checkpoint, a.seed, model->config(), false);
   const Progress show{"analyze", Progress::wanted(a.quiet)};
   const analysis::Report r = analysis::analyze(*model, kind, data, options, [&](std::int64_t done, std::int64_t total) {
@@ -86,6 +88,7 @@ int run_analyze(const AnalyzeArgs& a, const std::string& command_line) {
                                            : a.input.tokens);
   v.set("seed", a.seed);
   v.set("device", backend->description());
+  set_dtype_fields(v, model->weight_type());
   v.set("command_line", command_line);
   write_files(a, r, command_line);
   std::cout << (a.format == "json" ? v.json() : v.text());
@@ -104,6 +107,8 @@ Command add_analyze_command(CLI::App& app, const std::string& command_line) {
               "the sequences, T and the seed.\n"
               "entropy, first-token and all reduce the attention patterns inside the attention, --query-block\n"
               "queries at a time, so no layer's T x T patterns are formed (memory O(T d) plus one block per head);\n"
+              "similarity, spectrum and first-token's norms reduce the states where the model runs (with --device\n"
+              "cuda only per-sequence sums and Gram matrices reach the host);\n"
               "heads --of patterns, tokens and cross-layer need whole patterns and form them layer by layer.");
   cmd->add_option("KIND", a->kind, "entropy|similarity|spectrum|first-token|heads|tokens|cross-layer|all")
       ->required()
@@ -139,6 +144,7 @@ Command add_analyze_command(CLI::App& app, const std::string& command_line) {
   cmd->add_option("--csv", a->csv, "Write the tables as CSV (several: FILE's stem + -TABLE)");
   cmd->add_option("--figure", a->figure, "Draw STEM.svg and STEM.png from the CSV (needs --csv)");
   add_allow_nonfinite_option(cmd, a->allow_nonfinite);
+  add_dtype_option(cmd, a->dtype);
   cmd->add_flag("--quiet", a->quiet, "No progress on stderr");
   return {cmd, [a, command_line] { return run_analyze(*a, command_line); }};
 }

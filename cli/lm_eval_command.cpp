@@ -6,6 +6,7 @@
 #include "cli/threads_option.hpp"
 #include "cli/commands.hpp"
 #include "cli/device_option.hpp"
+#include "cli/dtype_option.hpp"
 #include "cli/nonfinite_option.hpp"
 #include "cli/token_options.hpp"
 #include "cli/plot_common.hpp"
@@ -26,6 +27,7 @@ struct EvalArgs {
   int seq_len = 1024, batch = 8, threads = 0;
   std::int64_t sequences = 0;
   Device device = Device::cpu;
+  std::string dtype = "auto";
   bool quiet = false, allow_nonfinite = false;
 };
 
@@ -40,7 +42,7 @@ int run_eval(const EvalArgs& a) {
   const std::string source = a.text.empty() ? a.tokens : a.text;
   apply_threads(a.threads, BlasUse::per_worker);  // the CPU backend runs one product per worker
   const auto backend = engine::make_backend(a.device, a.threads);
-  const auto model = lm::load_model(a.checkpoint, *backend, a.allow_nonfinite);
+  const auto model = lm::load_model(a.checkpoint, *backend, a.allow_nonfinite, a.dtype);
   lm::check_sequences(data, model->config(), source);
   const Progress show{"lm eval", Progress::wanted(a.quiet)};
   const lm::EvalResult r = lm::evaluate(*model, data, a.batch, [&](std::int64_t done, std::int64_t total) {
@@ -57,6 +59,7 @@ int run_eval(const EvalArgs& a) {
   out.set("seq_len", data.length);
   out.set("model", lm::config_value(model->config()));
   out.set("device", backend->description());
+  set_dtype_fields(out, model->weight_type());
   out.set("seconds", r.seconds);
   out.set("tokens_per_second", double(r.sequences) * data.length / r.seconds);
   std::cout << (a.format == "json" ? out.json() : out.text());
@@ -84,6 +87,7 @@ std::vector<Command> add_lm_eval_commands(CLI::App& lm, const std::string&) {
       ->check(CLI::IsMember({"table", "json"}))
       ->capture_default_str();
   add_allow_nonfinite_option(cmd, a->allow_nonfinite);
+  add_dtype_option(cmd, a->dtype);
   cmd->add_flag("--quiet", a->quiet, "No progress on stderr");
   return {{cmd, [a] { return run_eval(*a); }}};
 }

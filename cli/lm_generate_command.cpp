@@ -5,6 +5,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/device_option.hpp"
+#include "cli/dtype_option.hpp"
 #include "cli/nonfinite_option.hpp"
 #include "cli/plot_common.hpp"
 #include "cli/threads_option.hpp"
@@ -28,6 +29,7 @@ struct GenerateArgs {
   int max_new = 32, batch = 1, threads = 0;
   lm::Sampling sampling;
   Device device = Device::cpu;
+  std::string dtype = "auto";
   bool allow_nonfinite = false, quiet = false;
 };
 
@@ -69,7 +71,7 @@ int run_generate(const GenerateArgs& a) {
   const std::vector<std::int32_t> prompt = prompt_ids(a);
   apply_threads(a.threads, BlasUse::per_worker);
   const auto backend = engine::make_backend(a.device, a.threads);
-  const auto model = lm::load_model(a.checkpoint, *backend, a.allow_nonfinite);
+  const auto model = lm::load_model(a.checkpoint, *backend, a.allow_nonfinite, a.dtype);
   const Progress show{"lm generate", Progress::wanted(a.quiet)};
   const lm::Generation g = lm::generate(*model, prompt, a.max_new, a.batch, a.sampling,
                                         [&](int done, int total) { show("tokens", done, total); });
@@ -89,6 +91,7 @@ int run_generate(const GenerateArgs& a) {
                                                                   g.decode_seconds)
                                                 : results::Value());
   out.set("peak_bytes", std::int64_t(peak_resident_bytes()));
+  set_dtype_fields(out, model->weight_type());
   std::cout << (a.format == "json" ? out.json() : out.text());
   return 0;
 }
@@ -126,6 +129,7 @@ std::vector<Command> add_lm_generate_commands(CLI::App& lm, const std::string&) 
       ->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();
   add_allow_nonfinite_option(cmd, a->allow_nonfinite);
+  add_dtype_option(cmd, a->dtype);
   cmd->add_flag("--quiet", a->quiet, "No progress on stderr");
   cmd->callback([tokens, prompt, file] {
     if (!tokens->count() && !prompt->count() && !file->count())

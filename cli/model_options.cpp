@@ -17,7 +17,7 @@ void add_model_options(CLI::App* cmd, ModelOptions& o) {
       ->check(CLI::IsMember({"vanilla", "resformer", "svformer", "neutreno", "denseformer", "skipv1", "yoco-v",
                              "cla-v", "skipkv1", "skipv1-yoco", "q-identity", "resformer-neutreno", "resformer-k",
                              "resformer-q", "resformer-previous", "resformer-all", "resformer-identity", "cla-k",
-                             "cla-kv"}))
+                             "cla-kv", "resformer-cross"}))
       ->capture_default_str();
   g->add_option("--layers", o.layers, "Number of blocks L")->check(integer_in(1, 1024))->capture_default_str();
   g->add_option("--d", o.d, "Model width d")->check(integer_in(1, 65536))->capture_default_str();
@@ -61,7 +61,8 @@ void add_model_options(CLI::App* cmd, ModelOptions& o) {
       ->capture_default_str();
   g->add_option("--source-layer", o.source_layer, "skipv1 family: the source layer k (SkipVk; 0: SkipV0); resformer, "
                                                   "resformer-neutreno, -k, -q: the layer k whose values (keys, "
-                                                  "queries) layers > k mix in (default 1)")
+                                                  "queries) layers > k mix in; resformer-cross: the layer k whose "
+                                                  "keys and values layers > k also attend over (default 1)")
       ->check(integer_in(0, 1024))
       ->capture_default_str();
   g->add_option("--strategy", o.strategy, "skipv1: how injected heads are filled")

@@ -91,6 +91,14 @@ std::vector<LayerPlan> make_plan(const Variant& v, int L, int H, int G) {
       case VariantKind::resformer_q:
         resformer_layer(v, n, G, p);
         break;
+      case VariantKind::resformer_cross: {  // [own heads; layer k's heads]: two segments
+        if (n < v.source_layer) break;
+        const Mix source = own_heads(v.source_layer - 1, G);
+        p.segments = 2;
+        p.keys.insert(p.keys.end(), source.begin(), source.end());
+        p.values.insert(p.values.end(), source.begin(), source.end());
+        break;
+      }
       case VariantKind::resformer_previous:
         for (int g = 0; g < G; ++g) p.values[g] = {Source{n, g, v.alpha}, Source{n - 1, g, v.beta}};
         break;

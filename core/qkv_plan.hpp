@@ -44,6 +44,7 @@ enum class VariantKind {
   resformer_identity,  // U_n = A_n V_n + 1/(n−1) Σ_{i < n} V_i (the identity mapping, Eq. 6)
   cla_k,               // layer 2k reuses layer 2k−1's keys
   cla_kv,              // layer 2k reuses layer 2k−1's keys and values (CLA)
+  resformer_cross,     // U_n = softmax(Q_n [K_n; K_k]ᵀ/√d_h + causal mask of each) [V_n; V_k] (cross-layer attention, Eq. 2)
 };
 
 // How SkipV1 fills the injected value heads (SkipV1Former App. C.4); with ρ = ½ and
@@ -88,10 +89,14 @@ using Mix = std::vector<std::vector<Source>>;  // one list of sources per key/va
 //   queries[h] the query head h is Σ w·(query head `head` of layer `layer`, as that layer's
 //              W_Q and RoPE give it); the layer's own heads unless a variant mixes them
 // An empty source list is a zero head (SkipV0's injected heads).
+// segments > 1 (cross-layer attention, ResFormer Eq. 2): keys and values hold segments·H_kv heads,
+// segment s being heads s·H_kv … (s+1)·H_kv − 1, and the queries attend over every segment's keys
+// at once, causal within each (engine/kernel_types.hpp's AttentionShape::segments); direct is H_kv.
 struct LayerPlan {
   bool identity_query = false;  // Q-identity: q = the normalized input, no W_Q
   int own_key_heads = 0;        // heads of W_K (0: every key head comes from another layer)
   int own_value_heads = 0;      // heads of W_V (MLA: latent slots of W_DKV)
+  int segments = 1;             // key/value segments attended jointly
   Mix keys, values, direct, queries;
   bool dense = false;           // DenseFormer: the block output is mixed with X_0 … X_n
 };

@@ -26,6 +26,7 @@
 #include "engine/buffer.hpp"
 #include "engine/kernel_types.hpp"
 #include "engine/rope_frequencies.hpp"
+#include "engine/weight_type.hpp"
 
 namespace qkvlab::engine {
 
@@ -54,6 +55,11 @@ class Backend : public Memory {
   virtual void gemm(Trans ta, Trans tb, int m, int n, int k, S alpha, const S* A, int lda, std::int64_t stride_a,
                     const S* B, int ldb, std::int64_t stride_b, S beta, S* C, int ldc, std::int64_t stride_c,
                     int batch) = 0;
+  // Y[r, 0:cols] = the floats of W[row(r), 0:cols], a matrix of 16-bit weights of `type` (bf16 or
+  // f16, engine/weight_type.hpp's widen_bits), row(r) = rows_of ? rows_of[r] : r, row strides ldw, ldy:
+  // a panel of a weight widened for a float product (engine/weight.hpp), or an embedding's lookup.
+  virtual void widen(int rows, int cols, const std::uint16_t* W, int ldw, const std::int32_t* rows_of,
+                     WeightType type, S* Y, int ldy) = 0;
   // Y[r, 0:cols] += b (b of length cols) for every row r < rows (row stride ldy).
   virtual void add_bias(int rows, int cols, const S* b, S* Y, int ldy) = 0;
   // db += Σ_r dY[r, 0:cols] (row stride ldy).
@@ -100,7 +106,9 @@ class Backend : public Memory {
   // z_bh = P_bh v_bg. `pattern` (B·H·T·T) is written and kept for the backward.
   // With a cache (s.past, s.capacity: engine/kernel_types.hpp) the T queries are
   // the positions after s.past, k and v the cache, the pattern B·H·T·s.keys().
-  // k and v are one tensor each, or head by head where each lives (KvHeads).
+  // k and v are one tensor each, or head by head where each lives (KvHeads). With s.segments > 1
+  // (ResFormer's cross-layer attention) the queries attend over every segment's keys jointly, causal
+  // within each, the pattern B·H·T·s.columns() (engine/kernel_types.hpp).
   virtual void attention_forward(const AttentionShape& s, S scale, const S* q, KvHeads<S> k, KvHeads<S> v,
                                  S* pattern, S* z) = 0;
   // The same z without keeping the pattern: each (b, h)'s queries are taken `block` at a time and
@@ -108,14 +116,28 @@ class Backend : public Memory {
   // entropy) before the next block is computed, so one block of rows per head exists at a time, never
   // B·H·T·T values. The rows are attention_forward's; the column sums add the queries in ascending
   // order; sums' null pointers are not computed (PatternSums{}: z alone, as an eval pass that keeps
-  // no pattern runs). Plain shapes only (no cache).
+  // no pattern runs). Plain shapes of one segment only (no cache).
   virtual void attention_reduce(const AttentionShape& s, S scale, const S* q, KvHeads<S> k, KvHeads<S> v,
                                 int block, S* z, const PatternSums& sums) = 0;
   // dv += Pᵀ dz, dP = dz vᵀ, dS = P ⊙ (dP − rowsum(P ⊙ dP)), dq += scale dS k,
-  // dk += scale dSᵀ q; the heads sharing a key/value head add in head order.
-  // `scratch` holds B·H·T·T values. Plain shapes only (no cache).
+  // dk += scale dSᵀ q; the heads sharing a key/value head add in head order; with segments, per
+  // segment's block of P and dS, into that segment's heads of dk and dv (one tensor each, (N, s.kv_heads()·d)).
+  // `scratch` holds B·H·T·s.columns() values. Plain shapes only (no cache).
   virtual void attention_backward(const AttentionShape& s, S scale, const S* q, const S* k, const S* v,
                                   const S* pattern, const S* dz, S* dq, S* dk, S* dv, S* scratch) = 0;
+
+  // ---- Reductions of token-major states (the analyses': analysis/measures.hpp) -------------------
+  // Token similarity and the value spectrum reduce a state where it lives; only O(C) per sequence (or
+  // the C×C Gram matrix) leaves the backend. StateShape combines row i of sequence b over its heads:
+  // h_bi = x_bi (concat), or h_bi,c = Σ_h (x_bi,h·w+c / heads) with the heads added in order (mean).
+  // In double: ‖h‖ = sqrt(Σ_c h_c²) (CPU: c ascending; CUDA: a block tree per row), the unit sums
+  // add h_bi/‖h_bi‖ in ascending i and skip zero rows (RowSums).
+  virtual void state_rows(const StateShape& s, const S* X, const RowSums& out) = 0;
+  // The smaller Gram matrix of each sequence's rows X_b (T × C, heads side by side, packed), in double:
+  // out_b = α X_bᵀ X_b (C × C) when T ≥ C, else α X_b X_bᵀ (T × T); m = min(T, C), out_b at out + b·m²
+  // (symmetric, so either layout). The products sum in double (CPU: one serial double GEMM per
+  // sequence; CUDA: cuBLAS's double GEMM), the same at any thread count and in every run.
+  virtual void state_gram(int B, int T, int C, const S* X, double alpha, double* out) = 0;
 
   // ---- Loss --------------------------------------------------------------------
   // Per row n of logits (N, V): loss[n] = logsumexp(logits[n]) − logits[n, target[n]],

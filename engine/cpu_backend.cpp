@@ -21,6 +21,7 @@
 #include "engine/kernels/embedding.hpp"
 #include "engine/kernels/norm.hpp"
 #include "engine/kernels/rope.hpp"
+#include "engine/kernels/state_reduction.hpp"
 
 namespace qkvlab::engine {
 
@@ -144,6 +145,18 @@ void CpuBackend<S>::gemm(Trans ta, Trans tb, int m, int n, int k_, S alpha, cons
 }
 
 template <class S>
+void CpuBackend<S>::widen(int rows, int cols, const std::uint16_t* W, int ldw, const std::int32_t* rows_of,
+                          WeightType type, S* Y, int ldy) {
+  split(std::size_t(rows), 16384 / std::max(cols, 1) + 1, [&](std::size_t r0, std::size_t r1) {
+    for (std::size_t r = r0; r < r1; ++r) {
+      const std::uint16_t* w = W + std::size_t(rows_of ? rows_of[r] : std::int32_t(r)) * std::size_t(ldw);
+      S* y = Y + r * std::size_t(ldy);
+      for (int c = 0; c < cols; ++c) y[c] = S(widen_bits(w[c], type));
+    }
+  });
+}
+
+template <class S>
 void CpuBackend<S>::add_bias(int rows, int cols, const S* b, S* Y, int ldy) {
   split(std::size_t(rows), 4096 / std::max(cols, 1) + 1,
         [&](std::size_t r0, std::size_t r1) { k::add_bias_rows(int(r0), int(r1), cols, b, Y, ldy); });
@@ -259,6 +272,7 @@ template <class S>
 void CpuBackend<S>::attention_reduce(const AttentionShape& s, S scale, const S* q, KvHeads<S> k_, KvHeads<S> v,
                                      int block, S* z, const PatternSums& sums) {
   if (!s.plain()) throw std::invalid_argument("attention_reduce: only without a cache (past 0, capacity T)");
+  if (s.segments != 1) throw std::invalid_argument("attention_reduce: one segment of keys only");
   if (block < 1) throw std::invalid_argument("attention_reduce: a query block of at least 1 row");
   block = std::min(block, s.T);
   parallel_for(std::int64_t(s.B) * s.H, threads_, [&](std::int64_t job) {
@@ -272,10 +286,37 @@ void CpuBackend<S>::attention_backward(const AttentionShape& s, S scale, const S
                                        const S* pattern, const S* dz, S* dq, S* dk, S* dv, S* scratch) {
   if (!s.plain()) throw std::invalid_argument("attention_backward: only without a cache (past 0, capacity T)");
   parallel_for(std::int64_t(s.B) * s.Hkv, threads_, [&](std::int64_t job) {
-    S* own = scratch + std::size_t(job) * s.group() * s.T * s.T;  // this job's part of the B·H·T·T scratch
+    S* own = scratch + std::size_t(job) * s.group() * s.T * s.columns();  // this job's part of the B·H·T·C scratch
     k::attention_backward_group(s, int(job / s.Hkv), int(job % s.Hkv), scale, q, k_, v, pattern, dz, dq, dk, dv,
                                 own);
   });
+}
+
+// ---- Reductions of token-major states -------------------------------------------------------
+
+// Norms split over rows; each (sequence, 64 columns) of the unit sums is one job over the rows in order.
+template <class S>
+void CpuBackend<S>::state_rows(const StateShape& s, const S* X, const RowSums& out) {
+  const std::size_t N = std::size_t(s.B) * s.T;
+  std::vector<double> own(out.norms ? 0 : N);
+  double* norms = out.norms ? out.norms : own.data();
+  split(N, 16, [&](std::size_t r0, std::size_t r1) { k::state_norm_rows(s, X, r0, r1, norms); });
+  constexpr int piece = 64;
+  const int C = s.columns(), pieces = (C + piece - 1) / piece;
+  if (out.unit)
+    parallel_for(std::int64_t(s.B) * pieces, threads_, [&](std::int64_t job) {
+      const int b = int(job / pieces), c0 = int(job % pieces) * piece;
+      k::state_unit_columns(s, X, norms, b, c0, std::min(C, c0 + piece), out.unit);
+    });
+  for (int b = 0; out.nonzero && b < s.B; ++b) {
+    out.nonzero[b] = 0;
+    for (int i = 0; i < s.T; ++i) out.nonzero[b] += norms[std::size_t(b) * s.T + i] != 0;
+  }
+}
+
+template <class S>
+void CpuBackend<S>::state_gram(int B, int T_, int C, const S* X, double alpha, double* out) {
+  parallel_for(B, threads_, [&](std::int64_t b) { k::state_gram_sequence(int(b), T_, C, X, alpha, out); });
 }
 
 // ---- Loss and optimizer ----------------------------------------------------------------------

@@ -38,6 +38,8 @@ class CpuBackend final : public Backend<S> {
   double dot(std::size_t count, const S* X, const S* Y) override;
   void gemm(Trans ta, Trans tb, int m, int n, int k, S alpha, const S* A, int lda, std::int64_t stride_a, const S* B,
             int ldb, std::int64_t stride_b, S beta, S* C, int ldc, std::int64_t stride_c, int batch) override;
+  void widen(int rows, int cols, const std::uint16_t* W, int ldw, const std::int32_t* rows_of, WeightType type, S* Y,
+             int ldy) override;
   void add_bias(int rows, int cols, const S* b, S* Y, int ldy) override;
   void bias_backward(int rows, int cols, const S* dY, int ldy, S* db) override;
   void embedding_forward(int B, int T_, int C, const std::int32_t* ids, const S* wte, const S* wpe,
@@ -62,6 +64,8 @@ class CpuBackend final : public Backend<S> {
                         const PatternSums& sums) override;
   void attention_backward(const AttentionShape& s, S scale, const S* q, const S* k, const S* v, const S* pattern,
                           const S* dz, S* dq, S* dk, S* dv, S* scratch) override;
+  void state_rows(const StateShape& s, const S* X, const RowSums& out) override;
+  void state_gram(int B, int T_, int C, const S* X, double alpha, double* out) override;
   void cross_entropy(int N, int V, const S* logits, const std::int32_t* targets, S* loss, S scale,
                      S* dlogits) override;
   void adamw(std::size_t count, const typename Backend<S>::AdamW& a, bool decay, S* theta, const S* grad, S* m,

@@ -1,5 +1,5 @@
 // A linear map on a backend, row-vector convention: Y = X W + b with X (N, in),
-// W (in, out), b (out), Y (N, out), each a row-major view with its own leading
+// W (in, out; float or 16-bit: engine/weight.hpp), b (out), Y (N, out), each a row-major view with its own leading
 // dimension (engine/kernel_types.hpp's View: so a head slice or a column block can be an operand).
 //   forward   Y = X W + b                    (accumulate: Y += X W + b)
 //   backward  dX = dY Wᵀ (or +=),  dW += Xᵀ dY,  db += Σ_rows dY
@@ -8,14 +8,14 @@
 #pragma once
 
 #include "engine/backend.hpp"
+#include "engine/weight.hpp"
 
 namespace qkvlab::engine {
 
 template <class S>
-void linear_forward(Backend<S>& be, int N, int in, int out, View<const S> X, const S* W, const S* b, View<S> Y,
-                    bool accumulate = false) {
-  be.gemm(Trans::none, Trans::none, N, out, in, S(1), X.data, X.ld, 0, W, out, 0, accumulate ? S(1) : S(0), Y.data,
-          Y.ld, 0, 1);
+void linear_forward(Backend<S>& be, int N, int in, int out, View<const S> X, const Weight<S>& W, const S* b,
+                    View<S> Y, bool accumulate = false) {
+  weight_product(be, Trans::none, N, out, in, X.data, X.ld, W, out, accumulate ? S(1) : S(0), Y.data, Y.ld);
   if (b) be.add_bias(N, out, b, Y.data, Y.ld);
 }
 

@@ -21,6 +21,7 @@
 
 #include "core/atomic_file.hpp"
 #include "engine/json.hpp"
+#include "engine/weight_type.hpp"
 
 namespace qkvlab::engine {
 namespace {
@@ -216,14 +217,6 @@ SafeTensorsView view(std::span<const std::uint8_t> bytes) {
   return file;
 }
 
-float half_to_float(std::uint16_t h) {
-  const std::uint32_t sign = std::uint32_t(h >> 15) << 31, exponent = (h >> 10) & 0x1F, mantissa = h & 0x3FF;
-  if (exponent == 0x1F) return std::bit_cast<float>(sign | 0x7F800000u | (mantissa << 13));  // inf, NaN
-  if (exponent != 0) return std::bit_cast<float>(sign | ((exponent + 112) << 23) | (mantissa << 13));
-  const float magnitude = std::ldexp(float(mantissa), -24);  // zero or subnormal: mantissa · 2^-24, exact
-  return sign ? -magnitude : magnitude;
-}
-
 }  // namespace
 
 std::vector<std::uint8_t> serialize_safetensors(const SafeTensors& file) {
@@ -259,11 +252,10 @@ void decode_floats(DType dtype, const std::uint8_t* in, std::size_t n, float* ou
       for (std::size_t i = 0; i < n; ++i) out[i * stride] = std::bit_cast<float>(std::uint32_t(get_le(in + 4 * i, 4)));
       return;
     case DType::BF16:
-      for (std::size_t i = 0; i < n; ++i)
-        out[i * stride] = std::bit_cast<float>(std::uint32_t(get_le(in + 2 * i, 2)) << 16);
+      for (std::size_t i = 0; i < n; ++i) out[i * stride] = widen_bits(std::uint16_t(get_le(in + 2 * i, 2)), WeightType::bf16);
       return;
     case DType::F16:
-      for (std::size_t i = 0; i < n; ++i) out[i * stride] = half_to_float(std::uint16_t(get_le(in + 2 * i, 2)));
+      for (std::size_t i = 0; i < n; ++i) out[i * stride] = widen_bits(std::uint16_t(get_le(in + 2 * i, 2)), WeightType::f16);
       return;
     case DType::F64:
       for (std::size_t i = 0; i < n; ++i) out[i * stride] = float(std::bit_cast<double>(get_le(in + 8 * i, 8)));

@@ -18,6 +18,7 @@
 #include "gpu/kernels/norm.cuh"
 #include "gpu/kernels/reduce.cuh"
 #include "gpu/kernels/rope.cuh"
+#include "gpu/kernels/state_reduction.cuh"
 
 #include <cmath>
 #include <stdexcept>
@@ -49,6 +50,7 @@ CudaBackend::~CudaBackend() {
   release(dot_partials_);
   release(column_partials_);
   release(pattern_block_);
+  release(state_scratch_);
   for (auto& [key, table] : rope_tables_) release(table);
 }
 
@@ -89,6 +91,7 @@ double* CudaBackend::column_partials(std::size_t count) {
 float* CudaBackend::pattern_block(std::size_t count) {
   return kept(*this, pattern_block_, pattern_block_capacity_, count);
 }
+double* CudaBackend::state_scratch(std::size_t count) { return kept(*this, state_scratch_, state_capacity_, count); }
 
 // ---- Elementwise -------------------------------------------------------------------
 
@@ -129,6 +132,14 @@ void CudaBackend::gemm(Trans ta, Trans tb, int m, int n, int k, float alpha, con
   // Row-major C (m×n) read column-major is Cᵀ (n×m) = op(B)ᵀ op(A)ᵀ.
   QKVLAB_CUBLAS_CHECK(detail::gemm_call(to_cublas(tb), to_cublas(ta), n, m, k, &alpha, B, ldb, stride_b, A, lda,
                                         stride_a, &beta, C, ldc, stride_c, batch));
+}
+
+void CudaBackend::widen(int rows, int cols, const std::uint16_t* W, int ldw, const std::int32_t* rows_of,
+                        engine::WeightType type, float* Y, int ldy) {
+  const std::size_t count = std::size_t(rows) * cols;
+  if (count == 0) return;
+  kn::widen_kernel<<<kn::blocks_for(count), kn::kThreads>>>(rows, cols, W, ldw, rows_of, type, Y, ldy);
+  QKVLAB_KERNEL_CHECK();
 }
 
 void CudaBackend::add_bias(int rows, int cols, const float* b, float* Y, int ldy) {
@@ -271,14 +282,15 @@ void CudaBackend::rope(int B, int T, int past, int heads, int d, int ld, const e
 namespace {
 
 // Strides of one head's operands across the B sequences (cuda_backend.hpp).
-// With a cache, k and v hold s.kv_rows() rows per sequence and a pattern is T × s.keys().
+// With a cache, k and v hold s.kv_rows() rows per sequence and a pattern is T × s.columns() (segment
+// seg's block at seg·s.keys(); k and v of one tensor hold s.kv_heads() heads).
 struct HeadLayout {
   int ldq, ldk, ldv, ldz;
   std::int64_t sq, sk, sv, sz, TT, sp;  // per-sequence strides; one pattern; patterns of one sequence
   explicit HeadLayout(const engine::AttentionShape& s)
-      : ldq(s.H * s.dk), ldk(s.Hkv * s.dk), ldv(s.Hkv * s.dv), ldz(s.H * s.dv),
+      : ldq(s.H * s.dk), ldk(s.kv_heads() * s.dk), ldv(s.kv_heads() * s.dv), ldz(s.H * s.dv),
         sq(std::int64_t(s.T) * ldq), sk(std::int64_t(s.kv_rows()) * ldk), sv(std::int64_t(s.kv_rows()) * ldv),
-        sz(std::int64_t(s.T) * ldz), TT(std::int64_t(s.T) * s.keys()), sp(s.H * TT) {}
+        sz(std::int64_t(s.T) * ldz), TT(std::int64_t(s.T) * s.columns()), sp(s.H * TT) {}
 };
 
 // Key/value head g of k or v (engine::KvHeads: one tensor, or head by head where each lives), its
@@ -288,7 +300,7 @@ struct KvHead {
   int ld;
   std::int64_t stride;
   KvHead(const engine::AttentionShape& s, engine::KvHeads<float> heads, int g, int width) {
-    const engine::View<const float> h = heads.head(g, s.Hkv, width);
+    const engine::View<const float> h = heads.head(g, s.kv_heads(), width);
     data = h.data, ld = h.ld, stride = std::int64_t(s.kv_rows()) * h.ld;
   }
 };
@@ -298,19 +310,22 @@ struct KvHead {
 void CudaBackend::attention_forward(const engine::AttentionShape& s, float scale, const float* q,
                                     engine::KvHeads<float> k, engine::KvHeads<float> v, float* pattern, float* z) {
   const HeadLayout L(s);
-  const int T = s.T, J = s.keys();
-  for (int h = 0; h < s.H; ++h) {  // S_bh = scale · q_bh k_bgᵀ
-    const KvHead K(s, k, h / s.group(), s.dk);
-    gemm(Trans::none, Trans::transpose, T, J, s.dk, scale, q + h * s.dk, L.ldq, L.sq, K.data, K.ld, K.stride, 0.0f,
-         pattern + h * L.TT, J, L.sp, s.B);
-  }
-  kn::causal_softmax_kernel<<<unsigned(std::int64_t(s.B) * s.H * T), kn::row_threads(J)>>>(T, s.past, J, pattern);
+  const int T = s.T, J = s.keys(), C = s.columns();
+  for (int seg = 0; seg < s.segments; ++seg)
+    for (int h = 0; h < s.H; ++h) {  // S_bh = scale · q_bh k_bgᵀ, segment by segment
+      const KvHead K(s, k, seg * s.Hkv + h / s.group(), s.dk);
+      gemm(Trans::none, Trans::transpose, T, J, s.dk, scale, q + h * s.dk, L.ldq, L.sq, K.data, K.ld, K.stride, 0.0f,
+           pattern + h * L.TT + seg * J, C, L.sp, s.B);
+    }
+  kn::causal_softmax_kernel<<<unsigned(std::int64_t(s.B) * s.H * T), kn::row_threads(C)>>>(T, s.past, J, pattern,
+                                                                                          s.segments);
   QKVLAB_KERNEL_CHECK();
-  for (int h = 0; h < s.H; ++h) {  // z_bh = P_bh v_bg
-    const KvHead V(s, v, h / s.group(), s.dv);
-    gemm(Trans::none, Trans::none, T, s.dv, J, 1.0f, pattern + h * L.TT, J, L.sp, V.data, V.ld, V.stride, 0.0f,
-         z + h * s.dv, L.ldz, L.sz, s.B);
-  }
+  for (int seg = 0; seg < s.segments; ++seg)
+    for (int h = 0; h < s.H; ++h) {  // z_bh = Σ_seg P_bh,seg v_bg,seg
+      const KvHead V(s, v, seg * s.Hkv + h / s.group(), s.dv);
+      gemm(Trans::none, Trans::none, T, s.dv, J, 1.0f, pattern + h * L.TT + seg * J, C, L.sp, V.data, V.ld, V.stride,
+           seg ? 1.0f : 0.0f, z + h * s.dv, L.ldz, L.sz, s.B);
+    }
 }
 
 // Per block of queries t0 … t0 + rows − 1, for all (b, h) at once: the scores against the keys
@@ -321,6 +336,7 @@ void CudaBackend::attention_reduce(const engine::AttentionShape& s, float scale,
                                    engine::KvHeads<float> k, engine::KvHeads<float> v, int block, float* z,
                                    const engine::PatternSums& sums) {
   if (!s.plain()) throw std::invalid_argument("attention_reduce: only without a cache (past 0, capacity T)");
+  if (s.segments != 1) throw std::invalid_argument("attention_reduce: one segment of keys only");
   if (block < 1) throw std::invalid_argument("attention_reduce: a query block of at least 1 row");
   const HeadLayout L(s);
   const int T = s.T, heads = s.B * s.H;
@@ -335,7 +351,7 @@ void CudaBackend::attention_reduce(const engine::AttentionShape& s, float scale,
            K.data, K.ld, K.stride, 0.0f, P + h * per_head, J, per_sequence, s.B);
     }
     const unsigned row_blocks = unsigned(std::int64_t(heads) * rows);
-    kn::causal_softmax_kernel<<<row_blocks, kn::row_threads(J)>>>(rows, t0, J, P);
+    kn::causal_softmax_kernel<<<row_blocks, kn::row_threads(J)>>>(rows, t0, J, P, 1);
     QKVLAB_KERNEL_CHECK();
     if (sums.columns) {
       kn::pattern_rows_kernel<<<row_blocks, kn::row_threads(J)>>>(T, t0, rows, P, sums.mass, sums.entropy);
@@ -357,25 +373,57 @@ void CudaBackend::attention_backward(const engine::AttentionShape& s, float scal
                                      float* dv, float* scratch) {
   if (!s.plain()) throw std::invalid_argument("attention_backward: only without a cache (past 0, capacity T)");
   const HeadLayout L(s);
-  const int T = s.T;
-  for (int h = 0; h < s.H; ++h) {  // dP_bh = dz_bh v_bgᵀ
-    const int g = h / s.group();
-    gemm(Trans::none, Trans::transpose, T, T, s.dv, 1.0f, dz + h * s.dv, L.ldz, L.sz, v + g * s.dv, L.ldv, L.sv,
-         0.0f, scratch + h * L.TT, T, L.sp, s.B);
-  }
-  kn::causal_softmax_backward_kernel<<<unsigned(std::int64_t(s.B) * s.H * T), kn::row_threads(T)>>>(T, pattern,
-                                                                                                     scratch);
+  const int T = s.T, C = s.columns();
+  for (int seg = 0; seg < s.segments; ++seg)
+    for (int h = 0; h < s.H; ++h) {  // dP_bh = dz_bh v_bgᵀ, segment by segment
+      const int g = seg * s.Hkv + h / s.group();
+      gemm(Trans::none, Trans::transpose, T, T, s.dv, 1.0f, dz + h * s.dv, L.ldz, L.sz, v + g * s.dv, L.ldv, L.sv,
+           0.0f, scratch + h * L.TT + seg * T, C, L.sp, s.B);
+    }
+  kn::causal_softmax_backward_kernel<<<unsigned(std::int64_t(s.B) * s.H * T), kn::row_threads(C)>>>(
+      T, s.segments, pattern, scratch);
   QKVLAB_KERNEL_CHECK();
-  for (int h = 0; h < s.H; ++h) {  // in head order: the group's heads add into dk_g, dv_g one after another
-    const int g = h / s.group();
-    const float* dS = scratch + h * L.TT;
-    gemm(Trans::none, Trans::none, T, s.dk, T, scale, dS, T, L.sp, k + g * s.dk, L.ldk, L.sk, 1.0f, dq + h * s.dk,
-         L.ldq, L.sq, s.B);
-    gemm(Trans::transpose, Trans::none, T, s.dk, T, scale, dS, T, L.sp, q + h * s.dk, L.ldq, L.sq, 1.0f,
-         dk + g * s.dk, L.ldk, L.sk, s.B);
-    gemm(Trans::transpose, Trans::none, T, s.dv, T, 1.0f, pattern + h * L.TT, T, L.sp, dz + h * s.dv, L.ldz, L.sz,
-         1.0f, dv + g * s.dv, L.ldv, L.sv, s.B);
-  }
+  for (int h = 0; h < s.H; ++h)  // in head order: the group's heads add into dk_g, dv_g one after another
+    for (int seg = 0; seg < s.segments; ++seg) {
+      const int g = seg * s.Hkv + h / s.group();
+      const float* dS = scratch + h * L.TT + seg * T;
+      gemm(Trans::none, Trans::none, T, s.dk, T, scale, dS, C, L.sp, k + g * s.dk, L.ldk, L.sk, 1.0f, dq + h * s.dk,
+           L.ldq, L.sq, s.B);
+      gemm(Trans::transpose, Trans::none, T, s.dk, T, scale, dS, C, L.sp, q + h * s.dk, L.ldq, L.sq, 1.0f,
+           dk + g * s.dk, L.ldk, L.sk, s.B);
+      gemm(Trans::transpose, Trans::none, T, s.dv, T, 1.0f, pattern + h * L.TT + seg * T, C, L.sp, dz + h * s.dv,
+           L.ldz, L.sz, 1.0f, dv + g * s.dv, L.ldv, L.sv, s.B);
+    }
+}
+
+// ---- Reductions of token-major states --------------------------------------------------------------
+
+void CudaBackend::state_rows(const engine::StateShape& s, const float* X, const engine::RowSums& out) {
+  const std::size_t N = std::size_t(s.B) * s.T;
+  if (N == 0) return;
+  const kn::StateRows rows{s.T, s.heads, s.width, s.combine == engine::HeadCombination::mean};
+  double* norms = out.norms ? out.norms : state_scratch(N);
+  kn::state_norms_kernel<<<unsigned(N), kn::row_threads(rows.columns())>>>(rows, X, norms);
+  QKVLAB_KERNEL_CHECK();
+  if (!out.unit && !out.nonzero) return;
+  const std::size_t sums = std::size_t(s.B) * rows.columns();
+  kn::state_unit_kernel<<<kn::blocks_for(sums), kn::kThreads>>>(s.B, rows, X, norms, out.unit, out.nonzero);
+  QKVLAB_KERNEL_CHECK();
+}
+
+// Row-major X_b (T × C) read column-major is A = X_bᵀ (C × T, lda = C): X_bᵀ X_b = A Aᵀ, X_b X_bᵀ = Aᵀ A.
+void CudaBackend::state_gram(int B, int T, int C, const float* X, double alpha, double* out) {
+  const std::size_t count = std::size_t(B) * T * C;
+  if (count == 0) return;
+  double* x = state_scratch(count);
+  kn::to_double_kernel<<<kn::blocks_for(count), kn::kThreads>>>(count, X, x);
+  QKVLAB_KERNEL_CHECK();
+  const bool tokens = T < C;
+  const int m = tokens ? T : C;
+  const double zero = 0;
+  QKVLAB_CUBLAS_CHECK(detail::gemm_call(tokens ? CUBLAS_OP_T : CUBLAS_OP_N, tokens ? CUBLAS_OP_N : CUBLAS_OP_T, m, m,
+                                        tokens ? C : T, &alpha, x, C, std::int64_t(T) * C, x, C, std::int64_t(T) * C,
+                                        &zero, out, m, std::int64_t(m) * m, B));
 }
 
 // ---- Loss and optimizer -----------------------------------------------------------------------------------

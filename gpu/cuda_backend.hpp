@@ -63,6 +63,8 @@ class CudaBackend final : public engine::Backend<float> {
   void gemm(engine::Trans ta, engine::Trans tb, int m, int n, int k, float alpha, const float* A, int lda,
             std::int64_t stride_a, const float* B, int ldb, std::int64_t stride_b, float beta, float* C, int ldc,
             std::int64_t stride_c, int batch) override;
+  void widen(int rows, int cols, const std::uint16_t* W, int ldw, const std::int32_t* rows_of, engine::WeightType type,
+             float* Y, int ldy) override;
   void add_bias(int rows, int cols, const float* b, float* Y, int ldy) override;
   void bias_backward(int rows, int cols, const float* dY, int ldy, float* db) override;
   void embedding_forward(int B, int T, int C, const std::int32_t* ids, const float* wte, const float* wpe,
@@ -89,6 +91,8 @@ class CudaBackend final : public engine::Backend<float> {
   void attention_backward(const engine::AttentionShape& s, float scale, const float* q, const float* k,
                           const float* v, const float* pattern, const float* dz, float* dq, float* dk, float* dv,
                           float* scratch) override;
+  void state_rows(const engine::StateShape& s, const float* X, const engine::RowSums& out) override;
+  void state_gram(int B, int T, int C, const float* X, double alpha, double* out) override;
   void cross_entropy(int N, int V, const float* logits, const std::int32_t* targets, float* loss, float scale,
                      float* dlogits) override;
   void adamw(std::size_t count, const AdamW& a, bool decay, float* theta, const float* grad, float* m,
@@ -105,6 +109,9 @@ class CudaBackend final : public engine::Backend<float> {
   float* pattern_block(std::size_t count);     // kept scratch of at least `count` floats
   float* pattern_block_ = nullptr;             // attention_reduce's B·H blocks of pattern rows
   std::size_t pattern_block_capacity_ = 0;
+  double* state_scratch(std::size_t count);    // kept scratch of at least `count` doubles
+  double* state_scratch_ = nullptr;            // state_rows' norms, state_gram's rows in double
+  std::size_t state_capacity_ = 0;
   std::map<std::tuple<int, int, std::tuple<double, double, double, double, double>>, float*> rope_tables_;
   std::size_t allocations_ = 0;
 };

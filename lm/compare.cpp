@@ -63,7 +63,8 @@ std::string label_of(const Json& model, const fs::path& file) {
       v == "resformer-neutreno")
     label += " alpha=" + field("alpha") + " beta=" + field("beta");
   if (v == "neutreno" || v == "resformer-neutreno") label += " lambda=" + field("lambda");
-  if ((v == "resformer" || v == "resformer-k" || v == "resformer-q" || v == "resformer-neutreno") &&
+  if ((v == "resformer" || v == "resformer-k" || v == "resformer-q" || v == "resformer-neutreno" ||
+       v == "resformer-cross") &&
       field("source_layer") != "1")
     label += " source=" + field("source_layer");
   if (v == "skipv1" || v == "skipkv1" || v == "skipv1-yoco")

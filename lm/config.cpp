@@ -30,7 +30,7 @@ struct Names {
 };
 
 constexpr Names<Family, 2> kFamilies{{{Family::gpt2, "gpt2"}, {Family::llama, "llama"}}};
-constexpr Names<VariantKind, 19> kVariants{{{VariantKind::vanilla, "vanilla"},
+constexpr Names<VariantKind, 20> kVariants{{{VariantKind::vanilla, "vanilla"},
                                             {VariantKind::resformer, "resformer"},
                                             {VariantKind::svformer, "svformer"},
                                             {VariantKind::neutreno, "neutreno"},
@@ -48,7 +48,8 @@ constexpr Names<VariantKind, 19> kVariants{{{VariantKind::vanilla, "vanilla"},
                                             {VariantKind::resformer_all, "resformer-all"},
                                             {VariantKind::resformer_identity, "resformer-identity"},
                                             {VariantKind::cla_k, "cla-k"},
-                                            {VariantKind::cla_kv, "cla-kv"}}};
+                                            {VariantKind::cla_kv, "cla-kv"},
+                                            {VariantKind::resformer_cross, "resformer-cross"}}};
 constexpr Names<Strategy, 5> kStrategies{{{Strategy::second_half, "second-half"},
                                           {Strategy::pooling, "pooling"},
                                           {Strategy::dynamic, "dynamic"},
@@ -188,7 +189,7 @@ void validate(const Config& c) {
         v.strategy == Strategy::plus_resformer)
       require(2 * own == c.kv_heads, "the " + to_string(v.strategy) + " strategy is defined for a skip ratio of 1/2");
   }
-  if (resformer_family(v.kind))  // L = 1 keeps the default k = 1 (no layer mixes)
+  if (resformer_family(v.kind) || v.kind == VariantKind::resformer_cross)  // L = 1 keeps the default k = 1
     require(v.source_layer >= 1 && v.source_layer <= std::max(1, c.layers - 1),
             to_string(v.kind) + ": the source layer must be 1 ... L-1, got " + std::to_string(v.source_layer));
   if (v.kind == VariantKind::yoco_v || v.kind == VariantKind::skipv1_yoco)

@@ -14,6 +14,7 @@
 
 #include "engine/backend.hpp"
 #include "engine/buffer.hpp"
+#include "engine/weight.hpp"
 #include "lm/config.hpp"
 
 namespace qkvlab::lm {
@@ -61,7 +62,7 @@ class Head {
 
   // Per-row losses of the N rows of x (N, d; normalized) against targets (device, N entries) into
   // losses(). With dU (training): dx() = ∂(scale·Σ loss)/∂x and dU += its gradient.
-  void loss(int N, const S* x, const S* U, const std::int32_t* targets, S scale, S* dU) {
+  void loss(int N, const S* x, const engine::Weight<S>& U, const std::int32_t* targets, S scale, S* dU) {
     const bool train = dU != nullptr;
     for (int r0 = 0; r0 < N; r0 += kHeadRows) {
       const int rows = std::min(kHeadRows, N - r0);
@@ -70,7 +71,7 @@ class Head {
       be_->cross_entropy(rows, V_, logits_.data(), targets + r0, losses_.data() + r0, scale,
                          train ? logits_.data() : nullptr);
       if (!train) continue;
-      be_->gemm(engine::Trans::none, engine::Trans::none, rows, d_, V_, S(1), logits_.data(), V_, 0, U, d_, 0, S(0),
+      be_->gemm(engine::Trans::none, engine::Trans::none, rows, d_, V_, S(1), logits_.data(), V_, 0, U.f, d_, 0, S(0),
                 dx_.data() + std::size_t(r0) * d_, d_, 0, 1);
       be_->gemm(engine::Trans::transpose, engine::Trans::none, V_, d_, rows, S(1), logits_.data(), V_, 0, x_rows, d_,
                 0, S(1), dU, d_, 0, 1);
@@ -78,7 +79,7 @@ class Head {
   }
 
   // The logits (host, rows·V) of `rows` rows of x, row i at x + i·ldx.
-  void logits(int rows, const S* x, int ldx, const S* U, S* host) {
+  void logits(int rows, const S* x, int ldx, const engine::Weight<S>& U, S* host) {
     for (int r0 = 0; r0 < rows; r0 += kHeadRows) {
       const int n = std::min(kHeadRows, rows - r0);
       logits_of(n, x + std::size_t(r0) * ldx, ldx, U);
@@ -90,9 +91,8 @@ class Head {
   S* dx() { return dx_.data(); }
 
  private:
-  void logits_of(int rows, const S* x, int ldx, const S* U) {  // logits_ = x Uᵀ
-    be_->gemm(engine::Trans::none, engine::Trans::transpose, rows, V_, d_, S(1), x, ldx, 0, U, d_, 0, S(0),
-              logits_.data(), V_, 0, 1);
+  void logits_of(int rows, const S* x, int ldx, const engine::Weight<S>& U) {  // logits_ = x Uᵀ
+    engine::weight_product(*be_, engine::Trans::transpose, rows, V_, d_, x, ldx, U, d_, S(0), logits_.data(), V_);
   }
 
   engine::Backend<S>* be_ = nullptr;

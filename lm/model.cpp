@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/errors.hpp"
 #include "lm/model_impl.hpp"
 
 namespace qkvlab::lm {
@@ -14,6 +15,7 @@ namespace qkvlab::lm {
 
 template <class S>
 void Model<S>::Impl::emit(Recorder<S>* rec, Site site, int l, const S* p, int heads, int width) {
+  if (rec && site != Site::pattern) reduce_state(rec, site, l, p, heads, width);
   if (!rec || !rec->wants(site, l)) return;
   const std::size_t count =
       site == Site::pattern ? std::size_t(B) * heads * T_ * T_ : std::size_t(N) * heads * width;
@@ -23,6 +25,36 @@ void Model<S>::Impl::emit(Recorder<S>* rec, Site site, int l, const S* p, int he
     p = staging.data();
   }
   rec->record(Activation<S>{site, l, p, B, T_, heads, site == Site::pattern ? T_ : width});
+}
+
+// The reductions a recorder asks of a token-major site, on the backend; only they cross to the host.
+// Laid out [norms (N) | unit (B·columns) | nonzero (B) | gram (B·m²)].
+template <class S>
+void Model<S>::Impl::reduce_state(Recorder<S>* rec, Site site, int l, const S* p, int heads, int width) {
+  const StateRequest r = rec->state_request(site, l);
+  if (!r.any()) return;
+  const engine::StateShape whole{B, T_, heads, width}, unit{B, T_, heads, width, r.combine};
+  const int C = whole.columns(), m = std::min(T_, C);
+  const std::size_t at_unit = std::size_t(N), at_nonzero = at_unit + std::size_t(B) * unit.columns(),
+                    at_gram = at_nonzero + std::size_t(B), count = at_gram + std::size_t(B) * m * m;
+  if (state_sums.size() < count) state_sums = Buffer<double>(backend, count);
+  double* d = state_sums.data();
+  const engine::RowSums sums{r.norms ? d : nullptr, r.unit ? d + at_unit : nullptr, r.unit ? d + at_nonzero : nullptr};
+  if (r.unit && r.norms && r.combine != engine::HeadCombination::concat) {  // the norms' rows are not the unit's
+    backend.state_rows(whole, p, {sums.norms, nullptr, nullptr});
+    backend.state_rows(unit, p, {nullptr, sums.unit, sums.nonzero});
+  } else if (r.unit || r.norms) {
+    backend.state_rows(unit, p, sums);
+  }
+  if (r.gram) backend.state_gram(B, T_, C, p, 1.0 / T_, d + at_gram);
+  const double* host = d;
+  if (backend.device() != engine::Device::cpu) {
+    state_staging.resize(count);
+    state_sums.download(state_staging.data(), count);
+    host = state_staging.data();
+  }
+  rec->record_state({site, l, r.norms ? host : nullptr, r.unit ? host + at_unit : nullptr,
+                     r.unit ? host + at_nonzero : nullptr, r.gram ? host + at_gram : nullptr, B, T_, unit.columns(), m});
 }
 
 // ---- forward --------------------------------------------------------------------------------------
@@ -54,7 +86,7 @@ typename Model<S>::Impl::KV Model<S>::Impl::project(int l, LayerActs& s) {
 
 template <class S>
 int Model<S>::Impl::query_block(int l, const Recorder<S>* rec) const {
-  if (pass != Pass::eval || !shape().plain()) return 0;
+  if (pass != Pass::eval || !shape(l).plain() || shape(l).segments > 1) return 0;  // segments: the pattern is formed
   if (rec && rec->pattern_block(l) > 0) return rec->pattern_block(l);
   return rec && rec->wants(Site::pattern, l) ? 0 : model_parts::kQueryBlock;
 }
@@ -64,7 +96,7 @@ void Model<S>::Impl::attention_reduced(int l, LayerActs& s, const KV& kv, int bl
   const bool sums = rec && rec->pattern_block(l) > 0, entropy = sums && rec->pattern_entropy(l);
   if (sums && pattern_sums.size() < 3 * sums_count()) pattern_sums = Buffer<double>(backend, 3 * sums_count());
   double* p = pattern_sums.data();
-  backend.attention_reduce(shape(), S(config.attention_scale(l)), s.q.data(), kv.k, kv.v, block, s.z.data(),
+  backend.attention_reduce(shape(l), S(config.attention_scale(l)), s.q.data(), kv.k, kv.v, block, s.z.data(),
                            sums ? engine::PatternSums{p, p + sums_count(), entropy ? p + 2 * sums_count() : nullptr}
                                 : engine::PatternSums{});
   if (!sums || backend.device() == engine::Device::cpu) return;
@@ -72,19 +104,33 @@ void Model<S>::Impl::attention_reduced(int l, LayerActs& s, const KV& kv, int bl
   pattern_sums.download(sums_staging.data(), sums_staging.size());
 }
 
+// A layer attending over several key/value segments (cross-layer attention) has patterns over
+// segments·T keys and k, v of segments·H_kv heads: the analyses of one layer's T keys refuse it.
+template <class S>
+void Model<S>::Impl::refuse_segments(int l, const Recorder<S>* rec) const {
+  const LayerPlan& p = plan[std::size_t(l)];
+  if (!rec || p.segments == 1) return;
+  if (rec->wants(Site::pattern, l) || rec->wants(Site::k, l) || rec->wants(Site::v, l) || rec->pattern_block(l) > 0)
+    throw UsageError(to_string(config.variant.kind) + ": layer " + std::to_string(l + 1) + " attends over " +
+                     std::to_string(p.segments) + " key/value segments (its own and layer " +
+                     std::to_string(config.variant.source_layer) +
+                     "'s), so one layer's attention pattern, keys and values are not defined for it");
+}
+
 // From n1 to z: the projections (MLA's or the standard ones), softmax attention (or, in an eval pass
 // that needs no pattern, its reductions block by block of queries), the direct terms.
 template <class S>
 void Model<S>::Impl::attention_forward(int l, Recorder<S>* rec) {
+  refuse_segments(l, rec);
   LayerActs& s = act_of(l);
   const KV kv = config.mla ? project_mla(l, s) : project(l, s);
   const int block = query_block(l, rec);
   if (block > 0) {
     attention_reduced(l, s, kv, block, rec);
   } else {
-    const std::size_t patterns = std::size_t(B) * config.heads * T_ * shape().keys();
+    const std::size_t patterns = std::size_t(B) * config.heads * T_ * shape(l).columns();
     if (s.pattern.size() < patterns) s.pattern = Buffer<S>(backend, patterns);
-    backend.attention_forward(shape(), S(config.attention_scale(l)), s.q.data(), kv.k, kv.v, s.pattern.data(),
+    backend.attention_forward(shape(l), S(config.attention_scale(l)), s.q.data(), kv.k, kv.v, s.pattern.data(),
                               s.z.data());
   }
   add_direct(l, s.z.data());
@@ -157,7 +203,8 @@ void Model<S>::Impl::layer_forward(int l, Recorder<S>* rec) {
 template <class S>
 void Model<S>::Impl::blocks_forward(Recorder<S>* rec) {
   S* x0 = dense() ? y[0].data() : x_in(0);
-  backend.embedding_forward(B, T_, config.d, ids.data(), wte, wpe ? wpe + std::size_t(past) * config.d : nullptr, x0);
+  engine::embedding_lookup(backend, B, T_, config.d, ids.data(), wte, wpe ? wpe + std::size_t(past) * config.d : nullptr,
+                           x0);
   if (dense()) backend.axpby(N, config.d, S(1), x0, config.d, S(0), x_in(0), config.d);
   for (int l = 0; l < config.layers; ++l) layer_forward(l, rec);
   normalize(x_in(config.layers), lnf, nf.data(), meanf.data(), rstdf.data());
@@ -195,21 +242,21 @@ void Model<S>::Impl::mlp_backward(int l) {
   const int d = config.d, r = config.ffn;
   const std::size_t nr = std::size_t(N) * r;
   if (gpt2()) {
-    engine::linear_backward<S>(backend, N, r, d, {s.act.data(), r}, w.proj.W, {dx.data(), d}, {dact.data(), r},
+    engine::linear_backward<S>(backend, N, r, d, {s.act.data(), r}, w.proj.W.f, {dx.data(), d}, {dact.data(), r},
                                w.proj.dW, w.proj.db);
     backend.fill(nr, S(0), dh1.data());
     backend.gelu_backward(nr, config.gelu, s.h1.data(), dact.data(), dh1.data());
-    engine::linear_backward<S>(backend, N, d, r, {s.n2.data(), d}, w.fc.W, {dh1.data(), r}, {dn.data(), d}, w.fc.dW,
+    engine::linear_backward<S>(backend, N, d, r, {s.n2.data(), d}, w.fc.W.f, {dh1.data(), r}, {dn.data(), d}, w.fc.dW,
                                w.fc.db);
   } else {
-    engine::linear_backward<S>(backend, N, r, d, {s.act.data(), r}, w.down.W, {dx.data(), d}, {dact.data(), r},
+    engine::linear_backward<S>(backend, N, r, d, {s.act.data(), r}, w.down.W.f, {dx.data(), d}, {dact.data(), r},
                                w.down.dW, w.down.db);
     backend.fill(nr, S(0), dh1.data());
     backend.fill(nr, S(0), dh2.data());
     backend.swiglu_backward(nr, s.h1.data(), s.h2.data(), dact.data(), dh1.data(), dh2.data());
-    engine::linear_backward<S>(backend, N, d, r, {s.n2.data(), d}, w.gate.W, {dh1.data(), r}, {dn.data(), d},
+    engine::linear_backward<S>(backend, N, d, r, {s.n2.data(), d}, w.gate.W.f, {dh1.data(), r}, {dn.data(), d},
                                w.gate.dW, w.gate.db);
-    engine::linear_backward<S>(backend, N, d, r, {s.n2.data(), d}, w.up.W, {dh2.data(), r}, {dn.data(), d}, w.up.dW,
+    engine::linear_backward<S>(backend, N, d, r, {s.n2.data(), d}, w.up.W.f, {dh2.data(), r}, {dn.data(), d}, w.up.dW,
                                w.up.db, true);
   }
 }
@@ -232,14 +279,14 @@ void Model<S>::Impl::project_backward(int l, LayerActs& s, bool own_k, bool own_
   if (p.identity_query)
     backend.axpby(N, d, S(1), dq.data(), qwidth(), S(0), dn.data(), d);
   else
-    engine::linear_backward<S>(backend, N, d, qwidth(), {s.n1.data(), d}, w.q.W, {dq.data(), qwidth()},
+    engine::linear_backward<S>(backend, N, d, qwidth(), {s.n1.data(), d}, w.q.W.f, {dq.data(), qwidth()},
                                {dn.data(), d}, w.q.dW, w.q.db);
   if (p.own_key_heads)
-    engine::linear_backward<S>(backend, N, d, p.own_key_heads * dh, {s.n1.data(), d}, w.k.W,
+    engine::linear_backward<S>(backend, N, d, p.own_key_heads * dh, {s.n1.data(), d}, w.k.W.f,
                                {dkown[std::size_t(l)].data(), p.own_key_heads * dh}, {dn.data(), d}, w.k.dW, w.k.db,
                                true);
   if (p.own_value_heads)
-    engine::linear_backward<S>(backend, N, d, p.own_value_heads * dh, {s.n1.data(), d}, w.v.W,
+    engine::linear_backward<S>(backend, N, d, p.own_value_heads * dh, {s.n1.data(), d}, w.v.W.f,
                                {dvown[std::size_t(l)].data(), p.own_value_heads * dh}, {dn.data(), d}, w.v.dW, w.v.db,
                                true);
 }
@@ -258,7 +305,7 @@ void Model<S>::Impl::attention_backward(int l) {
   backend.fill(dq.size(), S(0), dq.data());
   if (!own_k) backend.fill(dkmix.size(), S(0), dkmix.data());
   if (!own_v) backend.fill(dvmix.size(), S(0), dvmix.data());
-  backend.attention_backward(shape(), S(config.attention_scale(l)), s.q.data(), k, v, s.pattern.data(), dz.data(),
+  backend.attention_backward(shape(l), S(config.attention_scale(l)), s.q.data(), k, v, s.pattern.data(), dz.data(),
                              dq.data(), dk_, dv_, dpattern.data());
   unmix_queries(l);
   if (config.mla)
@@ -291,7 +338,7 @@ void Model<S>::Impl::layer_backward(int l) {
   if (dense()) dense_backward(l);  // dY
   mlp_backward(l);                 // dn = ∂/∂n2
   normalize_backward(s.m.data(), w.ln2, s.mean2.data(), s.rstd2.data(), dn.data(), dx.data());  // dm = dY + ∂/∂m
-  engine::linear_backward<S>(backend, N, qwidth(), d, {s.z.data(), qwidth()}, w.o.W, {dx.data(), d},
+  engine::linear_backward<S>(backend, N, qwidth(), d, {s.z.data(), qwidth()}, w.o.W.f, {dx.data(), d},
                              {dz.data(), qwidth()}, w.o.dW, w.o.db);  // dz = dm W_Oᵀ
   add_direct_backward(l, dz.data());
   attention_backward(l);  // dn = ∂/∂n1
@@ -317,7 +364,8 @@ void Model<S>::Impl::backward() {
 // ---- the public interface (lm/model.hpp) ---------------------------------------------------------
 
 template <class S>
-Model<S>::Model(const Config& config, engine::Backend<S>& backend) : impl_(std::make_unique<Impl>(config, backend)) {}
+Model<S>::Model(const Config& config, engine::Backend<S>& backend, engine::WeightType weights)
+    : impl_(std::make_unique<Impl>(config, backend, weights)) {}
 template <class S>
 Model<S>::~Model() = default;
 template <class S>
@@ -335,6 +383,21 @@ engine::Backend<S>& Model<S>::backend() {
 template <class S>
 engine::ParameterSet<S>& Model<S>::parameters() {
   return impl_->params;
+}
+
+template <class S>
+engine::WeightType Model<S>::weight_type() const {
+  return impl_->weight_type;
+}
+template <class S>
+std::size_t Model<S>::weight_bytes() const {
+  return impl_->params.values.size() * sizeof(S) + impl_->values16.size() * sizeof(std::uint16_t);
+}
+template <class S>
+void Model<S>::store(const std::string& name, const float* values, std::size_t count) {
+  if (!impl_->layout.find(name) || impl_->layout.at(name).size() != count)
+    throw std::invalid_argument("Model::store: no tensor " + name + " of " + std::to_string(count) + " values");
+  impl_->store(name, values, count);
 }
 
 template <class S>
@@ -358,6 +421,8 @@ std::vector<S> Model<S>::parameter_values() const {
 template <class S>
 LossSum Model<S>::forward(const std::int32_t* ids, const std::int32_t* targets, int B, int T_, Pass pass,
                           double grad_scale, Recorder<S>* recorder) {
+  if (pass == Pass::train && impl_->weight_type != engine::WeightType::f32)
+    throw std::logic_error("Model: a model holding 16-bit weights is not trained (training keeps float32)");
   return impl_->forward(ids, targets, B, T_, pass, grad_scale, recorder);
 }
 
@@ -388,6 +453,7 @@ void Model<S>::set_cache_fault(bool drop_shared) {
 
 #define QKVLAB_INSTANTIATE(S)                                                                                  \
   template void Model<S>::Impl::emit(Recorder<S>*, Site, int, const S*, int, int);                            \
+  template void Model<S>::Impl::reduce_state(Recorder<S>*, Site, int, const S*, int, int);                    \
   template LossSum Model<S>::Impl::forward(const std::int32_t*, const std::int32_t*, int, int, Pass, double, \
                                            Recorder<S>*);                                                     \
   template void Model<S>::Impl::blocks_forward(Recorder<S>*);                                                 \

@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "engine/backend.hpp"
@@ -44,7 +45,11 @@ struct LossSum {
 template <class S>
 class Model {
  public:
-  Model(const Config& config, engine::Backend<S>& backend);
+  // weights: how the matrices are held (engine/weight_type.hpp): f32 as S, or bf16 / f16, 2 bytes
+  // per weight, widened for each product (engine/weight.hpp). A 16-bit model is for inference and
+  // analysis: its parameters() hold only the tensors kept as S (norms, biases, mixing weights, GPT-2's
+  // positions), it trains not (a training forward throws std::logic_error).
+  Model(const Config& config, engine::Backend<S>& backend, engine::WeightType weights = engine::WeightType::f32);
   ~Model();
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
@@ -53,6 +58,12 @@ class Model {
   const std::vector<LayerPlan>& plan() const;
   engine::Backend<S>& backend();
   engine::ParameterSet<S>& parameters();
+
+  engine::WeightType weight_type() const;
+  std::size_t weight_bytes() const;  // bytes the parameters' values occupy (gradients not counted)
+  // The configuration's tensor `name` (parameter_layout's, `count` floats) into the model, where it
+  // is held: as S, or rounded to nearest in 16 bits (lm/model_files.hpp's loading).
+  void store(const std::string& name, const float* values, std::size_t count);
 
   void initialize(std::uint64_t seed);                 // lm/parameters.hpp's initialization
   void set_parameters(const std::vector<S>& values);   // host values in the layout's order and offsets

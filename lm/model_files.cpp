@@ -314,22 +314,32 @@ void read_parameters(const ModelFiles& files, const engine::ParameterLayout& lay
 
 template <class S>
 void load_parameters(const ModelFiles& files, Model<S>& model) {
-  engine::ParameterSet<S>& params = model.parameters();
-  std::vector<S> converted;
-  read_parameters(files, params.layout, [&](const engine::ParameterSpec& spec, const float* x) {
-    if constexpr (std::is_same_v<S, float>) {
-      params.values.upload(x, spec.size(), spec.offset);
-    } else {
-      converted.assign(x, x + spec.size());
-      params.values.upload(converted.data(), spec.size(), spec.offset);
-    }
-  });
+  read_parameters(files, parameter_layout(model.config(), model.plan()),
+                  [&](const engine::ParameterSpec& spec, const float* x) { model.store(spec.name, x, spec.size()); });
 }
 
-std::unique_ptr<Model<float>> load_model(const fs::path& dir, engine::Backend<float>& backend, bool allow_nonfinite) {
+engine::WeightType stored_weight_type(const ModelFiles& files) {
+  std::set<engine::DType> types;
+  for (const auto& [name, src] : files.sources)
+    if (src.entry->shape.size() == 2 && name != "wpe") types.insert(src.entry->dtype);
+  if (types == std::set<engine::DType>{engine::DType::BF16}) return engine::WeightType::bf16;
+  if (types == std::set<engine::DType>{engine::DType::F16}) return engine::WeightType::f16;
+  return engine::WeightType::f32;
+}
+
+engine::WeightType weight_type_for(const ModelFiles& files, const std::string& dtype) {
+  if (dtype == "auto") return stored_weight_type(files);
+  if (dtype == "f32") return engine::WeightType::f32;
+  if (dtype == "bf16") return engine::WeightType::bf16;
+  if (dtype == "f16") return engine::WeightType::f16;
+  throw UsageError("--dtype " + dtype + ": expected auto, f32, bf16 or f16");
+}
+
+std::unique_ptr<Model<float>> load_model(const fs::path& dir, engine::Backend<float>& backend, bool allow_nonfinite,
+                                         const std::string& dtype) {
   ModelFiles files = open_model(dir);
   files.allow_nonfinite = allow_nonfinite;
-  auto model = std::make_unique<Model<float>>(files.config, backend);
+  auto model = std::make_unique<Model<float>>(files.config, backend, weight_type_for(files, dtype));
   load_parameters(files, *model);
   return model;
 }

@@ -23,7 +23,7 @@
 // option: a UsageError of one line naming it (exit 2).
 //
 // Reading converts each tensor to float in one staging buffer the size of the
-// largest tensor (Llama's [out, in] weights transposed, GPT-2's c_attn split
+// largest tensor (a model holding 16-bit weights rounds them back: exact for the stored type) (Llama's [out, in] weights transposed, GPT-2's c_attn split
 // into q, k, v) and hands it to a sink, which uploads it where it belongs: the
 // checkpoint is never held twice, in host memory or on a device.
 #pragma once
@@ -78,14 +78,21 @@ using ParameterSink = std::function<void(const engine::ParameterSpec& spec, cons
 void read_parameters(const ModelFiles& files, const engine::ParameterLayout& layout, const ParameterSink& sink);
 
 // Uploads every tensor into the model's parameters (on its backend), one at a
-// time. The model must have been built with files.config.
+// time, where the model holds it (Model::store: float, or 16 bits). The model must have been built
+// with files.config.
 template <class S>
 void load_parameters(const ModelFiles& files, Model<S>& model);
 
-// The model in `dir` (own or Hugging Face) on `backend`, its parameters loaded
-// (non-finite weights refused unless allow_nonfinite).
+// The type the files store the model's matrices in (every matrix but GPT-2's position table): bf16
+// or f16 when all of them are stored so, f32 otherwise.
+engine::WeightType stored_weight_type(const ModelFiles& files);
+// --dtype (cli/dtype_option.hpp): "auto" (the stored type), "f32", "bf16", "f16"; UsageError otherwise.
+engine::WeightType weight_type_for(const ModelFiles& files, const std::string& dtype);
+
+// The model in `dir` (own or Hugging Face) on `backend`, its parameters loaded (non-finite weights
+// refused unless allow_nonfinite), its matrices held as `dtype` says (weight_type_for).
 std::unique_ptr<Model<float>> load_model(const std::filesystem::path& dir, engine::Backend<float>& backend,
-                                         bool allow_nonfinite = false);
+                                         bool allow_nonfinite = false, const std::string& dtype = "f32");
 
 extern template void load_parameters<float>(const ModelFiles&, Model<float>&);
 extern template void load_parameters<double>(const ModelFiles&, Model<double>&);

@@ -11,6 +11,7 @@
 // Included by those five files only.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -33,7 +34,7 @@ constexpr int kQueryBlock = 64;  // queries at a time of an eval pass's attentio
 
 template <class S>
 struct Linear {
-  const S* W = nullptr;
+  engine::Weight<S> W;  // float, or 16-bit in a model that holds its matrices so (W.f null then)
   const S* b = nullptr;
   S* dW = nullptr;
   S* db = nullptr;
@@ -72,22 +73,29 @@ struct Model<S>::Impl {
   using LayerActs = model_parts::LayerActs<S>;
   using KV = model_parts::KV<S>;
 
-  Impl(const Config& c, engine::Backend<S>& be)
-      : config(c), plan(make_plan(c)), backend(be), params(be, parameter_layout(c, plan)) {
+  Impl(const Config& c, engine::Backend<S>& be, engine::WeightType w)
+      : config(c), plan(make_plan(c)), backend(be), weight_type(w), layout(parameter_layout(c, plan)),
+        params(be, held_layout(layout, w, false)), matrices(held_layout(layout, w, true)),
+        values16(be, matrices.total()) {
     resolve_weights();
   }
 
   Config config;
   std::vector<LayerPlan> plan;
   engine::Backend<S>& backend;
-  engine::ParameterSet<S> params;
+  engine::WeightType weight_type;       // f32: every tensor in params; bf16, f16: the matrices in values16
+  engine::ParameterLayout layout;       // the configuration's (parameter_layout), checkpoints' order
+  engine::ParameterSet<S> params;       // the tensors held as S
+  engine::ParameterLayout matrices;     // the tensors held in 16 bits (none at f32)
+  Buffer<std::uint16_t> values16;
+  Buffer<S> panel;                      // weight_product's scratch: largest inner dimension × engine::kPanel
 
   // weights (model_workspace.cpp)
-  const S* wte = nullptr;
+  engine::Weight<S> wte;
   S* dwte = nullptr;
   const S* wpe = nullptr;
   S* dwpe = nullptr;
-  const S* unembedding = nullptr;  // U (V×d): wte when tied
+  engine::Weight<S> unembedding;  // U (V×d): wte when tied
   S* dunembedding = nullptr;
   NormWeights<S> lnf;
   std::vector<LayerWeights> layers;
@@ -115,6 +123,8 @@ struct Model<S>::Impl {
   std::vector<S> staging;                // host copies for the recorder (non-CPU backends)
   Buffer<double> pattern_sums;           // a layer's PatternSums when a recorder takes them
   std::vector<double> sums_staging;      // their host copy (non-CPU backends)
+  Buffer<double> state_sums;             // a site's StateReduction when a recorder takes it
+  std::vector<double> state_staging;     // its host copy (non-CPU backends)
 
   // Decoding (model_decode.cpp). The positions computed are past … past + T_ − 1 of each sequence;
   // the buffers that span positions (own heads, mixed heads, MLA's rotary keys) hold `cap` rows per
@@ -140,13 +150,27 @@ struct Model<S>::Impl {
   int own_heads(int l, bool keys) const {
     return keys ? plan[std::size_t(l)].own_key_heads : plan[std::size_t(l)].own_value_heads;
   }
-  engine::AttentionShape shape() const { return {B, T_, config.heads, attn_kv(), dk(), config.head_dim, past, cap}; }
+  // Layer l's attention: its plan's key/value segments (cross-layer attention: 2).
+  engine::AttentionShape shape(int l) const {
+    return {B, T_, config.heads, attn_kv(), dk(), config.head_dim, past, cap, plan[std::size_t(l)].segments};
+  }
+  int max_segments() const {
+    int most = 1;
+    for (const LayerPlan& p : plan) most = std::max(most, p.segments);
+    return most;
+  }
 
   // ---- the workspace's buffers (model_workspace.cpp) --------------------------------------------
 
+  // The tensors of `full` a model holds as S (in16 false) or in 16 bits (in16 true) when its weights
+  // are `w`: at bf16 and f16, every matrix but GPT-2's position table in 16 bits.
+  static engine::ParameterLayout held_layout(const engine::ParameterLayout& full, engine::WeightType w, bool in16);
+  engine::Weight<S> weight(const std::string& name);
+  void store(const std::string& name, const float* values, std::size_t count);
   Linear linear(int l, const std::string& what);
   NormWeights<S> norm(const std::string& name);
   void resolve_weights();
+  void resolve_layers();
   bool reused(int l, bool keys, bool queries = false) const;
   void allocate(int B_, int T__, Pass pass_, int capacity = 0);
   void check_tokens(const std::int32_t* ids_host, const std::int32_t* targets_host, int B_, int T__,
@@ -179,6 +203,7 @@ struct Model<S>::Impl {
     lm::normalize_backward(backend, config, N, x, w, mean, rstd, dn, dx);
   }
   void emit(Recorder<S>* rec, Site site, int l, const S* p, int heads, int width);
+  void reduce_state(Recorder<S>* rec, Site site, int l, const S* p, int heads, int width);
   const S* mixed(const Mix& mix, int l, bool keys, S* out);
   engine::KvHeads<S> attended(const Mix& mix, int l, bool keys, S* out);
   void unmix(const Mix& mix, bool keys, const S* dmix);
@@ -197,6 +222,7 @@ struct Model<S>::Impl {
   const double* host_sums() const {
     return backend.device() == engine::Device::cpu ? pattern_sums.data() : sums_staging.data();
   }
+  void refuse_segments(int l, const Recorder<S>* rec) const;
   void attention_forward(int l, Recorder<S>* rec);
   void mlp_forward(int l);
   void dense_mix(int l);

@@ -14,7 +14,7 @@ template <class S>
 const S* Model<S>::Impl::mixed(const Mix& mix, int l, bool keys, S* out) {
   if (is_own(mix, l, own_heads(l, keys))) return keys ? own_keys(l) : own_values(l);
   if (const S* owner = whole_layer(mix, keys)) return owner;
-  const int w = head_width(keys), G = config.kv_heads;
+  const int w = head_width(keys), G = int(mix.size());  // H_kv heads, or segments·H_kv
   const Heads<S> to{out, G, w};
   each_sequence([&](std::size_t r0, int rows) {
     for (int g = 0; g < G; ++g) {
@@ -51,7 +51,7 @@ engine::KvHeads<S> Model<S>::Impl::attended(const Mix& mix, int l, bool keys, S*
 // dOwn[source] += w · dmix[g] for every source of every head g.
 template <class S>
 void Model<S>::Impl::unmix(const Mix& mix, bool keys, const S* dmix) {
-  const int w = head_width(keys), G = config.kv_heads;
+  const int w = head_width(keys), G = int(mix.size());
   const Heads<const S> from{dmix, G, w};
   for (int g = 0; g < G; ++g)
     for (const Source& src : mix[std::size_t(g)])

@@ -62,29 +62,29 @@ void Model<S>::Impl::project_mla_backward(int l, LayerActs& s) {
   const S* c = own_c ? own_values(l) : s.c.data();
   const Heads<S> dq_heads{dq.data(), H, dk()}, dk_heads{dkmix.data(), H, dk()};
   copy_heads(N, dh, dq_heads, {mla_tmp[0].data(), H, dh});  // dq_C
-  engine::linear_backward<S>(backend, N, d, qwidth(), {s.n1.data(), d}, w.q.W, {mla_tmp[0].data(), qwidth()},
+  engine::linear_backward<S>(backend, N, d, qwidth(), {s.n1.data(), d}, w.q.W.f, {mla_tmp[0].data(), qwidth()},
                              {dn.data(), d}, w.q.dW, w.q.db);
   copy_heads(N, dh, dk_heads, {mla_tmp[0].data(), H, dh});  // dk_C
   S* dlatent = own_c ? dvown[std::size_t(l)].data() : dc.data();
-  engine::linear_backward<S>(backend, N, dcw, qwidth(), {c, dcw}, w.uk.W, {mla_tmp[0].data(), qwidth()},
+  engine::linear_backward<S>(backend, N, dcw, qwidth(), {c, dcw}, w.uk.W.f, {mla_tmp[0].data(), qwidth()},
                              {dlatent, dcw}, w.uk.dW, nullptr, own_c);
-  engine::linear_backward<S>(backend, N, dcw, qwidth(), {c, dcw}, w.uv.W, {dvmix.data(), qwidth()}, {dlatent, dcw},
+  engine::linear_backward<S>(backend, N, dcw, qwidth(), {c, dcw}, w.uv.W.f, {dvmix.data(), qwidth()}, {dlatent, dcw},
                              w.uv.dW, nullptr, true);
   if (!own_c) unmix(p.values, false, dc.data());
   if (dr > 0) {
     copy_heads(N, dr, {dq.data(), H, dk(), dh}, {mla_tmp[1].data(), H, dr});  // dq_R
     backend.rope(B, T_, 0, H, dr, H * dr, config.rope_frequencies(), true, mla_tmp[1].data());
-    engine::linear_backward<S>(backend, N, d, H * dr, {s.n1.data(), d}, w.qr.W, {mla_tmp[1].data(), H * dr},
+    engine::linear_backward<S>(backend, N, d, H * dr, {s.n1.data(), d}, w.qr.W.f, {mla_tmp[1].data(), H * dr},
                                {dn.data(), d}, w.qr.dW, nullptr, true);
     const Heads<S> dk_rotary{dkmix.data(), H, dk(), dh};
     for (int h = 0; h < H; ++h)  // dk_R: the shared rotary key collects every head's gradient
       axpby(backend, N, dr, S(1), dk_rotary.head(h), h ? S(1) : S(0), engine::View<S>{mla_tmp[2].data(), dr});
     backend.rope(B, T_, 0, 1, dr, dr, config.rope_frequencies(), true, mla_tmp[2].data());
-    engine::linear_backward<S>(backend, N, d, dr, {s.n1.data(), d}, w.kr.W, {mla_tmp[2].data(), dr}, {dn.data(), d},
+    engine::linear_backward<S>(backend, N, d, dr, {s.n1.data(), d}, w.kr.W.f, {mla_tmp[2].data(), dr}, {dn.data(), d},
                                w.kr.dW, nullptr, true);
   }
   if (p.own_value_heads)
-    engine::linear_backward<S>(backend, N, d, p.own_value_heads * slot(), {s.n1.data(), d}, w.dkv.W,
+    engine::linear_backward<S>(backend, N, d, p.own_value_heads * slot(), {s.n1.data(), d}, w.dkv.W.f,
                                {dvown[std::size_t(l)].data(), p.own_value_heads * slot()}, {dn.data(), d}, w.dkv.dW,
                                nullptr, true);
 }

@@ -3,16 +3,55 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
+#include <vector>
 
 #include "lm/model_impl.hpp"
 
 namespace qkvlab::lm {
 
 template <class S>
+engine::ParameterLayout Model<S>::Impl::held_layout(const engine::ParameterLayout& full, engine::WeightType w,
+                                                    bool in16) {
+  engine::ParameterLayout held;
+  for (const auto& spec : full.specs()) {
+    const bool matrix = w != engine::WeightType::f32 && spec.shape.size() == 2 && spec.name != "wpe";
+    if (matrix == in16) held.add(spec.name, spec.shape, spec.decay);
+  }
+  return held;
+}
+
+// The tensor `name` where it is held: float (with its gradient's place in params), or 16-bit.
+template <class S>
+engine::Weight<S> Model<S>::Impl::weight(const std::string& name) {
+  if (const auto* spec = matrices.find(name)) return {values16.data() + spec->offset, weight_type, panel.data()};
+  return params.value(name);
+}
+
+// Values of the configuration's tensor `name` (count of them, float) into where it is held: as S,
+// or rounded to the nearest 16-bit value (exact for a checkpoint stored in that type).
+template <class S>
+void Model<S>::Impl::store(const std::string& name, const float* values, std::size_t count) {
+  if (const auto* spec = matrices.find(name)) {  // a million at a time: no second copy of a large tensor
+    std::vector<std::uint16_t> bits(std::min<std::size_t>(count, 1 << 20));
+    for (std::size_t i0 = 0; i0 < count; i0 += bits.size()) {
+      const std::size_t n = std::min(bits.size(), count - i0);
+      for (std::size_t i = 0; i < n; ++i) bits[i] = engine::narrow_bits(values[i0 + i], weight_type);
+      values16.upload(bits.data(), n, spec->offset + i0);
+    }
+    return;
+  }
+  const std::size_t offset = params.layout.at(name).offset;
+  if constexpr (std::is_same_v<S, float>) return params.values.upload(values, count, offset);
+  const std::vector<S> converted(values, values + count);
+  params.values.upload(converted.data(), count, offset);
+}
+
+template <class S>
 typename Model<S>::Impl::Linear Model<S>::Impl::linear(int l, const std::string& what) {
   Linear lin;
   const std::string w = layer_tensor(l, what + ".weight"), b = layer_tensor(l, what + ".bias");
-  if (params.layout.find(w)) lin.W = params.value(w), lin.dW = params.grad(w);
+  if (layout.find(w)) lin.W = weight(w), lin.dW = params.layout.find(w) ? params.grad(w) : nullptr;
   if (params.layout.find(b)) lin.b = params.value(b), lin.db = params.grad(b);
   return lin;
 }
@@ -28,10 +67,21 @@ NormWeights<S> Model<S>::Impl::norm(const std::string& name) {
 
 template <class S>
 void Model<S>::Impl::resolve_weights() {
-  wte = params.value("wte"), dwte = params.grad("wte");
-  if (params.layout.find("wpe")) wpe = params.value("wpe"), dwpe = params.grad("wpe");
-  unembedding = config.tied ? wte : params.value("lm_head.weight");
+  std::int64_t inner = 0;  // the products' inner dimension: in of W (in, out); d of the (V, d) embedding
+  for (const auto& spec : matrices.specs())
+    inner = std::max(inner, spec.shape[spec.name == "wte" || spec.name == "lm_head.weight" ? 1 : 0]);
+  panel = Buffer<S>(backend, std::size_t(inner) * engine::kPanel);
+  wte = weight("wte");
+  if (layout.find("wpe")) wpe = params.value("wpe"), dwpe = params.grad("wpe");
+  unembedding = config.tied ? wte : weight("lm_head.weight");
+  if (weight_type != engine::WeightType::f32) return resolve_layers();  // no gradients: not trained
+  dwte = params.grad("wte");
   dunembedding = config.tied ? dwte : params.grad("lm_head.weight");
+  resolve_layers();
+}
+
+template <class S>
+void Model<S>::Impl::resolve_layers() {
   lnf = norm("ln_f");
   layers.resize(std::size_t(config.layers));
   for (int l = 0; l < config.layers; ++l) {
@@ -72,7 +122,8 @@ void Model<S>::Impl::allocate(int B_, int T__, Pass pass_, int capacity) {
   caching = capacity > 0, cap = caching ? capacity : T__;
   const bool train = train_workspace;
   const int L = config.layers, d = config.d, r = config.ffn, H = config.heads;
-  const std::size_t n = std::size_t(N), patterns = std::size_t(B) * H * T_ * cap, rows = std::size_t(B) * cap;
+  const std::size_t n = std::size_t(N), rows = std::size_t(B) * cap, segments = std::size_t(max_segments());
+  const std::size_t patterns = std::size_t(B) * H * T_ * cap * segments;
   auto buf = [&](std::size_t count) { return Buffer<S>(backend, count); };
   acts.clear();
   acts.resize(train ? std::size_t(L) : 1);
@@ -86,8 +137,8 @@ void Model<S>::Impl::allocate(int B_, int T__, Pass pass_, int capacity) {
       if (mixes(l)) return true;
     return false;
   };
-  const std::size_t q_count = n * config.heads * dk(), k_count = rows * attn_kv() * dk(),
-                    v_count = rows * attn_kv() * config.head_dim;
+  const std::size_t q_count = n * config.heads * dk(), k_count = rows * segments * attn_kv() * dk(),
+                    v_count = rows * segments * attn_kv() * config.head_dim;
   for (std::size_t i = 0; i < acts.size(); ++i) {
     LayerActs& s = acts[i];
     s.n1 = buf(n * d), s.mean1 = buf(n), s.rstd1 = buf(n), s.q = buf(q_count);
@@ -168,6 +219,11 @@ void Model<S>::Impl::check_tokens(const std::int32_t* ids_host, const std::int32
   template Model<S>::Impl::Linear Model<S>::Impl::linear(int, const std::string&);                         \
   template NormWeights<S> Model<S>::Impl::norm(const std::string&);                                        \
   template void Model<S>::Impl::resolve_weights();                                                         \
+  template void Model<S>::Impl::resolve_layers();                                                          \
+  template engine::ParameterLayout Model<S>::Impl::held_layout(const engine::ParameterLayout&, engine::WeightType, \
+                                                               bool);                                      \
+  template engine::Weight<S> Model<S>::Impl::weight(const std::string&);                                   \
+  template void Model<S>::Impl::store(const std::string&, const float*, std::size_t);                      \
   template bool Model<S>::Impl::reused(int, bool, bool) const;                                                \
   template void Model<S>::Impl::allocate(int, int, Pass, int);                                             \
   template void Model<S>::Impl::check_tokens(const std::int32_t*, const std::int32_t*, int, int, int) const;

@@ -17,11 +17,16 @@
 //   resid_post  (B, T, 1, d)                                 block output (after DenseFormer's mix)
 //   final       (B, T, 1, d)                                 N_f(resid_post of layer L); layer = L
 // Instead of `pattern`, a recorder may take each layer's patterns reduced inside the attention
-// (PatternReduction below: what entropy and first-token importance need), a block of queries at a time.
+// (PatternReduction below: what entropy and first-token importance need), a block of queries at a time,
+// and instead of a token-major site its reductions computed where the model runs (StateReduction:
+// what token similarity, the value spectrum and the first-token norms need), so that only O(d) per
+// sequence (the Gram matrix: d × d) reaches the host.
 // Layers are 0-based here (layer ℓ is the paper's ℓ + 1).
 #pragma once
 
 #include <string>
+
+#include "engine/kernel_types.hpp"
 
 namespace qkvlab::lm {
 
@@ -48,6 +53,23 @@ struct PatternReduction {
   int B, T, heads;
 };
 
+// Which reductions of a token-major site a recorder takes (engine/backend.hpp's state_rows, state_gram),
+// each per sequence: the rows' norms (heads side by side), the unit rows' sum and the count of non-zero
+// rows (heads combined by `combine`), the smaller Gram matrix (1/T) X Xᵀ or (1/T) Xᵀ X (heads side by side).
+struct StateRequest {
+  bool norms = false, unit = false, gram = false;
+  engine::HeadCombination combine = engine::HeadCombination::concat;  // of the unit rows
+  bool any() const { return norms || unit || gram; }
+};
+// A site's reductions (host memory valid during the call), null unless requested: norms (B, T), unit
+// (B, columns), nonzero (B), gram (B, m, m) with m = min(T, heads·width).
+struct StateReduction {
+  Site site;
+  int layer;
+  const double *norms, *unit, *nonzero, *gram;
+  int B, T, columns, m;
+};
+
 template <class S>
 class Recorder {
  public:
@@ -60,6 +82,9 @@ class Recorder {
   virtual int pattern_block(int /*layer*/) const { return 0; }
   virtual bool pattern_entropy(int /*layer*/) const { return false; }  // the rows' entropies too
   virtual void record_sums(const PatternReduction& /*sums*/) {}
+  // Reductions of a token-major site (not `pattern`), besides or instead of its values (wants).
+  virtual StateRequest state_request(Site /*site*/, int /*layer*/) const { return {}; }
+  virtual void record_state(const StateReduction& /*reduction*/) {}
 };
 
 }  // namespace qkvlab::lm

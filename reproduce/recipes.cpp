@@ -67,6 +67,7 @@ const std::vector<SweepRecipe>& sweep_recipes() {
       {"gpt2", "tiny", "resformer-q", {1, 2, 3}, "--variant resformer-q"},
       {"gpt2", "tiny", "resformer-k", {1, 2, 3}, "--variant resformer-k"},
       {"gpt2", "tiny", "resformer-identity", {1, 2, 3}, "--variant resformer-identity"},
+      {"gpt2", "tiny", "resformer-cross", {1, 2, 3}, "--variant resformer-cross"},
       {"gpt2", "tiny", "resformer-source2", {1, 2, 3}, "--variant resformer --source-layer 2"},
       {"gpt2", "tiny", "resformer-previous", {1, 2, 3}, "--variant resformer-previous"},
       {"gpt2", "tiny", "resformer-all", {1, 2, 3}, "--variant resformer-all"},

@@ -1,6 +1,7 @@
-// `qkvlab analyze --device cuda` against the CPU: the forward pass runs on the CUDA backend
-// and each layer's activations come back to the host, where the same measures run
-// (analysis/analyze.hpp). Every table of `all` (entropy, similarity, spectrum, first-token),
+// `qkvlab analyze --device cuda` against the CPU: the forward pass runs on the CUDA backend,
+// the patterns are reduced inside the attention and the states (similarity, spectrum, the
+// first-token norms) by Backend::state_rows and state_gram on the device; only those reductions
+// come back to the host, where the same measures finish (analysis/analyze.hpp). Every table of `all` (entropy, similarity, spectrum, first-token),
 // the H×H and T×T matrices of `heads` and `tokens` and the cosines of `cross-layer` must agree
 // with the CPU backend's to the error model of tests/gpu_error_model.hpp, with k the forward pass's chained length
 // (model_k) plus the measures' own sums over the T tokens and their d coordinates (and the H
@@ -74,29 +75,38 @@ class AnalysisGpu : public ::testing::TestWithParam<Case> {
   analysis::Report run(engine::Backend<float>& backend, analysis::Kind kind, const lm::TokenSequences& data,
                        int query_block = 64,
                        analysis::EntropyDefinition entropy = analysis::EntropyDefinition::column) const {
-    const lm::Config& c = GetParam().config;
-    lm::Model<float> model(c, backend);
-    model.set_parameters(gpu_test::random_parameters(model.parameters().layout, 11));
     analysis::Options o;
     o.batch = 2, o.threads = 1, o.layer = 1;
     o.head_matrix = analysis::HeadMatrixOf::patterns;
     o.query_block = query_block, o.entropy = entropy;
+    return run_with(backend, kind, data, o);
+  }
+  analysis::Report run_with(engine::Backend<float>& backend, analysis::Kind kind, const lm::TokenSequences& data,
+                            const analysis::Options& o) const {
+    lm::Model<float> model(GetParam().config, backend);
+    model.set_parameters(gpu_test::random_parameters(model.parameters().layout, 11));
     return analysis::analyze(model, kind, data, o);
+  }
+  // The error model's chained length: the forward pass's, plus the measures' sums over the T tokens and
+  // their d coordinates (and the H heads of a column importance).
+  double chain() const {
+    const lm::Config& c = GetParam().config;
+    return gpu_test::model_k(c, GetParam().T) + double(GetParam().T) * (c.d + c.heads);
+  }
+  lm::TokenSequences moved(lm::TokenSequences data) const {  // the controls' input: one token changed
+    data.ids[0] = (data.ids[0] + 1) % GetParam().config.vocab;
+    return data;
   }
   engine::CpuBackend<float> cpu{2};
   std::unique_ptr<engine::Backend<float>> cuda;
 };
 
 TEST_P(AnalysisGpu, AgreesWithCpu) {
-  const Case& p = GetParam();
-  const lm::Config& c = p.config;
-  const double k = gpu_test::model_k(c, p.T) + double(p.T) * (c.d + c.heads);
-  const auto data = tokens(c.vocab, p.T, 5);
-  auto moved = data;
-  moved.ids[0] = (moved.ids[0] + 1) % c.vocab;
+  const double k = chain();
+  const auto data = tokens(GetParam().config.vocab, GetParam().T, 5);
   for (analysis::Kind kind :
        {analysis::Kind::all, analysis::Kind::heads, analysis::Kind::tokens, analysis::Kind::cross_layer}) {
-    const analysis::Report a = run(cpu, kind, data), b = run(*cuda, kind, data), control = run(*cuda, kind, moved);
+    const analysis::Report a = run(cpu, kind, data), b = run(*cuda, kind, data), control = run(*cuda, kind, moved(data));
     ASSERT_EQ(a.tables.size(), b.tables.size());
     for (std::size_t t = 0; t < a.tables.size(); ++t) {
       const std::string what = analysis::to_string(kind) + "/" + a.tables[t].name;
@@ -111,10 +121,8 @@ TEST_P(AnalysisGpu, AgreesWithCpu) {
 // and against the CPU's reduction, to the same error model; two runs bit-identical. Both entropies
 // that read the reductions (column sums; the rows' entropies). The control of AgreesWithCpu holds.
 TEST_P(AnalysisGpu, ReducedInsideTheAttentionAsTheWholePatterns) {
-  const Case& p = GetParam();
-  const lm::Config& c = p.config;
-  const double k = gpu_test::model_k(c, p.T) + double(p.T) * (c.d + c.heads);
-  const auto data = tokens(c.vocab, p.T, 5);
+  const double k = chain();
+  const auto data = tokens(GetParam().config.vocab, GetParam().T, 5);
   for (auto entropy : {analysis::EntropyDefinition::column, analysis::EntropyDefinition::row}) {
     const analysis::Report whole = run(*cuda, analysis::Kind::all, data, 0, entropy),
                            blocks = run(*cuda, analysis::Kind::all, data, 7, entropy),
@@ -126,6 +134,26 @@ TEST_P(AnalysisGpu, ReducedInsideTheAttentionAsTheWholePatterns) {
       EXPECT_LE(rel(numbers(host, t), numbers(blocks, t)), tol(k)) << what << " against the CPU";
       EXPECT_EQ(numbers(blocks, t), numbers(again, t)) << what << ": a second run";
     }
+  }
+}
+
+// The states reduced on the device (Backend::state_rows, state_gram) with the options `all` does not take
+// by default: the values' similarity with the heads averaged, and the spectrum's 3 largest eigenvalues
+// by Lanczos on the Gram matrix. Against the CPU backend to the same error model; two runs
+// bit-identical; the control of AgreesWithCpu (one token moved) exceeds the tolerance.
+TEST_P(AnalysisGpu, StatesReducedOnTheDeviceAsOnTheCpu) {
+  const double k = chain();
+  const auto data = tokens(GetParam().config.vocab, GetParam().T, 5);
+  analysis::Options o;
+  o.batch = 2, o.threads = 1, o.top_k = 3;
+  o.of = analysis::Of::values, o.heads = analysis::HeadCombination::mean;
+  for (analysis::Kind kind : {analysis::Kind::similarity, analysis::Kind::spectrum}) {
+    const analysis::Report a = run_with(cpu, kind, data, o), b = run_with(*cuda, kind, data, o),
+                           again = run_with(*cuda, kind, data, o), control = run_with(*cuda, kind, moved(data), o);
+    const std::string what = analysis::to_string(kind);
+    EXPECT_LE(rel(numbers(a, 0), numbers(b, 0)), tol(k)) << what << " (k = " << k << ")";
+    EXPECT_EQ(numbers(b, 0), numbers(again, 0)) << what << ": a second run";
+    EXPECT_GT(rel(numbers(a, 0), numbers(control, 0)), tol(k)) << what << ": control (one token moved)";
   }
 }
 

@@ -2,8 +2,12 @@
 // move the number, and analyze() on a model whose attention is known exactly.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
+#include <map>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "analysis/analyze.hpp"
@@ -388,6 +392,194 @@ TEST(CrossLayerVerdict, TheStatedRule) {
             "disagrees");
   // Differences of both signs at one layer: no shown difference.
   EXPECT_EQ(cross_layer_verdict({a, replicate({1, 0.5, 0.8}, {0.5, 0.9, 0.7})}).verdict, "inconclusive");
+}
+
+// ---- Similarity, spectrum and the first-token norms reduced where the states live ---------------------
+// analyze() takes them from the backend (lm/record.hpp's StateReduction: unit sums, Gram matrices,
+// norms); here against the host path as it was before (kept as the reference: each sequence's
+// activations copied to the host, the measures over Eigen rows), on tiny models of both families
+// (llama with GQA), T below and above the values' width (both shapes of the Gram matrix). Budget: the
+// two differ only in the order of double sums over at most T·d float-valued terms, so 1e-12 (absolute
+// for similarities in [−1, 1], relative for spectra and ratios). Controls that must be caught, by more
+// than 1e-3: the similarity over all pairs (the diagonal i = j included), the covariance missing the last row.
+
+enum class Variant { exact, with_diagonal, without_last_row };
+
+double reference_similarity(const RowMatrix& X, Variant v) {
+  const double T = double(X.rows());
+  Eigen::RowVectorXd sum = Eigen::RowVectorXd::Zero(X.cols());
+  double nonzero = 0;
+  for (Eigen::Index i = 0; i < X.rows(); ++i) {
+    const double n = X.row(i).norm();
+    if (n == 0) continue;
+    sum += X.row(i) / n;
+    nonzero += 1;
+  }
+  return v == Variant::with_diagonal ? sum.squaredNorm() / (T * T) : (sum.squaredNorm() - nonzero) / (T * (T - 1));
+}
+
+std::vector<double> reference_spectrum(RowMatrix X, Variant v) {
+  const double T = double(X.rows());
+  if (v == Variant::without_last_row) X.conservativeResize(X.rows() - 1, Eigen::NoChange);
+  const Eigen::MatrixXd M = X.rows() < X.cols() ? Eigen::MatrixXd(X * X.transpose() / T) : Eigen::MatrixXd(X.transpose() * X / T);
+  const Eigen::VectorXd ev = Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd>(M, Eigen::EigenvaluesOnly).eigenvalues();
+  return {ev.data(), ev.data() + ev.size()};  // ascending
+}
+
+// Host copies of the sites a test names, per (site, layer), one matrix per sequence, heads combined.
+struct HostStates final : lm::Recorder<float> {
+  std::vector<lm::Site> sites;
+  HeadCombination heads = HeadCombination::concat;
+  std::map<std::pair<int, int>, std::vector<RowMatrix>> kept;
+  bool wants(lm::Site s, int) const override { return std::find(sites.begin(), sites.end(), s) != sites.end(); }
+  void record(const lm::Activation<float>& a) override {
+    for (int b = 0; b < a.B; ++b)
+      kept[{int(a.site), a.layer}].push_back(
+          combine_heads(a.data + std::size_t(b) * a.T * a.heads * a.width, a.T, a.heads, a.width, heads));
+  }
+  const std::vector<RowMatrix>& at(lm::Site s, int layer) const { return kept.at({int(s), layer}); }
+};
+
+struct StateCase {
+  std::string name;
+  lm::Config config;
+};
+
+std::vector<StateCase> state_cases() {
+  lm::Config gpt2 = lm::family_defaults(lm::Family::gpt2, 2, 16, 4, 32, 64),
+             llama = lm::family_defaults(lm::Family::llama, 2, 16, 4, 32, 64);
+  llama.kv_heads = 2;
+  return {{"gpt2", gpt2}, {"llama_gqa", llama}};
+}
+
+double mean_of(const std::vector<RowMatrix>& xs, const std::function<double(const RowMatrix&)>& f) {
+  double sum = 0;
+  for (const RowMatrix& x : xs) sum += f(x) / double(xs.size());
+  return sum;
+}
+
+double relative(const std::vector<double>& a, const std::vector<double>& b) {
+  double d = 0, n = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) d += (a[i] - b[i]) * (a[i] - b[i]), n += a[i] * a[i];
+  return std::sqrt(d / n);
+}
+
+TEST(StatesReduced, AgreeWithTheHostPathAndCatchTheControls) {
+  for (const StateCase& c : state_cases()) {
+    for (int T : {5, 20}) {  // values of width 16 (gpt2), 8 (llama): the T × T and the width × width Gram
+      SCOPED_TRACE(c.name + " T=" + std::to_string(T));
+      engine::CpuBackend<float> backend(2);
+      lm::Model<float> model(c.config, backend);
+      model.initialize(7);
+      const auto data = random_tokens(3, T, c.config.vocab);
+      Options o;
+      o.batch = 3;  // one forward pass: the reference below sees the same batch
+      o.of = Of::values, o.heads = HeadCombination::mean;
+      const Report values = analyze(model, Kind::similarity, data, o), all = analyze(model, Kind::all, data, Options{});
+      HostStates hidden, mean_values;
+      hidden.sites = {lm::Site::resid_pre, lm::Site::resid_post, lm::Site::final, lm::Site::v};
+      mean_values.sites = {lm::Site::v}, mean_values.heads = HeadCombination::mean;
+      model.forward(data.ids.data(), nullptr, 3, T, lm::Pass::eval, 0, &hidden);
+      model.forward(data.ids.data(), nullptr, 3, T, lm::Pass::eval, 0, &mean_values);
+      const int L = c.config.layers;
+      for (int l = 0; l <= L; ++l) {  // hf states: the embedding output, blocks 1 … L−1, the final norm
+        const auto& x = l == 0 ? hidden.at(lm::Site::resid_pre, 0) : l < L ? hidden.at(lm::Site::resid_post, l - 1) : hidden.at(lm::Site::final, L);
+        const double got = all.similarity[std::size_t(l)].summary.value;
+        EXPECT_NEAR(got, mean_of(x, [](const RowMatrix& X) { return reference_similarity(X, Variant::exact); }), 1e-12) << "state " << l;
+        EXPECT_GT(std::abs(got - mean_of(x, [](const RowMatrix& X) { return reference_similarity(X, Variant::with_diagonal); })), 1e-3)
+            << "control: the diagonal included, state " << l;
+      }
+      for (int l = 0; l < L; ++l) {
+        SCOPED_TRACE("layer " + std::to_string(l + 1));
+        const auto& v = hidden.at(lm::Site::v, l);
+        EXPECT_NEAR(values.similarity[std::size_t(l)].summary.value,
+                    mean_of(mean_values.at(lm::Site::v, l), [](const RowMatrix& X) { return reference_similarity(X, Variant::exact); }), 1e-12);
+        std::vector<double> exact, control;
+        for (const RowMatrix& X : v) {
+          const auto e = reference_spectrum(X, Variant::exact), m = reference_spectrum(X, Variant::without_last_row);
+          exact.resize(e.size()), control.resize(e.size());
+          for (std::size_t i = 0; i < e.size(); ++i) exact[i] += e[e.size() - 1 - i] / 3, control[i] += (i < m.size() ? m[m.size() - 1 - i] : 0) / 3;
+        }
+        const std::vector<double>& got = all.spectrum[std::size_t(l)].eigenvalues;
+        ASSERT_EQ(got.size(), exact.size());
+        EXPECT_LE(relative(exact, got), 1e-12);
+        EXPECT_GT(relative(control, got), 1e-3) << "control: the covariance without its last row";
+        const auto ratio = [](const RowMatrix& X) {
+          std::vector<double> n;
+          for (Eigen::Index i = 0; i < X.rows(); ++i) n.push_back(X.row(i).norm());
+          return first_ratio(n);
+        };
+        const FirstTokenLayer& f = all.first_token[std::size_t(l)];
+        EXPECT_NEAR(f.value_norm.ratio.value / mean_of(v, ratio), 1, 1e-12);
+        EXPECT_NEAR(f.hidden_norm.ratio.value / mean_of(hidden.at(lm::Site::resid_post, l), ratio), 1, 1e-12);
+      }
+    }
+  }
+}
+
+// A zero row (a token whose state is 0) counts as cosine 0 with every other row and stays in T(T − 1),
+// as the host path had it. Control: leaving it out of T moves the number.
+TEST(StatesReduced, AZeroRowCountsAsCosineZero) {
+  Rng rng(8, "analysis_test/zero_row");
+  RowMatrix X = rng.gaussian(6, 5);
+  X.row(2).setZero();
+  const double s = token_similarity(X);
+  EXPECT_NEAR(s, reference_similarity(X, Variant::exact), 1e-15);
+  RowMatrix without(5, 5);
+  without << X.topRows(2), X.bottomRows(3);
+  EXPECT_GT(std::abs(s - token_similarity(without)), 1e-3) << "control: the zero row dropped";
+}
+
+// --k: the k largest eigenvalues by Lanczos on the Gram matrix, the full spectrum's first k; the value
+// of k is the number returned.
+TEST(StatesReduced, TopKIsTheSpectrumsHead) {
+  TinyModel m;
+  const auto data = random_tokens(2, 24, 32);
+  Options all, top;
+  top.top_k = 3;
+  const Report a = analyze(*m.model, Kind::spectrum, data, all), b = analyze(*m.model, Kind::spectrum, data, top);
+  for (std::size_t l = 0; l < a.spectrum.size(); ++l) {
+    ASSERT_EQ(b.spectrum[l].eigenvalues.size(), 3u);
+    const std::vector<double> head(a.spectrum[l].eigenvalues.begin(), a.spectrum[l].eigenvalues.begin() + 3);
+    EXPECT_LE(relative(head, b.spectrum[l].eigenvalues), 1e-10) << "layer " << l + 1;
+    const std::vector<double> next(a.spectrum[l].eigenvalues.begin() + 1, a.spectrum[l].eigenvalues.begin() + 4);
+    EXPECT_GT(relative(next, b.spectrum[l].eigenvalues), 1e-3) << "control: shifted by one rank";
+  }
+}
+
+// The reductions on the CPU backend sum in an order fixed by the shape: the same bits at 1 and 3
+// backend threads, for every analysis they feed (the heads averaged too). Control: one token moved.
+TEST(StatesReduced, TheSameBitsAtOneAndThreeBackendThreads) {
+  const auto data = random_tokens(5, 12, 32);
+  auto moved = data;
+  moved.ids[3] = (moved.ids[3] + 1) % 32;
+  Options o;
+  o.batch = 2, o.of = Of::values, o.heads = HeadCombination::mean;
+  std::string json[2];
+  for (int threads : {1, 3}) {
+    engine::CpuBackend<float> backend(threads);
+    lm::Model<float> model(state_cases()[1].config, backend);
+    model.initialize(3);
+    json[threads / 3] = analyze(model, Kind::all, data, o).to_value().json() + analyze(model, Kind::spectrum, data, o).to_value().json();
+    if (threads == 3) {
+      EXPECT_NE(json[1], analyze(model, Kind::all, moved, o).to_value().json() + analyze(model, Kind::spectrum, moved, o).to_value().json());
+    }
+  }
+  EXPECT_EQ(json[0], json[1]);
+}
+
+// A NaN reaching a reduced state is reported (the first site and sequence whose reductions are not
+// finite), never measured. Control: the same model without it measures.
+TEST(StatesReduced, ANaNInAStateIsReportedNotMeasured) {
+  TinyModel m;
+  const auto data = random_tokens(2, 9, 32);
+  EXPECT_EQ(analyze(*m.model, Kind::all, data, Options{}).nonfinite, "");
+  std::vector<float> values = m.model->parameter_values();
+  for (const auto& spec : m.model->parameters().layout.specs())
+    if (spec.name.find("h.1.attn.v.") != std::string::npos) values[spec.offset] = NAN;
+  m.model->set_parameters(values);
+  EXPECT_EQ(analyze(*m.model, Kind::spectrum, data, Options{}).nonfinite, "layer 2's v holds nan (sequence 0)");
+  EXPECT_EQ(analyze(*m.model, Kind::similarity, data, Options{}).nonfinite, "layer 2's resid_post holds nan (sequence 0)");
 }
 
 }  // namespace

@@ -71,7 +71,8 @@ TEST(LmAccounting, KvCacheMatchesTheClosedForms) {
     SCOPED_TRACE("L=" + std::to_string(L) + " H=" + std::to_string(H) + " G=" + std::to_string(G));
     const std::int64_t mha = 2LL * L * G * dh;
     for (K k : {K::vanilla, K::resformer, K::neutreno, K::denseformer, K::q_identity, K::resformer_neutreno,
-                K::resformer_k, K::resformer_q, K::resformer_previous, K::resformer_all, K::resformer_identity})
+                K::resformer_k, K::resformer_q, K::resformer_previous, K::resformer_all, K::resformer_identity,
+                K::resformer_cross})
       EXPECT_EQ(kv(llama(L, d, H, G, k)), mha);
     // SkipV1 at ρ = ½: L H d_h (keys) + H d_h + (L−1) H' d_h (values).
     const std::int64_t skip = L * head + head + (L - 1) * half;
@@ -157,7 +158,8 @@ TEST(LmAccounting, ParameterDifferencesOfTheVariants) {
   EXPECT_EQ(diff(K::cla_v), 3 * wv);
   EXPECT_EQ(diff(K::cla_k), 3 * wv);  // W_K has W_V's shape
   EXPECT_EQ(diff(K::cla_kv), 6 * wv);
-  for (K k : {K::resformer_neutreno, K::resformer_k, K::resformer_q, K::resformer_previous, K::resformer_all, K::resformer_identity})
+  for (K k : {K::resformer_neutreno, K::resformer_k, K::resformer_q, K::resformer_previous, K::resformer_all,
+              K::resformer_identity, K::resformer_cross})
     EXPECT_EQ(diff(k), 0);
   EXPECT_EQ(diff(K::resformer), 0);
   EXPECT_EQ(diff(K::denseformer), -(2 + 3 + 4 + 5 + 6 + 7));  // α_{n,0…n} for n = 1 … 6

@@ -54,7 +54,8 @@ std::vector<Case> cases() {
                              VariantKind::yoco_v,  VariantKind::cla_v,       VariantKind::skipkv1,
                              VariantKind::skipv1_yoco, VariantKind::q_identity, VariantKind::resformer_neutreno,
                              VariantKind::resformer_k, VariantKind::resformer_q, VariantKind::resformer_previous, VariantKind::resformer_all,
-                             VariantKind::resformer_identity, VariantKind::cla_k, VariantKind::cla_kv};
+                             VariantKind::resformer_identity, VariantKind::cla_k, VariantKind::cla_kv,
+                             VariantKind::resformer_cross};
   const VariantKind mla[] = {VariantKind::vanilla, VariantKind::skipv1, VariantKind::resformer, VariantKind::svformer};
   std::vector<Case> out;
   for (Family f : {Family::gpt2, Family::llama}) {
@@ -267,7 +268,8 @@ TEST(LmGenerateCommand, ReportsTheNewTokensAndTheMeasuredCache) {
   const engine::Json j = engine::parse_json(r.out);
   std::vector<std::string> keys = j.keys;
   EXPECT_EQ(keys, (std::vector<std::string>{"prompt_ids", "ids", "cache_bytes_per_token", "prefill_tokens_per_s",
-                                            "decode_tokens_per_s", "peak_bytes"}));
+                                            "decode_tokens_per_s", "peak_bytes", "dtype", "error_model"}));
+  EXPECT_EQ(field(j, "dtype").text, "f32");  // --dtype auto on the toolkit's F32 checkpoint
   EXPECT_EQ(ids_of(field(j, "prompt_ids")), (std::vector<long>{3, 1, 4, 1, 5}));
   EXPECT_EQ(field(j, "ids").items.size(), 6u);
   const auto kv = run_qkvlab("kv --family llama" + f.model + " --format json");

@@ -52,6 +52,7 @@
 #include "gpu/backend.hpp"
 #include "gpu/device.hpp"
 #include "lm/model.hpp"
+#include "lm/parameters.hpp"
 #include "tests/gpu_error_model.hpp"
 
 #ifdef QKVLAB_HAVE_CUDA
@@ -417,6 +418,51 @@ TEST_F(LmGpuKernels, Attention) {
   }
 }
 
+// Two key/value segments (ResFormer's cross-layer attention, Eq. 2: k and v of 2·H_kv heads, the
+// second segment's head g at column (H_kv + g)·d), GQA and MHA, forward and backward, and a cache of two
+// segments read head by head. k = dk + dv + 3·2T (the softmax spans both segments). The controls move
+// the second segment's first key of sequence 0, head 0, which every query of that head sees.
+TEST_F(LmGpuKernels, AttentionTwoSegments) {
+  AttentionShape gqa{2, 5, 4, 2, 6, 3}, mha{1, 40, 2, 2, 8, 8};
+  gqa.segments = mha.segments = 2;
+  for (const AttentionShape s : {gqa, mha}) {
+    const std::size_t N = std::size_t(s.B) * s.T, P = std::size_t(s.B) * s.H * s.T * s.columns();
+    const std::size_t nq = N * s.H * s.dk, nk = N * s.kv_heads() * s.dk, nv = N * s.kv_heads() * s.dv,
+                      nz = N * s.H * s.dv;
+    const float scale = float(1 / std::sqrt(double(s.dk)));
+    const std::vector<Floats> in{normals(nq, 1), normals(nk, 2), normals(nv, 3), Floats(P, kNaN), Floats(nz, kNaN),
+                                 normals(nz, 4), normals(nq, 5), normals(nk, 6), normals(nv, 7), Floats(P, kNaN)};
+    const std::string what = "two-segment attention T " + std::to_string(s.T) + " Hkv " + std::to_string(s.Hkv);
+    const double k = s.dk + s.dv + 3.0 * s.columns();
+    auto forward = [=](Backend<float>& be, Arrays& a) { be.attention_forward(s, scale, a[0], a[1], a[2], a[3], a[4]); };
+    const std::pair<std::size_t, std::size_t> second_key{1, std::size_t(s.Hkv) * s.dk};
+    agree(what, in, forward, {3, 4}, k, second_key);
+    agree(what + " backward", in,
+          [=](Backend<float>& be, Arrays& a) {
+            forward(be, a);
+            be.attention_backward(s, scale, a[0], a[1], a[2], a[3], a[5], a[6], a[7], a[8], a[9]);
+          },
+          {6, 7, 8}, k, second_key);
+  }
+  AttentionShape cached{2, 1, 4, 2, 6, 3};
+  cached.past = 9, cached.capacity = 16, cached.segments = 2;
+  const AttentionShape s = cached;
+  const std::size_t N = std::size_t(s.B) * s.T, rows = std::size_t(s.B) * s.kv_rows();
+  const std::vector<Floats> in{normals(N * s.H * s.dk, 1), normals(rows * 2 * s.dk, 2), normals(rows * 2 * s.dk, 3),
+                               normals(rows * 2 * s.dv, 4), normals(rows * 2 * s.dv, 5),
+                               Floats(std::size_t(s.B) * s.H * s.T * s.columns(), kNaN), Floats(N * s.H * s.dv, kNaN)};
+  const float scale = float(1 / std::sqrt(double(s.dk)));
+  agree("cached two-segment attention head by head", in,
+        [=](Backend<float>& be, Arrays& a) {  // segment s's heads in a buffer of their own (a[1 + s], a[3 + s])
+          const engine::View<const float> k[] = {
+              {a[1], 2 * s.dk}, {a[1] + s.dk, 2 * s.dk}, {a[2], 2 * s.dk}, {a[2] + s.dk, 2 * s.dk}};
+          const engine::View<const float> v[] = {
+              {a[3], 2 * s.dv}, {a[3] + s.dv, 2 * s.dv}, {a[4], 2 * s.dv}, {a[4] + s.dv, 2 * s.dv}};
+          be.attention_forward(s, scale, a[0], engine::KvHeads<float>(k), engine::KvHeads<float>(v), a[5], a[6]);
+        },
+        {5, 6}, s.dk + s.dv + 3.0 * s.columns(), {2, 0});
+}
+
 // A decoder's cache (lm/model.hpp): T = 1 and T = 3 queries after `past` positions, k and v of
 // `capacity` rows per sequence (GQA, dk ≠ dv). k = dk + dv + 3 keys. The control moves the first
 // cached key of sequence 0, head 0, which every query sees.
@@ -686,9 +732,12 @@ TEST_P(LmGpuModel, DeterministicOnCuda) {
 // Decoding with the cache (lm/model.hpp): a prompt of 4 tokens in B = 2 sequences, then 3 steps of
 // one token each; the logits of every step (B·V) within tol(model_k) of the CPU's. Control: the
 // embedding of the first prompt token moved by 0.5 on the CUDA side.
-Floats decode(Backend<float>& be, const lm::Config& c, const std::vector<float>& values) {
-  lm::Model<float> model(c, be);
-  model.set_parameters(values);
+// With weights bf16 or f16 the model holds its matrices in 16 bits (engine/weight.hpp's widened panels).
+Floats decode(Backend<float>& be, const lm::Config& c, const std::vector<float>& values,
+              engine::WeightType weights = engine::WeightType::f32) {
+  lm::Model<float> model(c, be, weights);
+  const engine::ParameterLayout layout = lm::parameter_layout(c, model.plan());
+  for (const auto& spec : layout.specs()) model.store(spec.name, values.data() + spec.offset, spec.size());
   const int B = 2, P = 4, steps = 3;
   const Tokens t = model_tokens(c.vocab, 5);
   Ints prompt;
@@ -715,6 +764,23 @@ TEST_P(LmGpuModel, DecodesWithTheCacheAsTheCpu) {
   auto moved = values;
   moved[layout.at("wte").offset + std::size_t(model_tokens(c.vocab, 5).ids[0]) * c.d] += 0.5f;
   EXPECT_GT(rel(a, decode(*cuda, c, moved)), tol(k)) << "control";
+}
+
+// The same with the matrices held in bf16 (the widening kernel, the embedding's lookup through it,
+// the products over widened panels): the CPU's logits within the same tol(k), which differ from the
+// float32 weights' by far more (the rounding of the weights). Control: as above.
+TEST_P(LmGpuModel, DecodesBf16WeightsAsTheCpu) {
+  const lm::Config& c = GetParam().config;
+  const engine::ParameterLayout layout = lm::Model<float>(c, cpu).parameters().layout;
+  const auto values = gpu_test::random_parameters(layout, 7);
+  const auto bf16 = engine::WeightType::bf16;
+  const Floats a = decode(cpu, c, values, bf16), b = decode(*cuda, c, values, bf16);
+  const double k = model_k(c, 8);
+  EXPECT_LE(rel(a, b), tol(k));
+  EXPECT_GT(rel(decode(cpu, c, values), a), tol(k)) << "bf16 weights must move the logits";
+  auto moved = values;
+  moved[layout.at("wte").offset + std::size_t(model_tokens(c.vocab, 5).ids[0]) * c.d] += 0.5f;
+  EXPECT_GT(rel(a, decode(*cuda, c, moved, bf16)), tol(k)) << "control";
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, LmGpuModel, ::testing::ValuesIn(model_cases()),

@@ -49,7 +49,7 @@ std::vector<Case> every_variant() {
                           VariantKind::resformer_neutreno, VariantKind::resformer_k, VariantKind::resformer_q,
                           VariantKind::resformer_previous,
                           VariantKind::resformer_all, VariantKind::resformer_identity, VariantKind::cla_k,
-                          VariantKind::cla_kv})
+                          VariantKind::cla_kv, VariantKind::resformer_cross})
       cases.push_back({fam + to_string(k), tiny(f, k)});
     for (VariantKind k : {VariantKind::resformer, VariantKind::resformer_k, VariantKind::resformer_q}) {
       Config source2 = tiny(f, k);
@@ -59,6 +59,12 @@ std::vector<Case> every_variant() {
     Config neutreno_gqa = tiny(f, VariantKind::resformer_neutreno);
     neutreno_gqa.heads = 4, neutreno_gqa.kv_heads = 2, neutreno_gqa.head_dim = 2;
     cases.push_back({fam + "resformer_neutreno_gqa", neutreno_gqa});
+    Config cross_gqa = neutreno_gqa;
+    cross_gqa.variant.kind = VariantKind::resformer_cross;
+    cases.push_back({fam + "resformer_cross_gqa", cross_gqa});
+    Config cross2 = tiny(f, VariantKind::resformer_cross);
+    cross2.variant.source_layer = 2;
+    cases.push_back({fam + "resformer_cross_source2", cross2});
     Config gqa = tiny(f, VariantKind::vanilla);
     gqa.heads = 4, gqa.kv_heads = 2, gqa.head_dim = 2;
     cases.push_back({fam + "gqa", gqa});

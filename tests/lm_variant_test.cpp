@@ -4,10 +4,13 @@
 // where it should not hold (a control), so a check that cannot fail is caught.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <vector>
 
+#include "core/errors.hpp"
+#include "core/grouped_attention.hpp"
 #include "core/rng.hpp"
 #include "engine/cpu_backend.hpp"
 #include "lm/model.hpp"
@@ -18,11 +21,15 @@ namespace {
 using namespace qkvlab;
 using namespace qkvlab::lm;
 
-// A recorder that keeps every site of every layer.
+// A recorder that keeps every site of every layer (but the attention's own, with `outside`: a layer
+// over two key/value segments refuses those).
 struct KeepAll : Recorder<double> {
   std::map<std::pair<int, Site>, RowMat> data;  // (B·T, heads·width); pattern: (B·H·T, T)
   std::map<std::pair<int, Site>, int> width;
-  bool wants(Site, int) const override { return true; }
+  bool outside = false;
+  bool wants(Site site, int) const override {
+    return !outside || (site != Site::pattern && site != Site::k && site != Site::v);
+  }
   void record(const Activation<double>& a) override {
     const Eigen::Index rows = a.site == Site::pattern ? Eigen::Index(a.B) * a.heads * a.T : Eigen::Index(a.B) * a.T;
     const Eigen::Index cols = a.site == Site::pattern ? a.T : Eigen::Index(a.heads) * a.width;
@@ -51,10 +58,11 @@ Config small(Family family, VariantKind kind, int layers = 4) {
   return c;
 }
 
-std::unique_ptr<Run> run(const Config& c, std::uint64_t seed = 1) {
+std::unique_ptr<Run> run(const Config& c, std::uint64_t seed = 1, bool outside = false) {
   engine::CpuBackend<double> be(2);
   Model<double> model(c, be);
   auto r = std::make_unique<Run>(Run{c, model.parameters().layout, {}, {}});
+  r->rec.outside = outside;
   r->values.assign(r->layout.total(), 0.0);
   for (const auto& spec : r->layout.specs()) {
     Rng rng(seed, spec.name);
@@ -291,6 +299,107 @@ TEST(LmVariant, ResFormerIdentityAddsTheMeanOfEarlierValuesOutsideTheAttention) 
       }
     }
   }
+}
+
+// Eq. 2, cross-layer attention, written out here: per sequence and query head h (key/value head
+// g = h / (H/H_kv)), U_n = softmax(scale · Q_n [K_n; K_k]ᵀ + M) [V_n; V_k], M letting query t see
+// key j of each segment iff j ≤ t. The faulty masks are the controls a kernel must not match:
+// `open` drops the second segment's causal mask, `strict` its diagonal (j < t).
+enum class SecondMask { causal, open, strict };
+
+RowMat cross_layer(const Run& r, int l, int k, SecondMask mask) {
+  const int T = 7, B = 2, H = r.config.heads, dh = r.config.head_dim, group = H / r.config.kv_heads;
+  const RowMat Q = own_keys(r, l, "q"), K[] = {own_keys(r, l), own_keys(r, k)},
+               V[] = {own_values(r, l), own_values(r, k)};
+  const double scale = r.config.attention_scale(l);
+  RowMat U(B * T, H * dh);
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < H; ++h) {
+      const int g = h / group;
+      for (int t = 0; t < T; ++t) {
+        std::vector<double> score;
+        std::vector<Eigen::RowVectorXd> value;
+        for (int seg = 0; seg < 2; ++seg)
+          for (int j = 0; j < T; ++j) {
+            const bool seen = seg == 0 || mask == SecondMask::causal ? j <= t : mask == SecondMask::open || j < t;
+            if (!seen) continue;
+            score.push_back(scale * Q.row(b * T + t).segment(h * dh, dh).dot(K[seg].row(b * T + j).segment(g * dh, dh)));
+            value.push_back(V[seg].row(b * T + j).segment(g * dh, dh));
+          }
+        const double top = *std::max_element(score.begin(), score.end());
+        double sum = 0;
+        for (double& x : score) sum += (x = std::exp(x - top));
+        Eigen::RowVectorXd u = Eigen::RowVectorXd::Zero(dh);
+        for (std::size_t i = 0; i < score.size(); ++i) u += score[i] / sum * value[i];
+        U.row(b * T + t).segment(h * dh, dh) = u;
+      }
+    }
+  return U;
+}
+
+// The same weights under Eq. 3 (ResFormer, α = β = ½) and Eq. 6 (the identity mapping), from layer l's
+// own queries, keys and values: U = softmax(scale Q Kᵀ + causal mask) V' (+ E outside).
+RowMat single_segment(const Run& r, int l, const RowMat& values, const RowMat& outside) {
+  const int T = 7, B = 2, H = r.config.heads, dh = r.config.head_dim, group = H / r.config.kv_heads;
+  const RowMat Q = own_keys(r, l, "q"), K = own_keys(r, l);
+  RowMat U(B * T, H * dh);
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < H; ++h) {
+      const int g = h / group;
+      RowMat S = r.config.attention_scale(l) * Q.block(b * T, h * dh, T, dh) * K.block(b * T, g * dh, T, dh).transpose();
+      for (int t = 0; t < T; ++t) {
+        const double top = S.row(t).head(t + 1).maxCoeff();
+        S.row(t).head(t + 1) = (S.row(t).head(t + 1).array() - top).exp().matrix();
+        S.row(t).head(t + 1) /= S.row(t).head(t + 1).sum();
+        S.row(t).tail(T - t - 1).setZero();
+      }
+      U.block(b * T, h * dh, T, dh) = S * values.block(b * T, g * dh, T, dh) + outside.block(b * T, g * dh, T, dh);
+    }
+  return U;
+}
+
+TEST(LmVariant, ResFormerCrossAttendsOverItsOwnAndLayerOnesKeysAndValues) {
+  for (Family f : {Family::gpt2, Family::llama})
+    for (int kv_heads : {4, 2}) {  // MHA and GQA
+      Config c = small(f, VariantKind::resformer_cross);
+      c.kv_heads = kv_heads;
+      const auto r = run(c, 1, true);
+      const std::string what = to_string(f) + " H_kv " + std::to_string(kv_heads);
+      EXPECT_LT(diff(single_segment(*r, 0, own_values(*r, 0), RowMat::Zero(14, kv_heads * 4)), r->rec.at(0, Site::z)),
+                1e-12) << what << ": layer 1 is standard";
+      for (int l = 1; l < 4; ++l) {
+        const RowMat z = r->rec.at(l, Site::z), v1 = own_values(*r, 0), own = own_values(*r, l);
+        const RowMat U = cross_layer(*r, l, 0, SecondMask::causal);
+        EXPECT_LT(diff(U, z), 1e-12) << what << " layer " << l + 1;
+        // The reference is the claims' Eq. 2 (core/grouped_attention.hpp) on sequence 0, head 1.
+        const int g = 1 / (4 / kv_heads);
+        const MatD q = own_keys(*r, l, "q").block(0, 4, 7, 4), k_n = own_keys(*r, l).block(0, g * 4, 7, 4),
+                   k_1 = own_keys(*r, 0).block(0, g * 4, 7, 4), v_n = own.block(0, g * 4, 7, 4),
+                   v_1 = v1.block(0, g * 4, 7, 4);
+        const MatD claims = cross_layer_attention<double>(q, {k_n, k_1}, {v_n, v_1}, Mask::causal,
+                                                          1 / c.attention_scale(l));
+        EXPECT_LT(diff(RowMat(claims), RowMat(U.block(0, 4, 7, 4))), 1e-13);
+        // Controls, by a wide margin: the faulty masks, Eq. 3 and Eq. 6 on the same weights.
+        EXPECT_GT(diff(cross_layer(*r, l, 0, SecondMask::open), z), 1e-2) << what << " layer " << l + 1;
+        EXPECT_GT(diff(cross_layer(*r, l, 0, SecondMask::strict), z), 1e-2) << what << " layer " << l + 1;
+        const RowMat zero = RowMat::Zero(own.rows(), own.cols());
+        EXPECT_GT(diff(single_segment(*r, l, 0.5 * own + 0.5 * v1, zero), z), 1e-2) << "Eq. 3, layer " << l + 1;
+        RowMat mean = zero;
+        for (int i = 0; i < l; ++i) mean += own_values(*r, i) / double(l);
+        EXPECT_GT(diff(single_segment(*r, l, own, mean), z), 1e-2) << "Eq. 6, layer " << l + 1;
+      }
+    }
+}
+
+TEST(LmVariant, ResFormerCrossSourceLayerTwoAndRefusedPatterns) {
+  Config c = small(Family::llama, VariantKind::resformer_cross);
+  c.variant.source_layer = 2;
+  const auto r = run(c, 1, true);
+  for (int l = 2; l < 4; ++l) {
+    EXPECT_LT(diff(cross_layer(*r, l, 1, SecondMask::causal), r->rec.at(l, Site::z)), 1e-12);
+    EXPECT_GT(diff(cross_layer(*r, l, 0, SecondMask::causal), r->rec.at(l, Site::z)), 1e-2);  // control: layer 1
+  }
+  EXPECT_THROW(run(c), UsageError);  // patterns over 2T keys are not recorded as one layer's
 }
 
 TEST(LmVariant, ClaKAndClaKvReuseTheOddLayersKeys) {

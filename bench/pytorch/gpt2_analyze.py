@@ -25,10 +25,11 @@ def summaries(record, hidden):
     out = {"entropy": [], "similarity": [], "spectrum_max": [], "sink": []}
     for att, V in record:
         T = V.shape[0]
-        a = att[0].mean(0).sum(0)  # column importance
-        p = a / a.sum()
-        out["entropy"].append(float(-(p * p.clamp_min(1e-30).log()).sum()))
-        out["sink"].append(float(a[0] / a[1:].mean()))
+        if att is not None:  # None: SDPA (hf_analyze.py --attention sdpa) gives no patterns
+            a = att[0].mean(0).sum(0)  # column importance
+            p = a / a.sum()
+            out["entropy"].append(float(-(p * p.clamp_min(1e-30).log()).sum()))
+            out["sink"].append(float(a[0] / a[1:].mean()))
         out["spectrum_max"].append(float(torch.linalg.eigvalsh(V.T @ V / T)[-1]))
     for h in hidden:
         T = h.shape[1]

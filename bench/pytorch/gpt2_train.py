@@ -7,6 +7,11 @@ sequences a step, tied head, biases, GELU tanh form). Prints one JSON object
 with the median tokens/s over the timed steps.
 
     /usr/bin/python3 bench/pytorch/gpt2_train.py --threads 1 [--steps 10] [--warmup 3]
+
+On a GPU (bench/gpu_suite.sh, issue 29): --device cuda, --compile (torch.compile of the model, its
+compilation in the warm-up steps, not timed), --autocast bf16 (products in bfloat16 under
+torch.autocast, float32 master weights and optimizer). TF32 is off, so float32 products round as
+float32, as qkvlab's. Each timed step ends with a device synchronization.
 """
 import argparse
 import json
@@ -68,25 +73,36 @@ def main():
     for name, default in [("layers", 6), ("d", 128), ("heads", 4), ("seq", 128), ("batch", 16), ("vocab", 4096),
                           ("threads", 1), ("steps", 10), ("warmup", 3)]:
         p.add_argument("--" + name, type=int, default=default)
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--compile", action="store_true")
+    p.add_argument("--autocast", default="none", choices=["none", "bf16"])
     a = p.parse_args()
     torch.set_num_threads(a.threads)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
     torch.manual_seed(1)
-    model = GPT2(a.layers, a.d, a.heads, a.vocab, max(a.seq, 1024))
+    model = GPT2(a.layers, a.d, a.heads, a.vocab, max(a.seq, 1024)).to(a.device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95), weight_decay=0.1)
-    ids = torch.randint(a.vocab, (a.batch, a.seq))
-    targets = torch.randint(a.vocab, (a.batch, a.seq))
+    run = torch.compile(model) if a.compile else model
+    ids = torch.randint(a.vocab, (a.batch, a.seq), device=a.device)
+    targets = torch.randint(a.vocab, (a.batch, a.seq), device=a.device)
+    sync = torch.cuda.synchronize if a.device == "cuda" else (lambda: None)
     times = []
     for step in range(a.warmup + a.steps):
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        loss = model(ids, targets)
+        with torch.autocast(a.device, dtype=torch.bfloat16, enabled=a.autocast == "bf16"):
+            loss = run(ids, targets)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
+        sync()
         if step >= a.warmup:
             times.append(time.perf_counter() - t0)
     step_time = statistics.median(times)
-    print(json.dumps({"implementation": "pytorch " + torch.__version__ + " eager", "threads": a.threads,
+    mode = ("torch.compile" if a.compile else "eager") + (", bf16 autocast" if a.autocast == "bf16" else ", float32")
+    print(json.dumps({"implementation": "pytorch " + torch.__version__ + " " + mode, "threads": a.threads,
+                      "device": a.device if a.device == "cpu" else torch.cuda.get_device_name(),
                       "layers": a.layers, "d": a.d, "heads": a.heads, "seq": a.seq, "batch": a.batch,
                       "vocab": a.vocab, "step_seconds_median": step_time, "step_seconds_min": min(times),
                       "tokens_per_second": a.batch * a.seq / step_time}))

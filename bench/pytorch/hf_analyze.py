@@ -7,7 +7,11 @@ importance ratio). Random weights from GPT2Config and a seed (the cost does not 
 Benchmark only: transformers is not one of qkvlab's dependencies (the GPU machine has it).
 
     python3 bench/pytorch/hf_analyze.py --device cuda --save DIR [--layers 12 --d 768 --heads 12
-        --vocab 50257 --seq 1024 --sequences 8] [--compare qkvlab.json]
+        --vocab 50257 --seq 1024 --sequences 8] [--attention eager|sdpa] [--compare qkvlab.json]
+
+--attention sdpa runs transformers' scaled_dot_product_attention instead (PyTorch's fused kernels):
+it returns no patterns, so only the measures of the states run (similarity, the spectrum), and its
+time is what a forward pass with hidden states costs on the card without any pattern.
 
 --save DIR writes the model (save_pretrained: config.json, model.safetensors) and the token
 sequences (DIR/tokens.npy, int32, one row each), so that `qkvlab analyze all DIR --tokens
@@ -33,18 +37,20 @@ def gpt2(a):
     config = transformers.GPT2Config(n_layer=a.layers, n_embd=a.d, n_head=a.heads, vocab_size=a.vocab,
                                      n_positions=max(a.seq, 1024))
     try:
-        model = transformers.GPT2LMHeadModel._from_config(config, attn_implementation="eager")
+        model = transformers.GPT2LMHeadModel._from_config(config, attn_implementation=a.attention)
     except TypeError:
-        config._attn_implementation = "eager"
+        config._attn_implementation = a.attention
         model = transformers.GPT2LMHeadModel(config)
     return model.eval().to(a.device)
 
 
 def measures(model, ids, values):
     values.clear()
-    out = model(ids, output_attentions=True, output_hidden_states=True)
+    eager = model.config._attn_implementation == "eager"
+    out = model(ids, output_attentions=eager, output_hidden_states=True)
     C = model.config.n_embd
-    return summaries([(att, v[0, :, 2 * C:]) for att, v in zip(out.attentions, values)], out.hidden_states)
+    patterns = out.attentions if eager else [None] * len(values)
+    return summaries([(att, v[0, :, 2 * C:]) for att, v in zip(patterns, values)], out.hidden_states)
 
 
 def compare(ours, path):
@@ -67,6 +73,7 @@ def main():
     p.add_argument("--save", default="")
     p.add_argument("--compare", default="")
     p.add_argument("--means", default="")
+    p.add_argument("--attention", default="eager", choices=["eager", "sdpa"])
     a = p.parse_args()
     if a.compare:
         print(json.dumps(compare(json.load(open(a.means))["means"], a.compare)))

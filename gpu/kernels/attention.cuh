@@ -17,24 +17,28 @@
 
 namespace qkvlab::gpu::kernels {
 
-// Rows of all (b, h) patterns: block r is row t = r mod T of pattern r / T, of J
-// keys (J = T without a cache); query t is position past + t and sees keys j ≤ past + t.
-__global__ void causal_softmax_kernel(int T, int past, int J, float* pattern) {
+// Rows of all (b, h) patterns: block r is row t = r mod T of pattern r / T, of `segments` segments
+// of J keys side by side (J = T without a cache; segments > 1: ResFormer's cross-layer attention,
+// engine/kernel_types.hpp); query t is position past + t and sees keys j ≤ past + t of every
+// segment, one softmax over them all.
+__global__ void causal_softmax_kernel(int T, int past, int J, float* pattern, int segments) {
   const std::size_t r = blockIdx.x;
-  const int t = past + int(r % T);
-  float* row = pattern + r * J;
+  const int t = past + int(r % T), C = segments * J;
+  float* row = pattern + r * C;
   float local = -INFINITY;
-  for (int j = threadIdx.x; j <= t; j += blockDim.x) local = row[j] > local ? row[j] : local;
+  for (int c = threadIdx.x; c < C; c += blockDim.x)
+    if (c % J <= t) local = row[c] > local ? row[c] : local;
   const float m = block_max(local);
   double acc[1] = {0};
-  for (int j = threadIdx.x; j <= t; j += blockDim.x) {
-    const float e = expf(row[j] - m);
-    row[j] = e;
-    acc[0] += double(e);
-  }
+  for (int c = threadIdx.x; c < C; c += blockDim.x)
+    if (c % J <= t) {
+      const float e = expf(row[c] - m);
+      row[c] = e;
+      acc[0] += double(e);
+    }
   detail::block_sum<1>(acc);
   const float inv = float(1 / acc[0]);
-  for (int j = threadIdx.x; j < J; j += blockDim.x) row[j] = j <= t ? row[j] * inv : 0.0f;
+  for (int c = threadIdx.x; c < C; c += blockDim.x) row[c] = c % J <= t ? row[c] * inv : 0.0f;
 }
 
 // The reductions of a block of pattern rows (Backend::attention_reduce; engine/kernels/attention_reduce.hpp
@@ -72,17 +76,18 @@ __global__ void pattern_columns_kernel(int heads, int T, int first, int rows, co
   }
 }
 
-// dS in place of dP.
-__global__ void causal_softmax_backward_kernel(int T, const float* pattern, float* dS) {
+// dS in place of dP, rows of `segments` segments of T keys as causal_softmax_kernel's.
+__global__ void causal_softmax_backward_kernel(int T, int segments, const float* pattern, float* dS) {
   const std::size_t r = blockIdx.x;
-  const int t = int(r % T);
-  const float* p = pattern + r * T;
-  float* d = dS + r * T;
+  const int t = int(r % T), C = segments * T;
+  const float* p = pattern + r * C;
+  float* d = dS + r * C;
   double acc[1] = {0};
-  for (int j = threadIdx.x; j <= t; j += blockDim.x) acc[0] += double(p[j]) * double(d[j]);
+  for (int c = threadIdx.x; c < C; c += blockDim.x)
+    if (c % T <= t) acc[0] += double(p[c]) * double(d[c]);
   detail::block_sum<1>(acc);
-  const float c = float(acc[0]);
-  for (int j = threadIdx.x; j < T; j += blockDim.x) d[j] = j <= t ? p[j] * (d[j] - c) : 0.0f;
+  const float dot = float(acc[0]);
+  for (int c = threadIdx.x; c < C; c += blockDim.x) d[c] = c % T <= t ? p[c] * (d[c] - dot) : 0.0f;
 }
 
 }  // namespace qkvlab::gpu::kernels

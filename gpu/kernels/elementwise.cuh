@@ -3,6 +3,7 @@
 //   axpby      Y[r, c] = α X[r, c] + β Y[r, c]   (β = 0: Y not read; α = β = 0: X not read either)
 //   fill       X[i] = value
 //   add_bias   Y[r, c] += b[c]
+//   widen      Y[r, c] = float(W[row(r), c]), 16-bit weights (engine/weight_type.hpp's widen_bits)
 //   GELU       Y = GELU(X);  dX += dY ⊙ GELU'(X)                  (math.cuh, both forms)
 //   ReLU       Y = max(X, 0);  dX += dY ⊙ [X > 0]
 //   SwiGLU     Y = silu(G) ⊙ U;  dG += dY ⊙ U ⊙ silu'(G),  dU += dY ⊙ silu(G)
@@ -12,6 +13,7 @@
 
 #include <cstddef>
 
+#include "engine/weight_type.hpp"
 #include "gpu/kernels/launch.cuh"
 #include "gpu/kernels/math.cuh"
 
@@ -33,6 +35,14 @@ __global__ void axpby_kernel(int rows, int cols, float alpha, const float* X, in
 
 __global__ void fill_kernel(std::size_t count, float value, float* X) {
   QKVLAB_GRID_STRIDE(i, count) X[i] = value;
+}
+
+__global__ void widen_kernel(int rows, int cols, const std::uint16_t* W, int ldw, const std::int32_t* rows_of,
+                             engine::WeightType type, float* Y, int ldy) {
+  QKVLAB_GRID_STRIDE(i, std::size_t(rows) * cols) {
+    const std::size_t r = i / cols, c = i % cols, w = rows_of ? std::size_t(rows_of[r]) : r;
+    Y[r * ldy + c] = engine::widen_bits(W[w * ldw + c], type);
+  }
 }
 
 __global__ void add_bias_kernel(int rows, int cols, const float* b, float* Y, int ldy) {

@@ -1,0 +1,274 @@
+// Weights held in 16 bits (engine/weight_type.hpp, engine/weight.hpp, lm/model.hpp): the rounding
+// and widening, the product over widened panels against the float product, the memory a bf16 model
+// takes, and the analyses of a bf16 checkpoint against the float32 path within the budget of
+// docs/lm.md ("Weights in 16 bits"), with the control: weights truncated to 3 bits of mantissa
+// exceed that budget by a wide margin.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "analysis/analyze.hpp"
+#include "core/rng.hpp"
+#include "corpus/token_file.hpp"
+#include "engine/cpu_backend.hpp"
+#include "engine/json.hpp"
+#include "engine/safetensors.hpp"
+#include "engine/weight.hpp"
+#include "lm/checkpoint.hpp"
+#include "lm/evaluate.hpp"
+#include "lm/hf.hpp"
+#include "lm/model_files.hpp"
+#include "lm/parameters.hpp"
+#include "run_command.hpp"
+#include "scratch_dir.hpp"
+
+namespace {
+
+using namespace qkvlab;
+using engine::WeightType;
+using test_support::ScratchDir;
+using test_support::run_qkvlab;
+using test_support::shell_quoted;
+
+float from_bits(std::uint32_t b) {
+  float x;
+  std::memcpy(&x, &b, sizeof x);
+  return x;
+}
+
+TEST(Weight16, NarrowRoundsToNearestEvenAndWidensExactly) {
+  EXPECT_EQ(engine::narrow_bits(1.0f, WeightType::bf16), 0x3F80);
+  EXPECT_EQ(engine::narrow_bits(1.0f + 0x1p-8f, WeightType::bf16), 0x3F80);      // tie to even (down)
+  EXPECT_EQ(engine::narrow_bits(1.0f + 3 * 0x1p-8f, WeightType::bf16), 0x3F82);  // tie to even (up)
+  EXPECT_EQ(engine::narrow_bits(1.0f, WeightType::f16), 0x3C00);
+  EXPECT_EQ(engine::narrow_bits(1.0f + 0x1p-11f, WeightType::f16), 0x3C00);
+  EXPECT_EQ(engine::narrow_bits(65504.0f, WeightType::f16), 0x7BFF);
+  EXPECT_EQ(engine::narrow_bits(65519.0f, WeightType::f16), 0x7BFF);
+  EXPECT_EQ(engine::narrow_bits(65520.0f, WeightType::f16), 0x7C00);  // the tie above the largest: inf
+  EXPECT_EQ(engine::narrow_bits(-0x1p-24f, WeightType::f16), 0x8001);  // the smallest subnormal
+  EXPECT_EQ(engine::narrow_bits(0x1p-25f, WeightType::f16), 0x0000);   // tie to even: zero
+  EXPECT_EQ(engine::narrow_bits(3 * 0x1p-25f, WeightType::f16), 0x0002);
+  EXPECT_EQ(engine::narrow_bits(0x1p-14f - 0x1p-26f, WeightType::f16), 0x0400);  // rounds up to the smallest normal
+  for (WeightType t : {WeightType::bf16, WeightType::f16}) {
+    EXPECT_TRUE(std::isnan(engine::widen_bits(engine::narrow_bits(std::nanf(""), t), t)));
+    for (std::uint32_t h = 0; h < 0x10000; ++h) {  // every pattern widens exactly and narrows back
+      const float x = engine::widen_bits(std::uint16_t(h), t);
+      if (!std::isnan(x)) ASSERT_EQ(engine::narrow_bits(x, t), h) << engine::weight_type_name(t) << " " << h;
+    }
+    // Within u relative of any float in range; truncating to 3 bits of mantissa (the control below) is not.
+    Rng rng(7, 0);
+    double worst = 0, worst_truncated = 0;
+    for (int i = 0; i < 10000; ++i) {
+      const float x = float(rng.normal() * 100.0);
+      const float y = engine::widen_bits(engine::narrow_bits(x, t), t);
+      worst = std::max(worst, std::abs(double(y) - x) / std::abs(double(x)));
+      std::uint32_t b;
+      std::memcpy(&b, &x, sizeof b);
+      worst_truncated = std::max(worst_truncated, std::abs(double(from_bits(b & 0xFFF00000u)) - x) / std::abs(double(x)));
+    }
+    EXPECT_LE(worst, engine::unit_roundoff(t));
+    EXPECT_GT(worst, 0.5 * engine::unit_roundoff(t));
+    EXPECT_GT(worst_truncated, 16 * engine::unit_roundoff(t));
+  }
+}
+
+// C = A op(W) + β C over widened panels, against the backend's float gemm on the widened matrix:
+// bit for bit, with n over several panels and the last one partial, both orientations.
+TEST(Weight16, ProductOverWidenedPanelsIsTheFloatProduct) {
+  engine::CpuBackend<float> be(2);
+  const int m = 37, n = 2 * engine::kPanel + 300, k = 70;
+  Rng rng(3, 0);
+  std::vector<float> A(std::size_t(m) * k), C0(std::size_t(m) * n);
+  for (float& x : A) x = float(rng.normal());
+  for (float& x : C0) x = float(rng.normal());
+  std::vector<std::uint16_t> bits(std::size_t(n) * k);
+  std::vector<float> widened(bits.size()), truncated(bits.size()), scratch(std::size_t(k) * engine::kPanel);
+  for (std::size_t i = 0; i < bits.size(); ++i) {
+    bits[i] = engine::narrow_bits(float(rng.normal()), WeightType::bf16);
+    widened[i] = engine::widen_bits(bits[i], WeightType::bf16);
+    truncated[i] = engine::widen_bits(std::uint16_t(bits[i] & 0xFFF0u), WeightType::bf16);
+  }
+  for (engine::Trans tw : {engine::Trans::none, engine::Trans::transpose}) {
+    const int ldw = tw == engine::Trans::none ? n : k;
+    for (float beta : {0.0f, 1.0f}) {
+      std::vector<float> got = C0, want = C0, control = C0;
+      engine::weight_product<float>(be, tw, m, n, k, A.data(), k, {bits.data(), WeightType::bf16, scratch.data()}, ldw,
+                                    beta, got.data(), n);
+      engine::weight_product<float>(be, tw, m, n, k, A.data(), k, widened.data(), ldw, beta, want.data(), n);
+      engine::weight_product<float>(be, tw, m, n, k, A.data(), k, truncated.data(), ldw, beta, control.data(), n);
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0) << int(tw) << " " << beta;
+      double diff = 0, norm = 0;
+      for (std::size_t i = 0; i < got.size(); ++i) diff += std::pow(control[i] - want[i], 2), norm += std::pow(want[i], 2);
+      EXPECT_GT(std::sqrt(diff / norm), 1e-2) << "the control (3-bit weights) must differ";
+    }
+  }
+}
+
+// A tiny model of each family with weights large enough for sharp attention (the initialization's
+// 0.02 gives near-uniform patterns, on which the analyses hardly depend on the weights).
+lm::Checkpoint sharp_checkpoint(lm::Family family) {
+  lm::Checkpoint ck;
+  ck.config = lm::family_defaults(family, 2, 64, 4, 1500, 32);
+  if (family == lm::Family::llama) ck.config.kv_heads = 2;
+  const auto layout = lm::parameter_layout(ck.config, lm::make_plan(ck.config));
+  ck.values = lm::initial_values<float>(ck.config, layout, 11);
+  for (const auto& s : layout.specs())
+    if (s.shape.size() == 2)
+      for (std::size_t i = 0; i < s.size(); ++i) ck.values[s.offset + i] *= 12.0f;
+  return ck;
+}
+
+// The Hugging Face directory `from` with every tensor rewritten by `bits16` (a float → its 16 bits).
+void rewrite_as_bf16(const std::filesystem::path& from, const std::filesystem::path& to,
+                     const std::function<std::uint16_t(float)>& bits16) {
+  std::filesystem::create_directories(to);
+  std::filesystem::copy_file(from / "config.json", to / "config.json");
+  engine::SafeTensors file = engine::load_safetensors(from / "model.safetensors");
+  for (auto& [name, t] : file.tensors) {
+    std::vector<float> x(t.data.size() / 4);
+    engine::decode_floats(t.dtype, t.data.data(), x.size(), x.data());
+    t.dtype = engine::DType::BF16;
+    t.data.resize(2 * x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      const std::uint16_t b = bits16(x[i]);
+      t.data[2 * i] = std::uint8_t(b & 0xFF), t.data[2 * i + 1] = std::uint8_t(b >> 8);
+    }
+  }
+  engine::save_safetensors(to / "model.safetensors", file);
+}
+
+// Every number the budget covers, by name: each layer's entropy, similarity, largest eigenvalue of
+// the value spectrum and first-token importance, and the eval loss.
+std::map<std::string, std::vector<double>> measures(lm::Model<float>& model, const lm::TokenSequences& data) {
+  analysis::Options o;
+  o.batch = 4, o.threads = 1;
+  const analysis::Report r = analysis::analyze(model, analysis::Kind::all, data, o);
+  std::map<std::string, std::vector<double>> m;
+  for (const auto& l : r.entropy) m["entropy"].push_back(l.summary.value);
+  for (const auto& l : r.similarity) m["similarity"].push_back(l.summary.value);
+  for (const auto& l : r.spectrum) m["spectrum"].push_back(l.max.value);
+  for (const auto& l : r.first_token) m["first_token"].push_back(l.importance.ratio.value);
+  m["loss"].push_back(lm::evaluate(model, data, 4).loss);
+  return m;
+}
+
+// max over entries of |a − b| / |b|; for similarity, a cosine (in [−1, 1], near 0 in some layers), |a − b|.
+double difference(const std::string& name, const std::vector<double>& a, const std::vector<double>& b) {
+  double worst = 0;
+  for (std::size_t i = 0; i < b.size(); ++i)
+    worst = std::max(worst, std::abs(a[i] - b[i]) / (name == "similarity" ? 1.0 : std::abs(b[i])));
+  return worst;
+}
+
+// docs/lm.md's measured budget of bf16 weights against the float32 path, per measure.
+const std::map<std::string, double> kBf16Budget = {
+    {"entropy", 2e-4}, {"similarity", 4e-4}, {"spectrum", 3e-3}, {"first_token", 3e-3}, {"loss", 3e-4}};
+
+class Weight16Analyses : public ::testing::TestWithParam<lm::Family> {};
+
+TEST_P(Weight16Analyses, Bf16CheckpointWithinTheBudgetOfFloat32AndTruncationIsNot) {
+  ScratchDir dir;
+  const lm::Checkpoint ck = sharp_checkpoint(GetParam());
+  lm::export_hf(ck, dir / "f32");
+  rewrite_as_bf16(dir / "f32", dir / "bf16", [](float x) { return engine::narrow_bits(x, WeightType::bf16); });
+  rewrite_as_bf16(dir / "f32", dir / "trunc", [](float x) {  // the control: 3 bits of mantissa (bf16 keeps 7)
+    return std::uint16_t(engine::narrow_bits(x, WeightType::bf16) & 0xFFF0u);
+  });
+  engine::CpuBackend<float> be(2);
+  Rng rng(5, 0);
+  lm::TokenSequences data{{}, 8, 32};
+  for (int i = 0; i < 8 * 32; ++i) data.ids.push_back(std::int32_t(rng.next_u64() % 1500));
+
+  const auto f32 = lm::load_model(dir / "f32", be, false, "auto");
+  const auto bf16 = lm::load_model(dir / "bf16", be, false, "auto");
+  const auto widened = lm::load_model(dir / "bf16", be, false, "f32");
+  const auto rounded = lm::load_model(dir / "f32", be, false, "bf16");
+  const auto trunc = lm::load_model(dir / "trunc", be, false, "auto");
+  const auto half = lm::load_model(dir / "f32", be, false, "f16");
+  EXPECT_EQ(f32->weight_type(), WeightType::f32);
+  EXPECT_EQ(bf16->weight_type(), WeightType::bf16);
+  EXPECT_EQ(widened->weight_type(), WeightType::f32);
+  EXPECT_EQ(rounded->weight_type(), WeightType::bf16);
+  EXPECT_EQ(half->weight_type(), WeightType::f16);
+
+  const auto reference = measures(*f32, data), held = measures(*bf16, data);
+  EXPECT_EQ(held, measures(*widened, data)) << "held as bf16 must be the float32 path over the widened weights";
+  const auto converted = measures(*rounded, data), control = measures(*trunc, data), f16 = measures(*half, data);
+  for (const auto& [name, budget] : kBf16Budget) {
+    const double error = difference(name, held.at(name), reference.at(name));
+    const double error_converted = difference(name, converted.at(name), reference.at(name));
+    const double control_error = difference(name, control.at(name), reference.at(name));
+    const double error_f16 = difference(name, f16.at(name), reference.at(name));
+    std::printf("%s: bf16 file %.3g, --dtype bf16 %.3g, --dtype f16 %.3g, 3-bit control %.3g, budget %.3g\n",
+                name.c_str(), error, error_converted, error_f16, control_error, budget);
+    EXPECT_LE(error_f16, budget / 4) << name << " (f16: u is 2^-11, an eighth of bf16's)";
+    EXPECT_LE(error, budget) << name;
+    EXPECT_LE(error_converted, budget) << name << " (--dtype bf16 on the float32 checkpoint)";
+    EXPECT_GT(error, 0.0) << name << ": bf16 weights must move the number (else the test compares a model to itself)";
+    EXPECT_GT(control_error, 5 * budget) << name << ": the control must exceed the budget by a wide margin";
+  }
+}
+
+// The commands: --dtype auto holds a bf16 checkpoint in bf16 and says so (dtype, error_model), the
+// loss within the budget of --dtype f32's; a --dtype that is not one of the four exits 2, one line.
+TEST(Weight16Command, LmEvalAndAnalyzeReportTheTypeUsed) {
+  ScratchDir dir;
+  lm::export_hf(sharp_checkpoint(lm::Family::llama), dir / "f32");
+  rewrite_as_bf16(dir / "f32", dir / "bf16", [](float x) { return engine::narrow_bits(x, WeightType::bf16); });
+  std::vector<std::int32_t> ids;
+  for (int i = 0; i < 4 * 32; ++i) ids.push_back((i * 37) % 1500);
+  corpus::write_tokens_npy(dir / "t.npy", ids, 4, 32);
+  const auto eval = [&](const std::string& dtype) {
+    const auto r = run_qkvlab("lm eval " + shell_quoted(dir / "bf16") + " --tokens " + shell_quoted(dir / "t.npy") +
+                              " --quiet --format json" + dtype);
+    EXPECT_EQ(r.status, 0) << r.err;
+    return engine::parse_json(r.out);
+  };
+  const auto field = [](const engine::Json& j, const std::string& key) {
+    return j.items[std::size_t(std::find(j.keys.begin(), j.keys.end(), key) - j.keys.begin())].text;
+  };
+  const engine::Json held = eval(""), widened = eval(" --dtype f32");
+  EXPECT_EQ(field(held, "dtype"), "bf16");
+  EXPECT_NE(field(held, "error_model").find("2^-8"), std::string::npos) << field(held, "error_model");
+  EXPECT_EQ(field(widened, "dtype"), "f32");
+  EXPECT_EQ(field(held, "loss"), field(widened, "loss")) << "the same math over the same (widened) weights";
+  const auto a = run_qkvlab("analyze entropy " + shell_quoted(dir / "bf16") + " --tokens " + shell_quoted(dir / "t.npy") +
+                            " --quiet --format json --dtype f16");
+  ASSERT_EQ(a.status, 0) << a.err;
+  EXPECT_EQ(field(engine::parse_json(a.out), "dtype"), "f16");
+  const auto bad = run_qkvlab("lm eval " + shell_quoted(dir / "bf16") + " --tokens " + shell_quoted(dir / "t.npy") +
+                              " --dtype f8");
+  EXPECT_EQ(bad.status, 2);
+  EXPECT_NE(bad.err.find("--dtype"), std::string::npos) << bad.err;
+  EXPECT_EQ(std::count(bad.err.begin(), bad.err.end(), '\n'), 1) << bad.err;
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, Weight16Analyses, ::testing::Values(lm::Family::gpt2, lm::Family::llama),
+                         [](const auto& info) { return info.param == lm::Family::gpt2 ? "gpt2" : "llama"; });
+
+// 2 bytes per weight: the bf16 model's parameter storage against the float32 model's.
+TEST(Weight16, Bf16ModelsHoldTheirWeightsInTwoBytes) {
+  engine::CpuBackend<float> be(1);
+  for (lm::Family f : {lm::Family::gpt2, lm::Family::llama}) {
+    const lm::Config c = sharp_checkpoint(f).config;
+    const lm::Model<float> f32(c, be), bf16(c, be, WeightType::bf16), f16(c, be, WeightType::f16);
+    const auto layout = lm::parameter_layout(c, lm::make_plan(c));
+    EXPECT_EQ(f32.weight_bytes(), 4 * layout.total());  // the control: float32, 4 bytes each
+    const double ratio = double(bf16.weight_bytes()) / double(f32.weight_bytes());
+    std::printf("%s: %zu bytes in f32, %zu in bf16 (%.4f)\n", f == lm::Family::gpt2 ? "gpt2" : "llama",
+                f32.weight_bytes(), bf16.weight_bytes(), ratio);
+    EXPECT_GE(ratio, 0.5);
+    EXPECT_LE(ratio, 0.53);
+    EXPECT_EQ(f16.weight_bytes(), bf16.weight_bytes());
+  }
+}
+
+}  // namespace
