@@ -35,11 +35,6 @@ struct VerifyArgs {
   std::vector<const CLI::Option*> sweep_options;  // --d, --heads, --layers, --seq: not with --checkpoint
 };
 
-void print_list(std::ostream& out) {
-  for (const auto& c : theory::all_claims())
-    out << c.id << std::string(c.id.size() < 14 ? 14 - c.id.size() : 1, ' ') << c.statement << "\n";
-}
-
 void require_writable_dir(const std::string& path, const char* option) {
   if (path.empty()) return;
   const auto dir = std::filesystem::absolute(path).parent_path();
@@ -48,13 +43,8 @@ void require_writable_dir(const std::string& path, const char* option) {
 }
 
 void render(const VerifyArgs& a, const results::Report& report) {
-  if (a.format == "json") results::write_json(std::cout, report);
-  else if (a.verbose) results::print_table(std::cout, report);
-  else results::print_claims(std::cout, report);
-  StagedFiles files;  // --out and --junit: both or neither
-  if (!a.out.empty()) results::stage_hdf5(files, a.out, report);
-  if (!a.junit.empty()) results::stage_junit(files, a.junit, report);
-  files.commit();
+  results::render_report(std::cout, report, a.format == "json", a.verbose);
+  results::write_report_files(report, a.out, a.junit);
 }
 
 std::function<void(std::size_t, std::size_t)> progress(bool quiet) {
@@ -91,7 +81,7 @@ int run_checkpoint(VerifyArgs& a) {
 
 int run_verify(VerifyArgs& a) {
   if (a.list) {
-    print_list(std::cout);
+    std::cout << theory::claim_list();
     return 0;
   }
   auto& o = a.options;

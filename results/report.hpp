@@ -105,4 +105,11 @@ void stage_hdf5(StagedFiles& files, const std::string& path, const Report& repor
 void write_junit(const std::string& path, const Report& report);
 void stage_junit(StagedFiles& files, const std::string& path, const Report& report);
 
+// The one rendering of a claims report on `out`: JSON, or a line per claim (print_claims), or a
+// row per check when `verbose` (print_table).
+void render_report(std::ostream& out, const Report& report, bool json, bool verbose);
+// Its files: HDF5 at `hdf5` and JUnit XML at `junit` (an empty path writes none), staged and
+// committed together, so both are written or neither.
+void write_report_files(const Report& report, const std::string& hdf5, const std::string& junit);
+
 }  // namespace qkvlab::results

@@ -282,4 +282,11 @@ results::Report verify_configuration(const Claim& claim, const SweepPoint& confi
   return report;
 }
 
+std::string claim_list() {
+  std::string out;
+  for (const auto& c : all_claims())
+    out += c.id + std::string(c.id.size() < 14 ? 14 - c.id.size() : 1, ' ') + c.statement + "\n";
+  return out;
+}
+
 }  // namespace qkvlab::theory

@@ -52,6 +52,9 @@ VerifyPlan plan_verify(const std::vector<const Claim*>& claims, const VerifyOpti
 // The configuration as it appears in every output, e.g. "d=16 H=2 n=4 mask=causal elim=Q trial=0".
 std::string describe(const Claim& claim, const SweepPoint& config);
 
+// Every claim id with its one-line statement, a line each (`verify --list`).
+std::string claim_list();
+
 // The size lists set, each as "LABEL v1,v2,…" (labels of d, heads, layers, seq and trials,
 // the latter only when not 1) joined by `separator`; "the default sweep" when none is set.
 using SizeLabels = std::array<std::string, 5>;
