@@ -31,10 +31,17 @@ class Session;
 // A figure of the registry: its name, the recipes it trains (a recipe named k times is trained at k
 // seeds) and the function that makes it. What it remakes, the paper's figure and its measured time
 // are its section of docs/reproduce-figures.md (figure_docs.cpp).
+//
+// `seeds` > 1 replicates the whole figure: `make` runs once per seed, options.seed … options.seed +
+// seeds − 1, with Session::seed() set to it (so every recipe it names is trained at that seed), and
+// registry.cpp gathers the runs: FIGURE.json's results hold "seeds" and each run's results under
+// "seed S", seed S's tables and drawings after the first carry the suffix "-sS", and the verdict
+// (verdicts.cpp) measures the quantity in each run and takes its mean and standard error over them.
 struct Entry {
   std::string name;
   std::vector<std::string> recipes;
   void (*make)(Session&, Output&);
+  int seeds = 1;
 };
 // Each paper's figures, in --list order; registry.cpp joins the lists (a new file adds its list there).
 std::vector<Entry> resformer_figures();  // resformer_figures.cpp
@@ -48,14 +55,19 @@ class Session {
   explicit Session(const Context& c);
 
   const lm::TrainData& data();
-  // The recipe `name` trained at `seed` (0: the options' seed).
+  // The seed a recipe is trained at when a call names none: the options' seed, or, while the
+  // registry replicates a figure over seeds (Entry::seeds), the replicate's.
+  std::uint64_t seed() const { return seed_; }
+  void set_seed(std::uint64_t seed) { seed_ = seed; }
+  // The recipe `name` trained at `seed` (0: seed()).
   const Trained& trained(const std::string& name, std::uint64_t seed = 0);
   std::filesystem::path checkpoint(const std::string& name, std::uint64_t seed = 0) {
     return trained(name, seed).dir / "checkpoint";
   }
   std::unique_ptr<lm::Model<float>> model(const std::string& name, std::uint64_t seed = 0);
   engine::Backend<float>& backend() { return *backend_; }
-  // n validation sequences of T tokens chosen by the seed (analysis::choose_sequences).
+  // n validation sequences of T tokens chosen by the options' seed (analysis::choose_sequences): the
+  // same for every replicate seed, so the replicates' differences are paired.
   lm::TokenSequences sequences(int T);
   analysis::Report analyze(const std::string& name, analysis::Kind kind, analysis::Options o, int T,
                            std::uint64_t seed = 0);
@@ -70,6 +82,7 @@ class Session {
  private:
   const Context& c_;
   std::unique_ptr<engine::Backend<float>> backend_;
+  std::uint64_t seed_;
   std::optional<lm::TrainData> data_;
   struct Used {
     std::string recipe;

@@ -39,7 +39,7 @@ void qwe_table2(Session& s, Output& out) {
                  (i ? (loss >= base ? "+" : "") + fixed(loss - base, 4) : "—") + " |\n";
   }
   out.value.set("rows", list);
-  out.draw({"final validation loss (whole validation split), seed " + std::to_string(s.options().seed), "",
+  out.draw({"final validation loss (whole validation split)", "",
             "loss (nats/token)", false, false, {{"index", "final_validation_loss", "", "", "boxes fs solid 0.5", ""}},
             {"set xtics (" + tics + ")", "set boxwidth 0.6", "unset key", "set xrange [-0.6:1.6]"}},
            out.add(t), "qwe_table2");
@@ -47,7 +47,7 @@ void qwe_table2(Session& s, Output& out) {
 
 void qwe_exp84(Session& s, Output& out) {
   transfer::TransferConfig c;  // `qkvlab transfer`'s defaults: d 16, 32, 64; 2,000 steps of 4,096
-  c.seed = s.options().seed;
+  c.seed = s.seed();
   c.threads = s.options().threads > 0 ? s.options().threads : int(std::max(1u, std::thread::hardware_concurrency()));
   c.train.device = s.options().device;
   if (s.options().steps > 0)
@@ -89,8 +89,8 @@ void qwe_fdim(Session& s, Output& out) {
 
 std::vector<Entry> qwe_figures() {
   return {
-      {"qwe-table2", {"vanilla", "q-identity-lr"}, qwe_table2},
-      {"qwe-exp8.4", {}, qwe_exp84},
+      {"qwe-table2", {"vanilla", "q-identity-lr"}, qwe_table2, 3},
+      {"qwe-exp8.4", {}, qwe_exp84, 3},
       {"qwe-fdim", {}, qwe_fdim},
   };
 }

@@ -13,6 +13,35 @@ namespace qkvlab::reproduce {
 
 namespace {
 
+// The entry's output: made once, or once per seed (Entry::seeds), each run's results under
+// "seed S", its tables and drawings after the first run's suffixed "-sS", its notes under a heading.
+Output made(const Entry& e, Session& s) {
+  Output all;
+  if (e.seeds == 1) {
+    e.make(s, all);
+    return all;
+  }
+  const std::uint64_t first = s.seed();
+  Value seeds = Value::array();
+  for (int k = 0; k < e.seeds; ++k) seeds.push(std::int64_t(first + std::uint64_t(k)));
+  all.value.set("seeds", seeds);
+  for (int k = 0; k < e.seeds; ++k) {
+    const std::string seed = std::to_string(first + std::uint64_t(k)), suffix = k == 0 ? "" : "-s" + seed;
+    s.set_seed(first + std::uint64_t(k));
+    Output one;
+    e.make(s, one);
+    const std::size_t offset = all.tables.size();
+    for (results::Table& t : one.tables) t.name += suffix, all.add(std::move(t));
+    for (Output::Drawn& d : one.drawn) {
+      d.figure.title += " (seed " + seed + ")";
+      all.draw(std::move(d.figure), d.table + offset, d.stem + suffix);
+    }
+    all.notes += "Seed " + seed + ":\n\n" + one.notes + "\n";
+    all.value.set("seed " + seed, one.value);
+  }
+  s.set_seed(first);
+  return all;
+}
 
 std::string duration_text(const Figure& f) {
   auto text = [](double s) { return s < 10 ? fixed(s, 1) + " s" : s < 120 ? fixed(s, 0) + " s" : fixed(s / 60, 1) + " min"; };
@@ -44,7 +73,9 @@ const std::vector<std::pair<Figure, const Entry*>>& registered() {
     for (const Entry& e : entries) {
       const auto doc = docs.figures.find(e.name);
       if (doc == docs.figures.end()) throw std::logic_error("figure " + e.name + " has no section in docs/reproduce-figures.md");
-      all.push_back({Figure{e.name, doc->second.remakes, doc->second.paper, "", e.recipes}, &e});
+      std::vector<std::string> recipes;  // each trained at the entry's seeds
+      for (const std::string& r : e.recipes) recipes.insert(recipes.end(), std::size_t(e.seeds), r);
+      all.push_back({Figure{e.name, doc->second.remakes, doc->second.paper, "", recipes}, &e});
       all.back().first.duration = duration_text(all.back().first);
     }
     if (docs.figures.size() != all.size())
@@ -80,8 +111,7 @@ Result run_figure(const Context& context, const Figure& figure, const fs::path& 
   const auto entry = std::find_if(all.begin(), all.end(), [&](const auto& e) { return e.first.name == name; });
   if (entry == all.end()) throw UsageError("unknown figure \"" + name + "\"");
   Session session(context);
-  Output out;
-  entry->second->make(session, out);
+  const Output out = made(*entry->second, session);
 
   Value v = Value::object();
   v.set("figure", name);

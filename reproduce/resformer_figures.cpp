@@ -59,7 +59,7 @@ void resformer_fig1_left(Session& s, Output& out) {
   const lm::Curve first = lm::read_log(dirs[0] / "train.csv", 1);
   const auto base = lm::moving_average(first.values, window);
   Table t{"relative_loss", {{"step", std::vector<double>(first.steps.begin(), first.steps.end())}}};
-  results::Figure f{"training loss minus vanilla's (moving average of 10 steps), seed " + std::to_string(s.options().seed),
+  results::Figure f{"training loss minus vanilla's (moving average of 10 steps)",
                     "step", "loss - vanilla loss (nats)", false, false, {}, {"set key bottom left", "set grid"}};
   f.series.push_back({"", "", "0", "vanilla", "lines dt 2 lc rgb 'black'", ""});
   for (std::size_t k = 1; k < models.size(); ++k) {
@@ -240,14 +240,14 @@ void resformer_fig3(Session& s, Output& out) {
 
 std::vector<Entry> resformer_figures() {
   return {
-      {"resformer-fig1-left", {"vanilla", "resformer-half"}, resformer_fig1_left},
-      {"resformer-fig1-middle", {"vanilla", "resformer-half"}, resformer_fig1_middle},
+      {"resformer-fig1-left", {"vanilla", "resformer-half"}, resformer_fig1_left, 3},
+      {"resformer-fig1-middle", {"vanilla", "resformer-half"}, resformer_fig1_middle, 3},
       {"resformer-fig3", std::vector<std::string>(kFig3Seeds, "vanilla"), resformer_fig3},
-      {"resformer-fig10", {"vanilla", "resformer-half"}, resformer_fig10},
-      {"resformer-fig19", {"vanilla", "resformer-half"}, resformer_fig19},
-      {"resformer-fig12", {"vanilla", "resformer-half"}, resformer_fig12},
-      {"resformer-fig18", {"vanilla", "resformer-half"}, resformer_fig18},
-      {"resformer-fig20", {"vanilla", "resformer-half"}, resformer_fig20},
+      {"resformer-fig10", {"vanilla", "resformer-half"}, resformer_fig10, 3},
+      {"resformer-fig19", {"vanilla", "resformer-half"}, resformer_fig19, 3},
+      {"resformer-fig12", {"vanilla", "resformer-half"}, resformer_fig12, 3},
+      {"resformer-fig18", {"vanilla", "resformer-half"}, resformer_fig18, 3},
+      {"resformer-fig20", {"vanilla", "resformer-half"}, resformer_fig20, 3},
   };
 }
 

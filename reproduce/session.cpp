@@ -8,7 +8,7 @@
 
 namespace qkvlab::reproduce {
 
-Session::Session(const Context& c) : c_(c), backend_(c.backend()) {}
+Session::Session(const Context& c) : c_(c), backend_(c.backend()), seed_(c.options.seed) {}
 
 const lm::TrainData& Session::data() {
   if (!data_) data_ = lm::brown_data(c_.options.data);
@@ -16,7 +16,7 @@ const lm::TrainData& Session::data() {
 }
 
 const Trained& Session::trained(const std::string& name, std::uint64_t seed) {
-  if (seed == 0) seed = c_.options.seed;
+  if (seed == 0) seed = seed_;
   const std::string key = seed == c_.options.seed ? name : name + "-s" + std::to_string(seed);
   auto it = trained_.find(key);
   if (it == trained_.end())

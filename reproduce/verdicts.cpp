@@ -360,10 +360,31 @@ const FigureClaim& claim_of(const std::string& figure) {
   throw UsageError("figure \"" + figure + "\" has no registered claim");
 }
 
+// A figure replicated over seeds (figure_kit.hpp: Entry::seeds) holds each run's results under
+// "seed S": the quantity is measured in each run as in a single one, and each element's replicates
+// are its values in the runs (paired: the runs share the sequences, and each run's models share its seed).
+std::vector<Element> over_seeds(const FigureClaim& c, const Value& results) {
+  std::vector<std::string> labels;
+  std::vector<std::vector<double>> values;
+  for (const Value& seed : results["seeds"].items()) {
+    Value run = Value::object();
+    run.set("results", results["seed " + std::to_string(std::int64_t(num(seed)))]);
+    const std::vector<Element> e = c.measure(run);
+    if (labels.empty())
+      for (const Element& x : e) labels.push_back(x.label), values.emplace_back();
+    if (e.size() != labels.size()) throw std::logic_error("the seeds' runs measure different elements");
+    for (std::size_t i = 0; i < e.size(); ++i) values[i].push_back(e[i].value);
+  }
+  std::vector<Element> e;
+  for (std::size_t i = 0; i < labels.size(); ++i) e.push_back(results::over_replicates(labels[i], values[i]));
+  return e;
+}
+
 }  // namespace
 
 results::Verdict judge_figure(const std::string& figure, const Value& json) {
   const FigureClaim& c = claim_of(figure);
+  if (json["results"].find("seeds")) return results::judge(c.claim, c.rule, over_seeds(c, json["results"]));
   return results::judge(c.claim, c.rule, c.measure(json), c.within_over);
 }
 

@@ -3,16 +3,17 @@
 # GPT-2 preset and four of the tiny Llama preset on the Brown corpus, with seeds,
 # then `qkvlab lm compare` over each family's runs.
 #
-#   scripts/lm_comparisons.sh [--qkvlab BIN] [--device cpu|cuda] [--out DIR] [--only REGEX] [--data DIR] [--jobs N] [--list]
+#   scripts/lm_comparisons.sh [--qkvlab BIN] [--device cpu|cuda] [--out DIR] [--only REGEX] [--data DIR] [--jobs N] [--threads N] [--list]
 #
 # Each run goes to OUT/<family>/<name>-s<seed>; a run whose run.json exists is
 # skipped, so the script can be stopped and started again. Seed 1 of every run
 # comes first, then seed 2, then 3, so a partial sweep is balanced. --jobs N runs
-# N trainings at once (each is deterministic on its own). --list prints each run it would
+# N trainings at once (each is deterministic on its own); --threads N gives each N CPU threads (0,
+# the default: all cores). --list prints each run it would
 # train (FAMILY/NAME-sSEED: --preset PRESET FLAGS) and exits. Needs `qkvlab data brown`.
 set -euo pipefail
 
-qkvlab=build/qkvlab device=cpu out=outputs/lm only=. data=data/brown jobs=1 list=0
+qkvlab=build/qkvlab device=cpu out=outputs/lm only=. data=data/brown jobs=1 threads=0 list=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --qkvlab) qkvlab=$2; shift 2 ;;
@@ -21,6 +22,7 @@ while [[ $# -gt 0 ]]; do
     --only) only=$2; shift 2 ;;
     --data) data=$2; shift 2 ;;
     --jobs) jobs=$2; shift 2 ;;
+    --threads) threads=$2; shift 2 ;;
     --list) list=1; shift ;;
     *) echo "lm_comparisons.sh: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -36,7 +38,7 @@ one_run() {  # family preset name seed flags
   local dir="$out/$family/$name-s$seed"
   # shellcheck disable=SC2086
   if "$qkvlab" lm train --preset "$preset" $flags --corpus brown --data "$data" --seed "$seed" \
-      --device "$device" --eval-every 100 --checkpoint-every 100000 --out "$dir" --quiet --format json >/dev/null; then
+      --device "$device" --threads "$threads" --eval-every 100 --checkpoint-every 100000 --out "$dir" --quiet --format json >/dev/null; then
     echo "$family/$name-s$seed: $(grep -o '"final_validation_loss": [0-9.e+-]*' "$dir/run.json") ($((SECONDS - start)) s)"
   else
     echo "$family/$name-s$seed: FAILED (exit $?)"

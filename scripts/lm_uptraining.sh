@@ -4,12 +4,18 @@
 # (svd is released-svd; mean-v, the same as released-avg, is not run twice),
 # its validation loss as converted, then `qkvlab lm train --from` for a tenth and a fifth of the
 # preset's 1,200 steps (peak lr 3e-4 = 1.5x the preset's floor, as SkipV1Former App. B.1 found best relative
-# to its pretraining's final rate; fresh windows: seed + 100).
+# to its pretraining's final rate; fresh windows: seed + 100). The control, `vanilla`, is the
+# vanilla checkpoint itself, not converted, trained on the same way.
 #
-#   scripts/lm_uptraining.sh --vanilla DIR_WITH_vanilla-sSEED/checkpoint... [--qkvlab BIN] [--device D]
-#                            [--data DIR] [--out DIR] [--jobs N]
+# DIR holds vanilla-sSEED/checkpoint (scripts/lm_comparisons.sh's runs: DIR = OUT/gpt2) or
+# vanilla-sSEED-HASH/checkpoint (the same recipe in `qkvlab reproduce`'s cache: DIR = outputs/reproduce/work).
+#
+#   scripts/lm_uptraining.sh --vanilla DIR [--qkvlab BIN] [--device D]
+#                            [--data DIR] [--out DIR] [--jobs N] [--threads N]
+# --threads N: each training's and evaluation's CPU threads (0, the default: all cores; with
+# --jobs J on C cores, C/J keeps the cores from being oversubscribed).
 set -euo pipefail
-qkvlab=build/qkvlab device=cpu data=data/brown out=outputs/lm/uptraining jobs=1 vanilla=outputs/lm/gpt2
+qkvlab=build/qkvlab device=cpu data=data/brown out=outputs/lm/uptraining jobs=1 threads=0 vanilla=outputs/lm/gpt2
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --qkvlab) qkvlab=$2; shift 2 ;;
@@ -17,6 +23,7 @@ while [[ $# -gt 0 ]]; do
     --data) data=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --jobs) jobs=$2; shift 2 ;;
+    --threads) threads=$2; shift 2 ;;
     --vanilla) vanilla=$2; shift 2 ;;
     *) echo "lm_uptraining.sh: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -26,18 +33,20 @@ mkdir -p "$out"
 summary="$out/initial.csv"
 echo "seed,method,initial_validation_loss" > "$summary"
 for ck in "$vanilla"/vanilla-s*/checkpoint; do
-  seed=$(basename "$(dirname "$ck")"); seed=${seed#vanilla-s}
-  for method in released-avg released-topk released-topk1 svd mean-v-adjacent mean-vo top-v top-vo; do
+  seed=$(basename "$(dirname "$ck")"); seed=${seed#vanilla-s}; seed=${seed%%-*}  # vanilla-sSEED[-HASH]
+  for method in vanilla released-avg released-topk released-topk1 svd mean-v-adjacent mean-vo top-v top-vo; do
     conv="$out/converted/$method-s$seed"
-    "$qkvlab" lm convert "$ck" --to skipv1 --method "$method" --out "$conv" >/dev/null
+    if [[ $method == vanilla ]]; then conv=$ck; else
+      "$qkvlab" lm convert "$ck" --to skipv1 --method "$method" --out "$conv" >/dev/null
+    fi
     loss=$("$qkvlab" lm eval "$conv" --tokens "$data/validation_tokens.npy" --seq-len 128 --device "$device" \
-           --quiet --format json | grep -o '"loss": [0-9.e+-]*' | cut -d' ' -f2)
+           --threads "$threads" --quiet --format json | grep -o '"loss": [0-9.e+-]*' | cut -d' ' -f2)
     echo "$seed,$method,$loss" >> "$summary"
     for steps in 120 240; do
       while (($(jobs -rp | wc -l) >= jobs)); do wait -n || true; done
       "$qkvlab" lm train --from "$conv" --preset tiny --steps "$steps" --lr 3e-4 --min-lr 3e-5 --corpus brown \
-        --data "$data" --seed $((seed + 100)) --device "$device" --eval-every 60 --checkpoint-every 100000 \
-        --out "$out/$method-$steps-s$seed" --quiet --format json >/dev/null &
+        --data "$data" --seed $((seed + 100)) --device "$device" --threads "$threads" --eval-every 60 \
+        --checkpoint-every 100000 --out "$out/$method-$steps-s$seed" --quiet --format json >/dev/null &
     done
   done
 done

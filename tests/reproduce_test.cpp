@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -85,6 +86,20 @@ TEST(Reproduce, EveryFigureRunsEndToEndAndWritesItsFiles) {
     }
     EXPECT_EQ(r.value["figure"].string(), f.name);
     for (const auto& name : f.recipes) EXPECT_TRUE(r.value["runs"].find(name)) << name;
+    // A figure replicated over seeds holds each run's results, and its recipes at every seed.
+    if (!r.value["results"].find("seeds")) continue;
+    const auto& seeds = r.value["results"]["seeds"].items();
+    EXPECT_GE(seeds.size(), 2u);
+    for (std::size_t k = 0; k < seeds.size(); ++k) {
+      const std::string seed = std::to_string(std::int64_t(seeds[k].number()));
+      EXPECT_TRUE(r.value["results"].find("seed " + seed)) << seed;
+      for (const auto& name : f.recipes) EXPECT_TRUE(r.value["runs"].find(k == 0 ? name : name + "-s" + seed)) << name << seed;
+      if (k > 0) {
+        EXPECT_TRUE(std::any_of(r.written.begin(), r.written.end(), [&](const fs::path& p) {
+          return p.extension() == ".csv" && p.stem().string().ends_with("-s" + seed);
+        })) << "no table of seed " << seed;
+      }
+    }
   }
   // Every training the figures share was done once: one cache entry per recipe and seed (a recipe
   // named k times in one figure is trained at k seeds).
@@ -300,6 +315,37 @@ TEST(ReproduceVerdicts, CommittedVerdictsAreTheRulesOnTheCommittedNumbers) {
   }
   swapped.set("results", seeds);
   EXPECT_EQ(reproduce::judge_figure("resformer-fig3", swapped).verdict, "disagrees");
+}
+
+// A figure replicated over seeds (Entry::seeds) is judged on each element's mean and standard error
+// over its runs: skipv1-fig10's synthetic runs, svd's initial loss above mean-v's by a clear margin
+// in every seed (agrees), below it (disagrees), by a margin inside the seeds' noise (inconclusive),
+// and a clear margin at one seed only (inconclusive: the rule asks for 2).
+results::Value replicated_fig10(const std::vector<double>& svd_minus_mean_v) {
+  results::Value r = results::Value::object(), seeds = results::Value::array();
+  for (std::size_t k = 0; k < svd_minus_mean_v.size(); ++k) seeds.push(std::int64_t(k + 1));
+  r.set("seeds", seeds);
+  for (std::size_t k = 0; k < svd_minus_mean_v.size(); ++k) {
+    results::Value run = results::Value::object();
+    run.set("mean-v", 5.3 + 0.01 * double(k)), run.set("svd", 5.3 + 0.01 * double(k) + svd_minus_mean_v[k]);
+    run.set("vanilla (not converted)", 5.2), run.set("validation_tokens", std::int64_t(1000));
+    r.set("seed " + std::to_string(k + 1), run);
+  }
+  results::Value j = results::Value::object();
+  j.set("results", r);
+  return j;
+}
+
+TEST(ReproduceVerdicts, ReplicatedFiguresAreJudgedOverTheirSeeds) {
+  const results::Verdict clear = reproduce::judge_figure("skipv1-fig10", replicated_fig10({0.03, 0.031, 0.029}));
+  EXPECT_EQ(clear.verdict, "agrees");
+  ASSERT_EQ(clear.elements.size(), 1u);
+  EXPECT_NEAR(clear.elements[0].value, 0.03, 1e-12);
+  EXPECT_NEAR(clear.elements[0].se, 0.001 / std::sqrt(3.0), 1e-12);
+  EXPECT_EQ(clear.elements[0].replicates, 3);
+  EXPECT_EQ(reproduce::judge_figure("skipv1-fig10", replicated_fig10({-0.03, -0.031, -0.029})).verdict, "disagrees");
+  EXPECT_EQ(reproduce::judge_figure("skipv1-fig10", replicated_fig10({0.03, -0.02, -0.005})).verdict, "inconclusive");
+  EXPECT_EQ(reproduce::judge_figure("skipv1-fig10", replicated_fig10({0.03})).verdict, "inconclusive");
 }
 
 // The committed results of skipv1-fig6c-7 with `variant`'s measured cache bytes and decode rates
