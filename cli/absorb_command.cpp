@@ -5,6 +5,7 @@
 // no), 1 when undecided, 2 on a usage error (nothing written).
 // `qkvlab absorb fit` (absorb_fit_command.cpp) is a subcommand of this one; W1 and
 // W2 are therefore optional to CLI11 and required here when no subcommand is given.
+#include "cli/format_option.hpp"
 #include "cli/commands.hpp"
 #include "cli/matrix_argument.hpp"
 #include "cli/validators.hpp"
@@ -119,9 +120,7 @@ Command add_absorb_command(CLI::App& app, const std::string& command_line) {
   cmd->add_option("W1", a->w1, "W1, m x d (.npy or FILE.h5:DATASET); required unless a subcommand is given");
   cmd->add_option("W2", a->w2, "W2, d x m (.npy or FILE.h5:DATASET); required unless a subcommand is given");
   cmd->add_option("--out-dir", a->out_dir, "Directory for W1_absorbed.npy and W2_absorbed.npy")->capture_default_str();
-  cmd->add_option("--format", a->format, "Output on stdout")
-      ->check(CLI::IsMember({"text", "json"}))
-      ->capture_default_str();
+  add_format_option(cmd, a->format, Readable::text);
   cmd->add_option("--max-exact", a->max_exact,
                   "Largest m searched exhaustively (2^m subsets) when the rank-one matrices are dependent")
       ->check(integer_in(0, 30))

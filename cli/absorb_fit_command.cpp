@@ -1,6 +1,7 @@
 // `qkvlab absorb fit`: the empirical half of qwe.cor8.4.1 (synthetic/absorb_fit_check.hpp):
 // options, their validation, the run, the output. Exit 0 when the statement holds for
 // every seed, 1 when not (the output names the seed), 2 on a usage error (nothing written).
+#include "cli/format_option.hpp"
 #include "cli/commands.hpp"
 #include "cli/matrix_argument.hpp"
 #include "cli/plot_common.hpp"
@@ -128,9 +129,7 @@ Command add_absorb_fit_command(CLI::App& absorb, const std::string& command_line
   cmd->add_option("--lr", a->config.lr, "Peak learning rate")->check(positive_real)->capture_default_str();
   cmd->add_option("--w1", a->w1, "Fit this W1 (m x d, .npy or FILE.h5:DATASET) instead of drawn pairs");
   cmd->add_option("--w2", a->w2, "Fit this W2 (d x m), with --w1");
-  cmd->add_option("--format", a->format, "Output on stdout")
-      ->check(CLI::IsMember({"table", "json"}))
-      ->capture_default_str();
+  add_format_option(cmd, a->format);
   cmd->add_option("--out", a->out, "Write the numbers to this HDF5 file (atomically)");
   cmd->add_flag("--quiet", a->quiet, "No progress on stderr");
   return {cmd, [a, command_line] { return run_fit(*a, command_line); }};

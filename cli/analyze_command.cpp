@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "analysis/analyze.hpp"
+#include "cli/format_option.hpp"
 #include "cli/threads_option.hpp"
 #include "cli/token_options.hpp"
 #include "cli/commands.hpp"
@@ -139,7 +140,7 @@ Command add_analyze_command(CLI::App& app, const std::string& command_line) {
                   "(0: form each layer's whole patterns and reduce them after; the same numbers)")
       ->check(integer_in(0, 1 << 20))
       ->capture_default_str();
-  cmd->add_option("--format", a->format, "Output: table or json")->check(CLI::IsMember({"table", "json"}))->capture_default_str();
+  add_format_option(cmd, a->format);
   cmd->add_option("--out", a->out, "Write the tables to an HDF5 file");
   cmd->add_option("--csv", a->csv, "Write the tables as CSV (several: FILE's stem + -TABLE)");
   cmd->add_option("--figure", a->figure, "Draw STEM.svg and STEM.png from the CSV (needs --csv)");

@@ -2,6 +2,8 @@
 // the rank of the Jacobian of parameters ↦ outputs at a random point, the deficiency against the
 // theory's gauges, and a certificate of both bounds.
 #include "cli/fdim_command.hpp"
+
+#include "cli/format_option.hpp"
 #include "cli/plot_common.hpp"
 #include "cli/threads_option.hpp"
 #include "cli/validators.hpp"
@@ -17,7 +19,7 @@ namespace qkvlab::cli {
 namespace {
 
 struct FdimArgs {
-  fdim::Config config;
+  fdim::Network config;
   std::string skips = "both", norm = "none", mlp = "none", embed = "none", readout = "none";
   std::string mixer = "attention", skip_kind = "identity";
   bool norm_eps_given = false, skip_rank_given = false;
@@ -30,7 +32,7 @@ template <class E> E named(const std::map<std::string, E>& m, const std::string&
 
 int run_fdim(FdimArgs a) {
   using namespace fdim;
-  Config& c = a.config;
+  Network& c = a.config;
   c.skips = named<Skips>({{"both", Skips::both}, {"attention", Skips::attention}, {"none", Skips::none}}, a.skips);
   c.norm = named<Norm>({{"none", Norm::none}, {"layernorm", Norm::layernorm}, {"rmsnorm", Norm::rmsnorm}, {"dyt", Norm::dyt}},
                        a.norm);
@@ -68,7 +70,7 @@ int run_fdim(FdimArgs a) {
 
 Command add_fdim_command(CLI::App& app, const std::string&) {
   auto a = std::make_shared<FdimArgs>();
-  fdim::Config& c = a->config;
+  fdim::Network& c = a->config;
   auto* cmd = app.add_subcommand("fdim", "Functional dimension of a small attention network: the rank of the Jacobian "
                                          "of parameters -> outputs, its gauges, certified (docs/math/fdim.md)");
   cmd->footer("The rank is read from double's SVD (numpy's tolerance; the gap s_r/s_r+1 is reported) and certified\n"
@@ -135,7 +137,7 @@ Command add_fdim_command(CLI::App& app, const std::string&) {
   cmd->add_option("--seed", c.seed, "Seed of the point and the inputs")->check(seed_value)->capture_default_str();
   add_threads_option(cmd, c.threads);
   cmd->add_flag("--no-certify", a->no_certify, "Floating-point rank only (no MPFI certificate)");
-  cmd->add_option("--format", a->format, "Output: table or json")->check(CLI::IsMember({"table", "json"}))->capture_default_str();
+  add_format_option(cmd, a->format);
   cmd->add_flag("--quiet", a->quiet, "No progress line");
   return {cmd, [a, eps, rank] {
             a->norm_eps_given = eps->count() > 0;

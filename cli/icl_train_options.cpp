@@ -1,5 +1,6 @@
 #include "cli/icl_train_options.hpp"
 
+#include "cli/format_option.hpp"
 #include "cli/threads_option.hpp"
 #include "cli/validators.hpp"
 #include "core/errors.hpp"
@@ -43,7 +44,7 @@ void add_common_options(CLI::App* cmd, CommonArgs& a, CommonOptions use) {
   cmd->add_option("--out", a.out, "Write every table to this HDF5 file");
   cmd->add_option("--csv", a.csv, "Write the main table to this CSV file");
   cmd->add_option("--figure", a.figure, "Write the figure to STEM.svg and STEM.png (its data to STEM.csv; needs gnuplot)");
-  cmd->add_option("--format", a.format, "Output on stdout")->check(CLI::IsMember({"table", "json"}))->capture_default_str();
+  add_format_option(cmd, a.format);
   add_device_option(cmd, a.device, kGpuPath);
   cmd->add_flag("--quiet", a.quiet, "No progress on stderr");
 }

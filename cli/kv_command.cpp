@@ -4,6 +4,7 @@
 #include <memory>
 #include <optional>
 
+#include "cli/format_option.hpp"
 #include "cli/commands.hpp"
 #include "cli/model_source.hpp"
 #include "cli/validators.hpp"
@@ -39,9 +40,7 @@ Command add_kv_command(CLI::App& app, const std::string&) {
       ->capture_default_str();
   cmd->add_option("--seq-len", a->seq_len, "Also the total for this many tokens (one sequence)")
       ->check(positive_integer);
-  cmd->add_option("--format", a->format, "Output: table or json")
-      ->check(CLI::IsMember({"table", "json"}))
-      ->capture_default_str();
+  add_format_option(cmd, a->format);
   return {cmd, [a] { return run_kv(*a); }};
 }
 

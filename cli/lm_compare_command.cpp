@@ -2,6 +2,7 @@
 // seeds, and the relative training-loss curves against the baseline (lm/compare.hpp).
 #include <iostream>
 
+#include "cli/format_option.hpp"
 #include "cli/commands.hpp"
 #include "cli/validators.hpp"
 #include "lm/compare.hpp"
@@ -53,7 +54,7 @@ std::vector<Command> add_lm_compare_commands(CLI::App& lm, const std::string&) {
       ->capture_default_str();
   cmd->add_option("--csv", a->csv, "Write the relative training-loss curves (mean and std per group) as CSV");
   cmd->add_option("--figure", a->figure, "Draw them to STEM.svg and STEM.png (needs --csv)");
-  cmd->add_option("--format", a->format, "Output: table or json")->check(CLI::IsMember({"table", "json"}))->capture_default_str();
+  add_format_option(cmd, a->format);
   return {{cmd, [a] { return run_compare(*a); }}};
 }
 

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include "cli/format_option.hpp"
 #include "cli/commands.hpp"
 #include "cli/device_option.hpp"
 #include "cli/threads_option.hpp"
@@ -76,7 +77,7 @@ std::vector<Command> add_lm_eliminate_commands(CLI::App& lm, const std::string&)
   cmd->add_option("--batch", a->batch, "Sequences per forward pass")->check(integer_in(1, 4096))->capture_default_str();
   add_device_option(cmd, a->device);
   add_threads_option(cmd, a->threads);
-  cmd->add_option("--format", a->format, "Output: table or json")->check(CLI::IsMember({"table", "json"}))->capture_default_str();
+  add_format_option(cmd, a->format);
   return {{cmd, [a] { return run_eliminate(*a); }}};
 }
 

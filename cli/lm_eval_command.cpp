@@ -3,6 +3,7 @@
 #include <cmath>
 #include <iostream>
 
+#include "cli/format_option.hpp"
 #include "cli/threads_option.hpp"
 #include "cli/commands.hpp"
 #include "cli/device_option.hpp"
@@ -83,9 +84,7 @@ std::vector<Command> add_lm_eval_commands(CLI::App& lm, const std::string&) {
   cmd->add_option("--batch", a->batch, "Sequences per forward pass")->check(integer_in(1, 4096))->capture_default_str();
   add_device_option(cmd, a->device);
   add_threads_option(cmd, a->threads);
-  cmd->add_option("--format", a->format, "Output: table or json")
-      ->check(CLI::IsMember({"table", "json"}))
-      ->capture_default_str();
+  add_format_option(cmd, a->format);
   add_allow_nonfinite_option(cmd, a->allow_nonfinite);
   add_dtype_option(cmd, a->dtype);
   cmd->add_flag("--quiet", a->quiet, "No progress on stderr");

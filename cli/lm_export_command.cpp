@@ -6,6 +6,7 @@
 #include <iostream>
 #include <memory>
 
+#include "cli/format_option.hpp"
 #include "cli/commands.hpp"
 #include "cli/nonfinite_option.hpp"
 #include "cli/validators.hpp"
@@ -80,9 +81,7 @@ std::vector<Command> add_lm_export_commands(CLI::App& lm, const std::string&) {
                                           "(config.json, model.safetensors in F32), loadable by transformers");
   cmd->add_option("CKPT", a->checkpoint, "The qkvlab checkpoint directory to export")->required();
   cmd->add_option("--hf", a->hf, "Directory to write (created if absent)")->required();
-  cmd->add_option("--format", a->format, "Output: table or json")
-      ->check(CLI::IsMember({"table", "json"}))
-      ->capture_default_str();
+  add_format_option(cmd, a->format);
   add_allow_nonfinite_option(cmd, a->allow_nonfinite);
   auto c = std::make_shared<ConvertArgs>();
   auto* convert = lm.add_subcommand("convert", "Convert a trained vanilla model into SkipV1Former for uptraining "
@@ -99,7 +98,7 @@ std::vector<Command> add_lm_export_commands(CLI::App& lm, const std::string&) {
       ->check(real_in(0.0, 1.0))
       ->capture_default_str();
   convert->add_option("--out", c->out, "Checkpoint directory to write")->required();
-  convert->add_option("--format", c->format, "Output: table or json")->check(CLI::IsMember({"table", "json"}))->capture_default_str();
+  add_format_option(convert, c->format);
   add_allow_nonfinite_option(convert, c->allow_nonfinite);
   return {{cmd, [a] { return run_export(*a); }}, {convert, [c] { return run_convert(*c); }}};
 }

@@ -3,6 +3,7 @@
 // cache's measured bytes per token, prefill and decode throughput, peak memory.
 #include <iostream>
 
+#include "cli/format_option.hpp"
 #include "cli/commands.hpp"
 #include "cli/device_option.hpp"
 #include "cli/dtype_option.hpp"
@@ -125,9 +126,7 @@ std::vector<Command> add_lm_generate_commands(CLI::App& lm, const std::string&) 
       ->capture_default_str();
   add_device_option(cmd, a->device);
   add_threads_option(cmd, a->threads);
-  cmd->add_option("--format", a->format, "Output: text or json")
-      ->check(CLI::IsMember({"text", "json"}))
-      ->capture_default_str();
+  add_format_option(cmd, a->format, Readable::text);
   add_allow_nonfinite_option(cmd, a->allow_nonfinite);
   add_dtype_option(cmd, a->dtype);
   cmd->add_flag("--quiet", a->quiet, "No progress on stderr");

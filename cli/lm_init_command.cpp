@@ -2,6 +2,7 @@
 // (lm/parameters.hpp's GPT-2 initialization), written as a checkpoint directory.
 #include <iostream>
 
+#include "cli/format_option.hpp"
 #include "cli/commands.hpp"
 #include "cli/model_options.hpp"
 #include "cli/validators.hpp"
@@ -44,9 +45,7 @@ std::vector<Command> add_lm_init_commands(CLI::App& lm, const std::string&) {
   cmd->add_option("CKPT", a->dir, "Checkpoint directory to write (model.safetensors, config.json)")->required();
   add_model_options(cmd, a->model);
   cmd->add_option("--seed", a->seed, "Seed of the initialization")->check(seed_value)->capture_default_str();
-  cmd->add_option("--format", a->format, "Output: table or json")
-      ->check(CLI::IsMember({"table", "json"}))
-      ->capture_default_str();
+  add_format_option(cmd, a->format);
   return {{cmd, [a] { return run_init(*a); }}};
 }
 

@@ -2,6 +2,7 @@
 // tokenizer (lm/tokenizer.hpp); `--decode --tokens FILE`: the text of a 1-D .npy of ids.
 #include <iostream>
 
+#include "cli/format_option.hpp"
 #include "cli/commands.hpp"
 #include "core/errors.hpp"
 #include "core/text_file.hpp"
@@ -67,7 +68,7 @@ std::vector<Command> add_lm_tokenize_commands(CLI::App& lm, const std::string&) 
   cmd->add_option("--prompt", a->prompt, "Encode this text")->excludes(text);
   cmd->add_flag("--decode", a->decode, "Decode --tokens instead");
   cmd->add_option("--tokens", a->tokens, "With --decode: a 1-D .npy of token ids");
-  cmd->add_option("--format", a->format, "Output: text or json")->check(CLI::IsMember({"text", "json"}))->capture_default_str();
+  add_format_option(cmd, a->format, Readable::text);
   return {{cmd, [a] { return run_tokenize(*a); }}};
 }
 

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <iostream>
 
+#include "cli/format_option.hpp"
 #include "cli/threads_option.hpp"
 #include "cli/commands.hpp"
 #include "cli/device_option.hpp"
@@ -127,7 +128,7 @@ std::vector<Command> add_lm_train_commands(CLI::App& lm, const std::string& comm
       ->check(CLI::Range(std::int64_t(1), std::int64_t(1) << 40));
   add_device_option(cmd, a->device);
   add_threads_option(cmd, a->threads);
-  cmd->add_option("--format", a->format, "Output: table or json")->check(CLI::IsMember({"table", "json"}))->capture_default_str();
+  add_format_option(cmd, a->format);
   add_allow_nonfinite_option(cmd, a->run.allow_nonfinite);
   cmd->add_flag("--quiet", a->quiet, "No progress on stderr");
   return {{cmd, [a, cmd, command_line] { return run_train(*a, *cmd, command_line); }}};

@@ -3,6 +3,7 @@
 #include <iostream>
 #include <memory>
 
+#include "cli/format_option.hpp"
 #include "cli/commands.hpp"
 #include "cli/model_source.hpp"
 #include "lm/accounting.hpp"
@@ -30,9 +31,7 @@ Command add_params_command(CLI::App& app, const std::string&) {
                                            "learned positions), non-embedding, per component and per layer");
   cmd->footer("Exit status: 0 success, 2 usage error (one line on stderr).");
   add_model_source(cmd, a->model);
-  cmd->add_option("--format", a->format, "Output: table or json")
-      ->check(CLI::IsMember({"table", "json"}))
-      ->capture_default_str();
+  add_format_option(cmd, a->format);
   return {cmd, [a] { return run_params(*a); }};
 }
 

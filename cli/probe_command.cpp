@@ -1,6 +1,7 @@
 // `qkvlab probe CKPT`: layerwise linear probes of a frozen model (probes/layerwise.hpp).
 #include <iostream>
 
+#include "cli/format_option.hpp"
 #include "cli/threads_option.hpp"
 #include "cli/commands.hpp"
 #include "cli/device_option.hpp"
@@ -133,7 +134,7 @@ Command add_probe_command(CLI::App& app, const std::string& command_line) {
   cmd->add_option("--seed", a->options.seed, "Seed of the training windows and random starts")->check(seed_value)->capture_default_str();
   add_device_option(cmd, a->device);
   add_threads_option(cmd, a->threads);
-  cmd->add_option("--format", a->format, "Output: table or json")->check(CLI::IsMember({"table", "json"}))->capture_default_str();
+  add_format_option(cmd, a->format);
   cmd->add_option("--out", a->out, "Write the per-layer table to an HDF5 file");
   cmd->add_option("--csv", a->csv, "Write the per-layer table as CSV");
   cmd->add_option("--figure", a->figure, "Draw STEM.svg and STEM.png from the CSV (needs --csv)");

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <iostream>
 
+#include "cli/format_option.hpp"
 #include "cli/commands.hpp"
 #include "cli/device_option.hpp"
 #include "cli/plot_common.hpp"
@@ -131,7 +132,7 @@ Command add_reproduce_command(CLI::App& app, const std::string& command_line) {
       ->capture_default_str();
   add_device_option(cmd, a->device);
   add_threads_option(cmd, a->options.threads);
-  cmd->add_option("--format", a->format, "Output: table or json")->check(CLI::IsMember({"table", "json"}))->capture_default_str();
+  add_format_option(cmd, a->format);
   cmd->add_flag("--quiet", a->quiet, "No progress or notes on stderr");
   return {cmd, [a, command_line] { return run_reproduce(*a, command_line); }};
 }

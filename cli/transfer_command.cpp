@@ -2,6 +2,7 @@
 // over d, the finding and the rendering in synthetic/transfer_report.hpp): options, their validation,
 // the run, the output. Exit 0 when the MLP's error is below the linear map's at every d (the paper's
 // finding), 1 when not, 2 on a usage error (nothing written), 3 otherwise.
+#include "cli/format_option.hpp"
 #include "cli/commands.hpp"
 #include "cli/device_option.hpp"
 #include "cli/plot_common.hpp"
@@ -123,7 +124,7 @@ Command add_transfer_command(CLI::App& app, const std::string& command_line) {
   cmd->add_option("--out", a->out, "Write the numbers and loss curves to this HDF5 file");
   cmd->add_option("--csv", a->csv, "Write the per-d numbers to this CSV file");
   cmd->add_option("--figure", a->figure, "Draw the errors against d to FILE.svg and FILE.png (gnuplot)");
-  cmd->add_option("--format", a->format, "Output on stdout")->check(CLI::IsMember({"table", "json"}))->capture_default_str();
+  add_format_option(cmd, a->format);
   cmd->add_option("--checkpoint", a->checkpoint,
                   "Existing directory: save training state there every 500 steps and resume from it");
   cmd->add_flag("--quiet", a->quiet, "No progress on stderr");

@@ -4,6 +4,7 @@
 // fails as expected, 1 otherwise, 2 on a usage error. With --checkpoint DIR the claims run on the model's own
 // weights and activations (theory_lm/verify_checkpoint.hpp); with --against REF too, the two checkpoints are
 // compared instead (theory_lm/compare.hpp): exit 0 when they are the same function, 1 naming what differs.
+#include "cli/format_option.hpp"
 #include "cli/commands.hpp"
 #include "cli/plot_common.hpp"
 #include "cli/threads_option.hpp"
@@ -137,9 +138,7 @@ Command add_verify_command(CLI::App& app, const std::string& command_line) {
       "(layer and head, the invariant and tensors; or the logits' worst position).");
   cmd->add_option("ids", a->options.ids, "Claim ids or prefixes (see --list)");
   cmd->add_flag("--list", a->list, "Print every claim id with a one-line statement and exit");
-  cmd->add_option("--format", a->format, "Output on stdout")
-      ->check(CLI::IsMember({"table", "json"}))
-      ->capture_default_str();
+  add_format_option(cmd, a->format);
   cmd->add_option("--out", a->out, "Also write the results to this HDF5 file");
   cmd->add_option("--junit", a->junit, "Also write a JUnit XML report to this file");
   cmd->add_option("--seed", a->options.seed, "Seed of every random draw")->check(seed_value)->capture_default_str();

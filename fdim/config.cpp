@@ -7,21 +7,21 @@
 
 namespace qkvlab::fdim {
 
-bool Config::identity_query(int layer) const {
+bool Network::identity_query(int layer) const {
   return std::find(identity_layers.begin(), identity_layers.end(), layer + 1) != identity_layers.end();
 }
 
-int Config::input_dim() const { return embed == Embed::tokens ? vocab : embed == Embed::linear ? din : d; }
+int Network::input_dim() const { return embed == Embed::tokens ? vocab : embed == Embed::linear ? din : d; }
 
-bool Config::gated() const { return mlp == Mlp::reglu || mlp == Mlp::swiglu || mlp == Mlp::geglu || mlp == Mlp::glu; }
+bool Network::gated() const { return mlp == Mlp::reglu || mlp == Mlp::swiglu || mlp == Mlp::geglu || mlp == Mlp::glu; }
 
-int Config::hidden_columns() const { return gated() ? 2 * ffn : ffn; }
+int Network::hidden_columns() const { return gated() ? 2 * ffn : ffn; }
 
-int Config::output_dim() const {
+int Network::output_dim() const {
   return readout == Readout::linear ? dout : readout == Readout::tied ? input_dim() : d;
 }
 
-void validate(const Config& c) {
+void validate(const Network& c) {
   auto need = [](bool ok, const std::string& what) {
     if (!ok) throw UsageError(what);
   };
@@ -104,7 +104,7 @@ struct LayoutBuilder {
   }
 };
 
-NormTensors add_norm(const Config& c, const std::string& p, LayoutBuilder& b) {
+NormTensors add_norm(const Network& c, const std::string& p, LayoutBuilder& b) {
   NormTensors n;
   n.alpha = b.add_if(c.norm == Norm::dyt, p + "alpha", 1, 1);
   n.gain = b.add_if(c.norm_gain, p + "gain", 1, c.d);
@@ -113,7 +113,7 @@ NormTensors add_norm(const Config& c, const std::string& p, LayoutBuilder& b) {
 }
 
 // The skip's matrices where it is learned (the identity skip has none).
-SkipTensors add_skip(const Config& c, bool present, const std::string& p, LayoutBuilder& b) {
+SkipTensors add_skip(const Network& c, bool present, const std::string& p, LayoutBuilder& b) {
   SkipTensors s;
   if (!present) return s;
   const int r = c.skip_kind == SkipKind::lowrank ? c.skip_rank : c.d;
@@ -124,7 +124,7 @@ SkipTensors add_skip(const Config& c, bool present, const std::string& p, Layout
   return s;
 }
 
-void add_layer(const Config& c, int l, LayoutBuilder& b) {
+void add_layer(const Network& c, int l, LayoutBuilder& b) {
   LayerTensors t;
   const std::string p = "layer" + std::to_string(l + 1) + ".";
   if (c.attention()) {
@@ -157,7 +157,7 @@ void add_layer(const Config& c, int l, LayoutBuilder& b) {
 
 }  // namespace
 
-Layout layout(const Config& c) {
+Layout layout(const Network& c) {
   Layout out;
   LayoutBuilder b{out};
   out.embed = b.add_if(c.embed != Embed::none, "E", c.input_dim(), c.d);

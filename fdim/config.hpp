@@ -31,7 +31,9 @@ enum class SkipKind { identity, learned, units, lowrank };
 enum class Embed { tokens, linear, none };
 enum class Readout { linear, tied, none };
 
-struct Config {
+// The network (its architecture, as above) and where its Jacobian is taken: `inputs` sequences of
+// `seq` tokens at the point drawn from `seed`. (lm::Config is the trained language models'.)
+struct Network {
   int layers = 1, d = 4, heads = 1, head_dim = 4, seq = 4, inputs = 4;
   Mixer mixer = Mixer::attention;
   Skips skips = Skips::both;
@@ -63,7 +65,7 @@ struct Config {
 };
 
 // Throws UsageError naming the option when the configuration cannot be built.
-void validate(const Config& c);
+void validate(const Network& c);
 
 const char* skips_name(Skips s);
 const char* norm_name(Norm n);
@@ -106,6 +108,6 @@ struct Layout {
   Eigen::Index size = 0;
 };
 
-Layout layout(const Config& c);
+Layout layout(const Network& c);
 
 }  // namespace qkvlab::fdim

@@ -21,7 +21,7 @@ namespace {
 
 // J u on every input sequence, stacked (sequence, position, output), by one forward pass at Dual<T>.
 template <class T>
-Vec<T> directional(const Config& c, const Layout& L, const Vec<T>& theta, const Point& p, const Vec<T>& u) {
+Vec<T> directional(const Network& c, const Layout& L, const Vec<T>& theta, const Point& p, const Vec<T>& u) {
   Vec<Dual<T>> th(theta.size());
   for (Eigen::Index i = 0; i < theta.size(); ++i) th[i] = Dual<T>(theta[i], u[i]);
   const Eigen::Index per = Eigen::Index(c.seq) * c.output_dim();
@@ -36,7 +36,7 @@ Vec<T> directional(const Config& c, const Layout& L, const Vec<T>& theta, const 
 
 // The columns J e_j for j in cols (all when empty), on the thread pool.
 template <class T>
-Mat<T> columns(const Config& c, const Layout& L, const Vec<T>& theta, const Point& p, const std::vector<int>& cols,
+Mat<T> columns(const Network& c, const Layout& L, const Vec<T>& theta, const Point& p, const std::vector<int>& cols,
                const std::string& stage, const ProgressFn& progress) {
   const auto k = Eigen::Index(cols.size());
   const Eigen::Index m = Eigen::Index(c.seq) * c.output_dim() * c.inputs;
@@ -90,7 +90,7 @@ std::vector<int> iota(Eigen::Index n) {
   return v;
 }
 
-Bound lower_certificate(const Config& c, const Layout& L, const Point& p, const MatD& J, int r, const ProgressFn& progress) {
+Bound lower_certificate(const Network& c, const Layout& L, const Point& p, const MatD& J, int r, const ProgressFn& progress) {
   Bound b{0, false,
           "||I - C A|| < 1 in MPFI (C = the inverse of the minor's midpoint in 50-digit MPFR) on an r x r minor of "
           "an enclosure of J computed by forward-mode duals over intervals at the exactly representable point",
@@ -101,7 +101,7 @@ Bound lower_certificate(const Config& c, const Layout& L, const Point& p, const 
   const Eigen::Index per = J.rows() / std::max(1, c.inputs);
   int k = int((r + per - 1) / per);
   while (k < c.inputs && float_rank(J.topRows(per * k)).rank < r) ++k;
-  Config head = c;
+  Network head = c;
   head.inputs = k;
   Point first_inputs{p.theta, {p.inputs.begin(), p.inputs.begin() + k}};
   const auto [rows, cols] = spanning_minor(J.topRows(per * k), r);
@@ -129,7 +129,7 @@ std::pair<double, bool> zero_test(const Vec<Interval>& y) {
   return {r, zero};
 }
 
-Bound upper_certificate(const Config& c, const Layout& L, const Point& p, const MatD& J, const Gauges<double>& gd,
+Bound upper_certificate(const Network& c, const Layout& L, const Point& p, const MatD& J, const Gauges<double>& gd,
                   const ProgressFn& progress, Count& n) {
   const Eigen::Index k = gd.directions.cols();
   if (k == 0) return {n.parameters, true, "none: rank <= parameters (no gauge of the theory applies)", ""};
@@ -210,19 +210,19 @@ Elimination certify_nonsingular(const Mat<Interval>& A) {
   return {true, ""};
 }
 
-long long predicted_deficiency(const Config& c) {
+long long predicted_deficiency(const Network& c) {
   const Layout L = layout(c);
   long long k = 0;
   for (const Term& t : gauge_directions<double>(c, L, draw_point(c, L).theta).terms) k += t.dimension;
   return k;
 }
 
-int saturating_inputs(const Config& c) {
+int saturating_inputs(const Network& c) {
   const long long P = layout(c).size, rows = (long long)c.seq * c.output_dim();
   return int(2 * ((P + rows) / rows));
 }
 
-Count count(const Config& c, bool certify, const ProgressFn& progress) {
+Count count(const Network& c, bool certify, const ProgressFn& progress) {
   validate(c);
   const Layout L = layout(c);
   const Point p = draw_point(c, L);
@@ -257,7 +257,7 @@ Count count(const Config& c, bool certify, const ProgressFn& progress) {
   }
   n.certified = n.lower.holds && n.upper.holds && n.lower.value == n.upper.value;
   if (!c.identity_layers.empty()) {
-    Config free = c;
+    Network free = c;
     free.identity_layers.clear();
     const Count f = count(free, certify, progress);
     n.free_rank = f.rank.rank;

@@ -49,7 +49,7 @@ struct Bound {
 };
 
 struct Count {
-  Config config;
+  Network config;
   long long parameters = 0, outputs = 0;
   FloatRank rank;
   std::vector<std::pair<int, int>> saturation;  // (inputs n, float rank on the first n)
@@ -68,14 +68,14 @@ struct Count {
 
 // progress(stage, done, total) after each forward-mode column; certify = false skips the MPFI steps.
 using ProgressFn = std::function<void(const std::string&, long long, long long)>;
-Count count(const Config& c, bool certify, const ProgressFn& progress = {});
+Count count(const Network& c, bool certify, const ProgressFn& progress = {});
 
 long long predicted_deficiency(const Count& n);
 // The theory's gauge count of a configuration alone (its terms at a random point; no Jacobian).
-long long predicted_deficiency(const Config& c);
+long long predicted_deficiency(const Network& c);
 // Twice the inputs whose output rows first exceed the parameters: enough that the rank on half of
 // them can already be the rank on all (the count's saturation test).
-int saturating_inputs(const Config& c);
+int saturating_inputs(const Network& c);
 results::Value count_value(const Count& n);
 
 }  // namespace qkvlab::fdim

@@ -35,7 +35,7 @@ struct Stream {
 
 class StreamBuilder {
  public:
-  StreamBuilder(const Config& c, const Layout& L) : c_(c), L_(L) { open(); }
+  StreamBuilder(const Network& c, const Layout& L) : c_(c), L_(L) { open(); }
 
   std::vector<Stream> build() {
     Stream& first = s_[0];
@@ -109,7 +109,7 @@ class StreamBuilder {
     if (c_.bias && bias >= 0) s_[cur_].translations.push_back({bias, s_[cur_].readers.size()});
   }
 
-  const Config& c_;
+  const Network& c_;
   const Layout& L_;
   std::vector<Stream> s_;
   std::size_t cur_ = 0;
@@ -117,7 +117,7 @@ class StreamBuilder {
 
 template <class T> class GaugeBuilder {
  public:
-  GaugeBuilder(const Config& c, const Layout& L, const Vec<T>& theta) : c_(c), L_(L), theta_(theta) {}
+  GaugeBuilder(const Network& c, const Layout& L, const Vec<T>& theta) : c_(c), L_(L), theta_(theta) {}
 
   Gauges<T> finish() {
     Gauges<T> g;
@@ -478,7 +478,7 @@ template <class T> class GaugeBuilder {
     return basis;
   }
 
-  const Config& c_;
+  const Network& c_;
   const Layout& L_;
   const Vec<T>& theta_;
   std::vector<Vec<T>> columns_;
@@ -487,7 +487,7 @@ template <class T> class GaugeBuilder {
 
 }  // namespace
 
-template <class T> Gauges<T> gauge_directions(const Config& c, const Layout& L, const Vec<T>& theta) {
+template <class T> Gauges<T> gauge_directions(const Network& c, const Layout& L, const Vec<T>& theta) {
   GaugeBuilder<T> b(c, L, theta);
   b.heads();
   b.unit_scalings();
@@ -500,7 +500,7 @@ template <class T> Gauges<T> gauge_directions(const Config& c, const Layout& L, 
   return b.finish();
 }
 
-template Gauges<double> gauge_directions<double>(const Config&, const Layout&, const VecD&);
-template Gauges<Interval> gauge_directions<Interval>(const Config&, const Layout&, const Vec<Interval>&);
+template Gauges<double> gauge_directions<double>(const Network&, const Layout&, const VecD&);
+template Gauges<Interval> gauge_directions<Interval>(const Network&, const Layout&, const Vec<Interval>&);
 
 }  // namespace qkvlab::fdim

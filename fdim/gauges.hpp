@@ -41,6 +41,6 @@ template <class T> struct Gauges {
   std::vector<Term> terms;
 };
 
-template <class T> Gauges<T> gauge_directions(const Config& c, const Layout& L, const Vec<T>& theta);
+template <class T> Gauges<T> gauge_directions(const Network& c, const Layout& L, const Vec<T>& theta);
 
 }  // namespace qkvlab::fdim

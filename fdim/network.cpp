@@ -11,7 +11,7 @@ bool is_square_skip(const Tensor& t) { return t.name.find(".skip") != std::strin
 bool is_bias(const Tensor& t) { return t.rows == 1 && !is_gain(t.name) && t.name != "P"; }
 }  // namespace
 
-Point draw_point(const Config& c, const Layout& layout) {
+Point draw_point(const Network& c, const Layout& layout) {
   Rng rng(c.seed, "fdim.theta");
   Point p;
   p.theta.resize(layout.size);

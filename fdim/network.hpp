@@ -26,7 +26,7 @@ struct Point {
   VecD theta;
   std::vector<Sequence> inputs;
 };
-Point draw_point(const Config& c, const Layout& layout);
+Point draw_point(const Network& c, const Layout& layout);
 
 template <class S> Mat<S> tensor(const Layout& layout, const Vec<S>& theta, int id) {
   const Tensor& t = layout.tensors[id];
@@ -44,7 +44,7 @@ template <class S> Mat<S> affine(const Mat<S>& X, const Layout& L, const Vec<S>&
 // Pre-norm N(X) on rows (core's normalizers act on columns; DyT is core's tanh(1·(α X))), times the
 // gain, plus DyT's offset, where they exist.
 template <class S>
-Mat<S> normed(const Config& c, const Mat<S>& X, const Layout& L, const Vec<S>& th, const NormTensors& n) {
+Mat<S> normed(const Network& c, const Mat<S>& X, const Layout& L, const Vec<S>& th, const NormTensors& n) {
   Mat<S> Z;
   switch (c.norm) {
     case Norm::none: return X;
@@ -66,7 +66,7 @@ template <class S> Mat<S> skip(const Mat<S>& X, const Layout& L, const Vec<S>& t
 }
 
 template <class S>
-Mat<S> attention(const Config& c, const Mat<S>& X, const Layout& L, const Vec<S>& th, const LayerTensors& t,
+Mat<S> attention(const Network& c, const Mat<S>& X, const Layout& L, const Vec<S>& th, const LayerTensors& t,
                  bool identity) {
   const Mat<S> Z = normed<S>(c, X, L, th, t.norm1);
   const S scale = S(std::sqrt(double(c.head_dim)));
@@ -91,7 +91,7 @@ template <class S> S logistic(const S& z) {
 }
 
 // The gate g of a gated MLP (core's relu and gelu, silu = z · logistic(z), the logistic).
-template <class S> Mat<S> gate(const Config& c, const Mat<S>& G) {
+template <class S> Mat<S> gate(const Network& c, const Mat<S>& G) {
   switch (c.mlp) {
     case Mlp::reglu: return activate<S>(G, MlpActivation::relu);
     case Mlp::geglu: return activate<S>(G, MlpActivation::gelu);
@@ -101,7 +101,7 @@ template <class S> Mat<S> gate(const Config& c, const Mat<S>& G) {
 }
 
 // σ of the MLP: core's relu and gelu, tanh, relu², and the gated g(gates) ⊙ values.
-template <class S> Mat<S> hidden(const Config& c, const Mat<S>& Z) {
+template <class S> Mat<S> hidden(const Network& c, const Mat<S>& Z) {
   if (c.gated()) return gate<S>(c, Mat<S>(Z.leftCols(c.ffn))).cwiseProduct(Z.rightCols(c.ffn));
   switch (c.mlp) {
     case Mlp::relu: return activate<S>(Z, MlpActivation::relu);
@@ -113,12 +113,12 @@ template <class S> Mat<S> hidden(const Config& c, const Mat<S>& Z) {
 }
 
 template <class S>
-Mat<S> mlp_of(const Config& c, const Mat<S>& Y, const Layout& L, const Vec<S>& th, const LayerTensors& t) {
+Mat<S> mlp_of(const Network& c, const Mat<S>& Y, const Layout& L, const Vec<S>& th, const LayerTensors& t) {
   const Mat<S> H = hidden<S>(c, affine<S>(normed<S>(c, Y, L, th, t.norm2), L, th, t.W_1, t.b_1));
   return affine<S>(H, L, th, t.W_2, t.b_2);
 }
 
-template <class S> Mat<S> embed(const Config& c, const Sequence& in, const Layout& L, const Vec<S>& th) {
+template <class S> Mat<S> embed(const Network& c, const Sequence& in, const Layout& L, const Vec<S>& th) {
   Mat<S> X;
   if (c.embed == Embed::tokens) {
     const Mat<S> E = tensor<S>(L, th, L.embed);
@@ -135,7 +135,7 @@ template <class S> Mat<S> embed(const Config& c, const Sequence& in, const Layou
 }  // namespace detail
 
 // The network's output on one sequence, T × output_dim.
-template <class S> Mat<S> forward(const Config& c, const Layout& L, const Vec<S>& th, const Sequence& in) {
+template <class S> Mat<S> forward(const Network& c, const Layout& L, const Vec<S>& th, const Sequence& in) {
   Mat<S> X = detail::embed<S>(c, in, L, th);
   for (int l = 0; l < c.layers; ++l) {
     const LayerTensors& t = L.layers[l];

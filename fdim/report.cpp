@@ -21,7 +21,7 @@ Value object(std::initializer_list<std::pair<const char*, Value>> fields) {
   return v;
 }
 
-Value config_value(const Config& c) {
+Value config_value(const Network& c) {
   return object({{"layers", c.layers}, {"d", c.d}, {"heads", c.heads}, {"head_dim", c.head_dim},
                  {"seq", c.seq}, {"inputs", c.inputs}, {"mixer", mixer_name(c.mixer)}, {"skips", skips_name(c.skips)},
                  {"skip_kind", skip_kind_name(c.skip_kind)}, {"skip_rank", c.skip_rank}, {"norm", norm_name(c.norm)},

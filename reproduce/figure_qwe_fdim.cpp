@@ -14,8 +14,8 @@ constexpr fdim::Skips all_skips[] = {fdim::Skips::none, fdim::Skips::attention, 
 constexpr fdim::Norm all_norms[] = {fdim::Norm::none, fdim::Norm::layernorm};
 
 // Linear ends of width d, heads of size 2, a GELU MLP of width 2d, no biases or gains, free queries.
-fdim::Config network(int d, int layers, fdim::Skips skips, fdim::Norm norm, std::uint64_t seed) {
-  fdim::Config c;
+fdim::Network network(int d, int layers, fdim::Skips skips, fdim::Norm norm, std::uint64_t seed) {
+  fdim::Network c;
   c.layers = layers, c.d = d, c.heads = d / head_dim, c.head_dim = head_dim, c.seq = positions;
   c.skips = skips, c.norm = norm, c.mlp = fdim::Mlp::gelu, c.ffn = 2 * d;
   c.embed = fdim::Embed::linear, c.din = d, c.readout = fdim::Readout::linear, c.dout = d;
@@ -41,8 +41,8 @@ struct Setting {
 };
 
 // The network with free queries against W_Q = I in every layer.
-Setting setting(const fdim::Config& free) {
-  fdim::Config identity = free;
+Setting setting(const fdim::Network& free) {
+  fdim::Network identity = free;
   for (int l = 1; l <= free.layers; ++l) identity.identity_layers.push_back(l);
   const fdim::Count n = fdim::count(identity, false);
   const long long free_parameters = fdim::layout(free).size, free_predicted = fdim::predicted_deficiency(free);

@@ -8,8 +8,8 @@ using namespace qkvlab::fdim;
 
 namespace {
 
-Config bare(int d, int heads, int head_dim) {
-  Config c;
+Network bare(int d, int heads, int head_dim) {
+  Network c;
   c.layers = 0;
   c.d = d;
   c.heads = heads;
@@ -20,8 +20,8 @@ Config bare(int d, int heads, int head_dim) {
 }
 
 // One attention layer (d = 4, H = 2, d_h = 2) without skips or ends.
-Config attention_layer() {
-  Config c = bare(4, 2, 2);
+Network attention_layer() {
+  Network c = bare(4, 2, 2);
   c.layers = 1;
   c.skips = Skips::none;
   c.inputs = 8;
@@ -29,8 +29,8 @@ Config attention_layer() {
 }
 
 // L layers (d = 4, H = 2, d_h = 2) between a linear embedding and a linear readout.
-Config stack(int layers) {
-  Config c = bare(4, 2, 2);
+Network stack(int layers) {
+  Network c = bare(4, 2, 2);
   c.layers = layers;
   c.embed = Embed::linear;
   c.readout = Readout::linear;
@@ -43,7 +43,7 @@ long long deficiency(const Count& n) { return n.parameters - n.rank.rank; }
 
 // A single linear layer X ↦ X E has rank d_in·d_out; with too few rows of inputs (control) it does not.
 TEST(Fdim, SingleLinearLayerHasFullRank) {
-  Config c = bare(4, 1, 4);
+  Network c = bare(4, 1, 4);
   c.embed = Embed::linear;
   c.din = 3;
   const Count n = count(c, true);
@@ -58,7 +58,7 @@ TEST(Fdim, SingleLinearLayerHasFullRank) {
 // X ↦ X E D: deficiency r² (GL(r) at the junction), certified; with r > d_in, d_out (control) the
 // junction's directions are dependent and the prediction r² fails.
 TEST(Fdim, ProductOfTwoLinearMapsHasDeficiencyRSquared) {
-  Config c = bare(3, 1, 3);
+  Network c = bare(3, 1, 3);
   c.embed = Embed::linear;
   c.din = 5;
   c.readout = Readout::linear;
@@ -88,7 +88,7 @@ TEST(Fdim, OneAttentionLayerHasLemma31Deficiency) {
 
 // Saturation: doubling the inputs beyond the reported N does not raise the rank.
 TEST(Fdim, RankSaturatesInInputs) {
-  Config c = stack(2);
+  Network c = stack(2);
   c.mlp = Mlp::gelu;
   c.ffn = 4;
   c.inputs = 32;
@@ -101,7 +101,7 @@ TEST(Fdim, RankSaturatesInInputs) {
 // Control: biases break nothing but add gauges, b_K^h (constant over keys) and b_V^h against b_O:
 // the deficiency rises by exactly 2·H·d_h, as predicted, certified.
 TEST(Fdim, BiasesAddTheirPredictedGauges) {
-  Config c = attention_layer();
+  Network c = attention_layer();
   const Count plain = count(c, false);
   c.bias = true;
   c.inputs = 12;
@@ -114,7 +114,7 @@ TEST(Fdim, BiasesAddTheirPredictedGauges) {
 // Control: a learned (non-scalar) RMSNorm gain adds d per norm (absorbed by its readers' rows)
 // and keeps the stream's O(d); a prediction that left the gains out is off by exactly that.
 TEST(Fdim, NormGainChangesTheDeficiencyAsPredicted) {
-  Config c = stack(1);
+  Network c = stack(1);
   c.norm = Norm::rmsnorm;
   c.inputs = 10;
   const Count plain = count(c, true);
@@ -131,10 +131,10 @@ TEST(Fdim, NormGainChangesTheDeficiencyAsPredicted) {
 // skips one layer is, but every layer costs (L − 1)(d² − H·d_h²) (the residual basis shrinks to
 // GL(d_h)^H). Control: a wrong prediction (0 lost with both skips in every layer) is refuted.
 TEST(Fdim, IdentityQueriesLoseWhatTheGaugeCountPredicts) {
-  Config c = stack(2);
+  Network c = stack(2);
   c.inputs = 16;
   auto lost = [&](Skips s, std::vector<int> layers, bool certify) {
-    Config q = c;
+    Network q = c;
     q.skips = s;
     q.identity_layers = std::move(layers);
     const Count n = count(q, certify);
@@ -152,7 +152,7 @@ TEST(Fdim, IdentityQueriesLoseWhatTheGaugeCountPredicts) {
 // The gauge count alone (no Jacobian) is the count's prediction, and saturating_inputs saturates;
 // control: too few inputs (two) do not.
 TEST(Fdim, GaugeCountAloneAndSaturatingInputs) {
-  Config c = stack(2);
+  Network c = stack(2);
   c.skips = Skips::both;
   c.norm = Norm::layernorm;
   c.inputs = saturating_inputs(c);
@@ -183,8 +183,8 @@ namespace {
 
 // The skips-as-gauges note's MLP stacks (its notebook, Section 1): a linear embedding R^6 → R^d, L
 // blocks σ(N(h) W_1) W_2 without attention, a linear readout R^d → R^6; one token per input.
-Config mlp_stack(Mlp mlp, Skips skips, int layers = 3, int d = 4, int ffn = 8) {
-  Config c;
+Network mlp_stack(Mlp mlp, Skips skips, int layers = 3, int d = 4, int ffn = 8) {
+  Network c;
   c.mixer = Mixer::none;
   c.mlp = mlp;
   c.skips = skips;
@@ -200,7 +200,7 @@ Config mlp_stack(Mlp mlp, Skips skips, int layers = 3, int d = 4, int ffn = 8) {
   return c;
 }
 
-Count counted(Config c, bool certify = false) {
+Count counted(Network c, bool certify = false) {
   c.inputs = saturating_inputs(c);
   return count(c, certify);
 }
@@ -219,7 +219,7 @@ TEST(Fdim, MlpStacksMatchCorollary3AndLemma9) {
   EXPECT_EQ(predicted_deficiency(skipless), 64);
   EXPECT_EQ(predicted_deficiency(residual), 16);
   for (Skips s : {Skips::none, Skips::both}) {
-    Config c = mlp_stack(Mlp::tanh, s);
+    Network c = mlp_stack(Mlp::tanh, s);
     c.bias = true;
     const Count biased = counted(c);
     EXPECT_EQ(deficiency(biased), (s == Skips::none ? 64 : 16) + 4 * 4);
@@ -240,7 +240,7 @@ TEST(Fdim, DegreeTwoBlocksMatchTable6) {
   EXPECT_EQ(predicted_deficiency(reglu), 64);
   EXPECT_EQ(deficiency(counted(mlp_stack(Mlp::reglu, Skips::none))), 112);
   EXPECT_EQ(deficiency(reglu) - 40, 3 * 8);
-  Config small = mlp_stack(Mlp::relu2, Skips::both, 2, 3, 4);
+  Network small = mlp_stack(Mlp::relu2, Skips::both, 2, 3, 4);
   small.din = small.dout = 3;
   const Count residual = counted(small, true);
   EXPECT_EQ(deficiency(residual), 9 + 2 * 4);
@@ -256,7 +256,7 @@ TEST(Fdim, DegreeTwoBlocksMatchTable6) {
 // small stack. Control: the same network at ε = 1e-2 is one dimension per hidden state below.
 TEST(Fdim, RmsNormEpsilonDecidesTheScaleGauge) {
   for (Skips s : {Skips::none, Skips::both}) {
-    Config c = mlp_stack(Mlp::tanh, s);
+    Network c = mlp_stack(Mlp::tanh, s);
     c.norm = Norm::rmsnorm;
     c.norm_eps = 1e-2;
     const long long positive = deficiency(counted(c));
@@ -266,7 +266,7 @@ TEST(Fdim, RmsNormEpsilonDecidesTheScaleGauge) {
     EXPECT_EQ(deficiency(zero), s == Skips::none ? 28 : 7);
     EXPECT_EQ(predicted_deficiency(zero), deficiency(zero));
   }
-  Config small = mlp_stack(Mlp::tanh, Skips::none, 1, 3, 3);
+  Network small = mlp_stack(Mlp::tanh, Skips::none, 1, 3, 3);
   small.din = small.dout = 3;
   small.norm = Norm::rmsnorm;
   small.norm_eps = 0;
@@ -279,7 +279,7 @@ TEST(Fdim, RmsNormEpsilonDecidesTheScaleGauge) {
 // units X U V add a GL(d) inside each skip (112); under RMSNorm (ε = 1e-2) learned skips keep O(d)
 // per hidden state (24). Control: the identity skip's network has L·d² = 48 fewer.
 TEST(Fdim, LearnedSkipsMatchTable2AndTheorem5) {
-  Config c = mlp_stack(Mlp::tanh, Skips::both);
+  Network c = mlp_stack(Mlp::tanh, Skips::both);
   c.skip_kind = SkipKind::learned;
   const Count learned = counted(c);
   EXPECT_EQ(learned.parameters, 288);
@@ -300,7 +300,7 @@ TEST(Fdim, LearnedSkipsMatchTable2AndTheorem5) {
 // L·r(2r − 1) under RMSNorm (24 at r = 2). The part beyond U V's GL(r) is the note's formula, with
 // no constructed directions: the upper bound certifies only P minus the constructed ones (control).
 TEST(Fdim, LowRankSkipsMatchSection4) {
-  Config c = mlp_stack(Mlp::tanh, Skips::both);
+  Network c = mlp_stack(Mlp::tanh, Skips::both);
   c.skip_kind = SkipKind::lowrank;
   c.skip_rank = 1;
   const Count plain = counted(c);
@@ -323,7 +323,7 @@ TEST(Fdim, LowRankSkipsMatchSection4) {
 // them; without γ, β: 4 and 1. Control: the skips remove exactly L = 3 in both.
 TEST(Fdim, DytReadsMatchSection5) {
   for (bool affine : {true, false}) {
-    Config c = mlp_stack(Mlp::tanh, Skips::none);
+    Network c = mlp_stack(Mlp::tanh, Skips::none);
     c.norm = Norm::dyt;
     c.norm_gain = c.norm_bias = affine;
     const Count skipless = counted(c);
@@ -341,7 +341,7 @@ TEST(Fdim, DytReadsMatchSection5) {
 // computed alone, so one and two workers give bit-identical counts (singular values, residuals).
 // Control: another seed (a different point) changes the singular values.
 TEST(Fdim, CountsAreIdenticalAtAnyThreadCount) {
-  Config c = stack(1);
+  Network c = stack(1);
   c.mlp = Mlp::relu2;
   c.ffn = 4;
   c.inputs = 8;
@@ -363,12 +363,12 @@ TEST(Fdim, CountsAreIdenticalAtAnyThreadCount) {
 // formula term has no directions, so its count stays uncertified with the upper bound P − constructed.
 TEST(Fdim, NewKindsAreCertifiedAtSmallSizes) {
   auto small = [](Mlp mlp, Skips skips) {
-    Config c = mlp_stack(mlp, skips, 2, 3, 3);
+    Network c = mlp_stack(mlp, skips, 2, 3, 3);
     c.din = c.dout = 3;
     c.inputs = 40;
     return c;
   };
-  std::vector<Config> kinds;
+  std::vector<Network> kinds;
   for (SkipKind k : {SkipKind::learned, SkipKind::units}) {
     kinds.push_back(small(Mlp::tanh, Skips::both));
     kinds.back().skip_kind = k;
@@ -386,13 +386,13 @@ TEST(Fdim, NewKindsAreCertifiedAtSmallSizes) {
   kinds.back().bias = true;
   kinds.push_back(small(Mlp::tanh, Skips::none));
   kinds.back().norm = Norm::dyt;
-  for (const Config& c : kinds) {
+  for (const Network& c : kinds) {
     const Count n = count(c, true);
     EXPECT_EQ(deficiency(n), predicted_deficiency(n));
     EXPECT_TRUE(n.certified);
     EXPECT_EQ(n.gauges_verified, deficiency(n));
   }
-  Config lowrank = small(Mlp::tanh, Skips::both);
+  Network lowrank = small(Mlp::tanh, Skips::both);
   lowrank.skip_kind = SkipKind::lowrank;
   const Count n = count(lowrank, true);
   EXPECT_EQ(deficiency(n), predicted_deficiency(n));
