@@ -93,24 +93,34 @@ void skipv1_fig12(Session& s, Output& out) {
   out.draw(f, out.add(t), "probe_loss");
 }
 
-// The last layer's head–head (Fig. 13) or token–token (Fig. 14) cosine matrix of both models.
-void cosine_maps(Session& s, Output& out, analysis::Kind kind) {
+// The last layer's cosine matrix of both models: head–head of `of` (Fig. 13) or token–token
+// (Fig. 14). Keys and files carry `tag` ("" for the figure's first matrix).
+void cosine_maps(Session& s, Output& out, analysis::Kind kind, analysis::HeadMatrixOf of, const std::string& tag) {
   const bool heads = kind == analysis::Kind::heads;
+  analysis::Options o;
+  o.head_matrix = of;
   for (const std::string name : {"vanilla", "skipv1"}) {
-    analysis::Report r = s.analyze(name, kind, {}, heads ? 128 : 64);
+    analysis::Report r = s.analyze(name, kind, o, heads ? 128 : 64);
     const double off = r.cosine->mean_off_diagonal(), magnitude = r.cosine->mean_abs_off_diagonal();
-    out.value.set(name, r.to_value());
-    out.value.set(name + "_mean_off_diagonal", off);
-    out.value.set(name + "_mean_abs_off_diagonal", magnitude);
-    out.notes += "- " + name + ": off-diagonal cosines at layer " + std::to_string(r.cosine->layer) + ": mean " +
+    out.value.set(name + tag, r.to_value());
+    out.value.set(name + tag + "_mean_off_diagonal", off);
+    out.value.set(name + tag + "_mean_abs_off_diagonal", magnitude);
+    out.notes += "- " + name + tag + ": off-diagonal cosines at layer " + std::to_string(r.cosine->layer) + ": mean " +
                  fixed(off, 3) + ", mean absolute value " + fixed(magnitude, 3) + "\n";
     r.figures[0].title = name + ": " + r.figures[0].title;
-    r.tables[0].name = name + (heads ? "-heads" : "-tokens");
+    r.tables[0].name = name + (heads ? "-heads" : "-tokens") + tag;
     out.draw(r.figures[0], out.add(r.tables[0]), r.tables[0].name);
   }
 }
-void skipv1_fig13(Session& s, Output& out) { cosine_maps(s, out, analysis::Kind::heads); }
-void skipv1_fig14(Session& s, Output& out) { cosine_maps(s, out, analysis::Kind::tokens); }
+// Fig. 13: the heads' outputs z_h (qkvlab's first reading) and their attention patterns A_h (what the
+// released script compares), both at the last layer.
+void skipv1_fig13(Session& s, Output& out) {
+  cosine_maps(s, out, analysis::Kind::heads, analysis::HeadMatrixOf::outputs, "");
+  cosine_maps(s, out, analysis::Kind::heads, analysis::HeadMatrixOf::patterns, "-patterns");
+}
+void skipv1_fig14(Session& s, Output& out) {
+  cosine_maps(s, out, analysis::Kind::tokens, analysis::HeadMatrixOf::outputs, "");
+}
 
 // SkipV1Former Table 2's configurations (GPT2-355M with GQA or MLA, each with and without SkipV1) and the
 // tiny preset: parameters and KV-cache bytes per token (docs/accounting.md).

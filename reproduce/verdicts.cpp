@@ -137,6 +137,16 @@ std::vector<Element> cosines(const Value& j) {
           one_seed("mean absolute cosine, SkipV1 − vanilla",
                    num(r["skipv1_mean_abs_off_diagonal"]) - num(r["vanilla_mean_abs_off_diagonal"]))};
 }
+// Fig. 13: the head outputs' cosines, as Fig. 14's, and the attention patterns' (the released
+// script's matrix; non-negative patterns, so one mean).
+std::vector<Element> head_cosines(const Value& j) {
+  const Value& r = j["results"];
+  std::vector<Element> e = cosines(j);
+  for (Element& x : e) x.label = "outputs: " + x.label;
+  e.push_back(one_seed("patterns (released): mean cosine, SkipV1 − vanilla",
+                       num(r["skipv1-patterns_mean_off_diagonal"]) - num(r["vanilla-patterns_mean_off_diagonal"])));
+  return e;
+}
 std::vector<Element> skipv1_table2(const Value& j) {
   const auto& rows = j["results"]["rows"].items();
   return {{"GQA: Δ KV − (−24.0%)", num(rows.at(1)["delta_kv_percent"]) + 24.0, 0, 1, kNaN},
@@ -284,8 +294,9 @@ const std::vector<FigureClaim>& claims() {
        kSeeds, "the fit's residuals over the layers", skipv1_fig12},
       {"skipv1-fig13",
        {"SkipV1Former's heads at the last layer are less similar to each other than vanilla's (SkipV1Former Fig. 13)",
-        "off-diagonal head–head cosine at the last layer, SkipV1 − vanilla", Sense::less},
-       kSeeds, "", cosines},
+        "off-diagonal head–head cosine at the last layer, of the head outputs and of the attention patterns (the "
+        "released script's), SkipV1 − vanilla", Sense::less},
+       kSeeds, "", head_cosines},
       {"skipv1-fig14",
        {"SkipV1Former's tokens at the last layer are less similar to each other than vanilla's (SkipV1Former Fig. 14)",
         "off-diagonal token–token cosine at the last layer, SkipV1 − vanilla", Sense::less},
