@@ -23,8 +23,8 @@ namespace {
 constexpr int width = 4, heads = 2, head_dim = 2, depth = 2, positions = 3;
 
 // The claims' network: linear ends of width d, no biases, no norm, no MLP, free queries.
-fdim::Config network(fdim::Skips skips, Rng& rng) {
-  fdim::Config c;
+fdim::Network network(fdim::Skips skips, Rng& rng) {
+  fdim::Network c;
   c.layers = depth;
   c.d = width;
   c.heads = heads;
@@ -51,13 +51,13 @@ struct Measured {
   std::string note;
 };
 
-Measured measure(fdim::Config c, std::vector<int> identity_layers, long long stated_loss) {
+Measured measure(fdim::Network c, std::vector<int> identity_layers, long long stated_loss) {
   c.inputs = fdim::saturating_inputs(c);  // of the free network, the larger
   c.identity_layers = std::move(identity_layers);
   const fdim::Count n = fdim::count(c, false);
   if (!n.saturated)
     throw std::runtime_error("the rank did not saturate in " + std::to_string(c.inputs) + " inputs");
-  fdim::Config free = c;
+  fdim::Network free = c;
   free.identity_layers.clear();
   const long long free_parameters = fdim::layout(free).size, free_gauges = fdim::predicted_deficiency(free);
   Measured m;
@@ -101,7 +101,7 @@ Outcome no_skips(const SweepPoint&, Rng& rng) {
 
 Outcome both_skips_one_layer(const SweepPoint&, Rng& rng) {
   Outcome o = outcome(measure(network(fdim::Skips::both, rng), {1}, 0));
-  fdim::Config normed = network(fdim::Skips::both, rng);
+  fdim::Network normed = network(fdim::Skips::both, rng);
   normed.norm = fdim::Norm::layernorm;
   o.controls.push_back(control("pre-LayerNorm (outside the hypothesis): lost 0 predicted", measure(normed, {1}, 0)));
   return o;
@@ -117,7 +117,7 @@ Outcome both_skips_every_layer(const SweepPoint&, Rng& rng) {
 }
 
 Outcome layernorm_one_layer(const SweepPoint&, Rng& rng) {
-  fdim::Config c = network(fdim::Skips::both, rng);
+  fdim::Network c = network(fdim::Skips::both, rng);
   c.norm = fdim::Norm::layernorm;
   const Measured m = measure(c, {1}, layernorm_one_layer_loss());
   Measured lossless = m;
@@ -127,7 +127,7 @@ Outcome layernorm_one_layer(const SweepPoint&, Rng& rng) {
   return o;
 }
 
-fdim::Config gelu(fdim::Config c) {
+fdim::Network gelu(fdim::Network c) {
   c.mlp = fdim::Mlp::gelu;
   c.ffn = 6;
   return c;
