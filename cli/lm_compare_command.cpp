@@ -13,7 +13,7 @@ namespace {
 
 struct CompareArgs {
   std::vector<std::string> runs;
-  std::string csv, figure, format = "table", smoothing = "trailing";
+  std::string csv, figure, format = "table", smoothing = "trailing", claim;
   lm::CompareOptions options;
 };
 
@@ -23,6 +23,7 @@ int run_compare(const CompareArgs& a) {
   if (!a.figure.empty() && a.csv.empty()) throw UsageError("--figure needs --csv (the figure is drawn from it)");
   if (!a.csv.empty()) o.csv = a.csv;
   if (!a.figure.empty()) o.figure = a.figure;
+  if (!a.claim.empty()) o.claim = a.claim == "less" ? results::Sense::less : results::Sense::greater;
   const std::vector<std::filesystem::path> dirs(a.runs.begin(), a.runs.end());
   for (std::size_t i = 0; i < dirs.size(); ++i)
     for (std::size_t j = 0; j < i; ++j) {
@@ -50,8 +51,13 @@ std::vector<Command> add_lm_compare_commands(CLI::App& lm, const std::string&) {
                   "plots' smoothing, with --window 100)")
       ->check(CLI::IsMember({"trailing", "forward"}))
       ->capture_default_str();
-  cmd->add_option("--baseline", a->options.baseline, "The variant the others are measured against")
+  cmd->add_option("--baseline", a->options.baseline, "The runs the others are measured against: a run name (a run directory's, less -sSEED: "
+                                              "resformer-l05) if a run bears it, else a variant")
       ->capture_default_str();
+  cmd->add_option("--claim", a->claim, "less|greater: judge each group's paired difference from the baseline as claimed "
+                                       "below (above) it, by the rule of docs/figures.md (2 se over >= 2 seeds); "
+                                       "adds a verdict to each group")
+      ->check(CLI::IsMember({"less", "greater"}));
   cmd->add_option("--csv", a->csv, "Write the relative training-loss curves (mean and std per group) as CSV");
   cmd->add_option("--figure", a->figure, "Draw them to STEM.svg and STEM.png (needs --csv)");
   add_format_option(cmd, a->format);

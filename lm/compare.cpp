@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -26,7 +27,7 @@ namespace {
 
 struct Run {
   fs::path dir;
-  std::string family, variant, key, label;
+  std::string family, variant, key, label, name;  // name: the directory's, less a trailing -sSEED
   std::map<std::string, std::string> fields;  // model.* and training.*, to tell groups with one label apart
   std::uint64_t seed = 0;
   double final_validation = 0;
@@ -75,6 +76,17 @@ std::string label_of(const Json& model, const fs::path& file) {
   return label;
 }
 
+// A run's name: its directory's, less the seed suffix that scripts/lm_comparisons.sh and the
+// reproduce cache give it ("resformer-l05-s2" → "resformer-l05").
+std::string run_name(const fs::path& dir) {
+  std::string name = (dir.has_filename() ? dir : dir.parent_path()).filename().string();
+  std::size_t cut = name.rfind("-s");
+  if (cut != std::string::npos && cut + 2 < name.size() &&
+      std::all_of(name.begin() + std::ptrdiff_t(cut + 2), name.end(), [](unsigned char c) { return std::isdigit(c); }))
+    name.resize(cut);
+  return name;
+}
+
 Run read_run(const fs::path& dir) {
   const fs::path file = dir / "run.json";
   std::ifstream in(file);
@@ -89,6 +101,7 @@ Run read_run(const fs::path& dir) {
   }
   Run r;
   r.dir = dir;
+  r.name = run_name(dir);
   const Json& model = member(json, "model", file);
   const Json& training = member(json, "training", file);
   r.family = member(model, "family", file).text;
@@ -105,7 +118,7 @@ Run read_run(const fs::path& dir) {
 }
 
 struct Group {
-  std::string key, label, family, variant, display;
+  std::string key, label, family, variant, name, display;
   std::vector<const Run*> runs;
 };
 
@@ -212,7 +225,7 @@ results::Value compare_runs(const std::vector<fs::path>& dirs, const CompareOpti
   std::vector<Group> groups;
   for (const Run& r : runs) {
     auto it = std::find_if(groups.begin(), groups.end(), [&](const Group& g) { return g.key == r.key; });
-    if (it == groups.end()) it = groups.insert(groups.end(), Group{r.key, r.label, r.family, r.variant, "", {}});
+    if (it == groups.end()) it = groups.insert(groups.end(), Group{r.key, r.label, r.family, r.variant, r.name, "", {}});
     it->runs.push_back(&r);
   }
   disambiguate(groups);
@@ -222,10 +235,13 @@ results::Value compare_runs(const std::vector<fs::path>& dirs, const CompareOpti
   out.set("baseline", o.baseline);
   results::Value list = results::Value::array();
   results::Table curves{"relative_train_loss", {}};
+  // The baseline: the groups whose runs bear that name, else those of that variant.
+  const bool by_name = std::any_of(groups.begin(), groups.end(), [&](const Group& g) { return g.name == o.baseline; });
   for (const Group& g : groups) {
     const Group* base = nullptr;
     for (const Group& b : groups)
-      if (b.variant == o.baseline && b.family == g.family && (!base || b.runs.size() > base->runs.size())) base = &b;
+      if ((by_name ? b.name : b.variant) == o.baseline && b.family == g.family && (!base || b.runs.size() > base->runs.size()))
+        base = &b;
     std::vector<double> finals, deltas;
     std::vector<std::vector<double>> relative;
     std::size_t length = SIZE_MAX;
@@ -255,6 +271,12 @@ results::Value compare_runs(const std::vector<fs::path>& dirs, const CompareOpti
     v.set("delta_vs_baseline_mean", mean(deltas));
     v.set("delta_vs_baseline_se", deltas.size() > 1 ? stddev(deltas) / std::sqrt(double(deltas.size())) : std::nan(""));
     v.set("paired_seeds", std::int64_t(deltas.size()));
+    if (o.claim && base && base != &g) {
+      const results::Claim claim{g.label + " trains " + (*o.claim == results::Sense::less ? "lower" : "higher") + " than " +
+                                     base->label,
+                                 "final validation loss, " + g.label + " − " + base->label + ", paired by seed (nats)", *o.claim};
+      v.set("verdict", results::judge(claim, results::Rule{}, {results::over_replicates(g.label, deltas)}).to_value());
+    }
     if (!relative.empty()) {
       std::vector<double> m(length), s(length), last;
       for (std::size_t i = 0; i < length; ++i) {

@@ -5,7 +5,7 @@
 // replicates. For each group: the final validation loss (run.json's, over the
 // whole validation stream) as mean, standard deviation and count over seeds,
 // and its difference from the baseline group (vanilla of the same family by
-// default) paired by seed where both have the seed, with the standard error of
+// default; or the runs of one name, resformer-l05 for resformer-l05-sSEED) paired by seed where both have the seed, with the standard error of
 // the paired differences.
 //
 // Relative loss curves (ResFormer §4.1.2): each run's training loss is
@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "results/value.hpp"
+#include "results/verdict.hpp"
 
 namespace qkvlab::lm {
 
@@ -36,7 +37,12 @@ std::string to_string(Smoothing smoothing);
 struct CompareOptions {
   int window = 10;
   Smoothing smoothing = Smoothing::trailing;
-  std::string baseline = "vanilla";          // the variant the others are measured against
+  std::string baseline = "vanilla";  // the runs the others are measured against: a run name (the directory's,
+                                     // less -sSEED) if some run bears it, else a variant
+  // A claim on each group's paired difference from the baseline (less: below it), judged by the rule of
+  // results/verdict.hpp (2 se over at least 2 seeds): each group measured against the baseline gains
+  // a "verdict" object.
+  std::optional<results::Sense> claim;
   std::optional<std::filesystem::path> csv;  // relative curves as CSV (+ figure stem below)
   std::optional<std::filesystem::path> figure;
 };

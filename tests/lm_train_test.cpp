@@ -161,6 +161,58 @@ TEST(LmCompare, GroupsBySeedAndMeasuresAgainstTheBaseline) {
   }
 }
 
+// --baseline names runs by their directories (NAME-sSEED), to measure against one of several groups of
+// the same variant: ResFormer's λ = ½ against λ = 2, paired by seed.
+TEST(LmCompare, BaselineByRunName) {
+  ScratchDir dir;
+  const TrainData data = toy_data();
+  engine::CpuBackend<float> backend(2);
+  std::vector<fs::path> runs;
+  std::map<std::string, std::vector<double>> finals;
+  for (const auto& [name, lambda] : {std::pair{"resformer-l05", 0.5}, std::pair{"resformer-l2", 2.0}})
+    for (std::uint64_t seed : {1, 2}) {
+      runs.push_back(dir.path / (std::string(name) + "-s" + std::to_string(seed)));
+      RunOptions o = tiny_run(runs.back(), seed, VariantKind::resformer);
+      o.model.variant.alpha = 1, o.model.variant.beta = lambda;
+      finals[name].push_back(train_language_model(o, data, backend, {})["final_validation_loss"].number());
+    }
+  const auto delta_of = [&](const std::string& baseline) {
+    CompareOptions o;
+    o.baseline = baseline;
+    const results::Value c = compare_runs(runs, o);
+    std::map<std::string, double> delta;
+    for (const auto& g : c["groups"].items()) delta[g["label"].string()] = g["delta_vs_baseline_mean"].number();
+    return delta;
+  };
+  const double l2_minus_l05 = (finals["resformer-l2"][0] - finals["resformer-l05"][0] +
+                               finals["resformer-l2"][1] - finals["resformer-l05"][1]) / 2;
+  const auto against_l05 = delta_of("resformer-l05");
+  EXPECT_TRUE(std::isnan(against_l05.at("gpt2 resformer alpha=1 beta=0.5")));
+  EXPECT_NEAR(against_l05.at("gpt2 resformer alpha=1 beta=2"), l2_minus_l05, 1e-12);
+  // Control: naming the other runs turns the difference around.
+  const auto against_l2 = delta_of("resformer-l2");
+  EXPECT_NEAR(against_l2.at("gpt2 resformer alpha=1 beta=0.5"), -l2_minus_l05, 1e-12);
+  EXPECT_TRUE(std::isnan(against_l2.at("gpt2 resformer alpha=1 beta=2")));
+  EXPECT_NE(l2_minus_l05, 0.0);
+  // --claim: the compared group's verdict is the rule's on its paired differences; the reference has none.
+  const std::vector<double> paired = {finals["resformer-l2"][0] - finals["resformer-l05"][0],
+                                      finals["resformer-l2"][1] - finals["resformer-l05"][1]};
+  for (results::Sense sense : {results::Sense::less, results::Sense::greater}) {
+    CompareOptions o;
+    o.baseline = "resformer-l05", o.claim = sense;
+    const results::Value c = compare_runs(runs, o);
+    const std::string expected = results::judge({"", "", sense}, results::Rule{}, {results::over_replicates("", paired)}).verdict;
+    for (const auto& g : c["groups"].items()) {
+      if (g["label"].string() == "gpt2 resformer alpha=1 beta=0.5") {
+        EXPECT_EQ(g.find("verdict"), nullptr);
+        continue;
+      }
+      EXPECT_EQ(g["verdict"]["verdict"].string(), expected);
+      EXPECT_EQ(g["verdict"]["uncertainty"]["replicates"].items().at(0).number(), 2);
+    }
+  }
+}
+
 // `lm train --preset P --family F` takes family F's tying and biases, as the preset of that family
 // has them (tiny + --family llama is tiny-llama's model); --tied and --bias still override.
 TEST(LmTrainCommand, FamilyOverAPresetTakesThatFamilysTyingAndBiases) {
