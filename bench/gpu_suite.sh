@@ -17,12 +17,13 @@
 #             and `similarity` --device cuda at T = 2048, 8192, 32768 on the Llama-shaped 32k-position
 #             model of docs/benchmarks.md (L = 4, d = 256, H = 4, 2 key/value heads)
 #   sanitize  compute-sanitizer memcheck, racecheck, initcheck, synccheck over analysis_gpu_test and
-#             lm_gpu_test
+#             lm_gpu_test, the eight runs at once (SANITIZE_LIMIT seconds each, default 180)
 #   bench     cuBLAS rates (gpu_bench) and the Llama training step (lm_gpu_bench --family llama)
 #
 #   bash bench/gpu_suite.sh [--dry-run] [--budget SECONDS (540)] [BUILD_DIR (build)] [OUT (gpu-suite)]
 #                           [SEQUENCES (16)] [PARTS (all of the above, in that order)]
-#   bash bench/gpu_suite.sh --stage BUILD_DIR DIR   # copies the binaries the suite runs to DIR (about 20 MB)
+#   bash bench/gpu_suite.sh --stage BUILD_DIR DIR   # packs the binaries the suite runs and their shared
+#                                                   # libraries into DIR/staged.tar.xz (about 17 MB)
 #
 # The device tool carries git-ignored folders of up to 64 MiB: stage into build-gpu (ignored as
 # /build-*/), carry it, and run `bash bench/gpu_suite.sh build-gpu "$OUT/suite"` there, so the device's
@@ -45,11 +46,18 @@ while [[ ${1:-} == --* ]]; do
     --dry-run) dry=true; shift ;;
     --budget) budget=$2; shift 2 ;;
     --stage)
-      mkdir -p "$3/tests" "$3/bench" &&
-        cp "$2/qkvlab" "$3/" &&
-        cp "$2/tests/"{lm_gpu_test,gpu_agreement_test,analysis_gpu_test,transfer_test} "$3/tests/" &&
-        cp "$2/bench/"{gpu_bench,lm_gpu_bench} "$3/bench/"
-      exit ;;
+      # The binaries and the shared libraries they load, except glibc's and the driver's, which the
+      # device machine's image has (it has no OpenBLAS, HDF5, MPFR, ...), packed into one .tar.xz
+      # (about 17 MB) that the suite unpacks where it finds it.
+      files=(qkvlab tests/{lm_gpu_test,gpu_agreement_test,analysis_gpu_test,transfer_test} bench/{gpu_bench,lm_gpu_bench})
+      staging=$(mktemp -d) && mkdir -p "$3" "$staging/lib" &&
+        (cd "$2" && ldd "${files[@]}") | awk '/=> \//{print $3}' | sort -u |
+        grep -vE '/(libc|libm|libpthread|libdl|librt|libresolv|libcuda)\.so' | xargs -r cp -L -t "$staging/lib" &&
+        (cd "$2" && cp --parents "${files[@]}" "$staging") &&
+        tar -C "$staging" -cf - . | xz -T0 -6 > "$3/staged.tar.xz"
+      rc=$?
+      rm -rf "$staging"
+      exit $rc ;;
     *) echo "gpu_suite.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -58,6 +66,8 @@ out=${2:-gpu-suite}
 sequences=${3:-16}
 parts=" ${4:-tests analyze train entropy memory sanitize bench} "
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+[[ -f $build/staged.tar.xz && ! -x $build/qkvlab ]] && tar -C "$build" -xJf "$build/staged.tar.xz"
+[[ -d $build/lib ]] && export LD_LIBRARY_PATH=$build/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 mkdir -p "$out"
 : > "$out/summary.txt"
 threads=$(nproc)
@@ -100,7 +110,7 @@ py() {
     echo '{"seconds": 1, "tokens_per_second": 1, "step_seconds_median": 1, "means": {}}' > "$log"
     return 0
   fi
-  run "$limit" "$log" python3 "$script" "$@"
+  errlog=${log%.json}.err run "$limit" "$log" python3 "$script" "$@"  # stderr (warnings, progress bars) apart from the JSON
 }
 
 # tokens FILE N T VOCAB: N random sequences of T token ids (seeded), as int32 .npy (no numpy needed).
@@ -139,7 +149,7 @@ qk() {
   t0=$(now)
   errlog=$out/$name.err run "$limit" "$out/$name.json" "$build/qkvlab" "$@" ||
     { status=1; note "$name: failed ($(tail -c 300 "$out/$name.err"))"; return 1; }
-  $dry || note "$name: $(took "$t0" "$(now)") s (whole process)"
+  $dry || note "$name: $(took "$t0" "$(now)") s (whole process)$(field "$out/$name.json" "', ' + str(round(t['seconds'], 3)) + ' s analysing (its JSON: loading excluded)' if 'seconds' in t else ''")"
 }
 
 # ---- tests ----------------------------------------------------------------------------------------
@@ -238,18 +248,25 @@ if want sanitize; then
     note "sanitize: compute-sanitizer not found"
     $dry || status=1
   fi
+  # The eight tool x test runs at once (nothing here is timed; the card and 16 host cores hold them),
+  # each under the same limit.
+  pairs=()
   for tool in memcheck racecheck initcheck synccheck; do
     for t in analysis_gpu_test lm_gpu_test; do
-      log=$out/sanitize_${tool}_$t.log
       if $dry; then
         [[ -x $build/tests/$t ]] || { note "dry run: $build/tests/$t missing"; status=1; }
         continue
       fi
-      run 45 "$log" compute-sanitizer --tool "$tool" --error-exitcode 99 "$build/tests/$t"
-      rc=$?
-      ((rc == 0)) || status=1
-      note "sanitize $tool $t: exit $rc, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$log" | tail -1)$( ((rc == 124)) && echo ' (timed out)')"
+      run "${SANITIZE_LIMIT:-180}" "$out/sanitize_${tool}_$t.log" compute-sanitizer --tool "$tool" --error-exitcode 99 "$build/tests/$t" &
+      pairs+=("$tool $t $!")
     done
+  done
+  for pair in "${pairs[@]}"; do
+    set -- $pair
+    wait "$3"
+    rc=$?
+    ((rc == 0)) || status=1
+    note "sanitize $1 $2: exit $rc, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/sanitize_$1_$2.log" | tail -1)$( ((rc == 124)) && echo ' (timed out)')"
   done
 fi
 

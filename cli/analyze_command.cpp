@@ -1,5 +1,6 @@
 // `qkvlab analyze KIND CKPT`: the per-layer analyses of a trained model on
 // token sequences (analysis/analyze.hpp; definitions in docs/analysis.md).
+#include <chrono>
 #include <iostream>
 
 #include "analysis/analyze.hpp"
@@ -78,9 +79,11 @@ int run_analyze(const AnalyzeArgs& a, const std::string& command_line) {
   const auto model = lm::load_model(a.checkpoint, *backend, a.allow_nonfinite, a.dtype);
   const lm::TokenSequences data = read_token_sequences(a.input, a.checkpoint, a.seed, model->config(), false);
   const Progress show{"analyze", Progress::wanted(a.quiet)};
+  const auto start = std::chrono::steady_clock::now();  // the analysis alone: the model and tokens are loaded
   const analysis::Report r = analysis::analyze(*model, kind, data, options, [&](std::int64_t done, std::int64_t total) {
     show("sequences", std::size_t(done), std::size_t(total));
   });
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (!r.nonfinite.empty()) return report_nonfinite("analyze", r.nonfinite);
   results::Value v = r.to_value();
   v.set("checkpoint", a.checkpoint);
@@ -90,6 +93,8 @@ int run_analyze(const AnalyzeArgs& a, const std::string& command_line) {
   v.set("seed", a.seed);
   v.set("device", backend->description());
   set_dtype_fields(v, model->weight_type());
+  v.set("seconds", seconds);  // as lm eval's: the forward passes and measures, not the loading
+  v.set("tokens_per_second", double(r.sequences) * double(r.seq_len) / seconds);
   v.set("command_line", command_line);
   write_files(a, r, command_line);
   std::cout << (a.format == "json" ? v.json() : v.text());
