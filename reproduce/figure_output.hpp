@@ -21,6 +21,8 @@ struct Output {
     results::Figure figure;
     std::size_t table;
     std::string stem;
+    bool over_seeds = true;  // drawn once more over a replicated figure's seeds (registry.cpp); false
+                             // where the seeds' rows do not correspond (one model's heads, say)
   };
   std::vector<Drawn> drawn;
   std::string notes;
@@ -29,7 +31,9 @@ struct Output {
     tables.push_back(std::move(t));
     return tables.size() - 1;
   }
-  void draw(results::Figure f, std::size_t table, std::string stem) { drawn.push_back({std::move(f), table, std::move(stem)}); }
+  void draw(results::Figure f, std::size_t table, std::string stem, bool over_seeds = true) {
+    drawn.push_back({std::move(f), table, std::move(stem), over_seeds});
+  }
 };
 
 // skipv1-fig6c-7 (figure_skipv1_cache.cpp): each variant's KV cache measured from the allocation

@@ -8,13 +8,33 @@
 #include "core/atomic_file.hpp"
 #include "core/errors.hpp"
 #include "reproduce/figure_kit.hpp"
+#include "results/replicated_plot.hpp"
 
 namespace qkvlab::reproduce {
 
 namespace {
 
+// Each drawing of a replicated figure once more over its seeds: every curve's mean with a band of ±
+// one standard error (results/replicated_plot.hpp), STEM-seeds; a drawing whose seeds' tables
+// differ in shape, or that the figure marks as having no mean over seeds, has none.
+void draw_over_seeds(const std::vector<std::vector<results::Plot>>& runs, Output& all) {
+  for (std::size_t i = 0; i < runs.front().size(); ++i) {
+    if (!all.drawn[i].over_seeds) continue;
+    std::vector<results::Plot> replicates;
+    for (const auto& run : runs)
+      if (i < run.size()) replicates.push_back(run[i]);
+    if (replicates.size() != runs.size()) continue;
+    auto plot = results::over_replicates(replicates, "seeds");
+    if (!plot) continue;
+    const std::string stem = all.drawn[i].stem + "-seeds";  // seed 1's drawings come first; a stem names one drawing
+    plot->table.name = stem;
+    all.draw(std::move(plot->figure), all.add(std::move(plot->table)), stem);
+  }
+}
+
 // The entry's output: made once, or once per seed (Entry::seeds), each run's results under
-// "seed S", its tables and drawings after the first run's suffixed "-sS", its notes under a heading.
+// "seed S", its tables and drawings after the first run's suffixed "-sS", its notes under a heading,
+// and each drawing over the seeds (draw_over_seeds).
 Output made(const Entry& e, Session& s) {
   Output all;
   if (e.seeds == 1) {
@@ -25,21 +45,25 @@ Output made(const Entry& e, Session& s) {
   Value seeds = Value::array();
   for (int k = 0; k < e.seeds; ++k) seeds.push(std::int64_t(first + std::uint64_t(k)));
   all.value.set("seeds", seeds);
+  std::vector<std::vector<results::Plot>> plots;  // each seed's drawings with their tables
   for (int k = 0; k < e.seeds; ++k) {
     const std::string seed = std::to_string(first + std::uint64_t(k)), suffix = k == 0 ? "" : "-s" + seed;
     s.set_seed(first + std::uint64_t(k));
     Output one;
     e.make(s, one);
+    plots.emplace_back();
+    for (const Output::Drawn& d : one.drawn) plots.back().push_back({one.tables[d.table], d.figure});
     const std::size_t offset = all.tables.size();
     for (results::Table& t : one.tables) t.name += suffix, all.add(std::move(t));
     for (Output::Drawn& d : one.drawn) {
       d.figure.title += " (seed " + seed + ")";
-      all.draw(std::move(d.figure), d.table + offset, d.stem + suffix);
+      all.draw(std::move(d.figure), d.table + offset, d.stem + suffix, d.over_seeds);
     }
     all.notes += "Seed " + seed + ":\n\n" + one.notes + "\n";
     all.value.set("seed " + seed, one.value);
   }
   s.set_seed(first);
+  draw_over_seeds(plots, all);
   return all;
 }
 

@@ -109,14 +109,30 @@ void cosine_maps(Session& s, Output& out, analysis::Kind kind, analysis::HeadMat
                  fixed(off, 3) + ", mean absolute value " + fixed(magnitude, 3) + "\n";
     r.figures[0].title = name + ": " + r.figures[0].title;
     r.tables[0].name = name + (heads ? "-heads" : "-tokens") + tag;
-    out.draw(r.figures[0], out.add(r.tables[0]), r.tables[0].name);
+    // Heads are not matched across seeds (any permutation of a layer's heads is the same model), so a
+    // head–head map has no mean over seeds; tokens are the same sequences in every seed.
+    out.draw(r.figures[0], out.add(r.tables[0]), r.tables[0].name, !heads);
   }
 }
 // Fig. 13: the heads' outputs z_h (qkvlab's first reading) and their attention patterns A_h (what the
 // released script compares), both at the last layer.
+// The maps have no mean over seeds; the verdict's three means do, drawn as bars.
 void skipv1_fig13(Session& s, Output& out) {
   cosine_maps(s, out, analysis::Kind::heads, analysis::HeadMatrixOf::outputs, "");
   cosine_maps(s, out, analysis::Kind::heads, analysis::HeadMatrixOf::patterns, "-patterns");
+  Table t{"off_diagonal", {{"index", {}}, {"cosine", {}}}};
+  std::string tics;
+  for (const auto& [what, label] : {std::pair{"_mean_off_diagonal", "outputs"}, std::pair{"_mean_abs_off_diagonal", "outputs |cos|"},
+                                     std::pair{"-patterns_mean_off_diagonal", "patterns"}})
+    for (const std::string name : {"vanilla", "skipv1"}) {
+      const double i = double(t.columns[0].values.size());
+      tics += (tics.empty() ? "" : ", ") + std::string("'") + name + ": " + label + "' " + fixed(i, 0);
+      t.columns[0].values.push_back(i), t.columns[1].values.push_back(out.value[name + what].number());
+    }
+  out.draw({"last layer's mean off-diagonal head–head cosine", "",
+            "cosine", false, false, {{"index", "cosine", "", "", "boxes fs solid 0.5", ""}},
+            {"set xtics (" + tics + ") rotate by -30 noenhanced", "set boxwidth 0.6", "set xrange [-0.6:5.6]", "unset key"}},
+           out.add(t), "off_diagonal");
 }
 void skipv1_fig14(Session& s, Output& out) {
   cosine_maps(s, out, analysis::Kind::tokens, analysis::HeadMatrixOf::outputs, "");

@@ -100,6 +100,10 @@ TEST(Reproduce, EveryFigureRunsEndToEndAndWritesItsFiles) {
         })) << "no table of seed " << seed;
       }
     }
+    // ... and draws its curves once more over the seeds (mean ± se).
+    EXPECT_TRUE(std::any_of(r.written.begin(), r.written.end(), [&](const fs::path& p) {
+      return p.extension() == ".csv" && p.stem().string().ends_with("-seeds");
+    })) << "no drawing over the seeds";
   }
   // Every training the figures share was done once: one cache entry per recipe and seed (a recipe
   // named k times in one figure is trained at k seeds).

@@ -21,6 +21,7 @@
 #include "results/value.hpp"
 #include "tests/json_digits.hpp"
 #include "results/hdf5_matrix.hpp"
+#include "results/replicated_plot.hpp"
 #include "results/report.hpp"
 #include "tests/run_command.hpp"
 #include "tests/scratch_dir.hpp"
@@ -510,4 +511,74 @@ TEST(ResultValue, JsonLineBreaksOnlyWhereMarked) {
   EXPECT_TRUE(qkvlab::test_support::short_json_numbers(o.json_line()).empty());
   // The indented form ignores the marks.
   EXPECT_EQ(o.json(0), "{\"a\":1,\"x\":0.10000000000000001,\"items\":[[1, 2.5],\"s\"],\"later\":[[1, 2.5],\"s\"]}\n");
+}
+
+// A figure over replicates: each curve's mean over the seeds with ± se, a replicate's own band left
+// out, a reference line kept; replicates of different shape or x values give nothing.
+TEST(ReplicatedPlot, MeanAndStandardErrorPointByPoint) {
+  auto replicate = [](double shift) {
+    Table t{"entropy", {{"layer", {1, 2, 3}}, {"mean", {1 + shift, 2 + shift, 4 - shift}},
+                                 {"low", {0, 0, 0}}, {"high", {9, 9, 9}}}};
+    Figure f{"entropy", "layer", "nats", false, false,
+                      {{"layer", "low", "", "± 1 std", "filledcurves fs transparent solid 0.25 noborder", "high"},
+                       {"layer", "mean", "", "vanilla", "linespoints", ""},
+                       {"", "", "0", "zero", "lines dt 2 lc rgb 'black'", ""}},
+                      {}};
+    return Plot{t, f};
+  };
+  const auto p = over_replicates({replicate(0), replicate(0.3), replicate(0.6)}, "seeds");
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->table.name, "entropy-seeds");
+  ASSERT_EQ(p->table.columns.size(), 4u);  // layer, mean, mean - se, mean + se: the replicates' band is gone
+  const double se = 0.3 / std::sqrt(3.0);  // the standard deviation of 0, 0.3, 0.6 is 0.3
+  for (std::size_t i = 0; i < 3; ++i) {
+    const double mean = std::vector<double>{1.3, 2.3, 3.7}[i];
+    EXPECT_NEAR(p->table.columns[1].values[i], mean, 1e-12);
+    EXPECT_NEAR(p->table.columns[2].values[i], mean - se, 1e-12);
+    EXPECT_NEAR(p->table.columns[3].values[i], mean + se, 1e-12);
+  }
+  ASSERT_EQ(p->figure.series.size(), 3u);  // the band, the mean, the reference line
+  EXPECT_NE(p->figure.series[0].style.find("filledcurves"), std::string::npos);
+  EXPECT_EQ(p->figure.series[0].z, "mean + se");
+  EXPECT_EQ(p->figure.series[2].expression, "0");
+  // A replicate's error bars over sequences are left out, with their words in the key.
+  auto bars = replicate(0), bars2 = replicate(0.3);
+  for (auto* b : {&bars, &bars2}) b->figure.series[1] = {"layer", "mean", "", "vanilla (± se over sequences)", "yerrorlines", "high"};
+  const auto q = over_replicates({bars, bars2}, "seeds");
+  ASSERT_TRUE(q.has_value());
+  EXPECT_EQ(q->figure.series[1].title, "vanilla");
+  EXPECT_EQ(q->figure.series[1].z, "");
+  EXPECT_EQ(q->figure.series[1].style.rfind("linespoints", 0), 0u);
+  // A map: its z averaged, no band.
+  auto map = [](double shift) {
+    return Plot{Table{"map", {{"position", {0, 1, 0, 1}}, {"layer", {1, 1, 2, 2}}, {"ratio", {shift, 1, 2, 3}}}},
+                Figure{"map", "position", "layer", false, false, {{"position", "layer", "", "", "image", "ratio"}}, {}}};
+  };
+  const auto m = over_replicates({map(0), map(1)}, "seeds");
+  ASSERT_TRUE(m.has_value());
+  ASSERT_EQ(m->table.columns.size(), 3u);
+  EXPECT_EQ(m->table.columns[2].values, (std::vector<double>{0.5, 1, 2, 3}));
+  EXPECT_EQ(m->figure.series.size(), 1u);
+  EXPECT_EQ(m->figure.title, "map (mean over 2 seeds)");
+  // Bars: the se as error bars.
+  auto bars_of = [](double shift) {
+    return Plot{Table{"loss", {{"model", {0, 1}}, {"loss", {5 + shift, 6}}}},
+                Figure{"loss", "", "nats", false, false, {{"model", "loss", "", "", "boxes fs solid 0.5", ""}}, {}}};
+  };
+  const auto b = over_replicates({bars_of(0), bars_of(0.2)}, "seeds");
+  ASSERT_TRUE(b.has_value());
+  ASSERT_EQ(b->figure.series.size(), 1u);
+  EXPECT_EQ(b->figure.series[0].style, "boxerrorbars fs solid 0.5");
+  EXPECT_EQ(b->figure.series[0].z, "loss se");
+  EXPECT_NEAR(b->table.columns[2].values[0], 0.1, 1e-12);  // the se of 5 and 5.2
+  EXPECT_EQ(b->table.columns[2].values[1], 0.0);
+  EXPECT_NE(p->figure.title.find("over 3 seeds"), std::string::npos);
+  // Controls: other x values, another shape, one replicate.
+  auto moved = replicate(0);
+  moved.table.columns[0].values[2] = 4;
+  EXPECT_FALSE(over_replicates({replicate(0), moved}, "seeds").has_value());
+  auto shorter = replicate(0);
+  for (auto& c : shorter.table.columns) c.values.pop_back();
+  EXPECT_FALSE(over_replicates({replicate(0), shorter}, "seeds").has_value());
+  EXPECT_FALSE(over_replicates({replicate(0)}, "seeds").has_value());
 }
