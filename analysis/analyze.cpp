@@ -13,7 +13,6 @@
 #include "core/random_matrix.hpp"
 #include "core/rng.hpp"
 #include "core/statistics.hpp"
-#include "results/verdict.hpp"
 
 namespace qkvlab::analysis {
 
@@ -676,27 +675,6 @@ double uniform_causal_importance_ratio(int T) {
   double others = 0;
   for (int j = 1; j < T; ++j) others += a[std::size_t(j)] / (T - 1);
   return a[0] / others;
-}
-
-const char* const kCrossLayerVerdictRule =
-    "per layer n >= 2, d = cos(Eq. 2, Eq. 3) - cos(Eq. 2, Eq. 6) of each seed's model, mean and standard error over "
-    "the seeds: agrees when every such layer has mean(d) > 2 se, disagrees when some layer has mean(d) < -2 se, "
-    "inconclusive otherwise and always with fewer than 2 seeds";
-
-CrossLayerVerdict cross_layer_verdict(const std::vector<std::vector<CrossLayerCosine>>& replicates) {
-  CrossLayerVerdict v;
-  for (std::size_t l = 1; !replicates.empty() && l < replicates.front().size(); ++l) {
-    RunningStats d;
-    for (const auto& layers : replicates) d.add(layers.at(l).eq3.value - layers.at(l).eq6.value);
-    v.difference.push_back(d.summary());
-  }
-  std::vector<results::Element> layers;  // the rule is results/verdict.hpp's: z = 2, at least 2 seeds
-  for (std::size_t l = 0; l < v.difference.size(); ++l)
-    layers.push_back({"layer " + std::to_string(l + 2), v.difference[l].value, v.difference[l].se, v.difference[l].count, 0});
-  const results::Claim claim{"ResFormer Fig. 3: the current attention maps layer 1's values better than the identity",
-                             "cos(Eq. 2, Eq. 3) - cos(Eq. 2, Eq. 6)", results::Sense::greater};
-  v.verdict = results::judge(claim, results::Rule{}, layers).verdict;
-  return v;
 }
 
 }  // namespace qkvlab::analysis

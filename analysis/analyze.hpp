@@ -139,17 +139,4 @@ Report analyze(lm::Model<float>& model, Kind kind, const lm::TokenSequences& dat
 // position alone gives the first token (ResFormer Fig. 10's baseline).
 double uniform_causal_importance_ratio(int T);
 
-// ResFormer Fig. 3's reading — the current attention is a better map of layer 1's values than the
-// identity (cos(Eq. 2, Eq. 3) > cos(Eq. 2, Eq. 6)) — over replicate models (seeds), from their
-// cross-layer reports: per layer n ≥ 2, the difference eq3 − eq6 of each replicate's mean cosine,
-// summarized over the replicates (mean, se). The verdict: "agrees" when every layer n ≥ 2 has a
-// mean difference above 2 se; "disagrees" when some layer has one below −2 se; "inconclusive"
-// otherwise, and always with fewer than 2 replicates or no layer n ≥ 2.
-struct CrossLayerVerdict {
-  std::vector<Summary> difference;  // layers 2 … L
-  std::string verdict;
-};
-CrossLayerVerdict cross_layer_verdict(const std::vector<std::vector<CrossLayerCosine>>& replicates);
-extern const char* const kCrossLayerVerdictRule;  // the rule above in one sentence, for the record
-
 }  // namespace qkvlab::analysis

@@ -59,18 +59,15 @@ class Session {
   // registry replicates a figure over seeds (Entry::seeds), the replicate's.
   std::uint64_t seed() const { return seed_; }
   void set_seed(std::uint64_t seed) { seed_ = seed; }
-  // The recipe `name` trained at `seed` (0: seed()).
-  const Trained& trained(const std::string& name, std::uint64_t seed = 0);
-  std::filesystem::path checkpoint(const std::string& name, std::uint64_t seed = 0) {
-    return trained(name, seed).dir / "checkpoint";
-  }
-  std::unique_ptr<lm::Model<float>> model(const std::string& name, std::uint64_t seed = 0);
+  // The recipe `name` trained at seed().
+  const Trained& trained(const std::string& name);
+  std::filesystem::path checkpoint(const std::string& name) { return trained(name).dir / "checkpoint"; }
+  std::unique_ptr<lm::Model<float>> model(const std::string& name);
   engine::Backend<float>& backend() { return *backend_; }
   // n validation sequences of T tokens chosen by the options' seed (analysis::choose_sequences): the
   // same for every replicate seed, so the replicates' differences are paired.
   lm::TokenSequences sequences(int T);
-  analysis::Report analyze(const std::string& name, analysis::Kind kind, analysis::Options o, int T,
-                           std::uint64_t seed = 0);
+  analysis::Report analyze(const std::string& name, analysis::Kind kind, analysis::Options o, int T);
   void progress(const std::string& stage, const std::string& unit, std::int64_t done, std::int64_t total,
                 const std::string& extra = "") const {
     if (c_.progress) c_.progress(stage, unit, done, total, extra);

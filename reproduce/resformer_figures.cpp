@@ -192,47 +192,28 @@ void resformer_fig20(Session& s, Output& out) {
   out.draw(f, out.add(t), "entropy_by_length");
 }
 
-// Fig. 3: the vanilla model at kFig3Seeds seeds (the replicates), each analysed on the same sequences.
-constexpr int kFig3Seeds = 3;
-
+// Fig. 3: the vanilla model's cosines of Eq. 3 and Eq. 6 with true cross-layer attention to layer 1
+// (Eq. 2) per layer, ± se over the sequences; replicated over seeds by the registry (Entry::seeds),
+// each seed's model on the same sequences.
 void resformer_fig3(Session& s, Output& out) {
-  std::vector<std::vector<analysis::CrossLayerCosine>> replicates;
-  Table t{"cross_layer", {}};
+  const analysis::Report r = s.analyze("vanilla", analysis::Kind::cross_layer, {}, 128);
+  Table t{"cross_layer", {{"layer", {}}, {"eq3", {}}, {"eq3_se", {}}, {"eq6", {}}, {"eq6_se", {}}}};
+  std::vector<double> difference;
+  for (const analysis::CrossLayerCosine& row : r.cross_layer) {
+    for (const auto& [k, x] : {std::pair{0, double(row.layer)}, std::pair{1, row.eq3.value}, std::pair{2, row.eq3.se},
+                               std::pair{3, row.eq6.value}, std::pair{4, row.eq6.se}})
+      t.columns[std::size_t(k)].values.push_back(x);
+    if (row.layer > 1) difference.push_back(row.eq3.value - row.eq6.value);
+  }
   results::Figure f{"cosine with true cross-layer attention to layer 1 (Eq. 2), vanilla, T = 128", "layer",
-                    "cosine (mean over sequences)", false, false, {}, {"set key bottom right", "set xtics 1"}};
-  for (int k = 0; k < kFig3Seeds; ++k) {
-    const std::uint64_t seed = s.options().seed + std::uint64_t(k);
-    const analysis::Report r = s.analyze("vanilla", analysis::Kind::cross_layer, {}, 128, seed);
-    const auto& layers = replicates.emplace_back(r.cross_layer);
-    if (t.columns.empty()) t.columns.push_back({"layer", {}});
-    const std::string tag = " s" + std::to_string(seed);
-    Column eq3{"eq3" + tag, {}}, eq6{"eq6" + tag, {}};
-    for (const analysis::CrossLayerCosine& row : layers) {
-      if (k == 0) t.columns[0].values.push_back(row.layer);
-      eq3.values.push_back(row.eq3.value), eq6.values.push_back(row.eq6.value);
-    }
-    f.series.push_back({"layer", eq3.name, "", "Eq. 3 (current attention), seed " + std::to_string(seed), "linespoints lc 1", ""});
-    f.series.push_back({"layer", eq6.name, "", "Eq. 6 (identity), seed " + std::to_string(seed), "linespoints lc 2", ""});
-    out.notes += "- seed " + std::to_string(seed) + ", layers 1 … " + std::to_string(layers.size()) + ": Eq. 3 " +
-                 list_text(eq3.values, 3) + "; Eq. 6 " + list_text(eq6.values, 3) + "\n";
-    out.value.set("seed " + std::to_string(seed), r.to_value()["layers"]);
-    t.columns.push_back(eq3), t.columns.push_back(eq6);
-  }
-  const analysis::CrossLayerVerdict v = analysis::cross_layer_verdict(replicates);
-  Value difference = Value::array();
-  std::string text;
-  for (std::size_t l = 0; l < v.difference.size(); ++l) {
-    Value d = Value::object();
-    d.set("layer", std::int64_t(l) + 2), d.set("mean", v.difference[l].value), d.set("se", v.difference[l].se);
-    difference.push(d);
-    text += (l ? ", " : "") + fixed(v.difference[l].value, 3) + " ± " + fixed(v.difference[l].se, 3);
-  }
-  out.value.set("difference_eq3_minus_eq6", difference);
-  out.value.set("verdict", v.verdict);
-  out.value.set("verdict_rule", analysis::kCrossLayerVerdictRule);
-  out.notes += "- cos(Eq. 2, Eq. 3) − cos(Eq. 2, Eq. 6), mean ± se over the " + std::to_string(kFig3Seeds) +
-               " seeds, layers 2 … L: " + text + "\n- verdict: " + v.verdict + " (" + analysis::kCrossLayerVerdictRule +
-               ")\n";
+                    "cosine (mean over sequences)", false, false,
+                    {{"layer", "eq3", "", "Eq. 3 (current attention) (± se over sequences)", "yerrorlines lc 1", "eq3_se"},
+                     {"layer", "eq6", "", "Eq. 6 (identity) (± se over sequences)", "yerrorlines lc 2", "eq6_se"}},
+                    {"set key bottom right", "set xtics 1"}};
+  out.value.set("layers", r.to_value()["layers"]);
+  out.notes += "- layers 1 … " + std::to_string(r.cross_layer.size()) + ": Eq. 3 " + list_text(t.columns[1].values, 3) +
+               "; Eq. 6 " + list_text(t.columns[3].values, 3) + "; Eq. 3 − Eq. 6 in layers 2 … L: " +
+               list_text(difference, 3) + "\n";
   out.draw(f, out.add(t), "cross_layer");
 }
 
@@ -242,7 +223,7 @@ std::vector<Entry> resformer_figures() {
   return {
       {"resformer-fig1-left", {"vanilla", "resformer-half"}, resformer_fig1_left, 3},
       {"resformer-fig1-middle", {"vanilla", "resformer-half"}, resformer_fig1_middle, 3},
-      {"resformer-fig3", std::vector<std::string>(kFig3Seeds, "vanilla"), resformer_fig3},
+      {"resformer-fig3", {"vanilla"}, resformer_fig3, 3},
       {"resformer-fig10", {"vanilla", "resformer-half"}, resformer_fig10, 3},
       {"resformer-fig19", {"vanilla", "resformer-half"}, resformer_fig19, 3},
       {"resformer-fig12", {"vanilla", "resformer-half"}, resformer_fig12, 3},

@@ -15,18 +15,15 @@ const lm::TrainData& Session::data() {
   return *data_;
 }
 
-const Trained& Session::trained(const std::string& name, std::uint64_t seed) {
-  if (seed == 0) seed = seed_;
-  const std::string key = seed == c_.options.seed ? name : name + "-s" + std::to_string(seed);
+const Trained& Session::trained(const std::string& name) {
+  const std::string key = seed_ == c_.options.seed ? name : name + "-s" + std::to_string(seed_);
   auto it = trained_.find(key);
   if (it == trained_.end())
-    it = trained_.emplace(key, Used{name, seed, train_or_reuse(c_, recipe(name, seed, c_.options.steps), data())}).first;
+    it = trained_.emplace(key, Used{name, seed_, train_or_reuse(c_, recipe(name, seed_, c_.options.steps), data())}).first;
   return it->second.trained;
 }
 
-std::unique_ptr<lm::Model<float>> Session::model(const std::string& name, std::uint64_t seed) {
-  return lm::load_model(checkpoint(name, seed), *backend_);
-}
+std::unique_ptr<lm::Model<float>> Session::model(const std::string& name) { return lm::load_model(checkpoint(name), *backend_); }
 
 lm::TokenSequences Session::sequences(int T) {
   const corpus::TokenArray t = corpus::read_token_file(c_.options.data / "validation_tokens.npy");
@@ -34,10 +31,9 @@ lm::TokenSequences Session::sequences(int T) {
                                     c_.options.seed);
 }
 
-analysis::Report Session::analyze(const std::string& name, analysis::Kind kind, analysis::Options o, int T,
-                                  std::uint64_t seed) {
+analysis::Report Session::analyze(const std::string& name, analysis::Kind kind, analysis::Options o, int T) {
   o.threads = c_.options.threads;
-  auto m = model(name, seed);
+  auto m = model(name);
   const auto data = sequences(T);
   return analysis::analyze(*m, kind, data, o, [&](std::int64_t done, std::int64_t total) {
     progress("analyze " + name + " (" + analysis::to_string(kind) + ", T = " + std::to_string(T) + ")", "sequences",

@@ -76,17 +76,11 @@ std::vector<Element> fig1_middle(const Value& j) {
   const Value& r = j["results"]["entropy"];
   return curve_differences(r["vanilla"], r["resformer-half"]);
 }
-std::vector<Element> fig3(const Value& j) {  // the seeds' runs are the results' "seed S" entries
-  const Value& r = j["results"];
-  std::vector<const Value*> seeds;
-  for (const std::string& key : r.keys())
-    if (key.rfind("seed ", 0) == 0) seeds.push_back(&r[key]);
+std::vector<Element> fig3(const Value& j) {  // one seed's run; the registry's seeds are the replicates
   std::vector<Element> e;
-  for (std::size_t l = 1; !seeds.empty() && l < seeds.front()->items().size(); ++l) {
-    std::vector<double> d;
-    for (const Value* s : seeds) d.push_back(num(s->items()[l]["eq3"]) - num(s->items()[l]["eq6"]));
-    e.push_back(results::over_replicates("layer " + std::to_string(l + 1), d));
-  }
+  for (const Value& row : j["results"]["layers"].items())
+    if (num(row["layer"]) > 1)
+      e.push_back(one_seed("layer " + std::to_string(std::int64_t(num(row["layer"]))), num(row["eq3"]) - num(row["eq6"])));
   return e;
 }
 std::vector<Element> fig10(const Value& j) {

@@ -1,7 +1,7 @@
 // Verdicts by rule: a paper's claim, stated as an inequality on a named quantity, judged against
 // the measured quantity with its uncertainty over replicates (seeds, prompts) by a stated decision
 // rule, giving `agrees`, `disagrees` or `inconclusive`. Never written by hand: every verdict of
-// `qkvlab reproduce` (and analysis::cross_layer_verdict) is `judge`'s.
+// `qkvlab reproduce` (and of `lm compare --claim`) is `judge`'s.
 //
 // The rule, element by element (a layer, a model pair, a sweep point), with m the element's mean
 // over its replicates, s its standard error and z the rule's multiple (2 unless stated):

@@ -203,9 +203,9 @@ TEST(Reproduce, AnEntryChangedAfterItsTrainingIsTrainedAgainNamingTheFile) {
   }
 }
 
-// ResFormer Fig. 3: three vanilla seeds as replicates, each on the same sequences; layer 1's Eq. 3
-// is exact (cosine 1) in every seed, and the verdict is the rule's on the recorded numbers.
-// Controls: the seeds' models differ, and so do their cosines past layer 1.
+// ResFormer Fig. 3: three vanilla seeds as replicates (Entry::seeds), each on the same sequences;
+// layer 1's Eq. 3 is exact (cosine 1) in every seed, and the verdict is the rule's on each seed's
+// differences. Controls: the seeds' models differ, and so do their cosines.
 TEST(Reproduce, ResFormerFig3ComparesThreeSeedsByTheStatedRule) {
   ScratchDir dir;
   write_corpus(dir / "data", 4);
@@ -213,23 +213,52 @@ TEST(Reproduce, ResFormerFig3ComparesThreeSeedsByTheStatedRule) {
   const reproduce::Result r = reproduce::run_figure(c, reproduce::find_figure("resformer-fig3"), dir / "out");
   const results::Value& v = r.value["results"];
   for (const char* run : {"vanilla", "vanilla-s2", "vanilla-s3"}) EXPECT_TRUE(r.value["runs"].find(run)) << run;
-  std::vector<std::vector<analysis::CrossLayerCosine>> reports;
+  std::vector<std::vector<double>> differences(5);  // layers 2 … 6, one value a seed
   for (int seed = 1; seed <= 3; ++seed) {
-    const results::Value& layers = v["seed " + std::to_string(seed)];
+    const results::Value& layers = v["seed " + std::to_string(seed)]["layers"];
     ASSERT_EQ(layers.items().size(), 6u);
     EXPECT_NEAR(layers.items()[0]["eq3"].number(), 1.0, 1e-9) << seed;
     EXPECT_LT(layers.items()[0]["eq6"].number(), 0.999) << seed;
-    auto& replicate = reports.emplace_back();
-    for (const results::Value& row : layers.items()) {
-      const auto summary = [&](const std::string& eq) {
-        return Summary{{row[eq].number(), row[eq + "_se"].number()}, row[eq + "_std"].number(), 0};
-      };
-      replicate.push_back({int(row["layer"].number()), summary("eq3"), summary("eq6")});
-    }
+    for (std::size_t l = 1; l < 6; ++l)
+      differences[l - 1].push_back(layers.items()[l]["eq3"].number() - layers.items()[l]["eq6"].number());
   }
   EXPECT_NE(v["seed 1"].json(), v["seed 2"].json()) << "control: another seed, another model";
-  EXPECT_EQ(v["verdict"].string(), analysis::cross_layer_verdict(reports).verdict);
-  EXPECT_EQ(v["difference_eq3_minus_eq6"].items().size(), 5u);
+  std::vector<results::Element> elements;
+  for (std::size_t l = 0; l < 5; ++l) elements.push_back(results::over_replicates("layer " + std::to_string(l + 2), differences[l]));
+  const results::Verdict expected = results::judge({"", "", results::Sense::greater}, results::Rule{}, elements);
+  EXPECT_EQ(r.value["verdict"].string(), expected.verdict);
+  EXPECT_EQ(r.value["quantity"]["elements"].items().size(), 5u);
+}
+
+// The rule on resformer-fig3's seeds, synthetic: every layer n ≥ 2 above 2 se agrees, one below
+// −2 se disagrees, differences of both signs at one layer or one seed are inconclusive.
+TEST(ReproduceVerdicts, ResFormerFig3TheStatedRule) {
+  auto figure = [](const std::vector<std::vector<double>>& eq3, const std::vector<std::vector<double>>& eq6) {
+    results::Value r = results::Value::object(), seeds = results::Value::array();
+    for (std::size_t k = 0; k < eq3.size(); ++k) {
+      seeds.push(std::int64_t(k + 1));
+      results::Value layers = results::Value::array();
+      for (std::size_t l = 0; l < eq3[k].size(); ++l) {
+        results::Value row = results::Value::object();
+        row.set("layer", std::int64_t(l + 1)), row.set("eq3", eq3[k][l]), row.set("eq6", eq6[k][l]);
+        layers.push(row);
+      }
+      results::Value run = results::Value::object();
+      run.set("layers", layers);
+      r.set("seed " + std::to_string(k + 1), run);
+    }
+    r.set("seeds", seeds);
+    results::Value j = results::Value::object();
+    j.set("results", r);
+    return reproduce::judge_figure("resformer-fig3", j).verdict;
+  };
+  const std::vector<double> a3 = {1, 0.9, 0.8}, b3 = {1, 0.91, 0.82}, c3 = {1, 0.92, 0.81};
+  const std::vector<double> a6 = {0.5, 0.6, 0.7}, b6 = {0.5, 0.62, 0.7}, c6 = {0.5, 0.6, 0.71};
+  EXPECT_EQ(figure({a3, b3, c3}, {a6, b6, c6}), "agrees");
+  EXPECT_EQ(figure({a3}, {a6}), "inconclusive");  // one seed
+  EXPECT_EQ(figure({{0, 0.5, 0.5}, {0, 0.5, 0.51}}, {{1, 0.6, 0.7}, {1, 0.6, 0.7}}), "disagrees");
+  EXPECT_EQ(figure({a3, {1, 0.5, 0.8}}, {a6, {0.5, 0.9, 0.7}}), "inconclusive");  // both signs at layer 2
+  EXPECT_EQ(figure({{0, 0.9, 0.8}, {0, 0.91, 0.82}, {0, 0.92, 0.81}}, {a6, b6, c6}), "agrees");  // layer 1 does not count
 }
 
 std::string file_text(const fs::path& p) {
@@ -308,14 +337,19 @@ TEST(ReproduceVerdicts, CommittedVerdictsAreTheRulesOnTheCommittedNumbers) {
   ASSERT_EQ(fig3["verdict"].string(), "agrees");
   results::Value swapped = results::Value::object(), seeds = results::Value::object();
   for (const std::string& key : fig3["results"].keys()) {
-    if (key.rfind("seed ", 0) != 0) continue;
+    if (key.rfind("seed ", 0) != 0) {
+      seeds.set(key, fig3["results"][key]);
+      continue;
+    }
     results::Value layers = results::Value::array();
-    for (const auto& row : fig3["results"][key].items()) {
+    for (const auto& row : fig3["results"][key]["layers"].items()) {
       results::Value r = results::Value::object();
-      r.set("eq3", row["eq6"]), r.set("eq6", row["eq3"]);
+      r.set("layer", row["layer"]), r.set("eq3", row["eq6"]), r.set("eq6", row["eq3"]);
       layers.push(r);
     }
-    seeds.set(key, layers);
+    results::Value run = results::Value::object();
+    run.set("layers", layers);
+    seeds.set(key, run);
   }
   swapped.set("results", seeds);
   EXPECT_EQ(reproduce::judge_figure("resformer-fig3", swapped).verdict, "disagrees");
