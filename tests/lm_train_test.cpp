@@ -5,6 +5,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <map>
 #include <sstream>
 #include <stdexcept>
 
@@ -113,18 +115,30 @@ TEST(LmTrain, WritesBaselinesAndLearnsBelowTheUnigramModel) {
     EXPECT_TRUE(fs::exists(dir.path / "run" / f)) << f;
 }
 
-TEST(LmCompare, GroupsBySeedAndMeasuresAgainstTheBaseline) {
-  ScratchDir dir;
-  const TrainData data = toy_data();
-  engine::CpuBackend<float> backend(2);
+// Toy runs, seeds 1 and 2 of each named setting, in DIR/NAME-sSEED: their directories and each
+// name's final validation losses.
+struct ToyRuns {
   std::vector<fs::path> runs;
   std::map<std::string, std::vector<double>> finals;
-  for (VariantKind v : {VariantKind::vanilla, VariantKind::resformer})
+};
+ToyRuns train_toy_runs(const fs::path& dir, const std::vector<std::pair<std::string, std::function<void(RunOptions&)>>>& settings) {
+  const TrainData data = toy_data();
+  engine::CpuBackend<float> backend(2);
+  ToyRuns t;
+  for (const auto& [name, set] : settings)
     for (std::uint64_t seed : {1, 2}) {
-      runs.push_back(dir.path / (to_string(v) + std::to_string(seed)));
-      const results::Value r = train_language_model(tiny_run(runs.back(), seed, v), data, backend, {});
-      finals[to_string(v)].push_back(r["final_validation_loss"].number());
+      t.runs.push_back(dir / (name + "-s" + std::to_string(seed)));
+      RunOptions o = tiny_run(t.runs.back(), seed);
+      set(o);
+      t.finals[name].push_back(train_language_model(o, data, backend, {})["final_validation_loss"].number());
     }
+  return t;
+}
+
+TEST(LmCompare, GroupsBySeedAndMeasuresAgainstTheBaseline) {
+  ScratchDir dir;
+  auto [runs, finals] = train_toy_runs(dir.path, {{"vanilla", [](RunOptions& o) { o.model.variant.kind = VariantKind::vanilla; }},
+                                                   {"resformer", [](RunOptions& o) { o.model.variant.kind = VariantKind::resformer; }}});
   CompareOptions o;
   o.window = 2;
   const results::Value c = compare_runs(runs, o);
@@ -165,17 +179,10 @@ TEST(LmCompare, GroupsBySeedAndMeasuresAgainstTheBaseline) {
 // the same variant: ResFormer's λ = ½ against λ = 2, paired by seed.
 TEST(LmCompare, BaselineByRunName) {
   ScratchDir dir;
-  const TrainData data = toy_data();
-  engine::CpuBackend<float> backend(2);
-  std::vector<fs::path> runs;
-  std::map<std::string, std::vector<double>> finals;
-  for (const auto& [name, lambda] : {std::pair{"resformer-l05", 0.5}, std::pair{"resformer-l2", 2.0}})
-    for (std::uint64_t seed : {1, 2}) {
-      runs.push_back(dir.path / (std::string(name) + "-s" + std::to_string(seed)));
-      RunOptions o = tiny_run(runs.back(), seed, VariantKind::resformer);
-      o.model.variant.alpha = 1, o.model.variant.beta = lambda;
-      finals[name].push_back(train_language_model(o, data, backend, {})["final_validation_loss"].number());
-    }
+  const auto lambda = [](double beta) {
+    return [beta](RunOptions& o) { o.model.variant.kind = VariantKind::resformer, o.model.variant.alpha = 1, o.model.variant.beta = beta; };
+  };
+  auto [runs, finals] = train_toy_runs(dir.path, {{"resformer-l05", lambda(0.5)}, {"resformer-l2", lambda(2.0)}});
   const auto delta_of = [&](const std::string& baseline) {
     CompareOptions o;
     o.baseline = baseline;
