@@ -1,19 +1,24 @@
 #!/usr/bin/env bash
-# The ablations of ResFormer's §4.2–4.3 as paired comparisons of the committed sweep's runs
+# The papers' ablation claims as paired comparisons of the committed sweep's runs
 # (scripts/lm_comparisons.sh): for each claim, `qkvlab lm compare --baseline REFERENCE --claim SENSE`
 # over the two recipes' runs judges the difference "compared − reference" in final validation loss,
 # paired by seed, by the rule of docs/figures.md (results/verdict.hpp: its mean beyond 2 standard
 # errors on the claimed side agrees, on the other disagrees, else or with one seed inconclusive).
 #
-#   scripts/lm_ablations.sh [--qkvlab BIN] [--runs DIR (outputs/lm/gpt2)] [--json FILE]
+#   scripts/lm_ablations.sh [--paper resformer|skipv1] [--qkvlab BIN] [--runs DIR (outputs/lm)] [--json FILE]
 #
-# Prints a Markdown table (docs/lm-comparisons.md has it); --json also writes every comparison's
-# `qkvlab lm compare` output, keyed by claim. Exit status 2 if a run a claim needs is missing.
+# resformer: ResFormer's §4.2–4.3 on the H100 sweep (outputs/lm); skipv1: SkipV1Former's source
+# layers (Fig. 9b), injection strategies (App. C.4), SkipKV1 and SkipV1-YOCO (Fig. 15), GQA and MLA
+# (Table 2), run on the CPU (--runs outputs/lm/cpu, with the reproduce cache's CPU vanilla and SkipV1
+# runs beside them, so that every pair is of one device). Prints a Markdown table
+# (docs/lm-comparisons.md has them); --json also writes every comparison's `qkvlab lm compare`
+# output, keyed by claim. Exit status 2 if a run a claim needs is missing.
 set -euo pipefail
 
-qkvlab=build/qkvlab runs=outputs/lm/gpt2 json=""
+paper=resformer qkvlab=build/qkvlab runs=outputs/lm json=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
+    --paper) paper=$2; shift 2 ;;
     --qkvlab) qkvlab=$2; shift 2 ;;
     --runs) runs=$2; shift 2 ;;
     --json) json=$2; shift 2 ;;
@@ -21,26 +26,49 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 
-# figure|claim|reference run|compared run|sense (less: compared below reference)
-claims=(
-  "Fig. 1 left|ResFormer + NeuTRENO trains lower than ResFormer|resformer-half|resformer-neutreno|less"
-  "Fig. 4|sharing values (CLA-V) hurts less than sharing keys (CLA-K)|cla-v|cla-k|greater"
-  "Fig. 4|sharing values hurts less than sharing both (CLA-KV)|cla-v|cla-kv|greater"
-  "Fig. 6|λ = 1 trains lower than λ = ½|resformer-l05|resformer-l1|less"
-  "Fig. 6|λ = 2 trains lower than λ = 1|resformer-l1|resformer-l2|less"
-  "Fig. 6|every λ trains lower than vanilla: λ = ½|vanilla|resformer-l05|less"
-  "Fig. 6|every λ trains lower than vanilla: λ = 1|vanilla|resformer-l1|less"
-  "Fig. 6|every λ trains lower than vanilla: λ = 2|vanilla|resformer-l2|less"
-  "Fig. 7|a query residual does not help: above the value residual|resformer-half|resformer-q|greater"
-  "Fig. 7|a key residual does not help: above the value residual|resformer-half|resformer-k|greater"
-  "Fig. 8|identity mapping (Eq. 6) trains worse than the current attention (Eq. 4)|resformer-half|resformer-identity|greater"
-  "Fig. 8|the current attention trains lower than cross-layer attention (Eq. 2)|resformer-half|resformer-cross|greater"
-  "Fig. 9|the first layer's values beat layer 2's|resformer-half|resformer-source2|greater"
-  "Fig. 9|the first layer's values beat the previous layer's|resformer-half|resformer-previous|greater"
-  "Fig. 9|the first layer's values beat all previous layers'|resformer-half|resformer-all|greater"
+# figure|claim|reference run|compared run|sense (less: compared below reference); runs as FAMILY/NAME
+resformer=(
+  "Fig. 1 left|ResFormer + NeuTRENO trains lower than ResFormer|gpt2/resformer-half|gpt2/resformer-neutreno|less"
+  "Fig. 4|sharing values (CLA-V) hurts less than sharing keys (CLA-K)|gpt2/cla-v|gpt2/cla-k|greater"
+  "Fig. 4|sharing values hurts less than sharing both (CLA-KV)|gpt2/cla-v|gpt2/cla-kv|greater"
+  "Fig. 6|λ = 1 trains lower than λ = ½|gpt2/resformer-l05|gpt2/resformer-l1|less"
+  "Fig. 6|λ = 2 trains lower than λ = 1|gpt2/resformer-l1|gpt2/resformer-l2|less"
+  "Fig. 6|every λ trains lower than vanilla: λ = ½|gpt2/vanilla|gpt2/resformer-l05|less"
+  "Fig. 6|every λ trains lower than vanilla: λ = 1|gpt2/vanilla|gpt2/resformer-l1|less"
+  "Fig. 6|every λ trains lower than vanilla: λ = 2|gpt2/vanilla|gpt2/resformer-l2|less"
+  "Fig. 7|a query residual does not help: above the value residual|gpt2/resformer-half|gpt2/resformer-q|greater"
+  "Fig. 7|a key residual does not help: above the value residual|gpt2/resformer-half|gpt2/resformer-k|greater"
+  "Fig. 8|identity mapping (Eq. 6) trains worse than the current attention (Eq. 4)|gpt2/resformer-half|gpt2/resformer-identity|greater"
+  "Fig. 8|the current attention trains lower than cross-layer attention (Eq. 2)|gpt2/resformer-half|gpt2/resformer-cross|greater"
+  "Fig. 9|the first layer's values beat layer 2's|gpt2/resformer-half|gpt2/resformer-source2|greater"
+  "Fig. 9|the first layer's values beat the previous layer's|gpt2/resformer-half|gpt2/resformer-previous|greater"
+  "Fig. 9|the first layer's values beat all previous layers'|gpt2/resformer-half|gpt2/resformer-all|greater"
 )
+skipv1=(
+  "Fig. 9b|layer 3's values are weaker than layer 1's (SkipV3)|gpt2/skipv1|gpt2/skipv3|greater"
+  "Fig. 9b|layer 4's values are weaker than layer 1's (SkipV4)|gpt2/skipv1|gpt2/skipv4|greater"
+  "Fig. 15|SkipKV1 trains worse than SkipV1|gpt2/skipv1|gpt2/skipkv1|greater"
+  "Fig. 15|SkipKV1 trains worse than vanilla|gpt2/vanilla|gpt2/skipkv1|greater"
+  "Fig. 15|SkipV1-YOCO trains a little worse than SkipV1|gpt2/skipv1|gpt2/skipv1-yoco|greater"
+  "Fig. 15|SkipV1-YOCO trains better than vanilla|gpt2/vanilla|gpt2/skipv1-yoco|less"
+  "Table 2|GQA + SkipV1 trains lower than GQA|llama/gqa|llama/gqa-skipv1|less"
+  "Table 2|MLA + SkipV1 trains lower than MLA|llama/mla|llama/mla-skipv1|less"
+)
+# App. C.4 (Table 13): the strategies differ little from SkipV1's second half; measured, not judged
+# (its claim is "no substantial improvement", a tolerance the paper does not state).
+skipv1_measured=(
+  "App. C.4|pooling against the second half|gpt2/skipv1|gpt2/skipv1-pooling|"
+  "App. C.4|dynamic against the second half|gpt2/skipv1|gpt2/skipv1-dynamic|"
+  "App. C.4|odd/even against the second half|gpt2/skipv1|gpt2/skipv1-odd-even|"
+  "App. C.4|SkipV1 + ResFormer against the second half|gpt2/skipv1|gpt2/skipv1-plus-resformer|"
+)
+case $paper in
+  resformer) claims=("${resformer[@]}"); label=ResFormer ;;
+  skipv1) claims=("${skipv1[@]}" "${skipv1_measured[@]}"); label=SkipV1Former ;;
+  *) echo "lm_ablations.sh: --paper resformer|skipv1, not $paper" >&2; exit 2 ;;
+esac
 
-echo "| ResFormer | claim | compared − reference (nats) | seeds | verdict |"
+echo "| $label | claim | compared − reference (nats) | seeds | verdict |"
 echo "|---|---|---|---|---|"
 all="{"
 for c in "${claims[@]}"; do
@@ -51,13 +79,16 @@ for c in "${claims[@]}"; do
     [[ -d ${found[0]} ]] || { echo "lm_ablations.sh: no run $runs/$name-sSEED" >&2; exit 2; }
     dirs+=("${found[@]}")
   done
-  result=$("$qkvlab" lm compare "${dirs[@]}" --baseline "$reference" --claim "$sense" --format json)
+  judged=()
+  [[ -n $sense ]] && judged=(--claim "$sense")
+  result=$("$qkvlab" lm compare "${dirs[@]}" --baseline "${reference#*/}" "${judged[@]}" --format json)
   all+="$([[ $all == "{" ]] || echo ,)\"$figure: $claim\": $result"
   # The compared group's paired difference and verdict (the reference group has neither).
   flat=$(printf '%s' "$result" | tr -d '\n' | tr -s ' ')
   read -r mean se n < <(grep -o '"delta_vs_baseline_mean": [^,]*, "delta_vs_baseline_se": [^,]*, "paired_seeds": [0-9]*' <<<"$flat" |
     grep -v 'null' | head -1 | sed -E 's/.*mean": ([^,]*), .*se": ([^,]*), .*seeds": ([0-9]*)/\1 \2 \3/')
   verdict=$(grep -o '"verdict": "[a-z]*"' <<<"$flat" | head -1 | cut -d'"' -f4)
+  [[ -z $sense ]] && verdict="measured"
   printf '| %s | %s | %+.4f ± %.4f | %s | **%s** |\n' "$figure" "$claim" "$mean" "$se" "$n" "$verdict"
 done
 [[ -n $json ]] && printf '%s}\n' "$all" > "$json"
