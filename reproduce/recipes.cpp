@@ -75,10 +75,25 @@ const std::vector<SweepRecipe>& sweep_recipes() {
       {"gpt2", "tiny", "resformer-l1", {1, 2, 3}, "--variant resformer --lambda 1"},
       {"gpt2", "tiny", "cla-k", {1, 2, 3}, "--variant cla-k"},
       {"gpt2", "tiny", "cla-kv", {1, 2, 3}, "--variant cla-kv"},
+      // SkipV1Former's sweeps: the source layer (SkipV3, SkipV4), the App. C.4 strategies of filling
+      // the injected heads, SkipKV1 and SkipV1-YOCO (Fig. 15); GQA and MLA in the Llama family below
+      // (Table 2's losses; MLA's d_c = 64, d_R = 16 as in skipv1-fig6c-7).
+      {"gpt2", "tiny", "skipv3", {1, 2, 3}, "--variant skipv1 --source-layer 3"},
+      {"gpt2", "tiny", "skipv4", {1, 2, 3}, "--variant skipv1 --source-layer 4"},
+      {"gpt2", "tiny", "skipv1-pooling", {1, 2, 3}, "--variant skipv1 --strategy pooling"},
+      {"gpt2", "tiny", "skipv1-dynamic", {1, 2, 3}, "--variant skipv1 --strategy dynamic"},
+      {"gpt2", "tiny", "skipv1-odd-even", {1, 2, 3}, "--variant skipv1 --strategy odd-even"},
+      {"gpt2", "tiny", "skipv1-plus-resformer", {1, 2, 3}, "--variant skipv1 --strategy plus-resformer"},
+      {"gpt2", "tiny", "skipkv1", {1, 2, 3}, "--variant skipkv1"},
+      {"gpt2", "tiny", "skipv1-yoco", {1, 2, 3}, "--variant skipv1-yoco"},
       {"llama", "tiny-llama", "vanilla", {1, 2, 3}, "--variant vanilla"},
       {"llama", "tiny-llama", "resformer-half", {1, 2, 3}, "--variant resformer --alpha 0.5 --beta 0.5"},
       {"llama", "tiny-llama", "svformer", {1, 2, 3}, "--variant svformer"},
       {"llama", "tiny-llama", "skipv1", {1, 2, 3}, "--variant skipv1 --skip-ratio 0.5"},
+      {"llama", "tiny-llama", "gqa", {1, 2, 3}, "--variant vanilla --kv-heads 2"},
+      {"llama", "tiny-llama", "gqa-skipv1", {1, 2, 3}, "--variant skipv1 --skip-ratio 0.5 --kv-heads 2"},
+      {"llama", "tiny-llama", "mla", {1, 2, 3}, "--variant vanilla --mla --d-c 64 --d-r 16"},
+      {"llama", "tiny-llama", "mla-skipv1", {1, 2, 3}, "--variant skipv1 --skip-ratio 0.5 --mla --d-c 64 --d-r 16"},
   };
   return list;
 }

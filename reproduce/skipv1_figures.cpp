@@ -194,7 +194,7 @@ void skipv1_table2(Session& s, Output& out) {
 std::vector<Entry> skipv1_figures() {
   return {
       {"skipv1-fig10", {"vanilla"}, skipv1_fig10, 3},
-      {"skipv1-fig12", {"vanilla", "skipv1"}, skipv1_fig12},
+      {"skipv1-fig12", {"vanilla", "skipv1"}, skipv1_fig12, 3},
       {"skipv1-fig13", {"vanilla", "skipv1"}, skipv1_fig13, 3},
       {"skipv1-fig14", {"vanilla", "skipv1"}, skipv1_fig14, 3},
       {"skipv1-table2", {}, skipv1_table2},
