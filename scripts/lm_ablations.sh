@@ -12,7 +12,7 @@
 # (Table 2), run on the CPU (--runs outputs/lm/cpu, with the reproduce cache's CPU vanilla and SkipV1
 # runs beside them, so that every pair is of one device). Prints a Markdown table
 # (docs/lm-comparisons.md has them); --json also writes every comparison's `qkvlab lm compare`
-# output, keyed by claim. Exit status 2 if a run a claim needs is missing.
+# output, keyed by claim. A claim whose runs are missing is a row "not run", and the exit status 2.
 set -euo pipefail
 
 paper=resformer qkvlab=build/qkvlab runs=outputs/lm json=""
@@ -70,15 +70,21 @@ esac
 
 echo "| $label | claim | compared − reference (nats) | seeds | verdict |"
 echo "|---|---|---|---|---|"
-all="{"
+all="{" missing=0
 for c in "${claims[@]}"; do
   IFS='|' read -r figure claim reference compared sense <<<"$c"
-  dirs=()
+  dirs=() absent=""
   for name in "$reference" "$compared"; do
     found=("$runs/$name"-s[0-9]*/)
-    [[ -d ${found[0]} ]] || { echo "lm_ablations.sh: no run $runs/$name-sSEED" >&2; exit 2; }
+    [[ -d ${found[0]} ]] || absent+=" $name"
     dirs+=("${found[@]}")
   done
+  if [[ -n $absent ]]; then  # the row says so; the exit status too, after the table
+    echo "lm_ablations.sh: no runs $runs/NAME-sSEED for${absent}" >&2
+    missing=1
+    printf '| %s | %s | not trained | 0 | not run |\n' "$figure" "$claim"
+    continue
+  fi
   judged=()
   [[ -n $sense ]] && judged=(--claim "$sense")
   result=$("$qkvlab" lm compare "${dirs[@]}" --baseline "${reference#*/}" "${judged[@]}" --format json)
@@ -86,10 +92,11 @@ for c in "${claims[@]}"; do
   # The compared group's paired difference and verdict (the reference group has neither).
   flat=$(printf '%s' "$result" | tr -d '\n' | tr -s ' ')
   read -r mean se n < <(grep -o '"delta_vs_baseline_mean": [^,]*, "delta_vs_baseline_se": [^,]*, "paired_seeds": [0-9]*' <<<"$flat" |
-    grep -v 'null' | head -1 | sed -E 's/.*mean": ([^,]*), .*se": ([^,]*), .*seeds": ([0-9]*)/\1 \2 \3/')
-  verdict=$(grep -o '"verdict": "[a-z]*"' <<<"$flat" | head -1 | cut -d'"' -f4)
+    grep -v '_mean": null' | head -1 | sed -E 's/.*mean": ([^,]*), .*se": ([^,]*), .*seeds": ([0-9]*)/\1 \2 \3/')
+  verdict=$(grep -o '"verdict": "[a-z]*"' <<<"$flat" | head -1 | cut -d'"' -f4 || true)
   [[ -z $sense ]] && verdict="measured"
-  printf '| %s | %s | %+.4f ± %.4f | %s | **%s** |\n' "$figure" "$claim" "$mean" "$se" "$n" "$verdict"
+  spread=$([[ $se == null ]] && echo "(one seed)" || printf '± %.4f' "$se")
+  printf '| %s | %s | %+.4f %s | %s | **%s** |\n' "$figure" "$claim" "$mean" "$spread" "$n" "$verdict"
 done
 [[ -n $json ]] && printf '%s}\n' "$all" > "$json"
-exit 0
+exit $((missing ? 2 : 0))
