@@ -52,7 +52,7 @@ lm::RunOptions run_options(const LmTrainArgs& a, const CLI::App& cmd, const std:
   if (given("--eval-every")) o.eval_every = a.run.eval_every;
   if (given("--eval-windows")) o.eval_windows = a.run.eval_windows;
   if (given("--checkpoint-every")) o.checkpoint_every = a.run.checkpoint_every;
-  if (o.seq > o.model.positions && (given("--positions") || !a.from.empty()))
+  if (o.seq > o.model.positions && ((given("--positions") && parse_positions(a.model.positions).count) || !a.from.empty()))
     throw UsageError("--seq-len " + std::to_string(o.seq) + " is longer than the model's " +
                      std::to_string(o.model.positions) + " positions" + (a.from.empty() ? " (--positions)" : " (--from)"));
   if (o.seq > o.model.positions) o.model.positions = o.seq;  // the preset's positions grow with --seq-len

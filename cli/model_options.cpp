@@ -1,5 +1,7 @@
 #include "cli/model_options.hpp"
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 
 #include "cli/validators.hpp"
@@ -9,7 +11,7 @@ namespace qkvlab::cli {
 
 void add_model_options(CLI::App* cmd, ModelOptions& o) {
   auto* g = cmd;
-  g->add_option("--family", o.family, "Model family: gpt2 (LayerNorm, GELU, learned positions) or llama "
+  g->add_option("--family", o.family, "Model family: gpt2 (LayerNorm, GELU, learned positions unless --positions rope) or llama "
                                       "(RMSNorm, SwiGLU, RoPE)")
       ->check(CLI::IsMember({"gpt2", "llama"}))
       ->capture_default_str();
@@ -30,8 +32,18 @@ void add_model_options(CLI::App* cmd, ModelOptions& o) {
                                             "reallocated parameters); excludes --ffn")
       ->check(real_in(0.001, 1024.0));
   g->add_option("--vocab", o.vocab, "Vocabulary size V")->check(integer_in(1, 1 << 24))->capture_default_str();
-  g->add_option("--positions", o.positions, "Longest sequence (learned positions for gpt2)")
-      ->check(integer_in(1, 1 << 20))
+  g->add_option("--positions", o.positions, "Longest sequence N, how positions enter (learned: gpt2's table; rope: "
+                                           "llama's, and dense_skip's GPT-2), or both: 2048, rope, rope,2048")
+      ->check(CLI::Validator(
+          [](std::string& value) {
+            try {
+              parse_positions(value);
+              return std::string();
+            } catch (const UsageError& e) {
+              return std::string(e.what());
+            }
+          },
+          "N|learned|rope[,N]"))
       ->capture_default_str();
   g->add_flag("--tied", o.tied, "Tie the head to the token embedding (U = E^T)");
   g->add_flag("--bias", o.bias, "Biases on linear maps (and LayerNorm, gpt2)");
@@ -44,7 +56,7 @@ void add_model_options(CLI::App* cmd, ModelOptions& o) {
       ->check(CLI::IsMember({"layernorm", "rmsnorm", "none"}));
   g->add_option("--norm-eps", o.norm_eps, "Norm epsilon; default 1e-5 (gpt2), 1e-6 (llama)")
       ->check(real_in(1e-30, 1.0));
-  g->add_option("--rope-theta", o.rope_theta, "RoPE base (llama)")->check(real_in(1.0, 1e12))->capture_default_str();
+  g->add_option("--rope-theta", o.rope_theta, "RoPE base (llama, and gpt2 with --positions rope)")->check(real_in(1.0, 1e12))->capture_default_str();
   g->add_flag("--mla", o.mla, "Multi-head latent attention (cache a latent of width --d-c and a rotary key --d-r)");
   g->add_option("--d-c", o.d_c, "MLA latent width d_c")->check(integer_in(0, 65536));
   g->add_option("--d-r", o.d_r, "MLA decoupled rotary key width d_R")->check(integer_in(0, 4096));
@@ -70,21 +82,44 @@ void add_model_options(CLI::App* cmd, ModelOptions& o) {
       ->capture_default_str();
 }
 
+PositionsFlag parse_positions(const std::string& value) {
+  PositionsFlag p;
+  std::size_t at = 0;
+  do {
+    const std::size_t comma = std::min(value.find(',', at), value.size());
+    std::string item = value.substr(at, comma - at);
+    const bool number = !item.empty() && std::isdigit(static_cast<unsigned char>(item[0]));
+    if ((number && p.count) || (!number && p.encoding))
+      throw UsageError("'" + value + "': give at most one length and one of learned|rope");
+    if (number) {
+      if (const std::string why = integer_message(item, 1, 1 << 20, "an integer from 1 to 1048576"); !why.empty())
+        throw UsageError("the length " + why);
+      p.count = std::stoi(item);
+    } else {
+      p.encoding = lm::parse_position_encoding(item);
+    }
+    at = comma + 1;
+  } while (at <= value.size());
+  return p;
+}
+
 namespace {
 
 // Applies the flags for which given(flag) holds to c (sizes first, then what depends on them).
 template <class Given>
 lm::Config apply(lm::Config c, const ModelOptions& o, Given given) {
+  const PositionsFlag positions = given("--positions") ? parse_positions(o.positions) : PositionsFlag{};
   if (given("--family") || given("--layers") || given("--d") || given("--heads") || given("--vocab") ||
-      given("--positions")) {
+      positions.count) {
     const lm::Config d = lm::family_defaults(given("--family") ? lm::parse_family(o.family) : c.family,
                                              given("--layers") ? o.layers : c.layers, given("--d") ? o.d : c.d,
                                              given("--heads") ? o.heads : c.heads, given("--vocab") ? o.vocab : c.vocab,
-                                             given("--positions") ? o.positions : c.positions);
+                                             positions.count.value_or(c.positions));
     const bool sizes = given("--family") || given("--d") || given("--heads");
     c.family = d.family, c.layers = d.layers, c.d = d.d, c.vocab = d.vocab, c.positions = d.positions;
     if (sizes) c.heads = d.heads, c.kv_heads = d.kv_heads, c.head_dim = d.head_dim, c.ffn = d.ffn, c.norm_eps = d.norm_eps;
-    if (given("--family")) c.tied = d.tied, c.bias = d.bias;  // the family's head and biases, then --tied/--bias
+    if (given("--family"))  // the family's head, biases and positions, then --tied/--bias/--positions
+      c.tied = d.tied, c.bias = d.bias, c.position_encoding = d.position_encoding;
   }
   if (given("--tied")) c.tied = o.tied;
   if (given("--bias")) c.bias = o.bias;
@@ -100,6 +135,7 @@ lm::Config apply(lm::Config c, const ModelOptions& o, Given given) {
   if (given("--gelu")) c.gelu = o.gelu == "erf" ? lm::GeluForm::erf : lm::GeluForm::tanh;
   if (o.norm_eps && given("--norm-eps")) c.norm_eps = *o.norm_eps;
   if (!o.norm.empty() && given("--norm")) c.norm = lm::parse_norm(c.family, o.norm);
+  if (positions.encoding) c.position_encoding = *positions.encoding;
   if (given("--rope-theta")) c.rope_theta = o.rope_theta;
   if (given("--mla")) c.mla = o.mla;
   if (given("--d-c")) c.d_c = o.d_c;
@@ -127,7 +163,8 @@ lm::Config apply(lm::Config c, const ModelOptions& o, Given given) {
 }  // namespace
 
 lm::Config model_config(const ModelOptions& o) {
-  lm::Config base = lm::family_defaults(lm::parse_family(o.family), o.layers, o.d, o.heads, o.vocab, o.positions);
+  lm::Config base = lm::family_defaults(lm::parse_family(o.family), o.layers, o.d, o.heads, o.vocab,
+                                        parse_positions(o.positions).count.value_or(1024));
   return apply(base, o, [](const char*) { return true; });
 }
 

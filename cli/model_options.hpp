@@ -18,7 +18,8 @@ namespace qkvlab::cli {
 
 struct ModelOptions {
   std::string family = "gpt2", variant = "vanilla", strategy = "second-half", gelu = "tanh", norm;
-  int layers = 6, d = 128, heads = 4, vocab = 4096, positions = 1024;
+  int layers = 6, d = 128, heads = 4, vocab = 4096;
+  std::string positions = "1024";  // --positions: N, learned|rope, or both ("rope,4096")
   std::optional<int> kv_heads, head_dim, ffn;
   std::optional<double> mlp_ratio, lambda, alpha, beta, norm_eps;
   double skip_ratio = 0.5, rope_theta = 10000;
@@ -28,6 +29,14 @@ struct ModelOptions {
 };
 
 void add_model_options(CLI::App* cmd, ModelOptions& options);
+
+// What --positions says: the longest sequence, how positions enter, or both (each
+// optional); a UsageError names what is wrong with it.
+struct PositionsFlag {
+  std::optional<int> count;
+  std::optional<lm::PositionEncoding> encoding;
+};
+PositionsFlag parse_positions(const std::string& value);
 
 // The configuration the flags describe; a UsageError names the flag or the
 // inconsistency (heads not a multiple of --kv-heads, --lambda with --alpha, …).

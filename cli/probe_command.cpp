@@ -1,5 +1,6 @@
 // `qkvlab probe CKPT`: layerwise linear probes of a frozen model (probes/layerwise.hpp).
 #include <iostream>
+#include <optional>
 
 #include "cli/format_option.hpp"
 #include "cli/threads_option.hpp"
@@ -22,6 +23,8 @@ namespace {
 
 struct ProbeArgs {
   std::string checkpoint, corpus, data = "data/brown", tokens, text, val_tokens, target = "next", init = "model";
+  std::string recipe = "qkvlab";
+  std::optional<int> eval_windows;
   std::string format = "table", out, csv, figure;
   probes::ProbeOptions options;
   int threads = 0;
@@ -67,6 +70,8 @@ int run_probe(const ProbeArgs& a, const std::string& command_line) {
   if (o.steps > 0 && o.warmup >= o.steps)
     throw UsageError("--warmup " + std::to_string(o.warmup) + " must be less than --steps " + std::to_string(o.steps));
   o.tags = a.target == "pos", o.init_model = a.init == "model";
+  o.recipe = a.recipe == "released" ? probes::ProbeRecipe::released : probes::ProbeRecipe::qkvlab;
+  o.eval_windows = a.eval_windows.value_or(o.recipe == probes::ProbeRecipe::released ? 64 * o.batch : 64);
   const probes::ProbeData data = probe_data(a);
   apply_threads(a.threads, BlasUse::per_worker);  // the CPU backend runs one product per worker
   const auto backend = engine::make_backend(a.device, a.threads);
@@ -128,8 +133,14 @@ Command add_probe_command(CLI::App& app, const std::string& command_line) {
       ->check(CLI::Range(std::int64_t(0), std::int64_t(1) << 40));
   cmd->add_option("--batch", a->options.batch, "Windows per step")->check(integer_in(1, 4096))->capture_default_str();
   cmd->add_option("--seq-len", a->options.seq_len, "Tokens per window")->check(integer_in(2, 1 << 20))->capture_default_str();
-  cmd->add_option("--eval-windows", a->options.eval_windows, "Validation windows (consecutive, from the start)")
-      ->check(integer_in(1, 1 << 24))
+  cmd->add_option("--eval-windows", a->eval_windows, "Validation windows: consecutive from the start (qkvlab, "
+                                                    "default 64) or at random offsets (released, default 64 batches)")
+      ->check(integer_in(1, 1 << 24));
+  cmd->add_option("--recipe", a->recipe, "qkvlab (PyTorch's AdamW, warmup then cosine, the family's norm, "
+                                         "consecutive validation windows) or released (dense_skip's probe: "
+                                         "transformers' AdamW, OneCycleLR, LayerNorm without bias, random "
+                                         "validation batches); docs/analysis.md")
+      ->check(CLI::IsMember({"qkvlab", "released"}))
       ->capture_default_str();
   cmd->add_option("--seed", a->options.seed, "Seed of the training windows and random starts")->check(seed_value)->capture_default_str();
   add_device_option(cmd, a->device);

@@ -1,16 +1,25 @@
 #include "engine/optimizer.hpp"
 
 #include <cmath>
+#include <stdexcept>
 
 namespace qkvlab::engine {
 
 template <class S>
 void AdamWState<S>::step(Backend<S>& backend, ParameterSet<S>& set, const AdamWConfig& config, double lr) {
   ++t;
-  const typename Backend<S>::AdamW a{lr, config.beta1, config.beta2, config.eps, config.weight_decay, t};
+  using AdamW = typename Backend<S>::AdamW;
+  const AdamW a{lr, config.beta1, config.beta2, config.eps, config.weight_decay, t};
+  AdamW plain = a, decayed = a;  // the transformers form as the kernel's (engine/adamw_config.hpp)
+  if (config.form == AdamWForm::transformers) {
+    const double shrink = 1 - lr * config.weight_decay;
+    if (!(shrink > 0)) throw std::invalid_argument("transformers' AdamW needs lr x weight decay below 1");
+    plain.eps = decayed.eps = config.eps / std::sqrt(1 - std::pow(config.beta2, double(t)));
+    decayed.lr = lr * shrink, decayed.weight_decay = config.weight_decay / shrink;
+  }
   for (const ParameterSpec& p : set.layout.specs())
-    backend.adamw(p.size(), a, p.decay, set.values.data() + p.offset, set.grads.data() + p.offset,
-                  m.data() + p.offset, v.data() + p.offset);
+    backend.adamw(p.size(), p.decay ? decayed : plain, p.decay, set.values.data() + p.offset,
+                  set.grads.data() + p.offset, m.data() + p.offset, v.data() + p.offset);
 }
 
 template <class S>

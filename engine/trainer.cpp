@@ -4,12 +4,22 @@
 
 namespace qkvlab::engine {
 
+namespace {
+
+std::function<double(std::int64_t)> schedule_of(const TrainConfig& c) {
+  if (c.schedule == TrainConfig::Schedule::one_cycle_linear)
+    return OneCycleLinear(c.start_lr, c.lr, c.min_lr, double(c.warmup), c.steps);
+  return WarmupCosine(c.lr, c.min_lr, c.warmup, c.steps);
+}
+
+}  // namespace
+
 template <class S>
 Trainer<S>::Trainer(Backend<S>& backend, ParameterSet<S>& params, const TrainConfig& config)
     : backend_(backend),
       params_(params),
       config_(config),
-      schedule_(config.lr, config.min_lr, config.warmup, config.steps),
+      schedule_(schedule_of(config)),
       adamw_(backend, params.layout.total()) {
   if (config.accum < 1) throw std::invalid_argument("training: accum must be at least 1");
 }

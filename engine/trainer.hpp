@@ -27,6 +27,10 @@ struct TrainConfig {
   double clip = 1.0;                // ≤ 0: no clipping
   int accum = 1;                    // micro-batches per step
   AdamWConfig adamw{0.9, 0.95, 1e-8, 0.1};
+  // warmup_cosine: WarmupCosine(lr, min_lr, warmup, steps); one_cycle_linear:
+  // OneCycleLinear(start_lr, lr, min_lr, warmup, steps) (engine/schedule.hpp).
+  enum class Schedule { warmup_cosine, one_cycle_linear } schedule = Schedule::warmup_cosine;
+  double start_lr = 0;
 };
 
 struct StepStats {
@@ -43,7 +47,7 @@ struct MicroLoss {
 template <class S>
 class Trainer {
  public:
-  // Throws std::invalid_argument for a schedule WarmupCosine refuses, or accum < 1.
+  // Throws std::invalid_argument for a schedule its class refuses, or accum < 1.
   Trainer(Backend<S>& backend, ParameterSet<S>& params, const TrainConfig& config);
 
   // Step step_count() of the schedule; micro(i) for i < accum.
@@ -57,7 +61,7 @@ class Trainer {
   Backend<S>& backend_;
   ParameterSet<S>& params_;
   TrainConfig config_;
-  WarmupCosine schedule_;
+  std::function<double(std::int64_t)> schedule_;
   AdamWState<S> adamw_;
 };
 

@@ -55,6 +55,8 @@ constexpr Names<Strategy, 5> kStrategies{{{Strategy::second_half, "second-half"}
                                           {Strategy::dynamic, "dynamic"},
                                           {Strategy::odd_even, "odd-even"},
                                           {Strategy::plus_resformer, "plus-resformer"}}};
+constexpr Names<PositionEncoding, 2> kPositionEncodings{
+    {{PositionEncoding::learned, "learned"}, {PositionEncoding::rope, "rope"}}};
 constexpr Names<GeluForm, 2> kGelu{{{GeluForm::tanh, "tanh"}, {GeluForm::erf, "erf"}}};
 
 std::string real(double x) {
@@ -82,6 +84,8 @@ std::string to_string(Family f) { return kFamilies.name(f); }
 std::string to_string(VariantKind v) { return kVariants.name(v); }
 std::string to_string(Strategy s) { return kStrategies.name(s); }
 Family parse_family(const std::string& s) { return kFamilies.parse(s, "family"); }
+std::string to_string(PositionEncoding p) { return kPositionEncodings.name(p); }
+PositionEncoding parse_position_encoding(const std::string& s) { return kPositionEncodings.parse(s, "position encoding"); }
 VariantKind parse_variant(const std::string& s) { return kVariants.parse(s, "variant"); }
 Strategy parse_strategy(const std::string& s) { return kStrategies.parse(s, "injection strategy"); }
 
@@ -110,6 +114,10 @@ bool parse_norm(Family family, const std::string& name) {
 
 namespace {
 
+PositionEncoding family_positions(Family family) {
+  return family == Family::llama ? PositionEncoding::rope : PositionEncoding::learned;
+}
+
 std::string layer_list(const std::vector<int>& layers) {
   std::string s;
   for (int l : layers) s += (s.empty() ? "" : ",") + std::to_string(l);
@@ -129,6 +137,7 @@ Config family_defaults(Family family, int layers, int d, int heads, int vocab, i
   } else {
     c.ffn = (8 * d / 3 + 31) / 32 * 32, c.tied = false, c.bias = false, c.norm_eps = 1e-6;
   }
+  c.position_encoding = family_positions(family);
   return c;
 }
 
@@ -143,6 +152,7 @@ void validate(const Config& c) {
                                          ") must be a multiple of the key/value heads (" +
                                          std::to_string(c.kv_heads) + ")");
   require(c.norm_eps > 0 && std::isfinite(c.norm_eps), "the norm epsilon must be positive and finite");
+  require(c.family == Family::gpt2 || c.rope(), "a llama model has RoPE positions: learned positions are gpt2's");
   require(c.rope_theta > 0 && std::isfinite(c.rope_theta), "rope theta must be positive and finite");
   require(!c.rope() || c.head_dim % 2 == 0, "RoPE needs an even head width, got " + std::to_string(c.head_dim));
   require(c.rope_original_context == 0 ||
@@ -226,6 +236,8 @@ std::map<std::string, std::string> to_metadata(const Config& c) {
           {"strategy", to_string(v.strategy)}};
   if (!c.norm) m["norm"] = "none";  // both written only when they differ from the default (lm/config.hpp)
   if (!c.q_identity_layers.empty()) m["q_identity_layers"] = layer_list(c.q_identity_layers);
+  if (c.position_encoding != family_positions(c.family))
+    m["position_encoding"] = to_string(c.position_encoding);
   if (c.rope_original_context > 0) {  // written only when on, so unscaled checkpoints keep their metadata
     m["rope_factor"] = real(c.rope_factor), m["rope_low_freq_factor"] = real(c.rope_low_freq_factor);
     m["rope_high_freq_factor"] = real(c.rope_high_freq_factor);
@@ -290,6 +302,8 @@ Config from_metadata(const std::map<std::string, std::string>& m) {
   c.layers = integer("layers"), c.d = integer("d"), c.heads = integer("heads"), c.kv_heads = integer("kv_heads");
   c.head_dim = integer("head_dim"), c.ffn = integer("ffn"), c.vocab = integer("vocab");
   c.positions = integer("positions");
+  c.position_encoding = m.count("position_encoding") ? parse_position_encoding(get("position_encoding"))
+                                                     : family_positions(c.family);
   c.tied = boolean("tied"), c.bias = boolean("bias");
   c.gelu = kGelu.parse(get("gelu"), "GELU form");
   c.norm_eps = number("norm_eps"), c.rope_theta = number("rope_theta");

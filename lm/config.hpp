@@ -4,7 +4,8 @@
 //
 // Families (pre-norm blocks R ← R + Attn(N1(R)), R ← R + MLP(N2(R)); after the
 // last block a final norm, logits = N_f(R) U, U = Eᵀ when tied):
-//   gpt2   learned positions, LayerNorm (gain, and bias when `bias`), MLP d → r → d
+//   gpt2   learned positions (or RoPE: the GPT-2 of SkipV1Former's released code,
+//          dense_skip), LayerNorm (gain, and bias when `bias`), MLP d → r → d
 //          with GELU (tanh form, Hugging Face's gelu_new, or the exact erf form),
 //          biases on every linear map when `bias`, tied head by default
 //   llama  RoPE on queries and keys (Hugging Face's rotate_half), RMSNorm (gain),
@@ -36,6 +37,11 @@ using engine::GeluForm;
 
 enum class Family { gpt2, llama };
 
+// How positions enter: a learned table wpe added to the token embedding, or RoPE
+// on queries and keys (Hugging Face's rotate_half pairs (i, i + d_h/2)). Llama
+// has RoPE; gpt2 has learned positions unless given RoPE (--positions rope).
+enum class PositionEncoding { learned, rope };
+
 // The variants, SkipV1's injection strategies and their parameters are the one
 // vocabulary of core/qkv_plan.hpp.
 using qkv::Strategy;
@@ -48,6 +54,7 @@ struct Config {
   int head_dim = 32;       // d_h; heads·d_h need not equal d (it must for Q-identity)
   int ffn = 512;           // MLP hidden width r
   int vocab = 4096, positions = 1024;
+  PositionEncoding position_encoding = PositionEncoding::learned;  // the family's unless given
   bool tied = true;
   bool bias = true;        // gpt2: biases on linear maps and LayerNorm; llama: attention and MLP biases
   GeluForm gelu = GeluForm::tanh;
@@ -65,14 +72,15 @@ struct Config {
 
   bool identity_query(int layer) const;  // 0-based: head h's query is the h-th slice of N1's output
   double attention_scale(int layer) const;  // 0-based
-  bool rope() const { return family == Family::llama; }
+  bool rope() const { return position_encoding == PositionEncoding::rope; }
   engine::RopeFrequencies rope_frequencies() const {
     return {rope_theta, rope_factor, rope_low_freq_factor, rope_high_freq_factor, rope_original_context};
   }
 };
 
 // The family's defaults for the given sizes (head_dim = d/heads, ffn = 4d for
-// gpt2 and the multiple of 32 nearest above 8d/3 for llama, tied for gpt2).
+// gpt2 and the multiple of 32 nearest above 8d/3 for llama, tied for gpt2,
+// learned positions for gpt2 and RoPE for llama).
 Config family_defaults(Family family, int layers, int d, int heads, int vocab, int positions);
 
 // The variants whose layers n > k mix a source layer k with weights α, β
@@ -82,16 +90,19 @@ bool resformer_family(VariantKind kind);
 // Throws UsageError (core/errors.hpp) naming the first inconsistency: a size
 // below 1, heads not a multiple of kv_heads, a ratio that does not give whole
 // heads, a source layer beyond L, Q-identity with heads·d_h ≠ d, MLA sizes,
-// Q-identity layers out of 1 … L, not ascending, with MLA or the q-identity variant.
+// Q-identity layers out of 1 … L, not ascending, with MLA or the q-identity variant,
+// a llama model with learned positions.
 void validate(const Config& config);
 
 // Names used on the command line, in checkpoints and in JSON.
 std::string to_string(Family);
 std::string to_string(VariantKind);
 std::string to_string(Strategy);
+std::string to_string(PositionEncoding);
 Family parse_family(const std::string&);
 VariantKind parse_variant(const std::string&);
 Strategy parse_strategy(const std::string&);
+PositionEncoding parse_position_encoding(const std::string&);
 // "layernorm" (gpt2), "rmsnorm" (llama) or "none"; parse_norm refuses the other family's norm.
 std::string norm_name(const Config& config);
 bool parse_norm(Family family, const std::string& name);  // true: the family's norm; false: none
@@ -99,8 +110,10 @@ bool parse_norm(Family family, const std::string& name);  // true: the family's 
 // Every field as text (17 significant digits for reals): a checkpoint's
 // __metadata__ and config.json; from_metadata reads it back (UsageError naming
 // a missing or malformed key). "norm" is written only when it is "none" and
-// "q_identity_layers" ("2,5") only when there are some, so other checkpoints
-// keep their metadata; a checkpoint without them has the family's norm and none.
+// "q_identity_layers" ("2,5") only when there are some, and "position_encoding"
+// only when it is not the family's (a gpt2 model with RoPE), so other checkpoints
+// keep their metadata; a checkpoint without them has the family's norm, none and
+// the family's positions.
 std::map<std::string, std::string> to_metadata(const Config& config);
 Config from_metadata(const std::map<std::string, std::string>& metadata);
 

@@ -24,6 +24,8 @@ void require_expressible(const Config& c) {
   if (!c.norm) throw UsageError(why + "a model without norms (--norm none): both families' layouts have them");
   if (!c.q_identity_layers.empty())
     throw UsageError(why + "Q-identity layers: lm::explicit_queries writes their W_Q = I first");
+  if (c.family == Family::gpt2 && c.rope())
+    throw UsageError(why + "RoPE in a gpt2 model (--positions rope); a llama-family model has it");
   if (c.family == Family::gpt2 && c.kv_heads != c.heads)
     throw UsageError(why + "grouped-query attention in a gpt2 model (" + std::to_string(c.kv_heads) +
                      " key/value heads for " + std::to_string(c.heads) + " heads); a llama-family model has them");

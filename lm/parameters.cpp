@@ -27,7 +27,7 @@ engine::ParameterLayout parameter_layout(const Config& c, const std::vector<Laye
   };
 
   matrix("wte", V, d);
-  if (gpt2) matrix("wpe", c.positions, d);
+  if (!c.rope()) matrix("wpe", c.positions, d);
   for (int i = 0; i < c.layers; ++i) {
     const LayerPlan& p = plan[std::size_t(i)];
     norm(layer_tensor(i, "ln_1"));

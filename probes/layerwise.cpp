@@ -52,6 +52,21 @@ Batch training_batch(const ProbeData& d, const ProbeOptions& o, std::int64_t ste
   return b;
 }
 
+// The validation windows' offsets: consecutive from the start (qkvlab), or drawn from
+// Rng(seed, "probe/validation") like the training windows (released); the same for every layer and rate.
+std::vector<std::size_t> validation_starts(const ProbeData& d, const ProbeOptions& o) {
+  const std::size_t T = std::size_t(o.seq_len);
+  std::vector<std::size_t> starts;
+  if (o.recipe == ProbeRecipe::released) {
+    Rng rng(o.seed, "probe/validation");
+    for (int w = 0; w < o.eval_windows; ++w) starts.push_back(std::size_t(rng.next_u64() % (d.validation.size() - T)));
+  } else {
+    for (std::size_t w = 0; w < std::min<std::size_t>(std::size_t(o.eval_windows), (d.validation.size() - 1) / T); ++w)
+      starts.push_back(w * T);
+  }
+  return starts;
+}
+
 struct Layer {  // one layer's probe at one learning rate (no trainer when steps = 0: as initialized)
   Probe<float> probe;
   std::unique_ptr<engine::Trainer<float>> trainer;
@@ -79,7 +94,9 @@ ProbeReport run_probes(lm::Model<float>& model, const ProbeData& d, const ProbeO
   if (o.tags && o.init_model) throw UsageError("a probe of tags starts from a random initialization: its outputs are the tags");
   if (d.train.size() <= std::size_t(T) || d.validation.size() <= std::size_t(T))
     throw UsageError("the token streams need more than the sequence length, " + std::to_string(T) + " tokens");
-  const int windows = int(std::min<std::size_t>(std::size_t(o.eval_windows), (d.validation.size() - 1) / std::size_t(T)));
+  const bool released = o.recipe == ProbeRecipe::released;
+  const std::vector<std::size_t> starts = validation_starts(d, o);
+  const int windows = int(starts.size());
   auto& be = model.backend();
   engine::Buffer<float> h(be, std::size_t(N) * c.d);
   LayerOutputs outputs_of(L);
@@ -87,16 +104,21 @@ ProbeReport run_probes(lm::Model<float>& model, const ProbeData& d, const ProbeO
   if (o.steps > 0 && warmup >= o.steps)
     throw UsageError("the warmup (" + std::to_string(warmup) + " steps) must be shorter than the " +
                      std::to_string(o.steps) + " steps");
-  const engine::TrainConfig loop{o.steps, 0, 0, warmup, 1.0, 1, {0.9, 0.95, 1e-8, 0.1}};
+  if (released && o.steps > 0 && warmup == 1)  // OneCycleLR's first phase would divide 0 by 0
+    throw UsageError("the released recipe's OneCycleLR cannot warm up over exactly 1 step: give --warmup 0 or 2 or more");
+  engine::TrainConfig loop{o.steps, 0, 0, warmup, 1.0, 1, {0.9, 0.95, 1e-8, 0.1}};
+  if (released)  // transformers' AdamW (its ε 1e-6) under OneCycleLR(div_factor 100, final_div_factor 0.1)
+    loop.adamw = {0.9, 0.95, 1e-6, 0.1, engine::AdamWForm::transformers},
+    loop.schedule = engine::TrainConfig::Schedule::one_cycle_linear;
 
   // validation[g][ℓ]: per-window losses at grid point g
   std::vector<std::vector<RunningStats>> validation(o.lr_grid.size(), std::vector<RunningStats>(std::size_t(L) + 1));
   for (std::size_t g = 0; g < o.lr_grid.size(); ++g) {
     std::vector<std::unique_ptr<Layer>> layers;
     engine::TrainConfig cfg = loop;
-    cfg.lr = o.lr_grid[g], cfg.min_lr = o.lr_grid[g] / 10;
+    cfg.lr = o.lr_grid[g], cfg.min_lr = o.lr_grid[g] / 10, cfg.start_lr = o.lr_grid[g] / 100;
     for (int l = 0; l <= L; ++l) {
-      Probe<float> p(c, outputs, N, be);
+      Probe<float> p(c, outputs, N, be, o.recipe);
       o.init_model ? p.initialize_from(model) : p.initialize_random(o.seed + std::uint64_t(l));
       auto& params = p.parameters();  // lives with the probe's state, which the move keeps in place
       auto trainer = o.steps > 0 ? std::make_unique<engine::Trainer<float>>(be, params, cfg) : nullptr;
@@ -119,7 +141,7 @@ ProbeReport run_probes(lm::Model<float>& model, const ProbeData& d, const ProbeO
     for (int w0 = 0; w0 < windows; w0 += o.batch) {  // validation, B windows at a time
       const int n = std::min(o.batch, windows - w0);
       Batch b;
-      for (int w = 0; w < o.batch; ++w) window(d, false, o.tags, std::size_t(std::min(w0 + w, windows - 1)) * T, T, b);
+      for (int w = 0; w < o.batch; ++w) window(d, false, o.tags, starts[std::size_t(std::min(w0 + w, windows - 1))], T, b);
       model.forward(b.ids.data(), nullptr, o.batch, T, lm::Pass::eval, 0, &outputs_of);
       for (int l = 0; l <= L; ++l) {
         h.upload(outputs_of.h[std::size_t(l)]);
@@ -159,6 +181,7 @@ ProbeReport run_probes(lm::Model<float>& model, const ProbeData& d, const ProbeO
   r.deeper_half = least_squares_slope(xs, ys);
   r.from_layer = int(xs.front());
   r.settings = results::Value::object();
+  r.settings.set("recipe", released ? "released" : "qkvlab");
   r.settings.set("target", o.tags ? "tag" : "next-token");
   r.settings.set("init", o.init_model ? "model" : "random");
   r.settings.set("outputs", outputs);

@@ -11,6 +11,13 @@
 // `eval_windows`); per layer, the mean loss over the windows with its std and se, at the
 // learning rate of the grid with the lowest mean. The slope: least squares of that loss
 // against ℓ over the deeper half (ℓ = ⌊(L+1)/2⌋ … L), with its standard error.
+//
+// The released recipe (SkipV1Former's dense_skip, optim/train_linear_p_skip.py) differs in four
+// ways and nothing else: transformers' AdamW (ε 1e-6 added before the bias correction, the decay
+// after the update, on every parameter; engine/adamw_config.hpp), OneCycleLR with linear annealing
+// from lr/100 up to lr over the warmup and down to lr/10 at the last step (engine/schedule.hpp),
+// the norm without a bias, and validation windows at random offsets (Rng(seed, "probe/validation"))
+// instead of consecutive ones.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +27,7 @@
 
 #include "core/statistics.hpp"
 #include "lm/model.hpp"
+#include "probes/probe.hpp"
 #include "results/figure.hpp"
 #include "results/value.hpp"
 
@@ -37,6 +45,7 @@ struct ProbeOptions {
   std::vector<double> lr_grid = {1e-4, 2e-4, 3e-4};
   std::int64_t steps = 200, warmup = -1;  // warmup −1: a tenth of the steps
   int batch = 8, seq_len = 128, eval_windows = 64;
+  ProbeRecipe recipe = ProbeRecipe::qkvlab;
   std::uint64_t seed = 1;
 };
 
@@ -57,7 +66,7 @@ struct ProbeLayer {
 };
 
 struct ProbeReport {
-  results::Value settings;  // target, init, outputs, steps, warmup, batch, seq_len, seed, validation_windows, lr_grid
+  results::Value settings;  // recipe, target, init, outputs, steps, warmup, batch, seq_len, seed, validation_windows, lr_grid
   std::vector<ProbeLayer> layers;
   Slope deeper_half;     // the slope over the deeper half of the layers, from_layer … the last
   int from_layer = 0;

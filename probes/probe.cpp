@@ -11,10 +11,11 @@ namespace qkvlab::probes {
 
 namespace {
 
-engine::ParameterLayout probe_layout(const lm::Config& c, int outputs) {
+engine::ParameterLayout probe_layout(const lm::Config& c, int outputs, ProbeRecipe recipe) {
+  const bool released = recipe == ProbeRecipe::released;
   engine::ParameterLayout layout;
-  layout.add("norm.weight", {c.d}, false);
-  if (c.family == lm::Family::gpt2 && c.bias) layout.add("norm.bias", {c.d}, false);
+  layout.add("norm.weight", {c.d}, released);
+  if (c.family == lm::Family::gpt2 && c.bias && !released) layout.add("norm.bias", {c.d}, false);
   layout.add("head", {outputs, c.d}, true);
   return layout;
 }
@@ -31,8 +32,8 @@ struct Probe<S>::Impl {
   lm::Head<S> head;
   engine::Buffer<std::int32_t> targets;
 
-  Impl(const lm::Config& c, int outputs, int rows_, engine::Backend<S>& backend)
-      : config(c), V(outputs), rows(rows_), be(backend), params(backend, probe_layout(c, outputs)),
+  Impl(const lm::Config& c, int outputs, int rows_, engine::Backend<S>& backend, ProbeRecipe recipe)
+      : config(c), V(outputs), rows(rows_), be(backend), params(backend, probe_layout(c, outputs, recipe)),
         nh(backend, std::size_t(rows_) * c.d), mean(backend, rows_), rstd(backend, rows_),
         dh(backend, std::size_t(rows_) * c.d), head(backend, rows_, c.d, outputs, true), targets(backend, rows_) {}
 
@@ -65,8 +66,8 @@ struct Probe<S>::Impl {
 };
 
 template <class S>
-Probe<S>::Probe(const lm::Config& model, int outputs, int rows, engine::Backend<S>& backend)
-    : impl_(std::make_unique<Impl>(model, outputs, rows, backend)) {}
+Probe<S>::Probe(const lm::Config& model, int outputs, int rows, engine::Backend<S>& backend, ProbeRecipe recipe)
+    : impl_(std::make_unique<Impl>(model, outputs, rows, backend, recipe)) {}
 template <class S>
 Probe<S>::~Probe() = default;
 template <class S>

@@ -2,7 +2,9 @@
 // linear map to the outputs, on a frozen model's layer output h (N rows of d),
 //   logits = norm(h) Uᵀ,   norm = the model family's (LayerNorm with a bias for
 //   GPT-2, RMSNorm for Llama), U (outputs × d),
-// trained by cross-entropy. Written against the backend's kernels (engine/backend.hpp),
+// trained by cross-entropy. Its recipe says what the optimizer may touch: `qkvlab`
+// decays U only; `released` (dense_skip's optim/train_linear_p_skip.py) drops the
+// norm's bias (nn.LayerNorm(bias=False)) and decays every parameter, gain included. Written against the backend's kernels (engine/backend.hpp),
 // so it runs where the model runs; forward and backward side by side.
 #pragma once
 
@@ -15,11 +17,14 @@
 
 namespace qkvlab::probes {
 
+enum class ProbeRecipe { qkvlab, released };
+
 template <class S>
 class Probe {
  public:
   // rows: the most rows (B·T) a call will pass.
-  Probe(const lm::Config& model, int outputs, int rows, engine::Backend<S>& backend);
+  Probe(const lm::Config& model, int outputs, int rows, engine::Backend<S>& backend,
+        ProbeRecipe recipe = ProbeRecipe::qkvlab);
   ~Probe();
   Probe(Probe&&) noexcept;
 

@@ -86,6 +86,9 @@ const std::vector<SweepRecipe>& sweep_recipes() {
       {"gpt2", "tiny", "skipv1-plus-resformer", {1, 2, 3}, "--variant skipv1 --strategy plus-resformer"},
       {"gpt2", "tiny", "skipkv1", {1, 2, 3}, "--variant skipkv1"},
       {"gpt2", "tiny", "skipv1-yoco", {1, 2, 3}, "--variant skipv1-yoco"},
+      // dense_skip's GPT-2 has RoPE and no position table (docs/lm.md): vanilla and SkipV1 with it.
+      {"gpt2", "tiny", "vanilla-rope", {1, 2, 3}, "--variant vanilla --positions rope"},
+      {"gpt2", "tiny", "skipv1-rope", {1, 2, 3}, "--variant skipv1 --skip-ratio 0.5 --positions rope"},
       {"llama", "tiny-llama", "vanilla", {1, 2, 3}, "--variant vanilla"},
       {"llama", "tiny-llama", "resformer-half", {1, 2, 3}, "--variant resformer --alpha 0.5 --beta 0.5"},
       {"llama", "tiny-llama", "svformer", {1, 2, 3}, "--variant svformer"},

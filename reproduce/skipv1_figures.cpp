@@ -47,7 +47,9 @@ void skipv1_fig10(Session& s, Output& out) {
            out.add(t), "initial_loss");
 }
 
-void skipv1_fig12(Session& s, Output& out) {
+// Fig. 12 with the toolkit's probe recipe (skipv1-fig12) or the released one (skipv1-fig12-released:
+// probes/layerwise.hpp), at the same steps, batches, rate and number of validation windows.
+void skipv1_fig12(Session& s, Output& out, probes::ProbeRecipe recipe) {
   probes::ProbeData data;
   data.train = corpus::read_token_file(s.options().data / "train_tokens.npy").ids;
   data.validation = corpus::read_token_file(s.options().data / "validation_tokens.npy").ids;
@@ -59,6 +61,7 @@ void skipv1_fig12(Session& s, Output& out) {
   o.lr_grid = {3e-4};
   o.steps = s.options().steps > 0 ? s.options().steps : 300;
   o.batch = 16, o.seq_len = 128, o.eval_windows = s.options().steps > 0 ? 8 : 256, o.seed = s.options().seed;
+  o.recipe = recipe;
   Table t{"probe_loss", {}};
   results::Figure f{"layerwise linear probes (next token): validation loss per layer output", "layer output h_l",
                     "probe loss (nats)", false, false, {}, {"set key top right"}};
@@ -89,7 +92,8 @@ void skipv1_fig12(Session& s, Output& out) {
                  "; deeper-half slope " + fixed(slope, 3) + " ± " + fixed(slope_se, 3) + "\n";
   }
   out.value.set("probe", Value(std::string("steps ") + std::to_string(o.steps) + ", batch 16, T = 128, " +
-                               std::to_string(o.eval_windows) + " validation windows, lr 3e-4"));
+                               std::to_string(o.eval_windows) + " validation windows, lr 3e-4, recipe " +
+                               (recipe == probes::ProbeRecipe::released ? "released" : "qkvlab")));
   out.draw(f, out.add(t), "probe_loss");
 }
 
@@ -194,7 +198,10 @@ void skipv1_table2(Session& s, Output& out) {
 std::vector<Entry> skipv1_figures() {
   return {
       {"skipv1-fig10", {"vanilla"}, skipv1_fig10, 3},
-      {"skipv1-fig12", {"vanilla", "skipv1"}, skipv1_fig12, 3},
+      {"skipv1-fig12", {"vanilla", "skipv1"},
+       [](Session& s, Output& out) { skipv1_fig12(s, out, probes::ProbeRecipe::qkvlab); }, 3},
+      {"skipv1-fig12-released", {"vanilla", "skipv1"},
+       [](Session& s, Output& out) { skipv1_fig12(s, out, probes::ProbeRecipe::released); }, 3},
       {"skipv1-fig13", {"vanilla", "skipv1"}, skipv1_fig13, 3},
       {"skipv1-fig14", {"vanilla", "skipv1"}, skipv1_fig14, 3},
       {"skipv1-table2", {}, skipv1_table2},

@@ -286,6 +286,11 @@ const std::vector<FigureClaim>& claims() {
        {"SkipV1Former's probe loss falls more steeply over the deeper half of the layers (SkipV1Former Fig. 12)",
         "least-squares slope of probe loss over the deeper half of the layers, SkipV1 − vanilla", Sense::less},
        kSeeds, "the fit's residuals over the layers", skipv1_fig12},
+      {"skipv1-fig12-released",
+       {"SkipV1Former's probe loss falls more steeply over the deeper half of the layers, with the released "
+        "probe (SkipV1Former Fig. 12)",
+        "least-squares slope of probe loss over the deeper half of the layers, SkipV1 − vanilla", Sense::less},
+       kSeeds, "the fit's residuals over the layers", skipv1_fig12},
       {"skipv1-fig13",
        {"SkipV1Former's heads at the last layer are less similar to each other than vanilla's (SkipV1Former Fig. 13)",
         "off-diagonal head–head cosine at the last layer, of the head outputs and of the attention patterns (the "

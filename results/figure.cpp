@@ -188,9 +188,14 @@ bool pngcairo_available() {
 
 }  // namespace
 
+const Column* Table::find(const std::string& wanted) const {
+  for (const Column& c : columns)
+    if (c.name == wanted) return &c;
+  return nullptr;
+}
+
 int Table::column_number(const std::string& wanted) const {
-  for (std::size_t i = 0; i < columns.size(); ++i)
-    if (columns[i].name == wanted) return int(i) + 1;
+  if (const Column* c = find(wanted)) return int(c - columns.data()) + 1;
   throw std::runtime_error("table " + name + " has no column " + wanted);
 }
 

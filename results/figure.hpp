@@ -28,6 +28,8 @@ struct Column {
 struct Table {
   std::string name;  // HDF5 group name (no '/')
   std::vector<Column> columns;
+  // The column named `name`, or nullptr.
+  const Column* find(const std::string& name) const;
   // Index of the column named `name`, 1-based as gnuplot counts; throws if absent.
   int column_number(const std::string& name) const;
 };

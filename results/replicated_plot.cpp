@@ -6,12 +6,6 @@ namespace qkvlab::results {
 
 namespace {
 
-const Column* column(const Table& t, const std::string& name) {
-  for (const Column& c : t.columns)
-    if (c.name == name) return &c;
-  return nullptr;
-}
-
 bool same_shape(const std::vector<Plot>& r) {
   const Table& first = r.front().table;
   for (const Plot& p : r) {
@@ -34,7 +28,7 @@ std::optional<Plot> over_replicates(const std::vector<Plot>& replicates, const s
   out.figure.series.clear();
   bool bands = false;
   auto add = [&](Column c) {
-    if (!column(out.table, c.name)) out.table.columns.push_back(std::move(c));
+    if (!out.table.find(c.name)) out.table.columns.push_back(std::move(c));
   };
   int colour = 0;
   for (const Series& s : first.figure.series) {
@@ -43,21 +37,21 @@ std::optional<Plot> over_replicates(const std::vector<Plot>& replicates, const s
       continue;
     }
     if (is_band(s) || s.y.empty()) continue;
-    const Column* x = column(first.table, s.x);
-    const Column* y = column(first.table, s.y);
+    const Column* x = first.table.find(s.x);
+    const Column* y = first.table.find(s.y);
     if (!x || !y) return std::nullopt;
     for (const Plot& p : replicates)
-      if (column(p.table, s.x)->values != x->values) return std::nullopt;
+      if (p.table.find(s.x)->values != x->values) return std::nullopt;
     const bool bars = !s.z.empty() && s.style.rfind("yerror", 0) == 0;
     if (!s.z.empty() && !bars) {  // a map (style image, say): x and y as they are, z's mean
       for (const Plot& p : replicates)
-        if (column(p.table, s.y)->values != y->values) return std::nullopt;
-      const Column* z = column(first.table, s.z);
+        if (p.table.find(s.y)->values != y->values) return std::nullopt;
+      const Column* z = first.table.find(s.z);
       if (!z) return std::nullopt;
       Column mean{s.z, {}};
       for (std::size_t i = 0; i < z->values.size(); ++i) {
         std::vector<double> at;
-        for (const Plot& p : replicates) at.push_back(column(p.table, s.z)->values[i]);
+        for (const Plot& p : replicates) at.push_back(p.table.find(s.z)->values[i]);
         mean.values.push_back(over_replicates("", at).value);
       }
       add(*x), add(*y), add(mean);
@@ -67,7 +61,7 @@ std::optional<Plot> over_replicates(const std::vector<Plot>& replicates, const s
     Column mean{s.y, {}}, low{s.y + " - se", {}}, high{s.y + " + se", {}}, se{s.y + " se", {}};
     for (std::size_t i = 0; i < y->values.size(); ++i) {
       std::vector<double> at;
-      for (const Plot& p : replicates) at.push_back(column(p.table, s.y)->values[i]);
+      for (const Plot& p : replicates) at.push_back(p.table.find(s.y)->values[i]);
       const Element e = over_replicates("", at);
       mean.values.push_back(e.value), low.values.push_back(e.value - e.se), high.values.push_back(e.value + e.se);
       se.values.push_back(e.se);

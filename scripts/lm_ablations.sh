@@ -51,6 +51,7 @@ skipv1=(
   "Fig. 15|SkipKV1 trains worse than vanilla|gpt2/vanilla|gpt2/skipkv1|greater"
   "Fig. 15|SkipV1-YOCO trains a little worse than SkipV1|gpt2/skipv1|gpt2/skipv1-yoco|greater"
   "Fig. 15|SkipV1-YOCO trains better than vanilla|gpt2/vanilla|gpt2/skipv1-yoco|less"
+  "Fig. 4|SkipV1 trains lower than vanilla in the released GPT-2 (RoPE, no position table)|gpt2/vanilla-rope|gpt2/skipv1-rope|less"
   "Table 2|GQA + SkipV1 trains lower than GQA|llama/gqa|llama/gqa-skipv1|less"
   "Table 2|MLA + SkipV1 trains lower than MLA|llama/mla|llama/mla-skipv1|less"
 )
@@ -98,5 +99,8 @@ for c in "${claims[@]}"; do
   spread=$([[ $se == null ]] && echo "(one seed)" || printf '± %.4f' "$se")
   printf '| %s | %s | %+.4f %s | %s | **%s** |\n' "$figure" "$claim" "$mean" "$spread" "$n" "$verdict"
 done
-[[ -n $json ]] && printf '%s}\n' "$all" > "$json"
+if [[ -n $json ]]; then  # whole or not at all: a temporary file beside it, renamed over it
+  tmp=$(mktemp "$(dirname "$json")/.$(basename "$json").XXXXXX")
+  printf '%s}\n' "$all" > "$tmp" && chmod a+r "$tmp" && mv -f "$tmp" "$json" || { rm -f "$tmp"; exit 1; }
+fi
 exit $((missing ? 2 : 0))

@@ -146,6 +146,53 @@ TEST(EngineOptim, AdamWWeightDecayIsDecoupledAndSkipsNonDecayed) {
   EXPECT_EQ(p.value("gain"), std::vector<double>(4, 3.0));
 }
 
+// transformers.optimization.AdamW (the released probe's), written here as its source reads, in double:
+//   m ← β1 m + (1 − β1) g;  v ← β2 v + (1 − β2) g²;  denom = sqrt(v) + ε;
+//   step = η sqrt(1 − β2^t) / (1 − β1^t);  θ ← θ − step m / denom;  θ ← θ − η λ θ (decayed tensors).
+// The toolkit's transformers form (engine/adamw_config.hpp) follows it over five steps of varying
+// rates to rounding; control: the torch form at the same settings misses by far more.
+TEST(EngineOptim, TransformersAdamWIsItsReleasedDefinition) {
+  const std::vector<double> theta0{0.5, -1.0, 2.0};
+  const AdamWConfig config{.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-2, .weight_decay = 0.1,
+                           .form = AdamWForm::transformers};
+  const auto run = [&](AdamWConfig c) {
+    Params p(layout_of({{"W", true}, {"gain", false}}, 3), {theta0, theta0}, {theta0, theta0});
+    AdamWState<double> adamw(p.be, p.set.layout.total());
+    for (int step = 0; step < 5; ++step) {
+      const std::vector<double> g{0.3 - 0.1 * step, -0.02 * step, 4.0 / (step + 1)};
+      for (const char* name : {"W", "gain"}) p.set.grads.upload(g.data(), 3, p.set.layout.at(name).offset);
+      adamw.step(p.be, p.set, c, 0.05 * (step + 1));
+    }
+    std::vector<double> out = p.value("W"), gain = p.value("gain");
+    out.insert(out.end(), gain.begin(), gain.end());
+    return out;
+  };
+  std::vector<double> want;
+  for (bool decay : {true, false})
+    for (int i = 0; i < 3; ++i) {
+      double theta = theta0[i], m = 0, v = 0;
+      for (int t = 1; t <= 5; ++t) {
+        const double g = std::vector<double>{0.3 - 0.1 * (t - 1), -0.02 * (t - 1), 4.0 / t}[std::size_t(i)];
+        const double lr = 0.05 * t;
+        m = 0.9 * m + 0.1 * g, v = 0.95 * v + 0.05 * g * g;
+        const double step = lr * std::sqrt(1 - std::pow(0.95, t)) / (1 - std::pow(0.9, t));
+        theta -= step * m / (std::sqrt(v) + 1e-2);
+        if (decay) theta -= lr * 0.1 * theta;
+      }
+      want.push_back(theta);
+    }
+  const std::vector<double> ours = run(config);
+  AdamWConfig torch = config;
+  torch.form = AdamWForm::torch;
+  const std::vector<double> control = run(torch);
+  double worst = 0, control_gap = 0;
+  for (std::size_t i = 0; i < want.size(); ++i)
+    worst = std::max(worst, std::abs(ours[i] - want[i])), control_gap = std::max(control_gap, std::abs(control[i] - want[i]));
+  EXPECT_LT(worst, 1e-14);
+  EXPECT_GT(control_gap, 1e-3);
+  EXPECT_THROW(run({.weight_decay = 20, .form = AdamWForm::transformers}), std::invalid_argument);  // ηλ ≥ 1
+}
+
 // L(θ) = mean((θ A − b)²) with a fixed, moderately conditioned A; its minimizer is θ* = b A⁻¹, and
 // its gradient 2 (θ A − b) Aᵀ / 4 is written here by hand.
 TEST(EngineOptim, AdamWMinimizesAQuadratic) {
@@ -243,7 +290,41 @@ TEST(EngineSchedule, WarmupCosineValues) {
   for (int step = 100; step < 1100; ++step) EXPECT_GE(lr(step), lr(step + 1));
 }
 
+// PyTorch's OneCycleLR(anneal_strategy='linear', cycle_momentum=False) as torch/optim/lr_scheduler.py
+// reads: two phases ending at float(pct_start·T) − 1 and T − 1, η = (end − start) pct + start with
+// pct = (step − phase start) / (phase end − phase start), the initial rate max/div_factor and the last
+// initial/final_div_factor. The released probe's settings: div 100, final div 0.1, pct_start 0.1.
+double one_cycle_lr(double max_lr, std::int64_t total, double pct_start, std::int64_t step, bool off_by_one = false) {
+  // (step T − 1 and later: the floor; the loops below stop before T.)
+  const double initial = max_lr / 100, last = initial / 0.1;
+  const double end1 = pct_start * double(total) - (off_by_one ? 0 : 1), end2 = double(total) - 1;
+  if (double(step) <= end1) return (max_lr - initial) * (double(step) / end1) + initial;
+  return (last - max_lr) * ((double(step) - end1) / (end2 - end1)) + max_lr;
+}
+
+TEST(EngineSchedule, OneCycleLinearIsPyTorchsOneCycleLR) {
+  const OneCycleLinear lr(1e-5, 1e-3, 1e-4, 10, 100);
+  EXPECT_DOUBLE_EQ(lr(0), 1e-5);   // lr/100
+  EXPECT_DOUBLE_EQ(lr(9), 1e-3);   // the peak at the warmup's last step
+  EXPECT_DOUBLE_EQ(lr(99), 1e-4);  // lr/10 at the last step
+  EXPECT_DOUBLE_EQ(lr(500), 1e-4);
+  double worst = 0, control = 0;
+  for (std::int64_t step = 0; step < 100; ++step) {
+    worst = std::max(worst, std::abs(lr(step) - one_cycle_lr(1e-3, 100, 0.1, step)));
+    control = std::max(control, std::abs(lr(step) - one_cycle_lr(1e-3, 100, 0.1, step, true)));
+  }
+  EXPECT_LT(worst, 1e-18);
+  EXPECT_GT(control, 1e-5);  // control: a phase boundary one step late is seen
+  // pct_start·T below 1 (a probe of few steps): the first phase is empty, step 0 is already falling.
+  const OneCycleLinear none(1e-5, 1e-3, 1e-4, 0.5, 20);
+  for (std::int64_t step = 0; step < 20; ++step)
+    EXPECT_NEAR(none(step), one_cycle_lr(1e-3, 20, 0.5 / 20, step), 1e-18) << step;
+}
+
 TEST(EngineSchedule, RejectsInconsistentSettings) {
+  EXPECT_THROW(OneCycleLinear(1e-5, 1e-3, 1e-4, 1, 100), std::invalid_argument);  // W − 1 = 0: 0/0 at step 0
+  EXPECT_THROW(OneCycleLinear(1e-5, 1e-3, 1e-4, 100, 100), std::invalid_argument);
+  EXPECT_THROW(OneCycleLinear(1e-2, 1e-3, 1e-4, 10, 100), std::invalid_argument);  // start above peak
   EXPECT_THROW(WarmupCosine(1e-3, 1e-2, 10, 100), std::invalid_argument);  // floor above peak
   EXPECT_THROW(WarmupCosine(1e-3, 0, 100, 100), std::invalid_argument);    // no decay phase
   EXPECT_THROW(WarmupCosine(1e-3, 0, -1, 100), std::invalid_argument);

@@ -170,6 +170,13 @@ TEST(LmAccounting, CommandsReportTheCounts) {
   auto r = run_qkvlab("params --family gpt2 --layers 12 --d 768 --heads 12 --vocab 50257 --positions 1024 --tied --bias --format json");
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("\"total\": 124439808"), std::string::npos) << r.out;
+  // With RoPE (dense_skip's GPT-2) the 1024 x 768 table of learned positions is gone, at any length.
+  for (const char* positions : {"rope", "rope,1024", "2048,rope"}) {
+    r = run_qkvlab(std::string("params --family gpt2 --layers 12 --d 768 --heads 12 --vocab 50257 --positions ") +
+                   positions + " --tied --bias --format json");
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_NE(r.out.find("\"total\": 123653376"), std::string::npos) << positions << r.out;
+  }
   r = run_qkvlab("params --family gpt2 --layers 12 --d 768 --heads 12 --vocab 50304 --positions 1024 --tied --format json");
   EXPECT_NE(r.out.find("\"total\": 124373760"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("\"non_embedding\": 84953856"), std::string::npos) << r.out;

@@ -42,10 +42,11 @@ struct Case {
   Family family;
   VariantKind kind;
   bool mla;
+  bool rope = false;  // a gpt2 model with --positions rope
 };
 
 std::string name(const Case& c) {
-  return to_string(c.family) + " " + to_string(c.kind) + (c.mla ? " MLA" : " GQA");
+  return to_string(c.family) + " " + to_string(c.kind) + (c.mla ? " MLA" : " GQA") + (c.rope ? " RoPE" : "");
 }
 
 std::vector<Case> cases() {
@@ -62,6 +63,7 @@ std::vector<Case> cases() {
     for (VariantKind k : all) out.push_back({f, k, false});
     for (VariantKind k : mla) out.push_back({f, k, true});
   }
+  for (VariantKind k : {VariantKind::vanilla, VariantKind::skipv1}) out.push_back({Family::gpt2, k, false, true});
   return out;
 }
 
@@ -70,6 +72,7 @@ Config tiny(const Case& c) {
   Config config = family_defaults(c.family, 4, 16, 4, 29, 16);
   config.ffn = 24, config.kv_heads = 2, config.variant.kind = c.kind;
   if (c.mla) config.mla = true, config.d_c = 8, config.d_r = 4;
+  if (c.rope) config.position_encoding = PositionEncoding::rope;
   return config;
 }
 

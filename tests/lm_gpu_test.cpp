@@ -588,7 +588,7 @@ void PrintTo(const ModelCase& c, std::ostream* os) { *os << c.name; }
 
 // Two layers, d = 16, four heads of 4 (llama: on two key/value heads, GQA), T up to 8, V = 32;
 // seven variants of each family (resformer-q: the queries' mixing), MLA in each, and the options that switch kernels (GELU's erf form,
-// biases, an untied head).
+// biases, an untied head), and a gpt2 model with RoPE.
 std::vector<ModelCase> model_cases() {
   std::vector<ModelCase> cases;
   for (lm::Family f : {lm::Family::gpt2, lm::Family::llama})
@@ -617,6 +617,9 @@ std::vector<ModelCase> model_cases() {
   lm::Config llama_bias = lm::family_defaults(lm::Family::llama, 2, 16, 4, 32, 8);
   llama_bias.kv_heads = 2, llama_bias.bias = true;
   cases.push_back({"llama_bias", llama_bias});
+  lm::Config gpt2_rope = lm::family_defaults(lm::Family::gpt2, 2, 16, 4, 32, 8);  // dense_skip's GPT-2
+  gpt2_rope.variant.kind = lm::VariantKind::skipv1, gpt2_rope.position_encoding = lm::PositionEncoding::rope;
+  cases.push_back({"gpt2_rope_skipv1", gpt2_rope});
   for (ModelCase& m : cases)
     for (char& ch : m.name)
       if (ch == '-') ch = '_';

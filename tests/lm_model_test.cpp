@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/rng.hpp"
+#include "core/errors.hpp"
 #include "engine/cpu_backend.hpp"
 #include "engine/trainer.hpp"
 #include "lm/model.hpp"
@@ -93,6 +94,12 @@ std::vector<Case> every_variant() {
     Config untied = tiny(f, VariantKind::vanilla);
     untied.tied = !untied.tied, untied.bias = !untied.bias, untied.gelu = GeluForm::erf;
     cases.push_back({fam + "flipped_tied_bias_gelu", untied});
+    if (f == Family::gpt2)
+      for (VariantKind k : {VariantKind::vanilla, VariantKind::skipv1}) {
+        Config rope = tiny(f, k);
+        rope.position_encoding = PositionEncoding::rope;
+        cases.push_back({fam + "rope_" + to_string(k), rope});
+      }
     Config free = tiny(f, VariantKind::resformer);
     free.norm = false, free.q_identity_layers = {2};
     cases.push_back({fam + "norm_none_q_identity_layer2", free});
@@ -258,11 +265,69 @@ std::vector<Case> reference_cases() {
     free.norm = false, free.q_identity_layers = {1};
     cases.push_back({to_string(f) + "_norm_none_q_identity_layer1", free});
   }
+  Config rope = tiny(Family::gpt2, VariantKind::vanilla);
+  rope.position_encoding = PositionEncoding::rope;
+  cases.push_back({"gpt2_rope", rope});
   return cases;
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, LmReference, ::testing::ValuesIn(reference_cases()),
                          [](const auto& info) { return info.param.name; });
+
+// --positions rope rotates the pairs (i, i + d_h/2); dense_skip's GPT-2 rotates (2i, 2i + 1). The two are
+// one model up to the same permutation of every head's query and key coordinates: the rotate_half model
+// with weights W equals the interleaved reference with the columns of W_Q, W_K (and their biases) moved
+// from h·d_h + i to h·d_h + 2i and from h·d_h + d_h/2 + i to h·d_h + 2i + 1. Control: unpermuted, it differs.
+TEST(LmReference, Gpt2RopeIsDenseSkipsInterleavedRotaryUpToAPermutation) {
+  Config c = tiny(Family::gpt2, VariantKind::vanilla);
+  c.position_encoding = PositionEncoding::rope;
+  engine::CpuBackend<double> be(1);
+  Model<double> model(c, be);
+  const auto& layout = model.parameters().layout;
+  EXPECT_FALSE(layout.find("wpe"));
+  const auto values = random_parameters(layout, 11);
+  model.set_parameters(values);
+  const Batch batch = random_batch(c.vocab, 5);
+  const double ours = mean_loss(model, batch);
+  auto permuted = values;
+  const int dh = c.head_dim;
+  for (int l = 0; l < c.layers; ++l)
+    for (const std::string what : {"q.weight", "q.bias", "k.weight", "k.bias"}) {
+      const auto& spec = layout.at("h." + std::to_string(l) + ".attn." + what);
+      const std::size_t rows = spec.shape.size() == 2 ? spec.shape[0] : 1, cols = spec.shape.back();
+      for (std::size_t r = 0; r < rows; ++r)
+        for (std::size_t h = 0; h < cols / dh; ++h)
+          for (int i = 0; i < dh / 2; ++i) {
+            const std::size_t row = spec.offset + r * cols + h * dh;
+            permuted[row + 2 * i] = values[row + i];
+            permuted[row + 2 * i + 1] = values[row + dh / 2 + i];
+          }
+    }
+  const auto ref = [&](const std::vector<double>& v) {
+    return reference_loss(c, layout, v, batch.ids, batch.targets, batch.B, batch.T, true);
+  };
+  EXPECT_NEAR(ours, ref(permuted), 1e-12 * std::abs(ours));
+  EXPECT_GT(std::abs(ours - ref(values)), kControlMin * std::abs(ours));
+}
+
+// A gpt2 model with RoPE says so in its metadata and reads back as one; other models' metadata has no
+// "position_encoding" (older checkpoints keep theirs). Control: a llama model with learned positions is refused.
+TEST(LmConfig, RopePositionsRoundTripThroughMetadata) {
+  Config c = tiny(Family::gpt2, VariantKind::skipv1);
+  c.position_encoding = PositionEncoding::rope;
+  const auto m = to_metadata(c);
+  EXPECT_EQ(m.at("position_encoding"), "rope");
+  EXPECT_TRUE(from_metadata(m).rope());
+  EXPECT_EQ(to_metadata(from_metadata(m)), m);
+  for (Family f : {Family::gpt2, Family::llama}) {
+    const auto plain = to_metadata(tiny(f, VariantKind::vanilla));
+    EXPECT_EQ(plain.count("position_encoding"), 0u);
+    EXPECT_EQ(from_metadata(plain).rope(), f == Family::llama);
+  }
+  auto llama = to_metadata(tiny(Family::llama, VariantKind::vanilla));
+  llama["position_encoding"] = "learned";
+  EXPECT_THROW(from_metadata(llama), UsageError);
+}
 
 TEST(LmReferenceControl, PerturbedWeightChangesTheLoss) {
   const Config c = tiny(Family::llama, VariantKind::vanilla);

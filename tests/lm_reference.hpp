@@ -53,20 +53,23 @@ inline RowMat ref_linear(const RowMat& X, const Tensors& w, const std::string& n
   return Y;
 }
 
-inline void ref_rope(RowMat& X, int heads, int dh, double theta) {
+// RoPE at positions 0 … T−1, rotating the pairs (i, i + d_h/2) (Hugging Face's rotate_half) or, with
+// `interleaved`, (2i, 2i + 1) (dense_skip's rotary_utils.py), by the angle t θ^(−2i/d_h).
+inline void ref_rope(RowMat& X, int heads, int dh, double theta, bool interleaved = false) {
   for (Eigen::Index t = 0; t < X.rows(); ++t)
     for (int h = 0; h < heads; ++h)
       for (int i = 0; i < dh / 2; ++i) {
         const double angle = double(t) / std::pow(theta, 2.0 * i / dh);
-        const double a = X(t, h * dh + i), b = X(t, h * dh + i + dh / 2);
-        X(t, h * dh + i) = a * std::cos(angle) - b * std::sin(angle);
-        X(t, h * dh + i + dh / 2) = b * std::cos(angle) + a * std::sin(angle);
+        const int ia = h * dh + (interleaved ? 2 * i : i), ib = h * dh + (interleaved ? 2 * i + 1 : i + dh / 2);
+        const double a = X(t, ia), b = X(t, ib);
+        X(t, ia) = a * std::cos(angle) - b * std::sin(angle);
+        X(t, ib) = b * std::cos(angle) + a * std::sin(angle);
       }
 }
 
 inline double reference_loss(const qkvlab::lm::Config& c, const qkvlab::engine::ParameterLayout& layout,
                              const std::vector<double>& values, const std::vector<std::int32_t>& ids,
-                             const std::vector<std::int32_t>& targets, int B, int T) {
+                             const std::vector<std::int32_t>& targets, int B, int T, bool interleaved = false) {
   using qkvlab::lm::Family;
   const Tensors w{layout, values};
   const bool gpt2 = c.family == Family::gpt2;
@@ -78,7 +81,7 @@ inline double reference_loss(const qkvlab::lm::Config& c, const qkvlab::engine::
     RowMat X(T, c.d);
     for (int t = 0; t < T; ++t) {
       X.row(t) = E.row(ids[b * T + t]);
-      if (gpt2) X.row(t) += w.matrix("wpe").row(t);
+      if (!c.rope()) X.row(t) += w.matrix("wpe").row(t);
     }
     for (int l = 0; l < c.layers; ++l) {
       const std::string p = "h." + std::to_string(l) + ".";
@@ -88,7 +91,7 @@ inline double reference_loss(const qkvlab::lm::Config& c, const qkvlab::engine::
       const RowMat n1 = ref_norm(X, w, p + "ln_1", c);
       RowMat Q = identity ? n1 : ref_linear(n1, w, p + "attn.q");
       RowMat K = ref_linear(n1, w, p + "attn.k"), V = ref_linear(n1, w, p + "attn.v");
-      if (!gpt2) ref_rope(Q, H, dh, c.rope_theta), ref_rope(K, G, dh, c.rope_theta);
+      if (c.rope()) ref_rope(Q, H, dh, c.rope_theta, interleaved), ref_rope(K, G, dh, c.rope_theta, interleaved);
       RowMat Z(T, H * dh);
       for (int h = 0; h < H; ++h) {
         const int g = h / (H / G);

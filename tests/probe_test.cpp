@@ -6,6 +6,7 @@
 #include <cmath>
 #include <vector>
 
+#include "core/errors.hpp"
 #include "core/rng.hpp"
 #include "engine/cpu_backend.hpp"
 #include "lm/model.hpp"
@@ -114,6 +115,51 @@ TEST(Probes, AnUntrainedProbeFromTheModelIsItsHeadAtTheLastLayer) {
     EXPECT_EQ(r.layers.size(), 3u);
     EXPECT_EQ(r.to_value()["layers"].items()[2]["loss"].number(), r.layers[2].loss.value);  // the JSON is the typed report's
   }
+}
+
+// The released recipe (dense_skip's optim/train_linear_p_skip.py): the norm has no bias and every
+// parameter decays (control: qkvlab's has GPT-2's bias and decays U only); validation windows are drawn
+// from Rng(seed, "probe/validation"), so an untrained probe from a Llama model (whose head has no bias to
+// drop) is the model's own loss on those windows, not on the consecutive ones (control); trained, it
+// learns, repeats itself, differs from the qkvlab recipe and says which recipe ran.
+TEST(Probes, TheReleasedRecipeIsDenseSkipsProbe) {
+  engine::CpuBackend<float> be(1);
+  for (ProbeRecipe recipe : {ProbeRecipe::released, ProbeRecipe::qkvlab}) {
+    const bool released = recipe == ProbeRecipe::released;
+    Probe<float> probe(tiny(lm::Family::gpt2), 7, 4, be, recipe);
+    const auto& layout = probe.parameters().layout;
+    EXPECT_EQ(layout.find("norm.bias") == nullptr, released);
+    EXPECT_EQ(layout.at("norm.weight").decay, released);
+    EXPECT_TRUE(layout.at("head").decay);
+  }
+  Fixture f(lm::Family::llama);
+  ProbeOptions o;
+  o.recipe = ProbeRecipe::released, o.steps = 0, o.lr_grid = {1e-3}, o.batch = 2, o.seq_len = 8, o.eval_windows = 6;
+  const ProbeReport r = run_probes(f.model, f.data, o);
+  const auto model_loss = [&](bool random) {
+    Rng rng(o.seed, "probe/validation");
+    std::vector<std::int32_t> ids, targets;
+    for (int k = 0; k < 6; ++k) {
+      const std::size_t at = random ? std::size_t(rng.next_u64() % (f.data.validation.size() - 8)) : std::size_t(8 * k);
+      for (int t = 0; t < 8; ++t) ids.push_back(f.data.validation[at + t]), targets.push_back(f.data.validation[at + t + 1]);
+    }
+    return f.model.forward(ids.data(), targets.data(), 6, 8, lm::Pass::eval).mean();
+  };
+  EXPECT_NEAR(layer_loss(r, 2), model_loss(true), 1e-5 * model_loss(true));
+  EXPECT_GT(std::abs(layer_loss(r, 2) - model_loss(false)), 1e-3) << "control: the consecutive windows";
+  EXPECT_EQ(r.to_value()["recipe"].string(), "released");
+
+  o.init_model = false, o.lr_grid = {3e-2}, o.batch = 8, o.seq_len = 16, o.eval_windows = 16, o.steps = 0;
+  const ProbeReport before = run_probes(f.model, f.data, o);
+  o.steps = 150;
+  const ProbeReport after = run_probes(f.model, f.data, o), again = run_probes(f.model, f.data, o);
+  o.recipe = ProbeRecipe::qkvlab;
+  const ProbeReport qkvlab = run_probes(f.model, f.data, o);
+  EXPECT_LT(layer_loss(after, 0), layer_loss(before, 0) - 1.0);
+  EXPECT_EQ(layer_loss(after, 0), layer_loss(again, 0));
+  EXPECT_NE(layer_loss(after, 0), layer_loss(qkvlab, 0));
+  o.recipe = ProbeRecipe::released, o.steps = 10;  // warmup 1: OneCycleLR would divide 0 by 0
+  EXPECT_THROW(run_probes(f.model, f.data, o), UsageError);
 }
 
 // The embedding output holds the current token, which determines the next one but at a

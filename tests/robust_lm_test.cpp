@@ -631,6 +631,17 @@ TEST(RobustOptions, OptionsThatWouldBeIgnoredOrOverriddenAreRefused) {
   expect_usage_error(run_bounded(train + " --out " + shell_quoted(f.dir / "p") + " --positions 32 --seq-len 33"),
                      "--seq-len 33", "--seq-len 33 is longer than the model's 32 positions (--positions)");
   EXPECT_EQ(run_bounded(train + " --out " + shell_quoted(f.dir / "p") + " --positions 32 --seq-len 32").status, 0);
+  // --positions rope carries no length: --seq-len 33 grows the preset's positions as before.
+  EXPECT_EQ(run_bounded(train + " --out " + shell_quoted(f.dir / "pr") + " --positions rope --seq-len 33").status, 0);
+  expect_usage_error(run_bounded(train + " --out " + shell_quoted(f.dir / "pr2") + " --positions rope,32 --seq-len 33"),
+                     "--positions rope,32", "--seq-len 33 is longer than the model's 32 positions (--positions)");
+  // --positions: one length and one encoding, a llama model's positions are RoPE.
+  for (const char* bad : {"rope,rope", "32,64", "rotary", "0", ""})
+    expect_usage_error(run_bounded("lm init " + shell_quoted(f.dir / "pb") + " --positions '" + bad + "'"),
+                       std::string("--positions ") + bad, "--positions");
+  expect_usage_error(run_bounded("lm init " + shell_quoted(f.dir / "pl") + " --family llama --positions learned"),
+                     "--family llama --positions learned", "a llama model has RoPE positions");
+  EXPECT_EQ(run_bounded("lm init " + shell_quoted(f.dir / "pl") + " --family llama --positions rope,64").status, 0);
   // --from CKPT --d 64 ignored --d; --seq-len past the checkpoint's positions likewise refused.
   const std::string from = "lm train --tokens " + shell_quoted(f.stream) + " --from " + shell_quoted(f.ckpt) +
                            " --batch 2 --steps 2 --quiet --out " + shell_quoted(f.dir / "fr");
