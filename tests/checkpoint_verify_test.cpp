@@ -63,6 +63,10 @@ class CheckpointVerify : public ::testing::Test {
     // The Llama with biases and a tied head (as docs/claims.md measured it): both are given, since
     // --family llama over the tiny preset takes the Llama family's untied head without biases.
     train("llama", "--family llama --kv-heads 2 --bias --tied" + common);
+    // dense_skip's GPT-2: RoPE and no position table (--positions rope); no HF layout has it.
+    std::string rope = common;
+    rope.replace(rope.find("--positions 32"), 14, "--positions rope,32");
+    train("gpt2-rope", "--family gpt2 --bias" + rope, false);
     // Norm-free and without biases (no query bias: Theorem 4.1 covers layer 1); no HF layout has them.
     train("gpt2-free", "--family gpt2 --norm none --bias=false" + common, false);
     train("llama-free", "--family llama --kv-heads 2 --norm none --bias=false --tied" + common, false);
@@ -197,6 +201,22 @@ TEST_F(CheckpointVerify, LlamaPassesWithRopeAndGqaControls) {
     EXPECT_TRUE(contains(control_names(json, "qwe.prop4.2"), "a different block for each query head of a group"));
     EXPECT_TRUE(contains(control_names(json, "qwe.prop4.1"), "W_Q W_K^T without the rotation R_(t-s)"));
   }
+}
+
+// A GPT-2 with RoPE takes the rotations' forms of the attention claims, with their controls, and keeps
+// LayerNorm's; control: the learned-positions GPT-2 skips qwe.ext.rope for having no RoPE, this one not.
+// Its export is refused: the Hugging Face GPT-2 layout has no place for RoPE.
+TEST_F(CheckpointVerify, Gpt2WithRopePassesWithTheRotationsControls) {
+  const auto v = verify_json("--checkpoint " + shell_quoted(checkpoint("gpt2-rope")));
+  ASSERT_EQ(v.status, 0) << v.err;
+  expect_all_pass(v.json);
+  EXPECT_TRUE(contains(strings(member(v.json, "claims_run")), "qwe.lemma8.2"));
+  EXPECT_TRUE(contains(control_names(v.json, "qwe.lemma3.1"), "generic M (not in the rotations' commutant)"));
+  EXPECT_TRUE(contains(control_names(v.json, "qwe.prop4.1"), "W_Q W_K^T without the rotation R_(t-s)"));
+  EXPECT_EQ(skip_reason(v.json, "qwe.ext.rope").find("no RoPE"), std::string::npos);
+  const auto e = run_qkvlab("lm export " + shell_quoted(checkpoint("gpt2-rope")) + " --hf " + shell_quoted(path() / "rope-hf"));
+  EXPECT_EQ(e.status, 2);
+  EXPECT_NE(e.err.find("RoPE in a gpt2 model"), std::string::npos) << e.err;
 }
 
 // Claims selected by prefix; the table names the skipped ones; token files are read; HDF5 and
