@@ -8,8 +8,9 @@
 #             CPU), against transformers' eager path with output_attentions (bench/pytorch/hf_analyze.py,
 #             whose --save writes the model and tokens qkvlab reads), transformers with SDPA (no patterns:
 #             the forward's floor) and PyTorch eager (gpt2_analyze.py), with the per-layer agreement
-#   train     the training step of GPT-2 124M, B = 8, T = 1024: qkvlab (lm_gpu_bench, float32) against
-#             PyTorch eager and torch.compile, float32 and bf16 autocast (bench/pytorch/gpt2_train.py)
+#   train     the training step of GPT-2 124M, B = 8, T = 1024: qkvlab (lm_gpu_bench, float32 and bf16
+#             products: --dtype bf16) against PyTorch eager and torch.compile, float32 and bf16 autocast
+#             (bench/pytorch/gpt2_train.py)
 #   entropy   `qkvlab analyze entropy` on a Llama-shaped 1.1B model (`qkvlab lm init`: L = 16, d = 2048,
 #             H = 32, 8 key/value heads, r = 8192, V = 32000) at T = 4096, against transformers'
 #             LlamaForCausalLM eager with output_attentions and with SDPA (hf_llama_entropy.py)
@@ -185,11 +186,15 @@ fi
 # ---- the training step: GPT-2 124M, B = 8, T = 1024 ----------------------------------------------------
 if want train; then
   if $dry; then
-    "$build/bench/lm_gpu_bench" --seq 16 --batch 2 --layers 1 --d 32 --heads 4 --vocab 64 --steps 1 --warmup 0 > "$out/train_qkvlab.log" 2>&1 ||
-      { note "dry run: lm_gpu_bench failed"; status=1; }
+    for dtype in f32 bf16; do
+      "$build/bench/lm_gpu_bench" --seq 16 --batch 2 --layers 1 --d 32 --heads 4 --vocab 64 --steps 1 --warmup 0 \
+        --dtype $dtype > "$out/train_qkvlab_$dtype.log" 2>&1 || { note "dry run: lm_gpu_bench --dtype $dtype failed"; status=1; }
+    done
   else
-    run 60 "$out/train_qkvlab.log" "$build/bench/lm_gpu_bench" || status=1
-    note "train qkvlab (lm_gpu_bench, float32): $(tail -1 "$out/train_qkvlab.log")"
+    for dtype in f32 bf16; do
+      run 60 "$out/train_qkvlab_$dtype.log" "$build/bench/lm_gpu_bench" --dtype $dtype || status=1
+      note "train qkvlab (lm_gpu_bench --dtype $dtype): $(tail -1 "$out/train_qkvlab_$dtype.log")"
+    done
   fi
   for mode in "eager fp32" "eager bf16" "compile fp32" "compile bf16"; do
     set -- $mode

@@ -6,7 +6,7 @@
 // OpenBLAS sgemm on the same threads gives the floor the step is compared with.
 //
 //   lm_bench [--family gpt2|llama] [--layers L] [--d D] [--heads H] [--seq T] [--batch B]
-//            [--vocab V] [--threads N] [--steps S] [--warmup W] [--eval]
+//            [--vocab V] [--threads N] [--steps S] [--warmup W] [--dtype f32|bf16] [--eval]
 // Prints one JSON object.
 #include <algorithm>
 #include <chrono>
@@ -56,17 +56,19 @@ int main(int argc, char** argv) {
   if (!options) return 2;
   const bench::LmBenchOptions& o = *options;
   engine::CpuBackend<float> be(o.threads);
+  be.set_product_type(o.products);
   bench::LmBenchRun run(o, be);
   const std::vector<double> times = run.time_steps([] {});
   const lm::Config& c = run.model.config();
   const double step = bench::median(times), flops = step_flops(c, o.B, o.T, !o.eval), rate = sgemm_rate(be);
   std::printf(
-      "{\"mode\": \"%s\", \"family\": \"%s\", \"layers\": %d, \"d\": %d, \"heads\": %d, \"seq\": %d, \"batch\": %d, "
+      "{\"mode\": \"%s\", \"products\": \"%s\", \"family\": \"%s\", \"layers\": %d, \"d\": %d, \"heads\": %d, \"seq\": "
+      "%d, \"batch\": %d, "
       "\"vocab\": %d, \"threads\": %d, \"step_seconds_median\": %.6f, \"step_seconds_min\": %.6f, "
       "\"tokens_per_second\": %.1f, \"step_gflop\": %.3f, \"sgemm_gflops\": %.1f, \"floor_seconds\": %.6f, "
       "\"ratio_to_floor\": %.2f}\n",
-      o.eval ? "eval" : "train", lm::to_string(o.family).c_str(), o.L, o.d, o.H, o.T, o.B, o.V, be.threads(), step,
-      *std::min_element(times.begin(), times.end()), double(o.B) * o.T / step, flops / 1e9, rate / 1e9, flops / rate,
-      step / (flops / rate));
+      o.eval ? "eval" : "train", engine::weight_type_name(o.products), lm::to_string(o.family).c_str(), o.L, o.d, o.H,
+      o.T, o.B, o.V, be.threads(), step, *std::min_element(times.begin(), times.end()), double(o.B) * o.T / step,
+      flops / 1e9, rate / 1e9, flops / rate, step / (flops / rate));
   return 0;
 }

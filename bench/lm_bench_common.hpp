@@ -21,9 +21,10 @@ struct LmBenchOptions {
   lm::Family family = lm::Family::gpt2;
   int L = 6, d = 128, H = 4, T = 128, B = 16, V = 4096, threads = 0, steps = 10, warmup = 3;
   bool eval = false;
+  engine::WeightType products = engine::WeightType::f32;  // --dtype f32|bf16: Backend::set_product_type
 };
 
-// --family --layers --d --heads --seq --batch --vocab --threads --steps --warmup --eval;
+// --family --layers --d --heads --seq --batch --vocab --threads --steps --warmup --dtype --eval;
 // nullopt (after one line on stderr) on an unknown option or a missing value.
 inline std::optional<LmBenchOptions> parse_lm_bench_options(int argc, char** argv, const char* name,
                                                             LmBenchOptions o) {
@@ -48,7 +49,13 @@ inline std::optional<LmBenchOptions> parse_lm_bench_options(int argc, char** arg
     else if (a == "--threads") o.threads = std::stoi(value);
     else if (a == "--steps") o.steps = std::stoi(value);
     else if (a == "--warmup") o.warmup = std::stoi(value);
-    else {
+    else if (a == "--dtype") {
+      if (std::string(value) != "f32" && std::string(value) != "bf16") {
+        std::fprintf(stderr, "%s: --dtype takes f32 or bf16\n", name);
+        return std::nullopt;
+      }
+      o.products = std::string(value) == "bf16" ? engine::WeightType::bf16 : engine::WeightType::f32;
+    } else {
       std::fprintf(stderr, "%s: unknown option %s\n", name, a.c_str());
       return std::nullopt;
     }

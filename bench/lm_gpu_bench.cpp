@@ -1,14 +1,17 @@
 // Training throughput of the language model (lm/model.hpp) on the CUDA backend
 // (gpu/cuda_backend.hpp), by default GPT-2 124M: L = 12, d = 768, H = 12,
 // T = 1024, V = 50257, tied head, biases, GELU (tanh form), float32 with TF32
-// off. A training step is the whole of one: zero the gradients, forward,
-// backward, clip at norm 1, AdamW.
+// off; --dtype bf16 rounds the products' operands to bf16 (engine/backend.hpp's
+// product type: cuBLAS's bf16 GEMM, float32 sums; lm train --dtype bf16). A
+// training step is the whole of one: zero the gradients, forward, backward,
+// clip at norm 1, AdamW.
 //
 // Reported (one JSON object):
 // - tokens_per_second: B·T over the median wall-clock step (after warm-up
 //   steps; each step ends with a device synchronization);
+// - products: f32 or bf16 (--dtype);
 // - sgemm_peak_tflops: the measured cuBLAS rate of the backend's own gemm on a
-//   4096³ float product (the best of 10 after warm-up, CUDA events);
+//   4096³ float product at that product type (the best of 10 after warm-up, CUDA events);
 // - product_share_of_peak: the rate the step's products reach, Σ 2·m·n·k over
 //   the time spent in them (a second, instrumented step timing every gemm with
 //   CUDA events: gemm_ms, other_ms), divided by that peak;
@@ -16,7 +19,7 @@
 //   the peak (the share of the step's time a perfect product engine would need).
 //
 //   lm_gpu_bench [--family gpt2|llama] [--layers L] [--d D] [--heads H] [--seq T] [--batch B]
-//                [--vocab V] [--steps S] [--warmup W]
+//                [--vocab V] [--steps S] [--warmup W] [--dtype f32|bf16]
 // Without a CUDA device it prints "no CUDA device: <reason>" and exits 0.
 #include <algorithm>
 #include <chrono>
@@ -166,6 +169,7 @@ int main(int argc, char** argv) {
   if (!options) return 2;
   const bench::LmBenchOptions& o = *options;
   const auto cuda = gpu::make_cuda_backend();
+  cuda->set_product_type(o.products);  // the timer forwards each gemm to it: the peak too is at that type
   ProductTimer be(*cuda);
   bench::LmBenchRun run(o, be);
   const std::vector<double> times = run.time_steps([&] { be.flops = 0; });
@@ -179,14 +183,15 @@ int main(int argc, char** argv) {
   be.timing = false;
   const double peak = sgemm_peak(be), t = median(times);
   std::printf(
-      "{\"device\": \"%s\", \"mode\": \"%s\", \"family\": \"%s\", \"layers\": %d, \"d\": %d, \"heads\": %d, "
+      "{\"device\": \"%s\", \"mode\": \"%s\", \"products\": \"%s\", \"family\": \"%s\", \"layers\": %d, \"d\": %d, "
+      "\"heads\": %d, "
       "\"seq\": %d, \"batch\": %d, \"vocab\": %d, \"parameters\": %zu, \"step_seconds_median\": %.6f, "
       "\"step_seconds_min\": %.6f, \"tokens_per_second\": %.1f, \"step_matmul_tflop\": %.4f, "
       "\"sgemm_peak_tflops\": %.2f, \"instrumented_gemm_ms\": %.3f, \"instrumented_other_ms\": %.3f, "
       "\"product_share_of_peak\": %.3f, \"step_share_of_peak\": %.3f}\n",
-      gpu::device_status().description.c_str(), o.eval ? "eval" : "train", lm::to_string(o.family).c_str(), o.L, o.d,
-      o.H, o.T, o.B, o.V, run.model.parameters().layout.count(), t, *std::min_element(times.begin(), times.end()),
-      double(o.B) * o.T / t, flops / 1e12, peak / 1e12, gemm_ms, other_ms, (flops / (gemm_ms / 1e3)) / peak,
-      (flops / t) / peak);
+      gpu::device_status().description.c_str(), o.eval ? "eval" : "train", engine::weight_type_name(o.products),
+      lm::to_string(o.family).c_str(), o.L, o.d, o.H, o.T, o.B, o.V, run.model.parameters().layout.count(), t,
+      *std::min_element(times.begin(), times.end()), double(o.B) * o.T / t, flops / 1e12, peak / 1e12, gemm_ms,
+      other_ms, (flops / (gemm_ms / 1e3)) / peak, (flops / t) / peak);
   return 0;
 }

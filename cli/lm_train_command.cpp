@@ -21,7 +21,8 @@ namespace qkvlab::cli {
 namespace {
 
 struct LmTrainArgs {
-  std::string preset = "tiny", corpus, data = "data/brown", tokens, val_tokens, out, from, format = "table";
+  std::string preset = "tiny", corpus, data = "data/brown", tokens, val_tokens, out, from, format = "table",
+              dtype = "f32";
   ModelOptions model;
   lm::RunOptions run;  // loop fields filled from the preset, then from the flags given
   int threads = 0;
@@ -60,6 +61,7 @@ lm::RunOptions run_options(const LmTrainArgs& a, const CLI::App& cmd, const std:
   if (!(o.loop.min_lr <= o.loop.lr)) throw UsageError("--min-lr must not exceed --lr");
   o.seed = a.run.seed, o.out = a.out, o.resume = a.run.resume, o.command_line = command_line;
   o.allow_nonfinite = a.run.allow_nonfinite;
+  o.products = a.dtype == "bf16" ? engine::WeightType::bf16 : engine::WeightType::f32;
   return o;
 }
 
@@ -126,6 +128,12 @@ std::vector<Command> add_lm_train_commands(CLI::App& lm, const std::string& comm
       ->check(integer_in(1, 1 << 24));
   cmd->add_option("--checkpoint-every", a->run.checkpoint_every, "Checkpoint every N steps (and at the end)")
       ->check(CLI::Range(std::int64_t(1), std::int64_t(1) << 40));
+  cmd->add_option("--dtype", a->dtype,
+                  "The products' operands: f32, or bf16 as PyTorch's bf16 autocast rounds a matmul's (rounded to "
+                  "bf16, summed in float32; the weights, gradients and AdamW stay float32, and so do the attention's "
+                  "own products; docs/lm.md, \"Training with bf16 products\")")
+      ->check(CLI::IsMember({"f32", "bf16"}))
+      ->capture_default_str();
   add_device_option(cmd, a->device);
   add_threads_option(cmd, a->threads);
   add_format_option(cmd, a->format);

@@ -21,7 +21,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "engine/buffer.hpp"
 #include "engine/kernel_types.hpp"
@@ -51,7 +53,8 @@ class Backend : public Memory {
   // ---- Products ------------------------------------------------------------
   // For b < batch: C_b = α op(A_b) op(B_b) + β C_b, with op(A_b) m×k, op(B_b)
   // k×n, C_b m×n, row-major with leading dimensions lda, ldb, ldc, and A_b at
-  // A + b·stride_a (likewise B, C).
+  // A + b·stride_a (likewise B, C). The elements of A and B are first rounded to
+  // product_type() (below); C, α and β are S.
   virtual void gemm(Trans ta, Trans tb, int m, int n, int k, S alpha, const S* A, int lda, std::int64_t stride_a,
                     const S* B, int ldb, std::int64_t stride_b, S beta, S* C, int ldc, std::int64_t stride_c,
                     int batch) = 0;
@@ -155,6 +158,38 @@ class Backend : public Memory {
     std::int64_t t = 1;
   };
   virtual void adamw(std::size_t count, const AdamW& a, bool decay, S* theta, const S* grad, S* m, S* v) = 0;
+
+  // ---- The type of the products' operands --------------------------------------
+  // What gemm rounds each element of A and B to before it multiplies: f32 (nothing: the default)
+  // or bf16, each to the nearest bf16, ties to even. The product of two bf16 values is exact in
+  // float32 and the sums are float32, so a bf16 gemm is cuBLAS's bf16 GEMM with CUBLAS_COMPUTE_32F
+  // and PyTorch's bf16 autocast of a matmul; C, α and β stay float32. The attention kernels' own
+  // products and every other kernel are untouched. A float backend only (f16 is not offered: its
+  // range needs a training run's loss scaling); std::invalid_argument otherwise.
+  void set_product_type(WeightType t) {
+    if (t == WeightType::f16 || (t == WeightType::bf16 && !std::is_same_v<S, float>))
+      throw std::invalid_argument(std::string("products with ") + weight_type_name(t) +
+                                  " operands are not offered on this backend (f32; bf16 on a float backend)");
+    product_type_ = t;
+  }
+  WeightType product_type() const { return product_type_; }
+
+ private:
+  WeightType product_type_ = WeightType::f32;
+};
+
+// A backend's product type for a scope (a training run's), the one before restored after.
+template <class S>
+class ProductTypeScope {
+ public:
+  ProductTypeScope(Backend<S>& be, WeightType t) : be_(be), before_(be.product_type()) { be.set_product_type(t); }
+  ~ProductTypeScope() { be_.set_product_type(before_); }
+  ProductTypeScope(const ProductTypeScope&) = delete;
+  ProductTypeScope& operator=(const ProductTypeScope&) = delete;
+
+ private:
+  Backend<S>& be_;
+  WeightType before_;
 };
 
 }  // namespace qkvlab::engine

@@ -48,15 +48,23 @@ QKVLAB_HOST_DEVICE inline float widen_bits(std::uint16_t h, WeightType t) {
   return x;
 }
 
+// x rounded to the nearest bf16 (ties to even; NaN stays NaN), host and device.
+QKVLAB_HOST_DEVICE inline std::uint16_t narrow_bf16(float x) {
+  std::uint32_t bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  if ((bits & 0x7FFFFFFFu) > 0x7F800000u) return std::uint16_t(((bits & 0x80000000u) >> 16) | 0x7FC0u);
+  return std::uint16_t((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
+}
+
+// x rounded to the nearest bf16, as the float it stands for: a bf16 product's operand.
+QKVLAB_HOST_DEVICE inline float round_to_bf16(float x) { return widen_bits(narrow_bf16(x), WeightType::bf16); }
+
 // x rounded to the nearest bf16 or f16 (ties to even; beyond f16's range ±inf; NaN stays NaN).
 inline std::uint16_t narrow_bits(float x, WeightType t) {
+  if (t == WeightType::bf16) return narrow_bf16(x);
   std::uint32_t bits;
   std::memcpy(&bits, &x, sizeof bits);
   const std::uint32_t sign = bits & 0x80000000u, magnitude = bits & 0x7FFFFFFFu;
-  if (t == WeightType::bf16) {
-    if (magnitude > 0x7F800000u) return std::uint16_t((sign >> 16) | 0x7FC0u);
-    return std::uint16_t((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
-  }
   const std::uint16_t s = std::uint16_t(sign >> 16);
   if (magnitude > 0x7F800000u) return std::uint16_t(s | 0x7E00u);
   if (magnitude >= 0x477FF000u) return std::uint16_t(s | 0x7C00u);  // ≥ 65520 rounds to inf

@@ -31,6 +31,8 @@ Cublas load() {
   load_symbol(so, "cublasDgemm_v2", c.dgemm);
   load_symbol(so, "cublasSgemmStridedBatched", c.sgemm_strided_batched);
   load_symbol(so, "cublasDgemmStridedBatched", c.dgemm_strided_batched);
+  load_symbol(so, "cublasGemmEx", c.gemm_ex);
+  load_symbol(so, "cublasGemmStridedBatchedEx", c.gemm_strided_batched_ex);
   if (cublasStatus_t s = c.create(&c.handle); s != CUBLAS_STATUS_SUCCESS)
     throw std::runtime_error(std::string("cuBLAS error: ") + c.status_name(s) + " (cublasCreate)");
   if (cublasStatus_t s = c.set_math_mode(c.handle, CUBLAS_DEFAULT_MATH); s != CUBLAS_STATUS_SUCCESS)
@@ -65,6 +67,17 @@ cublasStatus_t gemm_call(cublasOperation_t ta, cublasOperation_t tb, int m, int 
   const Cublas& c = cublas_library();
   if (batch == 1) return c.dgemm(c.handle, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
   return c.dgemm_strided_batched(c.handle, ta, tb, m, n, k, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc, sc, batch);
+}
+
+cublasStatus_t gemm_call_bf16(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const float* alpha,
+                              const std::uint16_t* A, int lda, long long sa, const std::uint16_t* B, int ldb,
+                              long long sb, const float* beta, float* C, int ldc, long long sc, int batch) {
+  const Cublas& c = cublas_library();
+  if (batch == 1)
+    return c.gemm_ex(c.handle, ta, tb, m, n, k, alpha, A, CUDA_R_16BF, lda, B, CUDA_R_16BF, ldb, beta, C, CUDA_R_32F,
+                     ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  return c.gemm_strided_batched_ex(c.handle, ta, tb, m, n, k, alpha, A, CUDA_R_16BF, lda, sa, B, CUDA_R_16BF, ldb, sb,
+                                   beta, C, CUDA_R_32F, ldc, sc, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
 }
 
 }  // namespace qkvlab::gpu::detail

@@ -10,6 +10,8 @@
 
 #include <cublas_v2.h>
 
+#include <cstdint>
+
 namespace qkvlab::gpu::detail {
 
 struct Cublas {
@@ -20,6 +22,14 @@ struct Cublas {
   decltype(&cublasDgemm) dgemm;
   decltype(&cublasSgemmStridedBatched) sgemm_strided_batched;
   decltype(&cublasDgemmStridedBatched) dgemm_strided_batched;
+  // cublasGemmEx and cublasGemmStridedBatchedEx (named types: the header overloads them in C++).
+  cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void*,
+                            const void*, cudaDataType, int, const void*, cudaDataType, int, const void*, void*,
+                            cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t);
+  cublasStatus_t (*gemm_strided_batched_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
+                                            const void*, const void*, cudaDataType, int, long long, const void*,
+                                            cudaDataType, int, long long, const void*, void*, cudaDataType, int,
+                                            long long, int, cublasComputeType_t, cublasGemmAlgo_t);
   cublasHandle_t handle = nullptr;
 };
 
@@ -37,6 +47,12 @@ cublasStatus_t gemm_call(cublasOperation_t ta, cublasOperation_t tb, int m, int 
 cublasStatus_t gemm_call(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const double* alpha,
                          const double* A, int lda, long long sa, const double* B, int ldb, long long sb,
                          const double* beta, double* C, int ldc, long long sc, int batch);
+
+// The same with A and B in bf16 (16-bit patterns, engine/weight_type.hpp's narrow_bf16), C in
+// float32 and float32 sums (CUBLAS_COMPUTE_32F): Backend::gemm at product type bf16.
+cublasStatus_t gemm_call_bf16(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const float* alpha,
+                              const std::uint16_t* A, int lda, long long sa, const std::uint16_t* B, int ldb,
+                              long long sb, const float* beta, float* C, int ldc, long long sc, int batch);
 
 }  // namespace qkvlab::gpu::detail
 

@@ -51,6 +51,8 @@ CudaBackend::~CudaBackend() {
   release(column_partials_);
   release(pattern_block_);
   release(state_scratch_);
+  release(bf16_a_);
+  release(bf16_b_);
   for (auto& [key, table] : rope_tables_) release(table);
 }
 
@@ -124,6 +126,30 @@ double CudaBackend::dot(std::size_t count, const float* X, const float* Y) {
 void CudaBackend::gemm(Trans ta, Trans tb, int m, int n, int k, float alpha, const float* A, int lda,
                        std::int64_t stride_a, const float* B, int ldb, std::int64_t stride_b, float beta, float* C,
                        int ldc, std::int64_t stride_c, int batch) {
+  if (product_type() == engine::WeightType::f32 || m <= 0 || n <= 0 || k <= 0 || batch <= 0)
+    return float_gemm(ta, tb, m, n, k, alpha, A, lda, stride_a, B, ldb, stride_b, beta, C, ldc, stride_c, batch);
+  // bf16: each operand's stored blocks rounded into a dense bf16 copy (a broadcast operand, stride 0, once).
+  auto narrow = [&](Trans t, int rows, int cols, const float* X, int ld, std::int64_t stride, std::uint16_t*& copy,
+                    std::size_t& capacity) {
+    if (t != Trans::none) std::swap(rows, cols);
+    const int copies = stride == 0 ? 1 : batch;
+    const std::size_t count = std::size_t(copies) * rows * cols;
+    kept(*this, copy, capacity, count);
+    kn::narrow_bf16_kernel<<<kn::blocks_for(count), kn::kThreads>>>(copies, rows, cols, X, ld, stride, copy);
+    QKVLAB_KERNEL_CHECK();
+    return std::pair{cols, stride == 0 ? 0LL : (long long)rows * cols};  // the copy's leading dimension and stride
+  };
+  const auto [lda16, sa16] = narrow(ta, m, k, A, lda, stride_a, bf16_a_, bf16_a_capacity_);
+  const auto [ldb16, sb16] = narrow(tb, k, n, B, ldb, stride_b, bf16_b_, bf16_b_capacity_);
+  // Row-major C (m×n) read column-major is Cᵀ (n×m) = op(B)ᵀ op(A)ᵀ.
+  QKVLAB_CUBLAS_CHECK(detail::gemm_call_bf16(to_cublas(tb), to_cublas(ta), n, m, k, &alpha, bf16_b_, ldb16, sb16,
+                                             bf16_a_, lda16, sa16, &beta, C, ldc, stride_c, batch));
+}
+
+// The float32 product, whatever product_type(): gemm's, and the attention's own.
+void CudaBackend::float_gemm(Trans ta, Trans tb, int m, int n, int k, float alpha, const float* A, int lda,
+                             std::int64_t stride_a, const float* B, int ldb, std::int64_t stride_b, float beta,
+                             float* C, int ldc, std::int64_t stride_c, int batch) {
   if (m <= 0 || n <= 0 || batch <= 0) return;
   if (k <= 0) {  // C = β C (β = 0: zeros)
     for (int b = 0; b < batch; ++b) axpby(m, n, beta, C + b * stride_c, ldc, 0.0f, C + b * stride_c, ldc);
@@ -314,8 +340,8 @@ void CudaBackend::attention_forward(const engine::AttentionShape& s, float scale
   for (int seg = 0; seg < s.segments; ++seg)
     for (int h = 0; h < s.H; ++h) {  // S_bh = scale · q_bh k_bgᵀ, segment by segment
       const KvHead K(s, k, seg * s.Hkv + h / s.group(), s.dk);
-      gemm(Trans::none, Trans::transpose, T, J, s.dk, scale, q + h * s.dk, L.ldq, L.sq, K.data, K.ld, K.stride, 0.0f,
-           pattern + h * L.TT + seg * J, C, L.sp, s.B);
+      float_gemm(Trans::none, Trans::transpose, T, J, s.dk, scale, q + h * s.dk, L.ldq, L.sq, K.data, K.ld, K.stride,
+                 0.0f, pattern + h * L.TT + seg * J, C, L.sp, s.B);
     }
   kn::causal_softmax_kernel<<<unsigned(std::int64_t(s.B) * s.H * T), kn::row_threads(C)>>>(T, s.past, J, pattern,
                                                                                           s.segments);
@@ -323,8 +349,8 @@ void CudaBackend::attention_forward(const engine::AttentionShape& s, float scale
   for (int seg = 0; seg < s.segments; ++seg)
     for (int h = 0; h < s.H; ++h) {  // z_bh = Σ_seg P_bh,seg v_bg,seg
       const KvHead V(s, v, seg * s.Hkv + h / s.group(), s.dv);
-      gemm(Trans::none, Trans::none, T, s.dv, J, 1.0f, pattern + h * L.TT + seg * J, C, L.sp, V.data, V.ld, V.stride,
-           seg ? 1.0f : 0.0f, z + h * s.dv, L.ldz, L.sz, s.B);
+      float_gemm(Trans::none, Trans::none, T, s.dv, J, 1.0f, pattern + h * L.TT + seg * J, C, L.sp, V.data, V.ld,
+                 V.stride, seg ? 1.0f : 0.0f, z + h * s.dv, L.ldz, L.sz, s.B);
     }
 }
 
@@ -347,8 +373,8 @@ void CudaBackend::attention_reduce(const engine::AttentionShape& s, float scale,
     const std::int64_t per_head = std::int64_t(rows) * J, per_sequence = s.H * per_head;
     for (int h = 0; h < s.H; ++h) {
       const KvHead K(s, k, h / s.group(), s.dk);
-      gemm(Trans::none, Trans::transpose, rows, J, s.dk, scale, q + std::int64_t(t0) * L.ldq + h * s.dk, L.ldq, L.sq,
-           K.data, K.ld, K.stride, 0.0f, P + h * per_head, J, per_sequence, s.B);
+      float_gemm(Trans::none, Trans::transpose, rows, J, s.dk, scale, q + std::int64_t(t0) * L.ldq + h * s.dk, L.ldq,
+                 L.sq, K.data, K.ld, K.stride, 0.0f, P + h * per_head, J, per_sequence, s.B);
     }
     const unsigned row_blocks = unsigned(std::int64_t(heads) * rows);
     kn::causal_softmax_kernel<<<row_blocks, kn::row_threads(J)>>>(rows, t0, J, P, 1);
@@ -362,8 +388,8 @@ void CudaBackend::attention_reduce(const engine::AttentionShape& s, float scale,
     }
     for (int h = 0; h < s.H; ++h) {
       const KvHead V(s, v, h / s.group(), s.dv);
-      gemm(Trans::none, Trans::none, rows, s.dv, J, 1.0f, P + h * per_head, J, per_sequence, V.data, V.ld, V.stride,
-           0.0f, z + std::int64_t(t0) * L.ldz + h * s.dv, L.ldz, L.sz, s.B);
+      float_gemm(Trans::none, Trans::none, rows, s.dv, J, 1.0f, P + h * per_head, J, per_sequence, V.data, V.ld,
+                 V.stride, 0.0f, z + std::int64_t(t0) * L.ldz + h * s.dv, L.ldz, L.sz, s.B);
     }
   }
 }
@@ -377,8 +403,8 @@ void CudaBackend::attention_backward(const engine::AttentionShape& s, float scal
   for (int seg = 0; seg < s.segments; ++seg)
     for (int h = 0; h < s.H; ++h) {  // dP_bh = dz_bh v_bgᵀ, segment by segment
       const int g = seg * s.Hkv + h / s.group();
-      gemm(Trans::none, Trans::transpose, T, T, s.dv, 1.0f, dz + h * s.dv, L.ldz, L.sz, v + g * s.dv, L.ldv, L.sv,
-           0.0f, scratch + h * L.TT + seg * T, C, L.sp, s.B);
+      float_gemm(Trans::none, Trans::transpose, T, T, s.dv, 1.0f, dz + h * s.dv, L.ldz, L.sz, v + g * s.dv, L.ldv, L.sv,
+                 0.0f, scratch + h * L.TT + seg * T, C, L.sp, s.B);
     }
   kn::causal_softmax_backward_kernel<<<unsigned(std::int64_t(s.B) * s.H * T), kn::row_threads(C)>>>(
       T, s.segments, pattern, scratch);
@@ -387,12 +413,12 @@ void CudaBackend::attention_backward(const engine::AttentionShape& s, float scal
     for (int seg = 0; seg < s.segments; ++seg) {
       const int g = seg * s.Hkv + h / s.group();
       const float* dS = scratch + h * L.TT + seg * T;
-      gemm(Trans::none, Trans::none, T, s.dk, T, scale, dS, C, L.sp, k + g * s.dk, L.ldk, L.sk, 1.0f, dq + h * s.dk,
-           L.ldq, L.sq, s.B);
-      gemm(Trans::transpose, Trans::none, T, s.dk, T, scale, dS, C, L.sp, q + h * s.dk, L.ldq, L.sq, 1.0f,
-           dk + g * s.dk, L.ldk, L.sk, s.B);
-      gemm(Trans::transpose, Trans::none, T, s.dv, T, 1.0f, pattern + h * L.TT + seg * T, C, L.sp, dz + h * s.dv,
-           L.ldz, L.sz, 1.0f, dv + g * s.dv, L.ldv, L.sv, s.B);
+      float_gemm(Trans::none, Trans::none, T, s.dk, T, scale, dS, C, L.sp, k + g * s.dk, L.ldk, L.sk, 1.0f,
+                 dq + h * s.dk, L.ldq, L.sq, s.B);
+      float_gemm(Trans::transpose, Trans::none, T, s.dk, T, scale, dS, C, L.sp, q + h * s.dk, L.ldq, L.sq, 1.0f,
+                 dk + g * s.dk, L.ldk, L.sk, s.B);
+      float_gemm(Trans::transpose, Trans::none, T, s.dv, T, 1.0f, pattern + h * L.TT + seg * T, C, L.sp, dz + h * s.dv,
+                 L.ldz, L.sz, 1.0f, dv + g * s.dv, L.ldv, L.sv, s.B);
     }
 }
 

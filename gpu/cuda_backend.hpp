@@ -112,6 +112,12 @@ class CudaBackend final : public engine::Backend<float> {
   double* state_scratch(std::size_t count);    // kept scratch of at least `count` doubles
   double* state_scratch_ = nullptr;            // state_rows' norms, state_gram's rows in double
   std::size_t state_capacity_ = 0;
+  void float_gemm(engine::Trans ta, engine::Trans tb, int m, int n, int k, float alpha, const float* A, int lda,
+                  std::int64_t stride_a, const float* B, int ldb, std::int64_t stride_b, float beta, float* C, int ldc,
+                  std::int64_t stride_c, int batch);
+  std::uint16_t* bf16_a_ = nullptr;            // a bf16 gemm's operands rounded (kept scratch)
+  std::uint16_t* bf16_b_ = nullptr;
+  std::size_t bf16_a_capacity_ = 0, bf16_b_capacity_ = 0;
   std::map<std::tuple<int, int, std::tuple<double, double, double, double, double>>, float*> rope_tables_;
   std::size_t allocations_ = 0;
 };

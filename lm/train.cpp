@@ -166,15 +166,19 @@ std::string run_id_of(const RunOptions& o, const TrainData& data) {
 
 std::map<std::string, std::string> run_identity(const RunOptions& o, const TrainData& data) {
   const auto& l = o.loop;
-  return {{"run.seed", std::to_string(o.seed)},          {"run.batch", std::to_string(o.batch)},
-          {"run.seq", std::to_string(o.seq)},            {"run.accum", std::to_string(l.accum)},
-          {"run.steps", std::to_string(l.steps)},        {"run.lr", real(l.lr)},
-          {"run.min_lr", real(l.min_lr)},                {"run.warmup", std::to_string(l.warmup)},
-          {"run.clip", real(l.clip)},                    {"run.weight_decay", real(l.adamw.weight_decay)},
-          {"run.beta1", real(l.adamw.beta1)},            {"run.beta2", real(l.adamw.beta2)},
-          {"run.eps", real(l.adamw.eps)},                {"run.train_tokens", std::to_string(data.train.size())},
-          {"run.from", o.init_from ? o.init_from->string() : ""},
-          {"run.train_hash", std::to_string(fnv1a(data.train))}};
+  // run.products only when not f32, so that the float32 runs keep their identities
+  std::map<std::string, std::string> id{
+      {"run.seed", std::to_string(o.seed)},          {"run.batch", std::to_string(o.batch)},
+      {"run.seq", std::to_string(o.seq)},            {"run.accum", std::to_string(l.accum)},
+      {"run.steps", std::to_string(l.steps)},        {"run.lr", real(l.lr)},
+      {"run.min_lr", real(l.min_lr)},                {"run.warmup", std::to_string(l.warmup)},
+      {"run.clip", real(l.clip)},                    {"run.weight_decay", real(l.adamw.weight_decay)},
+      {"run.beta1", real(l.adamw.beta1)},            {"run.beta2", real(l.adamw.beta2)},
+      {"run.eps", real(l.adamw.eps)},                {"run.train_tokens", std::to_string(data.train.size())},
+      {"run.from", o.init_from ? o.init_from->string() : ""},
+      {"run.train_hash", std::to_string(fnv1a(data.train))}};
+  if (o.products != engine::WeightType::f32) id["run.products"] = engine::weight_type_name(o.products);
+  return id;
 }
 
 namespace {
@@ -289,12 +293,17 @@ struct Session {
     const Checkpoint ck = load_checkpoint(checkpoint_dir(), true, o.allow_nonfinite);
     if (to_metadata(ck.config) != to_metadata(o.model))
       throw UsageError("cannot resume: " + checkpoint_dir().string() + " holds a model of another configuration");
-    for (const auto& [key, value] : run_identity(o, data)) {
+    const auto identity = run_identity(o, data);
+    for (const auto& [key, value] : identity) {
       const auto it = ck.metadata.find(key);
       if (it == ck.metadata.end() ? !value.empty() : it->second != value)  // an absent entry was empty
         throw UsageError("cannot resume: " + checkpoint_dir().string() + " was made with " + key.substr(4) + " = " +
                          (it == ck.metadata.end() ? "(none)" : it->second) + ", this run has " + value);
     }
+    for (const auto& [key, value] : ck.metadata)  // and an entry this run leaves out (run.products = bf16)
+      if (key.rfind("run.", 0) == 0 && !identity.count(key) && !value.empty())
+        throw UsageError("cannot resume: " + checkpoint_dir().string() + " was made with " + key.substr(4) + " = " +
+                         value + ", this run has none");
     const auto validation = ck.metadata.find("data.validation_hash");
     if (validation != ck.metadata.end() && validation->second != std::to_string(fnv1a(data.validation)))
       throw UsageError("cannot resume: " + checkpoint_dir().string() +
@@ -344,6 +353,7 @@ results::Value train_language_model(const RunOptions& o, const TrainData& data, 
                      std::to_string(data.validation.size()) + ")");
   fs::create_directories(o.out);
   const DirectoryLock lock(o.out, "lm train");  // one writer per run directory, for the whole run
+  const engine::ProductTypeScope<float> products(backend, o.products);
   Session run(o, data, backend);
   run.model.initialize(o.seed);
   if (o.init_from) {
@@ -398,6 +408,8 @@ results::Value train_language_model(const RunOptions& o, const TrainData& data, 
   loop.set("warmup", o.loop.warmup), loop.set("clip", o.loop.clip);
   loop.set("weight_decay", o.loop.adamw.weight_decay), loop.set("beta1", o.loop.adamw.beta1);
   loop.set("beta2", o.loop.adamw.beta2);
+  if (o.products != engine::WeightType::f32)  // absent: f32 (so lm compare tells the two apart)
+    loop.set("products", engine::weight_type_name(o.products));
   out.set("training", loop);
   out.set("resumed_from", start);
   out.set("final_train_loss", last_loss);

@@ -68,6 +68,7 @@ using engine::Buffer;
 using engine::Centering;
 using engine::GeluForm;
 using engine::Trans;
+using engine::WeightType;
 
 using Floats = std::vector<float>;
 using Ints = std::vector<std::int32_t>;
@@ -216,51 +217,58 @@ TEST_F(LmGpuKernels, Dot) {
 
 // C = α op(A) op(B) + β C for the four transposes, leading dimensions above the widths (column
 // blocks), β = 0 over NaN, a batch of 3 with strides (and stride 0 for B), and 1×1×1. k = inner length.
+// Each at product type f32 and bf16 (both backends round the same operands to bf16, so their sums
+// agree at the float budget), with the bf16 control: CUDA's bf16 product is beyond that budget of
+// the CPU's float32 product.
 TEST_F(LmGpuKernels, Gemm) {
   struct Case {
     int m, n, k, batch;
     float alpha, beta;
     bool shared_b;
   };
-  for (const Case s : {Case{13, 11, 17, 1, 0.75f, -0.5f, false}, Case{13, 11, 17, 1, 1.0f, 0.0f, false},
-                       Case{9, 6, 23, 3, 1.25f, 1.0f, false}, Case{9, 6, 23, 3, 1.0f, 0.0f, true},
-                       Case{1, 1, 1, 1, 2.0f, 0.5f, false}})
-    for (Trans ta : {Trans::none, Trans::transpose})
-      for (Trans tb : {Trans::none, Trans::transpose}) {
-        const int ra = ta == Trans::none ? s.m : s.k, ca = ta == Trans::none ? s.k : s.m;
-        const int rb = tb == Trans::none ? s.k : s.n, cb = tb == Trans::none ? s.n : s.k;
-        const int lda = ca + 3, ldb = cb + 2, ldc = s.n + 4;
-        const std::int64_t sa = std::int64_t(ra) * lda + 5, sb = s.shared_b ? 0 : std::int64_t(rb) * ldb + 1,
-                           sc = std::int64_t(s.m) * ldc + 7;
-        Floats A = normals(std::size_t(sa) * s.batch, 5), B = normals(std::size_t(rb) * ldb + std::size_t(sb) * s.batch, 6),
-               C = normals(std::size_t(sc) * s.batch, 7);
-        if (s.beta == 0) C.assign(C.size(), kNaN);
-        const Kernel k = [=](Backend<float>& be, Arrays& a) {
-          be.gemm(ta, tb, s.m, s.n, s.k, s.alpha, a[0], lda, sa, a[1], ldb, sb, s.beta, a[2], ldc, sc, s.batch);
-        };
-        const auto c = run(cpu, {A, B, C}, k), g = run(*cuda, {A, B, C}, k);
-        // Compare only C's entries inside the products (the gaps between rows and matrices are
-        // NaN when β = 0 on both sides).
-        Floats cc, gc;
-        for (int b = 0; b < s.batch; ++b)
-          for (int i = 0; i < s.m; ++i)
-            for (int j = 0; j < s.n; ++j) {
-              const std::size_t at = std::size_t(b * sc) + std::size_t(i) * ldc + j;
-              cc.push_back(c[2][at]), gc.push_back(g[2][at]);
-            }
-        const std::string what = "gemm " + std::to_string(s.m) + "x" + std::to_string(s.n) + "x" +
-                                 std::to_string(s.k) + " batch " + std::to_string(s.batch) + " ta " +
-                                 std::to_string(int(ta)) + " tb " + std::to_string(int(tb));
-        EXPECT_LE(rel(cc, gc), tol(s.k + 1)) << what;
-        Floats A_off = A;
-        A_off[0] += 1.0f;
-        const auto p = run(*cuda, {A_off, B, C}, k);
-        Floats pc;
-        for (int b = 0; b < s.batch; ++b)
-          for (int i = 0; i < s.m; ++i)
-            for (int j = 0; j < s.n; ++j) pc.push_back(p[2][std::size_t(b * sc) + std::size_t(i) * ldc + j]);
-        EXPECT_GT(rel(cc, pc), tol(s.k + 1)) << what << ": control";
-      }
+  for (const WeightType type : {WeightType::f32, WeightType::bf16})
+    for (const Case s : {Case{13, 11, 17, 1, 0.75f, -0.5f, false}, Case{13, 11, 17, 1, 1.0f, 0.0f, false},
+                         Case{9, 6, 23, 3, 1.25f, 1.0f, false}, Case{9, 6, 23, 3, 1.0f, 0.0f, true},
+                         Case{1, 1, 1, 1, 2.0f, 0.5f, false}})
+      for (Trans ta : {Trans::none, Trans::transpose})
+        for (Trans tb : {Trans::none, Trans::transpose}) {
+          const int ra = ta == Trans::none ? s.m : s.k, ca = ta == Trans::none ? s.k : s.m;
+          const int rb = tb == Trans::none ? s.k : s.n, cb = tb == Trans::none ? s.n : s.k;
+          const int lda = ca + 3, ldb = cb + 2, ldc = s.n + 4;
+          const std::int64_t sa = std::int64_t(ra) * lda + 5, sb = s.shared_b ? 0 : std::int64_t(rb) * ldb + 1,
+                             sc = std::int64_t(s.m) * ldc + 7;
+          Floats A = normals(std::size_t(sa) * s.batch, 5),
+                 B = normals(std::size_t(rb) * ldb + std::size_t(sb) * s.batch, 6),
+                 C = normals(std::size_t(sc) * s.batch, 7);
+          if (s.beta == 0) C.assign(C.size(), kNaN);
+          const Kernel k = [=](Backend<float>& be, Arrays& a) {
+            be.gemm(ta, tb, s.m, s.n, s.k, s.alpha, a[0], lda, sa, a[1], ldb, sb, s.beta, a[2], ldc, sc, s.batch);
+          };
+          // Only C's entries inside the products (the gaps between rows and matrices are NaN when
+          // β = 0 on both sides).
+          auto products = [&](const std::vector<Floats>& out) {
+            Floats c;
+            for (int b = 0; b < s.batch; ++b)
+              for (int i = 0; i < s.m; ++i)
+                for (int j = 0; j < s.n; ++j) c.push_back(out[2][std::size_t(b * sc) + std::size_t(i) * ldc + j]);
+            return c;
+          };
+          cpu.set_product_type(type), cuda->set_product_type(type);
+          const Floats cc = products(run(cpu, {A, B, C}, k)), gc = products(run(*cuda, {A, B, C}, k));
+          const std::string what = std::string(engine::weight_type_name(type)) + " gemm " + std::to_string(s.m) + "x" +
+                                   std::to_string(s.n) + "x" + std::to_string(s.k) + " batch " +
+                                   std::to_string(s.batch) + " ta " + std::to_string(int(ta)) + " tb " +
+                                   std::to_string(int(tb));
+          EXPECT_LE(rel(cc, gc), tol(s.k + 1)) << what;  // the same rounded operands: float sums apart
+          Floats A_off = A;
+          A_off[0] += 1.0f;
+          EXPECT_GT(rel(cc, products(run(*cuda, {A_off, B, C}, k))), tol(s.k + 1)) << what << ": control";
+          if (type == WeightType::bf16 && s.k > 1) {  // control: CUDA's bf16 product is not the float one
+            cpu.set_product_type(WeightType::f32);
+            EXPECT_GT(rel(products(run(cpu, {A, B, C}, k)), gc), tol(s.k + 1)) << what << ": bf16 operands not rounded";
+          }
+          cpu.set_product_type(WeightType::f32), cuda->set_product_type(WeightType::f32);
+        }
 }
 
 // Y[r, :] += b on a column block; db += Σ_r dY over 600 rows (three chunks of the column sums)
@@ -718,6 +726,28 @@ TEST_P(LmGpuModel, AgreesWithCpu) {
   EXPECT_GT(rel(a.grads, p.grads), tol(k_grad)) << "control: gradients";
 }
 
+// With bf16 products (lm train --dtype bf16) on both backends: both round the same operands, but a
+// product's float sums differ in order, and a result next to a bf16 rounding boundary rounds the
+// other way at the next product (a relative change of up to 2⁻⁸ in that element), so the two passes
+// agree to within a fraction of what the rounding itself moves: the loss and the whole gradient
+// within 1/8 of their distance from the CPU's float32 pass. Control: that distance exceeds the float
+// budget of AgreesWithCpu (the CUDA products were rounded).
+TEST_P(LmGpuModel, Bf16ProductsAgreeWithCpu) {
+  const lm::Config& c = GetParam().config;
+  const engine::ParameterLayout layout = lm::Model<float>(c, cpu).parameters().layout;
+  const auto values = gpu_test::random_parameters(layout, 7);
+  const Tokens tokens = model_tokens(c.vocab, 3);
+  const ModelRun f32 = train_pass(cpu, c, values, tokens);
+  cpu.set_product_type(WeightType::bf16), cuda->set_product_type(WeightType::bf16);
+  const ModelRun a = train_pass(cpu, c, values, tokens), b = train_pass(*cuda, c, values, tokens);
+  const double k_loss = model_k(c, tokens.T), k_grad = 2 * k_loss + tokens.B * tokens.T;
+  const double loss_moved = std::abs(f32.loss - b.loss), grads_moved = rel(f32.grads, b.grads);
+  EXPECT_GT(loss_moved / f32.loss, tol(k_loss)) << "control: the loss of bf16 products";
+  EXPECT_GT(grads_moved, tol(k_grad)) << "control: the gradients of bf16 products";
+  EXPECT_LE(std::abs(a.loss - b.loss), loss_moved / 8) << a.loss << " vs " << b.loss << " (float32 " << f32.loss << ")";
+  EXPECT_LE(rel(a.grads, b.grads), grads_moved / 8);
+}
+
 // Two runs on CUDA from the same parameters and tokens: bit-identical loss and gradients.
 // Control: another batch gives other gradients.
 TEST_P(LmGpuModel, DeterministicOnCuda) {
@@ -827,30 +857,34 @@ TEST(LmGpuModelLarge, DeterministicAndAgreesWithCpu) {
 // allocates (its activations), so the counter does see the model's allocations.
 TEST(LmGpuAllocation, StepsAfterTheFirstAllocateNothing) {
   if (!gpu::device_status().available) GTEST_SKIP() << gpu::device_status().description;
-  gpu::CudaBackend cuda;
-  lm::Config c = lm::family_defaults(lm::Family::llama, 2, 16, 4, 32, 8);
-  c.kv_heads = 2;
-  lm::Model<float> model(c, cuda);
-  model.initialize(1);
-  engine::AdamWState<float> adamw(cuda, model.parameters().layout.total());
-  auto step = [&](const Tokens& t) {
-    auto& p = model.parameters();
-    cuda.fill(p.grads.size(), 0.0f, p.grads.data());
-    model.forward(t.ids.data(), t.targets.data(), t.B, t.T, lm::Pass::train, 1.0 / (t.B * t.T));
-    model.backward();
-    engine::clip_gradients(cuda, p, 1.0);
-    adamw.step(cuda, p, {0.9, 0.95, 1e-8, 0.1}, 1e-3);
-  };
-  const Tokens tokens = model_tokens(c.vocab, 3);
-  step(tokens);
-  const std::size_t after_first = cuda.allocations();
-  step(tokens);
-  step(tokens);
-  EXPECT_EQ(cuda.allocations(), after_first) << "a step at a known shape allocated";
-  Tokens one = model_tokens(c.vocab, 4);
-  one.B = 1, one.ids.resize(std::size_t(one.T)), one.targets.resize(std::size_t(one.T));
-  step(one);
-  EXPECT_GT(cuda.allocations(), after_first) << "control: a new shape must allocate";
+  for (const WeightType type : {WeightType::f32, WeightType::bf16}) {  // bf16: the operands' kept copies
+    SCOPED_TRACE(engine::weight_type_name(type));
+    gpu::CudaBackend cuda;
+    cuda.set_product_type(type);
+    lm::Config c = lm::family_defaults(lm::Family::llama, 2, 16, 4, 32, 8);
+    c.kv_heads = 2;
+    lm::Model<float> model(c, cuda);
+    model.initialize(1);
+    engine::AdamWState<float> adamw(cuda, model.parameters().layout.total());
+    auto step = [&](const Tokens& t) {
+      auto& p = model.parameters();
+      cuda.fill(p.grads.size(), 0.0f, p.grads.data());
+      model.forward(t.ids.data(), t.targets.data(), t.B, t.T, lm::Pass::train, 1.0 / (t.B * t.T));
+      model.backward();
+      engine::clip_gradients(cuda, p, 1.0);
+      adamw.step(cuda, p, {0.9, 0.95, 1e-8, 0.1}, 1e-3);
+    };
+    const Tokens tokens = model_tokens(c.vocab, 3);
+    step(tokens);
+    const std::size_t after_first = cuda.allocations();
+    step(tokens);
+    step(tokens);
+    EXPECT_EQ(cuda.allocations(), after_first) << "a step at a known shape allocated";
+    Tokens one = model_tokens(c.vocab, 4);
+    one.B = 1, one.ids.resize(std::size_t(one.T)), one.targets.resize(std::size_t(one.T));
+    step(one);
+    EXPECT_GT(cuda.allocations(), after_first) << "control: a new shape must allocate";
+  }
 }
 #endif
 

@@ -112,6 +112,62 @@ TEST(Weight16, ProductOverWidenedPanelsIsTheFloatProduct) {
   }
 }
 
+// Backend::gemm at product type bf16 (engine/backend.hpp): the float product of the operands rounded
+// to bf16, bit for bit, at 1 and 2 threads; over several tiles of C (128 × 256) with partial ones,
+// both orientations of each operand, batched with a broadcast B (stride 0) and with gaps between
+// rows (leading dimensions above the widths). Control: it is not the float product of the operands
+// as given: it differs from it by more than float rounding and within bf16's 2 u.
+TEST(Bf16Products, TheFloatProductOfTheOperandsRoundedToBf16) {
+  const int m = 150, n = 300, k = 37, batch = 2;
+  for (engine::Trans ta : {engine::Trans::none, engine::Trans::transpose})
+    for (engine::Trans tb : {engine::Trans::none, engine::Trans::transpose})
+      for (bool shared_b : {false, true}) {
+        const int lda = (ta == engine::Trans::none ? k : m) + 3, ldb = (tb == engine::Trans::none ? n : k) + 5;
+        const std::int64_t sa = std::int64_t(ta == engine::Trans::none ? m : k) * lda,
+                           sb = shared_b ? 0 : std::int64_t(tb == engine::Trans::none ? k : n) * ldb,
+                           sc = std::int64_t(m) * n;
+        Rng rng(5, 0);
+        std::vector<float> A(std::size_t(sa) * batch), B(std::size_t(tb == engine::Trans::none ? k : n) * ldb * batch);
+        for (float& x : A) x = float(rng.normal());
+        for (float& x : B) x = float(rng.normal());
+        std::vector<float> A16 = A, B16 = B;
+        for (float& x : A16) x = engine::round_to_bf16(x);
+        for (float& x : B16) x = engine::round_to_bf16(x);
+        auto product = [&](int threads, WeightType type, const std::vector<float>& a, const std::vector<float>& b) {
+          engine::CpuBackend<float> be(threads);
+          be.set_product_type(type);
+          std::vector<float> c(std::size_t(sc) * batch);
+          be.gemm(ta, tb, m, n, k, 1.0f, a.data(), lda, sa, b.data(), ldb, sb, 0.0f, c.data(), n, sc, batch);
+          return c;
+        };
+        const std::vector<float> got = product(2, WeightType::bf16, A, B);
+        const std::string what = std::to_string(int(ta)) + std::to_string(int(tb)) + (shared_b ? " shared B" : "");
+        EXPECT_EQ(got, product(2, WeightType::f32, A16, B16)) << what;
+        EXPECT_EQ(got, product(1, WeightType::bf16, A, B)) << what << ": threads";
+        const std::vector<float> exact = product(2, WeightType::f32, A, B);
+        double diff = 0, norm = 0;
+        for (std::size_t i = 0; i < got.size(); ++i)
+          diff += std::pow(got[i] - exact[i], 2), norm += std::pow(exact[i], 2);
+        const double rel = std::sqrt(diff / norm);
+        EXPECT_GT(rel, 4 * 0x1p-24 * k) << what << ": control: the operands were not rounded";
+        EXPECT_LT(rel, 2 * engine::unit_roundoff(WeightType::bf16)) << what;
+      }
+}
+
+// Only f32 and, on a float backend, bf16 are offered; a scope restores the type it found.
+TEST(Bf16Products, ProductTypesOfferedAndScoped) {
+  engine::CpuBackend<float> be(1);
+  EXPECT_THROW(be.set_product_type(WeightType::f16), std::invalid_argument);
+  engine::CpuBackend<double> be64(1);
+  EXPECT_THROW(be64.set_product_type(WeightType::bf16), std::invalid_argument);
+  EXPECT_NO_THROW(be64.set_product_type(WeightType::f32));
+  {
+    const engine::ProductTypeScope<float> scope(be, WeightType::bf16);
+    EXPECT_EQ(be.product_type(), WeightType::bf16);
+  }
+  EXPECT_EQ(be.product_type(), WeightType::f32);
+}
+
 // A tiny model of each family with weights large enough for sharp attention (the initialization's
 // 0.02 gives near-uniform patterns, on which the analyses hardly depend on the weights).
 lm::Checkpoint sharp_checkpoint(lm::Family family) {

@@ -4,6 +4,7 @@
 //   fill       X[i] = value
 //   add_bias   Y[r, c] += b[c]
 //   widen      Y[r, c] = float(W[row(r), c]), 16-bit weights (engine/weight_type.hpp's widen_bits)
+//   narrow     Y_b[r, c] = bf16(X_b[r, c]), X_b at X + b·stride, Y dense (a bf16 product's operand)
 //   GELU       Y = GELU(X);  dX += dY ⊙ GELU'(X)                  (math.cuh, both forms)
 //   ReLU       Y = max(X, 0);  dX += dY ⊙ [X > 0]
 //   SwiGLU     Y = silu(G) ⊙ U;  dG += dY ⊙ U ⊙ silu'(G),  dU += dY ⊙ silu(G)
@@ -42,6 +43,15 @@ __global__ void widen_kernel(int rows, int cols, const std::uint16_t* W, int ldw
   QKVLAB_GRID_STRIDE(i, std::size_t(rows) * cols) {
     const std::size_t r = i / cols, c = i % cols, w = rows_of ? std::size_t(rows_of[r]) : r;
     Y[r * ldy + c] = engine::widen_bits(W[w * ldw + c], type);
+  }
+}
+
+__global__ void narrow_bf16_kernel(int batch, int rows, int cols, const float* X, int ldx, long long stride,
+                                   std::uint16_t* Y) {
+  const std::size_t per_batch = std::size_t(rows) * cols;
+  QKVLAB_GRID_STRIDE(i, std::size_t(batch) * per_batch) {
+    const std::size_t b = i / per_batch, r = i % per_batch / cols, c = i % cols;
+    Y[i] = engine::narrow_bf16(X[b * stride + r * ldx + c]);
   }
 }
 

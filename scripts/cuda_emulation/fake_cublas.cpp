@@ -1,5 +1,6 @@
 // A fake cuBLAS for the CUDA CPU emulation: the functions of cublas_v2.h as
-// naive column-major loops, summing in double. Built as libfake_cublas.so;
+// naive column-major loops, summing in double (cublasGemmEx's bf16 operands
+// widened exactly, as a tensor core's products are exact). Built as libfake_cublas.so;
 // build.sh points ops.cu's QKVLAB_CUBLAS_LIBRARY at it.
 //
 // Arguments are checked as cuBLAS checks them (CUBLAS_STATUS_INVALID_VALUE
@@ -7,7 +8,9 @@
 // memory is host memory here, every element is read where cuBLAS would read it.
 #include "cublas_v2.h"
 
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
 
 struct cublasContext {
   cudaStream_t stream = nullptr;
@@ -18,13 +21,26 @@ namespace {
 
 bool valid_op(cublasOperation_t op) { return op == CUBLAS_OP_N || op == CUBLAS_OP_T || op == CUBLAS_OP_C; }
 
+// A bf16 element as stored: the upper 16 bits of a float32.
+struct Bf16 {
+  std::uint16_t bits;
+};
+double value(float x) { return x; }
+double value(double x) { return x; }
+double value(Bf16 x) {
+  const std::uint32_t bits = std::uint32_t(x.bits) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
 // C_b = alpha op(A_b) op(B_b) + beta C_b for b < batch, where A_b = A + b strideA
 // (and so on) and op(A) is m×k: A is m×k (lda ≥ m) for OP_N, k×m (lda ≥ k) for
 // OP_T and OP_C (the same for real numbers). With beta = 0, C is not read
 // (cuBLAS's rule: C may hold NaN then).
-template <class T>
+template <class In, class T>
 cublasStatus_t gemm(cublasHandle_t handle, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
-                    const T* alpha, const T* A, int lda, long long sa, const T* B, int ldb, long long sb,
+                    const T* alpha, const In* A, int lda, long long sa, const In* B, int ldb, long long sb,
                     const T* beta, T* C, int ldc, long long sc, int batch) {
   if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
   const bool a_n = ta == CUBLAS_OP_N, b_n = tb == CUBLAS_OP_N;
@@ -35,23 +51,41 @@ cublasStatus_t gemm(cublasHandle_t handle, cublasOperation_t ta, cublasOperation
   if (m == 0 || n == 0 || batch == 0) return CUBLAS_STATUS_SUCCESS;
   const T a = *alpha, c = *beta;
   for (int b = 0; b < batch; ++b) {
-    const T* Ab = A + b * sa;
-    const T* Bb = B + b * sb;
+    const In* Ab = A + b * sa;
+    const In* Bb = B + b * sb;
     T* Cb = C + b * sc;
     for (int j = 0; j < n; ++j)
       for (int i = 0; i < m; ++i) {
         double sum = 0;
         if (a != T(0))  // alpha = 0: A and B are not read
           for (int l = 0; l < k; ++l) {
-            const T x = a_n ? Ab[i + std::ptrdiff_t(l) * lda] : Ab[l + std::ptrdiff_t(i) * lda];  // op(A)(i, l)
-            const T y = b_n ? Bb[l + std::ptrdiff_t(j) * ldb] : Bb[j + std::ptrdiff_t(l) * ldb];  // op(B)(l, j)
-            sum += double(x) * double(y);
+            const In x = a_n ? Ab[i + std::ptrdiff_t(l) * lda] : Ab[l + std::ptrdiff_t(i) * lda];  // op(A)(i, l)
+            const In y = b_n ? Bb[l + std::ptrdiff_t(j) * ldb] : Bb[j + std::ptrdiff_t(l) * ldb];  // op(B)(l, j)
+            sum += value(x) * value(y);
           }
         T& out = Cb[i + std::ptrdiff_t(j) * ldc];
         out = c == T(0) ? T(a * T(sum)) : T(a * T(sum) + c * out);
       }
   }
   return CUBLAS_STATUS_SUCCESS;
+}
+
+// cublasGemmEx's cases here: A and B both float32 or both bf16, C float32, float32 compute
+// (what gpu/cublas.cu asks for); any other combination is CUBLAS_STATUS_NOT_SUPPORTED.
+cublasStatus_t gemm_ex(cublasHandle_t handle, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                       const void* alpha, const void* A, cudaDataType at, int lda, long long sa, const void* B,
+                       cudaDataType bt, int ldb, long long sb, const void* beta, void* C, cudaDataType ct, int ldc,
+                       long long sc, int batch, cublasComputeType_t compute) {
+  if (at != bt || (at != CUDA_R_32F && at != CUDA_R_16BF) || ct != CUDA_R_32F || compute != CUBLAS_COMPUTE_32F)
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  const auto* a = static_cast<const float*>(alpha);
+  const auto* b = static_cast<const float*>(beta);
+  auto* c = static_cast<float*>(C);
+  if (at == CUDA_R_16BF)
+    return gemm(handle, ta, tb, m, n, k, a, static_cast<const Bf16*>(A), lda, sa, static_cast<const Bf16*>(B), ldb,
+                sb, b, c, ldc, sc, batch);
+  return gemm(handle, ta, tb, m, n, k, a, static_cast<const float*>(A), lda, sa, static_cast<const float*>(B), ldb,
+              sb, b, c, ldc, sc, batch);
 }
 
 }  // namespace
@@ -166,6 +200,24 @@ cublasStatus_t cublasDgemmStridedBatched(cublasHandle_t handle, cublasOperation_
                                          int batchCount) {
   return gemm(handle, transa, transb, m, n, k, alpha, A, lda, strideA, B, ldb, strideB, beta, C, ldc, strideC,
               batchCount);
+}
+
+cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n,
+                            int k, const void* alpha, const void* A, cudaDataType Atype, int lda, const void* B,
+                            cudaDataType Btype, int ldb, const void* beta, void* C, cudaDataType Ctype, int ldc,
+                            cublasComputeType_t computeType, cublasGemmAlgo_t) {
+  return gemm_ex(handle, transa, transb, m, n, k, alpha, A, Atype, lda, 0, B, Btype, ldb, 0, beta, C, Ctype, ldc, 0,
+                 1, computeType);
+}
+
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
+                                          int m, int n, int k, const void* alpha, const void* A, cudaDataType Atype,
+                                          int lda, long long int strideA, const void* B, cudaDataType Btype, int ldb,
+                                          long long int strideB, const void* beta, void* C, cudaDataType Ctype,
+                                          int ldc, long long int strideC, int batchCount,
+                                          cublasComputeType_t computeType, cublasGemmAlgo_t) {
+  return gemm_ex(handle, transa, transb, m, n, k, alpha, A, Atype, lda, strideA, B, Btype, ldb, strideB, beta, C,
+                 Ctype, ldc, strideC, batchCount, computeType);
 }
 
 }  // extern "C"
