@@ -129,9 +129,9 @@ std::vector<Command> add_lm_train_commands(CLI::App& lm, const std::string& comm
   cmd->add_option("--checkpoint-every", a->run.checkpoint_every, "Checkpoint every N steps (and at the end)")
       ->check(CLI::Range(std::int64_t(1), std::int64_t(1) << 40));
   cmd->add_option("--dtype", a->dtype,
-                  "The products' operands: f32, or bf16 as PyTorch's bf16 autocast rounds a matmul's (rounded to "
-                  "bf16, summed in float32; the weights, gradients and AdamW stay float32, and so do the attention's "
-                  "own products; docs/lm.md, \"Training with bf16 products\")")
+                  "The products' operands: f32, or bf16 as PyTorch's bf16 autocast rounds a matmul's, the "
+                  "attention's included (rounded to bf16, summed in float32; the weights, gradients, softmax and "
+                  "AdamW stay float32; docs/lm.md, \"Training with bf16 products\")")
       ->check(CLI::IsMember({"f32", "bf16"}))
       ->capture_default_str();
   add_device_option(cmd, a->device);

@@ -124,23 +124,9 @@ double CpuBackend<S>::dot(std::size_t count, const S* X, const S* Y) {
 
 // ---- Products -------------------------------------------------------------------
 
-namespace {
-
-// The stored block rows × cols of X (leading dimension ld) rounded to bf16, into `out` (ld cols).
-template <class S>
-const S* rounded_to_bf16(int rows, int cols, const S* X, int ld, std::vector<S>& out) {
-  out.resize(std::size_t(rows) * cols);
-  for (int r = 0; r < rows; ++r)
-    for (int c = 0; c < cols; ++c)
-      out[std::size_t(r) * cols + c] = S(round_to_bf16(float(X[std::size_t(r) * ld + c])));
-  return out.data();
-}
-
-}  // namespace
-
 // C is cut into tiles of 128 rows × 256 columns, whatever the thread count;
-// each tile is one serial GEMM over the whole inner dimension. With bf16 products
-// each tile multiplies copies of its rows of op(A) and columns of op(B) rounded to bf16.
+// each tile is one serial GEMM over the whole inner dimension (with bf16 products over copies of
+// its rows of op(A) and columns of op(B) rounded to bf16: kernels/product.hpp).
 template <class S>
 void CpuBackend<S>::gemm(Trans ta, Trans tb, int m, int n, int k_, S alpha, const S* A, int lda,
                          std::int64_t stride_a, const S* B, int ldb, std::int64_t stride_b, S beta, S* C, int ldc,
@@ -148,7 +134,7 @@ void CpuBackend<S>::gemm(Trans ta, Trans tb, int m, int n, int k_, S alpha, cons
   constexpr int tile_m = 128, tile_n = 256;
   const int tiles_m = (m + tile_m - 1) / tile_m, tiles_n = (n + tile_n - 1) / tile_n;
   const std::int64_t per_batch = std::int64_t(tiles_m) * tiles_n;
-  const bool bf16 = this->product_type() == WeightType::bf16;
+  const WeightType type = this->product_type();
   parallel_for(per_batch * batch, threads_, [&](std::int64_t job) {
     const int b = int(job / per_batch), tile = int(job % per_batch);
     const int i0 = (tile / tiles_n) * tile_m, j0 = (tile % tiles_n) * tile_n;
@@ -156,15 +142,7 @@ void CpuBackend<S>::gemm(Trans ta, Trans tb, int m, int n, int k_, S alpha, cons
     const S* Ab = A + b * stride_a + (ta == Trans::none ? std::size_t(i0) * lda : std::size_t(i0));
     const S* Bb = B + b * stride_b + (tb == Trans::none ? std::size_t(j0) : std::size_t(j0) * ldb);
     S* Cb = C + b * stride_c + std::size_t(i0) * ldc + j0;
-    if (bf16) {  // the stored blocks: op(A)'s rows i0 … as mi × k or k × mi, op(B)'s columns j0 … likewise
-      thread_local std::vector<S> a_tile, b_tile;
-      const bool an = ta == Trans::none, bn = tb == Trans::none;
-      Ab = rounded_to_bf16(an ? mi : k_, an ? k_ : mi, Ab, lda, a_tile);
-      Bb = rounded_to_bf16(bn ? k_ : nj, bn ? nj : k_, Bb, ldb, b_tile);
-      return gemm_serial(ta, tb, mi, nj, k_, alpha, Ab, std::max(1, an ? k_ : mi), Bb, std::max(1, bn ? nj : k_), beta,
-                         Cb, ldc);
-    }
-    gemm_serial(ta, tb, mi, nj, k_, alpha, Ab, lda, Bb, ldb, beta, Cb, ldc);
+    k::gemm_serial_as(type, ta, tb, mi, nj, k_, alpha, Ab, lda, Bb, ldb, beta, Cb, ldc);
   });
 }
 
@@ -287,8 +265,9 @@ void CpuBackend<S>::rope(int B, int T_, int past, int heads, int d, int ld, cons
 template <class S>
 void CpuBackend<S>::attention_forward(const AttentionShape& s, S scale, const S* q, KvHeads<S> k_, KvHeads<S> v,
                                       S* pattern, S* z) {
+  const WeightType products = this->product_type();
   parallel_for(std::int64_t(s.B) * s.H, threads_, [&](std::int64_t job) {
-    k::attention_forward_head(s, int(job / s.H), int(job % s.H), scale, q, k_, v, pattern, z);
+    k::attention_forward_head(s, int(job / s.H), int(job % s.H), scale, q, k_, v, pattern, z, products);
   });
 }
 
@@ -309,10 +288,11 @@ template <class S>
 void CpuBackend<S>::attention_backward(const AttentionShape& s, S scale, const S* q, const S* k_, const S* v,
                                        const S* pattern, const S* dz, S* dq, S* dk, S* dv, S* scratch) {
   if (!s.plain()) throw std::invalid_argument("attention_backward: only without a cache (past 0, capacity T)");
+  const WeightType products = this->product_type();
   parallel_for(std::int64_t(s.B) * s.Hkv, threads_, [&](std::int64_t job) {
     S* own = scratch + std::size_t(job) * s.group() * s.T * s.columns();  // this job's part of the B·H·T·C scratch
     k::attention_backward_group(s, int(job / s.Hkv), int(job % s.Hkv), scale, q, k_, v, pattern, dz, dq, dk, dv,
-                                own);
+                                own, products);
   });
 }
 

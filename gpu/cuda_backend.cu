@@ -146,7 +146,7 @@ void CudaBackend::gemm(Trans ta, Trans tb, int m, int n, int k, float alpha, con
                                              bf16_a_, lda16, sa16, &beta, C, ldc, stride_c, batch));
 }
 
-// The float32 product, whatever product_type(): gemm's, and the attention's own.
+// The float32 product, whatever product_type(): gemm's, and attention_reduce's (the analyses').
 void CudaBackend::float_gemm(Trans ta, Trans tb, int m, int n, int k, float alpha, const float* A, int lda,
                              std::int64_t stride_a, const float* B, int ldb, std::int64_t stride_b, float beta,
                              float* C, int ldc, std::int64_t stride_c, int batch) {
@@ -340,7 +340,7 @@ void CudaBackend::attention_forward(const engine::AttentionShape& s, float scale
   for (int seg = 0; seg < s.segments; ++seg)
     for (int h = 0; h < s.H; ++h) {  // S_bh = scale · q_bh k_bgᵀ, segment by segment
       const KvHead K(s, k, seg * s.Hkv + h / s.group(), s.dk);
-      float_gemm(Trans::none, Trans::transpose, T, J, s.dk, scale, q + h * s.dk, L.ldq, L.sq, K.data, K.ld, K.stride,
+      gemm(Trans::none, Trans::transpose, T, J, s.dk, scale, q + h * s.dk, L.ldq, L.sq, K.data, K.ld, K.stride,
                  0.0f, pattern + h * L.TT + seg * J, C, L.sp, s.B);
     }
   kn::causal_softmax_kernel<<<unsigned(std::int64_t(s.B) * s.H * T), kn::row_threads(C)>>>(T, s.past, J, pattern,
@@ -349,7 +349,7 @@ void CudaBackend::attention_forward(const engine::AttentionShape& s, float scale
   for (int seg = 0; seg < s.segments; ++seg)
     for (int h = 0; h < s.H; ++h) {  // z_bh = Σ_seg P_bh,seg v_bg,seg
       const KvHead V(s, v, seg * s.Hkv + h / s.group(), s.dv);
-      float_gemm(Trans::none, Trans::none, T, s.dv, J, 1.0f, pattern + h * L.TT + seg * J, C, L.sp, V.data, V.ld,
+      gemm(Trans::none, Trans::none, T, s.dv, J, 1.0f, pattern + h * L.TT + seg * J, C, L.sp, V.data, V.ld,
                  V.stride, seg ? 1.0f : 0.0f, z + h * s.dv, L.ldz, L.sz, s.B);
     }
 }
@@ -403,7 +403,7 @@ void CudaBackend::attention_backward(const engine::AttentionShape& s, float scal
   for (int seg = 0; seg < s.segments; ++seg)
     for (int h = 0; h < s.H; ++h) {  // dP_bh = dz_bh v_bgᵀ, segment by segment
       const int g = seg * s.Hkv + h / s.group();
-      float_gemm(Trans::none, Trans::transpose, T, T, s.dv, 1.0f, dz + h * s.dv, L.ldz, L.sz, v + g * s.dv, L.ldv, L.sv,
+      gemm(Trans::none, Trans::transpose, T, T, s.dv, 1.0f, dz + h * s.dv, L.ldz, L.sz, v + g * s.dv, L.ldv, L.sv,
                  0.0f, scratch + h * L.TT + seg * T, C, L.sp, s.B);
     }
   kn::causal_softmax_backward_kernel<<<unsigned(std::int64_t(s.B) * s.H * T), kn::row_threads(C)>>>(
@@ -413,11 +413,11 @@ void CudaBackend::attention_backward(const engine::AttentionShape& s, float scal
     for (int seg = 0; seg < s.segments; ++seg) {
       const int g = seg * s.Hkv + h / s.group();
       const float* dS = scratch + h * L.TT + seg * T;
-      float_gemm(Trans::none, Trans::none, T, s.dk, T, scale, dS, C, L.sp, k + g * s.dk, L.ldk, L.sk, 1.0f,
+      gemm(Trans::none, Trans::none, T, s.dk, T, scale, dS, C, L.sp, k + g * s.dk, L.ldk, L.sk, 1.0f,
                  dq + h * s.dk, L.ldq, L.sq, s.B);
-      float_gemm(Trans::transpose, Trans::none, T, s.dk, T, scale, dS, C, L.sp, q + h * s.dk, L.ldq, L.sq, 1.0f,
+      gemm(Trans::transpose, Trans::none, T, s.dk, T, scale, dS, C, L.sp, q + h * s.dk, L.ldq, L.sq, 1.0f,
                  dk + g * s.dk, L.ldk, L.sk, s.B);
-      float_gemm(Trans::transpose, Trans::none, T, s.dv, T, 1.0f, pattern + h * L.TT + seg * T, C, L.sp, dz + h * s.dv,
+      gemm(Trans::transpose, Trans::none, T, s.dv, T, 1.0f, pattern + h * L.TT + seg * T, C, L.sp, dz + h * s.dv,
                  L.ldz, L.sz, 1.0f, dv + g * s.dv, L.ldv, L.sv, s.B);
     }
 }

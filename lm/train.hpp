@@ -67,7 +67,8 @@ struct RunOptions {
   std::optional<std::filesystem::path> init_from;  // start from this checkpoint's values (same configuration)
   bool allow_nonfinite = false;                    // load --from / --resume weights holding NaN or Inf
   // The products' operands (engine/backend.hpp's product type): f32, or bf16 as PyTorch's bf16
-  // autocast rounds a matmul's; the weights, gradients and AdamW's state stay float32.
+  // autocast rounds a matmul's, the attention's included; the weights, gradients and AdamW's state
+  // stay float32.
   engine::WeightType products = engine::WeightType::f32;
   std::string command_line;
 };

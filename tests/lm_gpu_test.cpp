@@ -426,6 +426,39 @@ TEST_F(LmGpuKernels, Attention) {
   }
 }
 
+// The attention at product type bf16 (the shapes above but T = 1): the patterns, from the same rounded
+// q and k on both backends, agree at the float budget; z and the input gradients pass through a
+// second rounding (of P, of dz, of dS) where a value next to a bf16 rounding boundary may round the
+// other way on the other backend, so they agree within half of what bf16 moves them from the CPU's
+// float32 attention. Control: that move exceeds the float budget (CUDA's attention products were
+// rounded).
+TEST_F(LmGpuKernels, AttentionWithBf16Products) {
+  for (const AttentionShape s : {AttentionShape{2, 5, 4, 2, 6, 3}, AttentionShape{3, 7, 3, 3, 5, 5},
+                                 AttentionShape{1, 40, 2, 1, 8, 8}}) {
+    const std::size_t N = std::size_t(s.B) * s.T, P = std::size_t(s.B) * s.H * s.T * s.T;
+    const std::size_t nq = N * s.H * s.dk, nk = N * s.Hkv * s.dk, nv = N * s.Hkv * s.dv, nz = N * s.H * s.dv;
+    const float scale = float(1 / std::sqrt(double(s.dk)));
+    const std::vector<Floats> in{normals(nq, 1), normals(nk, 2), normals(nv, 3), Floats(P, 0.0f), Floats(nz, 0.0f),
+                                 normals(nz, 4), Floats(nq, 0.0f), Floats(nk, 0.0f), Floats(nv, 0.0f), Floats(P, 0.0f)};
+    const Kernel both = [=](Backend<float>& be, Arrays& a) {
+      be.attention_forward(s, scale, a[0], a[1], a[2], a[3], a[4]);
+      be.attention_backward(s, scale, a[0], a[1], a[2], a[3], a[5], a[6], a[7], a[8], a[9]);
+    };
+    const std::string what = "bf16 attention T " + std::to_string(s.T) + " H " + std::to_string(s.H);
+    const double k = s.dk + s.dv + 3.0 * s.T;
+    const auto f32 = run(cpu, in, both);
+    cpu.set_product_type(WeightType::bf16), cuda->set_product_type(WeightType::bf16);
+    const auto c = run(cpu, in, both), g = run(*cuda, in, both);
+    cpu.set_product_type(WeightType::f32), cuda->set_product_type(WeightType::f32);
+    EXPECT_LE(rel(c[3], g[3]), tol(k)) << what << ": patterns";
+    for (std::size_t o : {4, 6, 7, 8}) {
+      const double moved = rel(f32[o], g[o]);
+      EXPECT_GT(moved, tol(k)) << what << ": array " << o << ": control: not rounded on CUDA";
+      EXPECT_LE(rel(c[o], g[o]), moved / 2) << what << ": array " << o;
+    }
+  }
+}
+
 // Two key/value segments (ResFormer's cross-layer attention, Eq. 2: k and v of 2·H_kv heads, the
 // second segment's head g at column (H_kv + g)·d), GQA and MHA, forward and backward, and a cache of two
 // segments read head by head. k = dk + dv + 3·2T (the softmax spans both segments). The controls move
@@ -728,10 +761,11 @@ TEST_P(LmGpuModel, AgreesWithCpu) {
 
 // With bf16 products (lm train --dtype bf16) on both backends: both round the same operands, but a
 // product's float sums differ in order, and a result next to a bf16 rounding boundary rounds the
-// other way at the next product (a relative change of up to 2⁻⁸ in that element), so the two passes
-// agree to within a fraction of what the rounding itself moves: the loss and the whole gradient
-// within 1/8 of their distance from the CPU's float32 pass. Control: that distance exceeds the float
-// budget of AgreesWithCpu (the CUDA products were rounded).
+// other way at the next product (a relative change of up to 2⁻⁸ in that element). The loss averages
+// such changes out: it agrees at AgreesWithCpu's float budget. The whole gradient agrees within half
+// of its distance from the CPU's float32 pass; control: that distance exceeds the float budget of
+// AgreesWithCpu (the CUDA products were rounded). (Under the emulation the gradients agree to
+// 1e-6–1e-5 of that distance, one case, NeuTRENO, to 0.12: a rounding that went the other way.)
 TEST_P(LmGpuModel, Bf16ProductsAgreeWithCpu) {
   const lm::Config& c = GetParam().config;
   const engine::ParameterLayout layout = lm::Model<float>(c, cpu).parameters().layout;
@@ -741,11 +775,10 @@ TEST_P(LmGpuModel, Bf16ProductsAgreeWithCpu) {
   cpu.set_product_type(WeightType::bf16), cuda->set_product_type(WeightType::bf16);
   const ModelRun a = train_pass(cpu, c, values, tokens), b = train_pass(*cuda, c, values, tokens);
   const double k_loss = model_k(c, tokens.T), k_grad = 2 * k_loss + tokens.B * tokens.T;
-  const double loss_moved = std::abs(f32.loss - b.loss), grads_moved = rel(f32.grads, b.grads);
-  EXPECT_GT(loss_moved / f32.loss, tol(k_loss)) << "control: the loss of bf16 products";
+  const double grads_moved = rel(f32.grads, b.grads);
   EXPECT_GT(grads_moved, tol(k_grad)) << "control: the gradients of bf16 products";
-  EXPECT_LE(std::abs(a.loss - b.loss), loss_moved / 8) << a.loss << " vs " << b.loss << " (float32 " << f32.loss << ")";
-  EXPECT_LE(rel(a.grads, b.grads), grads_moved / 8);
+  EXPECT_LE(std::abs(a.loss - b.loss) / a.loss, tol(k_loss)) << a.loss << " vs " << b.loss;
+  EXPECT_LE(rel(a.grads, b.grads), grads_moved / 2);
 }
 
 // Two runs on CUDA from the same parameters and tokens: bit-identical loss and gradients.

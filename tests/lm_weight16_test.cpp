@@ -13,6 +13,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "analysis/analyze.hpp"
@@ -152,6 +153,52 @@ TEST(Bf16Products, TheFloatProductOfTheOperandsRoundedToBf16) {
         EXPECT_GT(rel, 4 * 0x1p-24 * k) << what << ": control: the operands were not rounded";
         EXPECT_LT(rel, 2 * engine::unit_roundoff(WeightType::bf16)) << what;
       }
+}
+
+// The attention's products at product type bf16 (q kᵀ, P v; dz vᵀ, dS k, dSᵀ q, Pᵀ dz): its output and
+// every input gradient move from the float32 attention's by more than float rounding (control: they
+// were rounded) and by less than bf16's 2 u relative (each product term's error), GQA with two
+// segments of keys (ResFormer's Eq. 2) and several thread counts giving the same bits.
+TEST(Bf16Products, TheAttentionRoundsItsProductsToo) {
+  engine::AttentionShape s;
+  s.B = 2, s.T = 24, s.H = 4, s.Hkv = 2, s.dk = 8, s.dv = 8, s.segments = 2;
+  const std::size_t N = std::size_t(s.B) * s.T, kv = N * s.kv_heads();
+  Rng rng(9, 0);
+  auto normals = [&](std::size_t n) {
+    std::vector<float> v(n);
+    for (float& x : v) x = float(rng.normal());
+    return v;
+  };
+  const std::vector<float> q = normals(N * s.H * s.dk), k = normals(kv * s.dk), v = normals(kv * s.dv),
+                           dz = normals(N * s.H * s.dv);
+  struct Out {
+    std::vector<float> z, dq, dk, dv;
+  };
+  auto run = [&](WeightType type, int threads) {
+    engine::CpuBackend<float> be(threads);
+    be.set_product_type(type);
+    const float scale = 1 / std::sqrt(8.0f);
+    std::vector<float> pattern(std::size_t(s.B) * s.H * s.T * s.columns()), scratch(pattern.size());
+    Out o{std::vector<float>(N * s.H * s.dv), std::vector<float>(q.size()), std::vector<float>(k.size()),
+          std::vector<float>(v.size())};
+    be.attention_forward(s, scale, q.data(), k.data(), v.data(), pattern.data(), o.z.data());
+    be.attention_backward(s, scale, q.data(), k.data(), v.data(), pattern.data(), dz.data(), o.dq.data(),
+                          o.dk.data(), o.dv.data(), scratch.data());
+    return o;
+  };
+  auto rel = [](const std::vector<float>& a, const std::vector<float>& b) {
+    double d = 0, n = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) d += std::pow(a[i] - b[i], 2), n += std::pow(b[i], 2);
+    return std::sqrt(d / n);
+  };
+  const Out f32 = run(WeightType::f32, 2), bf16 = run(WeightType::bf16, 2), bf16_one = run(WeightType::bf16, 1);
+  const double u = engine::unit_roundoff(WeightType::bf16);
+  for (auto [name, a, b, one] : {std::tuple{"z", &bf16.z, &f32.z, &bf16_one.z}, {"dq", &bf16.dq, &f32.dq, &bf16_one.dq},
+                                 {"dk", &bf16.dk, &f32.dk, &bf16_one.dk}, {"dv", &bf16.dv, &f32.dv, &bf16_one.dv}}) {
+    EXPECT_GT(rel(*a, *b), 4 * 0x1p-24 * s.T) << name << ": control: not rounded";
+    EXPECT_LT(rel(*a, *b), 2 * u) << name;
+    EXPECT_EQ(*a, *one) << name << ": threads";
+  }
 }
 
 // Only f32 and, on a float backend, bf16 are offered; a scope restores the type it found.

@@ -11,7 +11,9 @@
 // the backward gives each segment's dk, dv by the same formulas on its block.
 // Products are serial GEMMs on strided views of the (N, heads·d) tensors
 // (engine/blas.hpp gemm_serial; the forward's keys and values head by head where
-// they live: KvHeads); the softmax sums in double.
+// they live: KvHeads), at the backend's product type (kernels/product.hpp: with bf16, q and k, P
+// and v, dz and v, dS and k, dS and q, P and dz rounded to bf16 before their product, as PyTorch's
+// bf16 autocast runs eager attention); the softmax and its backward are float, summing in double.
 #pragma once
 
 #include <cmath>
@@ -20,6 +22,8 @@
 #include "engine/blas.hpp"
 #include "engine/kernel_types.hpp"
 #include "engine/kernels/math.hpp"
+#include "engine/kernels/product.hpp"
+#include "engine/weight_type.hpp"
 
 namespace qkvlab::engine::kernels {
 
@@ -64,7 +68,7 @@ View<const S> sequence_head(const AttentionShape& s, int b, int g, KvHeads<S> he
 // Query t of the T is position past + t and sees keys j ≤ past + t (engine/kernel_types.hpp).
 template <class S>
 void attention_forward_head(const AttentionShape& s, int b, int h, S scale, const S* q, KvHeads<S> k, KvHeads<S> v,
-                            S* pattern, S* z) {
+                            S* pattern, S* z, WeightType products = WeightType::f32) {
   const int g = h / s.group(), J = s.keys(), C = s.columns();
   const int ldq = s.H * s.dk, ldz = s.H * s.dv;
   const std::size_t row0 = std::size_t(b) * s.T;
@@ -73,12 +77,14 @@ void attention_forward_head(const AttentionShape& s, int b, int h, S scale, cons
   S* Z = z + row0 * ldz + std::size_t(h) * s.dv;
   for (int seg = 0; seg < s.segments; ++seg) {
     const View<const S> K = sequence_head(s, b, seg * s.Hkv + g, k, s.dk);
-    gemm_serial(Trans::none, Trans::transpose, s.T, J, s.dk, scale, Q, ldq, K.data, K.ld, S(0), P + seg * J, C);
+    gemm_serial_as(products, Trans::none, Trans::transpose, s.T, J, s.dk, scale, Q, ldq, K.data, K.ld, S(0),
+                   P + seg * J, C);
   }
   for (int t = 0; t < s.T; ++t) causal_softmax_row(s.past + t, J, P + std::size_t(t) * C, s.segments);
   for (int seg = 0; seg < s.segments; ++seg) {
     const View<const S> V = sequence_head(s, b, seg * s.Hkv + g, v, s.dv);
-    gemm_serial(Trans::none, Trans::none, s.T, s.dv, J, S(1), P + seg * J, C, V.data, V.ld, S(seg ? 1 : 0), Z, ldz);
+    gemm_serial_as(products, Trans::none, Trans::none, s.T, s.dv, J, S(1), P + seg * J, C, V.data, V.ld,
+                   S(seg ? 1 : 0), Z, ldz);
   }
 }
 
@@ -108,7 +114,8 @@ void causal_softmax_backward_row(int t, int T_, const S* p, S* d, int segments) 
 // head g (k, v, dk, dv of (N, segments·Hkv·d)); `scratch` holds T·columns() values.
 template <class S>
 void attention_backward_group(const AttentionShape& s, int b, int g, S scale, const S* q, const S* k, const S* v,
-                              const S* pattern, const S* dz, S* dq, S* dk, S* dv, S* scratch) {
+                              const S* pattern, const S* dz, S* dq, S* dk, S* dv, S* scratch,
+                              WeightType products = WeightType::f32) {
   const int ldq = s.H * s.dk, ldk = s.kv_heads() * s.dk, ldv = s.kv_heads() * s.dv, ldz = s.H * s.dv;
   const int T = s.T, C = s.columns();
   const std::size_t row0 = std::size_t(b) * T;
@@ -120,17 +127,17 @@ void attention_backward_group(const AttentionShape& s, int b, int g, S scale, co
     S* dQ = dq + row0 * ldq + std::size_t(h) * s.dk;
     S* dS = scratch;
     for (int seg = 0; seg < s.segments; ++seg)  // dP = dZ Vᵀ
-      gemm_serial(Trans::none, Trans::transpose, T, T, s.dv, S(1), dZ, ldz, at(v, ldv, seg, s.dv), ldv, S(0),
-                  dS + seg * T, C);
+      gemm_serial_as(products, Trans::none, Trans::transpose, T, T, s.dv, S(1), dZ, ldz, at(v, ldv, seg, s.dv), ldv,
+                     S(0), dS + seg * T, C);
     for (int t = 0; t < T; ++t) causal_softmax_backward_row(t, T, P + std::size_t(t) * C, dS + std::size_t(t) * C,
                                                             s.segments);
     for (int seg = 0; seg < s.segments; ++seg) {
-      gemm_serial(Trans::none, Trans::none, T, s.dk, T, scale, dS + seg * T, C, at(k, ldk, seg, s.dk), ldk, S(1), dQ,
-                  ldq);
-      gemm_serial(Trans::transpose, Trans::none, T, s.dk, T, scale, dS + seg * T, C, Q, ldq, S(1),
-                  at(dk, ldk, seg, s.dk), ldk);
-      gemm_serial(Trans::transpose, Trans::none, T, s.dv, T, S(1), P + seg * T, C, dZ, ldz, S(1),
-                  at(dv, ldv, seg, s.dv), ldv);
+      gemm_serial_as(products, Trans::none, Trans::none, T, s.dk, T, scale, dS + seg * T, C, at(k, ldk, seg, s.dk),
+                     ldk, S(1), dQ, ldq);
+      gemm_serial_as(products, Trans::transpose, Trans::none, T, s.dk, T, scale, dS + seg * T, C, Q, ldq, S(1),
+                     at(dk, ldk, seg, s.dk), ldk);
+      gemm_serial_as(products, Trans::transpose, Trans::none, T, s.dv, T, S(1), P + seg * T, C, dZ, ldz, S(1),
+                     at(dv, ldv, seg, s.dv), ldv);
     }
   }
 }
