@@ -156,18 +156,33 @@ TEST(LmTrain, Bf16ProductsStayWithinTheirBudgetAndAreRecorded) {
   EXPECT_EQ(rb["training"]["products"].string(), "bf16");
   EXPECT_EQ(rf["training"].find("products"), nullptr);
   EXPECT_EQ(load_checkpoint(bf16.out / "checkpoint", false).metadata.at("run.products"), "bf16");
-  // Resumes: across the types refused both ways; a bf16 run cut at step 40 (checkpoint 30) and resumed.
-  for (auto [from, as] : {std::pair{bf16, engine::WeightType::f32}, std::pair{f32, engine::WeightType::bf16}}) {
-    from.loop.steps = 90, from.resume = true, from.products = as;
-    EXPECT_THROW(train_language_model(from, data, backend, {}), UsageError) << engine::weight_type_name(as);
+  // lm compare keeps the two apart (run.json's training.products).
+  const results::Value compared = compare_runs({f32.out, bf16.out}, {});
+  const auto& groups = compared["groups"].items();
+  ASSERT_EQ(groups.size(), 2u);
+  EXPECT_NE(groups[0]["label"].string(), groups[1]["label"].string());
+  // Runs cut at step 40 (checkpoint 30): resumed with the other type, refused for that reason; the
+  // bf16 one resumed as bf16, bit-identical to the uninterrupted run.
+  auto cut_at_40 = [&](const std::string& name, engine::WeightType type) {
+    RunOptions o = run(name, type, 60);
+    EXPECT_THROW(train_language_model(o, data, backend,
+                                      [](const Progress& p) {
+                                        if (p.step == 40) throw Interrupt();
+                                      }),
+                 Interrupt);
+    o.resume = true;
+    return o;
+  };
+  RunOptions cut = cut_at_40("cut", engine::WeightType::bf16), cut32 = cut_at_40("cut32", engine::WeightType::f32);
+  for (RunOptions other : {cut, cut32}) {
+    other.products = other.products == engine::WeightType::bf16 ? engine::WeightType::f32 : engine::WeightType::bf16;
+    try {
+      train_language_model(other, data, backend, {});
+      ADD_FAILURE() << "a resume with the other product type was not refused";
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find("products"), std::string::npos) << e.what();
+    }
   }
-  RunOptions cut = run("cut", engine::WeightType::bf16, 60);
-  EXPECT_THROW(train_language_model(cut, data, backend,
-                                    [](const Progress& p) {
-                                      if (p.step == 40) throw Interrupt();
-                                    }),
-               Interrupt);
-  cut.resume = true;
   train_language_model(cut, data, backend, {});
   EXPECT_EQ(losses(cut.out), losses(bf16.out));
   EXPECT_EQ(read_file(cut.out / "checkpoint" / "model.safetensors"),
