@@ -165,9 +165,11 @@ class Backend : public Memory {
   // float32 and the sums are float32, so a bf16 gemm is cuBLAS's bf16 GEMM with CUBLAS_COMPUTE_32F
   // and PyTorch's bf16 autocast of a matmul; C, α and β stay float32. attention_forward and
   // attention_backward round their products' operands too (q and k, P and v; dz and v, dS and k,
-  // dS and q, P and dz), as autocast runs eager attention, with the softmax in float; attention_reduce
-  // (the analyses') and every other kernel are untouched. A float backend only (f16 is not offered:
-  // its range needs a training run's loss scaling); std::invalid_argument otherwise.
+  // dS and q, P and dz), as autocast runs eager attention, with the softmax in float, and so does
+  // attention_reduce (the evaluation passes': a bf16 run's validation has the products of its
+  // training; the analyses leave the type at f32); every other kernel is untouched. A float backend
+  // only (f16 is not offered: its range needs a training run's loss scaling); std::invalid_argument
+  // otherwise.
   void set_product_type(WeightType t) {
     if (t == WeightType::f16 || (t == WeightType::bf16 && !std::is_same_v<S, float>))
       throw std::invalid_argument(std::string("products with ") + weight_type_name(t) +

@@ -280,7 +280,8 @@ void CpuBackend<S>::attention_reduce(const AttentionShape& s, S scale, const S* 
   block = std::min(block, s.T);
   parallel_for(std::int64_t(s.B) * s.H, threads_, [&](std::int64_t job) {
     std::vector<S> scratch(std::size_t(block) * s.T);  // this job's block of pattern rows
-    k::attention_reduce_head(s, int(job / s.H), int(job % s.H), scale, q, k_, v, block, scratch.data(), z, sums);
+    k::attention_reduce_head(s, int(job / s.H), int(job % s.H), scale, q, k_, v, block, scratch.data(), z, sums,
+                             this->product_type());
   });
 }
 

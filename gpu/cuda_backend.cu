@@ -146,7 +146,7 @@ void CudaBackend::gemm(Trans ta, Trans tb, int m, int n, int k, float alpha, con
                                              bf16_a_, lda16, sa16, &beta, C, ldc, stride_c, batch));
 }
 
-// The float32 product, whatever product_type(): gemm's, and attention_reduce's (the analyses').
+// The float32 product: gemm's at product type f32, and its fallback for empty products.
 void CudaBackend::float_gemm(Trans ta, Trans tb, int m, int n, int k, float alpha, const float* A, int lda,
                              std::int64_t stride_a, const float* B, int ldb, std::int64_t stride_b, float beta,
                              float* C, int ldc, std::int64_t stride_c, int batch) {
@@ -373,8 +373,8 @@ void CudaBackend::attention_reduce(const engine::AttentionShape& s, float scale,
     const std::int64_t per_head = std::int64_t(rows) * J, per_sequence = s.H * per_head;
     for (int h = 0; h < s.H; ++h) {
       const KvHead K(s, k, h / s.group(), s.dk);
-      float_gemm(Trans::none, Trans::transpose, rows, J, s.dk, scale, q + std::int64_t(t0) * L.ldq + h * s.dk, L.ldq,
-                 L.sq, K.data, K.ld, K.stride, 0.0f, P + h * per_head, J, per_sequence, s.B);
+      gemm(Trans::none, Trans::transpose, rows, J, s.dk, scale, q + std::int64_t(t0) * L.ldq + h * s.dk, L.ldq, L.sq,
+           K.data, K.ld, K.stride, 0.0f, P + h * per_head, J, per_sequence, s.B);
     }
     const unsigned row_blocks = unsigned(std::int64_t(heads) * rows);
     kn::causal_softmax_kernel<<<row_blocks, kn::row_threads(J)>>>(rows, t0, J, P, 1);
@@ -388,8 +388,8 @@ void CudaBackend::attention_reduce(const engine::AttentionShape& s, float scale,
     }
     for (int h = 0; h < s.H; ++h) {
       const KvHead V(s, v, h / s.group(), s.dv);
-      float_gemm(Trans::none, Trans::none, rows, s.dv, J, 1.0f, P + h * per_head, J, per_sequence, V.data, V.ld,
-                 V.stride, 0.0f, z + std::int64_t(t0) * L.ldz + h * s.dv, L.ldz, L.sz, s.B);
+      gemm(Trans::none, Trans::none, rows, s.dv, J, 1.0f, P + h * per_head, J, per_sequence, V.data, V.ld, V.stride,
+           0.0f, z + std::int64_t(t0) * L.ldz + h * s.dv, L.ldz, L.sz, s.B);
     }
   }
 }

@@ -8,7 +8,10 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
+#include <string_view>
+#include <tuple>
 
 #include "core/atomic_file.hpp"
 #include "core/errors.hpp"
@@ -28,7 +31,10 @@ namespace {
 struct Run {
   fs::path dir;
   std::string family, variant, key, label, name;  // name: the directory's, less a trailing -sSEED
-  std::map<std::string, std::string> fields;  // model.* and training.*, to tell groups with one label apart
+  std::string trained;                            // the training object, as text
+  // model.*, training.*, run.device (cpu or cuda) and run.data (the corpus), to tell groups with one
+  // label apart and to find each group's baseline
+  std::map<std::string, std::string> fields;
   std::uint64_t seed = 0;
   double final_validation = 0;
   Curve train, validation;
@@ -76,14 +82,22 @@ std::string label_of(const Json& model, const fs::path& file) {
   return label;
 }
 
-// A run's name: its directory's, less the seed suffix that scripts/lm_comparisons.sh and the
-// reproduce cache give it ("resformer-l05-s2" → "resformer-l05").
+// A run's name: its directory's, less the seed suffix that scripts/lm_comparisons.sh gives it
+// ("resformer-l05-s2" → "resformer-l05") and the reproduce cache's, with its recipe's hash
+// ("gqa-s1-0123456789abcdef" → "gqa").
 std::string run_name(const fs::path& dir) {
   std::string name = (dir.has_filename() ? dir : dir.parent_path()).filename().string();
-  std::size_t cut = name.rfind("-s");
-  if (cut != std::string::npos && cut + 2 < name.size() &&
-      std::all_of(name.begin() + std::ptrdiff_t(cut + 2), name.end(), [](unsigned char c) { return std::isdigit(c); }))
-    name.resize(cut);
+  auto all = [](std::string_view text, int (*is)(int)) {
+    return !text.empty() && std::all_of(text.begin(), text.end(), [is](unsigned char c) { return is(c) != 0; });
+  };
+  if (const std::size_t dash = name.rfind('-'); dash != std::string::npos && name.size() - dash == 17 &&
+                                                 all(std::string_view(name).substr(dash + 1), isxdigit)) {
+    const std::size_t cut = name.rfind("-s", dash);
+    if (cut != std::string::npos && all(std::string_view(name).substr(cut + 2, dash - cut - 2), isdigit))
+      return name.substr(0, cut);
+  }
+  const std::size_t cut = name.rfind("-s");
+  if (cut != std::string::npos && all(std::string_view(name).substr(cut + 2), isdigit)) name.resize(cut);
   return name;
 }
 
@@ -106,9 +120,16 @@ Run read_run(const fs::path& dir) {
   const Json& training = member(json, "training", file);
   r.family = member(model, "family", file).text;
   r.variant = member(model, "variant", file).text;
-  r.key = text_of(model) + "|" + text_of(training);
+  r.trained = text_of(training);
   for (const auto& [prefix, object] : {std::pair{"model.", &model}, std::pair{"training.", &training}})
     for (std::size_t i = 0; i < object->keys.size(); ++i) r.fields[prefix + object->keys[i]] = text_of(object->items[i]);
+  // The device's kind and the corpus's name ("cpu (2 threads, OpenBLAS)" → "cpu", "brown (data/brown)"
+  // → "brown"): runs are replicates of one another only on one kind of device and one corpus.
+  for (const auto& [field, member_name] : {std::pair{"run.device", "device"}, std::pair{"run.data", "data"}}) {
+    const std::string text = member(json, member_name, file).text;
+    r.fields[field] = text.substr(0, text.find(' '));
+  }
+  r.key = text_of(model) + "|" + r.trained + "|" + r.fields["run.device"] + "|" + r.fields["run.data"];
   r.label = r.family + " " + label_of(model, file);
   r.seed = engine::json_to_u64(member(json, "seed", file), "seed");
   r.final_validation = finite_number(member(json, "final_validation_loss", file).text, file, "\"final_validation_loss\"");
@@ -120,7 +141,58 @@ Run read_run(const fs::path& dir) {
 struct Group {
   std::string key, label, family, variant, name, display;
   std::vector<const Run*> runs;
+  // A field the group's runs share ("" where run.json has none: training.products is written only
+  // for bf16 runs).
+  std::string field(const std::string& name) const {
+    const auto& f = runs.front()->fields;
+    const auto it = f.find(name);
+    return it == f.end() ? "" : it->second;
+  }
 };
+
+// How many of the model's fields differ between a and b (absent in one: differs), leaving out those
+// that say which variant a model is, and its parameter count.
+int model_distance(const Group& a, const Group& b) {
+  static const std::set<std::string> variant_fields = {"model.variant",  "model.alpha",      "model.beta",
+                                                       "model.lambda",   "model.skip_ratio", "model.source_layer",
+                                                       "model.strategy", "model.parameters"};
+  const auto& fa = a.runs.front()->fields;
+  const auto& fb = b.runs.front()->fields;
+  auto counts = [&](const std::string& name) { return name.starts_with("model.") && !variant_fields.count(name); };
+  int distance = 0;
+  for (const auto& [name, value] : fa)
+    if (counts(name)) {
+      const auto it = fb.find(name);
+      distance += it == fb.end() || it->second != value;
+    }
+  for (const auto& [name, value] : fb) distance += counts(name) && !fa.count(name);
+  return distance;
+}
+
+// g's baseline: of the groups named `baseline` (their runs' directories less -sSEED) or of that
+// variant, in g's family, with g's products (float32 runs are never measured against bf16 runs, nor
+// the reverse), kind of device and corpus, the one whose model is nearest g's (gqa for gqa-skipv1,
+// mla for mla-skipv1, vanilla-rope for skipv1-rope), then one of that name (skipv1 for skipv1-pooling,
+// though both are of the variant skipv1), then one trained as g was. Null when there is none; a
+// UsageError when two are equally near.
+const Group* baseline_of(const Group& g, const std::vector<Group>& groups, const std::string& baseline) {
+  auto fits = [&](const Group& b) {
+    auto same = [&](const char* field) { return b.field(field) == g.field(field); };
+    return (b.name == baseline || b.variant == baseline) && b.family == g.family && same("training.products") &&
+           same("run.device") && same("run.data");
+  };
+  auto rank = [&](const Group& b) {
+    return std::tuple{model_distance(g, b), b.name != baseline, b.runs.front()->trained != g.runs.front()->trained};
+  };
+  const Group* base = nullptr;
+  for (const Group& b : groups)
+    if (fits(b) && (!base || rank(b) < rank(*base))) base = &b;
+  for (const Group& b : groups)
+    if (base && &b != base && fits(b) && rank(b) == rank(*base))
+      throw UsageError("two baselines fit " + g.label + " equally: " + base->label + " and " + b.label +
+                       "; name one by its runs' directories (--baseline NAME for NAME-sSEED)");
+  return base;
+}
 
 double mean(const std::vector<double>& v) { return summarize(v).value; }
 double stddev(const std::vector<double>& v) { return summarize(v).std; }
@@ -226,22 +298,25 @@ results::Value compare_runs(const std::vector<fs::path>& dirs, const CompareOpti
   for (const Run& r : runs) {
     auto it = std::find_if(groups.begin(), groups.end(), [&](const Group& g) { return g.key == r.key; });
     if (it == groups.end()) it = groups.insert(groups.end(), Group{r.key, r.label, r.family, r.variant, r.name, "", {}});
+    for (const Run* other : it->runs)
+      if (other->seed == r.seed)
+        throw UsageError(other->dir.string() + " and " + r.dir.string() + " are one model, training, device and seed (" +
+                         std::to_string(r.seed) + ") twice: give one of them");
     it->runs.push_back(&r);
   }
   disambiguate(groups);
+  const bool named = std::any_of(groups.begin(), groups.end(),
+                                 [&](const Group& g) { return g.name == o.baseline || g.variant == o.baseline; });
+  if (!named && (o.claim || o.baseline != CompareOptions{}.baseline))
+    throw UsageError("no run is named or of the variant '" + o.baseline + "' (--baseline): nothing to measure against");
   results::Value out = results::Value::object();
   out.set("window", o.window);
   out.set("smoothing", to_string(o.smoothing));
   out.set("baseline", o.baseline);
   results::Value list = results::Value::array();
   results::Table curves{"relative_train_loss", {}};
-  // The baseline: the groups whose runs bear that name, else those of that variant.
-  const bool by_name = std::any_of(groups.begin(), groups.end(), [&](const Group& g) { return g.name == o.baseline; });
   for (const Group& g : groups) {
-    const Group* base = nullptr;
-    for (const Group& b : groups)
-      if ((by_name ? b.name : b.variant) == o.baseline && b.family == g.family && (!base || b.runs.size() > base->runs.size()))
-        base = &b;
+    const Group* base = baseline_of(g, groups, o.baseline);
     std::vector<double> finals, deltas;
     std::vector<std::vector<double>> relative;
     std::size_t length = SIZE_MAX;

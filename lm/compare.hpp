@@ -1,12 +1,21 @@
 // `qkvlab lm compare RUN_DIR…`: runs of `lm train` side by side.
 //
 // Runs are grouped by model (family, variant and its options: every field of
-// the configuration but nothing of the seed); within a group the seeds are the
-// replicates. For each group: the final validation loss (run.json's, over the
-// whole validation stream) as mean, standard deviation and count over seeds,
-// and its difference from the baseline group (vanilla of the same family by
-// default; or the runs of one name, resformer-l05 for resformer-l05-sSEED) paired by seed where both have the seed, with the standard error of
-// the paired differences.
+// the configuration), training, kind of device (cpu, cuda) and corpus, but nothing
+// of the seed; within a group the seeds are the replicates (a seed twice is refused).
+// For each group: the final validation loss (run.json's, over the whole validation
+// stream) as mean, standard deviation and count over seeds, and its difference from
+// its baseline group paired by seed where both have the seed, with the standard error
+// of the paired differences. The baseline is one of the groups named `baseline` (the
+// runs' directories less -sSEED: resformer-l05 for resformer-l05-sSEED) or of that
+// variant (vanilla by default), of the group's family, products (float32 runs are
+// never measured against bf16 runs, nor the reverse), kind of device and corpus:
+// the one whose model is nearest the group's, every field but the variant's own
+// (variant, α, β, λ, ρ, source layer, strategy) compared (gqa-skipv1 against gqa,
+// mla-skipv1 against mla, skipv1 with RoPE against vanilla with RoPE), then one
+// of that name (skipv1 for skipv1-pooling, both of the variant skipv1), then one
+// trained as the group was. Two equally near are a UsageError, as is a --baseline
+// or --claim with no run of that name or variant.
 //
 // Relative loss curves (ResFormer §4.1.2): each run's training loss is
 // smoothed by a moving average over `window` steps, trailing (the default: the
@@ -38,9 +47,9 @@ struct CompareOptions {
   int window = 10;
   Smoothing smoothing = Smoothing::trailing;
   std::string baseline = "vanilla";  // the runs the others are measured against: a run name (the directory's,
-                                     // less -sSEED) if some run bears it, else a variant
+                                     // less -sSEED) or a variant; each group's nearest (above)
   // A claim on each group's paired difference from the baseline (less: below it), judged by the rule of
-  // results/verdict.hpp (2 se over at least 2 seeds): each group measured against the baseline gains
+  // results/verdict.hpp (Student's t at 0.975 over at least 2 seeds): each group measured against the baseline gains
   // a "verdict" object.
   std::optional<results::Sense> claim;
   std::optional<std::filesystem::path> csv;  // relative curves as CSV (+ figure stem below)

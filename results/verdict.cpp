@@ -1,6 +1,8 @@
 #include "results/verdict.hpp"
 
 #include <algorithm>
+#include <boost/math/distributions/normal.hpp>
+#include <boost/math/distributions/students_t.hpp>
 #include <cmath>
 #include <cstdio>
 
@@ -13,7 +15,7 @@ namespace {
 
 std::string outcome(const Claim& c, const Rule& r, const Element& e) {
   if ((e.replicates >= 0 && e.replicates < r.min_replicates) || !std::isfinite(e.se) || !std::isfinite(e.value)) return "inconclusive";
-  const double d = e.value - c.reference, margin = r.z * e.se;
+  const double d = e.value - c.reference, margin = se_multiple(r, e.replicates) * e.se;
   switch (c.sense) {
     case Sense::greater: return d > margin ? "agrees" : d < -margin ? "disagrees" : "inconclusive";
     case Sense::less: return d < -margin ? "agrees" : d > margin ? "disagrees" : "inconclusive";
@@ -25,6 +27,11 @@ std::string outcome(const Claim& c, const Rule& r, const Element& e) {
 }
 
 }  // namespace
+
+double se_multiple(const Rule& rule, std::int64_t replicates) {
+  if (replicates < 2) return boost::math::quantile(boost::math::normal(), rule.confidence);
+  return boost::math::quantile(boost::math::students_t(double(replicates - 1)), rule.confidence);
+}
 
 Element over_replicates(std::string label, const std::vector<double>& per_replicate) {
   const Summary s = summarize(per_replicate);
@@ -52,7 +59,7 @@ Verdict judge(const Claim& claim, const Rule& rule, std::vector<Element> element
 }
 
 std::string Verdict::rule_text() const {
-  const std::string z = short_number(rule.z) + " se";
+  const std::string z = "z se";
   const std::string m = claim.reference == 0 ? "the mean" : "mean - " + short_number(claim.reference);
   std::string each;
   switch (claim.sense) {
@@ -68,24 +75,32 @@ std::string Verdict::rule_text() const {
                                 ? ", inconclusive " + std::string(claim.sense == Sense::not_below ? "" : "otherwise and ") +
                                       "with fewer than " + std::to_string(rule.min_replicates) + " " + rule.over
                                 : claim.sense == Sense::not_below ? "" : ", inconclusive otherwise";
+  char quantiles[160];
+  std::snprintf(quantiles, sizeof quantiles,
+                ", z being Student's t quantile %s at n - 1 degrees of freedom for n %s (%.2f at 2, %.2f at 3; %.2f "
+                "where n is not recorded)",
+                short_number(rule.confidence).c_str(), rule.over.c_str(), se_multiple(rule, 2), se_multiple(rule, 3),
+                se_multiple(rule, -1));
   return "each element's mean and standard error (se) over " + rule.over + (rule.note.empty() ? "" : " (" + rule.note + ")") +
-         ": " + each + fewer + "; the quantity disagrees when some element does, agrees when all do";
+         ": " + each + fewer + quantiles + "; the quantity disagrees when some element does, agrees when all do";
 }
 
 Value Verdict::to_value() const {
-  Value q = Value::object(), list = Value::array(), se = Value::array(), within = Value::array(), n = Value::array();
+  Value q = Value::object(), list = Value::array(), se = Value::array(), within = Value::array(), n = Value::array(),
+        z = Value::array();
   for (std::size_t i = 0; i < elements.size(); ++i) {
     const Element& e = elements[i];
     Value x = Value::object();
     x.set("label", e.label), x.set("value", e.value), x.set("outcome", outcomes[i]);
     list.push(x);
     se.push(e.se), within.push(e.within_se), n.push(e.replicates >= 0 ? Value(e.replicates) : Value());
+    z.push(se_multiple(rule, e.replicates));
   }
   q.set("name", claim.quantity), q.set("claimed", claimed_text(claim)), q.set("elements", list);
   Value u = Value::object();
   u.set("over", rule.over);
   if (!rule.note.empty()) u.set("note", rule.note);
-  u.set("z", rule.z), u.set("replicates", n), u.set("se", se);
+  u.set("confidence", rule.confidence), u.set("replicates", n), u.set("se", se), u.set("z", z);
   if (!within_over.empty()) u.set("within_run_over", within_over), u.set("within_run_se", within);
   Value v = Value::object();
   v.set("claim", claim.statement), v.set("quantity", q), v.set("uncertainty", u), v.set("rule", rule_text());

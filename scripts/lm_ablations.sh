@@ -12,7 +12,7 @@
 # (Table 2), run on the CPU (--runs outputs/lm/cpu, with the reproduce cache's CPU vanilla and SkipV1
 # runs beside them, so that every pair is of one device). Prints a Markdown table
 # (docs/lm-comparisons.md has them); --json also writes every comparison's `qkvlab lm compare`
-# output, keyed by claim. A claim whose runs are missing is a row "not run", and the exit status 2.
+# output, keyed by claim. A claim whose runs are missing, or share no seed, is a row "not run", and the exit status 2.
 set -euo pipefail
 
 paper=resformer qkvlab=build/qkvlab runs=outputs/lm json=""
@@ -92,8 +92,13 @@ for c in "${claims[@]}"; do
   all+="$([[ $all == "{" ]] || echo ,)\"$figure: $claim\": $result"
   # The compared group's paired difference and verdict (the reference group has neither).
   flat=$(printf '%s' "$result" | tr -d '\n' | tr -s ' ')
-  read -r mean se n < <(grep -o '"delta_vs_baseline_mean": [^,]*, "delta_vs_baseline_se": [^,]*, "paired_seeds": [0-9]*' <<<"$flat" |
-    grep -v '_mean": null' | head -1 | sed -E 's/.*mean": ([^,]*), .*se": ([^,]*), .*seeds": ([0-9]*)/\1 \2 \3/')
+  if ! read -r mean se n < <(grep -o '"delta_vs_baseline_mean": [^,]*, "delta_vs_baseline_se": [^,]*, "paired_seeds": [0-9]*' <<<"$flat" |
+    grep -v '_mean": null' | head -1 | sed -E 's/.*mean": ([^,]*), .*se": ([^,]*), .*seeds": ([0-9]*)/\1 \2 \3/'); then
+    echo "lm_ablations.sh: $reference and $compared share no seed" >&2  # the row says so; the exit status too
+    missing=1
+    printf '| %s | %s | no common seed | 0 | not run |\n' "$figure" "$claim"
+    continue
+  fi
   verdict=$(grep -o '"verdict": "[a-z]*"' <<<"$flat" | head -1 | cut -d'"' -f4 || true)
   [[ -z $sense ]] && verdict="measured"
   spread=$([[ $se == null ]] && echo "(one seed)" || printf '± %.4f' "$se")

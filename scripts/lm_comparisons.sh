@@ -61,8 +61,14 @@ done
 ((list)) && exit 0
 wait
 
-for family in gpt2 llama; do
+for family in gpt2 llama; do  # each comparison whole or not at all: a temporary file renamed over it
   compgen -G "$out/$family/*/run.json" >/dev/null || continue
-  "$qkvlab" lm compare "$out/$family"/*/ --window 10 --format json --csv "$out/$family-relative.csv" \
-    --figure "$out/$family-relative" >"$out/$family-compare.json"
+  tmp=$(mktemp "$out/.$family-compare.json.XXXXXX")
+  if "$qkvlab" lm compare "$out/$family"/*/ --window 10 --format json --csv "$out/$family-relative.csv" \
+      --figure "$out/$family-relative" >"$tmp"; then
+    chmod a+r "$tmp" && mv -f "$tmp" "$out/$family-compare.json"
+  else
+    rm -f "$tmp"
+    exit 1
+  fi
 done

@@ -431,7 +431,9 @@ TEST_F(LmGpuKernels, Attention) {
 // second rounding (of P, of dz, of dS) where a value next to a bf16 rounding boundary may round the
 // other way on the other backend, so they agree within half of what bf16 moves them from the CPU's
 // float32 attention. Control: that move exceeds the float budget (CUDA's attention products were
-// rounded).
+// rounded). attention_reduce (an evaluation pass's attention, 3 queries a block) rounds them too: its
+// z is the forward's within the float budget on each backend, where a float32 one would be bf16's move
+// away.
 TEST_F(LmGpuKernels, AttentionWithBf16Products) {
   for (const AttentionShape s : {AttentionShape{2, 5, 4, 2, 6, 3}, AttentionShape{3, 7, 3, 3, 5, 5},
                                  AttentionShape{1, 40, 2, 1, 8, 8}}) {
@@ -446,10 +448,16 @@ TEST_F(LmGpuKernels, AttentionWithBf16Products) {
     };
     const std::string what = "bf16 attention T " + std::to_string(s.T) + " H " + std::to_string(s.H);
     const double k = s.dk + s.dv + 3.0 * s.T;
+    const Kernel reduced = [=](Backend<float>& be, Arrays& a) {
+      be.attention_reduce(s, scale, a[0], a[1], a[2], 3, a[4], engine::PatternSums{});
+    };
     const auto f32 = run(cpu, in, both);
     cpu.set_product_type(WeightType::bf16), cuda->set_product_type(WeightType::bf16);
     const auto c = run(cpu, in, both), g = run(*cuda, in, both);
+    const auto c_reduced = run(cpu, in, reduced), g_reduced = run(*cuda, in, reduced);
     cpu.set_product_type(WeightType::f32), cuda->set_product_type(WeightType::f32);
+    EXPECT_LE(rel(c[4], c_reduced[4]), tol(k)) << what << ": attention_reduce's z on the CPU";
+    EXPECT_LE(rel(g[4], g_reduced[4]), tol(k)) << what << ": attention_reduce's z on CUDA";
     EXPECT_LE(rel(c[3], g[3]), tol(k)) << what << ": patterns";
     for (std::size_t o : {4, 6, 7, 8}) {
       const double moved = rel(f32[o], g[o]);

@@ -3,6 +3,7 @@
 // run.json's, with the baseline's relative curve identically zero.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -291,6 +292,130 @@ TEST(LmCompare, BaselineByRunName) {
       EXPECT_EQ(g["verdict"]["verdict"].string(), expected);
       EXPECT_EQ(g["verdict"]["uncertainty"]["replicates"].items().at(0).number(), 2);
     }
+  }
+}
+
+// A run directory as lm train writes it, with only what lm compare reads: a gpt2 model of `variant`
+// with `kv_heads` of 4 heads and SkipV1's `strategy`, the training object `training` (JSON members),
+// the device, `seed`, the final validation loss and two logged steps.
+void write_run(const fs::path& dir, const std::string& variant, const std::string& training, int seed, double final,
+               int kv_heads = 4, const std::string& device = "cpu (1 thread, OpenBLAS)",
+               const std::string& strategy = "second-half") {
+  fs::create_directories(dir);
+  std::ofstream(dir / "run.json") << R"({"model": {"family": "gpt2", "variant": ")" << variant
+                                  << R"(", "alpha": 0.5, "beta": 0.5, "lambda": 0.4, "skip_ratio": 0.5, )"
+                                  << R"("source_layer": 1, "strategy": ")" << strategy
+                                  << R"(", "mla": false, "heads": 4, "kv_heads": )" << kv_heads << R"(}, "training": {)"
+                                  << training << R"x(}, "data": "brown (data/brown)", "device": ")x" << device
+                                  << R"(", "seed": )" << seed << R"(, "final_validation_loss": )" << final << "}\n";
+  std::ofstream(dir / "train.csv") << "step,loss\n1," << final + 1 << "\n2," << final << "\n";
+  std::ofstream(dir / "validation.csv") << "step,loss\n2," << final << "\n";
+}
+
+// A group's baseline has its products: a float32 variant is measured against float32 vanilla runs,
+// though bf16 vanilla runs are listed first and are more; among those, the vanilla runs trained as the
+// variant was, though another float32 group has more runs. Controls: without that group the float32
+// variant is measured against the other float32 one, and without any float32 vanilla it has none.
+TEST(LmCompare, TheBaselineHasTheGroupsProducts) {
+  ScratchDir dir;
+  const std::string f32 = R"("steps": 60)", f32_longer = R"("steps": 100)", bf16 = R"("steps": 60, "products": "bf16")";
+  std::vector<fs::path> bf16_vanilla, longer_vanilla, f32_vanilla, variants;
+  for (int seed : {1, 2, 3}) {
+    write_run(bf16_vanilla.emplace_back(dir.path / ("vb-s" + std::to_string(seed))), "vanilla", bf16, seed, 5.0);
+    write_run(longer_vanilla.emplace_back(dir.path / ("vl-s" + std::to_string(seed))), "vanilla", f32_longer, seed, 4.0);
+  }
+  for (int seed : {1, 2}) {
+    write_run(f32_vanilla.emplace_back(dir.path / ("vf-s" + std::to_string(seed))), "vanilla", f32, seed, 3.0);
+    write_run(variants.emplace_back(dir.path / ("rf-s" + std::to_string(seed))), "resformer", f32, seed, 2.75);
+    write_run(variants.emplace_back(dir.path / ("rb-s" + std::to_string(seed))), "resformer", bf16, seed, 4.5);
+  }
+  // Each resformer group's paired difference, keyed by whether its label names bf16.
+  const auto deltas = [&](std::vector<std::vector<fs::path>> sets) {
+    std::vector<fs::path> runs;
+    for (const auto& set : sets) runs.insert(runs.end(), set.begin(), set.end());
+    std::map<bool, double> delta;
+    const results::Value compared = compare_runs(runs, {});
+    for (const auto& g : compared["groups"].items())
+      if (g["variant"].string() == "resformer")
+        delta[g["label"].string().find("bf16") != std::string::npos] = g["delta_vs_baseline_mean"].number();
+    return delta;
+  };
+  const auto all = deltas({bf16_vanilla, longer_vanilla, f32_vanilla, variants});
+  EXPECT_DOUBLE_EQ(all.at(false), -0.25);  // 2.75 − 3.0, not 2.75 − 5.0 (bf16) nor 2.75 − 4.0 (trained longer)
+  EXPECT_DOUBLE_EQ(all.at(true), -0.5);    // 4.5 − 5.0
+  EXPECT_DOUBLE_EQ(deltas({bf16_vanilla, longer_vanilla, variants}).at(false), -1.25);
+  const auto no_f32 = deltas({bf16_vanilla, variants});
+  EXPECT_TRUE(std::isnan(no_f32.at(false))) << "a float32 variant was measured against bf16 runs";
+  EXPECT_DOUBLE_EQ(no_f32.at(true), -0.5);
+}
+
+// Of several baselines, each group gets the one whose model is nearest its own, on its kind of device:
+// GQA + SkipV1 is measured against GQA, not against the vanilla model of 4 key/value heads, nor against
+// GQA runs on CUDA (another group, its label saying so). Control: without the CPU's GQA runs, against
+// the vanilla ones. A seed twice in a group, and a --baseline that no run's name or variant matches,
+// are refused; the reproduce cache's directories (NAME-sSEED-HASH) are named NAME.
+TEST(LmCompare, TheBaselineIsTheNearestModelOnTheSameDevice) {
+  ScratchDir dir;
+  const std::string trained = R"("steps": 60)", cuda = "cuda (NVIDIA H100 80GB HBM3, cuBLAS)";
+  std::vector<fs::path> vanilla, gqa, gqa_cuda, skip;
+  for (int seed : {1, 2}) {
+    const std::string s = std::to_string(seed);
+    write_run(vanilla.emplace_back(dir.path / ("vanilla-s" + s)), "vanilla", trained, seed, 3.0);
+    write_run(gqa.emplace_back(dir.path / ("gqa-s" + s + "-0123456789abcdef")), "vanilla", trained, seed, 2.5, 2);
+    write_run(gqa_cuda.emplace_back(dir.path / ("gqa-cuda-s" + s)), "vanilla", trained, seed, 1.0, 2, cuda);
+    write_run(skip.emplace_back(dir.path / ("gqa-skipv1-s" + s)), "skipv1", trained, seed, 2.25, 2);
+  }
+  auto runs = [](std::vector<std::vector<fs::path>> sets) {
+    std::vector<fs::path> all;
+    for (const auto& set : sets) all.insert(all.end(), set.begin(), set.end());
+    return all;
+  };
+  auto skip_delta = [&](const std::vector<fs::path>& dirs, const std::string& baseline) {
+    CompareOptions o;
+    o.baseline = baseline;
+    std::size_t groups = 0;
+    double delta = std::nan("");
+    const results::Value compared = compare_runs(dirs, o);
+    for (const auto& g : compared["groups"].items()) {
+      ++groups;
+      if (g["variant"].string() == "skipv1") delta = g["delta_vs_baseline_mean"].number();
+    }
+    EXPECT_EQ(groups, (dirs.size() + 1) / 2) << "two runs a group";
+    return delta;
+  };
+  EXPECT_DOUBLE_EQ(skip_delta(runs({vanilla, gqa_cuda, gqa, skip}), "vanilla"), -0.25);
+  EXPECT_DOUBLE_EQ(skip_delta(runs({vanilla, gqa_cuda, skip}), "vanilla"), -0.75);  // control
+  EXPECT_DOUBLE_EQ(skip_delta(runs({vanilla, gqa, skip}), "gqa"), -0.25);           // the cache's names
+  // A name that is also a variant: --baseline skipv1 is the runs named skipv1, though another strategy's
+  // runs (SkipV1Former App. C.4) are of the variant skipv1 too.
+  std::vector<fs::path> skipv1, pooling;
+  for (int seed : {1, 2}) {
+    write_run(skipv1.emplace_back(dir.path / ("skipv1-s" + std::to_string(seed))), "skipv1", trained, seed, 2.875);
+    write_run(pooling.emplace_back(dir.path / ("pooling-s" + std::to_string(seed))), "skipv1", trained, seed, 2.75, 4,
+              "cpu (1 thread, OpenBLAS)", "pooling");
+  }
+  CompareOptions by_name;
+  by_name.baseline = "skipv1";
+  const results::Value c4 = compare_runs(runs({pooling, skipv1}), by_name);
+  for (const auto& g : c4["groups"].items()) {
+    const double delta = g["delta_vs_baseline_mean"].number();
+    if (g["label"].string().find("pooling") != std::string::npos)
+      EXPECT_DOUBLE_EQ(delta, -0.125);
+    else
+      EXPECT_TRUE(std::isnan(delta)) << g["label"].string() << ": the baseline measured against another";
+  }
+  EXPECT_THROW(compare_runs(runs({vanilla, skip, {gqa[0]}}), [] {
+                 CompareOptions o;
+                 o.baseline = "gqa-s1";
+                 return o;
+               }()),
+               UsageError);
+  fs::copy(skip[0], dir.path / "copy-s1", fs::copy_options::recursive);
+  try {
+    compare_runs(runs({vanilla, skip, {dir.path / "copy-s1"}}), {});
+    ADD_FAILURE() << "a seed twice in a group was not refused";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("twice"), std::string::npos) << e.what();
   }
 }
 

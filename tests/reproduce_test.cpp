@@ -384,6 +384,29 @@ TEST(ReproduceVerdicts, ReplicatedFiguresAreJudgedOverTheirSeeds) {
   EXPECT_EQ(reproduce::judge_figure("skipv1-fig10", replicated_fig10({-0.03, -0.031, -0.029})).verdict, "disagrees");
   EXPECT_EQ(reproduce::judge_figure("skipv1-fig10", replicated_fig10({0.03, -0.02, -0.005})).verdict, "inconclusive");
   EXPECT_EQ(reproduce::judge_figure("skipv1-fig10", replicated_fig10({0.03})).verdict, "inconclusive");
+  // Elements pair by what they measure: a seed listing its methods in another order is refused, not
+  // averaged under the other method's name; the same order is judged (control).
+  auto two_methods = [](bool swap_second) {
+    results::Value j = replicated_fig10({0.03, 0.031}), r = results::Value::object();
+    for (const std::string& key : j["results"].keys()) {
+      if (key != "seed 2") {
+        r.set(key, j["results"][key]);
+        continue;
+      }
+      results::Value run = results::Value::object();
+      if (swap_second) run.set("released-topk", 5.4);
+      for (const std::string& k : j["results"][key].keys()) run.set(k, j["results"][key][k]);
+      if (!swap_second) run.set("released-topk", 5.4);
+      r.set(key, run);
+    }
+    results::Value first = r["seed 1"];
+    first.set("released-topk", 5.4);
+    r.set("seed 1", first);
+    j.set("results", r);
+    return j;
+  };
+  EXPECT_EQ(reproduce::judge_figure("skipv1-fig10", two_methods(false)).elements.size(), 2u);
+  EXPECT_THROW(reproduce::judge_figure("skipv1-fig10", two_methods(true)), std::logic_error);
 }
 
 // The committed results of skipv1-fig6c-7 with `variant`'s measured cache bytes and decode rates

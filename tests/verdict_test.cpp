@@ -52,6 +52,26 @@ TEST(Verdict, EffectInsideTheNoiseIsInconclusive) {
   EXPECT_EQ(verdict(Sense::greater, shifted), "agrees");
 }
 
+// The multiple of the standard error is Student's t quantile 0.975 at n − 1 degrees of freedom: a mean
+// 3 se from 0 over 3 seeds is inside the noise (4.30 se needed), 5 se decides; over 2 seeds 12.71 se
+// are needed; where the count is not recorded (many), the normal's 1.96 (control: 1.9 se is not enough).
+TEST(Verdict, StudentsTAtTheReplicatesDegreesOfFreedom) {
+  auto at = [](double value, double se, std::int64_t n) {
+    return judge(claim(Sense::greater), Rule{}, {{"x", value, se, n, 0}}).verdict;
+  };
+  EXPECT_EQ(at(3, 1, 3), "inconclusive");
+  EXPECT_EQ(at(5, 1, 3), "agrees");
+  EXPECT_EQ(at(-5, 1, 3), "disagrees");
+  EXPECT_EQ(at(12, 1, 2), "inconclusive");
+  EXPECT_EQ(at(13, 1, 2), "agrees");
+  EXPECT_EQ(at(2.0, 1, 30), "inconclusive");  // t(29) = 2.045
+  EXPECT_EQ(at(2.1, 1, 30), "agrees");
+  EXPECT_EQ(at(1.97, 1, -1), "agrees");
+  EXPECT_EQ(at(1.9, 1, -1), "inconclusive");
+  EXPECT_NEAR(se_multiple(Rule{}, 2), 12.706204736174698, 1e-9);
+  EXPECT_NEAR(se_multiple(Rule{}, -1), 1.959963984540054, 1e-12);
+}
+
 TEST(Verdict, OneSeedIsInconclusiveUnlessTheRuleSaysOtherwise) {
   EXPECT_EQ(verdict(Sense::greater, {100.0}), "inconclusive");
   EXPECT_EQ(verdict(Sense::less, {100.0}), "inconclusive");
@@ -59,7 +79,7 @@ TEST(Verdict, OneSeedIsInconclusiveUnlessTheRuleSaysOtherwise) {
   EXPECT_EQ(one.replicates, 1);
   EXPECT_TRUE(std::isnan(one.se));
   // An exact quantity (se 0, one evaluation) under a rule that asks for one replicate decides.
-  const Rule exact{2, "exact evaluations", 1, ""};
+  const Rule exact{0.975, "exact evaluations", 1, ""};
   EXPECT_EQ(judge(claim(Sense::greater), exact, {{"x", 100.0, 0.0, 1, 0}}).verdict, "agrees");
   EXPECT_EQ(judge(claim(Sense::greater), exact, {{"x", -100.0, 0.0, 1, 0}}).verdict, "disagrees");
 }
@@ -86,14 +106,17 @@ TEST(Verdict, OneDisagreeingElementDecidesAndAllMustAgree) {
 }
 
 TEST(Verdict, ValueCarriesRuleQuantityAndUncertainty) {
-  const Verdict v = judge(claim(Sense::less), Rule{}, {over_replicates("layer 2", {1, 2, 3})}, "sequences");
+  const Verdict v = judge(claim(Sense::less), Rule{}, {over_replicates("layer 2", {4, 5, 6})}, "sequences");
   const Value j = v.to_value();
   EXPECT_EQ(j["verdict"].string(), "disagrees");
   EXPECT_EQ(j["rule"].string(), v.rule_text());
   EXPECT_NE(v.rule_text().find("fewer than 2 seeds"), std::string::npos);
+  EXPECT_NE(v.rule_text().find("12.71 at 2, 4.30 at 3"), std::string::npos) << v.rule_text();
   EXPECT_EQ(j["quantity"]["claimed"].string(), "< 0");
-  EXPECT_EQ(j["quantity"]["elements"].items()[0]["value"].number(), 2.0);
+  EXPECT_EQ(j["quantity"]["elements"].items()[0]["value"].number(), 5.0);
   EXPECT_NEAR(j["uncertainty"]["se"].items()[0].number(), 1 / std::sqrt(3.0), 1e-15);
+  EXPECT_NEAR(j["uncertainty"]["z"].items()[0].number(), 4.302652729749464, 1e-12);
+  EXPECT_EQ(j["uncertainty"]["confidence"].number(), 0.975);
   EXPECT_EQ(j["uncertainty"]["over"].string(), "seeds");
   EXPECT_EQ(j["uncertainty"]["within_run_over"].string(), "sequences");
 }
