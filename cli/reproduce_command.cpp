@@ -50,7 +50,7 @@ int list_figures(const ReproduceArgs& a) {
   return 0;
 }
 
-// --verdicts: each figure's verdict recomputed from its committed FIGURE.json and written into it.
+// --verdicts: each figure's verdict recomputed from its committed FIGURE.json and written into it and its README.
 int rejudge_figures(const ReproduceArgs& a) {
   for (const auto& f : reproduce::figures()) {
     if (!a.figure.empty() && f.name != a.figure) continue;
@@ -114,7 +114,8 @@ Command add_reproduce_command(CLI::App& app, const std::string& command_line) {
                 "Print the committed training recipes, a line each: FAMILY|PRESET|NAME|SEEDS|FLAGS (what "
                 "scripts/lm_comparisons.sh trains; the figures train the gpt2 family's)");
   cmd->add_flag("--verdicts", a->verdicts, "Recompute each figure's verdict (or FIGURE's) from its FIGURE.json in "
-                                          "--outputs by its registered claim and rule, and write it into that file");
+                                          "--outputs by its registered claim and rule, and write it into that file and its README.md's "
+                                          "verdict section");
   cmd->add_flag("--docs", a->docs, "Print docs/figures.md's verdict table, generated from the FIGURE.json files in --outputs");
   cmd->add_option("--outputs", a->outputs, "The figures' directories, for --verdicts and --docs")->capture_default_str();
   cmd->add_option("--out", a->out, "Output directory [default: outputs/reproduce/FIGURE]");

@@ -153,8 +153,8 @@ Result run_figure(const Context& context, const Figure& figure, const fs::path& 
   std::string readme = "# " + name + "\n\n" + figure.remakes + ".\n\n## The paper's figure\n\n" + figure.paper +
                        "\n\n## Remade here\n\n";
   for (const auto& d : out.drawn) readme += "![" + d.figure.title + "](" + d.stem + ".png)\n\n";
-  readme += "Numbers (also in " + name + ".json):\n\n" + out.notes + "\n## Verdict\n\n" + v["claim"].string() + ": **" +
-            v["verdict"].string() + "** (" + v["rule"].string() + ").\n\nCommand: `" + context.options.command_line + "`\n";
+  readme += "Numbers (also in " + name + ".json):\n\n" + out.notes + "\n" + verdict_section(v) + "\n\nCommand: `" +
+            context.options.command_line + "`\n";
 
   fs::create_directories(dir);
   StagedFiles files;  // every file of the figure: all or none

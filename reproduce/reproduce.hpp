@@ -151,8 +151,13 @@ results::Verdict judge_figure(const std::string& figure, const results::Value& j
 // `json` with the verdict's fields (claim, quantity, uncertainty, rule, verdict) before its
 // command_line, replacing any it had.
 results::Value with_verdict(const std::string& figure, const results::Value& json);
+// The README's verdict section of a judged FIGURE.json value: "## Verdict", then the claim, the
+// verdict and the rule in one paragraph.
+std::string verdict_section(const results::Value& judged);
 // Recomputes the verdict of OUTPUTS/FIGURE/FIGURE.json from its own results and rewrites the file
-// (atomically) with it; returns the new value.
+// with it, and the verdict section of its README.md (both or neither; a README made before verdicts
+// existed gets the section before its command line); returns the new value. A README with neither is
+// a UsageError (its verdict would be left unstated).
 results::Value rejudge(const Figure& figure, const std::filesystem::path& outputs);
 // The verdict table of docs/figures.md, generated from OUTPUTS/*/FIGURE.json in --list order.
 std::string verdicts_markdown(const std::filesystem::path& outputs);

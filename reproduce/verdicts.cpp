@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <stdexcept>
@@ -431,11 +433,29 @@ Value judged_file(const std::string& figure, const fs::path& path) {
 
 }  // namespace
 
+std::string verdict_section(const Value& judged) {
+  return "## Verdict\n\n" + judged["claim"].string() + ": **" + judged["verdict"].string() + "** (" +
+         judged["rule"].string() + ").";
+}
+
 Value rejudge(const Figure& figure, const fs::path& outputs) {
-  const fs::path path = outputs / figure.name / (figure.name + ".json");
+  const fs::path path = outputs / figure.name / (figure.name + ".json"), readme = path.parent_path() / "README.md";
   const Value judged = judged_file(figure.name, path);
   StagedFiles files;
   files.add_bytes(path, "JSON", judged.json());
+  if (fs::exists(readme)) {  // its verdict section, from "## Verdict" to the blank line after its paragraph
+    std::ifstream in(readme, std::ios::binary);
+    std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    const std::size_t at = text.find("## Verdict\n\n"), end = at == std::string::npos ? at : text.find("\n\n", at + 13);
+    if (end != std::string::npos) {
+      text.replace(at, end - at, verdict_section(judged));
+    } else if (const std::size_t command = text.rfind("\nCommand: `"); command != std::string::npos) {
+      text.insert(command + 1, verdict_section(judged) + "\n\n");  // a README made before verdicts existed
+    } else {
+      throw UsageError(readme.string() + ": neither a \"## Verdict\" section nor a command line: remake the figure");
+    }
+    files.add_bytes(readme, "Markdown", text);
+  }
   files.commit();
   return judged;
 }

@@ -325,6 +325,30 @@ TEST(ReproduceCli, RefusesAnUnknownFigureAndBadOptionsWithOneLine) {
 // Verdicts by rule (issue 28): every committed FIGURE.json's claim, quantity, uncertainty, rule and
 // verdict are what its registered claim and rule compute from the file's own results; the control:
 // resformer-fig3's seeds with Eq. 3 and Eq. 6 swapped disagree, where the committed ones agree.
+// Each committed README.md states its FIGURE.json's verdict (the section reproduce writes), and
+// --verdicts (rejudge) rewrites a stale one with the JSON. Control: a README whose section was
+// changed no longer states the verdict, until rejudged.
+TEST(ReproduceVerdicts, CommittedReadmesStateTheirVerdicts) {
+  const fs::path outputs = fs::path(QKVLAB_SOURCE_DIR) / "outputs" / "reproduce";
+  for (const auto& f : reproduce::figures()) {
+    const results::Value j = reproduce::read_json_file(outputs / f.name / (f.name + ".json"));
+    EXPECT_NE(file_text(outputs / f.name / "README.md").find(reproduce::verdict_section(j)), std::string::npos)
+        << f.name << ": the README's verdict is not its JSON's";
+  }
+  ScratchDir dir;
+  const std::string name = "skipv1-fig12";
+  const fs::path copy = dir / name;
+  fs::create_directories(copy);
+  for (const std::string file : {name + ".json", std::string("README.md")}) fs::copy_file(outputs / name / file, copy / file);
+  const std::string section = reproduce::verdict_section(reproduce::read_json_file(copy / (name + ".json")));
+  std::string readme = file_text(copy / "README.md");
+  readme.replace(readme.find(section), section.size(), "## Verdict\n\nstale: **agrees** (an older rule).");
+  std::ofstream(copy / "README.md") << readme;
+  EXPECT_EQ(file_text(copy / "README.md").find(section), std::string::npos) << "control";
+  reproduce::rejudge(reproduce::find_figure(name), dir.path());
+  EXPECT_EQ(file_text(copy / "README.md"), file_text(outputs / name / "README.md"));
+}
+
 TEST(ReproduceVerdicts, CommittedVerdictsAreTheRulesOnTheCommittedNumbers) {
   const fs::path outputs = fs::path(QKVLAB_SOURCE_DIR) / "outputs" / "reproduce";
   for (const auto& f : reproduce::figures()) {
