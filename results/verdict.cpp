@@ -21,7 +21,8 @@ std::string outcome(const Claim& c, const Rule& r, const Element& e) {
     case Sense::less: return d < -margin ? "agrees" : d > margin ? "disagrees" : "inconclusive";
     case Sense::within:
       return std::abs(d) + margin <= c.tolerance ? "agrees" : std::abs(d) - margin > c.tolerance ? "disagrees" : "inconclusive";
-    case Sense::not_below: return d < -margin ? "disagrees" : "agrees";
+    case Sense::not_below:
+      return d - margin > -c.tolerance ? "agrees" : d + margin < -c.tolerance ? "disagrees" : "inconclusive";
   }
   return "inconclusive";
 }
@@ -44,7 +45,7 @@ std::string claimed_text(const Claim& c) {
     case Sense::greater: return "> " + r;
     case Sense::less: return "< " + r;
     case Sense::within: return "within " + short_number(c.tolerance) + " of " + r;
-    case Sense::not_below: return ">= " + r + " (not significantly below)";
+    case Sense::not_below: return "> " + r + " - " + short_number(c.tolerance) + " (not below it by the margin)";
   }
   return "";
 }
@@ -69,12 +70,15 @@ std::string Verdict::rule_text() const {
       each = "agrees when |" + m + "| + " + z + " <= " + short_number(claim.tolerance) + ", disagrees when |" + m +
              "| - " + z + " > " + short_number(claim.tolerance);
       break;
-    case Sense::not_below: each = "disagrees when " + m + " < -" + z + ", agrees otherwise"; break;
+    case Sense::not_below:
+      each = "agrees when " + m + " - " + z + " > -" + short_number(claim.tolerance) + ", disagrees when " + m + " + " + z +
+             " < -" + short_number(claim.tolerance);
+      break;
   }
   const std::string fewer = rule.min_replicates > 1
-                                ? ", inconclusive " + std::string(claim.sense == Sense::not_below ? "" : "otherwise and ") +
-                                      "with fewer than " + std::to_string(rule.min_replicates) + " " + rule.over
-                                : claim.sense == Sense::not_below ? "" : ", inconclusive otherwise";
+                                ? ", inconclusive otherwise and with fewer than " + std::to_string(rule.min_replicates) +
+                                      " " + rule.over
+                                : ", inconclusive otherwise";
   char quantiles[160];
   std::snprintf(quantiles, sizeof quantiles,
                 ", z being Student's t quantile %s at n - 1 degrees of freedom for n %s (%.2f at 2, %.2f at 3; %.2f "

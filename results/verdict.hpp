@@ -12,7 +12,9 @@
 //   greater than r:    agrees when m − r > z s, disagrees when m − r < −z s
 //   less than r:       agrees when m − r < −z s, disagrees when m − r > z s
 //   within r ± t:      agrees when |m − r| + z s ≤ t, disagrees when |m − r| − z s > t
-//   not below r:       disagrees when m − r < −z s, agrees otherwise (a bound: only a violation counts)
+//   not below r − t:   agrees when m − r − z s > −t, disagrees when m − r + z s < −t (non-inferiority
+//                      within the margin t: shown, or its violation shown; a spread too wide for
+//                      either is inconclusive, not agreement)
 // inconclusive otherwise, and always when the element has fewer replicates than the rule asks
 // (2 unless stated: one seed is inconclusive) or no finite standard error (an exact quantity has
 // se 0 and one replicate, under a rule that asks for one). The quantity's verdict: disagrees when
@@ -34,7 +36,7 @@ struct Claim {
   std::string quantity;   // the named quantity, e.g. "ResFormer − vanilla, column entropy per layer (nats)"
   Sense sense = Sense::greater;
   double reference = 0;
-  double tolerance = 0;  // Sense::within only
+  double tolerance = 0;  // Sense::within: the half-width; Sense::not_below: the margin
 };
 
 struct Rule {

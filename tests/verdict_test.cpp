@@ -89,9 +89,11 @@ TEST(Verdict, WithinAndNotBelow) {
   EXPECT_EQ(verdict(Sense::within, near, 0, 0.01), "agrees");
   EXPECT_EQ(verdict(Sense::within, far, 0, 0.01), "disagrees");
   EXPECT_EQ(verdict(Sense::within, draws(0.01, 0.02, 5, 6), 0, 0.01), "inconclusive");
-  // A bound: only a significant violation disagrees; sitting on it agrees.
-  EXPECT_EQ(verdict(Sense::not_below, draws(-1.0, 0.1, 5, 7)), "disagrees");
-  EXPECT_EQ(verdict(Sense::not_below, draws(0.0, 0.1, 5, 8)), "agrees");
+  // Non-inferiority within a margin (0.2): shown when the mean clears −margin by z se, refuted when
+  // it is below −margin by z se; a spread too wide for either is inconclusive, not agreement.
+  EXPECT_EQ(verdict(Sense::not_below, draws(-1.0, 0.1, 5, 7), 0, 0.2), "disagrees");
+  EXPECT_EQ(verdict(Sense::not_below, draws(0.0, 0.01, 5, 8), 0, 0.2), "agrees");
+  EXPECT_EQ(verdict(Sense::not_below, draws(0.0, 1.0, 5, 8), 0, 0.2), "inconclusive");
 }
 
 TEST(Verdict, OneDisagreeingElementDecidesAndAllMustAgree) {
