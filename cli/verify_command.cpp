@@ -129,13 +129,17 @@ Command add_verify_command(CLI::App& app, const std::string& command_line) {
       "that reach each layer (one forward pass on the CPU) over --tokens, --corpus or seeded random tokens:\n"
       "qwe.lemma3.1 on every head's (W_Q, W_K) and (W_V, W_O) pair, qwe.prop4.1 on every head, qwe.prop4.2 on\n"
       "every layer (one block per key head under GQA; RoPE: blocks in the rotations' commutant), qwe.lemma8.2\n"
-      "and qwe.thm8.3 (LayerNorm) or qwe.remark5 (RMSNorm) at every norm with its own epsilon and gain. The\n"
-      "others are skipped with the reason (listed, and in the JSON's \"skipped\").\n"
-      "--against REF: is DIR the same function as REF? By gauge invariants when the two differ only inside\n"
-      "attention (per head W_Q W_K^T, or under RoPE its per-frequency-pair parts, and W_V W_O; every other\n"
-      "tensor equal), and always by the logits on the tokens; each relative error must be <= --tolerance\n"
-      "(default 1e-4, about 1e3 float roundoffs). Otherwise by the logits alone. Exit 1 names what differs\n"
-      "(layer and head, the invariant and tensors; or the logits' worst position).");
+      "and qwe.thm8.3 (LayerNorm, with its own epsilon and gain) or qwe.remark5 (RMSNorm's normalization R,\n"
+      "with its own epsilon; the remark is about R, and the gain, a diagonal map after it, is not checked) at\n"
+      "every norm. The others are skipped with the reason (listed, and in the JSON's \"skipped\").\n"
+      "--against REF: is DIR the same function as REF? When the two have the same architecture (every\n"
+      "config field equal), by gauge invariants (per head W_Q W_K^T, or under RoPE its per-frequency-pair\n"
+      "parts, and W_V W_O; every other tensor equal); otherwise (an `lm eliminate` output) by the function\n"
+      "alone; always by the logits on the tokens and every layer's attention patterns on the worst sequence.\n"
+      "Each relative error must be <= --tolerance (default 1e-4, about 1e3 float roundoffs). A function is\n"
+      "compared on the given tokens only: the JSON's coverage counts the vocabulary ids and positions seen.\n"
+      "Exit 1 names what differs (layer and head, the invariant and tensors, the pattern; or the logits'\n"
+      "worst position).");
   cmd->add_option("ids", a->options.ids, "Claim ids or prefixes (see --list)");
   cmd->add_flag("--list", a->list, "Print every claim id with a one-line statement and exit");
   add_format_option(cmd, a->format);

@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <iterator>
 #include <string>
@@ -367,9 +368,55 @@ TEST_F(CheckpointVerify, FunctionComparisonFailsOnATamperedWeight) {
       const auto mismatches = strings(member(member(v.json, "comparison"), "mismatches"));
       ASSERT_FALSE(mismatches.empty());
       EXPECT_NE(mismatches.back().find("logits differ"), std::string::npos) << mismatches.back();
+      if (std::string(method) == "auto")  // one architecture: the tensor itself is named
+        EXPECT_NE(mismatches.front().find("tensor h.0.mlp."), std::string::npos) << mismatches.front();
       std::cout << name << " tampered (" << method << "): logits rel_err " << measured(member(v.json, "comparison")).second << "\n";
     }
   }
+}
+
+// Columns c0 … c0 + n − 1 of a tensor (a bias's entries) multiplied by `factor`; `config` edits the
+// configuration the copy records.
+void scale_columns(const fs::path& from, const fs::path& to, const std::string& tensor, int c0, int n, float factor,
+                   const std::function<void(lm::Config&)>& config = {}) {
+  lm::Checkpoint ck = lm::load_checkpoint(from);
+  const auto layout = lm::parameter_layout(ck.config, lm::make_plan(ck.config));
+  const auto& s = layout.at(tensor);
+  const std::size_t rows = s.shape.size() == 2 ? s.shape[0] : 1, cols = s.shape.back();
+  for (std::size_t r = 0; r < rows; ++r)
+    for (int c = c0; c < c0 + n; ++c) ck.values[s.offset + r * cols + std::size_t(c)] *= factor;
+  if (config) config(ck.config);
+  lm::save_checkpoint(to, ck);
+}
+
+// --against on one architecture compares every tensor, not the logits alone: an embedding row
+// changed is named (the function comparison sees only the given tokens' rows). A configuration
+// field the weights do not show (RoPE's base) makes two architectures, compared by function. The
+// key bias, which the softmax removes without RoPE, is left out of W_Q W_K^T: a head whose b_K is
+// 1e4 times larger is the same function (passes), and its W_K scaled by 1.01 is still seen
+// (control: with b_K inside the invariant the change was diluted below the tolerance).
+TEST_F(CheckpointVerify, AgainstSeesEveryTensorTheConfigAndNotTheKeyBias) {
+  const fs::path gpt2 = checkpoint("gpt2"), llama = checkpoint("llama");
+  const fs::path row = path() / "gpt2-wte-row", theta = path() / "llama-theta", bias = path() / "gpt2-key-bias",
+                 key = path() / "gpt2-key-bias-wk";
+  scale_columns(gpt2, row, "wte", 0, 1, 3.0f);  // column 0 of every token's row
+  auto r = run_qkvlab("verify --quiet --checkpoint " + shell_quoted(row) + " --against " + shell_quoted(gpt2));
+  EXPECT_EQ(r.status, 1) << r.out << r.err;
+  EXPECT_NE(r.out.find("tensor wte differs"), std::string::npos) << r.out;
+  scale_columns(llama, theta, "wte", 0, 0, 1.0f, [](lm::Config& c) { c.rope_theta = 20000; });
+  auto v = verify_json("--checkpoint " + shell_quoted(theta) + " --against " + shell_quoted(llama));
+  EXPECT_NE(member(member(v.json, "comparison"), "method").text.find("function"), std::string::npos);
+  EXPECT_EQ(verify_json("--checkpoint " + shell_quoted(theta) + " --against " + shell_quoted(llama) + " --compare gauge")
+                .status,
+            2);  // the gauge comparison is refused: the configurations differ
+  const int dh = lm::load_checkpoint(gpt2).config.head_dim;
+  scale_columns(gpt2, bias, lm::layer_tensor(0, "attn.k.bias"), 0, dh, 1e4f);
+  v = verify_json("--checkpoint " + shell_quoted(bias) + " --against " + shell_quoted(gpt2));
+  EXPECT_EQ(v.status, 0) << v.err;
+  scale_columns(bias, key, lm::layer_tensor(0, "attn.k.weight"), 0, dh, 1.01f);
+  r = run_qkvlab("verify --quiet --checkpoint " + shell_quoted(key) + " --against " + shell_quoted(gpt2));
+  EXPECT_EQ(r.status, 1) << r.out << r.err;
+  EXPECT_NE(r.out.find("layer 1 head 1: W_Q W_K^T differs"), std::string::npos) << r.out;
 }
 
 // Key head `head` (0-based) of layer `layer` (0-based) plus Gaussian noise of 10 times its RMS: the

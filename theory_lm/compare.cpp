@@ -1,6 +1,8 @@
 #include "theory_lm/compare.hpp"
 
 #include <initializer_list>
+#include <limits>
+#include <set>
 #include <utility>
 
 #include "core/errors.hpp"
@@ -21,11 +23,13 @@ Value object(std::initializer_list<std::pair<const char*, Value>> members) {
   return v;
 }
 
+// Every field of the configuration equal (sizes, positions and their encoding, RoPE's base and
+// scaling, norms and their epsilon, GELU's form, biases, tying: whatever the function depends on
+// besides the tensors), and vanilla attention with W_Q in every layer, the form whose head-wise
+// reparametrizations the invariants cover.
 bool same_architecture(const lm::Config& a, const lm::Config& b) {
-  return a.family == b.family && a.layers == b.layers && a.d == b.d && a.heads == b.heads && a.kv_heads == b.kv_heads &&
-         a.head_dim == b.head_dim && a.ffn == b.ffn && a.vocab == b.vocab && a.tied == b.tied && a.norm == b.norm &&
-         a.q_identity_layers.empty() && b.q_identity_layers.empty() && !a.mla && !b.mla &&
-         a.variant.kind == lm::VariantKind::vanilla && b.variant.kind == lm::VariantKind::vanilla;
+  return lm::to_metadata(a) == lm::to_metadata(b) && a.q_identity_layers.empty() && !a.mla &&
+         a.variant.kind == lm::VariantKind::vanilla;
 }
 
 bool attention_weight(const std::string& name) {
@@ -34,7 +38,11 @@ bool attention_weight(const std::string& name) {
   return false;
 }
 
-double relative(const MatD& a, const MatD& b) { return rel_err<double>(a, b); }
+// ‖b − a‖/‖a‖; +inf when the shapes differ (nothing to subtract: they are not the same).
+double relative(const MatD& a, const MatD& b) {
+  if (a.rows() != b.rows() || a.cols() != b.cols()) return std::numeric_limits<double>::infinity();
+  return rel_err<double>(a, b);
+}
 
 // The invariants of query head h (key/value head g) named as they are reported.
 struct Invariant {
@@ -47,7 +55,10 @@ std::vector<Invariant> head_invariants(const ModelWeights& w, int l, int h) {
   const int dh = c.head_dim, g = h / (c.heads / c.kv_heads);
   const MatD Q = w.augmented(l, "attn.q").middleCols(h * dh, dh), K = w.augmented(l, "attn.k").middleCols(g * dh, dh);
   const MatD VO = w.augmented(l, "attn.v").middleCols(g * dh, dh) * w.layer(l, "attn.o.weight").middleRows(h * dh, dh);
-  if (!c.rope()) return {{"W_Q W_K^T", Q * K.transpose()}, {"W_V W_O", VO}};
+  // Without RoPE the key bias adds q·b_K to every score of a query, which the softmax removes: its
+  // column, W̃_Q b_Kᵀ, is left out (it would only dilute the relative error; under RoPE b_K is rotated
+  // with the key and does count).
+  if (!c.rope()) return {{"W_Q W_K^T", Q * K.topRows(K.rows() - 1).transpose()}, {"W_V W_O", VO}};
   const int half = dh / 2;
   MatD pairs(Q.rows() * dh, Q.rows());  // C_i and S_i stacked
   for (int i = 0; i < half; ++i) {
@@ -84,6 +95,8 @@ void compare_gauge(const ModelWeights& B, const ModelWeights& A, double tol, Val
                         " differs (rel_err " + results::format_number(e) + " > " + results::format_number(tol) + "; " + where + ")");
       }
     }
+  for (const auto& [name, value] : B.tensors)  // tensors only B has (A's missing ones are named below)
+    if (!attention_weight(name) && !A.has(name)) mismatches.push("tensor " + name + " is only in " + B.dir.string());
   for (const auto& [name, value] : A.tensors) {
     if (attention_weight(name)) continue;
     if (!B.has(name)) {
@@ -96,13 +109,6 @@ void compare_gauge(const ModelWeights& B, const ModelWeights& A, double tol, Val
   }
   out.set("invariants", heads);
   out.set("tensors", tensors);
-}
-
-// True when every tensor outside attention agrees within the tolerance.
-bool agree_outside_attention(const ModelWeights& B, const ModelWeights& A, double tol) {
-  for (const auto& [name, value] : A.tensors)
-    if (!attention_weight(name) && (!B.has(name) || relative(value, B.at(name)) > tol)) return false;
-  return true;
 }
 
 // The attention patterns of every layer on `sequence` (0-based): names the first layer whose
@@ -149,6 +155,14 @@ Value compare_logits(const ModelWeights& B, const Activations& act_B, const Mode
   return v;
 }
 
+// What the logits and patterns were compared on: the distinct token ids of the vocabulary and the
+// positions of the model's, the function's inputs a comparison by function does not see beyond.
+Value coverage(const lm::Config& c, const Activations& act) {
+  std::set<std::int32_t> ids(act.tokens.ids.begin(), act.tokens.ids.end());
+  return object({{"token_ids", std::int64_t(ids.size())}, {"vocab", c.vocab}, {"positions", act.length},
+                 {"of_positions", c.positions}});
+}
+
 }  // namespace
 
 CompareResult compare_checkpoints(const ModelWeights& B, const Activations& act_B, const ModelWeights& A,
@@ -159,14 +173,18 @@ CompareResult compare_checkpoints(const ModelWeights& B, const Activations& act_
   const bool same = same_architecture(A.config, B.config);
   if (o.method == Comparison::gauge && !same)
     throw UsageError("--compare gauge: the checkpoints differ in architecture (or are not vanilla attention); use --compare function");
-  const bool gauge = o.method == Comparison::gauge || (o.method == Comparison::automatic && same && agree_outside_attention(B, A, o.tolerance));
+  const bool gauge = o.method == Comparison::gauge || (o.method == Comparison::automatic && same);
   CompareResult r;
   Value& v = r.value = Value::object();
   Value mismatches = Value::array();
-  v.set("method", gauge ? "gauge invariants (head-wise reparametrization), and the logits" : "function: the logits on the given tokens, and every layer's attention patterns on the worst sequence");
+  v.set("method", gauge ? "gauge invariants (head-wise reparametrization) and every other tensor, the logits, and every "
+                          "layer's attention patterns on the worst sequence"
+                        : "function: the logits on the given tokens, and every layer's attention patterns on the worst "
+                          "sequence");
   v.set("tolerance", o.tolerance);
   if (gauge) compare_gauge(B, A, o.tolerance, v, mismatches);
-  v.set("logits", compare_logits(B, act_B, A, act_A, o.tolerance, !gauge, mismatches));
+  v.set("logits", compare_logits(B, act_B, A, act_A, o.tolerance, true, mismatches));
+  v.set("coverage", coverage(A.config, act_A));
   r.ok = mismatches.items().empty();
   v.set("mismatches", mismatches);
   v.set("ok", r.ok);

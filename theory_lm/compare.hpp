@@ -3,7 +3,9 @@
 // By gauge invariants, where the symmetry relating them is the head-wise
 // reparametrization (qwe.lemma3.1 on each head's pairs, qwe.prop4.2 with GQA's
 // groups): per query head h of layer ℓ, with its key/value head g,
-//   W_QK = W̃_Q^h W̃_K^gᵀ            (W̃ = [W; b], biases included)
+//   W_QK = W̃_Q^h W_K^gᵀ             (W̃ = [W; b]: the query's bias included; the key's bias adds
+//                                    the same q·b_K to every score of a query, which the softmax
+//                                    removes, so it is left out)
 //   RoPE: C_i = q_i k_iᵀ + q_i' k_i'ᵀ and S_i = q_i k_i'ᵀ − q_i' k_iᵀ for each frequency pair
 //         (i, i' = i + d_h/2) of W̃_Q^h's and W̃_K^g's columns: the matrices of which
 //         W̃_Q^h R_Δ W̃_K^gᵀ = Σ_i cos(Δω_i) C_i + sin(Δω_i) S_i is made, invariant under the
@@ -17,9 +19,16 @@
 // tolerance. This covers any two parameterizations of one function, e.g. every
 // weight changed by a change of basis of a norm-free model's residual stream.
 //
-// method automatic: gauge invariants when the two have the same architecture and
-// agree on every tensor outside attention; the function otherwise. Gauge also
-// reports the logits (both must pass).
+// method automatic: gauge invariants when the two have the same architecture (every
+// configuration field equal: sizes, positions, RoPE's base and scaling, norms and their
+// epsilon, GELU, biases, tying; vanilla attention with W_Q), where a tensor outside
+// attention that differs is named; the function otherwise (e.g. `lm eliminate`'s output).
+// Two models of one architecture related by a change of basis of the residual stream are
+// the same function with other tensors: --compare function. Both methods also compare the
+// logits and, on the sequence where the logits differ most, every layer's attention
+// patterns (all must pass), on the given tokens only: `coverage` records how many of the
+// vocabulary's ids and of the model's positions they were, the inputs a comparison by
+// function cannot see beyond.
 #pragma once
 
 #include <string>
@@ -38,7 +47,7 @@ struct CompareOptions {
 };
 
 struct CompareResult {
-  results::Value value;  // method, tolerance, invariants, tensors, logits, mismatches, ok
+  results::Value value;  // method, tolerance, invariants, tensors, logits, coverage, mismatches, ok
   bool ok = false;
 };
 
