@@ -36,8 +36,6 @@ void refuse_same_directory(const std::string& checkpoint, const std::string& opt
 
 int run_export(const ExportArgs& a) {
   refuse_same_directory(a.checkpoint, "--hf", a.hf);
-  if (std::filesystem::exists(std::filesystem::path(a.hf) / "model.safetensors.index.json"))
-    throw UsageError("--hf " + a.hf + " holds a model.safetensors.index.json: export into an empty directory");
   const lm::Checkpoint ck = lm::explicit_queries(lm::load_checkpoint(a.checkpoint, false, a.allow_nonfinite));  // W_Q = I written out
   lm::hf_tensors(ck.config);  // refuses what the layout cannot hold before anything is written
   lm::export_hf(ck, a.hf);

@@ -130,6 +130,13 @@ std::string hf_config_json(const Config& c) {
 }
 
 void export_hf(const Checkpoint& ck, const std::filesystem::path& dir) {
+  std::vector<std::string> stale = {"model.safetensors.index.json", "vocab.json", "merges.txt", "tokenizer.model",
+                                    "tokenizer_config.json", "special_tokens_map.json"};
+  if (ck.tokenizer_json.empty()) stale.push_back("tokenizer.json");
+  for (const std::string& name : stale)
+    if (std::filesystem::exists(dir / name))
+      throw UsageError((dir / name).string() + " is not this model's and the export would not replace it: export " +
+                       "into an empty directory");
   const std::vector<HfTensor> table = hf_tensors(ck.config);
   const auto layout = parameter_layout(ck.config, make_plan(ck.config));
   if (ck.values.size() != layout.total())

@@ -58,7 +58,11 @@ std::string hf_config_json(const Config& config);
 // and the checkpoint's tokenizer.json when it has one (lm/tokenizer.hpp),
 // each written atomically. A gpt2 model without biases gets zero biases (HF's
 // GPT-2 always has them; the function is the same). Throws UsageError as
-// hf_tensors does.
+// hf_tensors does, and, before anything is written, when `dir` holds files the
+// export would not replace and a reader would take for this model's: a
+// model.safetensors.index.json (its shards), or a tokenizer (tokenizer.json when
+// the checkpoint has none; vocab.json, merges.txt, tokenizer.model,
+// tokenizer_config.json, special_tokens_map.json always).
 void export_hf(const Checkpoint& checkpoint, const std::filesystem::path& dir);
 
 }  // namespace qkvlab::lm

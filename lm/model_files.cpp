@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -163,13 +164,21 @@ bool buffer_tensor(const Config& c, const std::string& name, const TensorEntry& 
     fail(file, "tensor \"" + name + "\" has shape " + shape_text(e.shape) + ", expected [" + std::to_string(n) + "]");
   std::vector<float> x(n);
   engine::decode_floats(e.dtype, view.bytes(e).data(), n, x.data());
-  const double eps = e.dtype == engine::DType::BF16 ? 0x1p-7 : e.dtype == engine::DType::F16 ? 0x1p-10 : 0x1p-22;
+  // transformers computes 1/θ^(2i/d_h) in float32: the exponent's rounding moves it by up to
+  // ln θ · 2⁻²⁴ relative, pow and the division by a few more units; the storage rounds it to its
+  // type (2 u relative), and below f16's normal range to its subnormal spacing (half of it absolute).
+  const double compute = (std::log(c.rope_theta) + 4) * 0x1p-24;
+  const double stored = e.dtype == engine::DType::BF16 ? 0x1p-7 : e.dtype == engine::DType::F16 ? 0x1p-10 : 0;
+  const double floor = e.dtype == engine::DType::F16 ? 0x1p-25 : e.dtype == engine::DType::BF16 ? 0x1p-134 : 0x1p-150;
   for (std::size_t i = 0; i < n; ++i) {
     const double expected = c.rope_frequencies().omega(int(i), c.head_dim);
-    if (!(std::abs(x[i] - expected) <= eps * expected))
-      fail(file, "tensor \"" + name + "\" disagrees with rope_theta " + std::to_string(c.rope_theta) +
-                     (c.rope_original_context > 0 ? " and rope_scaling" : "") + " at " +
-                     std::to_string(i) + " (" + std::to_string(x[i]) + " vs " + std::to_string(expected) + ")");
+    if (!(std::abs(x[i] - expected) <= (compute + stored) * expected + floor)) {
+      char theta[32], values[96];
+      std::snprintf(theta, sizeof theta, "%.9g", c.rope_theta);
+      std::snprintf(values, sizeof values, " (%.9g vs %.9g)", double(x[i]), expected);
+      fail(file, "tensor \"" + name + "\" disagrees with rope_theta " + theta +
+                     (c.rope_original_context > 0 ? " and rope_scaling" : "") + " at " + std::to_string(i) + values);
+    }
   }
   return true;
 }

@@ -11,6 +11,8 @@ seed, so every run writes the same bytes.
     --tiny: a few hundred parameters (the fuzzers' seeds, scripts/fuzz_checkpoints.sh)
 options for the error tests: --drop NAME (leave a tensor out), --extra NAME (add an unknown one),
 --reshape NAME (store it with a wrong shape), --config KEY=JSON (set a config.json key).
+llama: --head-dim N (not hidden_size / heads), --inv-freq DTYPE (old checkpoints' RoPE buffer,
+computed in float32 as transformers does, at --inv-freq-theta, default the config's rope_theta).
 """
 import argparse
 import json
@@ -88,15 +90,17 @@ def gpt2(rng, untied, buffers, tiny=False):
     return config, t
 
 
-def llama(rng, tied, mistral, tiny=False):
+def llama(rng, tied, mistral, tiny=False, head_dim=None):
     V, d, H, G, L, r, P = (13, 8, 2, 1, 1, 12, 8) if tiny else (53, 32, 4, 2, 2, 48, 32)
-    dh = d // H
+    dh = head_dim or d // H
     config = {"model_type": "mistral" if mistral else "llama",
               "architectures": ["MistralForCausalLM" if mistral else "LlamaForCausalLM"],
               "hidden_size": d, "intermediate_size": r, "num_hidden_layers": L, "num_attention_heads": H,
               "num_key_value_heads": G, "max_position_embeddings": P, "vocab_size": V, "rms_norm_eps": 1e-5,
               "rope_theta": 1000.0, "rope_scaling": None, "hidden_act": "silu", "tie_word_embeddings": tied,
               "torch_dtype": "bfloat16"}
+    if head_dim:
+        config["head_dim"] = head_dim
     if mistral:
         config["sliding_window"] = None
     else:
@@ -137,17 +141,27 @@ def main():
     p.add_argument("--extra", action="append", default=[])
     p.add_argument("--reshape", action="append", default=[])
     p.add_argument("--config", action="append", default=[])
+    p.add_argument("--head-dim", type=int, default=None)
+    p.add_argument("--inv-freq", default=None)
+    p.add_argument("--inv-freq-theta", type=float, default=None)
     a = p.parse_args()
     rng = np.random.default_rng(a.seed)
     if a.family == "gpt2":
         config, t = gpt2(rng, a.untied, not a.no_buffers, a.tiny)
         dtype, prefix = a.dtype or "F32", "transformer." if a.prefix is None else a.prefix
     else:
-        config, t = llama(rng, a.tied, a.mistral, a.tiny)
+        config, t = llama(rng, a.tied, a.mistral, a.tiny, a.head_dim)
         dtype, prefix = a.dtype or "BF16", "model." if a.prefix is None else a.prefix
     for kv in a.config:
         key, value = kv.split("=", 1)
         config[key] = json.loads(value)
+    inv_freq = {}
+    if a.inv_freq:  # transformers: 1 / (base ** (torch.arange(0, dim, 2).float() / dim)), in float32
+        dh = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+        base = np.float32(a.inv_freq_theta or config["rope_theta"])
+        x = np.float32(1) / (base ** (np.arange(0, dh, 2, dtype=np.float32) / np.float32(dh)))
+        for i in range(config["num_hidden_layers"]):
+            inv_freq[f"layers.{i}.self_attn.rotary_emb.inv_freq"] = x
     for name in a.drop:
         del t[name]
     for name in a.extra:
@@ -161,6 +175,8 @@ def main():
     for name, x in t.items():
         full = name if name == "lm_head.weight" else prefix + name
         tensors.append((full, dtype, x.shape, encode(x, dtype)))
+    for name, x in inv_freq.items():
+        tensors.append((prefix + name, a.inv_freq, x.shape, encode(x, a.inv_freq)))
     if a.shards == 1:
         write_safetensors(os.path.join(a.dir, "model.safetensors"), tensors, {"format": "pt"})
         return

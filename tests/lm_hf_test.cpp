@@ -318,6 +318,21 @@ TEST(LmHf, BrokenDirectoriesAreRefusedNamingTheProblem) {
   expect_refused(escaping, "is not a plain file name");
 }
 
+// Old Llama checkpoints carry each layer's RoPE inv_freq, which transformers computed in float32
+// (1 / θ^(2i/d_h), the exponent rounded): such a buffer loads at a head width that is not a power of
+// two and θ = 5e5, and in F16 where θ = 1e6 puts the lowest frequencies among f16's subnormals.
+// Control: a buffer computed at another θ is refused, with both values in full.
+TEST(LmHf, RopeInvFreqBuffersAsTransformersWroteThemLoad) {
+  ScratchDir dir;
+  fixture("llama " + shell_quoted(dir / "f32") + " --head-dim 10 --inv-freq F32 --config rope_theta=500000.0");
+  EXPECT_NO_THROW(lm::open_model(dir / "f32"));
+  fixture("llama " + shell_quoted(dir / "f16") + " --head-dim 16 --inv-freq F16 --config rope_theta=1000000.0");
+  EXPECT_NO_THROW(lm::open_model(dir / "f16"));
+  fixture("llama " + shell_quoted(dir / "other") +
+          " --head-dim 10 --inv-freq F32 --inv-freq-theta 510000 --config rope_theta=500000.0");
+  expect_refused(dir / "other", "disagrees with rope_theta 500000 at 1 (");
+}
+
 TEST(LmHf, AnUntiedGpt2WithoutItsHeadIsRefusedAndWithItLoads) {
   // The case above, spelled out: --untied writes lm_head.weight; a tied config with it is unknown.
   ScratchDir dir;

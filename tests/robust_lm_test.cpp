@@ -658,6 +658,13 @@ TEST(RobustOptions, OptionsThatWouldBeIgnoredOrOverriddenAreRefused) {
                      "is the checkpoint's own directory");
   EXPECT_EQ(read_file(f.ckpt / "model.safetensors"), before);
   EXPECT_EQ(run_bounded("lm export " + shell_quoted(f.ckpt) + " --hf " + shell_quoted(f.dir / "hf")).status, 0);  // control
+  // lm export into a directory holding another model's tokenizer left it beside the new weights.
+  fs::create_directories(f.dir / "stale");
+  std::ofstream(f.dir / "stale" / "vocab.json") << "{\"junk\": 1}";
+  expect_usage_error(run_bounded("lm export " + shell_quoted(f.ckpt) + " --hf " + shell_quoted(f.dir / "stale")),
+                     "export beside a stale tokenizer", "is not this model's");
+  EXPECT_FALSE(fs::exists(f.dir / "stale" / "model.safetensors"));
+  EXPECT_EQ(run_bounded("lm export " + shell_quoted(f.ckpt) + " --hf " + shell_quoted(f.dir / "hf")).status, 0);  // re-export
 }
 
 // ---- budgets, and messages that name what is wrong ------------------------------------------------
