@@ -28,8 +28,11 @@ inline CLI::Option* add_dtype_option(CLI::App* cmd, std::string& dtype) {
 inline std::string error_model(engine::WeightType t) {
   if (t == engine::WeightType::f32) return "float32 weights, float32 products (the reference)";
   const std::string name = engine::weight_type_name(t), u = t == engine::WeightType::bf16 ? "2^-8" : "2^-11";
-  return "weights in " + name + ": each within u = " + u + " relative of its float32 value (exact when stored as " +
-         name + "), widened exactly to float32 for every product, accumulated in float32";
+  const std::string small = t == engine::WeightType::f16
+                                ? " (below 2^-14, f16's subnormals: within 2^-25 absolute; a weight beyond 65504 is refused)"
+                                : "";
+  return "weights in " + name + ": each within u = " + u + " relative of its float32 value" + small +
+         " (exact when stored as " + name + "), widened exactly to float32 for every product, accumulated in float32";
 }
 
 // `dtype` and `error_model` in a command's report.

@@ -1,11 +1,13 @@
 // Model<S>::Impl's setup (lm/model_impl.hpp): the weights' pointers into the parameter set, the
 // workspace for (B, T, pass), and the checks on a forward's input.
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <vector>
 
+#include "core/errors.hpp"
 #include "lm/model_impl.hpp"
 
 namespace qkvlab::lm {
@@ -36,7 +38,13 @@ void Model<S>::Impl::store(const std::string& name, const float* values, std::si
     std::vector<std::uint16_t> bits(std::min<std::size_t>(count, 1 << 20));
     for (std::size_t i0 = 0; i0 < count; i0 += bits.size()) {
       const std::size_t n = std::min(bits.size(), count - i0);
-      for (std::size_t i = 0; i < n; ++i) bits[i] = engine::narrow_bits(values[i0 + i], weight_type);
+      for (std::size_t i = 0; i < n; ++i) {
+        bits[i] = engine::narrow_bits(values[i0 + i], weight_type);
+        if (std::isfinite(values[i0 + i]) && !std::isfinite(engine::widen_bits(bits[i], weight_type)))
+          throw UsageError("tensor \"" + name + "\" element " + std::to_string(i0 + i) + " (" +
+                           std::to_string(values[i0 + i]) + ") overflows " + engine::weight_type_name(weight_type) +
+                           ": hold the weights in a wider type (--dtype bf16 or f32)");
+      }
       values16.upload(bits.data(), n, spec->offset + i0);
     }
     return;

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "analysis/analyze.hpp"
+#include "core/errors.hpp"
 #include "core/rng.hpp"
 #include "corpus/token_file.hpp"
 #include "engine/cpu_backend.hpp"
@@ -399,6 +400,26 @@ TEST(Weight16, Bf16ModelsHoldTheirWeightsInTwoBytes) {
     EXPECT_LE(ratio, 0.53);
     EXPECT_EQ(f16.weight_bytes(), bf16.weight_bytes());
   }
+}
+
+// A finite weight beyond f16's range (65520 and up) would be held as ±inf: refused, naming the
+// tensor and the wider types. Control: the same value held in bf16 loads.
+TEST(Weight16, AWeightBeyondF16sRangeIsRefusedNamingTheTensor) {
+  engine::CpuBackend<float> be(1);
+  const lm::Config c = sharp_checkpoint(lm::Family::llama).config;
+  const std::string name = lm::layer_tensor(0, "attn.q.weight");
+  const auto layout = lm::parameter_layout(c, lm::make_plan(c));
+  std::vector<float> values(layout.at(name).size(), 0.5f);
+  values[3] = 1e5f;
+  lm::Model<float> f16(c, be, WeightType::f16), bf16(c, be, WeightType::bf16);
+  try {
+    f16.store(name, values.data(), values.size());
+    ADD_FAILURE() << "an f16 overflow was held as inf";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find(name + "\" element 3"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("--dtype bf16"), std::string::npos) << e.what();
+  }
+  EXPECT_NO_THROW(bf16.store(name, values.data(), values.size()));
 }
 
 }  // namespace
