@@ -232,10 +232,28 @@ ModelFiles open_hf(const fs::path& dir) {
       column += spec.shape.size() == 2 && !t.transposed ? spec.shape[1] : std::int64_t(spec.size());
     }
   }
-  for (const auto& [key, at] : by_name)
-    if (!used.count(key) && !buffer_tensor(c, key, *at.entry, files.shards[at.shard].view(), files.shards[at.shard].path()))
-      fail(files.shards[at.shard].path(), "unknown tensor \"" + at.name + "\" (not in the " + hf.model_type +
-                                              " layout for this config.json)");
+  // A tied model's file may store the head too (transformers writes it and ties it on loading): the
+  // embedding's bytes again, accepted as that; a head that differs contradicts config.json.
+  auto embedding_copy = [&](const Located& head) {
+    for (const HfTensor& t : hf_tensors(c))
+      if (t.parts == std::vector<std::string>{"wte"}) {
+        const Located& e = by_name.at(t.name);
+        const auto a = files.shards[head.shard].view().bytes(*head.entry), b = files.shards[e.shard].view().bytes(*e.entry);
+        return head.entry->dtype == e.entry->dtype && head.entry->shape == e.entry->shape &&
+               std::equal(a.begin(), a.end(), b.begin(), b.end());
+      }
+    return false;
+  };
+  for (const auto& [key, at] : by_name) {
+    const fs::path& file = files.shards[at.shard].path();
+    if (used.count(key) || buffer_tensor(c, key, *at.entry, files.shards[at.shard].view(), file)) continue;
+    if (key == "lm_head.weight" && c.tied) {
+      if (embedding_copy(at)) continue;
+      fail(file, "tensor \"lm_head.weight\" differs from the embedding, which config.json ties it to "
+                 "(tie_word_embeddings)");
+    }
+    fail(file, "unknown tensor \"" + at.name + "\" (not in the " + hf.model_type + " layout for this config.json)");
+  }
   if (files.sources.size() != layout.specs().size())
     throw std::logic_error("open_model: the HF table does not cover the parameter layout");
   return files;

@@ -13,6 +13,7 @@ options for the error tests: --drop NAME (leave a tensor out), --extra NAME (add
 --reshape NAME (store it with a wrong shape), --config KEY=JSON (set a config.json key).
 llama: --head-dim N (not hidden_size / heads), --inv-freq DTYPE (old checkpoints' RoPE buffer,
 computed in float32 as transformers does, at --inv-freq-theta, default the config's rope_theta).
+--head-copy same|other: a tied model's file also stores lm_head.weight, the embedding (same) or not.
 """
 import argparse
 import json
@@ -144,6 +145,7 @@ def main():
     p.add_argument("--head-dim", type=int, default=None)
     p.add_argument("--inv-freq", default=None)
     p.add_argument("--inv-freq-theta", type=float, default=None)
+    p.add_argument("--head-copy", choices=["same", "other"], default=None)
     a = p.parse_args()
     rng = np.random.default_rng(a.seed)
     if a.family == "gpt2":
@@ -162,6 +164,9 @@ def main():
         x = np.float32(1) / (base ** (np.arange(0, dh, 2, dtype=np.float32) / np.float32(dh)))
         for i in range(config["num_hidden_layers"]):
             inv_freq[f"layers.{i}.self_attn.rotary_emb.inv_freq"] = x
+    if a.head_copy:
+        embedding = t["wte.weight" if a.family == "gpt2" else "embed_tokens.weight"]
+        t["lm_head.weight"] = embedding if a.head_copy == "same" else 2 * embedding
     for name in a.drop:
         del t[name]
     for name in a.extra:

@@ -333,13 +333,28 @@ TEST(LmHf, RopeInvFreqBuffersAsTransformersWroteThemLoad) {
   expect_refused(dir / "other", "disagrees with rope_theta 500000 at 1 (");
 }
 
+// A tied model whose file also stores lm_head.weight (transformers writes it, and ties it on loading)
+// loads when the head is the embedding, bit for bit, in both families; a head that differs
+// contradicts config.json's tie and is refused.
+TEST(LmHf, ATiedModelsStoredHeadLoadsWhenItIsTheEmbedding) {
+  ScratchDir dir;
+  for (const std::string family : {"gpt2", "llama --tied"}) {
+    const std::string name = family.substr(0, family.find(' '));
+    fixture(family + " " + shell_quoted(dir / (name + "-same")) + " --head-copy same");
+    EXPECT_TRUE(lm::open_model(dir / (name + "-same")).config.tied) << family;
+    fixture(family + " " + shell_quoted(dir / (name + "-other")) + " --head-copy other");
+    expect_refused(dir / (name + "-other"), "differs from the embedding, which config.json ties it to");
+  }
+}
+
 TEST(LmHf, AnUntiedGpt2WithoutItsHeadIsRefusedAndWithItLoads) {
-  // The case above, spelled out: --untied writes lm_head.weight; a tied config with it is unknown.
+  // The case above, spelled out: --untied writes lm_head.weight (its own weights); a tied config with
+  // it is contradicted (a head that is the embedding loads: ATiedModelsStoredHeadLoadsWhenItIsTheEmbedding).
   ScratchDir dir;
   fixture("gpt2 " + shell_quoted(dir / "u") + " --untied");
   EXPECT_NO_THROW(lm::open_model(dir / "u"));
   fixture("gpt2 " + shell_quoted(dir / "t") + " --untied --config tie_word_embeddings=true");
-  expect_refused(dir / "t", "unknown tensor \"lm_head.weight\"");
+  expect_refused(dir / "t", "tensor \"lm_head.weight\" differs from the embedding");
   fixture("gpt2 " + shell_quoted(dir / "n") + " --config tie_word_embeddings=false");
   expect_refused(dir / "n", "missing tensor \"lm_head.weight\"");
 }
