@@ -285,13 +285,29 @@ void read_tensor(const ModelFiles& files, const engine::ParameterSpec& spec, con
   }
 }
 
-// A weight that is NaN or ±Inf ends the load: no number computed from it could be trusted.
-void refuse_nonfinite(const fs::path& file, const std::string& tensor, const float* x, std::size_t n) {
-  for (std::size_t k = 0; k < n; ++k)
+// Where the element k of the toolkit's tensor `spec` (read_tensor's output) lies in the stored tensor:
+// transposed from [out, in], or a block of columns of a wider one (GPT-2's c_attn).
+std::size_t stored_index(const engine::ParameterSpec& spec, const ModelFiles::Source& src, std::size_t k) {
+  if (src.transposed) {
+    const std::size_t in = std::size_t(spec.shape[0]), o = std::size_t(spec.shape[1]);
+    return (k % o) * in + k / o;
+  }
+  if (spec.shape.size() == 2) {
+    const std::size_t width = std::size_t(spec.shape[1]);
+    return (k / width) * std::size_t(src.entry->shape.back()) + std::size_t(src.column) + k % width;
+  }
+  return std::size_t(src.column) + k;
+}
+
+// A weight that is NaN or ±Inf ends the load: no number computed from it could be trusted. The
+// message gives the element's index in the stored tensor, as the file's reader would count it.
+void refuse_nonfinite(const fs::path& file, const engine::ParameterSpec& spec, const ModelFiles::Source& src,
+                      const float* x) {
+  for (std::size_t k = 0; k < spec.size(); ++k)
     if (!std::isfinite(x[k]))
-      throw UsageError(file.string() + ": tensor \"" + tensor + "\" holds a non-finite weight (" +
-                       (std::isnan(x[k]) ? "nan" : x[k] > 0 ? "inf" : "-inf") + " at element " + std::to_string(k) +
-                       "); --allow-nonfinite loads it anyway");
+      throw UsageError(file.string() + ": tensor \"" + src.name + "\" holds a non-finite weight (" +
+                       (std::isnan(x[k]) ? "nan" : x[k] > 0 ? "inf" : "-inf") + " at element " +
+                       std::to_string(stored_index(spec, src, k)) + "); --allow-nonfinite loads it anyway");
 }
 
 // The source holds spec: the geometry open_model established (a second check,
@@ -333,7 +349,7 @@ void read_parameters(const ModelFiles& files, const engine::ParameterLayout& lay
   for (const auto& spec : layout.specs()) {
     const ModelFiles::Source& src = files.sources.at(spec.name);
     read_tensor(files, spec, src, block, staging.data());
-    if (!files.allow_nonfinite) refuse_nonfinite(files.shards[src.shard].path(), src.name, staging.data(), spec.size());
+    if (!files.allow_nonfinite) refuse_nonfinite(files.shards[src.shard].path(), spec, src, staging.data());
     files.shards[src.shard].release(*src.entry);  // a model as large as memory is read, not held twice
     sink(spec, staging.data());
   }

@@ -14,6 +14,7 @@ options for the error tests: --drop NAME (leave a tensor out), --extra NAME (add
 llama: --head-dim N (not hidden_size / heads), --inv-freq DTYPE (old checkpoints' RoPE buffer,
 computed in float32 as transformers does, at --inv-freq-theta, default the config's rope_theta).
 --head-copy same|other: a tied model's file also stores lm_head.weight, the embedding (same) or not.
+--nan NAME:K: element K (in the stored order) of tensor NAME set to NaN.
 """
 import argparse
 import json
@@ -146,6 +147,7 @@ def main():
     p.add_argument("--inv-freq", default=None)
     p.add_argument("--inv-freq-theta", type=float, default=None)
     p.add_argument("--head-copy", choices=["same", "other"], default=None)
+    p.add_argument("--nan", action="append", default=[])
     a = p.parse_args()
     rng = np.random.default_rng(a.seed)
     if a.family == "gpt2":
@@ -167,6 +169,11 @@ def main():
     if a.head_copy:
         embedding = t["wte.weight" if a.family == "gpt2" else "embed_tokens.weight"]
         t["lm_head.weight"] = embedding if a.head_copy == "same" else 2 * embedding
+    for spec in a.nan:
+        name, k = spec.rsplit(":", 1)
+        x = np.array(t[name], dtype=np.float64)
+        x.reshape(-1)[int(k)] = np.nan
+        t[name] = x
     for name in a.drop:
         del t[name]
     for name in a.extra:

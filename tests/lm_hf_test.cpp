@@ -23,6 +23,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/errors.hpp"
@@ -331,6 +332,29 @@ TEST(LmHf, RopeInvFreqBuffersAsTransformersWroteThemLoad) {
   fixture("llama " + shell_quoted(dir / "other") +
           " --head-dim 10 --inv-freq F32 --inv-freq-theta 510000 --config rope_theta=500000.0");
   expect_refused(dir / "other", "disagrees with rope_theta 500000 at 1 (");
+}
+
+// A non-finite weight is named by its element in the stored tensor, as the file's reader counts it:
+// in a Llama q_proj (stored [out, in], the toolkit's tensor its transpose) and in GPT-2's c_attn (the
+// toolkit's q, k and v are blocks of its columns). Control: element 0 is reported as 0.
+TEST(LmHf, ANonFiniteWeightIsNamedByItsStoredElement) {
+  ScratchDir dir;
+  for (const auto& [family, tensor, k] :
+       {std::tuple{"llama", "layers.0.self_attn.q_proj.weight", 3}, {"llama", "layers.0.self_attn.q_proj.weight", 0},
+        {"gpt2", "h.0.attn.c_attn.weight", 100}}) {
+    const fs::path p = dir / (std::string(family) + std::to_string(k));
+    fixture(std::string(family) + " " + shell_quoted(p) + " --nan " + tensor + ":" + std::to_string(k));
+    engine::CpuBackend<float> be(1);
+    try {
+      lm::load_model(p, be);
+      ADD_FAILURE() << "a NaN weight loaded: " << tensor;
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string(tensor) + "\" holds a non-finite weight (nan at element " +
+                                           std::to_string(k) + ")"),
+                std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 // A tied model whose file also stores lm_head.weight (transformers writes it, and ties it on loading)
