@@ -61,7 +61,8 @@ std::vector<Command> add_lm_eliminate_commands(CLI::App& lm, const std::string&)
   auto* cmd = lm.add_subcommand("eliminate", "Query-weight elimination on a trained model: the chosen layers get "
                                              "W_Q = I (q-identity), every other weight a change of basis");
   cmd->footer("Each eliminated layer's verdict: exact where Theorem 4.1 covers it (no norm, one layer, no query\n"
-              "bias) and the measured logits' relative error is within 1e3 u_float cond(W_Q); otherwise the\n"
+              "bias) and the measured logits' relative error is within 1e3 u cond(W_Q) both in float (the\n"
+              "written model) and in double (the transform unrounded, both models run in double); otherwise the\n"
               "measured change (logits' relative error, loss change). With several layers each entry measures\n"
               "the model with it and the layers before it eliminated. A tied head is untied (docs/lm.md).\n"
               "Exit status: 0, 1 when a covered layer's measurement contradicts the theorem, 2 usage error.");

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 
 #include "core/errors.hpp"
 #include "core/linalg.hpp"
+#include "engine/cpu_backend.hpp"
 #include "lm/describe.hpp"
 #include "lm/parameters.hpp"
 #include "lm/plan.hpp"
@@ -85,42 +87,79 @@ Matrix transformed(const std::string& name, const Tensors& from, const Config& c
   return from.get(name);  // norms, DenseFormer's weights
 }
 
-}  // namespace
+// Each eliminated layer's change of basis (its W_Q), and every layer's input basis T[i] (T[L]: the
+// final one) and whether it is eliminated. T points into `bases`: held by a unique_ptr, never copied.
+struct Bases {
+  std::vector<ChangeOfBasis<double>> bases;
+  std::vector<const ChangeOfBasis<double>*> T;
+  std::vector<bool> eliminated;
+};
 
-Elimination eliminate_queries(const Checkpoint& source, const std::vector<int>& layers) {
+// `sorted`: ascending, 1-based. The eliminated layers' records into `layers` when given.
+std::unique_ptr<Bases> plan_bases(const Checkpoint& source, const std::vector<int>& sorted,
+                                  std::vector<EliminatedLayer>* layers) {
   const Config& c = source.config;
-  check_applicable(c, layers);
   const auto layout = parameter_layout(c, make_plan(c));
   std::vector<float> values = source.values;
   const Tensors from{layout, values};
-  Elimination r;
-  std::vector<int> sorted = layers;
-  std::sort(sorted.begin(), sorted.end());
-  std::vector<ChangeOfBasis<double>> bases;
+  auto b = std::make_unique<Bases>();
   for (int l : sorted) {
     const std::string q = layer_tensor(l - 1, "attn.q");
-    bases.push_back(change_of_basis<double>(from.get(q + ".weight")));
-    const double kappa = bases.back().kappa;
-    if (bases.back().singular() || !(kappa <= max_basis_condition))
+    b->bases.push_back(change_of_basis<double>(from.get(q + ".weight")));
+    const double kappa = b->bases.back().kappa;
+    if (b->bases.back().singular() || !(kappa <= max_basis_condition))
       throw UsageError("layer " + std::to_string(l) + ": W_Q is numerically singular in float (cond_2 " +
                        std::to_string(kappa) + " > " + std::to_string(max_basis_condition) + ")");
-    r.layers.push_back({l, kappa, from.has(q + ".bias") && from.get(q + ".bias").norm() > 0});
+    if (layers) layers->push_back({l, kappa, from.has(q + ".bias") && from.get(q + ".bias").norm() > 0});
   }
-  std::vector<const ChangeOfBasis<double>*> T(std::size_t(c.layers) + 1);
-  std::vector<bool> eliminated(std::size_t(c.layers), false);
+  b->T.resize(std::size_t(c.layers) + 1);
+  b->eliminated.assign(std::size_t(c.layers), false);
   for (int i = 0, k = 0; i <= c.layers; ++i) {
     while (k + 1 < int(sorted.size()) && sorted[std::size_t(k) + 1] - 1 <= i) ++k;
-    T[std::size_t(i)] = &bases[std::size_t(k)];
-    if (i < c.layers) eliminated[std::size_t(i)] = std::count(sorted.begin(), sorted.end(), i + 1) > 0;
+    b->T[std::size_t(i)] = &b->bases[std::size_t(k)];
+    if (i < c.layers) b->eliminated[std::size_t(i)] = std::count(sorted.begin(), sorted.end(), i + 1) > 0;
   }
+  return b;
+}
+
+// The eliminated model's configuration: the Q-identity layers, and the head untied (Remark 4).
+Config eliminated_config(const Config& c, const std::vector<int>& sorted) {
+  Config out = c;
+  out.q_identity_layers = sorted;
+  out.tied = false;
+  return out;
+}
+
+// The eliminated model's values as V: float (rounded, the checkpoint) or double (unrounded).
+template <class V>
+std::vector<V> eliminated_values(const Checkpoint& source, const Config& out, const Bases& b) {
+  const Config& c = source.config;
+  const auto layout = parameter_layout(c, make_plan(c)), out_layout = parameter_layout(out, make_plan(out));
+  std::vector<float> values = source.values;
+  const Tensors from{layout, values};
+  std::vector<V> result(out_layout.total(), V(0));
+  TensorsOf<V> to{out_layout, result};
+  for (const auto& spec : out_layout.specs()) to.put(spec.name, transformed(spec.name, from, c, b.T, b.eliminated));
+  return result;
+}
+
+std::vector<int> ascending(std::vector<int> layers) {
+  std::sort(layers.begin(), layers.end());
+  return layers;
+}
+
+}  // namespace
+
+Elimination eliminate_queries(const Checkpoint& source, const std::vector<int>& layers) {
+  check_applicable(source.config, layers);
+  const std::vector<int> sorted = ascending(layers);
+  Elimination r;
+  const auto bases = plan_bases(source, sorted, &r.layers);
   Checkpoint& out = r.checkpoint;
-  out.config = c, out.metadata = source.metadata, out.tokenizer_json = source.tokenizer_json;
-  out.config.q_identity_layers = sorted;
-  r.untied = c.tied, out.config.tied = false;
-  const auto out_layout = parameter_layout(out.config, make_plan(out.config));
-  out.values.assign(out_layout.total(), 0.0f);
-  Tensors to{out_layout, out.values};
-  for (const auto& spec : out_layout.specs()) to.put(spec.name, transformed(spec.name, from, c, T, eliminated));
+  out.config = eliminated_config(source.config, sorted), out.metadata = source.metadata;
+  out.tokenizer_json = source.tokenizer_json;
+  r.untied = source.config.tied;
+  out.values = eliminated_values<float>(source, out.config, *bases);
   return r;
 }
 
@@ -169,16 +208,17 @@ Coverage coverage(const Config& source, const std::vector<EliminatedLayer>& elim
 namespace {
 
 // Keeps the final state (N_f's output) of every real sequence, in order.
-class FinalStates : public Recorder<float> {
+template <class S>
+class FinalStates : public Recorder<S> {
  public:
   explicit FinalStates(std::int64_t sequences) : sequences_(sequences) {}
   bool wants(Site site, int) const override { return site == Site::final; }
-  void record(const Activation<float>& a) override {
+  void record(const Activation<S>& a) override {
     const std::int64_t rows = std::min<std::int64_t>(a.B, sequences_ - seen_);  // the rest repeat sequence 0
     states.insert(states.end(), a.data, a.data + rows * a.T * a.width);
     seen_ += rows;
   }
-  std::vector<float> states;
+  std::vector<S> states;
 
  private:
   std::int64_t sequences_, seen_ = 0;
@@ -193,7 +233,7 @@ struct ModelRun {
 ModelRun run_model(const Checkpoint& ck, const TokenSequences& data, engine::Backend<float>& backend, int batch) {
   Model<float> model(ck.config, backend);
   model.set_parameters(ck.values);
-  FinalStates rec(data.sequences);
+  FinalStates<float> rec(data.sequences);
   const double loss = evaluate(model, data, batch, {}, &rec).loss;
   std::vector<float> values = ck.values;
   const auto& layout = model.parameters().layout;
@@ -201,17 +241,41 @@ ModelRun run_model(const Checkpoint& ck, const TokenSequences& data, engine::Bac
   return {loss, std::move(rec.states), t.get(ck.config.tied ? "wte" : "lm_head.weight")};
 }
 
-FunctionChange change_between(const ModelRun& a, const ModelRun& b) {
-  const Eigen::Index d = a.head.cols(), n = Eigen::Index(a.states.size()) / d;
-  using FloatRows = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+// ‖L_b − L_a‖_F / ‖L_a‖_F of the logits L = states · headᵀ, formed in double 512 rows at a time.
+template <class S>
+double logits_rel_err(const std::vector<S>& states_a, const Matrix& head_a, const std::vector<S>& states_b,
+                      const Matrix& head_b) {
+  const Eigen::Index d = head_a.cols(), n = Eigen::Index(states_a.size()) / d;
+  using Rows = Eigen::Matrix<S, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   double diff = 0, norm = 0;
   for (Eigen::Index r0 = 0; r0 < n; r0 += 512) {
     const Eigen::Index rows = std::min<Eigen::Index>(512, n - r0);
-    const Matrix la = Eigen::Map<const FloatRows>(a.states.data() + r0 * d, rows, d).cast<double>() * a.head.transpose();
-    const Matrix lb = Eigen::Map<const FloatRows>(b.states.data() + r0 * d, rows, d).cast<double>() * b.head.transpose();
+    const Matrix la = Eigen::Map<const Rows>(states_a.data() + r0 * d, rows, d).template cast<double>() * head_a.transpose();
+    const Matrix lb = Eigen::Map<const Rows>(states_b.data() + r0 * d, rows, d).template cast<double>() * head_b.transpose();
     diff += (lb - la).squaredNorm(), norm += la.squaredNorm();
   }
-  return {std::sqrt(diff / norm), a.loss, b.loss};
+  return std::sqrt(diff / norm);
+}
+
+FunctionChange change_between(const ModelRun& a, const ModelRun& b) {
+  return {logits_rel_err(a.states, a.head, b.states, b.head), a.loss, b.loss};
+}
+
+// The model of configuration c and values `values` (double, unrounded) in double on `data`: its final
+// states and its head, the forward of Model<double> (`batch` sequences at a time, no loss).
+std::pair<std::vector<double>, Matrix> run_in_double(const Config& c, std::vector<double> values,
+                                                     const TokenSequences& data, int batch) {
+  engine::CpuBackend<double> backend;
+  Model<double> model(c, backend);
+  model.set_parameters(values);
+  FinalStates<double> rec(data.sequences);
+  for (std::int64_t s0 = 0; s0 < data.sequences; s0 += batch) {
+    const int B = int(std::min<std::int64_t>(batch, data.sequences - s0));
+    model.forward(data.ids.data() + s0 * data.length, nullptr, B, data.length, Pass::eval, 0, &rec);
+  }
+  const auto layout = parameter_layout(c, make_plan(c));
+  const TensorsOf<double> t{layout, values};
+  return {std::move(rec.states), t.get(c.tied ? "wte" : "lm_head.weight")};
 }
 
 }  // namespace
@@ -221,7 +285,21 @@ FunctionChange compare_function(const Checkpoint& reference, const Checkpoint& c
   return change_between(run_model(reference, data, backend, batch), run_model(candidate, data, backend, batch));
 }
 
-double exact_budget(double kappa) { return 1e3 * unit_roundoff<float>() * kappa; }
+double exact_budget(double kappa, double u) { return 1e3 * u * kappa; }
+
+std::vector<double> eliminated_in_double(const Checkpoint& source, const std::vector<int>& layers) {
+  check_applicable(source.config, layers);
+  const std::vector<int> sorted = ascending(layers);
+  return eliminated_values<double>(source, eliminated_config(source.config, sorted), *plan_bases(source, sorted, nullptr));
+}
+
+double logits_rel_err_in_double(const Checkpoint& source, const Config& config, const std::vector<double>& values,
+                                const TokenSequences& data, int batch) {
+  const auto [states_a, head_a] =
+      run_in_double(source.config, std::vector<double>(source.values.begin(), source.values.end()), data, batch);
+  const auto [states_b, head_b] = run_in_double(config, values, data, batch);
+  return logits_rel_err(states_a, head_a, states_b, head_b);
+}
 
 bool EliminationReport::contradicted() const {
   for (const auto& v : layers)
@@ -242,8 +320,13 @@ EliminationReport eliminate_and_measure(const Checkpoint& source, const std::vec
     v.layer = e, v.eliminated = prefix;
     v.coverage = coverage(source.config, partial.layers);
     v.change = change_between(reference, run_model(partial.checkpoint, data, backend, batch));
-    v.budget = exact_budget(e.kappa);
-    v.exact = v.coverage.covered && v.change.logits_rel_err <= v.budget;
+    v.budget = exact_budget(e.kappa, unit_roundoff<float>());
+    if (v.coverage.covered) {  // the identity in double too, where float's budget cannot resolve a large κ
+      v.budget_double = exact_budget(e.kappa, unit_roundoff<double>());
+      v.logits_rel_err_double = logits_rel_err_in_double(source, partial.checkpoint.config,
+                                                         eliminated_in_double(source, prefix), data, batch);
+    }
+    v.exact = v.coverage.covered && v.change.logits_rel_err <= v.budget && v.logits_rel_err_double <= v.budget_double;
     if (v.coverage.covered && !v.exact)
       v.coverage.reason += "; but the measured logits' relative error exceeds the budget: not borne out";
     report.layers.push_back(std::move(v));
@@ -267,6 +350,8 @@ results::Value report_value(const EliminationReport& r) {
     item.set("kappa", l.layer.kappa);
     item.set("logits_rel_err", l.change.logits_rel_err);
     item.set("budget", l.budget);
+    item.set("logits_rel_err_double", l.coverage.covered ? results::Value(l.logits_rel_err_double) : results::Value());
+    item.set("budget_double", l.coverage.covered ? results::Value(l.budget_double) : results::Value());
     item.set("loss_change", l.change.loss - l.change.loss_reference);
     item.set("loss", l.change.loss);
     item.set("query_bias", l.layer.query_bias);

@@ -73,19 +73,31 @@ struct FunctionChange {
 FunctionChange compare_function(const Checkpoint& reference, const Checkpoint& candidate, const TokenSequences& data,
                                  engine::Backend<float>& backend, int batch);
 
-// The measured side of a verdict: rel_err ≤ 1e3 u_float κ, the rule of
+// The measured side of a verdict: rel_err ≤ 1e3 u κ at unit roundoff u, the rule of
 // `qkvlab verify` (normalized error e = rel_err / (u κ) ≤ 1e3).
-double exact_budget(double kappa);
+double exact_budget(double kappa, double u);
+
+// The identity checked in double: the eliminated model's values unrounded (`layers` as
+// eliminate_queries takes them), and the logits' relative error between `source` (its float values,
+// exact in double) and a model of `config` with `values`, both run in double (Model<double>, batch
+// sequences at a time). Float's budget, 1e3 u_float κ, is loose at a large κ (0.79 at κ = 1.3e4, where
+// the measured error is 3.8e-5); in double the identity's error falls by u_double/u_float, so a
+// transform that is not the identity stands out by many orders of magnitude.
+std::vector<double> eliminated_in_double(const Checkpoint& source, const std::vector<int>& layers);
+double logits_rel_err_in_double(const Checkpoint& source, const Config& config, const std::vector<double>& values,
+                                const TokenSequences& data, int batch);
 
 // Per eliminated layer (ascending) the model with it and the layers before it
 // in the list eliminated: coverage, measured change and verdict (exact when
-// covered and within the budget).
+// covered and within the budget in float, the stored model's, and in double,
+// the transform's).
 struct LayerVerdict {
   EliminatedLayer layer;
   std::vector<int> eliminated;  // the layers eliminated in the model measured
   Coverage coverage;
   FunctionChange change;
   double budget = 0;
+  double logits_rel_err_double = 0, budget_double = 0;  // covered layers only
   bool exact = false;
 };
 struct EliminationReport {
@@ -97,7 +109,8 @@ EliminationReport eliminate_and_measure(const Checkpoint& source, const std::vec
                                         const TokenSequences& data, engine::Backend<float>& backend, int batch);
 
 // {"loss", "untied", "layers": [{"layer", "eliminated", "exact", "covered", "reason", "kappa",
-//  "logits_rel_err", "loss_change", "loss", "budget", "query_bias"}], "model"}
+//  "logits_rel_err", "budget", "logits_rel_err_double", "budget_double" (null where not covered),
+//  "loss_change", "loss", "query_bias"}], "model"}
 results::Value report_value(const EliminationReport& report);
 
 }  // namespace qkvlab::lm

@@ -1,7 +1,7 @@
 // A checkpoint's tensors as double matrices, for the transforms of whole models
 // (lm/convert.hpp, lm/eliminate.hpp): a tensor of the layout is a (rows × cols)
 // row-major matrix, a vector a (n × 1) one, read from and written (rounded) to
-// float values in the layout's order and offsets.
+// float values in the layout's order and offsets (TensorsOf<double>: unrounded).
 #pragma once
 
 #include <Eigen/Dense>
@@ -15,21 +15,23 @@ namespace qkvlab::lm {
 
 using Matrix = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
-struct Tensors {
+template <class V>
+struct TensorsOf {
   const engine::ParameterLayout& layout;
-  std::vector<float>& values;
+  std::vector<V>& values;
   bool has(const std::string& name) const { return layout.find(name) != nullptr; }
   Matrix get(const std::string& name) const {
     const auto& s = layout.at(name);
     const Eigen::Index rows = s.shape[0], cols = s.shape.size() > 1 ? s.shape[1] : 1;
-    return Eigen::Map<const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(
-               values.data() + s.offset, rows, cols).cast<double>();
+    return Eigen::Map<const Eigen::Matrix<V, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(
+               values.data() + s.offset, rows, cols).template cast<double>();
   }
   void put(const std::string& name, const Matrix& m) {
     const auto& s = layout.at(name);
-    Eigen::Map<Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(values.data() + s.offset,
-                                                                                      m.rows(), m.cols()) = m.cast<float>();
+    Eigen::Map<Eigen::Matrix<V, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(values.data() + s.offset, m.rows(),
+                                                                                  m.cols()) = m.template cast<V>();
   }
 };
+using Tensors = TensorsOf<float>;  // a checkpoint's values
 
 }  // namespace qkvlab::lm

@@ -13,9 +13,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <string>
 
 #include "core/errors.hpp"
+#include "core/linalg.hpp"
 #include "core/rng.hpp"
 #include "corpus/token_file.hpp"
 #include "engine/cpu_backend.hpp"
@@ -90,15 +92,38 @@ TEST(LmEliminate, CoveredLayerLeavesTheLossUnchangedInBothFamilies) {
         const std::string what = to_string(f) + (bias ? " with biases" : "") + ", layer " + std::to_string(layer);
         EXPECT_TRUE(v.coverage.covered) << what << ": " << v.coverage.reason;
         EXPECT_TRUE(v.exact) << what;
-        EXPECT_LE(v.change.logits_rel_err, exact_budget(v.layer.kappa)) << what;
-        EXPECT_LE(std::abs(v.change.loss - v.change.loss_reference), exact_budget(v.layer.kappa) * v.change.loss_reference)
+        const double u = unit_roundoff<float>(), u64 = unit_roundoff<double>();
+        EXPECT_LE(v.change.logits_rel_err, exact_budget(v.layer.kappa, u)) << what;
+        EXPECT_LE(std::abs(v.change.loss - v.change.loss_reference), exact_budget(v.layer.kappa, u) * v.change.loss_reference)
             << what;
         EXPECT_GT(v.change.logits_rel_err, 0) << what << ": float rounding should show";
+        EXPECT_LE(v.logits_rel_err_double, exact_budget(v.layer.kappa, u64)) << what;  // the transform, in double
+        EXPECT_LT(v.logits_rel_err_double, 1e-6 * v.change.logits_rel_err) << what << ": double's rounding, not float's";
         EXPECT_EQ(r.result.untied, f == Family::gpt2) << what;  // gpt2's head is tied by default
         EXPECT_EQ(r.result.checkpoint.config.q_identity_layers, std::vector<int>{layer});
         EXPECT_FALSE(r.contradicted());
       }
     }
+}
+
+// The check in double resolves what float's budget cannot: a transform off by a factor 1 + 1e-6 in
+// one key head (W_K of the eliminated layer) moves the logits by about 1e-7, below float's budget
+// (1e3 u κ ≥ 6e-5) and far above double's (1e3 u_double κ), which the exact transform stays within.
+TEST(LmEliminate, TheIdentityIsCheckedInDoubleWhereFloatsBudgetIsLoose) {
+  Checkpoint ck = random_model(small(Family::gpt2, false, false), 7);
+  const TokenSequences data = random_sequences(ck.config.vocab, 6, 12, 3);
+  const Elimination e = eliminate_queries(ck, {1});
+  std::vector<double> values = eliminated_in_double(ck, {1});
+  const double kappa = e.layers[0].kappa, exact = logits_rel_err_in_double(ck, e.checkpoint.config, values, data, 4);
+  EXPECT_LE(exact, exact_budget(kappa, unit_roundoff<double>()));
+  const auto layout = parameter_layout(e.checkpoint.config, make_plan(e.checkpoint.config));
+  const auto& k = layout.at(layer_tensor(0, "attn.k.weight"));
+  for (std::size_t i = 0; i < k.size(); ++i) values[k.offset + i] *= 1 + 1e-6;
+  const double off = logits_rel_err_in_double(ck, e.checkpoint.config, values, data, 4);
+  EXPECT_GT(off, 1e3 * exact_budget(kappa, unit_roundoff<double>())) << "control: a transform that is not the identity";
+  EXPECT_LT(off, exact_budget(kappa, unit_roundoff<float>())) << "float's budget would not have seen it";
+  std::printf("kappa %.3g: the identity in double %.2e, off by 1e-6 in W_K %.2e (budgets: double %.2e, float %.2e)\n",
+              kappa, exact, off, exact_budget(kappa, unit_roundoff<double>()), exact_budget(kappa, unit_roundoff<float>()));
 }
 
 // ---- the controls: where no theorem covers it, the loss changes by a wide margin ----
