@@ -101,6 +101,25 @@ std::string run_name(const fs::path& dir) {
   return name;
 }
 
+// A finished run's train.csv has a row for every step 1 … training.steps, in order, the last ended by
+// its newline: a log cut by a kill, or spliced from two runs, is refused (its curve would be another's).
+void require_whole_log(const fs::path& file, const Curve& log, const std::string& steps_text) {
+  std::int64_t steps = 0;
+  const char* end = steps_text.data() + steps_text.size();
+  if (std::from_chars(steps_text.data(), end, steps).ptr != end) throw UsageError(file.string() + ": training.steps is not an integer");
+  for (std::size_t i = 0; i < log.steps.size(); ++i)
+    if (log.steps[i] != std::int64_t(i) + 1)
+      throw UsageError(file.string() + ": row " + std::to_string(i + 1) + " is step " + std::to_string(log.steps[i]) +
+                       " where step " + std::to_string(i + 1) + " belongs: a log spliced from two runs");
+  std::ifstream in(file, std::ios::binary | std::ios::ate);
+  const auto size = in.tellg();
+  char last = '\n';
+  if (size > 0) in.seekg(size - std::streamoff(1)).get(last);
+  if (std::int64_t(log.steps.size()) != steps || last != '\n')
+    throw UsageError(file.string() + ": " + std::to_string(log.steps.size()) + " whole rows where the run's " +
+                     std::to_string(steps) + " steps belong: a log cut short");
+}
+
 Run read_run(const fs::path& dir) {
   const fs::path file = dir / "run.json";
   std::ifstream in(file);
@@ -135,6 +154,7 @@ Run read_run(const fs::path& dir) {
   r.final_validation = finite_number(member(json, "final_validation_loss", file).text, file, "\"final_validation_loss\"");
   r.train = read_log(dir / "train.csv", 1);
   r.validation = read_log(dir / "validation.csv", 1);
+  require_whole_log(dir / "train.csv", r.train, r.fields.at("training.steps"));
   return r;
 }
 

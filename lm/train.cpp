@@ -228,6 +228,21 @@ void truncate_log(const fs::path& path, std::int64_t step) {
   write_bytes_atomically(path, "CSV", kept);
 }
 
+// The loss of train.csv's row for `step` (a run whose last step is logged and checkpointed but whose
+// final validation was cut): a UsageError when the log lacks it.
+double last_logged_loss(const fs::path& path, std::int64_t step) {
+  std::ifstream in(path);
+  const std::string prefix = std::to_string(step) + ",";
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind(prefix, 0) == 0) {
+      const std::string field = line.substr(prefix.size(), line.find(',', prefix.size()) - prefix.size());
+      double x = 0;
+      const char* end = field.data() + field.size();
+      if (std::from_chars(field.data(), end, x).ptr == end && std::isfinite(x)) return x;
+    }
+  throw UsageError(path.string() + ": no loss logged for step " + std::to_string(step) + ": cannot finish the run");
+}
+
 // A CSV log a row at a time: started (or kept, when appending) as a regular file through
 // core/atomic_file.hpp, then appended to without following a symlink put in its place.
 class Log {
@@ -269,6 +284,7 @@ struct Session {
   const std::string run_id = run_id_of(o, data);
 
   fs::path checkpoint_dir() const { return o.out / "checkpoint"; }
+  fs::path previous_dir() const { return o.out / "checkpoint.previous"; }
 
   void save(std::int64_t step) {
     Checkpoint ck;
@@ -277,37 +293,62 @@ struct Session {
     ck.metadata = run_identity(o, data);
     ck.metadata["step"] = std::to_string(step);
     ck.metadata["run_id"] = run_id;
-    ck.metadata["data.validation_hash"] = std::to_string(fnv1a(data.validation));
+    ck.metadata["data.validation_hash"] = validation_hash(data);
+    ck.metadata["data.eval_windows"] = std::to_string(o.eval_windows);
     ck.metadata["source"] = data.source;
     ck.tokenizer_json = data.tokenizer_json;
     auto& adamw = trainer.optimizer();
     ck.optimizer = OptimizerState{adamw.m.to_host(), adamw.v.to_host(), adamw.t};
-    save_checkpoint(checkpoint_dir(), ck);
+    // Never without a whole checkpoint: the new one is written beside the last, which is moved aside
+    // (checkpoint.previous) only once the new one is complete, and removed after it took its place; a
+    // run killed between the two renames resumes from checkpoint.previous.
+    const fs::path writing = o.out / "checkpoint.writing";
+    fs::remove_all(writing);
+    save_checkpoint(writing, ck);
+    if (fs::exists(checkpoint_dir())) {
+      fs::remove_all(previous_dir());
+      fs::rename(checkpoint_dir(), previous_dir());
+    }
+    fs::rename(writing, checkpoint_dir());
+    fs::remove_all(previous_dir());
+  }
+
+  // The checkpoint to resume from: checkpoint/, or checkpoint.previous/ where a save was cut between
+  // its two renames (checkpoint/ then missing).
+  fs::path resume_dir() const {
+    return !fs::exists(checkpoint_dir()) && fs::exists(previous_dir() / "manifest.json") ? previous_dir()
+                                                                                         : checkpoint_dir();
   }
 
   // The step to start at: 0, or the checkpoint's after checking it was made by this run's settings.
   std::int64_t restore() {
     if (!o.resume) return 0;
-    if (!fs::exists(checkpoint_dir() / "model.safetensors"))
-      throw UsageError("cannot resume: no checkpoint in " + checkpoint_dir().string());
-    const Checkpoint ck = load_checkpoint(checkpoint_dir(), true, o.allow_nonfinite);
+    const fs::path dir = resume_dir();
+    if (!fs::exists(dir / "model.safetensors"))
+      throw UsageError("cannot resume: no checkpoint in " + dir.string());
+    const Checkpoint ck = load_checkpoint(dir, true, o.allow_nonfinite);
     if (to_metadata(ck.config) != to_metadata(o.model))
-      throw UsageError("cannot resume: " + checkpoint_dir().string() + " holds a model of another configuration");
+      throw UsageError("cannot resume: " + dir.string() + " holds a model of another configuration");
     const auto identity = run_identity(o, data);
     for (const auto& [key, value] : identity) {
       const auto it = ck.metadata.find(key);
       if (it == ck.metadata.end() ? !value.empty() : it->second != value)  // an absent entry was empty
-        throw UsageError("cannot resume: " + checkpoint_dir().string() + " was made with " + key.substr(4) + " = " +
+        throw UsageError("cannot resume: " + dir.string() + " was made with " + key.substr(4) + " = " +
                          (it == ck.metadata.end() ? "(none)" : it->second) + ", this run has " + value);
     }
     for (const auto& [key, value] : ck.metadata)  // and an entry this run leaves out (run.products = bf16)
       if (key.rfind("run.", 0) == 0 && !identity.count(key) && !value.empty())
-        throw UsageError("cannot resume: " + checkpoint_dir().string() + " was made with " + key.substr(4) + " = " +
+        throw UsageError("cannot resume: " + dir.string() + " was made with " + key.substr(4) + " = " +
                          value + ", this run has none");
     const auto validation = ck.metadata.find("data.validation_hash");
-    if (validation != ck.metadata.end() && validation->second != std::to_string(fnv1a(data.validation)))
-      throw UsageError("cannot resume: " + checkpoint_dir().string() +
+    if (validation != ck.metadata.end() && validation->second != validation_hash(data))
+      throw UsageError("cannot resume: " + dir.string() +
                        " was made with other validation tokens (--val-tokens): its validation curve would mix two streams");
+    const auto windows = ck.metadata.find("data.eval_windows");  // absent in checkpoints before it was recorded
+    if (windows != ck.metadata.end() && windows->second != std::to_string(o.eval_windows))
+      throw UsageError("cannot resume: " + dir.string() + " was validated on --eval-windows " + windows->second +
+                       ", this run asks " + std::to_string(o.eval_windows) +
+                       ": its validation curve would mix two measures");
     const std::int64_t step = checked_step(ck);
     model.set_parameters(ck.values);
     auto& adamw = trainer.optimizer();
@@ -318,7 +359,7 @@ struct Session {
   // The checkpoint's step, against the schedule: 1 … steps − 1 (the last step is a finished run), and
   // equal to the optimizer's update count t (one update a step).
   std::int64_t checked_step(const Checkpoint& ck) const {
-    const fs::path file = checkpoint_dir() / "model.safetensors";
+    const fs::path file = resume_dir() / "model.safetensors";
     const std::int64_t step = metadata_integer(ck.metadata, "step", file);
     if (step < 1 || step > o.loop.steps)
       throw UsageError(file.string() + ": \"step\" = " + std::to_string(step) + " is outside this run's schedule of " +
@@ -327,10 +368,10 @@ struct Session {
       throw UsageError(file.string() + ": \"step\" = " + std::to_string(step) + " but the optimizer has taken " +
                        std::to_string(ck.optimizer->t) + " updates");
     if (!ck.metadata.count("run_id")) throw UsageError(file.string() + ": no \"run_id\" in its metadata");
-    if (step == o.loop.steps)
+    if (step == o.loop.steps && fs::exists(o.out / "run.json"))
       throw UsageError("cannot resume: the run in " + o.out.string() + " is finished (step " + std::to_string(step) +
                        " of " + std::to_string(o.loop.steps) + "); its results are kept");
-    return step;
+    return step;  // the last step without run.json: cut in its final validation, which the resume does
   }
 
   engine::MicroLoss micro(std::int64_t step, int m, std::vector<std::int32_t>& ids, std::vector<std::int32_t>& tgt) {
@@ -344,6 +385,8 @@ struct Session {
 
 }  // namespace
 
+std::string validation_hash(const TrainData& data) { return std::to_string(fnv1a(data.validation)); }
+
 results::Value train_language_model(const RunOptions& o, const TrainData& data, engine::Backend<float>& backend,
                                     const std::function<void(const Progress&)>& progress) {
   validate(o.model);
@@ -353,6 +396,12 @@ results::Value train_language_model(const RunOptions& o, const TrainData& data, 
                      std::to_string(data.validation.size()) + ")");
   fs::create_directories(o.out);
   const DirectoryLock lock(o.out, "lm train");  // one writer per run directory, for the whole run
+  if (!o.resume)  // a fresh run never writes over another's files (nor a corpus's baselines.json)
+    for (const char* name : {"run.json", "train.csv", "validation.csv", "baselines.json", "checkpoint",
+                             "checkpoint.previous"})
+      if (fs::exists(o.out / name))
+        throw UsageError(o.out.string() + " already holds " + name + " (a run, or another directory's file): "
+                         "continue that run with --resume, or train into another directory");
   const engine::ProductTypeScope<float> products(backend, o.products);
   Session run(o, data, backend);
   run.model.initialize(o.seed);
@@ -372,7 +421,7 @@ results::Value train_language_model(const RunOptions& o, const TrainData& data, 
 
   std::vector<std::int32_t> ids(std::size_t(o.batch) * o.seq), tgt(ids.size());
   const double t0 = now();
-  double train_seconds = 0, last_loss = 0;
+  double train_seconds = 0, last_loss = start == o.loop.steps ? last_logged_loss(o.out / "train.csv", start) : 0;
   std::optional<double> last_val;
   for (std::int64_t s = start; s < o.loop.steps; ++s) {
     const double ts = now();
@@ -416,7 +465,10 @@ results::Value train_language_model(const RunOptions& o, const TrainData& data, 
   out.set("final_validation_loss", full.loss);
   out.set("validation_tokens", full.tokens);
   out.set("baselines", baselines);
-  out.set("tokens_per_second", double(o.loop.steps - start) * o.batch * o.seq * o.loop.accum / train_seconds);
+  out.set("tokens_per_second", start < o.loop.steps  // null: a resume that only validated
+                                   ? results::Value(double(o.loop.steps - start) * o.batch * o.seq * o.loop.accum /
+                                                    train_seconds)
+                                   : results::Value());
   out.set("seconds", now() - t0);
   out.set("device", backend.description());
   out.set("command_line", o.command_line);

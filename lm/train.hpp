@@ -92,6 +92,10 @@ struct Progress {
 // it, and reproduce/ keys its checkpoint cache on it with to_metadata(model).
 std::map<std::string, std::string> run_identity(const RunOptions& options, const TrainData& data);
 
+// The validation tokens' hash, as the checkpoint's "data.validation_hash" records it: what a resumed
+// run and a reused reproduce cache entry must share (their validation losses are of those tokens).
+std::string validation_hash(const TrainData& data);
+
 // Runs (or resumes) the training and returns what run.json holds.
 results::Value train_language_model(const RunOptions& options, const TrainData& data,
                                     engine::Backend<float>& backend,

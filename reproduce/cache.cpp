@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <set>
 
 #include "core/atomic_file.hpp"
 #include "core/errors.hpp"
@@ -86,16 +87,35 @@ namespace {
 // when the entry is trained: the checkpoint through its own manifest.json.
 const std::vector<std::string> kRecorded = {"run.json", "train.csv", "validation.csv", "checkpoint/manifest.json"};
 
-// Why the entry at dir cannot be reused for the recipe `text`; empty when it can: its record
-// lists its files as they are, its checkpoint matches its manifest and was made by the recipe.
-std::string stale_reason(const fs::path& dir, const std::string& text) {
+// Why the entry at dir cannot be reused for the recipe `text` on `data`; empty when it can: its
+// record lists its files as they are, its checkpoint matches its manifest and was made by the recipe,
+// and its validation losses are of data's validation tokens (they are not in the recipe's hash).
+std::string stale_reason(const fs::path& dir, const std::string& text, const lm::TrainData& data) {
   try {
     lm::verify_files_manifest(dir, dir / "cache.json", "the entry was changed after its training");
     if (recorded_recipe(dir) != text) return "unfinished, or made by another recipe";
+    const auto recorded = lm::load_checkpoint(dir / "checkpoint").metadata;
+    const auto validation = recorded.find("data.validation_hash");
+    if (validation == recorded.end() || validation->second != lm::validation_hash(data))
+      return "validated on other tokens than this corpus's validation split";
   } catch (const UsageError& e) {
     return e.what();
   }
   return "";
+}
+
+// A stale entry is deleted whole: only when it holds nothing but what reproduce's training writes
+// there (a user's file put beside it, or a directory that is not an entry, is not deleted).
+void refuse_foreign_files(const fs::path& dir) {
+  static const std::set<std::string> owned = {"run.json",   "train.csv",           "validation.csv",
+                                              "baselines.json", "checkpoint",      "checkpoint.previous",
+                                              "checkpoint.writing", "cache.json",  ".qkvlab-lock"};
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    if (!owned.count(name) && name.rfind(".qkvlab-tmp", 0) != 0)
+      throw UsageError(dir.string() + " is stale for this recipe but holds " + name +
+                       ", which reproduce did not write: move it away (or the entry) and rerun");
+  }
 }
 
 }  // namespace
@@ -109,11 +129,12 @@ Trained train_or_reuse(const Context& c, const Recipe& r, const lm::TrainData& d
   const DirectoryLock entry(c.options.work, "reproduce's training of " + dir.filename().string(),
                             "." + dir.filename().string() + ".lock");
   if (fs::exists(dir)) {
-    const std::string stale = stale_reason(dir, text);
+    const std::string stale = stale_reason(dir, text, data);
     if (stale.empty()) {
       if (c.note) c.note("reusing " + dir.string() + " (" + label + ", same recipe)");
       return {dir, read_json_file(dir / "run.json"), true};
     }
+    refuse_foreign_files(dir);
     if (c.note) c.note("discarding " + dir.string() + ": " + stale);
     fs::remove_all(dir);
   }

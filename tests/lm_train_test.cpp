@@ -103,6 +103,66 @@ TEST(LmTrain, ResumeIsBitIdenticalToAnUninterruptedRun) {
   EXPECT_THROW(train_language_model(changed, data, backend, {}), UsageError);
 }
 
+// A run is never left without a whole checkpoint, nor its directory overwritten:
+//  - a fresh run into a directory holding a run is refused, its files untouched (control: the same
+//    run into a new directory trains);
+//  - a save cut between its two renames (checkpoint/ moved to checkpoint.previous/, the new one not
+//    yet in place) resumes from checkpoint.previous/, bit-identical to an uninterrupted run (control:
+//    with neither directory the resume is refused);
+//  - a run cut in its final validation (checkpoint at the last step, no run.json) is finished by a
+//    resume, with the uninterrupted run's losses (control: with run.json it is refused as finished);
+//  - a resume with another --eval-windows is refused (its validation curve would mix two measures).
+TEST(LmTrain, RunsSurviveInterruptionsAndAreNotOverwritten) {
+  ScratchDir dir;
+  const TrainData data = toy_data();
+  engine::CpuBackend<float> backend(2);
+  const fs::path whole = dir.path / "whole", cut = dir.path / "cut", unfinished = dir.path / "unfinished";
+  const results::Value reference = train_language_model(tiny_run(whole, 5), data, backend, {});
+  const std::string log = read_file(whole / "train.csv"), run_json = read_file(whole / "run.json");
+  try {
+    train_language_model(tiny_run(whole, 6), data, backend, {});
+    ADD_FAILURE() << "a fresh run overwrote a run's directory";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("already holds"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(read_file(whole / "train.csv"), log);
+  EXPECT_EQ(read_file(whole / "run.json"), run_json);
+
+  EXPECT_THROW(train_language_model(tiny_run(cut, 5), data, backend,
+                                    [](const Progress& p) {
+                                      if (p.step == 4) throw Interrupt();
+                                    }),
+               Interrupt);
+  fs::rename(cut / "checkpoint", cut / "checkpoint.previous");  // killed between the save's two renames
+  RunOptions resumed = tiny_run(cut, 5), other_windows = tiny_run(cut, 5);
+  resumed.resume = true, other_windows.resume = true, other_windows.eval_windows = 3;
+  try {  // a validation curve of two measures
+    train_language_model(other_windows, data, backend, {});
+    ADD_FAILURE() << "a resume with other --eval-windows was accepted";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("--eval-windows 8"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(train_language_model(resumed, data, backend, {})["resumed_from"].number(), 3);
+  EXPECT_EQ(losses(cut), losses(whole));
+  EXPECT_EQ(read_file(cut / "checkpoint" / "model.safetensors"), read_file(whole / "checkpoint" / "model.safetensors"));
+  EXPECT_FALSE(fs::exists(cut / "checkpoint.previous"));
+  fs::remove_all(cut / "checkpoint");
+  EXPECT_THROW(train_language_model(resumed, data, backend, {}), UsageError);  // control: nothing to resume
+
+  fs::create_directories(unfinished);
+  for (const char* f : {"train.csv", "validation.csv", "baselines.json"}) fs::copy_file(whole / f, unfinished / f);
+  fs::copy(whole / "checkpoint", unfinished / "checkpoint");  // the last step's checkpoint, no run.json
+  RunOptions finish = tiny_run(unfinished, 5);
+  finish.resume = true;
+  const results::Value finished = train_language_model(finish, data, backend, {});
+  EXPECT_EQ(finished["resumed_from"].number(), 6);
+  EXPECT_EQ(finished["final_validation_loss"].number(), reference["final_validation_loss"].number());
+  EXPECT_EQ(finished["final_train_loss"].number(), reference["final_train_loss"].number());
+  EXPECT_EQ(finished["tokens_per_second"].kind(), results::Value::Kind::null);
+  EXPECT_EQ(losses(unfinished), losses(whole));
+  EXPECT_THROW(train_language_model(finish, data, backend, {}), UsageError);  // control: finished now
+}
+
 TEST(LmTrain, WritesBaselinesAndLearnsBelowTheUnigramModel) {
   ScratchDir dir;
   const TrainData data = toy_data();
@@ -297,7 +357,7 @@ TEST(LmCompare, BaselineByRunName) {
 
 // A run directory as lm train writes it, with only what lm compare reads: a gpt2 model of `variant`
 // with `kv_heads` of 4 heads and SkipV1's `strategy`, the training object `training` (JSON members),
-// the device, `seed`, the final validation loss and two logged steps.
+// the device, `seed`, the final validation loss and a logged row for each of the training's steps.
 void write_run(const fs::path& dir, const std::string& variant, const std::string& training, int seed, double final,
                int kv_heads = 4, const std::string& device = "cpu (1 thread, OpenBLAS)",
                const std::string& strategy = "second-half") {
@@ -308,8 +368,12 @@ void write_run(const fs::path& dir, const std::string& variant, const std::strin
                                   << R"(", "mla": false, "heads": 4, "kv_heads": )" << kv_heads << R"(}, "training": {)"
                                   << training << R"x(}, "data": "brown (data/brown)", "device": ")x" << device
                                   << R"(", "seed": )" << seed << R"(, "final_validation_loss": )" << final << "}\n";
-  std::ofstream(dir / "train.csv") << "step,loss\n1," << final + 1 << "\n2," << final << "\n";
-  std::ofstream(dir / "validation.csv") << "step,loss\n2," << final << "\n";
+  const std::size_t at = training.find("\"steps\": ") + 9;
+  const int steps = std::stoi(training.substr(at));
+  std::ofstream log(dir / "train.csv");
+  log << "step,loss\n";
+  for (int step = 1; step <= steps; ++step) log << step << "," << final + double(steps - step) / steps << "\n";
+  std::ofstream(dir / "validation.csv") << "step,loss\n" << steps << "," << final << "\n";
 }
 
 // A group's baseline has its products: a float32 variant is measured against float32 vanilla runs,
@@ -318,7 +382,7 @@ void write_run(const fs::path& dir, const std::string& variant, const std::strin
 // variant is measured against the other float32 one, and without any float32 vanilla it has none.
 TEST(LmCompare, TheBaselineHasTheGroupsProducts) {
   ScratchDir dir;
-  const std::string f32 = R"("steps": 60)", f32_longer = R"("steps": 100)", bf16 = R"("steps": 60, "products": "bf16")";
+  const std::string f32 = R"("steps": 2)", f32_longer = R"("steps": 3)", bf16 = R"("steps": 2, "products": "bf16")";
   std::vector<fs::path> bf16_vanilla, longer_vanilla, f32_vanilla, variants;
   for (int seed : {1, 2, 3}) {
     write_run(bf16_vanilla.emplace_back(dir.path / ("vb-s" + std::to_string(seed))), "vanilla", bf16, seed, 5.0);
@@ -356,7 +420,7 @@ TEST(LmCompare, TheBaselineHasTheGroupsProducts) {
 // are refused; the reproduce cache's directories (NAME-sSEED-HASH) are named NAME.
 TEST(LmCompare, TheBaselineIsTheNearestModelOnTheSameDevice) {
   ScratchDir dir;
-  const std::string trained = R"("steps": 60)", cuda = "cuda (NVIDIA H100 80GB HBM3, cuBLAS)";
+  const std::string trained = R"("steps": 2)", cuda = "cuda (NVIDIA H100 80GB HBM3, cuBLAS)";
   std::vector<fs::path> vanilla, gqa, gqa_cuda, skip;
   for (int seed : {1, 2}) {
     const std::string s = std::to_string(seed);
@@ -417,6 +481,35 @@ TEST(LmCompare, TheBaselineIsTheNearestModelOnTheSameDevice) {
   } catch (const UsageError& e) {
     EXPECT_NE(std::string(e.what()).find("twice"), std::string::npos) << e.what();
   }
+}
+
+// lm compare reads a finished run's whole log: train.csv cut short (a kill), spliced (a row missing
+// between two runs' rows) or without its last newline (a row cut mid-write) is refused, naming the
+// file. Control: the whole logs compare.
+TEST(LmCompare, ALogCutOrSplicedIsRefused) {
+  ScratchDir dir;
+  std::vector<fs::path> runs;
+  for (const char* name : {"vanilla", "resformer"})
+    for (int seed : {1, 2})
+      write_run(runs.emplace_back(dir.path / (std::string(name) + "-s" + std::to_string(seed))), name,
+                R"("steps": 5)", seed, 3.0);
+  EXPECT_NO_THROW(compare_runs(runs, {}));
+  const fs::path log = runs.back() / "train.csv";
+  const std::string whole = read_file(log);
+  auto refused = [&](const std::string& text, const std::string& why) {
+    std::ofstream(log, std::ios::binary | std::ios::trunc) << text;
+    try {
+      compare_runs(runs, {});
+      ADD_FAILURE() << "accepted: " << why;
+    } catch (const UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(log.string()), std::string::npos) << e.what();
+    }
+  };
+  refused(whole.substr(0, whole.rfind('\n', whole.size() - 2) + 1), "a log cut short");             // the last row gone
+  refused(whole.substr(0, whole.size() - 1), "a log cut short");                                      // its newline gone
+  const std::size_t row3 = whole.find("\n3,") + 1;
+  refused(whole.substr(0, row3) + whole.substr(whole.find('\n', row3) + 1), "spliced");              // step 3 gone
 }
 
 // `lm train --preset P --family F` takes family F's tying and biases, as the preset of that family

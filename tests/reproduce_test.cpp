@@ -167,6 +167,20 @@ TEST(Reproduce, CacheIsReusedForTheSameRecipeAndNeverForAnother) {
   // An unfinished entry (no run.json) is not reused either.
   fs::remove(first.dir / "run.json");
   EXPECT_FALSE(reproduce::train_or_reuse(c, reproduce::recipe("vanilla", 1, 2), data).reused);
+  // Other validation tokens alone: the recipe (and the entry's name) is the same, but its validation
+  // losses are of other tokens, so it is trained again (control: reused on its own tokens).
+  fs::copy(dir / "data", dir / "data3", fs::copy_options::recursive);
+  fs::copy_file(dir / "data2" / "validation_tokens.npy", dir / "data3" / "validation_tokens.npy",
+                fs::copy_options::overwrite_existing);
+  const lm::TrainData data3 = lm::brown_data(dir / "data3");
+  ASSERT_TRUE(reproduce::train_or_reuse(c, reproduce::recipe("vanilla", 1, 2), data).reused);
+  const auto revalidated = reproduce::train_or_reuse(c, reproduce::recipe("vanilla", 1, 2), data3);
+  EXPECT_FALSE(revalidated.reused);
+  EXPECT_EQ(revalidated.dir, first.dir);
+  // A stale entry holding a file reproduce did not write is not deleted: refused, the file kept.
+  std::ofstream(first.dir / "NOTES.txt") << "mine";
+  EXPECT_THROW(reproduce::train_or_reuse(c, reproduce::recipe("vanilla", 1, 2), data), UsageError);
+  EXPECT_TRUE(fs::exists(first.dir / "NOTES.txt"));
 }
 
 // Issue 31 item 9: an entry whose run.json or train.csv was changed after its training (an edited
