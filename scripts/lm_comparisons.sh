@@ -54,8 +54,13 @@ for seed in 1 2 3; do
     [[ "$family/$name-s$seed" =~ $only ]] || continue
     if ((list)); then echo "$family/$name-s$seed: --preset $preset $flags"; continue; fi
     [[ -f "$out/$family/$name-s$seed/run.json" ]] && continue
+    # An unfinished run of this script's (killed: no run.json) resumes from its checkpoint, or, without
+    # one, starts again: lm train refuses to write over a run's directory otherwise.
+    resume=""
+    if [[ -f "$out/$family/$name-s$seed/checkpoint/manifest.json" ]]; then resume=--resume
+    elif [[ -d "$out/$family/$name-s$seed" ]]; then rm -rf "$out/$family/$name-s$seed"; fi
     while (($(jobs -rp | wc -l) >= jobs)); do wait -n || true; done
-    one_run "$family" "$preset" "$name" "$seed" "$flags" &
+    one_run "$family" "$preset" "$name" "$seed" "$flags $resume" &
   done
 done
 ((list)) && exit 0

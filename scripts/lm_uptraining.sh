@@ -44,6 +44,7 @@ for ck in "$vanilla"/vanilla-s*/checkpoint; do
     echo "$seed,$method,$loss" >> "$summary"
     for steps in 120 240; do
       while (($(jobs -rp | wc -l) >= jobs)); do wait -n || true; done
+      rm -rf "$out/$method-$steps-s$seed"  # this script's own run, made again (lm train never writes over one)
       "$qkvlab" lm train --from "$conv" --preset tiny --steps "$steps" --lr 3e-4 --min-lr 3e-5 --corpus brown \
         --data "$data" --seed $((seed + 100)) --device "$device" --threads "$threads" --eval-every 60 \
         --checkpoint-every 100000 --out "$out/$method-$steps-s$seed" --quiet --format json >/dev/null &
