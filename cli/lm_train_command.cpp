@@ -106,11 +106,13 @@ std::vector<Command> add_lm_train_commands(CLI::App& lm, const std::string& comm
   cmd->add_option("--data", a->data, "Where 'qkvlab data brown' prepared the corpus")->capture_default_str();
   cmd->add_option("--tokens", a->tokens, "Training tokens: .npy of integers or nanoGPT's uint16 .bin");
   cmd->add_option("--val-tokens", a->val_tokens, "Validation tokens (default: the last tenth of --tokens)");
-  cmd->add_option("--out", a->out, "Run directory: checkpoint/, train.csv, validation.csv, baselines.json, run.json")
+  cmd->add_option("--out", a->out, "Run directory: checkpoint/, train.csv, validation.csv, baselines.json, run.json "
+                                  "(one that holds a run is refused without --resume)")
       ->required();
   cmd->add_option("--from", a->from, "Start from this checkpoint's model (e.g. 'lm convert' output) instead of "
                                      "a fresh initialization; the model is then the checkpoint's");
-  cmd->add_flag("--resume", a->run.resume, "Continue from --out's checkpoint (same settings required)");
+  cmd->add_flag("--resume", a->run.resume, "Continue from --out's checkpoint (same settings required; a run cut in "
+                                           "its final validation is finished)");
   cmd->add_option("--steps", a->run.loop.steps, "Optimizer steps")->check(CLI::Range(std::int64_t(1), std::int64_t(1) << 40));
   cmd->add_option("--batch", a->run.batch, "Sequences per micro-batch")->check(integer_in(1, 65536));
   cmd->add_option("--seq-len", a->run.seq, "Tokens per sequence")->check(integer_in(2, 1 << 20));
