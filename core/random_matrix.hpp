@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numbers>
+#include <stdexcept>
 #include <vector>
 
 namespace qkvlab {
@@ -66,6 +67,28 @@ inline double mp_cdf(double x, double v) {
   if (!(x < 4 * v)) return 1;
   const double theta = std::asin(std::sqrt(x / (4 * v)));
   return (2 * theta + std::sin(2 * theta)) / std::numbers::pi;
+}
+
+// The spectral moments m_k = (1/d) tr (AᵀA)^k of a square d×d A with i.i.d. N(0, v/d)
+// entries have exact finite-d means (Wishart: for G p×n standard Gaussian,
+// E tr GGᵀ = pn, E tr (GGᵀ)² = pn(p + n + 1), E tr (GGᵀ)³ = pn(p² + n² + 3pn + 3p + 3n + 4)):
+//   E m_1 = v,  E m_2 = v² (2 + 1/d),  E m_3 = v³ (5 + 6/d + 4/d²),
+// whose limits 1, 2, 5 (Catalan numbers) are Marchenko–Pastur's moments at ratio 1.
+inline double wishart_moment(int k, int d, double v) {
+  const double n = d;
+  switch (k) {
+    case 1: return v;
+    case 2: return v * v * (2 + 1 / n);
+    case 3: return v * v * v * (5 + 6 / n + 4 / (n * n));
+    default: throw std::invalid_argument("wishart_moment: k must be 1, 2 or 3");
+  }
+}
+
+// E y^k for y with the quarter-circle density (4/(π r²)) sqrt(r² − y²) on [0, r]:
+// (2/π) r^k B((k + 1)/2, 3/2), with B(a, b) = Γ(a)Γ(b)/Γ(a + b).
+inline double quarter_circle_moment(int k, double r) {
+  const double a = (k + 1) / 2.0, b = 1.5;
+  return 2 / std::numbers::pi * std::pow(r, k) * std::exp(std::lgamma(a) + std::lgamma(b) - std::lgamma(a + b));
 }
 
 // Kolmogorov–Smirnov distance sup_x |F_n(x) − F(x)| of the empirical

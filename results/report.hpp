@@ -25,7 +25,7 @@ struct CheckRecord {
   std::optional<double> normalized_err;
   double budget = 1e3;
   bool pass = false;
-  std::string status = "ok";  // ok | singular | non_finite | error (the check threw; note: "error: message")
+  std::string status = "ok";  // ok | singular | identity_failed | non_finite | error (the check threw; note: "error: message")
   std::string note;           // one line, empty when nothing to add
   // Statistical checks only (e.g. qwe.scale8.2).
   std::optional<double> statistic, expected, std_err;

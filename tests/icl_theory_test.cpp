@@ -90,6 +90,32 @@ TEST(IclModels, ReducedFormEqualsTokenLevelAndEq3AsPrintedDoesNot) {
   }
 }
 
+// Lemma 2's parts (Eqs. 9–10) built term by term sum to the reduced map for every copy
+// width, N_3 is odd in Y and N_1 + N_2 even. Controls: the other architecture's parts, and
+// Eq. 10 as printed for SkipV1 (for MHA that reading changes nothing), break the sum.
+TEST(IclModels, Lemma2sPartsSumToTheReducedMapAndWrongReadingsDoNot) {
+  using enum qkv::VariantKind;
+  for (int a : {1, 2, 3, 4}) {  // a = 0: M^h = 0, so U = 0 and every part vanishes
+    const RandomModel m = random_model(4, 6, a, 21 + a);
+    const auto r = reduce<double>(m.w, m.A);
+    const MatD Ym = -m.p.Y;
+    for (auto arch : {vanilla, skipv1}) {
+      const MatD U = reduced_map<double>(m.p.X, m.p.Y, m.A, m.B, r, arch);
+      const auto N = lemma2_parts<double>(m.p.X, m.p.Y, m.A, m.B, r, arch);
+      const auto Nm = lemma2_parts<double>(m.p.X, Ym, m.A, m.B, r, arch);
+      EXPECT_LT((N.N1 + N.N2 + N.N3 - U).norm(), 1e-12 * U.norm()) << "a=" << a;
+      EXPECT_LT((N.N3 + Nm.N3).norm(), 1e-12 * U.norm());
+      EXPECT_LT((N.N1 + N.N2 - Nm.N1 - Nm.N2).norm(), 1e-12 * U.norm());
+      const auto other = lemma2_parts<double>(m.p.X, m.p.Y, m.A, m.B, r, arch == vanilla ? skipv1 : vanilla);
+      EXPECT_GT((other.N1 + other.N2 + other.N3 - U).norm(), 1e-3 * U.norm()) << "a=" << a;
+      const auto printed = lemma2_parts<double>(m.p.X, m.p.Y, m.A, m.B, r, arch, Eq10Reading::as_printed);
+      const double printed_err = (printed.N1 + printed.N2 + printed.N3 - U).norm() / U.norm();
+      if (arch == skipv1) EXPECT_GT(printed_err, 1e-3) << "a=" << a;
+      else EXPECT_LT(printed_err, 1e-12) << "a=" << a;
+    }
+  }
+}
+
 TEST(IclModels, ConstructionMapIsTheReducedSkipV1MapAtTheConstruction) {
   const int d = 5;
   for (int a = 0; a <= d; ++a) {
@@ -190,8 +216,18 @@ TEST(IclLemmas, ChecksPassWhereTheyShouldAndControlsFailWidely) {
     EXPECT_TRUE(check_lemma1(zero, o, arch).holds);
     EXPECT_TRUE(check_lemma1(scaled, o, arch).holds);
     EXPECT_GT(check_lemma1(scaled, ridge, arch).z, 10);
-    EXPECT_TRUE(check_lemma2(zero, o, arch).holds);
+    const LemmaResult lemma2 = check_lemma2(zero, o, arch);
+    EXPECT_TRUE(lemma2.holds);
+    EXPECT_LT(*lemma2.identity_rel_err, lemma2_identity_budget(zero));
     EXPECT_GT(check_lemma2(scaled, o, arch).z, 10);
+    // Parts that are not the map's: the cross term alone cannot see them (its mean is 0 for
+    // any Y-odd N_3 and Y-even N_1 + N_2), the identity does.
+    LemmaOptions wrong = o;
+    wrong.parts_of = arch == qkv::VariantKind::vanilla ? qkv::VariantKind::skipv1 : qkv::VariantKind::vanilla;
+    const LemmaResult wrong_parts = check_lemma2(zero, wrong, arch);
+    EXPECT_LE(wrong_parts.z, lemma_budget);
+    EXPECT_FALSE(wrong_parts.holds);
+    EXPECT_GT(*wrong_parts.identity_rel_err, 1e-3);
   }
   for (auto part : {Lemma3Part::t1, Lemma3Part::t2}) {
     EXPECT_TRUE(check_lemma3(zero, o, part).holds);

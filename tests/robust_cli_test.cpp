@@ -328,5 +328,34 @@ TEST(RobustVerify, ACheckThatThrowsIsAnErrorNotANumericalFailure) {
   EXPECT_EQ(nan.checks[0].status, "non_finite");
 }
 
+// A statistical check whose exact part failed (skipv1.lemma2's identity) fails whatever its
+// statistic; control: the same statistic with the identity held passes.
+TEST(RobustVerify, AStatisticalCheckWhoseIdentityFailedFails) {
+  auto claim_with = [](bool identity_failed) {
+    theory::Claim claim;
+    claim.id = "test.identity";
+    claim.kind = theory::Kind::statistical;
+    claim.budget = 4;
+    claim.run = [identity_failed](const theory::SweepPoint&, Precision, Rng&) {
+      theory::Outcome o;
+      o.statistic = theory::Statistic{0.1, 0.0, 1.0};
+      o.rel_err = 0.1;
+      o.identity_failed = identity_failed;
+      return o;
+    };
+    return claim;
+  };
+  theory::VerifyOptions o;
+  o.precisions = {Precision::f64};
+  const results::Report failed = theory::verify_configuration(claim_with(true), theory::SweepPoint{}, o);
+  ASSERT_EQ(failed.checks.size(), 1u);
+  EXPECT_EQ(failed.checks[0].status, "identity_failed");
+  EXPECT_FALSE(failed.checks[0].pass);
+  const results::Report held = theory::verify_configuration(claim_with(false), theory::SweepPoint{}, o);
+  ASSERT_EQ(held.checks.size(), 1u);
+  EXPECT_EQ(held.checks[0].status, "ok");
+  EXPECT_TRUE(held.checks[0].pass);
+}
+
 }  // namespace
 }  // namespace qkvlab

@@ -77,6 +77,9 @@ struct Outcome {
   double rel_err = 0;
   double kappa = 1;
   bool singular = false;  // a change of basis was numerically singular
+  // A statistical check's exact part (an identity its statistic rests on) failed: the check
+  // fails whatever its statistic (status "identity_failed"; the note gives the error).
+  bool identity_failed = false;
   std::string note;
   std::optional<Statistic> statistic;
   std::vector<ControlOutcome> controls;

@@ -173,11 +173,13 @@ struct Theorem43 {
     if (c.layers > 1) {
       auto unshared = random_model<S>(rng, shape(c), Skip::both, c.mask, false, false);
       unshared.blocks[0] = m.blocks[0];
-      const auto r = change_model_basis<S>(unshared, T);
-      double worst = 0;
-      for (int i = 1; i < c.layers; ++i)
-        worst = std::max(worst, rel_err<S>(Mat<S>(Mat<S>::Identity(c.d, c.d)), r.block(i).attn.W_Q));
-      o.controls.push_back(control_by_error("unshared layers with one T: W_Q' != I beyond layer 1", worst));
+      // The model without W_Q built from unshared layers: one T, every W_Q' set to I. Beyond
+      // layer 1 T^-1 W_Q^i != I, so the logits change.
+      auto r = change_model_basis<S>(unshared, T);
+      for (int i = 0; i < c.layers; ++i) r.block(i).attn.W_Q = Mat<S>::Identity(c.d, c.d);
+      o.controls.push_back(control_by_error(
+          "unshared layers with one T and W_Q' = I in every layer: the logits change",
+          rel_err<S>(forward<S>(unshared, tokens).logits, forward<S>(r, tokens).logits)));
     }
     return o;
   }

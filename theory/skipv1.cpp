@@ -22,6 +22,10 @@
 // U = 0 (at random U the violation's sign and size depend on the draw);
 // lemma2, lemma3, lemma4 and thm2/mha under W_0 = c I (the theorem's own
 // condition); thm2/skipv1 with the paper's σ I typo under W_0 = 0.
+// lemma2 also checks its identity N_1 + N_2 + N_3 = U (Eqs. 9–10's parts, built term by
+// term, against the reduced map; a failure fails the check, status "identity_failed"),
+// with controls that must break it (relative error ≥ 1e-3): the other architecture's
+// parts, and for SkipV1 Eq. 10 as printed (W_1^1 A X Xᵀ Aᵀ M_1^1 inside the sum over h).
 // --trials T runs T independent replicates of every check, each with its own
 // stream: T × 20000 prompts per check in all, each replicate judged separately.
 #include "theory/skipv1_lemmas.hpp"
@@ -120,11 +124,33 @@ Outcome lemma1(const SweepPoint& c, Precision, Rng& rng) {
                              icl::check_lemma1(make_task(c, true), ridge, arch)));
 }
 
+// The identity's controls: the parts of the other architecture's equation, and (SkipV1)
+// Eq. 10 as printed; each must break N_1 + N_2 + N_3 = U.
+ControlOutcome identity_broken(std::string name, const icl::LemmaResult& r) {
+  return control_by_error(std::move(name), r.identity_rel_err.value_or(0));
+}
+
 Outcome lemma2(const SweepPoint& c, Precision, Rng& rng) {
   const auto arch = variant_of(lemma2_variants, c).architecture;
   const icl::LemmaOptions o = options(rng);
-  return outcome(icl::check_lemma2(make_task(c, false), o, arch),
-                 rejected("W_0 = c I (no Y -> -Y symmetry)", icl::check_lemma2(make_task(c, true), o, arch)));
+  const icl::Task task = make_task(c, false);
+  const icl::LemmaResult r = icl::check_lemma2(task, o, arch);
+  Outcome out = outcome(r, rejected("W_0 = c I (no Y -> -Y symmetry)", icl::check_lemma2(make_task(c, true), o, arch)));
+  out.identity_failed = *r.identity_rel_err > icl::lemma2_identity_budget(task);
+  icl::LemmaOptions other = o;
+  other.prompts = 64;  // an identity: a few prompts show it
+  other.parts_of = arch == vanilla ? skipv1 : vanilla;
+  out.controls.push_back(identity_broken(arch == vanilla ? "Eq. 10's parts (SkipV1) against the MHA map"
+                                                         : "Eq. 9's parts (MHA) against the SkipV1 map",
+                                         icl::check_lemma2(task, other, arch)));
+  if (arch == skipv1) {
+    icl::LemmaOptions printed = o;
+    printed.prompts = 64;
+    printed.reading = icl::Eq10Reading::as_printed;
+    out.controls.push_back(identity_broken("Eq. 10 as printed (W_1^1 A X X^T A^T M_1^1 inside the sum over h)",
+                                           icl::check_lemma2(task, printed, arch)));
+  }
+  return out;
 }
 
 Outcome lemma3(const SweepPoint& c, Precision, Rng& rng) {

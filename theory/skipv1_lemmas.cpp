@@ -8,6 +8,7 @@
 #include "core/icl/monte_carlo.hpp"
 
 #include <cmath>
+#include <cstdio>
 
 namespace qkvlab::icl {
 namespace {
@@ -101,6 +102,10 @@ double lemmas_memory_bytes(const Task& task, const LemmaOptions& o) {
   return chunks * 32 * (d * d * d + 1) + double(worker_count(o.threads)) * 8 * (6 * d * n + 40 * d * d);
 }
 
+double lemma2_identity_budget(const Task& task) {
+  return 64 * (task.n + 2.0 * task.d) * unit_roundoff<double>();
+}
+
 double theorem_w0_scale(const Task& task) {
   return task.sigma > 0 ? 1.5 * 2.0 * std::sqrt(double(task.d)) * task.sigma : 1.0;
 }
@@ -125,14 +130,23 @@ LemmaResult check_lemma2(const Task& task, const LemmaOptions& o, qkv::VariantKi
   const std::string stream = std::string("icl/lemmas/lemma2/") + (arch == qkv::VariantKind::vanilla ? "mha" : "skipv1");
   Rng wrng(o.seed, stream + "/weights");
   const RandomPoint w = random_point(task, copy_width(task, o), wrng);
-  const Estimate e = scalar_mc(task, o, stream, [&](const Prompt& p) {
+  const Moments m = run_chunks(task, o.prompts, o.seed, stream, o.threads, 2, 0, [&](const Prompt& p, auto& out) {
     const PromptView v = view(p, task, o.form);
     const MatD U = reduced_map<double>(p.X, p.Y, w.A, w.B, w.r, arch);
-    const MatD Um = reduced_map<double>(p.X, (-p.Y).eval(), w.A, w.B, w.r, arch);
-    return dot(v.W_hat - 0.5 * (U - Um), 0.5 * (U + Um));
+    const auto N = lemma2_parts<double>(p.X, p.Y, w.A, w.B, w.r, o.parts_of.value_or(arch), o.reading);
+    out(0) = dot(v.W_hat - N.N3, N.N1 + N.N2);
+    out(1) = (N.N1 + N.N2 + N.N3 - U).norm() / U.norm();
   });
-  return result("skipv1.lemma2", arch_name(arch), "cross term E<W_D - N_3, N_1 + N_2> = 0 at random weights", e,
-                std::string("form ") + form_name(o.form));
+  const double identity = m.mean(1), budget = lemma2_identity_budget(task);
+  char identity_note[96];
+  std::snprintf(identity_note, sizeof identity_note, "; identity: mean |N_1+N_2+N_3-U|/|U| = %.2g (budget %.2g)",
+                identity, budget);
+  LemmaResult r = result("skipv1.lemma2", arch_name(arch),
+                         "U = N_1 + N_2 + N_3 (Eqs. 9-10) and cross term E<W_D - N_3, N_1 + N_2> = 0 at random weights",
+                         m.estimate(0), std::string("form ") + form_name(o.form) + identity_note);
+  r.identity_rel_err = identity;
+  r.holds = r.holds && identity <= budget;
+  return r;
 }
 
 LemmaResult check_lemma3(const Task& task, const LemmaOptions& o, Lemma3Part part) {
@@ -227,8 +241,8 @@ LemmaResult check_thm2(const Task& task, const LemmaOptions& o, Thm2Part part) {
   const RandomPoint w = random_point(task, copy_width(task, o), wrng);
   const Estimate e = lambda_mc(task, o, stream, [&](const PromptView& v, const Prompt& p, const VecD& lambda, VecD& g) {
     const MatD U = reduced_map<double>(p.X, p.Y, w.A, w.B, w.r, qkv::VariantKind::vanilla);
-    const MatD Um = reduced_map<double>(p.X, (-p.Y).eval(), w.A, w.B, w.r, qkv::VariantKind::vanilla);
-    const MatD odd = 0.5 * (U - Um), even = 0.5 * (U + Um);
+    const auto N = lemma2_parts<double>(p.X, p.Y, w.A, w.B, w.r, qkv::VariantKind::vanilla);
+    const MatD odd = N.N3, even = N.N1 + N.N2;
     g = 2 * v.B.cwiseProduct(odd).rowwise().sum();
     return (U - p.W).squaredNorm() - (v.W_hat - p.W).squaredNorm() - even.squaredNorm() - v.W_hat.squaredNorm() +
            2 * dot(lambda.asDiagonal() * v.B, odd) - odd.squaredNorm();

@@ -16,10 +16,13 @@
 //   ridge form under W_0 ≠ 0 (its mean is 2 E⟨U − Û_ridge, σ² W_0 (XXᵀ+σ²I)⁻¹⟩; the
 //   U-part has a random sign at random weights, so the control runs at U = 0, where
 //   the mean is −2 σ² E⟨Û_ridge, W_0 (XXᵀ+σ²I)⁻¹⟩ < 0 for W_0 = c I).
-// skipv1.lemma2: the cross term E⟨Û − U_odd, U_even⟩ of the split into the Y-odd
-//   part N_3 = U_odd = (U(X, Y) − U(X, −Y))/2 and the Y-even part N_1 + N_2 = U_even
-//   (Eqs. 9–10 are exactly these parts). Zero when (X, Y) and (X, −Y) are equally
-//   likely and Û is odd in Y: W_0 = 0.
+// skipv1.lemma2: Eqs. 9–10's parts N_1, N_2, N_3 built term by term (models.hpp's
+//   lemma2_parts), an identity N_1 + N_2 + N_3 = U (reported as the mean over prompts of
+//   ‖N_1 + N_2 + N_3 − U‖_F / ‖U‖_F, held to lemma2_identity_budget), and the cross term
+//   E⟨Û − N_3, N_1 + N_2⟩ as the statistic. N_3 is odd in Y and N_1 + N_2 even by their
+//   formulas, so the identity makes them U's odd and even parts; the cross term is zero when
+//   (X, Y) and (X, −Y) are equally likely and Û is odd in Y: W_0 = 0. The statement holds
+//   when both do.
 // skipv1.lemma3 (t1, t2): isotropy of E[b_i b_iᵀ] and E[b_i (Û)_{i,:}], b_i = (B_{i,:})ᵀ,
 //   with one scalar for every i. The stack (m_1 … m_d) minus τ I (τ the mean
 //   diagonal entry) is the anisotropic part a(D); the statistic is the unbiased
@@ -48,6 +51,7 @@
 #include "core/icl/posterior.hpp"
 #include "core/statistics.hpp"
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -62,14 +66,22 @@ struct LemmaOptions {
   int a = -1;                          // copying width for the random weights; −1: ⌊d/2⌋
   Form form = Form::posterior_mean;    // the Ŵ_D the statement is checked with
   bool zero_weights = false;           // lemma1 only: all W^h = 0 (U = 0) instead of random
+  // lemma2 only (controls): build the parts of this architecture's equation, and read Eq. 10 so.
+  std::optional<qkv::VariantKind> parts_of;
+  Eq10Reading reading = Eq10Reading::as_the_map;
 };
+
+// lemma2's identity N_1 + N_2 + N_3 = U: the parts and U sum the same products (inner
+// dimensions n and d) in another order, so their relative difference is a few (n + 2d) u.
+double lemma2_identity_budget(const Task& task);
 
 struct LemmaResult {
   std::string id, variant, statement;
   Estimate residual;  // the statistic's mean and SE; expected 0
   double z = 0;       // |mean| / SE
-  bool holds = false;  // z ≤ lemma_budget
+  bool holds = false;  // z ≤ lemma_budget (and, for lemma2, its identity within its budget)
   std::string note;
+  std::optional<double> identity_rel_err;  // lemma2: mean ‖N_1 + N_2 + N_3 − U‖_F / ‖U‖_F
 };
 
 enum class Lemma3Part { t1, t2 };

@@ -177,6 +177,7 @@ results::CheckRecord check_record(const Claim& claim, const std::string& config,
   }
   if (o.rel_err == 0 && r.note.empty()) r.note = "bitwise identical: both sides round the same operations";
   if (o.singular) r.status = "singular";
+  else if (o.identity_failed) r.status = "identity_failed";
   else if (!r.rel_err || !r.normalized_err) r.status = "non_finite";
   r.pass = r.status == "ok" && *r.normalized_err <= claim.budget;
   return r;

@@ -176,6 +176,48 @@ Mat<S> reduced_map(const Mat<S>& X, const Mat<S>& Y, const Mat<S>& A, const Mat<
   return r.W[0] * G1 * r.M[0] + r.W[1] * G2 * r.M[1];
 }
 
+// Lemma 2's parts of the reduced map (SkipV1Former, Appendix A, Eqs. 9–10), built term by
+// term from the blocks W^h = (W_1^h, W_2^h) (columns a, d − a) and M^h = (M_1^h; M_2^h)
+// (rows a, d − a), with Z = [A X; B Y]: N_1(X) (no Y), N_2(Y) (quadratic in Y), N_3(X, Y)
+// (linear in Y). Every head gives W^h X Xᵀ M^h to N_1; a head whose values come from F
+// (G_{1,D}) gives W_1^h A X Xᵀ Aᵀ M_1^h to N_1, W_2^h B Y Yᵀ Bᵀ M_2^h to N_2 and
+// W_1^h A X Yᵀ Bᵀ M_2^h + W_2^h B Y Xᵀ Aᵀ M_1^h to N_3 (Eq. 9); one whose values come from
+// E (SkipV1's head 2, G_2^2) gives W^h Y Yᵀ Bᵀ M_2^h to N_2 and W^h Y Xᵀ Aᵀ M_1^h to N_3
+// (Eq. 10). N_1 + N_2 + N_3 = reduced_map, an identity (skipv1.lemma2 checks it).
+// Eq. 10 as printed puts W_1^1 A X Xᵀ Aᵀ M_1^1 inside N_1′'s sum over h, counting it twice;
+// Eq10Reading::as_printed builds that reading (a control: it breaks the identity).
+enum class Eq10Reading { as_the_map, as_printed };
+
+template <class S> struct Lemma2Parts {
+  Mat<S> N1, N2, N3;
+};
+
+template <class S>
+Lemma2Parts<S> lemma2_parts(const Mat<S>& X, const Mat<S>& Y, const Mat<S>& A, const Mat<S>& B,
+                            const ReducedWeights<S>& r, qkv::VariantKind variant,
+                            Eq10Reading reading = Eq10Reading::as_the_map) {
+  const auto from_E = values_from_input(variant);
+  const Eigen::Index d = X.rows(), a = A.rows();
+  const Mat<S> XXt = X * X.transpose(), AX = A * X, BY = B * Y;
+  const S copies = reading == Eq10Reading::as_printed && (from_E[0] || from_E[1]) ? S(2) : S(1);
+  Lemma2Parts<S> p{Mat<S>::Zero(d, d), Mat<S>::Zero(d, d), Mat<S>::Zero(d, d)};
+  for (int h = 0; h < 2; ++h) {
+    const Mat<S>& W = r.W[std::size_t(h)];
+    const Mat<S>& M = r.M[std::size_t(h)];
+    const Mat<S> W1 = W.leftCols(a), W2 = W.rightCols(d - a), M1 = M.topRows(a), M2 = M.bottomRows(d - a);
+    p.N1 += W * XXt * M;
+    if (from_E[std::size_t(h)]) {
+      p.N2 += W * (Y * BY.transpose()) * M2;
+      p.N3 += W * (Y * AX.transpose()) * M1;
+    } else {
+      p.N1 += copies * (W1 * (AX * AX.transpose()) * M1);
+      p.N2 += W2 * (BY * BY.transpose()) * M2;
+      p.N3 += W1 * (AX * BY.transpose()) * M2 + W2 * (BY * AX.transpose()) * M1;
+    }
+  }
+  return p;
+}
+
 // U_k x_{n+1}: the reduced form's prediction.
 template <class S>
 Vec<S> reduced_prediction(const Mat<S>& X, const Mat<S>& Y, const Vec<S>& x_query, const Mat<S>& A, const Mat<S>& B,
