@@ -15,7 +15,6 @@
 
 #include "core/atomic_file.hpp"
 #include "core/errors.hpp"
-#include "core/json_text.hpp"
 #include "core/statistics.hpp"
 #include "engine/json.hpp"
 #include "results/figure.hpp"
@@ -253,37 +252,6 @@ std::vector<double> baseline_curve(const Group& base, std::uint64_t seed, std::s
 }
 
 }  // namespace
-
-double finite_number(const std::string& text, const fs::path& file, const std::string& what) {
-  double x = 0;
-  const char* end = text.data() + text.size();
-  const auto [ptr, ec] = std::from_chars(text.data(), end, x);
-  if (text.empty() || ec != std::errc() || ptr != end || !std::isfinite(x))
-    throw UsageError(file.string() + ": " + what + " is not a finite number: " + json_quote(text));
-  return x;
-}
-
-Curve read_log(const fs::path& file, int column) {
-  std::ifstream in(file);
-  if (!in) throw UsageError(file.string() + ": cannot read");
-  Curve c;
-  std::string line;
-  std::getline(in, line);  // header
-  for (int number = 2; std::getline(in, line); ++number) {
-    std::vector<std::string> fields;
-    std::stringstream ss(line);
-    for (std::string f; std::getline(ss, f, ',');) fields.push_back(f);
-    const std::string row = "line " + std::to_string(number) + " (" + json_quote(line.substr(0, 40)) + ")";
-    if (int(fields.size()) <= column) throw UsageError(file.string() + ": " + row + " has no column " + std::to_string(column + 1));
-    std::int64_t step = 0;
-    const char* end = fields[0].data() + fields[0].size();
-    if (const auto r = std::from_chars(fields[0].data(), end, step); fields[0].empty() || r.ec != std::errc() || r.ptr != end)
-      throw UsageError(file.string() + ": " + row + ": the step is not an integer");
-    c.steps.push_back(step);
-    c.values.push_back(finite_number(fields[std::size_t(column)], file, row + "'s column " + std::to_string(column + 1)));
-  }
-  return c;
-}
 
 std::vector<double> moving_average(const std::vector<double>& values, int window, Smoothing smoothing) {
   if (smoothing == Smoothing::forward) {  // the trailing average of the reversed sequence, reversed

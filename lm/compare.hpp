@@ -34,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "lm/run_log.hpp"  // read_log, Curve: the runs' logs (reproduce's figures read them through here too)
 #include "results/value.hpp"
 #include "results/verdict.hpp"
 
@@ -57,18 +58,6 @@ struct CompareOptions {
 };
 
 results::Value compare_runs(const std::vector<std::filesystem::path>& runs, const CompareOptions& options);
-
-// A training log of `lm train` (train.csv, validation.csv): after the header, one row per step,
-// the first column the step (an integer), column `column` (0-based) a finite number. Anything
-// else is a UsageError naming the file, the line and the row's start (control bytes escaped).
-struct Curve {
-  std::vector<std::int64_t> steps;
-  std::vector<double> values;
-};
-Curve read_log(const std::filesystem::path& file, int column);
-
-// `text` as a finite number (the whole of it); otherwise a UsageError naming the file and `what`.
-double finite_number(const std::string& text, const std::filesystem::path& file, const std::string& what);
 
 // The moving average of `values` over `window` entries, trailing or forward (above).
 std::vector<double> moving_average(const std::vector<double>& values, int window,

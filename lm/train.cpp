@@ -6,18 +6,14 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
 #include "core/atomic_file.hpp"
 #include "core/errors.hpp"
 #include "core/fnv.hpp"
-#include "core/json_text.hpp"
 #include "corpus/batches.hpp"
 #include "corpus/ngram.hpp"
 #include "corpus/token_file.hpp"
@@ -25,6 +21,7 @@
 #include "lm/checkpoint.hpp"
 #include "lm/describe.hpp"
 #include "lm/model.hpp"
+#include "lm/run_log.hpp"
 
 namespace qkvlab::lm {
 
@@ -209,37 +206,10 @@ Validation validate(Model<float>& model, const corpus::Windows& all, int B, int 
   return {total.mean(), n, total.count};
 }
 
-// Keeps the rows of a CSV log up to `step` (first column), so a resumed run appends where it left off.
-void truncate_log(const fs::path& path, std::int64_t step) {
-  std::ifstream in(path);
-  if (!in) return;
-  std::string line, kept;
-  std::getline(in, line);
-  kept = line + "\n";
-  for (std::int64_t number = 2; std::getline(in, line); ++number) {
-    if (line.empty()) continue;
-    std::int64_t row_step = 0;
-    const char* end = line.data() + std::min(line.find(','), line.size());
-    if (std::from_chars(line.data(), end, row_step).ptr != end || end == line.data())
-      throw UsageError(path.string() + ": line " + std::to_string(number) + ": the step is not an integer: " +
-                       json_quote(line.substr(0, 40)));
-    if (row_step <= step) kept += line + "\n";
-  }
-  write_bytes_atomically(path, "CSV", kept);
-}
-
 // The loss of train.csv's row for `step` (a run whose last step is logged and checkpointed but whose
 // final validation was cut): a UsageError when the log lacks it.
 double last_logged_loss(const fs::path& path, std::int64_t step) {
-  std::ifstream in(path);
-  const std::string prefix = std::to_string(step) + ",";
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind(prefix, 0) == 0) {
-      const std::string field = line.substr(prefix.size(), line.find(',', prefix.size()) - prefix.size());
-      double x = 0;
-      const char* end = field.data() + field.size();
-      if (std::from_chars(field.data(), end, x).ptr == end && std::isfinite(x)) return x;
-    }
+  if (const auto loss = logged_value(path, step, 1)) return *loss;
   throw UsageError(path.string() + ": no loss logged for step " + std::to_string(step) + ": cannot finish the run");
 }
 
