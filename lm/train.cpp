@@ -357,6 +357,13 @@ struct Session {
 
 std::string validation_hash(const TrainData& data) { return std::to_string(fnv1a(data.validation)); }
 
+const std::vector<std::string>& run_file_names() {
+  static const std::vector<std::string> names = {"run.json",   "train.csv",           "validation.csv",
+                                                 "baselines.json", "checkpoint",      "checkpoint.previous",
+                                                 "checkpoint.writing"};
+  return names;
+}
+
 results::Value train_language_model(const RunOptions& o, const TrainData& data, engine::Backend<float>& backend,
                                     const std::function<void(const Progress&)>& progress) {
   validate(o.model);
@@ -367,8 +374,7 @@ results::Value train_language_model(const RunOptions& o, const TrainData& data, 
   fs::create_directories(o.out);
   const DirectoryLock lock(o.out, "lm train");  // one writer per run directory, for the whole run
   if (!o.resume)  // a fresh run never writes over another's files (nor a corpus's baselines.json)
-    for (const char* name : {"run.json", "train.csv", "validation.csv", "baselines.json", "checkpoint",
-                             "checkpoint.previous"})
+    for (const std::string& name : run_file_names())
       if (fs::exists(o.out / name))
         throw UsageError(o.out.string() + " already holds " + name + " (a run, or another directory's file): "
                          "continue that run with --resume, or train into another directory");

@@ -96,6 +96,11 @@ std::map<std::string, std::string> run_identity(const RunOptions& options, const
 // run and a reused reproduce cache entry must share (their validation losses are of those tokens).
 std::string validation_hash(const TrainData& data);
 
+// The names of the files and directories a training run writes into its directory (RunOptions::out;
+// above), checkpoint.writing (a checkpoint being saved) among them, besides its lock (core/atomic_file.hpp
+// DirectoryLock) and staged temporaries: a fresh run refuses a directory holding any of them.
+const std::vector<std::string>& run_file_names();
+
 // Runs (or resumes) the training and returns what run.json holds.
 results::Value train_language_model(const RunOptions& options, const TrainData& data,
                                     engine::Backend<float>& backend,

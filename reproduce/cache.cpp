@@ -107,9 +107,11 @@ std::string stale_reason(const fs::path& dir, const std::string& text, const lm:
 // A stale entry is deleted whole: only when it holds nothing but what reproduce's training writes
 // there (a user's file put beside it, or a directory that is not an entry, is not deleted).
 void refuse_foreign_files(const fs::path& dir) {
-  static const std::set<std::string> owned = {"run.json",   "train.csv",           "validation.csv",
-                                              "baselines.json", "checkpoint",      "checkpoint.previous",
-                                              "checkpoint.writing", "cache.json",  ".qkvlab-lock"};
+  static const std::set<std::string> owned = [] {  // the run's files, and the cache's record and the run's lock
+    std::set<std::string> names(lm::run_file_names().begin(), lm::run_file_names().end());
+    names.insert({"cache.json", ".qkvlab-lock"});
+    return names;
+  }();
   for (const auto& entry : fs::directory_iterator(dir)) {
     const std::string name = entry.path().filename().string();
     if (!owned.count(name) && name.rfind(".qkvlab-tmp", 0) != 0)
