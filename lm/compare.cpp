@@ -81,11 +81,10 @@ std::string label_of(const Json& model, const fs::path& file) {
   return label;
 }
 
-// A run's name: its directory's, less the seed suffix that scripts/lm_comparisons.sh gives it
+// A name less the seed suffix that scripts/lm_comparisons.sh gives a run's directory
 // ("resformer-l05-s2" → "resformer-l05") and the reproduce cache's, with its recipe's hash
 // ("gqa-s1-0123456789abcdef" → "gqa").
-std::string run_name(const fs::path& dir) {
-  std::string name = (dir.has_filename() ? dir : dir.parent_path()).filename().string();
+std::string without_seed(std::string name) {
   auto all = [](std::string_view text, int (*is)(int)) {
     return !text.empty() && std::all_of(text.begin(), text.end(), [is](unsigned char c) { return is(c) != 0; });
   };
@@ -98,6 +97,26 @@ std::string run_name(const fs::path& dir) {
   const std::size_t cut = name.rfind("-s");
   if (cut != std::string::npos && all(std::string_view(name).substr(cut + 2), isdigit)) name.resize(cut);
   return name;
+}
+
+// A run's name: its directory's, less the seed suffix.
+std::string run_name(const fs::path& dir) {
+  return without_seed((dir.has_filename() ? dir : dir.parent_path()).filename().string());
+}
+
+// The initial checkpoint's place in a group's key: run.json's "from" path (lm train --from), each of
+// its components less the seed suffix, so that the seeds of one starting point are replicates
+// (converted/released-avg-s1 … -s3, or the reproduce cache's vanilla-sSEED-HASH/checkpoint) and
+// runs from different starting points are not. Empty without "from": a fresh start.
+std::string origin_of(const Json& run, const fs::path& file) {
+  for (std::size_t i = 0; i < run.keys.size(); ++i)
+    if (run.keys[i] == "from") {
+      fs::path origin;
+      for (const auto& part : fs::path(member(run.items[i], "path", file).text).lexically_normal())
+        if (!part.empty()) origin /= without_seed(part.string());
+      return origin.string();
+    }
+  return "";
 }
 
 // A finished run's train.csv has a row for every step 1 … training.steps, in order, the last ended by
@@ -148,6 +167,8 @@ Run read_run(const fs::path& dir) {
     r.fields[field] = text.substr(0, text.find(' '));
   }
   r.key = text_of(model) + "|" + r.trained + "|" + r.fields["run.device"] + "|" + r.fields["run.data"];
+  if (const std::string origin = origin_of(json, file); !origin.empty())  // absent: a fresh start, as before
+    r.fields["run.from"] = origin, r.key += "|from=" + origin;
   r.label = r.family + " " + label_of(model, file);
   r.seed = engine::json_to_u64(member(json, "seed", file), "seed");
   r.final_validation = finite_number(member(json, "final_validation_loss", file).text, file, "\"final_validation_loss\"");

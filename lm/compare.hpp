@@ -1,7 +1,9 @@
 // `qkvlab lm compare RUN_DIR…`: runs of `lm train` side by side.
 //
 // Runs are grouped by model (family, variant and its options: every field of
-// the configuration), training, kind of device (cpu, cuda) and corpus, but nothing
+// the configuration), training, kind of device (cpu, cuda), corpus and starting point
+// (run.json's "from" path, lm train --from, each component less its -sSEED so that the
+// seeds of one conversion are replicates; absent: a fresh start), but nothing
 // of the seed; within a group the seeds are the replicates (a seed twice is refused).
 // For each group: the final validation loss (run.json's, over the whole validation
 // stream) as mean, standard deviation and count over seeds, and its difference from

@@ -213,6 +213,18 @@ double last_logged_loss(const fs::path& path, std::int64_t step) {
   throw UsageError(path.string() + ": no loss logged for step " + std::to_string(step) + ": cannot finish the run");
 }
 
+// What run.json records of the checkpoint a run started from (--from): the path as given, the FNV-1a
+// checksum of its model.safetensors (the one its manifest.json lists), and what its metadata says of
+// where it came from: the run_id of the run that saved it, its step, the conversion that made it.
+results::Value initial_checkpoint_value(const fs::path& dir, const Checkpoint& ck) {
+  results::Value v = results::Value::object();
+  v.set("path", dir.string());
+  v.set("model_fnv1a64", hex64(file_sum(dir / "model.safetensors").fnv1a64));
+  for (const char* key : {"run_id", "step", "converted_by"})
+    if (const auto it = ck.metadata.find(key); it != ck.metadata.end()) v.set(key, it->second);
+  return v;
+}
+
 // A CSV log a row at a time: started (or kept, when appending) as a regular file through
 // core/atomic_file.hpp, then appended to without following a symlink put in its place.
 class Log {
@@ -381,11 +393,13 @@ results::Value train_language_model(const RunOptions& o, const TrainData& data, 
   const engine::ProductTypeScope<float> products(backend, o.products);
   Session run(o, data, backend);
   run.model.initialize(o.seed);
+  results::Value from_record;  // run.json's "from"; none for a fresh start
   if (o.init_from) {
     const Checkpoint from = load_checkpoint(*o.init_from, false, o.allow_nonfinite);
     if (to_metadata(from.config) != to_metadata(o.model))
       throw UsageError(o.init_from->string() + " holds a model of another configuration than this run's");
     run.model.set_parameters(from.values);
+    from_record = initial_checkpoint_value(*o.init_from, from);
   }
   const std::int64_t start = run.restore();
   const results::Value baselines = baselines_value(data.train, data.validation, o.model.vocab);
@@ -427,6 +441,7 @@ results::Value train_language_model(const RunOptions& o, const TrainData& data, 
   out.set("model", config_value(o.model));
   out.set("data", data.source);
   out.set("seed", o.seed);
+  if (o.init_from) out.set("from", from_record);  // absent: a fresh start (lm compare groups by it)
   results::Value loop = results::Value::object();
   loop.set("steps", o.loop.steps), loop.set("batch", o.batch), loop.set("seq_len", o.seq);
   loop.set("accum", o.loop.accum), loop.set("lr", o.loop.lr), loop.set("min_lr", o.loop.min_lr);

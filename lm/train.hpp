@@ -16,7 +16,9 @@
 //   validation.csv    step, loss, windows, tokens
 //   baselines.json    the unigram and interpolated-bigram validation cross-entropy of the same
 //                     tokens (corpus/ngram.hpp)
-//   run.json          the result below, written last
+//   run.json          the result below, written last; "from" (only with init_from) records the
+//                     initial checkpoint: its path as given, its model.safetensors's FNV-1a checksum
+//                     and its metadata's run_id, step and converted_by where present
 // A non-finite training loss stops the run with a NumericalError naming the step.
 // The run holds the directory's lock (core/atomic_file.hpp DirectoryLock) from
 // start to end: a second writer fails at once, naming the holder's PID. --resume
