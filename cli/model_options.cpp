@@ -145,17 +145,7 @@ lm::Config apply(lm::Config c, const ModelOptions& o, Given given) {
   if (given("--strategy")) v.strategy = lm::parse_strategy(o.strategy);
   if (given("--skip-ratio")) v.skip_ratio = o.skip_ratio;
   if (given("--source-layer")) v.source_layer = o.source_layer;
-  using K = lm::VariantKind;
-  const bool own_lambda = v.kind == K::neutreno || v.kind == K::resformer_neutreno;  // λ is NeuTRENO's
-  if (o.lambda && !own_lambda && (o.alpha || o.beta))
-    throw UsageError("--lambda and --alpha/--beta both set ResFormer's weights: give one");
-  if (o.lambda && (v.kind == K::resformer || v.kind == K::resformer_k || v.kind == K::resformer_q ||
-                   v.kind == K::resformer_previous))
-    v.alpha = 1, v.beta = *o.lambda;
-  if (given("--variant") && v.kind == K::resformer_neutreno) v.lambda = 0.2;  // the released combination's λ
-  if (o.lambda && own_lambda) v.lambda = *o.lambda;
-  if (o.alpha) v.alpha = *o.alpha;
-  if (o.beta) v.beta = *o.beta;
+  lm::set_variant_weights(v, {o.lambda, o.alpha, o.beta}, given("--variant"));
   lm::validate(c);
   return c;
 }

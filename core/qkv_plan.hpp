@@ -60,7 +60,8 @@ enum class Strategy {
 struct Variant {
   VariantKind kind = VariantKind::vanilla;
   double alpha = 0.5, beta = 0.5;  // ResFormer weights (the λ form V_n + λV_1 is α = 1, β = λ)
-  double lambda = 0.4;             // NeuTRENO (resformer-neutreno: the released 0.2, set by the command line)
+  double lambda = 0.4;             // NeuTRENO (resformer-neutreno: the released 0.2, set where the variant is
+                                   // chosen: lm/config.hpp set_variant_weights)
   double skip_ratio = 0.5;         // SkipV1 family: share ρ of the value heads taken from the source layer
   int source_layer = 1;            // SkipVk and ResFormer's V_k (1-based); 0 is SkipV0: the injected heads are zero
   Strategy strategy = Strategy::second_half;

@@ -15,7 +15,6 @@
 
 #include "core/atomic_file.hpp"
 #include "core/errors.hpp"
-#include "core/json_text.hpp"
 #include "core/statistics.hpp"
 #include "engine/json.hpp"
 #include "results/figure.hpp"
@@ -82,11 +81,10 @@ std::string label_of(const Json& model, const fs::path& file) {
   return label;
 }
 
-// A run's name: its directory's, less the seed suffix that scripts/lm_comparisons.sh gives it
+// A name less the seed suffix that scripts/lm_comparisons.sh gives a run's directory
 // ("resformer-l05-s2" → "resformer-l05") and the reproduce cache's, with its recipe's hash
 // ("gqa-s1-0123456789abcdef" → "gqa").
-std::string run_name(const fs::path& dir) {
-  std::string name = (dir.has_filename() ? dir : dir.parent_path()).filename().string();
+std::string without_seed(std::string name) {
   auto all = [](std::string_view text, int (*is)(int)) {
     return !text.empty() && std::all_of(text.begin(), text.end(), [is](unsigned char c) { return is(c) != 0; });
   };
@@ -99,6 +97,26 @@ std::string run_name(const fs::path& dir) {
   const std::size_t cut = name.rfind("-s");
   if (cut != std::string::npos && all(std::string_view(name).substr(cut + 2), isdigit)) name.resize(cut);
   return name;
+}
+
+// A run's name: its directory's, less the seed suffix.
+std::string run_name(const fs::path& dir) {
+  return without_seed((dir.has_filename() ? dir : dir.parent_path()).filename().string());
+}
+
+// The initial checkpoint's place in a group's key: run.json's "from" path (lm train --from), each of
+// its components less the seed suffix, so that the seeds of one starting point are replicates
+// (converted/released-avg-s1 … -s3, or the reproduce cache's vanilla-sSEED-HASH/checkpoint) and
+// runs from different starting points are not. Empty without "from": a fresh start.
+std::string origin_of(const Json& run, const fs::path& file) {
+  for (std::size_t i = 0; i < run.keys.size(); ++i)
+    if (run.keys[i] == "from") {
+      fs::path origin;
+      for (const auto& part : fs::path(member(run.items[i], "path", file).text).lexically_normal())
+        if (!part.empty()) origin /= without_seed(part.string());
+      return origin.string();
+    }
+  return "";
 }
 
 // A finished run's train.csv has a row for every step 1 … training.steps, in order, the last ended by
@@ -149,6 +167,8 @@ Run read_run(const fs::path& dir) {
     r.fields[field] = text.substr(0, text.find(' '));
   }
   r.key = text_of(model) + "|" + r.trained + "|" + r.fields["run.device"] + "|" + r.fields["run.data"];
+  if (const std::string origin = origin_of(json, file); !origin.empty())  // absent: a fresh start, as before
+    r.fields["run.from"] = origin, r.key += "|from=" + origin;
   r.label = r.family + " " + label_of(model, file);
   r.seed = engine::json_to_u64(member(json, "seed", file), "seed");
   r.final_validation = finite_number(member(json, "final_validation_loss", file).text, file, "\"final_validation_loss\"");
@@ -253,37 +273,6 @@ std::vector<double> baseline_curve(const Group& base, std::uint64_t seed, std::s
 }
 
 }  // namespace
-
-double finite_number(const std::string& text, const fs::path& file, const std::string& what) {
-  double x = 0;
-  const char* end = text.data() + text.size();
-  const auto [ptr, ec] = std::from_chars(text.data(), end, x);
-  if (text.empty() || ec != std::errc() || ptr != end || !std::isfinite(x))
-    throw UsageError(file.string() + ": " + what + " is not a finite number: " + json_quote(text));
-  return x;
-}
-
-Curve read_log(const fs::path& file, int column) {
-  std::ifstream in(file);
-  if (!in) throw UsageError(file.string() + ": cannot read");
-  Curve c;
-  std::string line;
-  std::getline(in, line);  // header
-  for (int number = 2; std::getline(in, line); ++number) {
-    std::vector<std::string> fields;
-    std::stringstream ss(line);
-    for (std::string f; std::getline(ss, f, ',');) fields.push_back(f);
-    const std::string row = "line " + std::to_string(number) + " (" + json_quote(line.substr(0, 40)) + ")";
-    if (int(fields.size()) <= column) throw UsageError(file.string() + ": " + row + " has no column " + std::to_string(column + 1));
-    std::int64_t step = 0;
-    const char* end = fields[0].data() + fields[0].size();
-    if (const auto r = std::from_chars(fields[0].data(), end, step); fields[0].empty() || r.ec != std::errc() || r.ptr != end)
-      throw UsageError(file.string() + ": " + row + ": the step is not an integer");
-    c.steps.push_back(step);
-    c.values.push_back(finite_number(fields[std::size_t(column)], file, row + "'s column " + std::to_string(column + 1)));
-  }
-  return c;
-}
 
 std::vector<double> moving_average(const std::vector<double>& values, int window, Smoothing smoothing) {
   if (smoothing == Smoothing::forward) {  // the trailing average of the reversed sequence, reversed

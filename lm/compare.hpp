@@ -1,7 +1,9 @@
 // `qkvlab lm compare RUN_DIR…`: runs of `lm train` side by side.
 //
 // Runs are grouped by model (family, variant and its options: every field of
-// the configuration), training, kind of device (cpu, cuda) and corpus, but nothing
+// the configuration), training, kind of device (cpu, cuda), corpus and starting point
+// (run.json's "from" path, lm train --from, each component less its -sSEED so that the
+// seeds of one conversion are replicates; absent: a fresh start), but nothing
 // of the seed; within a group the seeds are the replicates (a seed twice is refused).
 // For each group: the final validation loss (run.json's, over the whole validation
 // stream) as mean, standard deviation and count over seeds, and its difference from
@@ -34,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "lm/run_log.hpp"  // read_log, Curve: the runs' logs (reproduce's figures read them through here too)
 #include "results/value.hpp"
 #include "results/verdict.hpp"
 
@@ -57,18 +60,6 @@ struct CompareOptions {
 };
 
 results::Value compare_runs(const std::vector<std::filesystem::path>& runs, const CompareOptions& options);
-
-// A training log of `lm train` (train.csv, validation.csv): after the header, one row per step,
-// the first column the step (an integer), column `column` (0-based) a finite number. Anything
-// else is a UsageError naming the file, the line and the row's start (control bytes escaped).
-struct Curve {
-  std::vector<std::int64_t> steps;
-  std::vector<double> values;
-};
-Curve read_log(const std::filesystem::path& file, int column);
-
-// `text` as a finite number (the whole of it); otherwise a UsageError naming the file and `what`.
-double finite_number(const std::string& text, const std::filesystem::path& file, const std::string& what);
 
 // The moving average of `values` over `window` entries, trailing or forward (above).
 std::vector<double> moving_average(const std::vector<double>& values, int window,

@@ -80,6 +80,20 @@ bool resformer_family(VariantKind k) {
          k == VariantKind::resformer_q;
 }
 
+void set_variant_weights(Variant& v, const VariantWeights& w, bool chosen) {
+  using K = VariantKind;
+  const bool own_lambda = v.kind == K::neutreno || v.kind == K::resformer_neutreno;  // λ is NeuTRENO's
+  if (w.lambda && !own_lambda && (w.alpha || w.beta))
+    throw UsageError("--lambda and --alpha/--beta both set ResFormer's weights: give one");
+  if (w.lambda && (v.kind == K::resformer || v.kind == K::resformer_k || v.kind == K::resformer_q ||
+                   v.kind == K::resformer_previous))
+    v.alpha = 1, v.beta = *w.lambda;
+  if (chosen && v.kind == K::resformer_neutreno) v.lambda = 0.2;  // the released combination's λ
+  if (w.lambda && own_lambda) v.lambda = *w.lambda;
+  if (w.alpha) v.alpha = *w.alpha;
+  if (w.beta) v.beta = *w.beta;
+}
+
 std::string to_string(Family f) { return kFamilies.name(f); }
 std::string to_string(VariantKind v) { return kVariants.name(v); }
 std::string to_string(Strategy s) { return kStrategies.name(s); }

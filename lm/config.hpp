@@ -24,6 +24,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -86,6 +87,17 @@ Config family_defaults(Family family, int layers, int d, int heads, int vocab, i
 // The variants whose layers n > k mix a source layer k with weights α, β
 // (resformer, resformer-neutreno, resformer-k, resformer-q).
 bool resformer_family(VariantKind kind);
+
+// The weights given to a variant (the command line's --lambda, --alpha, --beta; each optional), set on
+// `variant` by its rules: λ is NeuTRENO's own for neutreno and resformer-neutreno; for resformer,
+// resformer-k, -q and -previous it is ResFormer's λ form V_n + λ V_k, α = 1 and β = λ (λ given with α
+// or β is a UsageError, unless λ is NeuTRENO's); α and β, when given, are set last. A variant just
+// chosen (`chosen`: not one kept from a preset or a checkpoint) that is resformer-neutreno takes
+// the released combination's λ = 0.2 unless λ is given.
+struct VariantWeights {
+  std::optional<double> lambda, alpha, beta;
+};
+void set_variant_weights(Variant& variant, const VariantWeights& weights, bool chosen);
 
 // Throws UsageError (core/errors.hpp) naming the first inconsistency: a size
 // below 1, heads not a multiple of kv_heads, a ratio that does not give whole

@@ -6,18 +6,14 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
 #include "core/atomic_file.hpp"
 #include "core/errors.hpp"
 #include "core/fnv.hpp"
-#include "core/json_text.hpp"
 #include "corpus/batches.hpp"
 #include "corpus/ngram.hpp"
 #include "corpus/token_file.hpp"
@@ -25,6 +21,7 @@
 #include "lm/checkpoint.hpp"
 #include "lm/describe.hpp"
 #include "lm/model.hpp"
+#include "lm/run_log.hpp"
 
 namespace qkvlab::lm {
 
@@ -209,38 +206,23 @@ Validation validate(Model<float>& model, const corpus::Windows& all, int B, int 
   return {total.mean(), n, total.count};
 }
 
-// Keeps the rows of a CSV log up to `step` (first column), so a resumed run appends where it left off.
-void truncate_log(const fs::path& path, std::int64_t step) {
-  std::ifstream in(path);
-  if (!in) return;
-  std::string line, kept;
-  std::getline(in, line);
-  kept = line + "\n";
-  for (std::int64_t number = 2; std::getline(in, line); ++number) {
-    if (line.empty()) continue;
-    std::int64_t row_step = 0;
-    const char* end = line.data() + std::min(line.find(','), line.size());
-    if (std::from_chars(line.data(), end, row_step).ptr != end || end == line.data())
-      throw UsageError(path.string() + ": line " + std::to_string(number) + ": the step is not an integer: " +
-                       json_quote(line.substr(0, 40)));
-    if (row_step <= step) kept += line + "\n";
-  }
-  write_bytes_atomically(path, "CSV", kept);
-}
-
 // The loss of train.csv's row for `step` (a run whose last step is logged and checkpointed but whose
 // final validation was cut): a UsageError when the log lacks it.
 double last_logged_loss(const fs::path& path, std::int64_t step) {
-  std::ifstream in(path);
-  const std::string prefix = std::to_string(step) + ",";
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind(prefix, 0) == 0) {
-      const std::string field = line.substr(prefix.size(), line.find(',', prefix.size()) - prefix.size());
-      double x = 0;
-      const char* end = field.data() + field.size();
-      if (std::from_chars(field.data(), end, x).ptr == end && std::isfinite(x)) return x;
-    }
+  if (const auto loss = logged_value(path, step, 1)) return *loss;
   throw UsageError(path.string() + ": no loss logged for step " + std::to_string(step) + ": cannot finish the run");
+}
+
+// What run.json records of the checkpoint a run started from (--from): the path as given, the FNV-1a
+// checksum of its model.safetensors (the one its manifest.json lists), and what its metadata says of
+// where it came from: the run_id of the run that saved it, its step, the conversion that made it.
+results::Value initial_checkpoint_value(const fs::path& dir, const Checkpoint& ck) {
+  results::Value v = results::Value::object();
+  v.set("path", dir.string());
+  v.set("model_fnv1a64", hex64(file_sum(dir / "model.safetensors").fnv1a64));
+  for (const char* key : {"run_id", "step", "converted_by"})
+    if (const auto it = ck.metadata.find(key); it != ck.metadata.end()) v.set(key, it->second);
+  return v;
 }
 
 // A CSV log a row at a time: started (or kept, when appending) as a regular file through
@@ -387,6 +369,13 @@ struct Session {
 
 std::string validation_hash(const TrainData& data) { return std::to_string(fnv1a(data.validation)); }
 
+const std::vector<std::string>& run_file_names() {
+  static const std::vector<std::string> names = {"run.json",   "train.csv",           "validation.csv",
+                                                 "baselines.json", "checkpoint",      "checkpoint.previous",
+                                                 "checkpoint.writing"};
+  return names;
+}
+
 results::Value train_language_model(const RunOptions& o, const TrainData& data, engine::Backend<float>& backend,
                                     const std::function<void(const Progress&)>& progress) {
   validate(o.model);
@@ -397,19 +386,20 @@ results::Value train_language_model(const RunOptions& o, const TrainData& data, 
   fs::create_directories(o.out);
   const DirectoryLock lock(o.out, "lm train");  // one writer per run directory, for the whole run
   if (!o.resume)  // a fresh run never writes over another's files (nor a corpus's baselines.json)
-    for (const char* name : {"run.json", "train.csv", "validation.csv", "baselines.json", "checkpoint",
-                             "checkpoint.previous"})
+    for (const std::string& name : run_file_names())
       if (fs::exists(o.out / name))
         throw UsageError(o.out.string() + " already holds " + name + " (a run, or another directory's file): "
                          "continue that run with --resume, or train into another directory");
   const engine::ProductTypeScope<float> products(backend, o.products);
   Session run(o, data, backend);
   run.model.initialize(o.seed);
+  results::Value from_record;  // run.json's "from"; none for a fresh start
   if (o.init_from) {
     const Checkpoint from = load_checkpoint(*o.init_from, false, o.allow_nonfinite);
     if (to_metadata(from.config) != to_metadata(o.model))
       throw UsageError(o.init_from->string() + " holds a model of another configuration than this run's");
     run.model.set_parameters(from.values);
+    from_record = initial_checkpoint_value(*o.init_from, from);
   }
   const std::int64_t start = run.restore();
   const results::Value baselines = baselines_value(data.train, data.validation, o.model.vocab);
@@ -451,6 +441,7 @@ results::Value train_language_model(const RunOptions& o, const TrainData& data, 
   out.set("model", config_value(o.model));
   out.set("data", data.source);
   out.set("seed", o.seed);
+  if (o.init_from) out.set("from", from_record);  // absent: a fresh start (lm compare groups by it)
   results::Value loop = results::Value::object();
   loop.set("steps", o.loop.steps), loop.set("batch", o.batch), loop.set("seq_len", o.seq);
   loop.set("accum", o.loop.accum), loop.set("lr", o.loop.lr), loop.set("min_lr", o.loop.min_lr);

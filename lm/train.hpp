@@ -16,7 +16,9 @@
 //   validation.csv    step, loss, windows, tokens
 //   baselines.json    the unigram and interpolated-bigram validation cross-entropy of the same
 //                     tokens (corpus/ngram.hpp)
-//   run.json          the result below, written last
+//   run.json          the result below, written last; "from" (only with init_from) records the
+//                     initial checkpoint: its path as given, its model.safetensors's FNV-1a checksum
+//                     and its metadata's run_id, step and converted_by where present
 // A non-finite training loss stops the run with a NumericalError naming the step.
 // The run holds the directory's lock (core/atomic_file.hpp DirectoryLock) from
 // start to end: a second writer fails at once, naming the holder's PID. --resume
@@ -95,6 +97,11 @@ std::map<std::string, std::string> run_identity(const RunOptions& options, const
 // The validation tokens' hash, as the checkpoint's "data.validation_hash" records it: what a resumed
 // run and a reused reproduce cache entry must share (their validation losses are of those tokens).
 std::string validation_hash(const TrainData& data);
+
+// The names of the files and directories a training run writes into its directory (RunOptions::out;
+// above), checkpoint.writing (a checkpoint being saved) among them, besides its lock (core/atomic_file.hpp
+// DirectoryLock) and staged temporaries: a fresh run refuses a directory holding any of them.
+const std::vector<std::string>& run_file_names();
 
 // Runs (or resumes) the training and returns what run.json holds.
 results::Value train_language_model(const RunOptions& options, const TrainData& data,

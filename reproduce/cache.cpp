@@ -30,19 +30,25 @@ std::string recipe_hash(const std::string& text) { return hex64(fnv1a64(text)); 
 
 namespace {
 
-// The recipe a finished cache entry was trained with, from its own checkpoint's record; empty when
-// the entry is not a finished run (no run.json, no checkpoint, or stopped before the last step).
-std::string recorded_recipe(const fs::path& dir) {
-  if (!fs::is_regular_file(dir / "run.json") || !lm::is_own_checkpoint(dir / "checkpoint")) return "";
+// What a cache entry's checkpoint records, read once: the recipe it was trained with (empty when the
+// entry is not a finished run: no run.json, no checkpoint, or stopped before the last step) and the
+// checkpoint's metadata (empty without a checkpoint).
+struct Recorded {
+  std::string recipe;
+  std::map<std::string, std::string> metadata;
+};
+
+Recorded recorded_entry(const fs::path& dir) {
+  if (!fs::is_regular_file(dir / "run.json") || !lm::is_own_checkpoint(dir / "checkpoint")) return {};
   const lm::Checkpoint ck = lm::load_checkpoint(dir / "checkpoint");
+  Recorded r{"", ck.metadata};
   std::map<std::string, std::string> all = lm::to_metadata(ck.config);
   for (const auto& [key, value] : ck.metadata)
     if (key.rfind("run.", 0) == 0 && !value.empty()) all[key] = value;
   const auto step = ck.metadata.find("step"), steps = ck.metadata.find("run.steps");
-  if (step == ck.metadata.end() || steps == ck.metadata.end() || step->second != steps->second) return "";
-  std::string text;
-  for (const auto& [key, value] : all) text += key + "=" + value + "\n";
-  return text;
+  if (step == ck.metadata.end() || steps == ck.metadata.end() || step->second != steps->second) return r;
+  for (const auto& [key, value] : all) r.recipe += key + "=" + value + "\n";
+  return r;
 }
 
 results::Value from_json(const engine::Json& j) {
@@ -93,10 +99,10 @@ const std::vector<std::string> kRecorded = {"run.json", "train.csv", "validation
 std::string stale_reason(const fs::path& dir, const std::string& text, const lm::TrainData& data) {
   try {
     lm::verify_files_manifest(dir, dir / "cache.json", "the entry was changed after its training");
-    if (recorded_recipe(dir) != text) return "unfinished, or made by another recipe";
-    const auto recorded = lm::load_checkpoint(dir / "checkpoint").metadata;
-    const auto validation = recorded.find("data.validation_hash");
-    if (validation == recorded.end() || validation->second != lm::validation_hash(data))
+    const Recorded recorded = recorded_entry(dir);
+    if (recorded.recipe != text) return "unfinished, or made by another recipe";
+    const auto validation = recorded.metadata.find("data.validation_hash");
+    if (validation == recorded.metadata.end() || validation->second != lm::validation_hash(data))
       return "validated on other tokens than this corpus's validation split";
   } catch (const UsageError& e) {
     return e.what();
@@ -107,9 +113,11 @@ std::string stale_reason(const fs::path& dir, const std::string& text, const lm:
 // A stale entry is deleted whole: only when it holds nothing but what reproduce's training writes
 // there (a user's file put beside it, or a directory that is not an entry, is not deleted).
 void refuse_foreign_files(const fs::path& dir) {
-  static const std::set<std::string> owned = {"run.json",   "train.csv",           "validation.csv",
-                                              "baselines.json", "checkpoint",      "checkpoint.previous",
-                                              "checkpoint.writing", "cache.json",  ".qkvlab-lock"};
+  static const std::set<std::string> owned = [] {  // the run's files, and the cache's record and the run's lock
+    std::set<std::string> names(lm::run_file_names().begin(), lm::run_file_names().end());
+    names.insert({"cache.json", ".qkvlab-lock"});
+    return names;
+  }();
   for (const auto& entry : fs::directory_iterator(dir)) {
     const std::string name = entry.path().filename().string();
     if (!owned.count(name) && name.rfind(".qkvlab-tmp", 0) != 0)

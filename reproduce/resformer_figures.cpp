@@ -4,7 +4,8 @@
 #include <cmath>
 
 #include "analysis/analyze.hpp"
-#include "lm/compare.hpp"
+#include "lm/compare.hpp"  // moving_average
+#include "lm/run_log.hpp"  // read_log
 #include "reproduce/figure_kit.hpp"
 
 namespace qkvlab::reproduce {

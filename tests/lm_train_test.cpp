@@ -163,6 +163,28 @@ TEST(LmTrain, RunsSurviveInterruptionsAndAreNotOverwritten) {
   EXPECT_THROW(train_language_model(finish, data, backend, {}), UsageError);  // control: finished now
 }
 
+// A run started from a checkpoint (--from) records it in run.json: the path as given, the checksum of its
+// model.safetensors (its manifest's) and the run that saved it; a fresh run records none.
+TEST(LmTrain, RecordsTheCheckpointItStartedFrom) {
+  ScratchDir dir;
+  const TrainData data = toy_data();
+  engine::CpuBackend<float> backend(2);
+  const results::Value first = train_language_model(tiny_run(dir.path / "first", 1), data, backend, {});
+  EXPECT_EQ(first.find("from"), nullptr) << "a fresh start recorded a checkpoint";
+  RunOptions on = tiny_run(dir.path / "on", 2);
+  on.init_from = dir.path / "first" / "checkpoint";
+  const results::Value second = train_language_model(on, data, backend, {});
+  ASSERT_NE(second.find("from"), nullptr);
+  const results::Value& from = second["from"];
+  EXPECT_EQ(from["path"].string(), on.init_from->string());
+  const std::string checksum = from["model_fnv1a64"].string();
+  EXPECT_EQ(checksum.size(), 16u) << checksum;
+  EXPECT_NE(read_file(dir.path / "first" / "checkpoint" / "manifest.json").find(checksum), std::string::npos);
+  EXPECT_EQ(from["run_id"].string(), load_checkpoint(*on.init_from).metadata.at("run_id"));
+  EXPECT_EQ(from["step"].string(), "6");
+  EXPECT_NE(read_file(dir.path / "on" / "run.json").find("\"from\""), std::string::npos);
+}
+
 TEST(LmTrain, WritesBaselinesAndLearnsBelowTheUnigramModel) {
   ScratchDir dir;
   const TrainData data = toy_data();
@@ -360,14 +382,16 @@ TEST(LmCompare, BaselineByRunName) {
 // the device, `seed`, the final validation loss and a logged row for each of the training's steps.
 void write_run(const fs::path& dir, const std::string& variant, const std::string& training, int seed, double final,
                int kv_heads = 4, const std::string& device = "cpu (1 thread, OpenBLAS)",
-               const std::string& strategy = "second-half") {
+               const std::string& strategy = "second-half", const std::string& from = "") {
   fs::create_directories(dir);
+  const std::string from_member =
+      from.empty() ? "" : R"(, "from": {"path": ")" + from + R"(", "model_fnv1a64": "0123456789abcdef"})";
   std::ofstream(dir / "run.json") << R"({"model": {"family": "gpt2", "variant": ")" << variant
                                   << R"(", "alpha": 0.5, "beta": 0.5, "lambda": 0.4, "skip_ratio": 0.5, )"
                                   << R"("source_layer": 1, "strategy": ")" << strategy
                                   << R"(", "mla": false, "heads": 4, "kv_heads": )" << kv_heads << R"(}, "training": {)"
                                   << training << R"x(}, "data": "brown (data/brown)", "device": ")x" << device
-                                  << R"(", "seed": )" << seed << R"(, "final_validation_loss": )" << final << "}\n";
+                                  << R"(", "seed": )" << seed << from_member << R"(, "final_validation_loss": )" << final << "}\n";
   const std::size_t at = training.find("\"steps\": ") + 9;
   const int steps = std::stoi(training.substr(at));
   std::ofstream log(dir / "train.csv");
@@ -478,6 +502,41 @@ TEST(LmCompare, TheBaselineIsTheNearestModelOnTheSameDevice) {
   try {
     compare_runs(runs({vanilla, skip, {dir.path / "copy-s1"}}), {});
     ADD_FAILURE() << "a seed twice in a group was not refused";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("twice"), std::string::npos) << e.what();
+  }
+}
+
+// Runs started from different checkpoints (lm train --from, run.json's "from") are different groups,
+// though alike in everything else: two conversions uptrained with one seed are not "a seed twice". The
+// seeds of one starting point are replicates (its directories differ only by -sSEED, as
+// scripts/lm_uptraining.sh names them). Control: without "from" the same runs are refused as a seed
+// twice in a group, as before "from" was recorded.
+TEST(LmCompare, RunsFromDifferentCheckpointsAreDifferentGroups) {
+  ScratchDir dir;
+  const std::string trained = R"("steps": 2)";
+  std::vector<fs::path> runs, fresh;
+  for (const char* method : {"released-avg", "released-topk"})
+    for (int seed : {1, 2}) {
+      const std::string name = std::string(method) + "-240-s" + std::to_string(seed);
+      const double final = method == std::string("released-avg") ? 3.0 : 2.5;
+      write_run(runs.emplace_back(dir.path / "from" / name), "skipv1", trained, seed, final, 4,
+                "cpu (1 thread, OpenBLAS)", "second-half", "up/converted/" + std::string(method) + "-s" + std::to_string(seed));
+      write_run(fresh.emplace_back(dir.path / "fresh" / name), "skipv1", trained, seed, final);
+    }
+  const results::Value compared = compare_runs(runs, {});
+  std::map<std::string, double> means;
+  for (const auto& g : compared["groups"].items()) {
+    EXPECT_EQ(g["runs"].number(), 2) << g["label"].string();
+    means[g["label"].string()] = g["final_validation_loss_mean"].number();
+  }
+  ASSERT_EQ(means.size(), 2u) << "one group for each starting point";
+  EXPECT_DOUBLE_EQ(means.begin()->second, 3.0);  // the labels name the starting points: released-avg first
+  EXPECT_NE(means.begin()->first.find("from=up/converted/released-avg"), std::string::npos) << means.begin()->first;
+  EXPECT_DOUBLE_EQ(means.rbegin()->second, 2.5);
+  try {
+    compare_runs(fresh, {});
+    ADD_FAILURE() << "runs without \"from\" alike but for their directories were not refused";
   } catch (const UsageError& e) {
     EXPECT_NE(std::string(e.what()).find("twice"), std::string::npos) << e.what();
   }

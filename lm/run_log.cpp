@@ -1,0 +1,100 @@
+#include "lm/run_log.hpp"
+
+#include <charconv>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+#include <string_view>
+
+#include "core/atomic_file.hpp"
+#include "core/errors.hpp"
+#include "core/json_text.hpp"
+
+namespace qkvlab::lm {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// The whole of `text` as a finite number.
+std::optional<double> parse_finite(std::string_view text) {
+  double x = 0;
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, x);
+  if (text.empty() || ec != std::errc() || ptr != end || !std::isfinite(x)) return std::nullopt;
+  return x;
+}
+
+}  // namespace
+
+std::optional<LogLines> read_log_lines(const fs::path& file) {
+  std::ifstream in(file);
+  if (!in) return std::nullopt;
+  LogLines log;
+  std::getline(in, log.header);
+  std::string line;
+  for (int number = 2; std::getline(in, line); ++number) {
+    LogRow row{number, line, {}};
+    std::stringstream ss(line);
+    for (std::string f; std::getline(ss, f, ',');) row.fields.push_back(f);
+    log.rows.push_back(std::move(row));
+  }
+  return log;
+}
+
+std::optional<std::int64_t> row_step(const LogRow& row) {
+  if (row.fields.empty()) return std::nullopt;
+  const std::string& field = row.fields.front();
+  std::int64_t step = 0;
+  const char* end = field.data() + field.size();
+  if (const auto r = std::from_chars(field.data(), end, step); field.empty() || r.ec != std::errc() || r.ptr != end)
+    return std::nullopt;
+  return step;
+}
+
+double finite_number(const std::string& text, const fs::path& file, const std::string& what) {
+  if (const auto x = parse_finite(text)) return *x;
+  throw UsageError(file.string() + ": " + what + " is not a finite number: " + json_quote(text));
+}
+
+Curve read_log(const fs::path& file, int column) {
+  const auto log = read_log_lines(file);
+  if (!log) throw UsageError(file.string() + ": cannot read");
+  Curve c;
+  for (const LogRow& r : log->rows) {
+    const std::string row = "line " + std::to_string(r.number) + " (" + json_quote(r.text.substr(0, 40)) + ")";
+    if (int(r.fields.size()) <= column)
+      throw UsageError(file.string() + ": " + row + " has no column " + std::to_string(column + 1));
+    const auto step = row_step(r);
+    if (!step) throw UsageError(file.string() + ": " + row + ": the step is not an integer");
+    c.steps.push_back(*step);
+    c.values.push_back(finite_number(r.fields[std::size_t(column)], file, row + "'s column " + std::to_string(column + 1)));
+  }
+  return c;
+}
+
+void truncate_log(const fs::path& file, std::int64_t step) {
+  const auto log = read_log_lines(file);
+  if (!log) return;
+  std::string kept = log->header + "\n";
+  for (const LogRow& r : log->rows) {
+    if (r.text.empty()) continue;
+    const auto row = row_step(r);
+    if (!row)
+      throw UsageError(file.string() + ": line " + std::to_string(r.number) + ": the step is not an integer: " +
+                       json_quote(r.text.substr(0, 40)));
+    if (*row <= step) kept += r.text + "\n";
+  }
+  write_bytes_atomically(file, "CSV", kept);
+}
+
+std::optional<double> logged_value(const fs::path& file, std::int64_t step, int column) {
+  const auto log = read_log_lines(file);
+  if (!log) return std::nullopt;
+  for (const LogRow& r : log->rows)
+    if (row_step(r) == step && int(r.fields.size()) > column)
+      if (const auto x = parse_finite(r.fields[std::size_t(column)])) return x;
+  return std::nullopt;
+}
+
+}  // namespace qkvlab::lm
