@@ -51,7 +51,6 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
-#include <numbers>
 #include <string>
 
 namespace qkvlab::theory {
@@ -112,15 +111,6 @@ struct MetricDefect {
 };
 
 MatD random_matrix(Rng& rng, int d) { return rng.gaussian(d, d, std::sqrt(v / d)); }
-
-// The quarter-circle law of radius r = 2√v, the law of σ (not σ²).
-double quarter_circle_cdf(double y) {
-  const double r = 2 * std::sqrt(v);
-  if (!(y > 0)) return 0;
-  if (!(y < r)) return 1;
-  const double theta = std::asin(y / r);
-  return (2 * theta + std::sin(2 * theta)) / std::numbers::pi;
-}
 
 // The spectral moments m_k = (1/d) tr (AᵀA)^k, k = 1, 2, 3, of one draw.
 std::array<double, 3> spectral_moments(const std::vector<double>& x) {

@@ -109,7 +109,7 @@ Outcome outcome(const icl::LemmaResult& r, ControlOutcome control) {
 }
 
 icl::LemmaOptions options(Rng& rng, icl::Form form = icl::Form::posterior_mean) {
-  return {check_prompts, rng.next_u64(), 1, -1, form};
+  return {.prompts = check_prompts, .seed = rng.next_u64(), .threads = 1, .a = -1, .form = form};
 }
 
 Outcome lemma1(const SweepPoint& c, Precision, Rng& rng) {

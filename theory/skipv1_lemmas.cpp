@@ -51,7 +51,8 @@ double dot(const MatD& a, const MatD& b) { return a.cwiseProduct(b).sum(); }
 
 LemmaResult result(std::string id, std::string variant, std::string statement, Estimate e, std::string note = "") {
   if (!std::isfinite(e.value) || !std::isfinite(e.se)) throw NumericalError(id + ": statistic is not finite");
-  LemmaResult r{std::move(id), std::move(variant), std::move(statement), e, 0, false, std::move(note)};
+  LemmaResult r{.id = std::move(id), .variant = std::move(variant), .statement = std::move(statement), .residual = e,
+                .note = std::move(note)};
   r.z = e.se > 0 ? std::abs(e.value) / e.se : (e.value == 0 ? 0 : INFINITY);
   r.holds = r.z <= lemma_budget;
   return r;

@@ -67,7 +67,7 @@ struct LemmaOptions {
   Form form = Form::posterior_mean;    // the Ŵ_D the statement is checked with
   bool zero_weights = false;           // lemma1 only: all W^h = 0 (U = 0) instead of random
   // lemma2 only (controls): build the parts of this architecture's equation, and read Eq. 10 so.
-  std::optional<qkv::VariantKind> parts_of;
+  std::optional<qkv::VariantKind> parts_of = std::nullopt;
   Eq10Reading reading = Eq10Reading::as_the_map;
 };
 
@@ -81,7 +81,7 @@ struct LemmaResult {
   double z = 0;       // |mean| / SE
   bool holds = false;  // z ≤ lemma_budget (and, for lemma2, its identity within its budget)
   std::string note;
-  std::optional<double> identity_rel_err;  // lemma2: mean ‖N_1 + N_2 + N_3 − U‖_F / ‖U‖_F
+  std::optional<double> identity_rel_err = std::nullopt;  // lemma2: mean ‖N_1 + N_2 + N_3 − U‖_F / ‖U‖_F
 };
 
 enum class Lemma3Part { t1, t2 };

@@ -424,11 +424,18 @@ template <class S> Mat<S> norm_points(const CheckpointData& data, int layer, Nor
                                 theory::at_boundary<S>(top, data.weights.config.norm_eps));
 }
 
+// A check whose change of basis is singular: no measurement.
+Outcome singular_outcome(std::string note) {
+  Outcome o;
+  o.rel_err = NAN, o.singular = true, o.note = std::move(note);
+  return o;
+}
+
 }  // namespace
 
 template <class S> Outcome norm_semi_conjugacy(const CheckpointData& data, int layer, NormSite site, Rng& rng) {
   const auto L = layer_norm_conjugacy<S>(cast<S>(theory::draw_conjugacy_basis(rng, data.weights.config.d)));
-  if (!L.ok()) return Outcome{NAN, 1, true, "some delta_i = 0: D is singular", {}, {}};
+  if (!L.ok()) return singular_outcome("some delta_i = 0: D is singular");
   return theory::semi_conjugacy<S>(L, norm_points<S>(data, layer, site, L.top), data.weights.config.norm_eps).outcome;
 }
 
@@ -437,8 +444,8 @@ template <class S> Outcome norm_change_of_basis(const CheckpointData& data, int 
   const auto L = layer_norm_conjugacy<S>(cast<S>(theory::draw_conjugacy_basis(rng, w.config.d)));
   const Vec<S> g = vector_of<S>(w.at(norm_prefix(layer, site) + ".weight"));
   const Vec<S> g_red = cast<S>(MatD((0.3 * rng.gaussian(w.config.d, 1)).array().exp())).col(0);  // the reduced model's
-  if (!L.ok()) return Outcome{NAN, 1, true, "some delta_i = 0: D is singular", {}, {}};
-  if (!(g.cwiseAbs().minCoeff() > S(0))) return Outcome{NAN, 1, true, "a gain is 0: G is singular", {}, {}};
+  if (!L.ok()) return singular_outcome("some delta_i = 0: D is singular");
+  if (!(g.cwiseAbs().minCoeff() > S(0))) return singular_outcome("a gain is 0: G is singular");
   Outcome o = theory::change_of_basis_through_norm<S>(L, norm_points<S>(data, layer, site, L.top), g, g_red,
                                                       cast<S>(reader(w, layer, site)), w.config.norm_eps);
   if (w.has(norm_prefix(layer, site) + ".bias"))
