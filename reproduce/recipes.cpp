@@ -129,7 +129,7 @@ Recipe recipe(const std::string& name, std::uint64_t seed, std::int64_t steps) {
   t->apply(r.run);
   if (steps > 0) r.run.loop.steps = steps, r.run.loop.warmup = std::max<std::int64_t>(1, steps / 20);
   r.run.seed = seed;
-  r.run.eval_every = 100, r.run.checkpoint_every = 100000;  // as scripts/lm_comparisons.sh
+  r.run.eval_every = 100, r.run.checkpoint_every = 100000;  // evaluated as scripts/lm_comparisons.sh; checkpointed at the end
   return r;
 }
 

@@ -6,7 +6,8 @@
 #   scripts/lm_comparisons.sh [--qkvlab BIN] [--device cpu|cuda] [--out DIR] [--only REGEX] [--data DIR] [--jobs N] [--threads N] [--list]
 #
 # Each run goes to OUT/<family>/<name>-s<seed>; a run whose run.json exists is
-# skipped, so the script can be stopped and started again. Seed 1 of every run
+# skipped, so the script can be stopped and started again: a stopped run resumes from its
+# last checkpoint (every 200 steps; resuming is bit-identical to an uninterrupted run). Seed 1 of every run
 # comes first, then seed 2, then 3, so a partial sweep is balanced. --jobs N runs
 # N trainings at once (each is deterministic on its own); --threads N gives each N CPU threads (0,
 # the default: all cores). --list prints each run it would
@@ -38,7 +39,7 @@ one_run() {  # family preset name seed flags
   local dir="$out/$family/$name-s$seed"
   # shellcheck disable=SC2086
   if "$qkvlab" lm train --preset "$preset" $flags --corpus brown --data "$data" --seed "$seed" \
-      --device "$device" --threads "$threads" --eval-every 100 --checkpoint-every 100000 --out "$dir" --quiet --format json >/dev/null; then
+      --device "$device" --threads "$threads" --eval-every 100 --checkpoint-every 200 --out "$dir" --quiet --format json >/dev/null; then
     echo "$family/$name-s$seed: $(grep -o '"final_validation_loss": [0-9.e+-]*' "$dir/run.json") ($((SECONDS - start)) s)"
   else
     echo "$family/$name-s$seed: FAILED (exit $?)"

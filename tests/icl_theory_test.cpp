@@ -218,7 +218,8 @@ TEST(IclLemmas, ChecksPassWhereTheyShouldAndControlsFailWidely) {
     EXPECT_GT(check_lemma1(scaled, ridge, arch).z, 10);
     const LemmaResult lemma2 = check_lemma2(zero, o, arch);
     EXPECT_TRUE(lemma2.holds);
-    EXPECT_LT(*lemma2.identity_rel_err, lemma2_identity_budget(zero));
+    EXPECT_TRUE(lemma2.identity->holds());
+    EXPECT_LT(lemma2.identity->rel_err, lemma2_identity_budget(zero));
     EXPECT_GT(check_lemma2(scaled, o, arch).z, 10);
     // Parts that are not the map's: the cross term alone cannot see them (its mean is 0 for
     // any Y-odd N_3 and Y-even N_1 + N_2), the identity does.
@@ -227,7 +228,11 @@ TEST(IclLemmas, ChecksPassWhereTheyShouldAndControlsFailWidely) {
     const LemmaResult wrong_parts = check_lemma2(zero, wrong, arch);
     EXPECT_LE(wrong_parts.z, lemma_budget);
     EXPECT_FALSE(wrong_parts.holds);
-    EXPECT_GT(*wrong_parts.identity_rel_err, 1e-3);
+    EXPECT_FALSE(wrong_parts.identity->holds());
+    EXPECT_GT(wrong_parts.identity->rel_err, 1e-3);
+    // The identity alone, at the same draws, is the number check_lemma2 reports.
+    EXPECT_DOUBLE_EQ(lemma2_identity(zero, wrong, arch).rel_err, wrong_parts.identity->rel_err);
+    EXPECT_DOUBLE_EQ(lemma2_identity(zero, o, arch).rel_err, lemma2.identity->rel_err);
   }
   for (auto part : {Lemma3Part::t1, Lemma3Part::t2}) {
     EXPECT_TRUE(check_lemma3(zero, o, part).holds);

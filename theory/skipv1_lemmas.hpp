@@ -75,13 +75,19 @@ struct LemmaOptions {
 // dimensions n and d) in another order, so their relative difference is a few (n + 2d) u.
 double lemma2_identity_budget(const Task& task);
 
+struct IdentityResult {
+  double rel_err = 0;  // mean over prompts of ‖N_1 + N_2 + N_3 − U‖_F / ‖U‖_F
+  double budget = 0;   // lemma2_identity_budget
+  bool holds() const { return rel_err <= budget; }
+};
+
 struct LemmaResult {
   std::string id, variant, statement;
   Estimate residual;  // the statistic's mean and SE; expected 0
   double z = 0;       // |mean| / SE
-  bool holds = false;  // z ≤ lemma_budget (and, for lemma2, its identity within its budget)
+  bool holds = false;  // z ≤ lemma_budget (and, for lemma2, identity->holds())
   std::string note;
-  std::optional<double> identity_rel_err = std::nullopt;  // lemma2: mean ‖N_1 + N_2 + N_3 − U‖_F / ‖U‖_F
+  std::optional<IdentityResult> identity = std::nullopt;  // lemma2's identity
 };
 
 enum class Lemma3Part { t1, t2 };
@@ -89,6 +95,8 @@ enum class Thm2Part { skipv1, mha };
 
 LemmaResult check_lemma1(const Task& task, const LemmaOptions& o, qkv::VariantKind arch);
 LemmaResult check_lemma2(const Task& task, const LemmaOptions& o, qkv::VariantKind arch);
+// lemma2's identity alone, at the weights and prompts check_lemma2 draws with the same options.
+IdentityResult lemma2_identity(const Task& task, const LemmaOptions& o, qkv::VariantKind arch);
 LemmaResult check_lemma3(const Task& task, const LemmaOptions& o, Lemma3Part part);
 LemmaResult check_lemma4(const Task& task, const LemmaOptions& o);
 LemmaResult check_thm2(const Task& task, const LemmaOptions& o, Thm2Part part);
