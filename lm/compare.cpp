@@ -39,9 +39,14 @@ struct Run {
   Curve train, validation;
 };
 
-const Json& member(const Json& object, const std::string& key, const fs::path& file) {
+const Json* optional_member(const Json& object, const std::string& key) {
   for (std::size_t i = 0; i < object.keys.size(); ++i)
-    if (object.keys[i] == key) return object.items[i];
+    if (object.keys[i] == key) return &object.items[i];
+  return nullptr;
+}
+
+const Json& member(const Json& object, const std::string& key, const fs::path& file) {
+  if (const Json* m = optional_member(object, key)) return *m;
   throw UsageError(file.string() + ": no \"" + key + "\"");
 }
 
@@ -104,19 +109,45 @@ std::string run_name(const fs::path& dir) {
   return without_seed((dir.has_filename() ? dir : dir.parent_path()).filename().string());
 }
 
-// The initial checkpoint's place in a group's key: run.json's "from" path (lm train --from), each of
-// its components less the seed suffix, so that the seeds of one starting point are replicates
-// (converted/released-avg-s1 … -s3, or the reproduce cache's vanilla-sSEED-HASH/checkpoint) and
-// runs from different starting points are not. Empty without "from": a fresh start.
+// The checkpoint a run started from (lm train --from), as run.json records it: "from"'s path and
+// step; for a run made before run.json recorded it, the --from of its command line. Empty for a
+// fresh start.
+struct Origin {
+  std::string path, step;
+};
+Origin recorded_origin(const Json& run, const fs::path& file) {
+  if (const Json* from = optional_member(run, "from")) {
+    const Json* step = optional_member(*from, "step");
+    return {member(*from, "path", file).text, step ? step->text : ""};
+  }
+  const Json* command_line = optional_member(run, "command_line");
+  std::istringstream words(command_line ? command_line->text : "");
+  for (std::string word, previous; words >> word; previous = word) {
+    if (previous == "--from") return {word, ""};
+    if (word.starts_with("--from=")) return {word.substr(7), ""};
+  }
+  return {};
+}
+
+// The starting point's place in a group's key and label: the path with the seed suffix taken from
+// the component that names the checkpoint (the last, or the one before a last "checkpoint"), so
+// that the seeds of one starting point are replicates (converted/released-avg-s1 … -s3, or the
+// reproduce cache's vanilla-sSEED-HASH/checkpoint) and runs from different starting points are not
+// (pre-s1/ctx/checkpoint and pre-s2/ctx/checkpoint are two), then "@step" where the step is
+// recorded (one run's checkpoints at two steps are two). As for run directories, a directory named
+// NAME-sSEED is seed SEED of NAME.
 std::string origin_of(const Json& run, const fs::path& file) {
-  for (std::size_t i = 0; i < run.keys.size(); ++i)
-    if (run.keys[i] == "from") {
-      fs::path origin;
-      for (const auto& part : fs::path(member(run.items[i], "path", file).text).lexically_normal())
-        if (!part.empty()) origin /= without_seed(part.string());
-      return origin.string();
-    }
-  return "";
+  const Origin o = recorded_origin(run, file);
+  if (o.path.empty()) return "";
+  std::vector<std::string> parts;
+  for (const auto& part : fs::path(o.path).lexically_normal())
+    if (!part.empty()) parts.push_back(part.string());
+  if (!parts.empty() && parts.back() == ".") parts.pop_back();
+  const std::size_t names = parts.size() >= 2 && parts.back() == "checkpoint" ? parts.size() - 2 : parts.size() - 1;
+  if (!parts.empty()) parts[names] = without_seed(parts[names]);
+  fs::path origin;
+  for (const auto& part : parts) origin /= part;
+  return origin.string() + (o.step.empty() ? "" : "@" + o.step);
 }
 
 // A finished run's train.csv has a row for every step 1 … training.steps, in order, the last ended by
@@ -167,9 +198,9 @@ Run read_run(const fs::path& dir) {
     r.fields[field] = text.substr(0, text.find(' '));
   }
   r.key = text_of(model) + "|" + r.trained + "|" + r.fields["run.device"] + "|" + r.fields["run.data"];
-  if (const std::string origin = origin_of(json, file); !origin.empty())  // absent: a fresh start, as before
-    r.fields["run.from"] = origin, r.key += "|from=" + origin;
   r.label = r.family + " " + label_of(model, file);
+  if (const std::string origin = origin_of(json, file); !origin.empty())  // absent: a fresh start, as before
+    r.fields["run.from"] = origin, r.key += "|from=" + origin, r.label += " from=" + origin;
   r.seed = engine::json_to_u64(member(json, "seed", file), "seed");
   r.final_validation = finite_number(member(json, "final_validation_loss", file).text, file, "\"final_validation_loss\"");
   r.train = read_log(dir / "train.csv", 1);
@@ -212,7 +243,9 @@ int model_distance(const Group& a, const Group& b) {
 // g's baseline: of the groups named `baseline` (their runs' directories less -sSEED) or of that
 // variant, in g's family, with g's products (float32 runs are never measured against bf16 runs, nor
 // the reverse), kind of device and corpus, the one whose model is nearest g's (gqa for gqa-skipv1,
-// mla for mla-skipv1, vanilla-rope for skipv1-rope), then one of that name (skipv1 for skipv1-pooling,
+// mla for mla-skipv1, vanilla-rope for skipv1-rope), then one started from a checkpoint if g was
+// (uptrained runs against the runs trained on from the unconverted checkpoint, not against fresh
+// starts), then one from g's own starting point, then one of that name (skipv1 for skipv1-pooling,
 // though both are of the variant skipv1), then one trained as g was. Null when there is none; a
 // UsageError when two are equally near.
 const Group* baseline_of(const Group& g, const std::vector<Group>& groups, const std::string& baseline) {
@@ -222,7 +255,9 @@ const Group* baseline_of(const Group& g, const std::vector<Group>& groups, const
            same("run.device") && same("run.data");
   };
   auto rank = [&](const Group& b) {
-    return std::tuple{model_distance(g, b), b.name != baseline, b.runs.front()->trained != g.runs.front()->trained};
+    const std::string from = b.field("run.from");
+    return std::tuple{model_distance(g, b), from.empty() != g.field("run.from").empty(), from != g.field("run.from"),
+                      b.name != baseline, b.runs.front()->trained != g.runs.front()->trained};
   };
   const Group* base = nullptr;
   for (const Group& b : groups)
@@ -309,8 +344,9 @@ results::Value compare_runs(const std::vector<fs::path>& dirs, const CompareOpti
     if (it == groups.end()) it = groups.insert(groups.end(), Group{r.key, r.label, r.family, r.variant, r.name, "", {}});
     for (const Run* other : it->runs)
       if (other->seed == r.seed)
-        throw UsageError(other->dir.string() + " and " + r.dir.string() + " are one model, training, device and seed (" +
-                         std::to_string(r.seed) + ") twice: give one of them");
+        throw UsageError(other->dir.string() + " and " + r.dir.string() + " are one model, training, device" +
+                         (r.fields.count("run.from") ? ", starting point (" + r.fields.at("run.from") + ")" : "") +
+                         " and seed (" + std::to_string(r.seed) + ") twice: give one of them");
     it->runs.push_back(&r);
   }
   disambiguate(groups);

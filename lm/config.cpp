@@ -83,11 +83,15 @@ bool resformer_family(VariantKind k) {
 void set_variant_weights(Variant& v, const VariantWeights& w, bool chosen) {
   using K = VariantKind;
   const bool own_lambda = v.kind == K::neutreno || v.kind == K::resformer_neutreno;  // λ is NeuTRENO's
+  const bool weighted = resformer_family(v.kind) || v.kind == K::resformer_previous;  // α V_n + β V_k
+  const std::string variant = " (--variant " + to_string(v.kind) + ")";
+  if ((w.alpha || w.beta) && !weighted)
+    throw UsageError("--alpha and --beta weigh ResFormer's value residual: the model has none" + variant);
+  if (w.lambda && !own_lambda && !weighted)
+    throw UsageError("--lambda is ResFormer's or NeuTRENO's weight: the model has neither" + variant);
   if (w.lambda && !own_lambda && (w.alpha || w.beta))
     throw UsageError("--lambda and --alpha/--beta both set ResFormer's weights: give one");
-  if (w.lambda && (v.kind == K::resformer || v.kind == K::resformer_k || v.kind == K::resformer_q ||
-                   v.kind == K::resformer_previous))
-    v.alpha = 1, v.beta = *w.lambda;
+  if (w.lambda && !own_lambda) v.alpha = 1, v.beta = *w.lambda;
   if (chosen && v.kind == K::resformer_neutreno) v.lambda = 0.2;  // the released combination's λ
   if (w.lambda && own_lambda) v.lambda = *w.lambda;
   if (w.alpha) v.alpha = *w.alpha;

@@ -32,8 +32,10 @@ std::optional<LogLines> read_log_lines(const fs::path& file) {
   if (!in) return std::nullopt;
   LogLines log;
   std::getline(in, log.header);
+  log.cut = in.eof();
   std::string line;
   for (int number = 2; std::getline(in, line); ++number) {
+    log.cut = in.eof();  // getline stopped at the end of the file, not at a newline
     LogRow row{number, line, {}};
     std::stringstream ss(line);
     for (std::string f; std::getline(ss, f, ',');) row.fields.push_back(f);
@@ -73,18 +75,33 @@ Curve read_log(const fs::path& file, int column) {
   return c;
 }
 
-void truncate_log(const fs::path& file, std::int64_t step) {
-  const auto log = read_log_lines(file);
+void truncate_log(const fs::path& file, std::int64_t step, LogRows rows) {
+  auto log = read_log_lines(file);
   if (!log) return;
+  const std::string cannot = file.string() + ": cannot resume: ";
+  if (log->cut && log->rows.empty())
+    throw UsageError(cannot + "no whole header line (the log was cut as it was started)");
+  if (log->cut) log->rows.pop_back();  // the row being appended when the run stopped
   std::string kept = log->header + "\n";
+  std::int64_t count = 0, last = 0;
   for (const LogRow& r : log->rows) {
     if (r.text.empty()) continue;
+    const std::string line = "line " + std::to_string(r.number);
     const auto row = row_step(r);
     if (!row)
-      throw UsageError(file.string() + ": line " + std::to_string(r.number) + ": the step is not an integer: " +
-                       json_quote(r.text.substr(0, 40)));
-    if (*row <= step) kept += r.text + "\n";
+      throw UsageError(file.string() + ": " + line + ": the step is not an integer: " + json_quote(r.text.substr(0, 40)));
+    if (*row > step) continue;
+    ++count;
+    const bool in_place = rows == LogRows::every_step ? *row == count : *row > last;
+    if (!in_place)
+      throw UsageError(cannot + line + " is step " + std::to_string(*row) + " after step " + std::to_string(last) +
+                       ": the log lost or repeated rows that the checkpoint (step " + std::to_string(step) + ") has");
+    last = *row;
+    kept += r.text + "\n";
   }
+  if (rows == LogRows::every_step && count != step)
+    throw UsageError(cannot + "its rows end at step " + std::to_string(last) + " where the checkpoint is at step " +
+                     std::to_string(step) + ": the log lost rows");
   write_bytes_atomically(file, "CSV", kept);
 }
 

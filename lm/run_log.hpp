@@ -25,6 +25,7 @@ struct LogRow {
 struct LogLines {
   std::string header;
   std::vector<LogRow> rows;
+  bool cut = false;  // the file's last line (the header's, without rows) has no newline: cut while written
 };
 // `file`'s lines; nullopt when it cannot be opened.
 std::optional<LogLines> read_log_lines(const std::filesystem::path& file);
@@ -44,9 +45,14 @@ Curve read_log(const std::filesystem::path& file, int column);
 double finite_number(const std::string& text, const std::filesystem::path& file, const std::string& what);
 
 // Keeps the rows of the log at `file` up to `step` (empty lines dropped), rewritten atomically, so
-// that a resumed run appends where it left off; nothing when the file cannot be opened. A row whose
-// step is not an integer is a UsageError naming the file and the line.
-void truncate_log(const std::filesystem::path& file, std::int64_t step);
+// that a resumed run appends where it left off; nothing when the file cannot be opened. A last line
+// without its newline (the row being appended when the run stopped, after every whole row) is
+// dropped. The kept rows must be the ones the checkpoint at `step` had: train.csv's a row for every
+// step 1 … step (LogRows::every_step), validation.csv's at ascending steps. A log without a whole
+// header, a row whose step is not an integer, or rows missing or out of order are a UsageError
+// naming the file and the line: the resume would write a log that no reader accepts.
+enum class LogRows { every_step, ascending };
+void truncate_log(const std::filesystem::path& file, std::int64_t step, LogRows rows);
 
 // Column `column` (0-based) of the row for `step`, the first such row where that column is a finite
 // number; nullopt when the log (or the file) has none.

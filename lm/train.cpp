@@ -213,15 +213,24 @@ double last_logged_loss(const fs::path& path, std::int64_t step) {
   throw UsageError(path.string() + ": no loss logged for step " + std::to_string(step) + ": cannot finish the run");
 }
 
-// What run.json records of the checkpoint a run started from (--from): the path as given, the FNV-1a
-// checksum of its model.safetensors (the one its manifest.json lists), and what its metadata says of
-// where it came from: the run_id of the run that saved it, its step, the conversion that made it.
-results::Value initial_checkpoint_value(const fs::path& dir, const Checkpoint& ck) {
+// What run.json records of the checkpoint a run started from (--from): the FNV-1a checksum of its
+// model.safetensors (the one its manifest.json lists), and what its metadata says of where it came
+// from: the run_id of the run that saved it, its step, the conversion that made it. The run's own
+// checkpoints keep them as "from.KEY", so that a resume records the checkpoint it started from, not
+// what the --from path holds by then.
+std::map<std::string, std::string> initial_checkpoint_fields(const fs::path& dir, const Checkpoint& ck) {
+  std::map<std::string, std::string> fields{{"model_fnv1a64", hex64(file_sum(dir / "model.safetensors").fnv1a64)}};
+  for (const char* key : {"run_id", "step", "converted_by"})
+    if (const auto it = ck.metadata.find(key); it != ck.metadata.end()) fields[key] = it->second;
+  return fields;
+}
+
+// run.json's "from": the path as given, then the fields above.
+results::Value initial_checkpoint_value(const fs::path& dir, const std::map<std::string, std::string>& fields) {
   results::Value v = results::Value::object();
   v.set("path", dir.string());
-  v.set("model_fnv1a64", hex64(file_sum(dir / "model.safetensors").fnv1a64));
-  for (const char* key : {"run_id", "step", "converted_by"})
-    if (const auto it = ck.metadata.find(key); it != ck.metadata.end()) v.set(key, it->second);
+  for (const char* key : {"model_fnv1a64", "run_id", "step", "converted_by"})
+    if (const auto it = fields.find(key); it != fields.end()) v.set(key, it->second);
   return v;
 }
 
@@ -264,6 +273,8 @@ struct Session {
       : o(options), data(d), backend(be), model(options.model, be), trainer(be, model.parameters(), options.loop) {}
 
   const std::string run_id = run_id_of(o, data);
+  std::map<std::string, std::string> from;  // initial_checkpoint_fields of --from; empty for a fresh start
+  std::map<std::string, std::string> resumed_metadata;  // the checkpoint restore() resumed from
 
   fs::path checkpoint_dir() const { return o.out / "checkpoint"; }
   fs::path previous_dir() const { return o.out / "checkpoint.previous"; }
@@ -278,6 +289,7 @@ struct Session {
     ck.metadata["data.validation_hash"] = validation_hash(data);
     ck.metadata["data.eval_windows"] = std::to_string(o.eval_windows);
     ck.metadata["source"] = data.source;
+    for (const auto& [key, value] : from) ck.metadata["from." + key] = value;
     ck.tokenizer_json = data.tokenizer_json;
     auto& adamw = trainer.optimizer();
     ck.optimizer = OptimizerState{adamw.m.to_host(), adamw.v.to_host(), adamw.t};
@@ -332,6 +344,7 @@ struct Session {
                        ", this run asks " + std::to_string(o.eval_windows) +
                        ": its validation curve would mix two measures");
     const std::int64_t step = checked_step(ck);
+    resumed_metadata = ck.metadata;
     model.set_parameters(ck.values);
     auto& adamw = trainer.optimizer();
     adamw.m.upload(ck.optimizer->m), adamw.v.upload(ck.optimizer->v), adamw.t = ck.optimizer->t;
@@ -365,6 +378,20 @@ struct Session {
   }
 };
 
+// --from: a fresh run starts from the checkpoint's weights and records it; a resumed one has its
+// weights, and takes the record from the checkpoint it resumed (read from --from only where that
+// checkpoint predates the record).
+void start_from(Session& run, const fs::path& dir) {
+  for (const auto& [key, value] : run.resumed_metadata)
+    if (key.starts_with("from.")) run.from[key.substr(5)] = value;
+  if (!run.from.empty()) return;
+  const Checkpoint from = load_checkpoint(dir, false, run.o.allow_nonfinite);
+  if (to_metadata(from.config) != to_metadata(run.o.model))
+    throw UsageError(dir.string() + " holds a model of another configuration than this run's");
+  if (run.resumed_metadata.empty()) run.model.set_parameters(from.values);
+  run.from = initial_checkpoint_fields(dir, from);
+}
+
 }  // namespace
 
 std::string validation_hash(const TrainData& data) { return std::to_string(fnv1a(data.validation)); }
@@ -393,18 +420,13 @@ results::Value train_language_model(const RunOptions& o, const TrainData& data, 
   const engine::ProductTypeScope<float> products(backend, o.products);
   Session run(o, data, backend);
   run.model.initialize(o.seed);
-  results::Value from_record;  // run.json's "from"; none for a fresh start
-  if (o.init_from) {
-    const Checkpoint from = load_checkpoint(*o.init_from, false, o.allow_nonfinite);
-    if (to_metadata(from.config) != to_metadata(o.model))
-      throw UsageError(o.init_from->string() + " holds a model of another configuration than this run's");
-    run.model.set_parameters(from.values);
-    from_record = initial_checkpoint_value(*o.init_from, from);
-  }
   const std::int64_t start = run.restore();
+  if (o.init_from) start_from(run, *o.init_from);
   const results::Value baselines = baselines_value(data.train, data.validation, o.model.vocab);
   write_bytes_atomically(o.out / "baselines.json", "JSON", baselines.json());
-  if (start > 0) truncate_log(o.out / "train.csv", start), truncate_log(o.out / "validation.csv", start);
+  if (start > 0)
+    truncate_log(o.out / "train.csv", start, LogRows::every_step),
+        truncate_log(o.out / "validation.csv", start, LogRows::ascending);
   Log train_log(o.out / "train.csv", "step,loss,lr,grad_norm,seconds", start > 0);
   Log val_log(o.out / "validation.csv", "step,loss,windows,tokens", start > 0);
   const corpus::Windows windows = corpus::evaluation_windows(data.validation, o.seq);
@@ -441,7 +463,7 @@ results::Value train_language_model(const RunOptions& o, const TrainData& data, 
   out.set("model", config_value(o.model));
   out.set("data", data.source);
   out.set("seed", o.seed);
-  if (o.init_from) out.set("from", from_record);  // absent: a fresh start (lm compare groups by it)
+  if (o.init_from) out.set("from", initial_checkpoint_value(*o.init_from, run.from));  // absent: a fresh start
   results::Value loop = results::Value::object();
   loop.set("steps", o.loop.steps), loop.set("batch", o.batch), loop.set("seq_len", o.seq);
   loop.set("accum", o.loop.accum), loop.set("lr", o.loop.lr), loop.set("min_lr", o.loop.min_lr);

@@ -55,11 +55,12 @@ for seed in 1 2 3; do
     [[ "$family/$name-s$seed" =~ $only ]] || continue
     if ((list)); then echo "$family/$name-s$seed: --preset $preset $flags"; continue; fi
     [[ -f "$out/$family/$name-s$seed/run.json" ]] && continue
-    # An unfinished run of this script's (killed: no run.json) resumes from its checkpoint, or, without
-    # one, starts again: lm train refuses to write over a run's directory otherwise.
-    resume=""
-    if [[ -f "$out/$family/$name-s$seed/checkpoint/manifest.json" ]]; then resume=--resume
-    elif [[ -d "$out/$family/$name-s$seed" ]]; then rm -rf "$out/$family/$name-s$seed"; fi
+    # An unfinished run of this script's (killed: no run.json) resumes from its checkpoint (or from
+    # checkpoint.previous, where it was killed between a save's two renames), or, without one, starts
+    # again: lm train refuses to write over a run's directory otherwise.
+    resume="" run="$out/$family/$name-s$seed"
+    if [[ -f "$run/checkpoint/manifest.json" || -f "$run/checkpoint.previous/manifest.json" ]]; then resume=--resume
+    elif [[ -d "$run" ]]; then rm -rf "$run"; fi
     while (($(jobs -rp | wc -l) >= jobs)); do wait -n || true; done
     one_run "$family" "$preset" "$name" "$seed" "$flags $resume" &
   done

@@ -196,6 +196,17 @@ TEST(LmAccounting, CommandsReportTheCounts) {
   EXPECT_NE(r.out.find("\"lambda\": 0.20000000000000001"), std::string::npos) << r.out;
   r = run_qkvlab("kv --variant resformer-neutreno --lambda 0.3 --format json");
   EXPECT_NE(r.out.find("\"lambda\": 0.29999999999999999"), std::string::npos) << r.out;
+  // ResFormer's and NeuTRENO's weights on a model without them are refused, naming the variant, not
+  // ignored (control: the λ form of resformer sets α = 1, β = λ).
+  for (const char* flags : {"--variant resformer-cross --lambda 2", "--variant skipv1 --alpha 0.3",
+                            "--variant resformer-all --beta 0.3", "--lambda 0.5"}) {
+    r = run_qkvlab(std::string("kv ") + flags);
+    EXPECT_EQ(r.status, 2) << flags;
+    EXPECT_NE(r.err.find("(--variant "), std::string::npos) << flags << ": " << r.err;
+  }
+  r = run_qkvlab("kv --variant resformer --lambda 2 --format json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("\"beta\": 2"), std::string::npos) << r.out;
   r = run_qkvlab("kv --variant resformer --source-layer 0");  // ResFormer's source is a layer 1 … L−1
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.err.find("source layer"), std::string::npos) << r.err;

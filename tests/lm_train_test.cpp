@@ -18,6 +18,7 @@
 #include "engine/cpu_backend.hpp"
 #include "lm/checkpoint.hpp"
 #include "lm/compare.hpp"
+#include "lm/run_log.hpp"
 #include "lm/train.hpp"
 #include "run_command.hpp"
 
@@ -183,6 +184,62 @@ TEST(LmTrain, RecordsTheCheckpointItStartedFrom) {
   EXPECT_EQ(from["run_id"].string(), load_checkpoint(*on.init_from).metadata.at("run_id"));
   EXPECT_EQ(from["step"].string(), "6");
   EXPECT_NE(read_file(dir.path / "on" / "run.json").find("\"from\""), std::string::npos);
+  // A resume records the checkpoint the run started from, though the --from path holds another by
+  // then (control: a fresh run from it records the other's checksum), and needs none there at all.
+  const fs::path origin = dir.path / "origin";
+  fs::copy(dir.path / "first" / "checkpoint", origin);
+  RunOptions cut = tiny_run(dir.path / "cut", 2);
+  cut.init_from = origin;
+  EXPECT_THROW(train_language_model(cut, data, backend,
+                                    [](const Progress& p) {
+                                      if (p.step == 4) throw Interrupt();
+                                    }),
+               Interrupt);
+  train_language_model(tiny_run(dir.path / "other", 3), data, backend, {});
+  fs::remove_all(origin);
+  fs::copy(dir.path / "other" / "checkpoint", origin);
+  RunOptions other_from = tiny_run(dir.path / "from-other", 2);
+  other_from.init_from = origin;
+  const std::string other_checksum = train_language_model(other_from, data, backend, {})["from"]["model_fnv1a64"].string();
+  EXPECT_NE(other_checksum, checksum);
+  cut.resume = true;
+  const results::Value resumed = train_language_model(cut, data, backend, {});
+  EXPECT_EQ(resumed["resumed_from"].number(), 3);
+  EXPECT_EQ(resumed["from"]["model_fnv1a64"].string(), checksum);
+  EXPECT_EQ(resumed["from"]["run_id"].string(), from["run_id"].string());
+  EXPECT_EQ(losses(dir.path / "cut"), losses(dir.path / "on"));
+  fs::remove_all(dir.path / "cut" / "run.json");
+  fs::remove_all(origin);
+  EXPECT_NO_THROW(train_language_model(cut, data, backend, {}));
+}
+
+// A resumed run's logs keep the rows its checkpoint (step 3) has: a last line without its newline (the
+// row being appended when the run stopped) is dropped; rows lost, repeated or out of order, or a
+// log without a whole header, are refused, where a resume would write a log no reader accepts.
+// Control: whole logs are cut at the checkpoint's step.
+TEST(RunLog, AResumeKeepsTheCheckpointsRowsAndRefusesALogThatLostSome) {
+  ScratchDir dir;
+  const fs::path f = dir.path / "train.csv";
+  auto truncated = [&](const std::string& text, LogRows rows) {
+    std::ofstream(f, std::ios::binary) << text;
+    truncate_log(f, 3, rows);
+    return read_file(f);
+  };
+  const std::string whole = "step,loss\n1,1\n2,1\n3,1\n";
+  EXPECT_EQ(truncated(whole + "4,1\n5,1\n", LogRows::every_step), whole);
+  EXPECT_EQ(truncated(whole + "4,1\n2", LogRows::every_step), whole);  // "2" is the start of "2386,…"
+  EXPECT_EQ(truncated(whole + "\n4,1\n", LogRows::every_step), whole);
+  EXPECT_EQ(truncated("step,loss\n2,1\n3,1\n4,1\n", LogRows::ascending), "step,loss\n2,1\n3,1\n");
+  for (const std::string& lost : {std::string(""), std::string("step,lo"), std::string("step,loss\n"),
+                                  std::string("step,loss\n1,1\n2,1\n3"), std::string("step,loss\n1,1\n3,1\n4,1\n"),
+                                  std::string("step,loss\n1,1\n2,1\n2,1\n3,1\n")})
+    EXPECT_THROW(truncated(lost, LogRows::every_step), UsageError) << lost;
+  EXPECT_THROW(truncated("step,loss\n2,1\n2,1\n", LogRows::ascending), UsageError);
+  try {
+    truncated("step,loss\n1,1\n3,1\n", LogRows::every_step);
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("line 3 is step 3"), std::string::npos) << e.what();
+  }
 }
 
 TEST(LmTrain, WritesBaselinesAndLearnsBelowTheUnigramModel) {
@@ -382,10 +439,12 @@ TEST(LmCompare, BaselineByRunName) {
 // the device, `seed`, the final validation loss and a logged row for each of the training's steps.
 void write_run(const fs::path& dir, const std::string& variant, const std::string& training, int seed, double final,
                int kv_heads = 4, const std::string& device = "cpu (1 thread, OpenBLAS)",
-               const std::string& strategy = "second-half", const std::string& from = "") {
+               const std::string& strategy = "second-half", const std::string& from = "",
+               const std::string& from_step = "") {
   fs::create_directories(dir);
+  const std::string step_member = from_step.empty() ? "" : R"(, "step": ")" + from_step + "\"";
   const std::string from_member =
-      from.empty() ? "" : R"(, "from": {"path": ")" + from + R"(", "model_fnv1a64": "0123456789abcdef"})";
+      from.empty() ? "" : R"(, "from": {"path": ")" + from + R"(", "model_fnv1a64": "0123456789abcdef")" + step_member + "}";
   std::ofstream(dir / "run.json") << R"({"model": {"family": "gpt2", "variant": ")" << variant
                                   << R"(", "alpha": 0.5, "beta": 0.5, "lambda": 0.4, "skip_ratio": 0.5, )"
                                   << R"("source_layer": 1, "strategy": ")" << strategy
@@ -540,6 +599,63 @@ TEST(LmCompare, RunsFromDifferentCheckpointsAreDifferentGroups) {
   } catch (const UsageError& e) {
     EXPECT_NE(std::string(e.what()).find("twice"), std::string::npos) << e.what();
   }
+}
+
+// A group's starting point is its path with the seed taken from the checkpoint's directory only, and
+// its step: checkpoints in pre-s1/ctx and pre-s2/ctx, or of one run at steps 1200 and 600, are two
+// starting points, where converted/released-avg-s1 and -s2 are one (a directory NAME-sSEED is seed
+// SEED of NAME, as lm compare reads run directories). A run.json from before "from" was recorded names its
+// --from in its command line. An uptrained group's baseline is the one started from a checkpoint too,
+// though a fresh-start group of the baseline's variant fits as well. Controls: without that group, the
+// fresh start is the baseline and the uptrained group's label says where it started.
+TEST(LmCompare, AStartingPointIsItsCheckpointsDirectoryAndStep) {
+  ScratchDir dir;
+  const std::string trained = R"("steps": 2)";
+  auto groups = [&](const std::vector<fs::path>& runs) {
+    std::map<std::string, std::string> baseline_of;
+    const results::Value compared = compare_runs(runs, {});
+    for (const auto& g : compared["groups"].items())
+      baseline_of[g["label"].string()] = g["baseline"].kind() == results::Value::Kind::null ? "" : g["baseline"].string();
+    return baseline_of;
+  };
+  std::vector<fs::path> contexts, steps, converted, old;
+  for (int seed : {1, 2}) {
+    const std::string s = "-s" + std::to_string(seed);
+    write_run(contexts.emplace_back(dir.path / "ctx" / ("a" + s)), "vanilla", trained, 1, 3.0 + seed, 4,
+              "cpu (1 thread, OpenBLAS)", "second-half", "pre" + s + "/ctx/checkpoint");
+    write_run(steps.emplace_back(dir.path / "steps" / ("a" + s)), "vanilla", trained, 1, 3.0, 4, "cpu (1 thread, OpenBLAS)",
+              "second-half", "work/vanilla" + s + "-0123456789abcdef/checkpoint", seed == 1 ? "1200" : "600");
+    write_run(converted.emplace_back(dir.path / "conv" / ("skip" + s)), "skipv1", trained, seed, 3.0, 4,
+              "cpu (1 thread, OpenBLAS)", "second-half", "up/converted/released-avg" + s);
+    const fs::path run = old.emplace_back(dir.path / "old" / ("skip" + s));
+    write_run(run, "skipv1", trained, seed, 3.0);
+    std::string json = read_file(run / "run.json");
+    json.insert(json.find("\"seed\""), "\"command_line\": \"qkvlab lm train --from up/converted/released-avg" + s +
+                                         " --seed " + std::to_string(seed) + "\", ");
+    std::ofstream(run / "run.json") << json;
+  }
+  EXPECT_EQ(groups(contexts).size(), 2u);
+  EXPECT_EQ(groups(steps).size(), 2u);
+  EXPECT_EQ(groups(converted).size(), 1u);
+  ASSERT_EQ(groups(old).size(), 1u);
+  EXPECT_EQ(groups(old).begin()->first, groups(converted).begin()->first);
+  std::vector<fs::path> controls, fresh;
+  for (int seed : {1, 2}) {
+    const std::string s = "-s" + std::to_string(seed);
+    write_run(controls.emplace_back(dir.path / "control" / ("vanilla" + s)), "vanilla", trained, seed, 3.5, 4,
+              "cpu (1 thread, OpenBLAS)", "second-half", "gpt2/vanilla" + s + "/checkpoint");
+    write_run(fresh.emplace_back(dir.path / "fresh" / ("vanilla" + s)), "vanilla", trained, seed, 4.0);
+  }
+  std::vector<fs::path> all = converted;
+  all.insert(all.end(), controls.begin(), controls.end());
+  all.insert(all.end(), fresh.begin(), fresh.end());
+  const auto chosen = groups(all);
+  const std::string uptrained = "gpt2 skipv1 ratio=0.5 source=1 from=up/converted/released-avg";
+  ASSERT_TRUE(chosen.count(uptrained)) << chosen.begin()->first;
+  EXPECT_EQ(chosen.at(uptrained), "gpt2 vanilla from=gpt2/vanilla/checkpoint");
+  all.resize(converted.size());
+  all.insert(all.end(), fresh.begin(), fresh.end());
+  EXPECT_EQ(groups(all).at(uptrained), "gpt2 vanilla");
 }
 
 // lm compare reads a finished run's whole log: train.csv cut short (a kill), spliced (a row missing
