@@ -34,19 +34,22 @@ done
 mapfile -t recipes < <("$qkvlab" reproduce --list-recipes)
 ((${#recipes[@]})) || { echo "lm_comparisons.sh: '$qkvlab reproduce --list-recipes' listed no recipes" >&2; exit 2; }
 
-one_run() {  # family preset name seed flags
+one_run() {  # family preset name seed flags; a job of its own, which stops its training when stopped
   local family=$1 preset=$2 name=$3 seed=$4 flags=$5 start=$SECONDS
   local dir="$out/$family/$name-s$seed"
   # shellcheck disable=SC2086
-  if "$qkvlab" lm train --preset "$preset" $flags --corpus brown --data "$data" --seed "$seed" \
-      --device "$device" --threads "$threads" --eval-every 100 --checkpoint-every 200 --out "$dir" --quiet --format json >/dev/null; then
+  "$qkvlab" lm train --preset "$preset" $flags --corpus brown --data "$data" --seed "$seed" \
+    --device "$device" --threads "$threads" --eval-every 100 --checkpoint-every 200 --out "$dir" --quiet --format json >/dev/null &
+  local training=$!
+  trap 'kill "$training" 2>/dev/null; exit 143' TERM
+  if wait "$training"; then
     echo "$family/$name-s$seed: $(grep -o '"final_validation_loss": [0-9.e+-]*' "$dir/run.json") ($((SECONDS - start)) s)"
   else
     echo "$family/$name-s$seed: FAILED (exit $?)"
   fi
 }
 
-trap 'kill $(jobs -p) 2>/dev/null; exit 143' TERM INT  # a stopped sweep stops its trainings too
+trap 'kill $(jobs -p) 2>/dev/null; exit 143' TERM INT  # a stopped sweep stops its trainings too (one_run)
 
 for seed in 1 2 3; do
   for entry in "${recipes[@]}"; do
