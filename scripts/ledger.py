@@ -25,7 +25,9 @@ def main():
     print(f"Seed {report['seed']}, qkvlab {report.get('version', '?')}.\n")
     print("| id | checks passed | max e (float / double / long double / mp50) | ladder slope | controls failed | smallest control rel_err |")
     print("|---|---|---|---|---|---|")
-    for cid, rows in checks.items():
+    ids = list(checks) + [cid for cid in controls if cid not in checks]  # a claim with controls only too
+    for cid in ids:
+        rows = checks[cid]
         passed = sum(r["pass"] for r in rows)
         worst = {}
         for r in rows:
@@ -34,11 +36,13 @@ def main():
                 worst[r["precision"]] = max(worst.get(r["precision"], 0.0), e)
         e_text = " / ".join(fmt(worst.get(p)) for p in ("float", "double", "long_double", "mp50"))
         s = slopes[cid]
-        slope = f"{min(s):.3f} – {max(s):.3f}" if s else "- (bitwise equal)" if all(r["rel_err"] == 0 for r in rows) else "-"
+        slope = f"{min(s):.3f} – {max(s):.3f}" if s else "- (bitwise equal)" if rows and all(r["rel_err"] == 0 for r in rows) else "-"
         ctl = controls[cid]
         failed = sum(c["failed_as_expected"] for c in ctl)
         errs = [c["rel_err"] for c in ctl if c["rel_err"] is not None]
         print(f"| {cid} | {passed}/{len(rows)} | {e_text} | {slope} | {failed}/{len(ctl)} | {fmt(min(errs)) if errs else '-'} |")
+    for skipped in report.get("skipped", []):  # verify --checkpoint: claims that do not apply to the model
+        print(f"| {skipped['id']} | skipped: {skipped['reason']} | - | - | - | - |")
     s = report["summary"]
     print(f"\nSummary: {s['passed']}/{s['checks']} checks passed, "
           f"{s['controls_failed_as_expected']}/{s['controls']} controls failed as expected, ok = {str(s['ok']).lower()}.")

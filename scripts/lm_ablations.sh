@@ -2,8 +2,9 @@
 # The papers' ablation claims as paired comparisons of the committed sweep's runs
 # (scripts/lm_comparisons.sh): for each claim, `qkvlab lm compare --baseline REFERENCE --claim SENSE`
 # over the two recipes' runs judges the difference "compared − reference" in final validation loss,
-# paired by seed, by the rule of docs/figures.md (results/verdict.hpp: its mean beyond 2 standard
-# errors on the claimed side agrees, on the other disagrees, else or with one seed inconclusive).
+# paired by seed, by the rule of docs/figures.md (results/verdict.hpp: its mean beyond Student's t
+# quantile 0.975 at n − 1 degrees of freedom standard errors on the claimed side agrees, on the
+# other disagrees, else or with one seed inconclusive).
 #
 #   scripts/lm_ablations.sh [--paper resformer|skipv1] [--qkvlab BIN] [--runs DIR (outputs/lm)] [--json FILE]
 #
@@ -12,7 +13,12 @@
 # (Table 2), run on the CPU (--runs outputs/lm/cpu, with the reproduce cache's CPU vanilla and SkipV1
 # runs beside them, so that every pair is of one device). Prints a Markdown table
 # (docs/lm-comparisons.md has them); --json also writes every comparison's `qkvlab lm compare`
-# output, keyed by claim. A claim whose runs are missing, or share no seed, is a row "not run", and the exit status 2.
+# output, keyed by claim. The runs of a recipe are its directories NAME-sSEED (or the reproduce
+# cache's NAME-sSEED-HASH) holding run.json; others (a run still training, a copy) are named on
+# stderr and left out. Each recipe's runs must form one group of lm compare (one model, training,
+# device and starting point), every row's numbers and verdict are that group's, and a row is
+# written to --json only when it is in the table. A claim whose runs are missing, share no seed or
+# do not form two groups is a row "not run", and the exit status 2; --json is then left as it was.
 set -euo pipefail
 
 paper=resformer qkvlab=build/qkvlab runs=outputs/lm json=""
@@ -69,42 +75,87 @@ case $paper in
   *) echo "lm_ablations.sh: --paper resformer|skipv1, not $paper" >&2; exit 2 ;;
 esac
 
+# The finished runs of FAMILY/NAME: NAME-sSEED[-HASH]/ with run.json; the rest named on stderr.
+runs_of() {
+  local dir base
+  for dir in "$runs/$1"-s[0-9]*/; do
+    [[ -d $dir ]] || continue
+    base=$(basename "$dir")
+    if [[ ! $base =~ ^${1#*/}-s[0-9]+(-[0-9a-f]{16})?$ ]]; then
+      echo "lm_ablations.sh: $dir is not a run of ${1#*/} (NAME-sSEED): left out" >&2
+    elif [[ ! -f $dir/run.json ]]; then
+      echo "lm_ablations.sh: $dir has no run.json (unfinished): left out" >&2
+    else
+      printf '%s\n' "$dir"
+    fi
+  done
+}
+
+# From `lm compare`'s JSON: the compared group's paired difference, its SE, paired seeds and
+# verdict, all of one group; refused (exit 1, a reason on stdout) unless the runs form exactly the
+# reference group (its own baseline) and the compared group (measured against it), holding every run.
+compared_group() {  # JSON on stdin; arguments: reference run count, compared run count
+  python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+n_ref, n_cmp = int(sys.argv[1]), int(sys.argv[2])
+groups = d["groups"]
+if len(groups) != 2:
+    print("%d groups (one model, training, device and starting point each), not 2" % len(groups)); sys.exit(1)
+ref = [g for g in groups if g["baseline"] == g["label"]]
+cmp = [g for g in groups if g["baseline"] != g["label"]]
+if len(ref) != 1 or len(cmp) != 1 or cmp[0]["baseline"] != ref[0]["label"]:
+    print("the compared runs are not measured against the reference runs"); sys.exit(1)
+if ref[0]["runs"] != n_ref or cmp[0]["runs"] != n_cmp:
+    print("the groups hold %d and %d runs of %d and %d" % (ref[0]["runs"], cmp[0]["runs"], n_ref, n_cmp)); sys.exit(1)
+g = cmp[0]
+if g["delta_vs_baseline_mean"] is None:
+    print("no common seed"); sys.exit(1)
+se = g["delta_vs_baseline_se"]
+print(repr(g["delta_vs_baseline_mean"]), "null" if se is None else repr(se), g["paired_seeds"],
+      g.get("verdict", {}).get("verdict", "measured"))
+' "$@"
+}
+
 echo "| $label | claim | compared − reference (nats) | seeds | verdict |"
 echo "|---|---|---|---|---|"
 all="{" missing=0
 for c in "${claims[@]}"; do
   IFS='|' read -r figure claim reference compared sense <<<"$c"
-  dirs=() absent=""
-  for name in "$reference" "$compared"; do
-    found=("$runs/$name"-s[0-9]*/)
-    [[ -d ${found[0]} ]] || absent+=" $name"
-    dirs+=("${found[@]}")
-  done
+  mapfile -t reference_dirs < <(runs_of "$reference")
+  mapfile -t compared_dirs < <(runs_of "$compared")
+  absent=""
+  ((${#reference_dirs[@]})) || absent+=" $reference"
+  ((${#compared_dirs[@]})) || absent+=" $compared"
   if [[ -n $absent ]]; then  # the row says so; the exit status too, after the table
-    echo "lm_ablations.sh: no runs $runs/NAME-sSEED for${absent}" >&2
+    echo "lm_ablations.sh: no finished runs $runs/NAME-sSEED for${absent}" >&2
     missing=1
     printf '| %s | %s | not trained | 0 | not run |\n' "$figure" "$claim"
     continue
   fi
   judged=()
   [[ -n $sense ]] && judged=(--claim "$sense")
-  result=$("$qkvlab" lm compare "${dirs[@]}" --baseline "${reference#*/}" "${judged[@]}" --format json)
-  all+="$([[ $all == "{" ]] || echo ,)\"$figure: $claim\": $result"
-  # The compared group's paired difference and verdict (the reference group has neither).
-  flat=$(printf '%s' "$result" | tr -d '\n' | tr -s ' ')
-  if ! read -r mean se n < <(grep -o '"delta_vs_baseline_mean": [^,]*, "delta_vs_baseline_se": [^,]*, "paired_seeds": [0-9]*' <<<"$flat" |
-    grep -v '_mean": null' | head -1 | sed -E 's/.*mean": ([^,]*), .*se": ([^,]*), .*seeds": ([0-9]*)/\1 \2 \3/'); then
-    echo "lm_ablations.sh: $reference and $compared share no seed" >&2  # the row says so; the exit status too
+  if ! result=$("$qkvlab" lm compare "${reference_dirs[@]}" "${compared_dirs[@]}" --baseline "${reference#*/}" \
+                  "${judged[@]}" --format json); then
     missing=1
-    printf '| %s | %s | no common seed | 0 | not run |\n' "$figure" "$claim"
+    printf '| %s | %s | lm compare failed | 0 | not run |\n' "$figure" "$claim"
     continue
   fi
-  verdict=$(grep -o '"verdict": "[a-z]*"' <<<"$flat" | head -1 | cut -d'"' -f4 || true)
+  if ! row=$(compared_group "${#reference_dirs[@]}" "${#compared_dirs[@]}" <<<"$result"); then
+    echo "lm_ablations.sh: $reference and $compared: $row" >&2  # the row says so; the exit status too
+    missing=1
+    printf '| %s | %s | %s | 0 | not run |\n' "$figure" "$claim" "$row"
+    continue
+  fi
+  read -r mean se n verdict <<<"$row"
   [[ -z $sense ]] && verdict="measured"
+  all+="$([[ $all == "{" ]] || echo ,)\"$figure: $claim\": $result"
   spread=$([[ $se == null ]] && echo "(one seed)" || printf '± %.4f' "$se")
   printf '| %s | %s | %+.4f %s | %s | **%s** |\n' "$figure" "$claim" "$mean" "$spread" "$n" "$verdict"
 done
-if [[ -n $json ]]; then  # whole or not at all: a temporary file beside it, renamed over it
+if [[ -n $json ]] && ((missing)); then
+  echo "lm_ablations.sh: rows not run: $json left as it was" >&2
+elif [[ -n $json ]]; then  # whole or not at all: a temporary file beside it, renamed over it
   tmp=$(mktemp "$(dirname "$json")/.$(basename "$json").XXXXXX")
   printf '%s}\n' "$all" > "$tmp" && chmod a+r "$tmp" && mv -f "$tmp" "$json" || { rm -f "$tmp"; exit 1; }
 fi

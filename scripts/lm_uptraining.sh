@@ -29,10 +29,30 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 trap 'kill $(jobs -p) 2>/dev/null; exit 143' TERM INT
+checkpoints=("$vanilla"/vanilla-s*/checkpoint)
+[[ -d ${checkpoints[0]} ]] || { echo "lm_uptraining.sh: no $vanilla/vanilla-sSEED[-HASH]/checkpoint: nothing to convert" >&2; exit 2; }
 mkdir -p "$out"
-summary="$out/initial.csv"
+# Each result is written whole or not at all: initial.csv as a temporary file renamed at the end when
+# every training finished, each run trained into a temporary directory renamed over the old run only
+# when it finished; a failed training is named, and the exit status is 1.
+summary=$(mktemp "$out/.initial.csv.XXXXXX")
+trap 'rm -f "$summary"' EXIT  # a stopped or failed run leaves initial.csv as it was
 echo "seed,method,initial_validation_loss" > "$summary"
-for ck in "$vanilla"/vanilla-s*/checkpoint; do
+trainings=()  # their PIDs: each one's status is read at the end (bash keeps it after wait -n)
+train_run() {  # conv run seed steps: trains into run.training, then renames it over run
+  local conv=$1 run=$2 seed=$3 steps=$4
+  rm -rf "$run.training"
+  if "$qkvlab" lm train --from "$conv" --preset tiny --steps "$steps" --lr 3e-4 --min-lr 3e-5 --corpus brown \
+      --data "$data" --seed $((seed + 100)) --device "$device" --threads "$threads" --eval-every 60 \
+      --checkpoint-every 100000 --out "$run.training" --quiet --format json >/dev/null; then
+    rm -rf "$run" && mv "$run.training" "$run"
+  else
+    echo "lm_uptraining.sh: $run: training failed; the earlier run, if any, is kept" >&2
+    rm -rf "$run.training"
+    return 1
+  fi
+}
+for ck in "${checkpoints[@]}"; do
   seed=$(basename "$(dirname "$ck")"); seed=${seed#vanilla-s}; seed=${seed%%-*}  # vanilla-sSEED[-HASH]
   for method in vanilla released-avg released-topk released-topk1 svd mean-v-adjacent mean-vo top-v top-vo; do
     conv="$out/converted/$method-s$seed"
@@ -44,11 +64,12 @@ for ck in "$vanilla"/vanilla-s*/checkpoint; do
     echo "$seed,$method,$loss" >> "$summary"
     for steps in 120 240; do
       while (($(jobs -rp | wc -l) >= jobs)); do wait -n || true; done
-      rm -rf "$out/$method-$steps-s$seed"  # this script's own run, made again (lm train never writes over one)
-      "$qkvlab" lm train --from "$conv" --preset tiny --steps "$steps" --lr 3e-4 --min-lr 3e-5 --corpus brown \
-        --data "$data" --seed $((seed + 100)) --device "$device" --threads "$threads" --eval-every 60 \
-        --checkpoint-every 100000 --out "$out/$method-$steps-s$seed" --quiet --format json >/dev/null &
+      train_run "$conv" "$out/$method-$steps-s$seed" "$seed" "$steps" &
+      trainings+=($!)
     done
   done
 done
-wait
+failed=0
+for pid in "${trainings[@]}"; do wait "$pid" || failed=$((failed + 1)); done
+((failed == 0)) || { echo "lm_uptraining.sh: $failed trainings failed; initial.csv left as it was" >&2; exit 1; }
+chmod a+r "$summary" && mv -f "$summary" "$out/initial.csv"

@@ -195,6 +195,24 @@ TEST_F(Cli, ContractCheckerRejectsAMissingField) {
   EXPECT_EQ(check.out, "CONTRACT VIOLATION: checks[0] lacks kappa\n");
 }
 
+// scripts/ledger.py (docs/claims.md's table) has a row for every claim in the report: one with
+// controls but no checks, and one `verify --checkpoint` skipped, with its reason. Control: the
+// report's own claim keeps its row as before.
+TEST_F(Cli, TheLedgerHasARowForEveryClaimOfTheReport) {
+  const RunResult r = qkvlab(kProp4);
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::string report = r.out;
+  report.insert(report.find("\"controls\": [") + 14,
+                R"({"id": "qwe.only.controls", "name": "x", "config": "d=4", "rel_err": 0.5, "failed_as_expected": false}, )");
+  report.insert(report.rfind('}'), R"(, "skipped": [{"id": "qwe.thm4.1", "reason": "needs blocks without norms"}])");
+  const RunResult ledger = qkvlab::test_support::run_command(
+      python() + " " + quoted(fs::path(QKVLAB_SOURCE_DIR) / "scripts" / "ledger.py") + " < " + quoted(save("r.json", report)));
+  ASSERT_EQ(ledger.status, 0) << ledger.err;
+  EXPECT_NE(ledger.out.find("| qwe.only.controls | 0/0 | - / - / - / - | - | 0/1 | 0.5 |"), std::string::npos) << ledger.out;
+  EXPECT_NE(ledger.out.find("| qwe.thm4.1 | skipped: needs blocks without norms |"), std::string::npos) << ledger.out;
+  EXPECT_NE(ledger.out.find("| qwe.prop4.1 | 8/8 |"), std::string::npos) << ledger.out;
+}
+
 TEST_F(Cli, StatisticalRecordCarriesStatisticExpectedAndStdErr) {
   const RunResult r = qkvlab("verify --format json qwe.scale8.2 --d 64 --heads 4");
   ASSERT_EQ(r.status, 0) << r.err;

@@ -658,6 +658,81 @@ TEST(LmCompare, AStartingPointIsItsCheckpointsDirectoryAndStep) {
   EXPECT_EQ(groups(all).at(uptrained), "gpt2 vanilla");
 }
 
+// scripts/lm_ablations.sh publishes a row from one group of lm compare, holding every finished run of
+// the two recipes: a run still training (no run.json) or a copy (NAME-s2.bak) is named and left out,
+// and the row is SkipKV1's paired difference from SkipV1 over seeds 1–2. Runs of one recipe in two
+// groups (seed 9 trained on a GPU) are a row "not run", exit 2, and --json is left as it was;
+// it was before, too, where rows were missing. Control: the two recipes' runs alone give the row.
+TEST(LmAblations, ARowIsOneGroupsNumbersOverEveryFinishedRun) {
+  using test_support::CommandResult, test_support::run_command, test_support::shell_quoted;
+  ScratchDir dir;
+  const fs::path runs = dir.path / "runs", json = dir.path / "published.json";
+  for (int seed : {1, 2}) {
+    write_run(runs / "gpt2" / ("skipv1-s" + std::to_string(seed)), "skipv1", R"("steps": 2)", seed, 3.0 + 0.1 * (seed - 1));
+    write_run(runs / "gpt2" / ("skipkv1-s" + std::to_string(seed)), "skipkv1", R"("steps": 2)", seed, 3.2 + 0.05 * (seed - 1));
+  }
+  fs::create_directories(runs / "gpt2" / "skipkv1-s3");
+  fs::copy(runs / "gpt2" / "skipkv1-s2", runs / "gpt2" / "skipkv1-s2.bak");
+  std::ofstream(json) << "published\n";
+  const std::string script = shell_quoted(fs::path(QKVLAB_SOURCE_DIR) / "scripts" / "lm_ablations.sh") +
+                             " --paper skipv1 --qkvlab " + shell_quoted(QKVLAB_BINARY) + " --runs " + shell_quoted(runs) +
+                             " --json " + shell_quoted(json);
+  CommandResult r = run_command(script);
+  EXPECT_EQ(r.status, 2) << r.err;  // the other claims' runs are missing
+  EXPECT_NE(r.out.find("| Fig. 15 | SkipKV1 trains worse than SkipV1 | +0.1750 ± 0.0250 | 2 | **inconclusive** |"),
+            std::string::npos) << r.out << r.err;
+  EXPECT_NE(r.err.find("skipkv1-s3/ has no run.json"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("skipkv1-s2.bak/ is not a run of skipkv1"), std::string::npos) << r.err;
+  EXPECT_EQ(read_file(json), "published\n");
+  write_run(runs / "gpt2" / "skipkv1-s9", "skipkv1", R"("steps": 2)", 9, 3.1, 4, "cuda (NVIDIA H100)");
+  r = run_command(script);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.out.find("| Fig. 15 | SkipKV1 trains worse than SkipV1 | 3 groups"), std::string::npos) << r.out;
+  EXPECT_EQ(read_file(json), "published\n");
+}
+
+// scripts/lm_uptraining.sh writes each result whole or not at all, with a stub qkvlab: when training
+// fails, the exit status is 1 and the earlier run and initial.csv are kept; without a vanilla
+// checkpoint it exits 2 touching nothing. Control: when training succeeds, both are replaced.
+TEST(LmUptraining, AFailedTrainingKeepsTheEarlierResults) {
+  using test_support::CommandResult, test_support::run_command, test_support::shell_quoted;
+  ScratchDir dir;
+  const fs::path out = dir.path / "out", stub = dir.path / "qkvlab", run = out / "vanilla-120-s1";
+  fs::create_directories(dir.path / "vanilla" / "vanilla-s1" / "checkpoint");
+  fs::create_directories(run);
+  auto write_stub = [&](bool trains) {
+    std::ofstream(stub) << "#!/usr/bin/env bash\n"
+                        << "out=; for ((i = 1; i <= $#; ++i)); do [[ ${!i} == --out ]] && { j=$((i + 1)); out=${!j}; }; done\n"
+                        << "case \"$1 $2\" in\n"
+                        << "  'lm convert') mkdir -p \"$out\" ;;\n"
+                        << "  'lm eval') echo '{\"loss\": 5.25}' ;;\n"
+                        << "  'lm train') " << (trains ? "mkdir -p \"$out\" && echo new > \"$out/run.json\"" : "exit 1") << " ;;\n"
+                        << "esac\n";
+    fs::permissions(stub, fs::perms::owner_all);
+  };
+  auto uptrain = [&](const fs::path& vanilla) {
+    return run_command("bash " + shell_quoted(fs::path(QKVLAB_SOURCE_DIR) / "scripts" / "lm_uptraining.sh") +
+                       " --qkvlab " + shell_quoted(stub) + " --vanilla " + shell_quoted(vanilla) + " --out " +
+                       shell_quoted(out) + " --jobs 4");
+  };
+  std::ofstream(run / "run.json") << "old\n";
+  std::ofstream(out / "initial.csv") << "published\n";
+  write_stub(false);
+  CommandResult r = uptrain(dir.path / "vanilla");
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_NE(r.err.find("18 trainings failed"), std::string::npos) << r.err;
+  EXPECT_EQ(read_file(run / "run.json"), "old\n");
+  EXPECT_EQ(read_file(out / "initial.csv"), "published\n");
+  fs::create_directories(dir.path / "empty");
+  EXPECT_EQ(uptrain(dir.path / "empty").status, 2);
+  EXPECT_EQ(read_file(out / "initial.csv"), "published\n");
+  write_stub(true);
+  r = uptrain(dir.path / "vanilla");
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(read_file(run / "run.json"), "new\n");
+  EXPECT_NE(read_file(out / "initial.csv").find("1,released-avg,5.25"), std::string::npos);
+}
+
 // lm compare reads a finished run's whole log: train.csv cut short (a kill), spliced (a row missing
 // between two runs' rows) or without its last newline (a row cut mid-write) is refused, naming the
 // file. Control: the whole logs compare.
