@@ -733,6 +733,37 @@ TEST(LmUptraining, AFailedTrainingKeepsTheEarlierResults) {
   EXPECT_NE(read_file(out / "initial.csv").find("1,released-avg,5.25"), std::string::npos);
 }
 
+// docs/lm-comparisons.md's uptraining table is what scripts/uptraining_table.py makes of the committed
+// runs (outputs/lm/uptraining). Controls: one run's loss moved by 0.01 changes the table; a run
+// missing is an error naming it, not a blank cell.
+TEST(LmUptraining, TheDocsTableIsTheCommittedRuns) {
+  using test_support::run_command, test_support::shell_quoted;
+  const fs::path source(QKVLAB_SOURCE_DIR), committed = source / "outputs" / "lm" / "uptraining";
+  const std::string table = "python3 " + shell_quoted(source / "scripts" / "uptraining_table.py") + " ";
+  const auto made = run_command(table + shell_quoted(committed));
+  ASSERT_EQ(made.status, 0) << made.err;
+  EXPECT_EQ(made.out.rfind("| start | as converted", 0), 0u) << made.out;
+  EXPECT_NE(read_file(source / "docs" / "lm-comparisons.md").find(made.out), std::string::npos) << made.out;
+  ScratchDir dir;
+  fs::copy_file(committed / "initial.csv", dir.path / "initial.csv");
+  for (const auto& run : fs::directory_iterator(committed))
+    if (fs::exists(run.path() / "run.json")) {
+      fs::create_directories(dir.path / run.path().filename());
+      fs::copy_file(run.path() / "run.json", dir.path / run.path().filename() / "run.json");
+    }
+  EXPECT_EQ(run_command(table + shell_quoted(dir.path)).out, made.out);
+  const fs::path moved = dir.path / "top-v-240-s2" / "run.json";
+  std::string json = read_file(moved);
+  const std::size_t at = json.find("\"final_validation_loss\": ") + 25;
+  json.replace(at, json.find_first_of(",\n}", at) - at, std::to_string(std::stod(json.substr(at)) + 0.01));
+  std::ofstream(moved) << json;
+  EXPECT_NE(run_command(table + shell_quoted(dir.path)).out, made.out);
+  fs::remove_all(moved.parent_path());
+  const auto missing = run_command(table + shell_quoted(dir.path));
+  EXPECT_NE(missing.status, 0);
+  EXPECT_NE(missing.err.find("top-v-240-s2"), std::string::npos) << missing.err;
+}
+
 // lm compare reads a finished run's whole log: train.csv cut short (a kill), spliced (a row missing
 // between two runs' rows) or without its last newline (a row cut mid-write) is refused, naming the
 // file. Control: the whole logs compare.
