@@ -199,6 +199,9 @@ void StagedFiles::add(const fs::path& path, std::string_view kind, const std::fu
   try {
     if (::fchmod(fd, 0666 & ~process_umask()) != 0) throw std::runtime_error(errno_text(errno));
     fill(fd);
+    // On disk before the rename makes it the target: after a crash the target is the old file or
+    // the new one, never the new name over bytes not yet written.
+    if (::fsync(fd) != 0) throw std::runtime_error(errno_text(errno));
   } catch (const std::exception& e) {
     ::close(fd);
     ::unlink(temporary.c_str());
@@ -254,6 +257,20 @@ void StagedFiles::commit() {
     }
   }
   committed_ = true;
+  sync_directories();
+}
+
+// The renames on disk: each target's directory synced once (best effort: the files are written
+// whole either way, and a directory that cannot be opened for reading is no error).
+void StagedFiles::sync_directories() const {
+  std::set<fs::path> done;
+  for (const Staged& s : staged_) {
+    if (s.memory >= 0 || !done.insert(directory_of(s.target)).second) continue;
+    const int dir = ::open(directory_of(s.target).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir < 0) continue;
+    ::fsync(dir);
+    ::close(dir);
+  }
 }
 
 std::vector<fs::path> StagedFiles::temporaries() const {

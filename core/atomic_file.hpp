@@ -4,8 +4,9 @@
 // exclusively under an unpredictable name (mkostemp: O_CREAT | O_EXCL, so a file
 // or a symlink already at that name is never opened, let alone followed), and
 // fills it through the descriptor mkostemp returned, never by name. commit()
-// renames every staged file over its target: all temporaries first, then the
-// renames, so a failure or a kill while staging leaves every target as it was.
+// renames every staged file over its target: all temporaries first (each synced
+// to disk), then the renames (their directories synced after), so a failure, a
+// kill or a crash while staging leaves every target as it was.
 // A set destroyed before commit() removes its temporaries.
 //
 // Only a regular file or a new name is staged and renamed. A FIFO or a
@@ -58,6 +59,7 @@ class StagedFiles {
  private:
   void add_streamed(const std::filesystem::path& path, std::string_view kind, int descriptor,
                     const std::function<void(int fd)>& fill);
+  void sync_directories() const;
   struct Staged {
     std::filesystem::path target, temporary;  // temporary empty: streamed
     std::string kind;

@@ -160,11 +160,7 @@ void require_whole_log(const fs::path& file, const Curve& log, const std::string
     if (log.steps[i] != std::int64_t(i) + 1)
       throw UsageError(file.string() + ": row " + std::to_string(i + 1) + " is step " + std::to_string(log.steps[i]) +
                        " where step " + std::to_string(i + 1) + " belongs: a log spliced from two runs");
-  std::ifstream in(file, std::ios::binary | std::ios::ate);
-  const auto size = in.tellg();
-  char last = '\n';
-  if (size > 0) in.seekg(size - std::streamoff(1)).get(last);
-  if (std::int64_t(log.steps.size()) != steps || last != '\n')
+  if (std::int64_t(log.steps.size()) != steps || log.cut)
     throw UsageError(file.string() + ": " + std::to_string(log.steps.size()) + " whole rows where the run's " +
                      std::to_string(steps) + " steps belong: a log cut short");
 }

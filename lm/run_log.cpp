@@ -63,6 +63,7 @@ Curve read_log(const fs::path& file, int column) {
   const auto log = read_log_lines(file);
   if (!log) throw UsageError(file.string() + ": cannot read");
   Curve c;
+  c.cut = log->cut;
   for (const LogRow& r : log->rows) {
     const std::string row = "line " + std::to_string(r.number) + " (" + json_quote(r.text.substr(0, 40)) + ")";
     if (int(r.fields.size()) <= column)

@@ -38,6 +38,7 @@ std::optional<std::int64_t> row_step(const LogRow& row);
 struct Curve {
   std::vector<std::int64_t> steps;
   std::vector<double> values;
+  bool cut = false;  // the file's last line has no newline (LogLines::cut)
 };
 Curve read_log(const std::filesystem::path& file, int column);
 

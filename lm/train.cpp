@@ -5,11 +5,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <span>
 
 #include "core/atomic_file.hpp"
 #include "core/errors.hpp"
@@ -218,9 +220,12 @@ double last_logged_loss(const fs::path& path, std::int64_t step) {
 // from: the run_id of the run that saved it, its step, the conversion that made it. The run's own
 // checkpoints keep them as "from.KEY", so that a resume records the checkpoint it started from, not
 // what the --from path holds by then.
+// The fields, in run.json's order: the checksum, then the metadata keys.
+constexpr std::array<const char*, 4> kInitialCheckpointKeys = {"model_fnv1a64", "run_id", "step", "converted_by"};
+
 std::map<std::string, std::string> initial_checkpoint_fields(const fs::path& dir, const Checkpoint& ck) {
-  std::map<std::string, std::string> fields{{"model_fnv1a64", hex64(file_sum(dir / "model.safetensors").fnv1a64)}};
-  for (const char* key : {"run_id", "step", "converted_by"})
+  std::map<std::string, std::string> fields{{kInitialCheckpointKeys[0], hex64(file_sum(dir / "model.safetensors").fnv1a64)}};
+  for (const char* key : std::span(kInitialCheckpointKeys).subspan(1))
     if (const auto it = ck.metadata.find(key); it != ck.metadata.end()) fields[key] = it->second;
   return fields;
 }
@@ -229,7 +234,7 @@ std::map<std::string, std::string> initial_checkpoint_fields(const fs::path& dir
 results::Value initial_checkpoint_value(const fs::path& dir, const std::map<std::string, std::string>& fields) {
   results::Value v = results::Value::object();
   v.set("path", dir.string());
-  for (const char* key : {"model_fnv1a64", "run_id", "step", "converted_by"})
+  for (const char* key : kInitialCheckpointKeys)
     if (const auto it = fields.find(key); it != fields.end()) v.set(key, it->second);
   return v;
 }
@@ -424,9 +429,10 @@ results::Value train_language_model(const RunOptions& o, const TrainData& data, 
   if (o.init_from) start_from(run, *o.init_from);
   const results::Value baselines = baselines_value(data.train, data.validation, o.model.vocab);
   write_bytes_atomically(o.out / "baselines.json", "JSON", baselines.json());
-  if (start > 0)
-    truncate_log(o.out / "train.csv", start, LogRows::every_step),
-        truncate_log(o.out / "validation.csv", start, LogRows::ascending);
+  if (start > 0) {
+    truncate_log(o.out / "train.csv", start, LogRows::every_step);
+    truncate_log(o.out / "validation.csv", start, LogRows::ascending);
+  }
   Log train_log(o.out / "train.csv", "step,loss,lr,grad_norm,seconds", start > 0);
   Log val_log(o.out / "validation.csv", "step,loss,windows,tokens", start > 0);
   const corpus::Windows windows = corpus::evaluation_windows(data.validation, o.seq);

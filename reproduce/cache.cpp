@@ -104,8 +104,8 @@ std::string stale_reason(const fs::path& dir, const std::string& text, const lm:
     const auto validation = recorded.metadata.find("data.validation_hash");
     if (validation == recorded.metadata.end() || validation->second != lm::validation_hash(data))
       return "validated on other tokens than this corpus's validation split";
-  } catch (const UsageError& e) {
-    return e.what();
+  } catch (const UsageError& e) {  // the entry is not what a recipe made; an I/O failure (EACCES,
+    return e.what();                 // EIO) propagates, so an entry that cannot be read is never deleted
   }
   return "";
 }

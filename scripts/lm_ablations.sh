@@ -91,30 +91,10 @@ runs_of() {
   done
 }
 
-# From `lm compare`'s JSON: the compared group's paired difference, its SE, paired seeds and
-# verdict, all of one group; refused (exit 1, a reason on stdout) unless the runs form exactly the
-# reference group (its own baseline) and the compared group (measured against it), holding every run.
+# One row's numbers, all of one group (scripts/ablation_row.py): refused (exit 1, a reason on
+# stdout) unless the runs form exactly the reference group and the compared group, holding every run.
 compared_group() {  # JSON on stdin; arguments: reference run count, compared run count
-  python3 -c '
-import json, sys
-d = json.load(sys.stdin)
-n_ref, n_cmp = int(sys.argv[1]), int(sys.argv[2])
-groups = d["groups"]
-if len(groups) != 2:
-    print("%d groups (one model, training, device and starting point each), not 2" % len(groups)); sys.exit(1)
-ref = [g for g in groups if g["baseline"] == g["label"]]
-cmp = [g for g in groups if g["baseline"] != g["label"]]
-if len(ref) != 1 or len(cmp) != 1 or cmp[0]["baseline"] != ref[0]["label"]:
-    print("the compared runs are not measured against the reference runs"); sys.exit(1)
-if ref[0]["runs"] != n_ref or cmp[0]["runs"] != n_cmp:
-    print("the groups hold %d and %d runs of %d and %d" % (ref[0]["runs"], cmp[0]["runs"], n_ref, n_cmp)); sys.exit(1)
-g = cmp[0]
-if g["delta_vs_baseline_mean"] is None:
-    print("no common seed"); sys.exit(1)
-se = g["delta_vs_baseline_se"]
-print(repr(g["delta_vs_baseline_mean"]), "null" if se is None else repr(se), g["paired_seeds"],
-      g.get("verdict", {}).get("verdict", "measured"))
-' "$@"
+  python3 "$(dirname "${BASH_SOURCE[0]}")/ablation_row.py" "$@"
 }
 
 echo "| $label | claim | compared − reference (nats) | seeds | verdict |"

@@ -691,6 +691,42 @@ TEST(LmAblations, ARowIsOneGroupsNumbersOverEveryFinishedRun) {
   EXPECT_EQ(read_file(json), "published\n");
 }
 
+// scripts/ablation_row.py reads one row from lm compare's JSON: the compared group's numbers and
+// verdict, never another group's, and "measured" without a verdict. Controls: three groups, a
+// compared group not measured against the reference, and runs left out of the groups are refused
+// with the reason.
+TEST(LmAblations, TheRowIsTheComparedGroupsOrARefusal) {
+  using test_support::CommandResult, test_support::run_command, test_support::shell_quoted;
+  ScratchDir dir;
+  const fs::path input = dir.path / "compare.json";
+  const std::string reference = R"({"label": "gpt2 skipv1", "baseline": "gpt2 skipv1", "runs": 2,
+      "delta_vs_baseline_mean": 0, "delta_vs_baseline_se": 0, "paired_seeds": 2, "verdict": {"verdict": "agrees"}})";
+  auto compared = [](const std::string& baseline, const std::string& verdict) {
+    return R"({"label": "gpt2 skipkv1", "baseline": ")" + baseline + R"(", "runs": 3, "delta_vs_baseline_mean": 0.175,
+      "delta_vs_baseline_se": 0.025, "paired_seeds": 2)" + verdict + "}";
+  };
+  auto row = [&](const std::string& groups, int n_ref, int n_cmp) {
+    std::ofstream(input) << R"({"groups": [)" << groups << "]}";
+    return run_command("python3 " + shell_quoted(fs::path(QKVLAB_SOURCE_DIR) / "scripts" / "ablation_row.py") + " " +
+                       std::to_string(n_ref) + " " + std::to_string(n_cmp) + " < " + shell_quoted(input));
+  };
+  CommandResult r = row(reference + "," + compared("gpt2 skipv1", R"(, "verdict": {"verdict": "inconclusive"})"), 2, 3);
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "0.175 0.025 2 inconclusive\n");
+  r = row(compared("gpt2 skipv1", "") + "," + reference, 2, 3);
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "0.175 0.025 2 measured\n");
+  r = row(reference + "," + compared("gpt2 skipv1", "") + "," + compared("gpt2 skipv1", ""), 2, 3);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.out, "3 groups (one model, training, device and starting point each), not 2\n");
+  r = row(reference + "," + compared("gpt2 vanilla", ""), 2, 3);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.out, "the compared runs are not measured against the reference runs\n");
+  r = row(reference + "," + compared("gpt2 skipv1", ""), 2, 4);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.out, "the groups hold 2 and 3 runs of 2 and 4\n");
+}
+
 // scripts/lm_uptraining.sh writes each result whole or not at all, with a stub qkvlab: when training
 // fails, the exit status is 1 and the earlier run and initial.csv are kept; without a vanilla
 // checkpoint it exits 2 touching nothing. Control: when training succeeds, both are replaced.
