@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "analysis/analyze.hpp"
+#include "cli/output_paths.hpp"
 #include "cli/format_option.hpp"
 #include "cli/threads_option.hpp"
 #include "cli/token_options.hpp"
@@ -72,6 +73,7 @@ void write_files(const AnalyzeArgs& a, const analysis::Report& r, const std::str
 int run_analyze(const AnalyzeArgs& a, const std::string& command_line) {
   require_device(a.device);
   if (!a.figure.empty() && a.csv.empty()) throw UsageError("--figure needs --csv (the figure is drawn from it)");
+  refuse_files_in(a.checkpoint, {{"--out", &a.out}, {"--csv", &a.csv}, {"--figure", &a.figure}});
   const analysis::Kind kind = analysis::parse_kind(a.kind);
   const analysis::Options options = analysis_options(a, kind);
   apply_threads(a.threads, BlasUse::per_worker);  // the CPU backend runs one product per worker

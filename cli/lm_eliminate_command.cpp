@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "cli/format_option.hpp"
+#include "cli/output_paths.hpp"
 #include "cli/commands.hpp"
 #include "cli/device_option.hpp"
 #include "cli/threads_option.hpp"
@@ -33,6 +34,7 @@ struct EliminateArgs {
 
 int run_eliminate(const EliminateArgs& a) {
   require_device(a.device);
+  refuse_same_directory(a.checkpoint, "--out", a.out);
   const lm::Checkpoint source = lm::load_checkpoint(a.checkpoint);
   std::vector<int> layers = a.layers;
   if (layers.empty())

@@ -9,6 +9,7 @@
 #include "cli/format_option.hpp"
 #include "cli/commands.hpp"
 #include "cli/nonfinite_option.hpp"
+#include "cli/output_paths.hpp"
 #include "cli/validators.hpp"
 #include "core/errors.hpp"
 #include "lm/checkpoint.hpp"
@@ -26,13 +27,6 @@ struct ExportArgs {
   std::string checkpoint, hf, format = "table";
   bool allow_nonfinite = false;
 };
-
-// The output directory must not be the checkpoint's own: writing there would replace it.
-void refuse_same_directory(const std::string& checkpoint, const std::string& option, const std::string& out) {
-  std::error_code error;
-  if (std::filesystem::equivalent(checkpoint, out, error))
-    throw UsageError(option + " " + out + " is the checkpoint's own directory " + checkpoint + ": write elsewhere");
-}
 
 int run_export(const ExportArgs& a) {
   refuse_same_directory(a.checkpoint, "--hf", a.hf);

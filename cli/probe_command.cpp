@@ -2,6 +2,7 @@
 #include <iostream>
 #include <optional>
 
+#include "cli/output_paths.hpp"
 #include "cli/format_option.hpp"
 #include "cli/threads_option.hpp"
 #include "cli/commands.hpp"
@@ -66,6 +67,7 @@ probes::ProbeData probe_data(const ProbeArgs& a) {
 int run_probe(const ProbeArgs& a, const std::string& command_line) {
   require_device(a.device);
   if (!a.figure.empty() && a.csv.empty()) throw UsageError("--figure needs --csv (the figure is drawn from it)");
+  refuse_files_in(a.checkpoint, {{"--out", &a.out}, {"--csv", &a.csv}, {"--figure", &a.figure}});
   probes::ProbeOptions o = a.options;
   if (o.steps > 0 && o.warmup >= o.steps)
     throw UsageError("--warmup " + std::to_string(o.warmup) + " must be less than --steps " + std::to_string(o.steps));

@@ -5,6 +5,7 @@
 // weights and activations (theory_lm/verify_checkpoint.hpp); with --against REF too, the two checkpoints are
 // compared instead (theory_lm/compare.hpp): exit 0 when they are the same function, 1 naming what differs.
 #include "cli/format_option.hpp"
+#include "cli/output_paths.hpp"
 #include "cli/commands.hpp"
 #include "cli/plot_common.hpp"
 #include "cli/threads_option.hpp"
@@ -96,6 +97,8 @@ int run_verify(VerifyArgs& a) {
   }
   require_writable_dir(a.out, "--out");
   require_writable_dir(a.junit, "--junit");
+  for (const std::string* model : {&a.checkpoint, &a.against})
+    if (!model->empty()) refuse_files_in(*model, {{"--out", &a.out}, {"--junit", &a.junit}});
   if (!a.checkpoint.empty()) return run_checkpoint(a);
   if (!a.against.empty()) throw UsageError("--against needs --checkpoint DIR (the model compared with REF)");
   const auto claims = with_hint([&] { return theory::select_claims(o.ids); }, "see 'qkvlab verify --list'");

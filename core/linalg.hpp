@@ -89,10 +89,13 @@ template <class S> ChangeOfBasis<S> change_of_basis(const Mat<S>& T) {
   return b;
 }
 
-// ‖a − b‖_F / ‖a‖_F, evaluated at the working precision and reported in double.
+// ‖a − b‖_F / ‖a‖_F, evaluated at the working precision and reported in double: 0 when a = b (both
+// zero included), +inf when a = 0 ≠ b, NaN when either holds a NaN.
 template <class S, class A, class B> double rel_err(const A& a, const B& b) {
   const S num = (a - b).norm();
   const S den = a.norm();
+  if (num == S(0)) return 0.0;
+  if (den == S(0)) return std::numeric_limits<double>::infinity();
   return to_double(S(num / den));
 }
 

@@ -196,6 +196,8 @@ void save_checkpoint(const fs::path& dir, const Checkpoint& ck) {
     manifest.t = ck.optimizer->t;
     engine::save_safetensors(dir / "optimizer.safetensors", opt);
     names.push_back("optimizer.safetensors"), written(names.back());
+  } else {
+    fs::remove(dir / "optimizer.safetensors");  // not another model's state: a resume would load it
   }
   SafeTensors model;
   for (const auto& spec : layout.specs()) model.tensors[spec.name] = engine::tensor_of(spec, ck.values);

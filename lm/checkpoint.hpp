@@ -5,10 +5,12 @@
 //   config.json            the same configuration as a JSON object, for people and other tools
 //   tokenizer.json         (when the model was trained on a corpus with a tokenizer) the tokenizer
 //                          in Hugging Face's format (lm/tokenizer.hpp), carried on by every rewrite
+//                          (a save without one removes the one a directory held)
 //   optimizer.safetensors  (training only) AdamW's moments "m/NAME" and "v/NAME", F32, and its
 //                          step count in __metadata__ "t" (engine/adamw_state.hpp's format, which
 //                          `qkvlab transfer`'s checkpoints share): with the parameters and the data
-//                          stream's (seed, step), all a run needs to continue bit for bit
+//                          stream's (seed, step), all a run needs to continue bit for bit; a
+//                          save without optimizer state removes the one a directory held
 //   manifest.json          written last: each file's size and FNV-1a checksum (core/fnv.hpp), the
 //                          metadata's "step", the optimizer's "t" and the run's "run_id" when given
 // Each file is written atomically (whole or absent); the old manifest.json is

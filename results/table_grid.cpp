@@ -1,6 +1,7 @@
 #include "results/table_grid.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 namespace qkvlab::results {
@@ -38,6 +39,7 @@ void print_grid(std::ostream& out, const std::vector<GridColumn>& columns, const
 
 std::string format_number(std::optional<double> x) {
   if (!x) return "-";
+  if (std::isnan(*x)) return "nan";  // its sign bit means nothing ("-nan" from printf)
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.2e", *x);
   return buf;

@@ -368,8 +368,9 @@ TEST_F(CheckpointVerify, FunctionComparisonFailsOnATamperedWeight) {
       const auto mismatches = strings(member(member(v.json, "comparison"), "mismatches"));
       ASSERT_FALSE(mismatches.empty());
       EXPECT_NE(mismatches.back().find("logits differ"), std::string::npos) << mismatches.back();
-      if (std::string(method) == "auto")  // one architecture: the tensor itself is named
+      if (std::string(method) == "auto") {  // one architecture: the tensor itself is named
         EXPECT_NE(mismatches.front().find("tensor h.0.mlp."), std::string::npos) << mismatches.front();
+      }
       std::cout << name << " tampered (" << method << "): logits rel_err " << measured(member(v.json, "comparison")).second << "\n";
     }
   }
@@ -504,6 +505,110 @@ TEST_F(CheckpointVerify, AgainstOnAnEliminatedModel) {
     EXPECT_EQ(r.out.find("layer 2 head"), std::string::npos) << r.out;      // nor the layers after the first
     std::cout << name << " eliminated, key head 2 of layer 1 perturbed:\n" << r.out;
   }
+}
+
+// A comparison judges every number it reports by one rule, NaN failing: logits that overflow (ln_f's
+// gain 3e38, finite weights) are a mismatch and exit 1 (they passed as the same function); a head
+// whose W_Q and b_Q are zero is the same as itself (0/0 was NaN, "differs"), and differs from the
+// trained head in either order (+inf); every tensor of a copy compared with itself passes, the
+// zeroed ln_1 bias included. Controls: the trained model against itself passes by function.
+TEST_F(CheckpointVerify, AgainstJudgesNaNAndZeroTensorsByOneRule) {
+  const fs::path gpt2 = checkpoint("gpt2"), big = path() / "gpt2-ln-f-3e38", zero = path() / "gpt2-zero-head",
+                 zero2 = path() / "gpt2-zero-head-copy";
+  const int d = lm::load_checkpoint(gpt2).config.d, dh = lm::load_checkpoint(gpt2).config.head_dim;
+  auto compare = [](const fs::path& B, const fs::path& A, const std::string& method) {
+    return verify_json("--checkpoint " + shell_quoted(B) + " --against " + shell_quoted(A) + " --compare " + method);
+  };
+  EXPECT_EQ(compare(gpt2, gpt2, "function").status, 0);
+  scale_columns(gpt2, big, "ln_f.weight", 0, d, 3e38f);
+  for (const auto& [B, A] : {std::pair{big, gpt2}, std::pair{gpt2, big}}) {
+    const auto v = compare(B, A, "function");
+    EXPECT_EQ(v.status, 1) << v.err;
+    const auto& comparison = member(v.json, "comparison");
+    EXPECT_EQ(member(comparison, "ok").text, "false");
+    EXPECT_EQ(member(member(comparison, "logits"), "pass").text, "false");
+    const auto mismatches = strings(member(comparison, "mismatches"));
+    ASSERT_FALSE(mismatches.empty());
+    EXPECT_NE(mismatches.back().find("logits differ (rel_err "), std::string::npos) << mismatches.back();
+  }
+  scale_columns(gpt2, zero, lm::layer_tensor(0, "attn.q.weight"), 0, dh, 0.0f);
+  scale_columns(zero, zero, lm::layer_tensor(0, "attn.q.bias"), 0, dh, 0.0f);
+  scale_columns(zero, zero2, "h.0.ln_1.bias", 0, d, 0.0f);
+  auto v = compare(zero2, zero2, "auto");
+  EXPECT_EQ(v.status, 0) << v.err;
+  for (const auto& t : member(member(v.json, "comparison"), "tensors").items)
+    EXPECT_EQ(member(t, "pass").text, "true") << member(t, "tensor").text;
+  for (const auto& [B, A] : {std::pair{zero, gpt2}, std::pair{gpt2, zero}}) {
+    const auto r = run_qkvlab("verify --quiet --checkpoint " + shell_quoted(B) + " --against " + shell_quoted(A));
+    EXPECT_EQ(r.status, 1) << r.out << r.err;
+    EXPECT_NE(r.out.find("layer 1 head 1: W_Q W_K^T differs"), std::string::npos) << r.out;
+  }
+}
+
+// qwe.thm8.3 carries its change of basis into the maps that read the norm: at ln_1 the layer's own
+// W_Q, W_K, W_V, which ResFormer's layers do not have alone. Those sites are listed as skipped with
+// the reason (they were dropped silently); ln_2 and ln_f run, and qwe.lemma8.2 runs at ln_1.
+// Control: on the vanilla GPT-2 every ln_1 site runs and nothing of thm8.3 is skipped.
+TEST_F(CheckpointVerify, Thm83NamesTheNormSitesItCannotRun) {
+  const fs::path resformer = path() / "resformer";
+  ASSERT_EQ(run_qkvlab("lm init --variant resformer --layers 2 --d 32 --heads 4 --vocab 64 --positions 32 " +
+                       shell_quoted(resformer)).status, 0);
+  auto sites = [](const engine::Json& report, const std::string& id) {
+    std::vector<std::string> out;
+    for (const auto& c : member(report, "checks").items)
+      if (member(c, "id").text == id) out.push_back(member(c, "config").text);
+    return out;
+  };
+  auto count_ln1 = [](const std::vector<std::string>& xs) {
+    return std::ranges::count_if(xs, [](const std::string& x) { return x.find("norm=ln_1") != std::string::npos; });
+  };
+  auto v = verify_json("--precision double --checkpoint " + shell_quoted(resformer) + " qwe.lemma8.2 qwe.thm8.3");
+  ASSERT_EQ(v.status, 0) << v.err;
+  EXPECT_EQ(skip_reason(v.json, "qwe.thm8.3").rfind("norm=ln_1 of layers 1, 2: the variant resformer", 0), 0u)
+      << skip_reason(v.json, "qwe.thm8.3");
+  EXPECT_EQ(count_ln1(sites(v.json, "qwe.thm8.3")), 0);
+  EXPECT_EQ(count_ln1(sites(v.json, "qwe.lemma8.2")), 2);
+  EXPECT_EQ(sites(v.json, "qwe.thm8.3").size(), 3u);
+  v = verify_json("--precision double --checkpoint " + shell_quoted(checkpoint("gpt2")) + " qwe.thm8.3");
+  ASSERT_EQ(v.status, 0) << v.err;
+  EXPECT_EQ(skip_reason(v.json, "qwe.thm8.3"), "");
+  EXPECT_EQ(count_ln1(sites(v.json, "qwe.thm8.3")), 2);
+}
+
+// No command writes over the model it reads: lm eliminate --out its own checkpoint, verify's
+// --out/--junit and analyze's --csv in the checkpoint's (or --against's) directory are usage errors
+// (exit 2, one line) that leave every file as it was. A checkpoint saved without optimizer state
+// drops the one its directory held (a resume would have read another model's moments). Controls:
+// the same outputs elsewhere are written; a save with optimizer state keeps it.
+TEST_F(CheckpointVerify, OutputsNeverReplaceTheModelRead) {
+  const fs::path own = path() / "gpt2-free-copy";
+  fs::copy(checkpoint("gpt2-free"), own);
+  auto bytes = [](const fs::path& f) {
+    std::ifstream in(f, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string model = bytes(own / "model.safetensors"), config = bytes(own / "config.json");
+  const std::string q = shell_quoted(own), elsewhere = shell_quoted(path() / "elsewhere");
+  for (const std::string& command :
+       {"lm eliminate " + q + " --out " + q + " --layers 1 --sequences 2 --seq-len 16",
+        "verify --quiet --checkpoint " + q + " qwe.prop4.1 --out " + shell_quoted(own / "model.safetensors"),
+        "verify --quiet --checkpoint " + shell_quoted(checkpoint("gpt2")) + " --against " + q + " --junit " +
+            shell_quoted(own / "config.json"),
+        "analyze entropy " + q + " --sequences 2 --seq-len 16 --quiet --csv " + shell_quoted(own / "model.safetensors")}) {
+    const auto r = run_qkvlab(command);
+    EXPECT_EQ(r.status, 2) << command << "\n" << r.err;
+    EXPECT_EQ(std::ranges::count(r.err, '\n'), 1) << r.err;
+    EXPECT_NE(r.err.find("write elsewhere"), std::string::npos) << r.err;
+  }
+  EXPECT_EQ(bytes(own / "model.safetensors"), model);
+  EXPECT_EQ(bytes(own / "config.json"), config);
+  EXPECT_EQ(run_qkvlab("lm eliminate " + q + " --out " + elsewhere + " --layers 1 --sequences 2 --seq-len 16").status, 0);
+  EXPECT_EQ(run_qkvlab("verify --quiet --checkpoint " + q + " qwe.prop4.1 --out " + shell_quoted(path() / "report.h5")).status, 0);
+  ASSERT_TRUE(fs::exists(own / "optimizer.safetensors"));
+  lm::save_checkpoint(own, lm::load_checkpoint(own, true));
+  EXPECT_TRUE(fs::exists(own / "optimizer.safetensors"));
+  lm::save_checkpoint(own, lm::load_checkpoint(own));
+  EXPECT_FALSE(fs::exists(own / "optimizer.safetensors"));
 }
 
 TEST_F(CheckpointVerify, UsageErrors) {

@@ -280,6 +280,25 @@ TEST(ErrorModel, NormalizedErrorDividesByUTimesKappa) {
 
 // --- precisions -------------------------------------------------------------------------
 
+// rel_err ‖a − b‖/‖a‖ where the quotient is undefined: equal tensors (zero ones included) differ by
+// 0, a zero reference against anything else by +inf, and a NaN stays NaN (a check fails on it), at
+// double and mp50. Control: an ordinary pair gives its quotient.
+template <class S> void expect_rel_err_edges() {
+  const Mat<S> zero = Mat<S>::Zero(2, 3), ones = Mat<S>::Ones(2, 3);
+  Mat<S> nan = ones;
+  nan(1, 2) = S(std::numeric_limits<double>::quiet_NaN());
+  EXPECT_EQ(rel_err<S>(zero, zero), 0.0);
+  EXPECT_EQ(rel_err<S>(ones, ones), 0.0);
+  EXPECT_EQ(rel_err<S>(zero, ones), std::numeric_limits<double>::infinity());
+  EXPECT_TRUE(std::isnan(rel_err<S>(ones, nan)));
+  EXPECT_TRUE(std::isnan(rel_err<S>(nan, ones)));
+  EXPECT_NEAR(rel_err<S>(ones, Mat<S>(S(2) * ones)), 1.0, 1e-15);
+}
+TEST(RelErr, EqualTensorsZeroReferencesAndNaNs) {
+  expect_rel_err_edges<double>();
+  expect_rel_err_edges<mp50>();
+}
+
 TEST(Precision, UnitRoundoffOfEachPrecision) {
   EXPECT_EQ(unit_roundoff(Precision::f32), std::ldexp(1.0, -24));
   EXPECT_EQ(unit_roundoff(Precision::f64), std::ldexp(1.0, -53));

@@ -64,7 +64,9 @@ TEST(Weight16, NarrowRoundsToNearestEvenAndWidensExactly) {
     EXPECT_TRUE(std::isnan(engine::widen_bits(engine::narrow_bits(std::nanf(""), t), t)));
     for (std::uint32_t h = 0; h < 0x10000; ++h) {  // every pattern widens exactly and narrows back
       const float x = engine::widen_bits(std::uint16_t(h), t);
-      if (!std::isnan(x)) ASSERT_EQ(engine::narrow_bits(x, t), h) << engine::weight_type_name(t) << " " << h;
+      if (!std::isnan(x)) {
+        ASSERT_EQ(engine::narrow_bits(x, t), h) << engine::weight_type_name(t) << " " << h;
+      }
     }
     // Within u relative of any float in range; truncating to 3 bits of mantissa (the control below) is not.
     Rng rng(7, 0);

@@ -38,7 +38,8 @@ bool attention_weight(const std::string& name) {
   return false;
 }
 
-// ‖b − a‖/‖a‖; +inf when the shapes differ (nothing to subtract: they are not the same).
+// ‖b − a‖/‖a‖ (core/linalg.hpp's rel_err: 0 for two zero tensors); +inf when the shapes differ
+// (nothing to subtract: they are not the same).
 double relative(const MatD& a, const MatD& b) {
   if (a.rows() != b.rows() || a.cols() != b.cols()) return std::numeric_limits<double>::infinity();
   return rel_err<double>(a, b);
@@ -83,7 +84,7 @@ void compare_gauge(const ModelWeights& B, const ModelWeights& A, double tol, Val
       const auto a = head_invariants(A, l, h), b = head_invariants(B, l, h);
       for (std::size_t k = 0; k < a.size(); ++k) {
         const double e = relative(a[k].value, b[k].value);
-        const bool pass = e <= tol;
+        const bool pass = e <= tol;  // NaN fails
         heads.push(object({{"layer", l + 1}, {"head", h + 1}, {"invariant", a[k].name}, {"rel_err", e}, {"pass", pass}}));
         if (pass) continue;
         const int g = h / (c.heads / c.kv_heads);
@@ -104,8 +105,9 @@ void compare_gauge(const ModelWeights& B, const ModelWeights& A, double tol, Val
       continue;
     }
     const double e = relative(value, B.at(name));
-    tensors.push(object({{"tensor", name}, {"rel_err", e}, {"pass", e <= tol}}));
-    if (e > tol) mismatches.push("tensor " + name + " differs (rel_err " + results::format_number(e) + " > " + results::format_number(tol) + ")");
+    const bool pass = e <= tol;  // NaN fails
+    tensors.push(object({{"tensor", name}, {"rel_err", e}, {"pass", pass}}));
+    if (!pass) mismatches.push("tensor " + name + " differs (rel_err " + results::format_number(e) + " > " + results::format_number(tol) + ")");
   }
   out.set("invariants", heads);
   out.set("tensors", tensors);
@@ -146,10 +148,11 @@ Value compare_logits(const ModelWeights& B, const Activations& act_B, const Mode
   Eigen::Index worst = 0;
   (LA - LB).rowwise().norm().cwiseQuotient(LA.rowwise().norm()).maxCoeff(&worst);
   const int T = act_A.length;
-  const Value v = object({{"rel_err", e}, {"tolerance", tol}, {"pass", e <= tol}, {"positions", std::int64_t(LA.rows())},
+  const bool pass = e <= tol;  // NaN fails
+  const Value v = object({{"rel_err", e}, {"tolerance", tol}, {"pass", pass}, {"positions", std::int64_t(LA.rows())},
                           {"worst_sequence", std::int64_t(worst / T + 1)}, {"worst_position", std::int64_t(worst % T + 1)}});
   if (name_heads) compare_patterns(B, A, act_A, worst / T, tol, mismatches);
-  if (e > tol)
+  if (!pass)
     mismatches.push("logits differ (rel_err " + results::format_number(e) + " > " + results::format_number(tol) + "; worst at sequence " +
                     std::to_string(worst / T + 1) + ", position " + std::to_string(worst % T + 1) + ")");
   return v;

@@ -144,12 +144,22 @@ struct Builder {
     auto site = [&](int l, NormSite s, const std::string& name) {
       add(base, name, [d, l, s, check](Precision p, Rng& rng) { return check(*d, l, s, p, rng); });
     };
-    const bool reads_qkv = attention_inapplicable(config()).empty();
+    // qwe.thm8.3 carries the change of basis into the maps that read the norm's output: at ln_1, the
+    // layer's own W_Q, W_K, W_V, which a variant or a Q-identity layer does not have (named as skipped).
+    const std::string attention_reason = attention_inapplicable(config());
+    std::string without_readers;
     for (int l = 0; l < config().layers; ++l) {
-      if ((reads_qkv && !config().identity_query(l)) || base.id != "qwe.thm8.3") site(l, NormSite::attention, at(l) + " norm=ln_1");
+      if (base.id != "qwe.thm8.3" || (attention_reason.empty() && !config().identity_query(l)))
+        site(l, NormSite::attention, at(l) + " norm=ln_1");
+      else
+        without_readers += (without_readers.empty() ? "" : ", ") + std::to_string(l + 1);
       site(l, NormSite::mlp, at(l) + " norm=ln_2");
     }
     site(config().layers, NormSite::final, "norm=ln_f");
+    if (!without_readers.empty())
+      out.skipped.push_back({base.id, "norm=ln_1 of layers " + without_readers + ": " +
+                                          (attention_reason.empty() ? "W_Q = I there (q-identity, `lm eliminate`)" : attention_reason) +
+                                          "; its change of basis is carried into the layer's W_Q, W_K, W_V"});
   }
 };
 

@@ -1,0 +1,39 @@
+// Outputs never replace the model a command reads. An output directory that is the checkpoint's
+// own (lm export --hf, lm convert --out, lm eliminate --out), or an output file in the checkpoint's
+// directory (the reports and tables of verify, analyze and probe: --out, --junit, --csv, --figure),
+// is refused with a UsageError naming the option, before anything is read or written.
+#pragma once
+
+#include <filesystem>
+#include <initializer_list>
+#include <string>
+#include <utility>
+#include <system_error>
+
+#include "core/errors.hpp"
+
+namespace qkvlab::cli {
+
+// `out`, the directory a command writes a model into, must not be `checkpoint`'s directory.
+inline void refuse_same_directory(const std::string& checkpoint, const std::string& option, const std::string& out) {
+  std::error_code error;
+  if (!out.empty() && std::filesystem::equivalent(checkpoint, out, error))
+    throw UsageError(option + " " + out + " is the checkpoint's own directory " + checkpoint + ": write elsewhere");
+}
+
+// `file`, a file a command writes (or the stem of the files it writes beside it), must not be in
+// `checkpoint`'s directory: it could replace one of the checkpoint's files.
+inline void refuse_file_in(const std::string& checkpoint, const std::string& option, const std::string& file) {
+  if (file.empty() || file == "-") return;
+  std::error_code error;
+  if (std::filesystem::equivalent(checkpoint, std::filesystem::absolute(file).parent_path(), error))
+    throw UsageError(option + " " + file + " is in the checkpoint's directory " + checkpoint + ": write elsewhere");
+}
+
+// refuse_file_in for each (option, file) of a command's outputs.
+inline void refuse_files_in(const std::string& checkpoint,
+                            std::initializer_list<std::pair<const char*, const std::string*>> outputs) {
+  for (const auto& [option, file] : outputs) refuse_file_in(checkpoint, option, *file);
+}
+
+}  // namespace qkvlab::cli
