@@ -36,7 +36,7 @@ struct Run {
   std::map<std::string, std::string> fields;
   std::uint64_t seed = 0;
   double final_validation = 0;
-  Curve train, validation;
+  Curve train;
 };
 
 const Json* optional_member(const Json& object, const std::string& key) {
@@ -200,7 +200,7 @@ Run read_run(const fs::path& dir) {
   r.seed = engine::json_to_u64(member(json, "seed", file), "seed");
   r.final_validation = finite_number(member(json, "final_validation_loss", file).text, file, "\"final_validation_loss\"");
   r.train = read_log(dir / "train.csv", 1);
-  r.validation = read_log(dir / "validation.csv", 1);
+  read_log(dir / "validation.csv", 1);  // read to refuse a malformed log; only the final loss is compared
   require_whole_log(dir / "train.csv", r.train, r.fields.at("training.steps"));
   return r;
 }
@@ -284,16 +284,15 @@ void disambiguate(std::vector<Group>& groups) {
   for (Group& g : groups) g.label = g.display;
 }
 
-// The baseline's curve for a seed: its own run of that seed, else the mean of its runs.
+// The baseline's smoothed training curve for a seed: its own run of that seed, else the mean of its runs.
 std::vector<double> baseline_curve(const Group& base, std::uint64_t seed, std::size_t length, int window,
-                                   Smoothing smoothing, bool validation) {
+                                   Smoothing smoothing) {
   std::vector<double> sum(length, 0.0);
   int n = 0;
   for (const Run* r : base.runs) {
     if (r->seed != seed && std::any_of(base.runs.begin(), base.runs.end(), [&](const Run* q) { return q->seed == seed; }))
       continue;
-    const auto& c = validation ? r->validation.values : r->train.values;
-    const auto s = validation ? c : moving_average(c, window, smoothing);
+    const auto s = moving_average(r->train.values, window, smoothing);
     if (s.size() < length) continue;
     for (std::size_t i = 0; i < length; ++i) sum[i] += s[i];
     ++n;
@@ -370,7 +369,7 @@ results::Value compare_runs(const std::vector<fs::path>& dirs, const CompareOpti
       for (const Run* b : base->runs)
         if (b->seed == r->seed) deltas.push_back(r->final_validation - b->final_validation);
       const auto mine = moving_average(r->train.values, o.window, o.smoothing);
-      const auto ref = baseline_curve(*base, r->seed, length, o.window, o.smoothing, false);
+      const auto ref = baseline_curve(*base, r->seed, length, o.window, o.smoothing);
       std::vector<double> rel(length);
       for (std::size_t i = 0; i < length; ++i) rel[i] = mine[i] - ref[i];
       relative.push_back(std::move(rel));

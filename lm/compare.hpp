@@ -26,8 +26,8 @@
 // the papers' released relative-loss plots, there with window 100), and the baseline's smoothed curve of
 // the same seed (or, without one, the mean of the baseline's seeds) is
 // subtracted step by step; a group's curve is the mean over its seeds with the
-// standard deviation as a band. The validation losses logged during training
-// are compared the same way, unsmoothed.
+// standard deviation as a band. (The validation losses logged during training
+// are read, to refuse a cut log, but not compared as curves: only the final one is.)
 #pragma once
 
 #include <cstdint>

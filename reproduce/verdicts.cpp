@@ -145,8 +145,8 @@ std::vector<Element> head_cosines(const Value& j) {
 }
 std::vector<Element> skipv1_table2(const Value& j) {
   const auto& rows = j["results"]["rows"].items();
-  return {{"GQA: Δ KV − (−24.0%)", num(rows.at(1)["delta_kv_percent"]) + 24.0, 0, 1, kNaN},
-          {"MLA: Δ KV − (−44.4%)", num(rows.at(3)["delta_kv_percent"]) + 44.4, 0, 1, kNaN}};
+  return {{"GQA: Δ KV − (−24.0%)", num(rows.at(1)["delta_kv_percent"]) + 24.0, 0, 1, kNaN, true},
+          {"MLA: Δ KV − (−44.4%)", num(rows.at(3)["delta_kv_percent"]) + 44.4, 0, 1, kNaN, true}};
 }
 // SkipV1's saving of cache bytes per token, measured, minus the paper's (1 − 1/L)·25% (half the
 // value heads of layers 2 … L), for each pair of a variant and its SkipV1 form; and SkipV1's decode
@@ -160,7 +160,7 @@ std::vector<Element> skipv1_fig6c_7(const Value& j) {
     const Value &s = *by_name.at(skip), &b = *by_name.at(base);
     const double saving = 100 * (1 - num(s["cache_bytes_per_token_measured"]) / num(b["cache_bytes_per_token_measured"]));
     e.push_back({"cache, " + skip + " vs " + base + ": saving − (1 − 1/L)·25%", saving - 25 * (1 - 1 / num(s["layers"])), 0,
-                 repeats, kNaN});
+                 repeats, kNaN, true});
   }
   std::map<std::pair<std::string, double>, std::vector<double>> decode;  // (variant, context) at B = 8
   for (const Value& t : j["results"]["timings"].items())
@@ -239,7 +239,7 @@ std::vector<Element> qwe_fdim(const Value& j) {
   for (const Value& r : j["results"]["settings"].items())
     e.push_back({"d = " + std::to_string(std::int64_t(num(r["d"]))) + ", L = " + std::to_string(std::int64_t(num(r["layers"]))) +
                      ", skips " + r["skips"].string() + ", norm " + r["norm"].string(),
-                 num(r["lost_vs_free"]), 0, 1, kNaN});
+                 num(r["lost_vs_free"]), 0, 1, kNaN, true});
   return e;
 }
 

@@ -14,8 +14,10 @@ namespace qkvlab::results {
 namespace {
 
 std::string outcome(const Claim& c, const Rule& r, const Element& e) {
-  if ((e.replicates >= 0 && e.replicates < r.min_replicates) || !std::isfinite(e.se) || !std::isfinite(e.value)) return "inconclusive";
-  const double d = e.value - c.reference, margin = se_multiple(r, e.replicates) * e.se;
+  if (!std::isfinite(e.value)) return "inconclusive";
+  if (!e.exact && ((e.replicates >= 0 && e.replicates < r.min_replicates) || !(std::isfinite(e.se) && e.se > 0)))
+    return "inconclusive";
+  const double d = e.value - c.reference, margin = e.exact ? 0 : se_multiple(r, e.replicates) * e.se;
   switch (c.sense) {
     case Sense::greater: return d > margin ? "agrees" : d < -margin ? "disagrees" : "inconclusive";
     case Sense::less: return d < -margin ? "agrees" : d > margin ? "disagrees" : "inconclusive";

@@ -16,9 +16,11 @@
 //                      within the margin t: shown, or its violation shown; a spread too wide for
 //                      either is inconclusive, not agreement)
 // inconclusive otherwise, and always when the element has fewer replicates than the rule asks
-// (2 unless stated: one seed is inconclusive) or no finite standard error (an exact quantity has
-// se 0 and one replicate, under a rule that asks for one). The quantity's verdict: disagrees when
-// some element disagrees, agrees when every element agrees, inconclusive otherwise.
+// (2 unless stated: one seed is inconclusive) or no finite positive standard error (se 0 over
+// replicates is identical replicates: no spread was measured, and any difference would pass). An
+// exact element (a count, no randomness: Element::exact) is judged by its value alone (s = 0),
+// whatever its replicates. The quantity's verdict: disagrees when some element disagrees, agrees
+// when every element agrees, inconclusive otherwise.
 #pragma once
 
 #include <cstdint>
@@ -55,6 +57,7 @@ struct Element {
   double value = 0, se = 0;
   std::int64_t replicates = 1;
   double within_se = 0;
+  bool exact = false;  // a count with no randomness: se 0 is its spread (not shown in to_value)
 };
 // The mean and standard error of one element's per-replicate values.
 Element over_replicates(std::string label, const std::vector<double>& per_replicate);

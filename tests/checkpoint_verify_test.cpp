@@ -545,6 +545,21 @@ TEST_F(CheckpointVerify, AgainstJudgesNaNAndZeroTensorsByOneRule) {
   }
 }
 
+// The comparison says whether it compared the attention patterns: on the worst sequence when the
+// models have the same layers and heads, and "not compared" with the counts otherwise (it was
+// silent, while "method" said every layer's patterns were compared).
+TEST_F(CheckpointVerify, AgainstSaysWhetherItComparedThePatterns) {
+  const fs::path gpt2 = checkpoint("gpt2"), deeper = path() / "gpt2-three-layers";
+  auto patterns = [](const Verified& v) { return member(member(member(v.json, "comparison"), "logits"), "patterns").text; };
+  auto v = verify_json("--checkpoint " + shell_quoted(gpt2) + " --against " + shell_quoted(gpt2) + " --compare function");
+  EXPECT_EQ(v.status, 0) << v.err;
+  EXPECT_EQ(patterns(v).rfind("every layer's, on sequence ", 0), 0u) << patterns(v);
+  ASSERT_EQ(run_qkvlab("lm init --layers 3 --d 32 --heads 4 --vocab 64 --positions 32 " + shell_quoted(deeper)).status, 0);
+  v = verify_json("--checkpoint " + shell_quoted(deeper) + " --against " + shell_quoted(gpt2));
+  EXPECT_EQ(v.status, 1) << v.err;
+  EXPECT_EQ(patterns(v), "not compared: the models have 3 and 2 layers of 4 and 4 heads");
+}
+
 // qwe.thm8.3 carries its change of basis into the maps that read the norm: at ln_1 the layer's own
 // W_Q, W_K, W_V, which ResFormer's layers do not have alone. Those sites are listed as skipped with
 // the reason (they were dropped silently); ln_2 and ln_f run, and qwe.lemma8.2 runs at ln_1.

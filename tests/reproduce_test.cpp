@@ -353,7 +353,7 @@ TEST(ReproduceVerdicts, CommittedReadmesStateTheirVerdicts) {
   const std::string name = "skipv1-fig12";
   const fs::path copy = dir / name;
   fs::create_directories(copy);
-  for (const std::string file : {name + ".json", std::string("README.md")}) fs::copy_file(outputs / name / file, copy / file);
+  for (const std::string& file : {name + ".json", std::string("README.md")}) fs::copy_file(outputs / name / file, copy / file);
   const std::string section = reproduce::verdict_section(reproduce::read_json_file(copy / (name + ".json")));
   std::string readme = file_text(copy / "README.md");
   readme.replace(readme.find(section), section.size(), "## Verdict\n\nstale: **agrees** (an older rule).");

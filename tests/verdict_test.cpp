@@ -52,6 +52,17 @@ TEST(Verdict, EffectInsideTheNoiseIsInconclusive) {
   EXPECT_EQ(verdict(Sense::greater, shifted), "agrees");
 }
 
+// Identical replicates give se 0: no spread was measured, so a difference of 1e-9 is inconclusive
+// (the margin z·0 let it agree). Control: the same element marked exact (a count, no randomness)
+// is judged by its value, with any number of replicates, one included under a rule asking two.
+TEST(Verdict, IdenticalReplicatesAreInconclusiveAndExactCountsAreJudgedByValue) {
+  EXPECT_EQ(judge(claim(Sense::greater), Rule{}, {over_replicates("x", {1e-9, 1e-9})}).verdict, "inconclusive");
+  EXPECT_EQ(judge(claim(Sense::greater), Rule{}, {{"x", 1e-9, 0, -1, 0}}).verdict, "inconclusive");
+  EXPECT_EQ(judge(claim(Sense::greater), Rule{}, {{"x", 1e-9, 0, 2, 0, true}}).verdict, "agrees");
+  EXPECT_EQ(judge(claim(Sense::greater), Rule{}, {{"x", -1e-9, 0, 1, 0, true}}).verdict, "disagrees");
+  EXPECT_EQ(judge(claim(Sense::within, 0, 2), Rule{}, {{"x", 1.5, 0, 1, 0, true}}).verdict, "agrees");
+}
+
 // The multiple of the standard error is Student's t quantile 0.975 at n − 1 degrees of freedom: a mean
 // 3 se from 0 over 3 seeds is inside the noise (4.30 se needed), 5 se decides; over 2 seeds 12.71 se
 // are needed; where the count is not recorded (many), the normal's 1.96 (control: 1.9 se is not enough).
@@ -78,10 +89,12 @@ TEST(Verdict, OneSeedIsInconclusiveUnlessTheRuleSaysOtherwise) {
   const Element one = over_replicates("x", {100.0});
   EXPECT_EQ(one.replicates, 1);
   EXPECT_TRUE(std::isnan(one.se));
-  // An exact quantity (se 0, one evaluation) under a rule that asks for one replicate decides.
+  // An exact quantity (se 0, one evaluation, marked exact) under a rule that asks for one replicate
+  // decides; the same value with se 0 not marked exact is no measured spread: inconclusive.
   const Rule exact{0.975, "exact evaluations", 1, ""};
-  EXPECT_EQ(judge(claim(Sense::greater), exact, {{"x", 100.0, 0.0, 1, 0}}).verdict, "agrees");
-  EXPECT_EQ(judge(claim(Sense::greater), exact, {{"x", -100.0, 0.0, 1, 0}}).verdict, "disagrees");
+  EXPECT_EQ(judge(claim(Sense::greater), exact, {{"x", 100.0, 0.0, 1, 0, true}}).verdict, "agrees");
+  EXPECT_EQ(judge(claim(Sense::greater), exact, {{"x", -100.0, 0.0, 1, 0, true}}).verdict, "disagrees");
+  EXPECT_EQ(judge(claim(Sense::greater), exact, {{"x", 100.0, 0.0, 1, 0}}).verdict, "inconclusive");
 }
 
 TEST(Verdict, WithinAndNotBelow) {

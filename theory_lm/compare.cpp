@@ -118,11 +118,15 @@ void compare_gauge(const ModelWeights& B, const ModelWeights& A, double tol, Val
 // reparametrizations and under a change of the residual stream's basis (`lm eliminate`), so where
 // B computes A's function through the same heads they agree at every layer, and the first layer
 // where they do not is where B departs from A (later layers read its output and differ too). They
-// see a change in a head that the logits barely feel. Needs the same layers and heads.
-void compare_patterns(const ModelWeights& B, const ModelWeights& A, const Activations& act, Eigen::Index sequence,
-                      double tol, Value& mismatches) {
+// see a change in a head that the logits barely feel. Needs the same layers and heads; returns what
+// was compared (the report's "patterns"), or why nothing was.
+std::string compare_patterns(const ModelWeights& B, const ModelWeights& A, const Activations& act, Eigen::Index sequence,
+                             double tol, Value& mismatches) {
   const lm::Config& c = A.config;
-  if (B.config.layers != c.layers || B.config.heads != c.heads) return;
+  if (B.config.layers != c.layers || B.config.heads != c.heads)
+    return "not compared: the models have " + std::to_string(B.config.layers) + " and " + std::to_string(c.layers) +
+           " layers of " + std::to_string(B.config.heads) + " and " + std::to_string(c.heads) + " heads";
+  const std::string compared = "every layer's, on sequence " + std::to_string(sequence + 1);
   const int T = act.length;
   lm::TokenSequences one{{act.tokens.ids.begin() + sequence * T, act.tokens.ids.begin() + (sequence + 1) * T}, 1, T};
   const auto PA = attention_patterns(A.dir, one), PB = attention_patterns(B.dir, one);
@@ -137,21 +141,22 @@ void compare_patterns(const ModelWeights& B, const ModelWeights& A, const Activa
                       results::format_number(tol) + " on sequence " + std::to_string(sequence + 1) +
                       "; the first layer whose attention differs)");
     }
-    if (named) return;
+    if (named) break;
   }
+  return compared;
 }
 
 Value compare_logits(const ModelWeights& B, const Activations& act_B, const ModelWeights& A, const Activations& act_A,
-                     double tol, bool name_heads, Value& mismatches) {
+                     double tol, Value& mismatches) {
   const MatD LA = logits(A, act_A), LB = logits(B, act_B);
   const double e = relative(LA, LB);
   Eigen::Index worst = 0;
   (LA - LB).rowwise().norm().cwiseQuotient(LA.rowwise().norm()).maxCoeff(&worst);
   const int T = act_A.length;
   const bool pass = e <= tol;  // NaN fails
-  const Value v = object({{"rel_err", e}, {"tolerance", tol}, {"pass", pass}, {"positions", std::int64_t(LA.rows())},
-                          {"worst_sequence", std::int64_t(worst / T + 1)}, {"worst_position", std::int64_t(worst % T + 1)}});
-  if (name_heads) compare_patterns(B, A, act_A, worst / T, tol, mismatches);
+  Value v = object({{"rel_err", e}, {"tolerance", tol}, {"pass", pass}, {"positions", std::int64_t(LA.rows())},
+                    {"worst_sequence", std::int64_t(worst / T + 1)}, {"worst_position", std::int64_t(worst % T + 1)}});
+  v.set("patterns", compare_patterns(B, A, act_A, worst / T, tol, mismatches));
   if (!pass)
     mismatches.push("logits differ (rel_err " + results::format_number(e) + " > " + results::format_number(tol) + "; worst at sequence " +
                     std::to_string(worst / T + 1) + ", position " + std::to_string(worst % T + 1) + ")");
@@ -186,7 +191,7 @@ CompareResult compare_checkpoints(const ModelWeights& B, const Activations& act_
                           "sequence");
   v.set("tolerance", o.tolerance);
   if (gauge) compare_gauge(B, A, o.tolerance, v, mismatches);
-  v.set("logits", compare_logits(B, act_B, A, act_A, o.tolerance, true, mismatches));
+  v.set("logits", compare_logits(B, act_B, A, act_A, o.tolerance, mismatches));
   v.set("coverage", coverage(A.config, act_A));
   r.ok = mismatches.items().empty();
   v.set("mismatches", mismatches);
