@@ -168,6 +168,10 @@ std::vector<Element> skipv1_fig6c_7(const Value& j) {
   for (const auto& [key, skip] : decode) {
     if (key.first != "skipv1") continue;
     const std::vector<double>& base = decode.at({"vanilla", key.second});
+    if (base.size() != skip.size())  // a logic_error: judged_file names the file
+      throw std::invalid_argument("decode timings at context " + std::to_string(std::int64_t(key.second)) + ": " +
+                                  std::to_string(skip.size()) + " SkipV1 repeats and " + std::to_string(base.size()) +
+                                  " vanilla ones do not pair");
     std::vector<double> change;
     for (std::size_t r = 0; r < skip.size(); ++r) change.push_back(100 * (skip[r] / base[r] - 1));
     e.push_back(results::over_replicates("decode B = 8, context " + std::to_string(std::int64_t(key.second)) +

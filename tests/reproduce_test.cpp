@@ -491,6 +491,20 @@ TEST(ReproduceVerdicts, CacheFigureMeasuresEveryCacheAndJudgesSkipV1) {
   EXPECT_EQ(full.verdict, "disagrees");
   const results::Verdict slow = reproduce::judge_figure("skipv1-fig6c-7", scaled_cache_figure(j, "skipv1", 1, 0.1));
   for (std::size_t i = 2; i < slow.elements.size(); ++i) EXPECT_EQ(slow.outcomes[i], "disagrees") << slow.elements[i].label;
+  // Repeats that do not pair (vanilla timed once less) are refused, not read past the end.
+  results::Value uneven = scaled_cache_figure(j, "skipv1", 1, 1), r = uneven["results"], timings = results::Value::array();
+  for (const auto& t : r["timings"].items()) {
+    results::Value row = t;
+    if (t["variant"].string() == "vanilla") {
+      std::vector<double> rates;
+      for (const auto& x : t["decode_tokens_per_s"].items()) rates.push_back(x.number());
+      rates.pop_back();
+      row.set("decode_tokens_per_s", results::Value::array_of(rates));
+    }
+    timings.push(row);
+  }
+  r.set("timings", timings), uneven.set("results", r);
+  EXPECT_THROW(reproduce::judge_figure("skipv1-fig6c-7", uneven), std::invalid_argument);
 }
 
 // docs/figures.md's verdict table is `qkvlab reproduce --docs` on the committed outputs, to the
