@@ -1,7 +1,8 @@
 // Outputs never replace the model a command reads. An output directory that is the checkpoint's
 // own (lm export --hf, lm convert --out, lm eliminate --out), or an output file in the checkpoint's
 // directory (the reports and tables of verify, analyze and probe: --out, --junit, --csv, --figure),
-// is refused with a UsageError naming the option, before anything is read or written.
+// is refused with a UsageError naming the option, before anything is read or written; so is a
+// report file whose directory does not exist.
 #pragma once
 
 #include <filesystem>
@@ -34,6 +35,20 @@ inline void refuse_file_in(const std::string& checkpoint, const std::string& opt
 inline void refuse_files_in(const std::string& checkpoint,
                             std::initializer_list<std::pair<const char*, const std::string*>> outputs) {
   for (const auto& [option, file] : outputs) refuse_file_in(checkpoint, option, *file);
+}
+
+// A command's report files: each one's directory exists, and none lies in the directory of a model
+// it reads (`models`, empty strings skipped).
+inline void require_report_files(std::initializer_list<std::pair<const char*, const std::string*>> files,
+                                 std::initializer_list<const std::string*> models) {
+  for (const auto& [option, file] : files) {
+    if (file->empty()) continue;
+    const auto dir = std::filesystem::absolute(*file).parent_path();
+    if (!std::filesystem::is_directory(dir))
+      throw UsageError(std::string(option) + ": directory " + dir.string() + " does not exist");
+  }
+  for (const std::string* model : models)
+    if (!model->empty()) refuse_files_in(*model, files);
 }
 
 }  // namespace qkvlab::cli

@@ -37,13 +37,6 @@ struct VerifyArgs {
   std::vector<const CLI::Option*> sweep_options;  // --d, --heads, --layers, --seq: not with --checkpoint
 };
 
-void require_writable_dir(const std::string& path, const char* option) {
-  if (path.empty()) return;
-  const auto dir = std::filesystem::absolute(path).parent_path();
-  if (!std::filesystem::is_directory(dir))
-    throw UsageError(std::string(option) + ": directory " + dir.string() + " does not exist");
-}
-
 void render(const VerifyArgs& a, const results::Report& report) {
   results::render_report(std::cout, report, a.format == "json", a.verbose);
   results::write_report_files(report, a.out, a.junit);
@@ -95,10 +88,7 @@ int run_verify(VerifyArgs& a) {
     o.precisions.clear();
     for (const auto& p : a.precisions) o.precisions.push_back(parse_precision(p));
   }
-  require_writable_dir(a.out, "--out");
-  require_writable_dir(a.junit, "--junit");
-  for (const std::string* model : {&a.checkpoint, &a.against})
-    if (!model->empty()) refuse_files_in(*model, {{"--out", &a.out}, {"--junit", &a.junit}});
+  require_report_files({{"--out", &a.out}, {"--junit", &a.junit}}, {&a.checkpoint, &a.against});
   if (!a.checkpoint.empty()) return run_checkpoint(a);
   if (!a.against.empty()) throw UsageError("--against needs --checkpoint DIR (the model compared with REF)");
   const auto claims = with_hint([&] { return theory::select_claims(o.ids); }, "see 'qkvlab verify --list'");
