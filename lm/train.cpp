@@ -221,11 +221,12 @@ double last_logged_loss(const fs::path& path, std::int64_t step) {
 // checkpoints keep them as "from.KEY", so that a resume records the checkpoint it started from, not
 // what the --from path holds by then.
 // The fields, in run.json's order: the checksum, then the metadata keys.
-constexpr std::array<const char*, 4> kInitialCheckpointKeys = {"model_fnv1a64", "run_id", "step", "converted_by"};
+constexpr const char* kInitialChecksumKey = "model_fnv1a64";
+constexpr std::array<const char*, 3> kInitialMetadataKeys = {"run_id", "step", "converted_by"};
 
 std::map<std::string, std::string> initial_checkpoint_fields(const fs::path& dir, const Checkpoint& ck) {
-  std::map<std::string, std::string> fields{{kInitialCheckpointKeys[0], hex64(file_sum(dir / "model.safetensors").fnv1a64)}};
-  for (const char* key : std::span(kInitialCheckpointKeys).subspan(1))
+  std::map<std::string, std::string> fields{{kInitialChecksumKey, hex64(file_sum(dir / "model.safetensors").fnv1a64)}};
+  for (const char* key : kInitialMetadataKeys)
     if (const auto it = ck.metadata.find(key); it != ck.metadata.end()) fields[key] = it->second;
   return fields;
 }
@@ -234,8 +235,11 @@ std::map<std::string, std::string> initial_checkpoint_fields(const fs::path& dir
 results::Value initial_checkpoint_value(const fs::path& dir, const std::map<std::string, std::string>& fields) {
   results::Value v = results::Value::object();
   v.set("path", dir.string());
-  for (const char* key : kInitialCheckpointKeys)
+  const auto set_if_known = [&](const char* key) {
     if (const auto it = fields.find(key); it != fields.end()) v.set(key, it->second);
+  };
+  set_if_known(kInitialChecksumKey);
+  for (const char* key : kInitialMetadataKeys) set_if_known(key);
   return v;
 }
 

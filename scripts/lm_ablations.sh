@@ -20,6 +20,7 @@
 # written to --json only when it is in the table. A claim whose runs are missing, share no seed or
 # do not form two groups is a row "not run", and the exit status 2; --json is then left as it was.
 set -euo pipefail
+here=$(dirname "${BASH_SOURCE[0]}")
 
 paper=resformer qkvlab=build/qkvlab runs=outputs/lm json=""
 while [[ $# -gt 0 ]]; do
@@ -91,12 +92,6 @@ runs_of() {
   done
 }
 
-# One row's numbers, all of one group (scripts/ablation_row.py): refused (exit 1, a reason on
-# stdout) unless the runs form exactly the reference group and the compared group, holding every run.
-compared_group() {  # JSON on stdin; arguments: reference run count, compared run count
-  python3 "$(dirname "${BASH_SOURCE[0]}")/ablation_row.py" "$@"
-}
-
 echo "| $label | claim | compared − reference (nats) | seeds | verdict |"
 echo "|---|---|---|---|---|"
 all="{" missing=0
@@ -121,7 +116,9 @@ for c in "${claims[@]}"; do
     printf '| %s | %s | lm compare failed | 0 | not run |\n' "$figure" "$claim"
     continue
   fi
-  if ! row=$(compared_group "${#reference_dirs[@]}" "${#compared_dirs[@]}" <<<"$result"); then
+  # One row's numbers, all of one group: refused (exit 1, a reason on stdout) unless the runs form
+  # exactly the reference group and the compared group, holding every run.
+  if ! row=$(python3 "$here/ablation_row.py" "${#reference_dirs[@]}" "${#compared_dirs[@]}" <<<"$result"); then
     echo "lm_ablations.sh: $reference and $compared: $row" >&2  # the row says so; the exit status too
     missing=1
     printf '| %s | %s | %s | 0 | not run |\n' "$figure" "$claim" "$row"
