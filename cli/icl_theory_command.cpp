@@ -1,6 +1,7 @@
 // `qkvlab icl theory`: the SkipV1 theorem's closed-form quantities by Monte Carlo, one run or a
 // sweep over a grid (synthetic/icl/theory_report.hpp: the run, the sweep and their rendering):
 // options, their validation, the output.
+#include "cli/output_paths.hpp"
 #include "cli/commands.hpp"
 #include "cli/device_option.hpp"
 #include "cli/icl_task_options.hpp"
@@ -94,7 +95,7 @@ int run_theory(const TheoryArgs& a, const std::string& command_line) {
   if (!a.out.empty()) results::stage_tables_hdf5(files, a.out, {by_a, icl::theory_scalar_table(t)}, a.seed, command_line);
   if (!a.csv.empty()) results::stage_csv(files, a.csv, by_a);
   if (!a.figure.empty()) {
-    results::stage_csv(files, a.figure + ".csv", by_a);
+    if (a.csv.empty() || !same_file(a.figure + ".csv", a.csv)) results::stage_csv(files, a.figure + ".csv", by_a);
     results::stage_figure(files, icl::theory_figure(t), by_a, a.figure);
   }
   files.commit();

@@ -1,6 +1,7 @@
 #include "cli/icl_train_options.hpp"
 
 #include "cli/format_option.hpp"
+#include "cli/output_paths.hpp"
 #include "cli/threads_option.hpp"
 #include "cli/validators.hpp"
 #include "core/errors.hpp"
@@ -43,7 +44,8 @@ void add_common_options(CLI::App* cmd, CommonArgs& a, CommonOptions use) {
   add_threads_option(cmd, a.threads);
   cmd->add_option("--out", a.out, "Write every table to this HDF5 file");
   cmd->add_option("--csv", a.csv, "Write the main table to this CSV file");
-  cmd->add_option("--figure", a.figure, "Write the figure to STEM.svg and STEM.png (its data to STEM.csv; needs gnuplot)");
+  cmd->add_option("--figure", a.figure, "Write the figure to STEM.svg and STEM.png (its data to STEM.csv, or with --csv STEM.csv to that "
+                                          "file, or STEM.figure.csv where it draws other rows; needs gnuplot)");
   add_format_option(cmd, a.format);
   add_device_option(cmd, a.device, kGpuPath);
   cmd->add_flag("--quiet", a.quiet, "No progress on stderr");
@@ -74,6 +76,9 @@ std::function<void(int, int)> progress_of(const std::string& name, const std::st
   return [p, what](int done, int total) { (*p)(what, std::size_t(done), std::size_t(total)); };
 }
 
+// The figure's numbers go beside it, to STEM.csv; when that is --csv's file (`--csv X.csv --figure X`),
+// --csv's table already holds them, or, where the figure draws other rows (a sweep over several
+// tasks draws the first task's), they go to STEM.figure.csv: --csv's table is never replaced.
 void write_outputs(const CommonArgs& a, const ExperimentTables& t, const std::string& command_line) {
   StagedFiles files;
   if (!a.out.empty()) results::stage_tables_hdf5(files, a.out, t.tables, a.seed, command_line);
@@ -81,7 +86,15 @@ void write_outputs(const CommonArgs& a, const ExperimentTables& t, const std::st
   if (!a.figure.empty()) {
     fs::path stem(a.figure);
     if (stem.extension() == ".svg" || stem.extension() == ".png") stem.replace_extension();
-    results::stage_csv(files, fs::path(stem.string() + ".csv"), t.plot.table);
+    const std::string data = stem.string() + ".csv";
+    const auto same_rows = [](const results::Table& x, const results::Table& y) {
+      if (x.columns.size() != y.columns.size()) return false;
+      for (std::size_t i = 0; i < x.columns.size(); ++i)
+        if (x.columns[i].name != y.columns[i].name || x.columns[i].values != y.columns[i].values) return false;
+      return true;
+    };
+    if (a.csv.empty() || !same_file(data, a.csv)) results::stage_csv(files, data, t.plot.table);
+    else if (!same_rows(t.plot.table, t.main)) results::stage_csv(files, stem.string() + ".figure.csv", t.plot.table);
     results::stage_figure(files, t.plot.figure, t.plot.table, stem);
   }
   files.commit();

@@ -6,6 +6,7 @@
 #include "cli/commands.hpp"
 #include "cli/fdim_command.hpp"
 #include "core/errors.hpp"
+#include "core/json_text.hpp"
 
 #include <cerrno>
 #include <cstdio>
@@ -23,11 +24,8 @@ std::string one_line(const std::string& text) {
   std::string out;
   for (std::size_t i = 0; i < text.size();) {
     const auto c = static_cast<unsigned char>(text[i]);
-    // The length of the UTF-8 sequence starting at i, 0 when it is not one.
-    const std::size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
-    bool valid = n > 0 && i + n <= text.size() && (n > 1 || (c >= 0x20 && c != 0x7f));
-    for (std::size_t k = 1; valid && k < n; ++k) valid = (static_cast<unsigned char>(text[i + k]) >> 6) == 0x2;
-    if (valid) {
+    const std::size_t n = qkvlab::utf8_sequence_length(text, i);
+    if (n > 1 || (n == 1 && c >= 0x20 && c != 0x7f)) {
       out.append(text, i, n), i += n;
       continue;
     }

@@ -2,7 +2,8 @@
 // own (lm export --hf, lm convert --out, lm eliminate --out), or an output file in the checkpoint's
 // directory (the reports and tables of verify, analyze and probe: --out, --junit, --csv, --figure),
 // is refused with a UsageError naming the option, before anything is read or written; so is a
-// report file whose directory does not exist.
+// report file whose directory does not exist, two outputs given one file, and an output that is
+// a file the command reads (its --tokens or --text).
 #pragma once
 
 #include <filesystem>
@@ -35,6 +36,33 @@ inline void refuse_file_in(const std::string& checkpoint, const std::string& opt
 inline void refuse_files_in(const std::string& checkpoint,
                             std::initializer_list<std::pair<const char*, const std::string*>> outputs) {
   for (const auto& [option, file] : outputs) refuse_file_in(checkpoint, option, *file);
+}
+
+using NamedFiles = std::initializer_list<std::pair<const char*, const std::string*>>;
+
+// Whether two paths name one file: the same existing file (links included), or the same new name.
+inline bool same_file(const std::string& a, const std::string& b) {
+  std::error_code error;
+  if (std::filesystem::equivalent(a, b, error)) return true;
+  return std::filesystem::absolute(a).lexically_normal() == std::filesystem::absolute(b).lexically_normal();
+}
+
+// A command's output files: no two are one file (the second would silently replace the first),
+// and none is one of the files it reads (`inputs`), which writing it would replace. Empty names
+// and "-" (standard output) are skipped.
+inline void refuse_overlapping_files(NamedFiles outputs, NamedFiles inputs) {
+  const auto given = [](const std::string* file) { return !file->empty() && *file != "-"; };
+  for (auto out = outputs.begin(); out != outputs.end(); ++out) {
+    if (!given(out->second)) continue;
+    for (auto other = outputs.begin(); other != out; ++other)
+      if (given(other->second) && same_file(*out->second, *other->second))
+        throw UsageError(std::string(out->first) + " " + *out->second + " is also " + other->first +
+                         "'s file: give each output its own file");
+    for (const auto& [option, input] : inputs)
+      if (!input->empty() && same_file(*out->second, *input))
+        throw UsageError(std::string(out->first) + " " + *out->second + " is the file " + option +
+                         " reads: write elsewhere");
+  }
 }
 
 // A command's report files: each one's directory exists, and none lies in the directory of a model

@@ -68,6 +68,8 @@ int run_probe(const ProbeArgs& a, const std::string& command_line) {
   require_device(a.device);
   if (!a.figure.empty() && a.csv.empty()) throw UsageError("--figure needs --csv (the figure is drawn from it)");
   refuse_files_in(a.checkpoint, {{"--out", &a.out}, {"--csv", &a.csv}, {"--figure", &a.figure}});
+  refuse_overlapping_files({{"--out", &a.out}, {"--csv", &a.csv}},
+                           {{"--tokens", &a.tokens}, {"--text", &a.text}, {"--val-tokens", &a.val_tokens}});
   probes::ProbeOptions o = a.options;
   if (o.steps > 0 && o.warmup >= o.steps)
     throw UsageError("--warmup " + std::to_string(o.warmup) + " must be less than --steps " + std::to_string(o.steps));

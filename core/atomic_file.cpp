@@ -189,6 +189,7 @@ void StagedFiles::add(const fs::path& path, std::string_view kind, const std::fu
   if (descriptor >= 0 || streamed(path, kind)) return add_streamed(path, kind, descriptor, fill);
   if (path.filename().empty()) fail(kind, path, "no file name");
   const fs::path directory = directory_of(path);
+  refuse_second_staging(kind, path);
   clean_once(directory);
   std::string name = path.filename().string().substr(0, 96);
   std::string pattern =
@@ -230,6 +231,20 @@ void StagedFiles::add_streamed(const fs::path& path, std::string_view kind, int 
     fail(kind, path, what);
   }
   staged_.push_back({path, {}, std::string(kind), memory, descriptor});
+}
+
+// One set never stages a file twice: the second rename would silently replace the first output
+// (say --out and --junit given the same path). Names are compared with their directories resolved.
+void StagedFiles::refuse_second_staging(std::string_view kind, const fs::path& path) const {
+  const auto resolved = [](const fs::path& p) {
+    std::error_code error;
+    const fs::path directory = fs::weakly_canonical(fs::absolute(directory_of(p)), error);
+    return (error ? fs::absolute(directory_of(p)) : directory) / p.filename();
+  };
+  const fs::path target = resolved(path);
+  for (const Staged& s : staged_)
+    if (!s.temporary.empty() && resolved(s.target) == target)
+      refuse(kind, path, "it is also the " + s.kind + " output (" + s.target.string() + "): give each output its own file");
 }
 
 void StagedFiles::add_bytes(const fs::path& path, std::string_view kind, std::string_view bytes) {

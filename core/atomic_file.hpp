@@ -18,7 +18,8 @@
 // followed nor replaced (qkvlab creates none, so any link there is someone
 // else's); so are a directory, a block device and a socket. These refusals are
 // UsageErrors ("cannot write KIND file PATH: it is a symbolic link …"), made
-// when the file is staged and again before the first rename.
+// when the file is staged and again before the first rename. So is a second file
+// of one set staged at the path of a first (two outputs given one name).
 //
 // Temporary names are ".qkvlab-tmp.<pid>.<target name>.XXXXXX". A killed run
 // leaves such files behind; the first staging into a directory removes the ones
@@ -60,6 +61,7 @@ class StagedFiles {
   void add_streamed(const std::filesystem::path& path, std::string_view kind, int descriptor,
                     const std::function<void(int fd)>& fill);
   void sync_directories() const;
+  void refuse_second_staging(std::string_view kind, const std::filesystem::path& path) const;
   struct Staged {
     std::filesystem::path target, temporary;  // temporary empty: streamed
     std::string kind;

@@ -230,6 +230,12 @@ void verify_files_manifest(const fs::path& dir, const fs::path& manifest, const 
   verify_files(dir, read_manifest(manifest), manifest, what);
 }
 
+void verify_manifest_if_present(const fs::path& dir) {
+  const fs::path manifest = dir / "manifest.json";
+  if (fs::exists(fs::symlink_status(manifest)))
+    verify_files(dir, read_manifest(manifest), manifest, "the checkpoint's files come from different writes");
+}
+
 void set_checkpoint_write_hook(std::function<void(const std::string& file)> hook) { write_hook() = std::move(hook); }
 
 bool is_own_checkpoint(const fs::path& dir) {
@@ -255,9 +261,8 @@ Checkpoint load_checkpoint(const fs::path& dir, bool with_optimizer, bool allow_
     }
     throw UsageError(path.string() + ": not a qkvlab checkpoint (no \"format\": \"qkvlab-lm\" in its metadata)");
   }
-  std::optional<Manifest> manifest;
+  std::optional<Manifest> manifest;  // its files are checked by read_parameters (verify_manifest_if_present)
   if (fs::exists(fs::symlink_status(dir / "manifest.json"))) manifest = read_manifest(dir / "manifest.json");
-  if (manifest) verify_files(dir, *manifest, dir / "manifest.json", "the checkpoint's files come from different writes");
   if (with_optimizer && !manifest)
     throw UsageError(dir.string() + ": no manifest.json: a checkpoint write did not finish (or the checkpoint "
                      "predates manifests), so its files may come from different steps; cannot resume from it");

@@ -74,6 +74,11 @@ std::string files_manifest_json(const std::filesystem::path& dir, const std::vec
 void verify_files_manifest(const std::filesystem::path& dir, const std::filesystem::path& manifest,
                            const std::string& what);
 
+// A manifest.json in dir (a checkpoint's, or a Hugging Face export's) lists files of one write: each is
+// there with its size and checksum, or a UsageError names the file. read_parameters calls it, so every
+// reader of a model's values (lm eval, analyze, verify --checkpoint, a resume) refuses mixed files.
+void verify_manifest_if_present(const std::filesystem::path& dir);
+
 // For tests: called with each file's name once it is in place, in the order
 // written (optimizer.safetensors, model.safetensors, config.json,
 // tokenizer.json when there is one, manifest.json). A hook that throws leaves the directory as a kill at that

@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "core/errors.hpp"
+#include "lm/checkpoint.hpp"
 #include "lm/hf.hpp"
 #include "lm/hf_config.hpp"
 #include "lm/parameters.hpp"
@@ -307,7 +308,8 @@ void refuse_nonfinite(const fs::path& file, const engine::ParameterSpec& spec, c
     if (!std::isfinite(x[k]))
       throw UsageError(file.string() + ": tensor \"" + src.name + "\" holds a non-finite weight (" +
                        (std::isnan(x[k]) ? "nan" : x[k] > 0 ? "inf" : "-inf") + " at element " +
-                       std::to_string(stored_index(spec, src, k)) + "); --allow-nonfinite loads it anyway");
+                       std::to_string(stored_index(spec, src, k)) +
+                       "); a command's --allow-nonfinite, where it has one, loads it anyway");
 }
 
 // The source holds spec: the geometry open_model established (a second check,
@@ -335,6 +337,7 @@ ModelFiles open_model(const fs::path& dir) {
 }
 
 void read_parameters(const ModelFiles& files, const engine::ParameterLayout& layout, const ParameterSink& sink) {
+  verify_manifest_if_present(files.dir);
   std::size_t largest = 0;
   for (const auto& spec : layout.specs()) {
     const auto it = files.sources.find(spec.name);

@@ -224,9 +224,8 @@ void stage_tables_hdf5(StagedFiles& files, const std::filesystem::path& path, co
       for (const auto& c : t.columns) {
         const hsize_t dims[1] = {hsize_t(c.values.size())};
         Handle space(H5Screate_simple(1, dims, nullptr), H5Sclose, "cannot create dataspace");
-        Handle set(H5Dcreate2(group.get(), c.name.c_str(), H5T_IEEE_F64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT,
-                              H5P_DEFAULT),
-                   H5Dclose, "cannot create dataset " + t.name + "/" + c.name);
+        const Handle set = create_dataset(group.get(), c.name, H5T_IEEE_F64LE, space.get(),
+                                          "cannot create dataset " + t.name + "/" + c.name);
         if (!c.values.empty())
           check(H5Dwrite(set.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, c.values.data()),
                 "cannot write dataset " + t.name + "/" + c.name);

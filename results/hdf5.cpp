@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <filesystem>
 #include <limits>
 #include <map>
@@ -23,7 +24,7 @@ namespace {
 using namespace hdf5;
 
 
-// In-memory rows; strings point into the Report, which outlives the write.
+// In-memory rows; strings point into Utf8Copies, which outlives the write.
 struct CheckRow {
   const char* config;
   const char* precision;
@@ -56,18 +57,27 @@ struct ClaimRows {
 
 double or_nan(std::optional<double> x) { return x.value_or(std::numeric_limits<double>::quiet_NaN()); }
 
-std::map<std::string, ClaimRows> rows_by_claim(const Report& report) {
+// The report's strings as the file declares them, UTF-8 (escape_invalid_utf8), kept for the write.
+class Utf8Copies {
+ public:
+  const char* operator()(const std::string& s) { return copies_.emplace_back(escape_invalid_utf8(s)).c_str(); }
+
+ private:
+  std::deque<std::string> copies_;  // stable addresses
+};
+
+std::map<std::string, ClaimRows> rows_by_claim(const Report& report, Utf8Copies& text) {
   std::map<std::string, ClaimRows> claims;
   for (const CheckRecord& c : report.checks) {
-    claims[c.id].checks.push_back({c.config.c_str(), c.precision.c_str(), or_nan(c.rel_err), or_nan(c.kappa),
-                                   or_nan(c.normalized_err), c.budget, c.pass, c.status.c_str(), c.note.c_str(),
+    claims[c.id].checks.push_back({text(c.config), text(c.precision), or_nan(c.rel_err), or_nan(c.kappa),
+                                   or_nan(c.normalized_err), c.budget, c.pass, text(c.status), text(c.note),
                                    or_nan(c.statistic), or_nan(c.expected), or_nan(c.std_err)});
   }
   for (const ControlRecord& c : report.controls) {
-    claims[c.id].controls.push_back({c.name.c_str(), c.config.c_str(), c.precision.c_str(), or_nan(c.rel_err),
-                                     c.failed_as_expected, c.note.c_str()});
+    claims[c.id].controls.push_back({text(c.name), text(c.config), text(c.precision), or_nan(c.rel_err),
+                                     c.failed_as_expected, text(c.note)});
   }
-  for (const LadderRecord& l : report.ladders) claims[l.id].ladders.push_back({l.config.c_str(), or_nan(l.slope)});
+  for (const LadderRecord& l : report.ladders) claims[l.id].ladders.push_back({text(l.config), or_nan(l.slope)});
   return claims;
 }
 
@@ -129,8 +139,7 @@ void write_dataset(hid_t group, const std::string& id, const char* name, hid_t m
   const hsize_t dims[1] = {rows.size()};
   Handle space(H5Screate_simple(1, dims, nullptr), H5Sclose, "cannot create dataspace for " + label);
   Handle file_type = packed(memory_type);
-  Handle set(H5Dcreate2(group, name, file_type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Dclose,
-             "cannot create dataset " + label);
+  const Handle set = create_dataset(group, name, file_type.get(), space.get(), "cannot create dataset " + label);
   if (!rows.empty()) {
     check(H5Dwrite(set.get(), memory_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows.data()),
           "cannot write dataset " + label);
@@ -154,10 +163,11 @@ std::string file_image(const Report& report) {
         skipped.push(item);
       }
       context.set("skipped", skipped);
-      write_string_attribute(file.get(), "context", str.get(), context.json(0));
+      write_string_attribute(file.get(), "context", str.get(), context.json_compact());
     }
     const Handle checks = check_type(str.get()), controls = control_type(str.get()), ladders = ladder_type(str.get());
-    for (const auto& [id, rows] : rows_by_claim(report)) {
+    Utf8Copies text;
+    for (const auto& [id, rows] : rows_by_claim(report, text)) {
       Handle group(H5Gcreate2(file.get(), id.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose,
                    "cannot create group " + id);
       write_dataset(group.get(), id, "checks", checks.get(), rows.checks);

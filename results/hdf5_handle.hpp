@@ -6,6 +6,8 @@
 
 #include <hdf5.h>
 
+#include "core/json_text.hpp"
+
 #include <cctype>
 #include <stdexcept>
 #include <string>
@@ -138,8 +140,19 @@ inline void write_attribute(hid_t location, const char* name, hid_t type, const 
   check(H5Awrite(attribute.get(), type, value), std::string("cannot write attribute ") + name);
 }
 
+// A dataset that records no creation or modification time (HDF5 stores the clock's time in each
+// dataset's header by default), so the same results give the same file, byte for byte.
+inline Handle create_dataset(hid_t location, const std::string& name, hid_t type, hid_t space, const std::string& what) {
+  Handle properties(H5Pcreate(H5P_DATASET_CREATE), H5Pclose, what);
+  check(H5Pset_obj_track_times(properties.get(), 0), what);
+  return Handle(H5Dcreate2(location, name.c_str(), type, space, H5P_DEFAULT, properties.get(), H5P_DEFAULT), H5Dclose,
+                what);
+}
+
+// Declared UTF-8 (string_type), so bytes that are not UTF-8 are written \xNN (core/json_text.hpp).
 inline void write_string_attribute(hid_t location, const char* name, hid_t str, const std::string& value) {
-  const char* text = value.c_str();
+  const std::string utf8 = escape_invalid_utf8(value);
+  const char* text = utf8.c_str();
   write_attribute(location, name, str, &text);
 }
 

@@ -334,9 +334,7 @@ std::string hdf5_matrices_image(const std::vector<std::pair<std::string, MatD>>&
     const RowMajor rows = m;
     const hsize_t dims[2] = {hsize_t(m.rows()), hsize_t(m.cols())};
     Handle space(H5Screate_simple(2, dims, nullptr), H5Sclose, "cannot create dataspace");
-    Handle dataset(H5Dcreate2(file.get(), name.c_str(), H5T_IEEE_F64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT,
-                              H5P_DEFAULT),
-                   H5Dclose, "cannot create dataset " + name);
+    const Handle dataset = create_dataset(file.get(), name, H5T_IEEE_F64LE, space.get(), "cannot create dataset " + name);
     check(H5Dwrite(dataset.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, rows.data()),
           "cannot write dataset " + name);
   }

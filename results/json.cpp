@@ -92,7 +92,7 @@ void write_json(std::ostream& out, const Report& report) {
   out << "  \"seed\": " << std::to_string(report.seed) << ",\n";
   out << "  \"version\": " << json_quote(report.version) << ",\n";
   out << "  \"command_line\": " << json_quote(report.command_line) << ",\n";
-  for (const auto& key : report.context.keys()) out << "  " << json_quote(key) << ": " << report.context[key].json(0) << ",\n";
+  for (const auto& key : report.context.keys()) out << "  " << json_quote(key) << ": " << report.context[key].json_compact() << ",\n";
   write_array(out, "checks", report.checks);
   write_array(out, "controls", report.controls);
   write_array(out, "ladders", report.ladders);

@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "core/atomic_file.hpp"
+#include "core/json_text.hpp"
 #include "results/report.hpp"
 #include "results/table_grid.hpp"
 
@@ -14,10 +15,10 @@ namespace qkvlab::results {
 namespace {
 
 // Escapes for text and attributes alike. Control characters that XML 1.0
-// cannot carry become U+FFFD.
+// cannot carry become U+FFFD; bytes that are not UTF-8 are written \xNN.
 std::string xml(std::string_view s) {
   std::string out;
-  for (const char ch : s) {
+  for (const char ch : escape_invalid_utf8(s)) {
     switch (ch) {
       case '&': out += "&amp;"; break;
       case '<': out += "&lt;"; break;
@@ -86,8 +87,8 @@ void write_suite(std::ostream& out, const std::string& id, const Suite& suite) {
       << "\" failures=\"" << suite.failures() << "\" errors=\"" << suite.errors() << "\">\n";
   for (const CheckRecord* c : suite.checks) {
     const bool error = c->status == "error";
-    write_case(out, id, c->config + " [" + c->precision + "]", c->pass ? "" : error ? c->note : check_failure(*c),
-               c->note, error);
+    const std::string message = c->pass ? "" : !error ? check_failure(*c) : c->note.empty() ? "error" : c->note;
+    write_case(out, id, c->config + " [" + c->precision + "]", message, c->note, error);
   }
   for (const ControlRecord* c : suite.controls) {
     const std::string failure = c->failed_as_expected ? "" : "control did not fail: rel_err=" + format_number(c->rel_err);
@@ -96,15 +97,27 @@ void write_suite(std::ostream& out, const std::string& id, const Suite& suite) {
   out << "  </testsuite>\n";
 }
 
+// The root's counts are its suites' sums. A report without checks is not ok (Report::summary),
+// so it has one error case saying so, and a reader of the XML sees what the exit status says.
 std::string junit_document(const Report& report) {
   const Summary s = report.summary();
-  std::size_t errors = 0;
+  const bool no_checks = s.checks == 0;
+  std::size_t errors = no_checks ? 1 : 0;
   for (const CheckRecord& c : report.checks) errors += c.status == "error" ? 1 : 0;
-  const std::size_t failures = (s.checks - s.passed) + (s.controls - s.controls_failed_as_expected) - errors;
+  const std::size_t failures =
+      (s.checks - s.passed) + (s.controls - s.controls_failed_as_expected) - (errors - (no_checks ? 1 : 0));
+  const std::size_t tests = s.checks + s.controls + report.skipped.size() + (no_checks ? 1 : 0);
   std::ostringstream out;
   out << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
-  out << "<testsuites name=\"qkvlab verify\" tests=\"" << s.checks + s.controls << "\" failures=\"" << failures
-      << "\" errors=\"" << errors << "\">\n";
+  out << "<testsuites name=\"qkvlab verify\" tests=\"" << tests << "\" failures=\"" << failures << "\" errors=\""
+      << errors << "\" skipped=\"" << report.skipped.size() << "\">\n";
+  if (no_checks) {
+    out << "  <testsuite name=\"qkvlab verify\" tests=\"1\" failures=\"0\" errors=\"1\">\n";
+    write_case(out, "qkvlab verify", "no check ran", "no check ran: the report is not ok",
+               report.skipped.empty() ? "no claim was selected" : "every claim selected was skipped (suite skipped)",
+               true);
+    out << "  </testsuite>\n";
+  }
   for (const auto& [id, suite] : suites_by_claim(report)) write_suite(out, id, suite);
   if (!report.skipped.empty()) {
     out << "  <testsuite name=\"skipped\" tests=\"" << report.skipped.size() << "\" skipped=\"" << report.skipped.size()

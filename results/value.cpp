@@ -123,6 +123,12 @@ std::string Value::json(int indent) const {
   return out + "\n";
 }
 
+std::string Value::json_compact() const {
+  std::string out;
+  write_json(out, 0, 0);
+  return out;
+}
+
 void Value::write_line(std::string& out) const {
   if (kind_ == Kind::array) {
     out += "[";

@@ -48,7 +48,8 @@ class Value {
   const std::vector<Value>& items() const { return items_; }
   const std::vector<std::string>& keys() const { return keys_; }
 
-  std::string json(int indent = 2) const;  // indent 0: one line
+  std::string json(int indent = 2) const;  // indent 0: one line; a document: ends in a newline
+  std::string json_compact() const;        // json(0) without the newline, to embed in another document
 
   // The one-line JSON of the experiment commands (icl, transfer, absorb fit):
   // ", " between items and ": " after keys, nested values inline, and line

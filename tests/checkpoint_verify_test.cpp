@@ -560,6 +560,62 @@ TEST_F(CheckpointVerify, AgainstSaysWhetherItComparedThePatterns) {
   EXPECT_EQ(patterns(v), "not compared: the models have 3 and 2 layers of 4 and 4 heads");
 }
 
+// Heads a and b of `layer` swapped: their query, key and value columns (and biases) and their rows of
+// W_O, so the copy computes the same function with its heads in another order; with `queries_only`
+// only W_Q's columns (and b_Q) move, which changes the function.
+void swap_heads(const fs::path& from, const fs::path& to, int layer, int a, int b, bool queries_only = false) {
+  lm::Checkpoint ck = lm::load_checkpoint(from);
+  const lm::Config& c = ck.config;
+  const auto layout = lm::parameter_layout(c, lm::make_plan(c));
+  const int dh = c.head_dim;
+  auto swap_columns = [&](const std::string& name) {
+    const auto& s = layout.at(name);
+    const std::size_t rows = s.shape.size() == 2 ? s.shape[0] : 1, cols = s.shape.back();
+    for (std::size_t r = 0; r < rows; ++r)
+      for (int k = 0; k < dh; ++k)
+        std::swap(ck.values[s.offset + r * cols + std::size_t(a * dh + k)], ck.values[s.offset + r * cols + std::size_t(b * dh + k)]);
+  };
+  for (const char* p : {"q", "k", "v"}) {
+    if (queries_only && std::string(p) != "q") continue;
+    swap_columns(lm::layer_tensor(layer, std::string("attn.") + p + ".weight"));
+    if (c.bias) swap_columns(lm::layer_tensor(layer, std::string("attn.") + p + ".bias"));
+  }
+  if (!queries_only) {
+    const auto& s = layout.at(lm::layer_tensor(layer, "attn.o.weight"));
+    const std::size_t cols = s.shape.back();
+    for (int k = 0; k < dh; ++k)
+      std::swap_ranges(ck.values.begin() + std::ptrdiff_t(s.offset + std::size_t(a * dh + k) * cols),
+                       ck.values.begin() + std::ptrdiff_t(s.offset + std::size_t(a * dh + k + 1) * cols),
+                       ck.values.begin() + std::ptrdiff_t(s.offset + std::size_t(b * dh + k) * cols));
+  }
+  lm::save_checkpoint(to, ck);
+}
+
+// The function comparison matches a layer's heads as a set: a copy with two heads swapped computes
+// the same function, passes, and the report names the order (the patterns were matched by index, so
+// it "differed" at both heads). The gauge comparison still matches its invariants by index (it fails).
+// Control: swapping only the two heads' W_Q changes the function and fails, naming both heads.
+TEST_F(CheckpointVerify, FunctionComparisonMatchesHeadsInAnyOrder) {
+  const fs::path A = checkpoint("gpt2"), swapped = path() / "gpt2-swapped", queries = path() / "gpt2-queries-swapped";
+  swap_heads(A, swapped, 0, 0, 1);
+  swap_heads(A, queries, 0, 0, 1, true);
+  auto v = verify_json("--checkpoint " + shell_quoted(swapped) + " --against " + shell_quoted(A) + " --compare function");
+  EXPECT_EQ(v.status, 0) << v.err << strings(member(member(v.json, "comparison"), "mismatches")).size();
+  const std::string patterns = member(member(member(v.json, "comparison"), "logits"), "patterns").text;
+  EXPECT_NE(patterns.find("layer 1's heads in another order (A's 1 as 2, 2 as 1)"), std::string::npos) << patterns;
+  EXPECT_EQ(patterns.find("layer 2"), std::string::npos) << patterns;
+  v = verify_json("--checkpoint " + shell_quoted(swapped) + " --against " + shell_quoted(A) + " --compare gauge");
+  EXPECT_EQ(v.status, 1);
+  v = verify_json("--checkpoint " + shell_quoted(queries) + " --against " + shell_quoted(A) + " --compare function");
+  EXPECT_EQ(v.status, 1);
+  const auto mismatches = strings(member(member(v.json, "comparison"), "mismatches"));
+  const auto named = [&](const std::string& text) {
+    return std::any_of(mismatches.begin(), mismatches.end(), [&](const std::string& m) { return m.find(text) == 0; });
+  };
+  EXPECT_TRUE(named("layer 1 head 1: attention pattern differs") && named("layer 1 head 2: attention pattern differs"))
+      << mismatches.size();
+}
+
 // qwe.thm8.3 carries its change of basis into the maps that read the norm: at ln_1 the layer's own
 // W_Q, W_K, W_V, which ResFormer's layers do not have alone. Those sites are listed as skipped with
 // the reason (they were dropped silently); ln_2 and ln_f run, and qwe.lemma8.2 runs at ln_1.
@@ -624,6 +680,73 @@ TEST_F(CheckpointVerify, OutputsNeverReplaceTheModelRead) {
   EXPECT_TRUE(fs::exists(own / "optimizer.safetensors"));
   lm::save_checkpoint(own, lm::load_checkpoint(own));
   EXPECT_FALSE(fs::exists(own / "optimizer.safetensors"));
+}
+
+// No output is another's file or a file the command reads: --out and --junit given one name, and an
+// --out that is the --tokens file (it was replaced by the HDF5 report, exit 0), are usage errors
+// (exit 2, one line) that leave every file as it was. Control: distinct outputs are both written.
+TEST_F(CheckpointVerify, OutputsAreDistinctFilesAndNeverAnInput) {
+  const fs::path tokens = path() / "tokens-copy.npy";
+  fs::copy_file(path() / "tokens.npy", tokens, fs::copy_options::overwrite_existing);
+  auto bytes = [](const fs::path& f) {
+    std::ifstream in(f, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string before = bytes(tokens), ck = shell_quoted(checkpoint("gpt2")), t = shell_quoted(tokens);
+  const std::string report = shell_quoted(path() / "same.out");
+  for (const auto& [command, says] : std::vector<std::pair<std::string, std::string>>{
+           {"verify --quiet --checkpoint " + ck + " qwe.prop4.1 --tokens " + t + " --out " + t, "is the file --tokens reads"},
+           {"analyze entropy " + ck + " --tokens " + t + " --sequences 2 --seq-len 16 --quiet --out " + t,
+            "is the file --tokens reads"},
+           {"verify --quiet --checkpoint " + ck + " qwe.prop4.1 --out " + report + " --junit " + report, "is also --out's file"}}) {
+    const auto r = run_qkvlab(command);
+    EXPECT_EQ(r.status, 2) << command << "\n" << r.err;
+    EXPECT_EQ(std::ranges::count(r.err, '\n'), 1) << r.err;
+    EXPECT_NE(r.err.find(says), std::string::npos) << r.err;
+  }
+  EXPECT_EQ(bytes(tokens), before);
+  EXPECT_FALSE(fs::exists(path() / "same.out"));
+  const auto r = run_qkvlab("verify --quiet --checkpoint " + ck + " qwe.prop4.1 --tokens " + t + " --out " +
+                            shell_quoted(path() / "distinct.h5") + " --junit " + shell_quoted(path() / "distinct.xml"));
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(bytes(path() / "distinct.h5").substr(1, 3), "HDF");
+  EXPECT_EQ(bytes(path() / "distinct.xml").rfind("<?xml", 0), 0u);
+}
+
+// Every reader of a model's values checks its files against its manifest.json: a checkpoint whose
+// model.safetensors was changed after the manifest was written (one weight), or whose config.json
+// is another write's, is refused naming the file (verify --checkpoint read it, exit 0; lm eval
+// and analyze likewise). Control: the untouched copy runs.
+TEST_F(CheckpointVerify, ModelReadersRefuseFilesThatDoNotMatchTheManifest) {
+  const fs::path copy = path() / "gpt2-manifest";
+  fs::remove_all(copy);
+  fs::copy(checkpoint("gpt2"), copy);
+  const std::string c = shell_quoted(copy);
+  const std::vector<std::string> commands = {"verify --quiet --checkpoint " + c + " qwe.prop4.1",
+                                             "analyze entropy " + c + " --tokens " + shell_quoted(path() / "tokens.npy") +
+                                                 " --sequences 2 --seq-len 16 --quiet",
+                                             "lm eval " + c + " --tokens " + shell_quoted(path() / "tokens.npy") +
+                                                 " --seq-len 16 --quiet"};
+  for (const std::string& command : commands) EXPECT_EQ(run_qkvlab(command).status, 0) << command;
+  {
+    std::fstream f(copy / "model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(-4, std::ios::end);
+    char last[4];
+    f.read(last, 4);
+    last[0] ^= 1;  // the low bit of the last float's mantissa
+    f.seekp(-4, std::ios::end);
+    f.write(last, 4);
+  }
+  for (const std::string& command : commands) {
+    const auto r = run_qkvlab(command);
+    EXPECT_EQ(r.status, 2) << command << "\n" << r.err;
+    EXPECT_NE(r.err.find("model.safetensors: does not match manifest.json"), std::string::npos) << r.err;
+  }
+  fs::copy_file(checkpoint("gpt2") / "model.safetensors", copy / "model.safetensors", fs::copy_options::overwrite_existing);
+  std::ofstream(copy / "config.json") << "{";
+  const auto r = run_qkvlab(commands[0]);
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_NE(r.err.find("config.json: does not match manifest.json"), std::string::npos) << r.err;
 }
 
 TEST_F(CheckpointVerify, UsageErrors) {

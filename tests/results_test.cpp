@@ -10,6 +10,7 @@
 #endif
 
 #include <cmath>
+#include <ctime>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -18,6 +19,8 @@
 #include <sstream>
 
 #include "core/errors.hpp"
+#include "core/json_text.hpp"
+#include "results/figure.hpp"
 #include "results/value.hpp"
 #include "tests/json_digits.hpp"
 #include "results/hdf5_matrix.hpp"
@@ -375,6 +378,34 @@ TEST_F(ResultsFiles, Hdf5ReplacesAnExistingFile) {
   EXPECT_GE(file, 0);
 }
 
+// HDF5 keeps the clock's time in each dataset's header unless told not to (a 32-bit count of
+// seconds): the same results written at another time must be the same bytes. No writer's file holds
+// the time it was written; control: a dataset made here with HDF5's default properties does.
+TEST_F(ResultsFiles, Hdf5DatasetsRecordNoTimeSoTheSameResultsAreTheSameBytes) {
+  const auto holds_the_time = [](const fs::path& path, std::time_t before) {
+    std::ifstream in(path, std::ios::binary);
+    const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    for (std::time_t t = before; t <= std::time(nullptr); ++t) {
+      const auto s = std::uint32_t(t);
+      const char le[4] = {char(s & 255), char(s >> 8 & 255), char(s >> 16 & 255), char(s >> 24 & 255)};
+      if (bytes.find(std::string(le, 4)) != std::string::npos) return true;
+    }
+    return false;
+  };
+  const std::time_t before = std::time(nullptr);
+  write_hdf5((dir_ / "a.h5").string(), sample_report());
+  write_tables_hdf5(dir_ / "t.h5", {Table{"runs", {{"loss", {1.0, 2.0}}}}}, 7, "qkvlab x");
+  EXPECT_FALSE(holds_the_time(dir_ / "a.h5", before));
+  EXPECT_FALSE(holds_the_time(dir_ / "t.h5", before));
+  {
+    Id file(H5Fcreate((dir_ / "timed.h5").c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
+    const hsize_t dims[1] = {1};
+    Id space(H5Screate_simple(1, dims, nullptr), H5Sclose);
+    Id set(H5Dcreate2(file, "x", H5T_IEEE_F64LE, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Dclose);
+  }
+  EXPECT_TRUE(holds_the_time(dir_ / "timed.h5", before));
+}
+
 TEST(Hdf5, UnwritablePathThrowsAndLeavesNoFile) {
   const std::string path = "/nonexistent-dir/x.h5";
   try {
@@ -398,6 +429,7 @@ const char* const kJunitCheck = R"PY(
 import sys, xml.etree.ElementTree as ET
 root = ET.parse(sys.argv[1]).getroot()
 assert root.tag == "testsuites" and root.get("tests") == "5" and root.get("failures") == "2", root.attrib
+assert root.get("errors") == "0" and root.get("skipped") == "0", root.attrib
 suites = root.findall("testsuite")
 assert [s.get("name") for s in suites] == ["qwe.lemma3.1", "qwe.scale8.2"]
 assert [(s.get("tests"), s.get("failures")) for s in suites] == [("4", "1"), ("1", "1")]
@@ -419,6 +451,77 @@ TEST_F(ResultsFiles, JunitParsesWithCountsAndEscaping) {
   expect_only({"report.xml"});
   const Command check = run_python(kJunitCheck, file);
   EXPECT_EQ(check.status, 0) << check.out;
+}
+
+// The root's counts are the sums of its suites', skipped claims included; a report without checks
+// (every selected claim skipped: not ok, exit 1) carries an error case, so the XML says what the
+// exit status says. Control: the report with its checks has no such case.
+const char* const kJunitCountsCheck = R"PY(
+import sys, xml.etree.ElementTree as ET
+root = ET.parse(sys.argv[1]).getroot()
+suites = root.findall("testsuite")
+for key in ("tests", "failures", "errors", "skipped"):
+    total = sum(int(s.get(key, "0")) for s in suites)
+    assert root.get(key) == str(total), (key, root.attrib, total)
+assert int(root.get("tests")) == len(root.findall(".//testcase")), root.attrib
+no_check = [c for c in root.findall(".//testcase") if c.get("name") == "no check ran"]
+expected = sys.argv[2]
+if expected == "none":
+    assert not no_check
+else:
+    assert len(no_check) == 1 and no_check[0].find("error") is not None, ET.tostring(root)
+    assert root.get("errors") == "1" and root.get("skipped") == expected, root.attrib
+    assert no_check[0].find("error").text.startswith("every claim selected was skipped" if expected != "0" else "no claim"), ET.tostring(root)
+)PY";
+
+TEST_F(ResultsFiles, JunitRootCountsTheSkippedAndAReportWithoutChecksIsAnError) {
+  Report skipped_only;
+  skipped_only.skipped = {{"skipv1.lemma1", "not a SkipV1 model"}, {"resformer.eq5", "not a ResFormer model"}};
+  Report with_checks = sample_report();
+  with_checks.skipped = skipped_only.skipped;
+  const std::vector<std::tuple<std::string, Report, std::string>> cases = {
+      {"skipped.xml", skipped_only, "2"}, {"empty.xml", Report{}, "0"}, {"checks.xml", with_checks, "none"}};
+  for (const auto& [name, report, expected] : cases) {
+    write_junit((dir_ / name).string(), report);
+    const fs::path script = dir_ / "counts.py";
+    std::ofstream(script) << kJunitCountsCheck;
+    const Command check = run(python() + " '" + script.string() + "' '" + (dir_ / name).string() + "' " + expected);
+    EXPECT_EQ(check.status, 0) << name << ": " << check.out;
+  }
+}
+
+// A byte that is not UTF-8 (a file name's, say) is written as the text \xNN in every format, so
+// JSON and XML parse and HDF5's UTF-8 strings decode. Control: valid UTF-8 passes unchanged.
+TEST_F(ResultsFiles, BytesThatAreNotUtf8AreWrittenAsEscapes) {
+  EXPECT_EQ(qkvlab::escape_invalid_utf8("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"), "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80");
+  EXPECT_EQ(qkvlab::escape_invalid_utf8("r\xff.xml"), "r\\xff.xml");
+  EXPECT_EQ(qkvlab::escape_invalid_utf8("\xc0\xaf \xed\xa0\x80 \xf4\x90\x80\x80 \xe2\x82"),
+            "\\xc0\\xaf \\xed\\xa0\\x80 \\xf4\\x90\\x80\\x80 \\xe2\\x82");  // overlong, surrogate, > U+10FFFF, cut
+  EXPECT_EQ(qkvlab::json_quote("a\xff" "b"), "\"a\\\\xffb\"");
+  Report r = sample_report();
+  r.command_line = "qkvlab verify --junit r\xff.xml";
+  r.checks[2].note = "from u/ck\xfex";
+  std::ofstream(dir_ / "r.json") << [&] {
+    std::ostringstream out;
+    write_json(out, r);
+    return out.str();
+  }();
+  write_junit((dir_ / "r.xml").string(), r);
+  write_hdf5((dir_ / "r.h5").string(), r);
+  const char* const script = R"PY(
+import json, sys, xml.etree.ElementTree as ET
+doc = json.load(open(sys.argv[1], encoding="utf-8"))
+assert doc["command_line"] == "qkvlab verify --junit r\\xff.xml", doc["command_line"]
+assert doc["checks"][2]["note"] == "from u/ck\\xfex", doc["checks"][2]["note"]
+root = ET.parse(sys.argv[1][:-4] + "xml").getroot()
+assert any(f.text == "from u/ck\\xfex" for f in root.iter("failure")), ET.tostring(root)
+)PY";
+  const Command check = run_python(script, dir_ / "r.json");
+  EXPECT_EQ(check.status, 0) << check.out;
+  Id file(H5Fopen((dir_ / "r.h5").c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+  ASSERT_GE(file, 0);
+  EXPECT_EQ(read_string_attribute(file, "command_line"), "qkvlab verify --junit r\\xff.xml");
+  EXPECT_EQ(read_string_field(file, "qwe.scale8.2/checks", "note"), std::vector<std::string>{"from u/ck\\xfex"});
 }
 
 TEST(Junit, UnwritablePathThrowsAndLeavesNoFile) {
@@ -511,6 +614,7 @@ TEST(ResultValue, JsonLineBreaksOnlyWhereMarked) {
   EXPECT_TRUE(qkvlab::test_support::short_json_numbers(o.json_line()).empty());
   // The indented form ignores the marks.
   EXPECT_EQ(o.json(0), "{\"a\":1,\"x\":0.10000000000000001,\"items\":[[1, 2.5],\"s\"],\"later\":[[1, 2.5],\"s\"]}\n");
+  EXPECT_EQ(o.json_compact() + "\n", o.json(0));  // the same, to embed: no newline of its own
 }
 
 // A figure over replicates: each curve's mean over the seeds with ± se, a replicate's own band left

@@ -521,6 +521,31 @@ TEST(StagedFiles, ASetNotCommittedLeavesNothing) {
   EXPECT_EQ(read_text(dir / "a.csv"), "old a");
 }
 
+// Two outputs of one set given one file: the second is refused (a UsageError naming both kinds),
+// by name or through another spelling of its directory, and the set leaves nothing; it was renamed
+// over the first, which was lost without a word. Control: two names commit both.
+TEST(StagedFiles, OneSetNeverStagesAFileTwice) {
+  ScratchDir dir;
+  fs::create_directory(dir / "sub");
+  for (const fs::path& again : {dir / "r.out", dir / "sub" / ".." / "r.out"}) {
+    StagedFiles files;
+    files.add_bytes(dir / "r.out", "HDF5", "h5");
+    try {
+      files.add_bytes(again, "JUnit", "xml");
+      ADD_FAILURE() << "staged twice: " << again;
+    } catch (const qkvlab::UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find("also the HDF5 output"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(directory_names(dir.path()), std::vector<std::string>{"sub"});
+  StagedFiles files;
+  files.add_bytes(dir / "r.h5", "HDF5", "h5");
+  files.add_bytes(dir / "r.xml", "JUnit", "xml");
+  files.commit();
+  EXPECT_EQ(read_text(dir / "r.h5"), "h5");
+  EXPECT_EQ(read_text(dir / "r.xml"), "xml");
+}
+
 // Forks a writer that stages `a`, then starts `b` and is killed with SIGKILL while
 // filling it; `staged` chooses a StagedFiles set (else one atomic write per file).
 void kill_during_second_file(const fs::path& dir, bool staged) {

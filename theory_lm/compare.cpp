@@ -1,5 +1,7 @@
 #include "theory_lm/compare.hpp"
 
+#include <algorithm>
+#include <functional>
 #include <initializer_list>
 #include <limits>
 #include <set>
@@ -113,13 +115,43 @@ void compare_gauge(const ModelWeights& B, const ModelWeights& A, double tol, Val
   out.set("tensors", tensors);
 }
 
-// The attention patterns of every layer on `sequence` (0-based): names the first layer whose
-// patterns differ, and its heads that differ. Patterns are invariant under head-wise
-// reparametrizations and under a change of the residual stream's basis (`lm eliminate`), so where
-// B computes A's function through the same heads they agree at every layer, and the first layer
-// where they do not is where B departs from A (later layers read its output and differ too). They
-// see a change in a head that the logits barely feel. Needs the same layers and heads; returns what
-// was compared (the report's "patterns"), or why nothing was.
+// A head of B for each head of A, each used once, among the pairs `close[a][b]` allows (Kuhn's
+// augmenting paths): the identity when it is allowed; -1 for heads of A left without one.
+std::vector<int> match_heads(const std::vector<std::vector<bool>>& close) {
+  const int H = int(close.size());
+  std::vector<int> of_b(std::size_t(H), -1);  // the head of A given each head of B
+  std::vector<bool> seen;
+  const std::function<bool(int)> augment = [&](int a) {
+    for (int k = 0; k < H; ++k) {
+      const int b = (a + k) % H;  // its own index first
+      if (!close[std::size_t(a)][std::size_t(b)] || seen[std::size_t(b)]) continue;
+      seen[std::size_t(b)] = true;
+      if (of_b[std::size_t(b)] < 0 || augment(of_b[std::size_t(b)])) {
+        of_b[std::size_t(b)] = a;
+        return true;
+      }
+    }
+    return false;
+  };
+  for (int a = 0; a < H; ++a) {
+    seen.assign(std::size_t(H), false);
+    augment(a);
+  }
+  std::vector<int> of_a(std::size_t(H), -1);
+  for (int b = 0; b < H; ++b)
+    if (of_b[std::size_t(b)] >= 0) of_a[std::size_t(of_b[std::size_t(b)])] = b;
+  return of_a;
+}
+
+// The attention patterns of every layer on `sequence` (0-based), the heads of a layer matched as a
+// set (a model whose heads are A's in another order computes A's function): names the first layer
+// with a head of A whose pattern no head of B's has, and those heads. Patterns are invariant under
+// head-wise reparametrizations and under a change of the residual stream's basis (`lm eliminate`),
+// so where B computes A's function through the same heads they agree at every layer, and the first
+// layer where they do not is where B departs from A (later layers read its output and differ too).
+// They see a change in a head that the logits barely feel. Needs the same layers and heads; returns
+// what was compared (the report's "patterns", with the layers whose heads matched in another
+// order), or why nothing was.
 std::string compare_patterns(const ModelWeights& B, const ModelWeights& A, const Activations& act, Eigen::Index sequence,
                              double tol, Value& mismatches) {
   const lm::Config& c = A.config;
@@ -130,20 +162,32 @@ std::string compare_patterns(const ModelWeights& B, const ModelWeights& A, const
   const int T = act.length;
   lm::TokenSequences one{{act.tokens.ids.begin() + sequence * T, act.tokens.ids.begin() + (sequence + 1) * T}, 1, T};
   const auto PA = attention_patterns(A.dir, one), PB = attention_patterns(B.dir, one);
+  const int H = c.heads;
+  std::string reordered;
   for (int l = 0; l < c.layers; ++l) {
-    bool named = false;
-    for (int h = 0; h < c.heads; ++h) {
-      const double e = relative(PA[std::size_t(l)].middleRows(h * T, T), PB[std::size_t(l)].middleRows(h * T, T));
-      if (e <= tol) continue;
-      named = true;
-      mismatches.push("layer " + std::to_string(l + 1) + " head " + std::to_string(h + 1) +
-                      ": attention pattern differs (rel_err " + results::format_number(e) + " > " +
-                      results::format_number(tol) + " on sequence " + std::to_string(sequence + 1) +
-                      "; the first layer whose attention differs)");
+    const auto pattern = [&](const auto& P, int h) { return P[std::size_t(l)].middleRows(h * T, T); };
+    auto within = std::vector<std::vector<bool>>(std::size_t(H), std::vector<bool>(std::size_t(H), false));
+    for (int a = 0; a < H; ++a)
+      for (int b = 0; b < H; ++b) within[std::size_t(a)][std::size_t(b)] = relative(pattern(PA, a), pattern(PB, b)) <= tol;
+    const std::vector<int> match = match_heads(within);
+    if (std::find(match.begin(), match.end(), -1) != match.end()) {  // in no order: name the heads by index
+      for (int h = 0; h < H; ++h) {
+        if (within[std::size_t(h)][std::size_t(h)]) continue;
+        const double e = relative(pattern(PA, h), pattern(PB, h));
+        mismatches.push("layer " + std::to_string(l + 1) + " head " + std::to_string(h + 1) +
+                        ": attention pattern differs (rel_err " + results::format_number(e) + " > " +
+                        results::format_number(tol) + " on sequence " + std::to_string(sequence + 1) +
+                        ", in any order of the heads; the first layer whose attention differs)");
+      }
+      break;
     }
-    if (named) break;
+    std::string order;
+    for (int h = 0; h < H; ++h)
+      if (match[std::size_t(h)] != h)
+        order += (order.empty() ? "" : ", ") + std::to_string(h + 1) + " as " + std::to_string(match[std::size_t(h)] + 1);
+    if (!order.empty()) reordered += "; layer " + std::to_string(l + 1) + "'s heads in another order (A's " + order + ")";
   }
-  return compared;
+  return compared + reordered;
 }
 
 Value compare_logits(const ModelWeights& B, const Activations& act_B, const ModelWeights& A, const Activations& act_A,
