@@ -53,6 +53,7 @@ void add_common_options(CLI::App* cmd, CommonArgs& a, CommonOptions use) {
 
 void prepare(const CommonArgs& a) {
   require_device(a.device, kGpuPath);
+  refuse_overlapping_files({{"--out", &a.out}, {"--csv", &a.csv}}, {});
   for (const auto& [option, path] : {std::pair{"--out", a.out}, {"--csv", a.csv}, {"--figure", a.figure}}) {
     if (path.empty()) continue;
     const fs::path parent = fs::path(path).parent_path();

@@ -2,6 +2,7 @@
 // seeds, and the relative training-loss curves against the baseline (lm/compare.hpp).
 #include <iostream>
 
+#include "cli/output_paths.hpp"
 #include "cli/format_option.hpp"
 #include "cli/commands.hpp"
 #include "cli/validators.hpp"
@@ -25,6 +26,7 @@ int run_compare(const CompareArgs& a) {
   if (!a.figure.empty()) o.figure = a.figure;
   if (!a.claim.empty()) o.claim = a.claim == "less" ? results::Sense::less : results::Sense::greater;
   const std::vector<std::filesystem::path> dirs(a.runs.begin(), a.runs.end());
+  for (const std::string& run : a.runs) refuse_files_in(run, {{"--csv", &a.csv}, {"--figure", &a.figure}});
   for (std::size_t i = 0; i < dirs.size(); ++i)
     for (std::size_t j = 0; j < i; ++j) {
       std::error_code error;

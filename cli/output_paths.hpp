@@ -12,6 +12,7 @@
 #include <utility>
 #include <system_error>
 
+#include "core/atomic_file.hpp"
 #include "core/errors.hpp"
 
 namespace qkvlab::cli {
@@ -24,12 +25,13 @@ inline void refuse_same_directory(const std::string& checkpoint, const std::stri
 }
 
 // `file`, a file a command writes (or the stem of the files it writes beside it), must not be in
-// `checkpoint`'s directory: it could replace one of the checkpoint's files.
+// `checkpoint`'s directory (a model's, or a run's that lm compare reads): it could replace one of
+// the files read.
 inline void refuse_file_in(const std::string& checkpoint, const std::string& option, const std::string& file) {
   if (file.empty() || file == "-") return;
   std::error_code error;
   if (std::filesystem::equivalent(checkpoint, std::filesystem::absolute(file).parent_path(), error))
-    throw UsageError(option + " " + file + " is in the checkpoint's directory " + checkpoint + ": write elsewhere");
+    throw UsageError(option + " " + file + " is in the directory " + checkpoint + ", which the command reads: write elsewhere");
 }
 
 // refuse_file_in for each (option, file) of a command's outputs.
@@ -40,18 +42,24 @@ inline void refuse_files_in(const std::string& checkpoint,
 
 using NamedFiles = std::initializer_list<std::pair<const char*, const std::string*>>;
 
-// Whether two paths name one file: the same existing file (links included), or the same new name.
+// Whether two paths name one file: the same existing file (links included), or the same new name as
+// staging resolves it (core/atomic_file.hpp).
 inline bool same_file(const std::string& a, const std::string& b) {
   std::error_code error;
   if (std::filesystem::equivalent(a, b, error)) return true;
-  return std::filesystem::absolute(a).lexically_normal() == std::filesystem::absolute(b).lexically_normal();
+  return resolved_output_path(a) == resolved_output_path(b);
 }
 
 // A command's output files: no two are one file (the second would silently replace the first),
-// and none is one of the files it reads (`inputs`), which writing it would replace. Empty names
-// and "-" (standard output) are skipped.
+// and none is one of the files it reads (`inputs`), which writing it would replace. Only regular
+// files and new names are compared: "-", /dev/stdout, /dev/null or a FIFO are written into, never
+// replaced, and may take several outputs.
 inline void refuse_overlapping_files(NamedFiles outputs, NamedFiles inputs) {
-  const auto given = [](const std::string* file) { return !file->empty() && *file != "-"; };
+  const auto given = [](const std::string* file) {
+    std::error_code error;
+    const auto status = std::filesystem::status(*file, error);
+    return !file->empty() && *file != "-" && (!std::filesystem::exists(status) || std::filesystem::is_regular_file(status));
+  };
   for (auto out = outputs.begin(); out != outputs.end(); ++out) {
     if (!given(out->second)) continue;
     for (auto other = outputs.begin(); other != out; ++other)

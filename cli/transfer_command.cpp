@@ -2,6 +2,7 @@
 // over d, the finding and the rendering in synthetic/transfer_report.hpp): options, their validation,
 // the run, the output. Exit 0 when the MLP's error is below the linear map's at every d (the paper's
 // finding), 1 when not, 2 on a usage error (nothing written), 3 otherwise.
+#include "cli/output_paths.hpp"
 #include "cli/format_option.hpp"
 #include "cli/commands.hpp"
 #include "cli/device_option.hpp"
@@ -56,6 +57,7 @@ void validate(TransferArgs& a, const CLI::App& cmd) {
     if (!parent.empty() && !std::filesystem::is_directory(parent))
       throw UsageError("output directory " + parent.string() + " does not exist");
   }
+  refuse_overlapping_files({{"--out", &a.out}, {"--csv", &a.csv}}, {});
   for (int d : a.d)
     require_memory("--d " + std::to_string(d) + " --batch " + std::to_string(a.batch) + " --steps " + std::to_string(a.steps),
                    transfer::transfer_memory_bytes(d, a.batch, a.steps));

@@ -233,17 +233,18 @@ void StagedFiles::add_streamed(const fs::path& path, std::string_view kind, int 
   staged_.push_back({path, {}, std::string(kind), memory, descriptor});
 }
 
+fs::path resolved_output_path(const fs::path& path) {
+  std::error_code error;
+  const fs::path directory = fs::weakly_canonical(fs::absolute(directory_of(path)), error);
+  return (error ? fs::absolute(directory_of(path)).lexically_normal() : directory) / path.filename();
+}
+
 // One set never stages a file twice: the second rename would silently replace the first output
 // (say --out and --junit given the same path). Names are compared with their directories resolved.
 void StagedFiles::refuse_second_staging(std::string_view kind, const fs::path& path) const {
-  const auto resolved = [](const fs::path& p) {
-    std::error_code error;
-    const fs::path directory = fs::weakly_canonical(fs::absolute(directory_of(p)), error);
-    return (error ? fs::absolute(directory_of(p)) : directory) / p.filename();
-  };
-  const fs::path target = resolved(path);
+  const fs::path target = resolved_output_path(path);
   for (const Staged& s : staged_)
-    if (!s.temporary.empty() && resolved(s.target) == target)
+    if (!s.temporary.empty() && resolved_output_path(s.target) == target)
       refuse(kind, path, "it is also the " + s.kind + " output (" + s.target.string() + "): give each output its own file");
 }
 

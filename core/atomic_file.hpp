@@ -72,6 +72,10 @@ class StagedFiles {
   bool committed_ = false;
 };
 
+// The file a path names as staging compares targets: its directory resolved (symbolic links, "..",
+// relative to the working directory), its own name as given. Two outputs are one file when these agree.
+std::filesystem::path resolved_output_path(const std::filesystem::path& path);
+
 // One file, staged and committed.
 void write_atomically(const std::filesystem::path& path, std::string_view kind, const std::function<void(int fd)>& fill);
 void write_bytes_atomically(const std::filesystem::path& path, std::string_view kind, std::string_view bytes);

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <charconv>
+#include <mutex>
 #include <optional>
+#include <set>
 
 #include "core/atomic_file.hpp"
 #include "core/errors.hpp"
@@ -47,6 +49,7 @@ OptimizerState read_optimizer(const fs::path& path, const engine::ParameterLayou
 }
 
 // The manifest.json of a checkpoint: each file's size and checksum, the step, t and the run's identity.
+constexpr const char* kManifestFormat = "qkvlab-lm-manifest";
 struct Manifest {
   std::map<std::string, FileSum> files;
   std::optional<std::int64_t> step, t;
@@ -75,7 +78,7 @@ results::Value files_value(const fs::path& dir, const std::vector<std::string>& 
 
 std::string manifest_json(const fs::path& dir, const std::vector<std::string>& names, const Manifest& m) {
   results::Value v = results::Value::object();
-  v.set("format", "qkvlab-lm-manifest");
+  v.set("format", kManifestFormat);
   if (m.step) v.set("step", *m.step);
   if (m.t) v.set("t", *m.t);
   if (!m.run_id.empty()) v.set("run_id", m.run_id);
@@ -230,10 +233,48 @@ void verify_files_manifest(const fs::path& dir, const fs::path& manifest, const 
   verify_files(dir, read_manifest(manifest), manifest, what);
 }
 
-void verify_manifest_if_present(const fs::path& dir) {
+namespace {
+
+// Whether the manifest's "format" is a checkpoint manifest's (another tool's manifest.json in a
+// Hugging Face directory is not).
+bool is_checkpoint_manifest(const std::string& text) {
+  try {
+    const engine::Json v = engine::parse_json(text);
+    const engine::Json* format = v.kind == engine::Json::Kind::object ? member(v, "format") : nullptr;
+    return format && format->kind == engine::Json::Kind::string && format->text == kManifestFormat;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+// What a verified directory held: the manifest's bytes and each listed file's size and time of change.
+std::string verified_state(const fs::path& dir, const std::string& manifest_text, const Manifest& m) {
+  std::string state = fs::weakly_canonical(dir).string() + "\n" + manifest_text;
+  for (const auto& [name, sum] : m.files) {
+    std::error_code error;
+    const auto time = fs::last_write_time(dir / name, error);
+    state += "\n" + name + " " + std::to_string(fs::file_size(dir / name, error)) + " " +
+             std::to_string(time.time_since_epoch().count());
+  }
+  return state;
+}
+
+}  // namespace
+
+void verify_manifest_if_present(const fs::path& dir, bool own_checkpoint) {
   const fs::path manifest = dir / "manifest.json";
-  if (fs::exists(fs::symlink_status(manifest)))
-    verify_files(dir, read_manifest(manifest), manifest, "the checkpoint's files come from different writes");
+  if (!fs::exists(fs::symlink_status(manifest))) return;
+  const std::string text = read_text_file(manifest);
+  if (!own_checkpoint && !is_checkpoint_manifest(text)) return;
+  // A command reads a model more than once (verify --checkpoint: its weights, then its activations):
+  // the files are hashed the first time, and again only when the manifest or a file has changed.
+  static std::mutex mutex;
+  static std::set<std::string> verified;
+  const Manifest m = read_manifest(manifest);
+  const std::lock_guard lock(mutex);
+  if (verified.count(verified_state(dir, text, m))) return;
+  verify_files(dir, m, manifest, "the checkpoint's files come from different writes");
+  verified.insert(verified_state(dir, text, m));
 }
 
 void set_checkpoint_write_hook(std::function<void(const std::string& file)> hook) { write_hook() = std::move(hook); }

@@ -74,10 +74,12 @@ std::string files_manifest_json(const std::filesystem::path& dir, const std::vec
 void verify_files_manifest(const std::filesystem::path& dir, const std::filesystem::path& manifest,
                            const std::string& what);
 
-// A manifest.json in dir (a checkpoint's, or a Hugging Face export's) lists files of one write: each is
-// there with its size and checksum, or a UsageError names the file. read_parameters calls it, so every
-// reader of a model's values (lm eval, analyze, verify --checkpoint, a resume) refuses mixed files.
-void verify_manifest_if_present(const std::filesystem::path& dir);
+// A checkpoint's manifest.json lists files of one write: each is there with its size and checksum, or a
+// UsageError names the file. read_parameters calls it, so every reader of a model's values (lm eval,
+// analyze, verify --checkpoint, a resume) refuses mixed files. In a directory that is not an own
+// checkpoint (a Hugging Face one) only a manifest of the checkpoints' format is checked; another
+// tool's manifest.json is left alone. The files are hashed once per process while they are unchanged.
+void verify_manifest_if_present(const std::filesystem::path& dir, bool own_checkpoint);
 
 // For tests: called with each file's name once it is in place, in the order
 // written (optimizer.safetensors, model.safetensors, config.json,

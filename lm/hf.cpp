@@ -130,8 +130,11 @@ std::string hf_config_json(const Config& c) {
 }
 
 void export_hf(const Checkpoint& ck, const std::filesystem::path& dir) {
+  // A checkpoint's manifest and optimizer state describe another model's files: a reader would
+  // refuse the directory (manifest.json), or a resume load the state.
   std::vector<std::string> stale = {"model.safetensors.index.json", "vocab.json", "merges.txt", "tokenizer.model",
-                                    "tokenizer_config.json", "special_tokens_map.json"};
+                                    "tokenizer_config.json", "special_tokens_map.json", "manifest.json",
+                                    "optimizer.safetensors"};
   if (ck.tokenizer_json.empty()) stale.push_back("tokenizer.json");
   for (const std::string& name : stale)
     if (std::filesystem::exists(dir / name))

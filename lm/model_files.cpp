@@ -337,7 +337,7 @@ ModelFiles open_model(const fs::path& dir) {
 }
 
 void read_parameters(const ModelFiles& files, const engine::ParameterLayout& layout, const ParameterSink& sink) {
-  verify_manifest_if_present(files.dir);
+  verify_manifest_if_present(files.dir, files.format == "qkvlab");
   std::size_t largest = 0;
   for (const auto& spec : layout.specs()) {
     const auto it = files.sources.find(spec.name);

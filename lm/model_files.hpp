@@ -70,7 +70,7 @@ struct ModelFiles {
 
 ModelFiles open_model(const std::filesystem::path& dir);
 
-// Checks a manifest.json present in the directory (verify_manifest_if_present), then
+// Checks the directory's manifest.json (verify_manifest_if_present), then
 // calls sink(spec, values) for every tensor of `layout` in its order, with
 // spec.size() floats in the toolkit's row-major (in, out) layout; `values` is
 // valid during the call only. The layout must be the configuration's

@@ -16,6 +16,7 @@
 #include "core/atomic_file.hpp"
 #include "core/errors.hpp"
 #include "core/fnv.hpp"
+#include "core/json_text.hpp"
 #include "corpus/batches.hpp"
 #include "corpus/ngram.hpp"
 #include "corpus/token_file.hpp"
@@ -174,7 +175,7 @@ std::map<std::string, std::string> run_identity(const RunOptions& o, const Train
       {"run.clip", real(l.clip)},                    {"run.weight_decay", real(l.adamw.weight_decay)},
       {"run.beta1", real(l.adamw.beta1)},            {"run.beta2", real(l.adamw.beta2)},
       {"run.eps", real(l.adamw.eps)},                {"run.train_tokens", std::to_string(data.train.size())},
-      {"run.from", o.init_from ? o.init_from->string() : ""},
+      {"run.from", o.init_from ? escape_invalid_utf8(o.init_from->string()) : ""},  // as the metadata holds it
       {"run.train_hash", std::to_string(fnv1a(data.train))}};
   if (o.products != engine::WeightType::f32) id["run.products"] = engine::weight_type_name(o.products);
   return id;

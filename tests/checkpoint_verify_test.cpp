@@ -614,6 +614,17 @@ TEST_F(CheckpointVerify, FunctionComparisonMatchesHeadsInAnyOrder) {
   };
   EXPECT_TRUE(named("layer 1 head 1: attention pattern differs") && named("layer 1 head 2: attention pattern differs"))
       << mismatches.size();
+  // Heads 1 and 2 swapped and head 3's W_Q changed: head 3 alone is named (the swapped pair was too).
+  const fs::path changed = path() / "gpt2-swapped-and-changed";
+  const int dh = lm::load_checkpoint(A).config.head_dim;
+  scale_columns(swapped, changed, "h.0.attn.q.weight", 2 * dh, dh, 1.5f);
+  v = verify_json("--checkpoint " + shell_quoted(changed) + " --against " + shell_quoted(A) + " --compare function");
+  EXPECT_EQ(v.status, 1);
+  const auto named_there = strings(member(member(v.json, "comparison"), "mismatches"));
+  std::vector<std::string> heads;
+  for (const std::string& m : named_there)
+    if (m.find("attention pattern differs") != std::string::npos) heads.push_back(m.substr(0, m.find(':')));
+  EXPECT_EQ(heads, std::vector<std::string>{"layer 1 head 3"});
 }
 
 // qwe.thm8.3 carries its change of basis into the maps that read the norm: at ln_1 the layer's own
@@ -711,6 +722,8 @@ TEST_F(CheckpointVerify, OutputsAreDistinctFilesAndNeverAnInput) {
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(bytes(path() / "distinct.h5").substr(1, 3), "HDF");
   EXPECT_EQ(bytes(path() / "distinct.xml").rfind("<?xml", 0), 0u);
+  // A device takes several outputs: it is written into, never replaced.
+  EXPECT_EQ(run_qkvlab("verify --quiet --checkpoint " + ck + " qwe.prop4.1 --out /dev/null --junit /dev/null").status, 0);
 }
 
 // Every reader of a model's values checks its files against its manifest.json: a checkpoint whose
@@ -747,6 +760,28 @@ TEST_F(CheckpointVerify, ModelReadersRefuseFilesThatDoNotMatchTheManifest) {
   const auto r = run_qkvlab(commands[0]);
   EXPECT_EQ(r.status, 2) << r.err;
   EXPECT_NE(r.err.find("config.json: does not match manifest.json"), std::string::npos) << r.err;
+}
+
+// A Hugging Face directory's manifest.json of another tool is not a checkpoint manifest and is left
+// alone (it made the model unreadable); one of the checkpoints' format there is checked. An export
+// into a checkpoint's directory is refused (its manifest and optimizer state would describe other
+// files), as into a directory holding another model's tokenizer files.
+TEST_F(CheckpointVerify, HuggingFaceDirectoriesAndTheirManifests) {
+  const fs::path hf = path() / "gpt2-hf-with-manifest";
+  fs::remove_all(hf);
+  fs::copy(path() / "gpt2-hf", hf);
+  std::ofstream(hf / "manifest.json") << R"({"name": "my model"})";
+  const std::string args = " qwe.prop4.1 --precision float";
+  EXPECT_EQ(run_qkvlab("verify --quiet --checkpoint " + shell_quoted(hf) + args).status, 0);
+  fs::copy_file(checkpoint("gpt2") / "manifest.json", hf / "manifest.json", fs::copy_options::overwrite_existing);
+  const auto r = run_qkvlab("verify --quiet --checkpoint " + shell_quoted(hf) + args);
+  EXPECT_EQ(r.status, 2) << r.err;  // the checkpoint's manifest lists files this directory does not hold
+  const fs::path into = path() / "export-into-a-checkpoint";
+  fs::remove_all(into);
+  fs::copy(checkpoint("gpt2-free"), into);
+  const auto e = run_qkvlab("lm export " + shell_quoted(checkpoint("gpt2")) + " --hf " + shell_quoted(into));
+  EXPECT_EQ(e.status, 2) << e.err;
+  EXPECT_NE(e.err.find("export into an empty directory"), std::string::npos) << e.err;
 }
 
 TEST_F(CheckpointVerify, UsageErrors) {

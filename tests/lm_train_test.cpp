@@ -77,17 +77,22 @@ struct Interrupt : std::runtime_error {
   Interrupt() : std::runtime_error("interrupted") {}
 };
 
+// The run stopped after step 4, as a kill would stop it (its last checkpoint is step 3's).
+void stop_after_step_4(const RunOptions& o, const TrainData& data, engine::CpuBackend<float>& backend) {
+  EXPECT_THROW(train_language_model(o, data, backend,
+                                    [](const Progress& p) {
+                                      if (p.step == 4) throw Interrupt();
+                                    }),
+               Interrupt);
+}
+
 TEST(LmTrain, ResumeIsBitIdenticalToAnUninterruptedRun) {
   ScratchDir dir;
   const TrainData data = toy_data();
   engine::CpuBackend<float> backend(2);
   train_language_model(tiny_run(dir.path / "whole", 5), data, backend, {});
   // The same run stopped after step 4 (its last checkpoint is step 3's), then resumed.
-  EXPECT_THROW(train_language_model(tiny_run(dir.path / "cut", 5), data, backend,
-                                    [](const Progress& p) {
-                                      if (p.step == 4) throw Interrupt();
-                                    }),
-               Interrupt);
+  stop_after_step_4(tiny_run(dir.path / "cut", 5), data, backend);
   RunOptions resumed = tiny_run(dir.path / "cut", 5);
   resumed.resume = true;
   const results::Value r = train_language_model(resumed, data, backend, {});
@@ -129,11 +134,7 @@ TEST(LmTrain, RunsSurviveInterruptionsAndAreNotOverwritten) {
   EXPECT_EQ(read_file(whole / "train.csv"), log);
   EXPECT_EQ(read_file(whole / "run.json"), run_json);
 
-  EXPECT_THROW(train_language_model(tiny_run(cut, 5), data, backend,
-                                    [](const Progress& p) {
-                                      if (p.step == 4) throw Interrupt();
-                                    }),
-               Interrupt);
+  stop_after_step_4(tiny_run(cut, 5), data, backend);
   fs::rename(cut / "checkpoint", cut / "checkpoint.previous");  // killed between the save's two renames
   RunOptions resumed = tiny_run(cut, 5), other_windows = tiny_run(cut, 5);
   resumed.resume = true, other_windows.resume = true, other_windows.eval_windows = 3;
@@ -166,6 +167,26 @@ TEST(LmTrain, RunsSurviveInterruptionsAndAreNotOverwritten) {
 
 // A run started from a checkpoint (--from) records it in run.json: the path as given, the checksum of its
 // model.safetensors (its manifest's) and the run that saved it; a fresh run records none.
+// A --from path with a byte that is not UTF-8 is kept in the checkpoint's metadata as \xNN (the
+// metadata is JSON); a resume compares its own path in that form, so it resumes (it was refused as
+// "made with from = ck\xff, this run has ck\xff"). Control: another --from is still refused.
+TEST(LmTrain, AResumeFromAPathThatIsNotUtf8) {
+  ScratchDir dir;
+  const TrainData data = toy_data();
+  engine::CpuBackend<float> backend(2);
+  train_language_model(tiny_run(dir.path / "first", 1), data, backend, {});
+  const fs::path odd = dir.path / "ck\xff";
+  fs::copy(dir.path / "first" / "checkpoint", odd);
+  RunOptions cut = tiny_run(dir.path / "cut", 2);
+  cut.init_from = odd;
+  stop_after_step_4(cut, data, backend);
+  RunOptions other = cut;
+  other.resume = true, other.init_from = dir.path / "first" / "checkpoint";
+  EXPECT_THROW(train_language_model(other, data, backend, {}), UsageError);
+  cut.resume = true;
+  EXPECT_EQ(train_language_model(cut, data, backend, {})["resumed_from"].number(), 3);
+}
+
 TEST(LmTrain, RecordsTheCheckpointItStartedFrom) {
   ScratchDir dir;
   const TrainData data = toy_data();
@@ -190,11 +211,7 @@ TEST(LmTrain, RecordsTheCheckpointItStartedFrom) {
   fs::copy(dir.path / "first" / "checkpoint", origin);
   RunOptions cut = tiny_run(dir.path / "cut", 2);
   cut.init_from = origin;
-  EXPECT_THROW(train_language_model(cut, data, backend,
-                                    [](const Progress& p) {
-                                      if (p.step == 4) throw Interrupt();
-                                    }),
-               Interrupt);
+  stop_after_step_4(cut, data, backend);
   train_language_model(tiny_run(dir.path / "other", 3), data, backend, {});
   fs::remove_all(origin);
   fs::copy(dir.path / "other" / "checkpoint", origin);

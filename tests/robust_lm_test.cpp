@@ -647,6 +647,12 @@ TEST(RobustOptions, OptionsThatWouldBeIgnoredOrOverriddenAreRefused) {
   const std::string run = shell_quoted(f.dir / "p");
   expect_usage_error(run_bounded("lm compare " + run + " " + run), "compare R R", "is the same run as");
   expect_usage_error(run_bounded("lm compare " + run + " " + shell_quoted(f.dir / "." / "p")), "compare R ./R", "is the same run as");
+  // lm compare R S --csv R/train.csv replaced the run's own log with the relative curves (exit 0).
+  const std::string log = read_file(f.dir / "p" / "train.csv");
+  expect_usage_error(run_bounded("lm compare " + run + " " + shell_quoted(f.dir / "pr") + " --csv " +
+                                 shell_quoted(f.dir / "p" / "train.csv")),
+                     "compare --csv R/train.csv", "which the command reads: write elsewhere");
+  EXPECT_EQ(read_file(f.dir / "p" / "train.csv"), log);
   // lm export X --hf X overwrote the checkpoint in place.
   const std::string before = read_file(f.ckpt / "model.safetensors");
   expect_usage_error(run_bounded("lm export " + shell_quoted(f.ckpt) + " --hf " + shell_quoted(f.ckpt)), "export X --hf X",

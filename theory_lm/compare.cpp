@@ -149,9 +149,10 @@ std::vector<int> match_heads(const std::vector<std::vector<bool>>& close) {
 // head-wise reparametrizations and under a change of the residual stream's basis (`lm eliminate`),
 // so where B computes A's function through the same heads they agree at every layer, and the first
 // layer where they do not is where B departs from A (later layers read its output and differ too).
-// They see a change in a head that the logits barely feel. Needs the same layers and heads; returns
-// what was compared (the report's "patterns", with the layers whose heads matched in another
-// order), or why nothing was.
+// They see a change in a head that the logits barely feel. A layer whose patterns match in another
+// order but whose values were not permuted alike is not named (the logits, and the layers after it,
+// see it). Needs the same layers and heads; returns what was compared (the report's "patterns",
+// with the layers whose heads matched in another order), or why nothing was.
 std::string compare_patterns(const ModelWeights& B, const ModelWeights& A, const Activations& act, Eigen::Index sequence,
                              double tol, Value& mismatches) {
   const lm::Config& c = A.config;
@@ -170,9 +171,17 @@ std::string compare_patterns(const ModelWeights& B, const ModelWeights& A, const
     for (int a = 0; a < H; ++a)
       for (int b = 0; b < H; ++b) within[std::size_t(a)][std::size_t(b)] = relative(pattern(PA, a), pattern(PB, b)) <= tol;
     const std::vector<int> match = match_heads(within);
-    if (std::find(match.begin(), match.end(), -1) != match.end()) {  // in no order: name the heads by index
+    if (std::find(match.begin(), match.end(), -1) != match.end()) {
+      // In no order. The heads named: those left without a partner once every head that matches its
+      // own index keeps it and the others are matched among themselves (a pair swapped beside a
+      // changed head names the changed one only).
+      auto rest = within;
+      for (int h = 0; h < H; ++h)
+        if (within[std::size_t(h)][std::size_t(h)])
+          for (int k = 0; k < H; ++k) rest[std::size_t(h)][std::size_t(k)] = rest[std::size_t(k)][std::size_t(h)] = k == h;
+      const std::vector<int> partner = match_heads(rest);
       for (int h = 0; h < H; ++h) {
-        if (within[std::size_t(h)][std::size_t(h)]) continue;
+        if (partner[std::size_t(h)] >= 0) continue;
         const double e = relative(pattern(PA, h), pattern(PB, h));
         mismatches.push("layer " + std::to_string(l + 1) + " head " + std::to_string(h + 1) +
                         ": attention pattern differs (rel_err " + results::format_number(e) + " > " +
