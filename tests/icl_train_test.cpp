@@ -14,6 +14,7 @@
 #include "synthetic/icl/linear_attention_models.hpp"
 #include "core/icl/models.hpp"
 #include "synthetic/icl/train_experiment.hpp"
+#include "synthetic/icl/train_report.hpp"
 #include "tests/backend_gradient.hpp"
 #include "tests/json_digits.hpp"
 #include "tests/run_command.hpp"
@@ -387,6 +388,16 @@ TEST(IclAnchor, OneStepGdLossMatchesMonteCarlo) {
   }
 }
 
+// The best restart has the lowest loss on the selection prompts, drawn apart from the held-out
+// ones (each run's two losses differ), so the held-out loss reported for it is not biased by the
+// choice.
+template <class Run, class HeldOut>
+void expect_best_chosen_on_other_prompts(const std::vector<Run>& runs, int best, HeldOut held_out) {
+  ASSERT_GE(runs.size(), 2u);
+  for (const Run& run : runs) EXPECT_NE(run.selection_loss, held_out(run));
+  for (const Run& run : runs) EXPECT_LE(runs[std::size_t(best)].selection_loss, run.selection_loss);
+}
+
 TEST(IclAnchor, ShortTrainingReachesTheOneStepLossAndIsDeterministic) {
   AnchorConfig c;
   c.task = {2, 8, 0.5, {}};
@@ -397,6 +408,7 @@ TEST(IclAnchor, ShortTrainingReachesTheOneStepLossAndIsDeterministic) {
   EXPECT_LT(r1.runs[0].curve.loss.back(), 0.7 * r1.runs[0].curve.loss.front());
   EXPECT_LT(r1.runs[std::size_t(r1.best)].trained.value, 0.5 * zero_predictor);
   EXPECT_LT(r1.relative_gap(), 0.10);
+  expect_best_chosen_on_other_prompts(r1.runs, r1.best, [](const AnchorRun& run) { return run.trained.value; });
   c.threads = 2;
   const AnchorResult r2 = run_anchor(c);
   for (std::size_t i = 0; i < r1.runs.size(); ++i) {
@@ -412,13 +424,23 @@ TEST(IclTrain, SkipV1UnderAssumption1LearnsAndMhaCannotSeeY) {
   c.task = {2, 6, 0.5, {}};
   c.a = 2, c.models = {VariantKind::vanilla, VariantKind::skipv1};
   c.train.steps = 300, c.train.batch = 32, c.train.lr = 1e-2, c.train.log_every = 50;
-  c.restarts = 1, c.eval_samples = 2000, c.theory_prompts = 5000, c.seed = 5, c.threads = 2;
+  c.restarts = 2, c.eval_samples = 2000, c.theory_prompts = 5000, c.seed = 5, c.threads = 2;
   const TrainExperimentResult r = run_train_experiment(c);
+  for (int m = 0; m < 2; ++m) {
+    const std::vector<TrainRun> runs(r.runs.begin() + 2 * m, r.runs.begin() + 2 * m + 2);
+    expect_best_chosen_on_other_prompts(runs, r.models[std::size_t(m)].best - 2 * m,
+                                        [](const TrainRun& run) { return run.loss.value; });
+  }
   const double zero_predictor = c.task.d * c.task.d + c.task.d * 0.25;
   // SkipV1 learns; MHA at a = d sees no y (F holds only x's), so it stays at the zero predictor's loss.
   EXPECT_LT(r.models[1].best_loss, 0.6 * zero_predictor);
   EXPECT_GT(r.models[0].best_loss, 0.9 * zero_predictor);
   ASSERT_TRUE(r.models[0].reference && r.models[1].reference);
+  // The tables' model codes are docs/figures.md's (0 mha, 1 skipv1), whatever VariantKind's order.
+  const ExperimentTables tables = train_tables(r);
+  const results::Column* code = tables.main.find("model");
+  ASSERT_NE(code, nullptr);
+  EXPECT_EQ(code->values, (std::vector<double>{0, 0, 1, 1}));
   EXPECT_EQ(decoder_accounting(VariantKind::vanilla, FirstLayer::attention, 4).kv_cache_per_token, 32);
   EXPECT_EQ(decoder_accounting(VariantKind::skipv1, FirstLayer::attention, 4).kv_cache_per_token, 28);  // −1/8
 }

@@ -56,13 +56,15 @@ AnchorResult run_anchor(const AnchorConfig& c, const std::function<void(int, int
     LinearAttentionStack model(backend, {c.task.d, c.task.n, 1, 1, VariantKind::vanilla}, init);
     AnchorRun& run = r.runs[std::size_t(i)];
     run.curve = train_on_fresh_prompts(model, c.task, data, c.train);
-    run.trained = held_out_loss(c.task, trained_predictor(model, make_concat_batch), c.eval_samples, c.seed, eval_stream);
+    const Predictor predict = trained_predictor(model, make_concat_batch);
+    run.selection_loss = held_out_loss(c.task, predict, c.eval_samples, c.seed, "icl/anchor/select").value;
+    run.trained = held_out_loss(c.task, predict, c.eval_samples, c.seed, eval_stream);
     run.gap_to_gd = paired_difference(run.trained, r.gd_monte_carlo);
     std::lock_guard lock(mutex);
     if (progress) progress(++done, c.restarts);
   });
   for (std::size_t i = 1; i < r.runs.size(); ++i)
-    if (r.runs[i].trained.value < r.runs[std::size_t(r.best)].trained.value) r.best = int(i);
+    if (r.runs[i].selection_loss < r.runs[std::size_t(r.best)].selection_loss) r.best = int(i);
   return r;
 }
 

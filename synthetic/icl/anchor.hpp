@@ -42,6 +42,7 @@ void validate(const AnchorConfig& config);  // throws UsageError
 
 struct AnchorRun {
   LossEstimate trained;     // held-out loss of the trained attention
+  double selection_loss = 0;  // on other prompts, the same for every restart: it chooses the best
   LossEstimate gap_to_gd;   // paired trained − η* step on the same prompts
   Curve curve;
 };
@@ -50,7 +51,7 @@ struct AnchorResult {
   OneStepGd analytic;
   LossEstimate gd_monte_carlo;  // the η* predictor on the held-out prompts
   std::vector<AnchorRun> runs;
-  int best = 0;  // index of the run with the lowest held-out loss
+  int best = 0;  // index of the run with the lowest selection_loss (its held-out loss is then unbiased)
   double relative_gap() const { return (runs[std::size_t(best)].trained.value - analytic.loss) / analytic.loss; }
 };
 

@@ -63,7 +63,9 @@ TrainExperimentResult run_train_experiment(const TrainExperimentConfig& c,
     TwoLayerModel model(backend, {run.model, c.first, c.task.d, c.task.n, c.a}, init);
     run.trained_parameters = long(model.params().layout.count());
     run.curve = train_on_fresh_prompts(model, c.task, data, c.train);
-    run.loss = held_out_loss(c.task, trained_predictor(model, make_token_batch), c.eval_samples, c.seed, base + "eval");
+    const Predictor predict = trained_predictor(model, make_token_batch);
+    run.selection_loss = held_out_loss(c.task, predict, c.eval_samples, c.seed, base + "select").value;
+    run.loss = held_out_loss(c.task, predict, c.eval_samples, c.seed, base + "eval");
     std::lock_guard lock(mutex);
     if (progress) progress(++done, M * c.restarts);
   });
@@ -75,7 +77,7 @@ TrainExperimentResult run_train_experiment(const TrainExperimentConfig& c,
     for (int k = 0; k < c.restarts; ++k) {
       const int i = m * c.restarts + k;
       const double v = r.runs[std::size_t(i)].loss.value;
-      if (v < r.runs[std::size_t(s.best)].loss.value) s.best = i;
+      if (r.runs[std::size_t(i)].selection_loss < r.runs[std::size_t(s.best)].selection_loss) s.best = i;
       s.min = std::min(s.min, v), s.max = std::max(s.max, v), s.mean += v / c.restarts;
     }
     s.best_loss = r.runs[std::size_t(s.best)].loss.value, s.best_se = r.runs[std::size_t(s.best)].loss.se;

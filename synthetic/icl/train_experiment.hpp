@@ -57,14 +57,15 @@ void validate(const TrainExperimentConfig& config);  // throws UsageError
 struct TrainRun {
   VariantKind model = VariantKind::vanilla;
   int restart = 0;
-  LossEstimate loss;  // held-out
+  LossEstimate loss;            // held-out
+  double selection_loss = 0;    // on other prompts, the same for every run: it chooses the best restart
   Curve curve;
   long trained_parameters = 0;
 };
 
 struct ModelSummary {
   VariantKind model = VariantKind::vanilla;
-  int best = 0;  // index into runs
+  int best = 0;  // index into runs: the lowest selection_loss (best_loss is then unbiased by the choice)
   double best_loss = 0, best_se = 0, mean = 0, min = 0, max = 0;
   DecoderAccounting accounting;
   std::optional<Estimate> reference;  // mha: its lower bound; skipv1: the construction's value

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <iomanip>
 #include <sstream>
+#include <stdexcept>
 
 namespace qkvlab::icl {
 
@@ -65,7 +66,17 @@ Value experiment_header(const char* command, std::uint64_t seed, const Task& tas
   return o;
 }
 
-double model_code(VariantKind v) { return double(int(v)); }
+// The tables' model codes, as docs/figures.md lists them: 0 mha, 1 skipv1, 2 resformer, 3 svformer
+// (VariantKind's own order is not a file format: it moved when variants were added).
+double model_code(VariantKind v) {
+  switch (v) {
+    case VariantKind::vanilla: return 0;
+    case VariantKind::skipv1: return 1;
+    case VariantKind::resformer: return 2;
+    case VariantKind::svformer: return 3;
+    default: throw std::logic_error("icl: no table code for the variant " + variant_name(v));
+  }
+}
 std::string reference_name(VariantKind v) { return v == VariantKind::vanilla ? "lower_bound" : "construction_value"; }
 double w0_scale(const Task& t) { return t.W0.size() ? t.W0(0, 0) : 0.0; }
 
@@ -81,7 +92,7 @@ double trained_memory_bytes(int d, int n, int batch, int eval_samples, int threa
 
 ExperimentTables train_tables(const TrainExperimentResult& r) {
   const auto& c = r.config;
-  results::Table runs = empty_table("runs", {"model", "restart", "loss", "loss_se", "final_train_loss"});
+  results::Table runs = empty_table("runs", {"model", "restart", "loss", "loss_se", "final_train_loss", "selection_loss"});
   results::Table curves{"curves", {{"step", r.runs.front().curve.step}}};
   results::Table models = empty_table(
       "models", {"model", "best_loss", "best_se", "mean", "min", "max", "kv_cache_per_token", "decoder_parameters", "C", "C_se"});
@@ -89,7 +100,8 @@ ExperimentTables train_tables(const TrainExperimentResult& r) {
   results::Table references =
       empty_table("references", {"model", "reference", "reference_se", "best_minus_reference", "difference_se"});
   for (const auto& run : r.runs) {
-    add_row(runs, {model_code(run.model), double(run.restart), run.loss.value, run.loss.se, run.curve.loss.back()});
+    add_row(runs, {model_code(run.model), double(run.restart), run.loss.value, run.loss.se, run.curve.loss.back(),
+                   run.selection_loss});
     curves.columns.push_back({variant_name(run.model) + "_" + std::to_string(run.restart), run.curve.loss});
   }
   for (const auto& s : r.models) {
@@ -125,12 +137,14 @@ std::string train_text(const TrainExperimentResult& r) {
     << ", W0 = " << (c.task.W0.size() ? text_num(c.task.W0(0, 0)) + " I" : "0") << ", first layer "
     << first_layer_name(c.first) << (c.first != FirstLayer::attention ? ", a = " + std::to_string(c.a) : "") << "\n  "
     << c.restarts << " restarts x " << c.train.steps << " Adam steps, batch " << c.train.batch << ", lr " << c.train.lr
-    << "; held-out loss on " << c.eval_samples << " prompts; seed " << c.seed << "\n";
+    << "; held-out loss on " << c.eval_samples << " prompts, the best restart chosen on " << c.eval_samples
+    << " others; seed " << c.seed << "\n";
   o << "  Bayes loss C = " << fixed(r.C.value) << " +- " << fixed(r.C.se) << "\n";
-  o << "  model      restart  held-out loss (se)      last train loss\n";
+  o << "  model      restart  held-out loss (se)      last train loss  selection loss\n";
   for (const auto& run : r.runs)
     o << "  " << std::left << std::setw(10) << variant_name(run.model) << std::right << std::setw(4) << run.restart
-      << "     " << fixed(run.loss.value) << " (" << fixed(run.loss.se) << ")      " << fixed(run.curve.loss.back()) << "\n";
+      << "     " << fixed(run.loss.value) << " (" << fixed(run.loss.se) << ")      " << fixed(run.curve.loss.back())
+      << "        " << fixed(run.selection_loss) << "\n";
   o << "  model      best (se)            spread [min, max]      KV/token  params(decoder)  params(trained)\n";
   for (const auto& s : r.models)
     o << "  " << std::left << std::setw(10) << variant_name(s.model) << std::right << " " << fixed(s.best_loss) << " ("
@@ -175,6 +189,7 @@ results::Value train_json(const TrainExperimentResult& r) {
     v.set("restart", run.restart);
     v.set("loss", estimate_value(run.loss));
     v.set("final_train_loss", finite(run.curve.loss.back()));
+    v.set("selection_loss", finite(run.selection_loss));
     runs.push(std::move(v));
   }
   o.set("runs", std::move(runs));
@@ -323,13 +338,14 @@ results::Value sweep_json(const TrainSweep& s) {
 ExperimentTables anchor_tables(const AnchorConfig& c, const AnchorResult& r) {
   const AnchorRun& best = r.runs[std::size_t(r.best)];
   results::Table summary = empty_table("anchor", {"restart", "trained_loss", "trained_se", "analytic_optimum", "eta_star",
-                                                  "relative_gap", "paired_gap_mc", "paired_gap_se", "gd_mc_loss", "gd_mc_se"});
+                                                  "relative_gap", "paired_gap_mc", "paired_gap_se", "gd_mc_loss", "gd_mc_se",
+                                                  "selection_loss"});
   results::Table curves{"curves", {{"step", best.curve.step}}};
   for (std::size_t i = 0; i < r.runs.size(); ++i) {
     const auto& run = r.runs[i];
     add_row(summary, {double(i), run.trained.value, run.trained.se, r.analytic.loss, r.analytic.eta,
                       (run.trained.value - r.analytic.loss) / r.analytic.loss, run.gap_to_gd.value, run.gap_to_gd.se,
-                      r.gd_monte_carlo.value, r.gd_monte_carlo.se});
+                      r.gd_monte_carlo.value, r.gd_monte_carlo.se, run.selection_loss});
     curves.columns.push_back({"restart_" + std::to_string(i), run.curve.loss});
   }
   results::Figure f{"One-layer linear self-attention against the best one-step GD (d = " + std::to_string(c.task.d) +
@@ -355,8 +371,8 @@ std::string anchor_text(const AnchorConfig& c, const AnchorResult& r) {
   for (std::size_t i = 0; i < r.runs.size(); ++i)
     o << "  restart " << i << ": trained " << fixed(r.runs[i].trained.value) << " +- " << fixed(r.runs[i].trained.se)
       << ", paired gap to the eta* step " << fixed(r.runs[i].gap_to_gd.value) << " +- " << fixed(r.runs[i].gap_to_gd.se)
-      << "\n";
-  o << "  best trained " << fixed(best.trained.value) << " vs analytic " << fixed(r.analytic.loss) << ": relative gap "
+      << "; selection loss " << fixed(r.runs[i].selection_loss) << "\n";
+  o << "  best (lowest selection loss, on " << c.eval_samples << " other prompts) trained " << fixed(best.trained.value) << " vs analytic " << fixed(r.analytic.loss) << ": relative gap "
     << fixed(100 * r.relative_gap(), 2) << "%\n";
   return o.str();
 }
@@ -374,8 +390,10 @@ results::Value anchor_json(const AnchorConfig& c, const AnchorResult& r) {
   o.set("relative_gap", finite(r.relative_gap()));
   o.set("paired_gap", estimate_value(best.gap_to_gd));
   Value restarts = Value::array();
-  for (const auto& run : r.runs) restarts.push(estimate_value(run.trained));
+  Value selection = Value::array();
+  for (const auto& run : r.runs) restarts.push(estimate_value(run.trained)), selection.push(finite(run.selection_loss));
   o.set("restarts", std::move(restarts));
+  o.set("selection_losses", std::move(selection));
   return o;
 }
 
