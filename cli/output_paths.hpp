@@ -17,6 +17,9 @@
 
 namespace qkvlab::cli {
 
+// (option, file) pairs of a command's outputs or inputs.
+using NamedFiles = std::initializer_list<std::pair<const char*, const std::string*>>;
+
 // `out`, the directory a command writes a model into, must not be `checkpoint`'s directory.
 inline void refuse_same_directory(const std::string& checkpoint, const std::string& option, const std::string& out) {
   std::error_code error;
@@ -35,12 +38,9 @@ inline void refuse_file_in(const std::string& checkpoint, const std::string& opt
 }
 
 // refuse_file_in for each (option, file) of a command's outputs.
-inline void refuse_files_in(const std::string& checkpoint,
-                            std::initializer_list<std::pair<const char*, const std::string*>> outputs) {
+inline void refuse_files_in(const std::string& checkpoint, NamedFiles outputs) {
   for (const auto& [option, file] : outputs) refuse_file_in(checkpoint, option, *file);
 }
-
-using NamedFiles = std::initializer_list<std::pair<const char*, const std::string*>>;
 
 // Whether two paths name one file: the same existing file (links included), or the same new name as
 // staging resolves it (core/atomic_file.hpp).
@@ -73,10 +73,9 @@ inline void refuse_overlapping_files(NamedFiles outputs, NamedFiles inputs) {
   }
 }
 
-// A command's report files: each one's directory exists, and none lies in the directory of a model
-// it reads (`models`, empty strings skipped).
-inline void require_report_files(std::initializer_list<std::pair<const char*, const std::string*>> files,
-                                 std::initializer_list<const std::string*> models) {
+// A command's report files: each one's directory exists, none lies in the directory of a model it
+// reads (`models`, empty strings skipped), and none is another's file or one of `inputs`.
+inline void require_report_files(NamedFiles files, std::initializer_list<const std::string*> models, NamedFiles inputs) {
   for (const auto& [option, file] : files) {
     if (file->empty()) continue;
     const auto dir = std::filesystem::absolute(*file).parent_path();
@@ -85,6 +84,7 @@ inline void require_report_files(std::initializer_list<std::pair<const char*, co
   }
   for (const std::string* model : models)
     if (!model->empty()) refuse_files_in(*model, files);
+  refuse_overlapping_files(files, inputs);
 }
 
 }  // namespace qkvlab::cli

@@ -88,9 +88,8 @@ int run_verify(VerifyArgs& a) {
     o.precisions.clear();
     for (const auto& p : a.precisions) o.precisions.push_back(parse_precision(p));
   }
-  require_report_files({{"--out", &a.out}, {"--junit", &a.junit}}, {&a.checkpoint, &a.against});
-  refuse_overlapping_files({{"--out", &a.out}, {"--junit", &a.junit}},
-                           {{"--tokens", &a.input.tokens}, {"--text", &a.input.text}});
+  require_report_files({{"--out", &a.out}, {"--junit", &a.junit}}, {&a.checkpoint, &a.against},
+                       {{"--tokens", &a.input.tokens}, {"--text", &a.input.text}});
   if (!a.checkpoint.empty()) return run_checkpoint(a);
   if (!a.against.empty()) throw UsageError("--against needs --checkpoint DIR (the model compared with REF)");
   const auto claims = with_hint([&] { return theory::select_claims(o.ids); }, "see 'qkvlab verify --list'");

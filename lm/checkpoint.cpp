@@ -271,10 +271,11 @@ void verify_manifest_if_present(const fs::path& dir, bool own_checkpoint) {
   static std::mutex mutex;
   static std::set<std::string> verified;
   const Manifest m = read_manifest(manifest);
+  const std::string state = verified_state(dir, text, m);
   const std::lock_guard lock(mutex);
-  if (verified.count(verified_state(dir, text, m))) return;
+  if (verified.count(state)) return;
   verify_files(dir, m, manifest, "the checkpoint's files come from different writes");
-  verified.insert(verified_state(dir, text, m));
+  verified.insert(state);
 }
 
 void set_checkpoint_write_hook(std::function<void(const std::string& file)> hook) { write_hook() = std::move(hook); }

@@ -332,7 +332,7 @@ const std::vector<FigureClaim>& claims() {
        {"One-layer linear attention trained on in-context regression reaches the best one-step GD loss "
         "(SkipV1Former App. A, experiment 4)",
         "relative gap (trained − one-step GD) / one-step GD", Sense::within, 0, 0.01},
-       Rule{0.975, "held-out prompts", 2, "of the best restart, chosen on other prompts; one training seed"}, "", icl_anchor},
+       kPrompts, "", icl_anchor},
       {"icl-depth",
        {"SkipV1 learns in context better than MHA of the same depth (SkipV1Former §4, experiment 5)",
         "held-out loss, SkipV1 − MHA, per depth L ≥ 2", Sense::less},
