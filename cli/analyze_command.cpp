@@ -61,6 +61,7 @@ void write_files(const AnalyzeArgs& a, const analysis::Report& r, const std::str
     return several ? p.parent_path() / (p.stem().string() + "-" + table + ext) : p;
   };
   StagedFiles files;  // every output of the run: all or none
+  protect_inputs(files, a.input);  // a derived name (STEM-TABLE.csv, STEM.svg) could be one
   if (!a.out.empty()) results::stage_tables_hdf5(files, a.out, r.tables, a.seed, command_line);
   for (std::size_t i = 0; i < r.tables.size() && !a.csv.empty(); ++i) {
     const auto csv = named(a.csv, r.tables[i].name, std::filesystem::path(a.csv).extension().string());

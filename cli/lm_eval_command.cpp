@@ -35,10 +35,8 @@ struct EvalArgs {
 int run_eval(const EvalArgs& a) {
   require_device(a.device);
   if (a.tokens.empty() == a.text.empty()) throw UsageError("give one of --tokens FILE and --text FILE");
-  const corpus::TokenArray tokens = a.text.empty() ? corpus::read_token_file(a.tokens, {a.sequences, a.seq_len}) : [&] {
-    auto ids = text_token_ids(a.text, a.checkpoint);
-    return corpus::TokenArray{ids, std::int64_t(ids.size()), 0};
-  }();  // what is evaluated
+  const corpus::TokenArray tokens = a.text.empty() ? corpus::read_token_file(a.tokens, {a.sequences, a.seq_len})
+                                                   : text_token_rows(a.text, a.checkpoint, a.seq_len);  // what is evaluated
   const lm::TokenSequences data = lm::token_sequences(tokens.ids, tokens.rows, tokens.cols, a.seq_len, a.sequences);
   const std::string source = a.text.empty() ? a.tokens : a.text;
   apply_threads(a.threads, BlasUse::per_worker);  // the CPU backend runs one product per worker
@@ -76,7 +74,7 @@ std::vector<Command> add_lm_eval_commands(CLI::App& lm, const std::string&) {
   cmd->add_option("--tokens", a->tokens, ".npy of integer token ids (2-D: one sequence per row; 1-D: cut into "
                                          "--seq-len pieces) or nanoGPT's uint16 .bin");
   add_text_option(cmd, a->text);
-  cmd->add_option("--seq-len", a->seq_len, "Sequence length for a 1-D token file")
+  cmd->add_option("--seq-len", a->seq_len, "Sequence length for a 1-D token file or a text")
       ->check(integer_in(2, 1 << 20))
       ->capture_default_str();
   cmd->add_option("--sequences", a->sequences, "Evaluate the first N sequences (default: all)")

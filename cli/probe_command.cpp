@@ -98,6 +98,7 @@ int run_probe(const ProbeArgs& a, const std::string& command_line) {
   v.set("device", backend->description());
   v.set("command_line", command_line);
   StagedFiles files;  // the HDF5, the CSV and the figure: all or none
+  files.protect(a.tokens, "--tokens"), files.protect(a.text, "--text"), files.protect(a.val_tokens, "--val-tokens");
   if (!a.out.empty()) results::stage_tables_hdf5(files, a.out, {r.table}, o.seed, command_line);
   if (!a.csv.empty()) results::stage_csv(files, a.csv, r.table);
   if (!a.figure.empty()) results::stage_figure(files, r.figure, r.table, a.figure);
@@ -118,7 +119,7 @@ Command add_probe_command(CLI::App& app, const std::string& command_line) {
   cmd->add_option("--corpus", a->corpus, "A prepared corpus: brown (see --data)")->check(CLI::IsMember({"brown"}));
   cmd->add_option("--data", a->data, "Where 'qkvlab data brown' prepared the corpus")->capture_default_str();
   cmd->add_option("--tokens", a->tokens, "Training tokens: .npy of integers or nanoGPT's uint16 .bin");
-  add_text_option(cmd, a->text);
+  add_text_option(cmd, a->text, "one stream (the tokenizer's BOS only at its start), from which the windows are drawn");
   cmd->add_option("--val-tokens", a->val_tokens, "Validation tokens (default: the last tenth of --tokens or --text)");
   cmd->add_option("--target", a->target, "next (the next token) or pos (the Brown tag of the token's word)")
       ->check(CLI::IsMember({"next", "pos"}))

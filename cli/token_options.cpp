@@ -11,6 +11,10 @@
 
 namespace qkvlab::cli {
 
+CLI::Option* add_text_option(CLI::App* cmd, std::string& text, const std::string& use) {
+  return cmd->add_option("--text", text, "Text file, encoded by the checkpoint's own tokenizer (see 'qkvlab lm tokenize'); " + use);
+}
+
 void add_token_options(CLI::App* cmd, TokenOptions& o) {
   cmd->add_option("--tokens", o.tokens, "Token file: .npy of integers (2-D: one sequence per row) or nanoGPT .bin");
   add_text_option(cmd, o.text);
@@ -20,18 +24,24 @@ void add_token_options(CLI::App* cmd, TokenOptions& o) {
   cmd->add_option("--sequences", o.sequences, "Sequences, chosen by --seed among all (0: all)")
       ->check(CLI::Range(std::int64_t(0), std::int64_t(1) << 40))
       ->capture_default_str();
-  cmd->add_option("--seq-len", o.seq_len, "Tokens per sequence (a 1-D stream is cut into pieces of this length)")
+  cmd->add_option("--seq-len", o.seq_len, "Tokens per sequence (a 1-D stream or a text is cut into pieces of this length; a 2-D file's rows are its sequences)")
       ->check(integer_in(2, 1 << 20))
       ->capture_default_str();
 }
 
-CLI::Option* add_text_option(CLI::App* cmd, std::string& text) {
-  return cmd->add_option("--text", text, "Text file, encoded by the checkpoint's own tokenizer (see 'qkvlab lm tokenize'); "
-                                         "one stream, cut into --seq-len pieces");
-}
-
 std::vector<std::int32_t> text_token_ids(const std::string& text_file, const std::string& checkpoint) {
   return lm::Tokenizer::load(checkpoint).encode(read_text_file(text_file));
+}
+
+corpus::TokenArray text_token_rows(const std::string& text_file, const std::string& checkpoint, int seq_len) {
+  const lm::Tokenizer tokenizer = lm::Tokenizer::load(checkpoint);
+  const std::string text = read_text_file(text_file);
+  corpus::TokenArray t{tokenizer.encode_pieces(text, seq_len), 0, seq_len};
+  t.rows = std::int64_t(t.ids.size()) / seq_len;
+  if (t.rows == 0)
+    throw UsageError(text_file + ": " + std::to_string(tokenizer.encode(text).size()) + " tokens under " +
+                     tokenizer.source() + ", not one sequence of " + std::to_string(seq_len));
+  return t;
 }
 
 namespace {
@@ -56,15 +66,16 @@ lm::TokenSequences read_token_sequences(const TokenOptions& o, const std::string
     return checked(lm::random_sequences(model.vocab, o.sequences, o.seq_len, seed), model,
                    "--seq-len " + std::to_string(o.seq_len));
   }
-  if (!o.text.empty()) {
-    const std::vector<std::int32_t> ids = text_token_ids(o.text, checkpoint);
-    return checked(
-        analysis::choose_sequences(lm::token_sequences(ids, std::int64_t(ids.size()), 0, o.seq_len, 0), o.sequences, seed),
-        model, o.text);
-  }
-  const corpus::TokenArray t = corpus::read_token_file(token_file(o));
+  const std::string source = o.text.empty() ? token_file(o).string() : o.text;
+  const corpus::TokenArray t =
+      o.text.empty() ? corpus::read_token_file(token_file(o)) : text_token_rows(o.text, checkpoint, o.seq_len);
   return checked(analysis::choose_sequences(lm::token_sequences(t.ids, t.rows, t.cols, o.seq_len, 0), o.sequences, seed),
-                 model, token_file(o).string());
+                 model, source);
+}
+
+void protect_inputs(StagedFiles& files, const TokenOptions& o) {
+  if (!o.text.empty()) return files.protect(o.text, "--text");
+  files.protect(token_file(o), o.tokens.empty() ? "--corpus" : "--tokens");
 }
 
 std::string token_source(const TokenOptions& o) {

@@ -1,5 +1,6 @@
 // Where a command that runs a model takes its token sequences from: --tokens FILE,
-// --text FILE (encoded by the checkpoint's own tokenizer, lm/tokenizer.hpp), --corpus brown
+// --text FILE (encoded by the checkpoint's own tokenizer, lm/tokenizer.hpp, a BOS at the start
+// of every sequence where the tokenizer puts one before a text), --corpus brown
 // (--data, --split), and how many: --sequences, --seq-len, chosen among the file's sequences
 // by the command's --seed. `verify --checkpoint` also accepts none of them: seeded random
 // tokens (lm::random_sequences).
@@ -11,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "core/atomic_file.hpp"
+#include "corpus/token_file.hpp"
 #include "lm/evaluate.hpp"
 #include "results/value.hpp"
 
@@ -25,10 +28,17 @@ struct TokenOptions {
 // Adds --tokens, --text, --corpus, --data, --split, --sequences and --seq-len with `o`'s values as defaults.
 void add_token_options(CLI::App* cmd, TokenOptions& o);
 
-// --text FILE alone, for the commands that read tokens their own way (lm eval, probe).
-CLI::Option* add_text_option(CLI::App* cmd, std::string& text);
+// --text FILE alone, for the commands that read tokens their own way (lm eval, probe); `use` says
+// how the command cuts the encoded text.
+inline const std::string kTextPieces =
+    "one stream, cut into --seq-len pieces, each with the BOS (or other special tokens) the tokenizer puts around a text";
+CLI::Option* add_text_option(CLI::App* cmd, std::string& text, const std::string& use = kTextPieces);
 // The ids of the text file under the tokenizer of the checkpoint directory (lm/tokenizer.hpp).
 std::vector<std::int32_t> text_token_ids(const std::string& text_file, const std::string& checkpoint);
+// The text file as sequences of `seq_len` ids under that tokenizer, each with the special tokens its
+// post-processor puts around a text (BOS at position 0: Tokenizer::encode_pieces); UsageError naming
+// the file when it does not fill one.
+corpus::TokenArray text_token_rows(const std::string& text_file, const std::string& checkpoint, int seq_len);
 
 // The sequences for `model`: from the token file, text file or corpus (more than one given:
 // UsageError), or, when `random_default`, `sequences` random sequences of `seq_len` tokens below its
@@ -37,6 +47,10 @@ std::vector<std::int32_t> text_token_ids(const std::string& text_file, const std
 // naming the source (lm::check_sequences).
 lm::TokenSequences read_token_sequences(const TokenOptions& o, const std::string& checkpoint, std::uint64_t seed,
                                         const lm::Config& model, bool random_default);
+
+// Protects the file the sequences are read from (a token file, the corpus split's, a text) in
+// `files`: no output staged there replaces it (StagedFiles::protect).
+void protect_inputs(StagedFiles& files, const TokenOptions& o);
 
 // Where they come from, as the output names it: "file F", "text F", "corpus brown (D, S)" or "random tokens".
 std::string token_source(const TokenOptions& o);

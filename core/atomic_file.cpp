@@ -246,6 +246,14 @@ void StagedFiles::refuse_second_staging(std::string_view kind, const fs::path& p
   for (const Staged& s : staged_)
     if (!s.temporary.empty() && resolved_output_path(s.target) == target)
       refuse(kind, path, "it is also the " + s.kind + " output (" + s.target.string() + "): give each output its own file");
+  std::error_code error;
+  for (const auto& [input, option] : inputs_)
+    if (resolved_output_path(input) == target || fs::equivalent(input, path, error))
+      refuse(kind, path, "it is the file " + option + " reads: write elsewhere");
+}
+
+void StagedFiles::protect(const fs::path& input, std::string_view option) {
+  if (!input.empty()) inputs_.emplace_back(input, std::string(option));
 }
 
 void StagedFiles::add_bytes(const fs::path& path, std::string_view kind, std::string_view bytes) {

@@ -19,7 +19,8 @@
 // else's); so are a directory, a block device and a socket. These refusals are
 // UsageErrors ("cannot write KIND file PATH: it is a symbolic link …"), made
 // when the file is staged and again before the first rename. So is a second file
-// of one set staged at the path of a first (two outputs given one name).
+// of one set staged at the path of a first (two outputs given one name), and a
+// file staged at the path of an input the set protects.
 //
 // Temporary names are ".qkvlab-tmp.<pid>.<target name>.XXXXXX". A killed run
 // leaves such files behind; the first staging into a directory removes the ones
@@ -32,6 +33,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace qkvlab {
@@ -48,6 +50,11 @@ class StagedFiles {
   // the temporary, when the fill throws or the file cannot be created or written.
   void add(const std::filesystem::path& path, std::string_view kind, const std::function<void(int fd)>& fill);
   void add_bytes(const std::filesystem::path& path, std::string_view kind, std::string_view bytes);
+
+  // `input`, a file the command reads (its `option`'s, e.g. "--tokens"): staging a file at its path
+  // later is a UsageError, so an output whose name is derived from another (analyze all's
+  // STEM-TABLE.csv, a figure's STEM.svg) never replaces an input. An empty path is ignored.
+  void protect(const std::filesystem::path& input, std::string_view option);
 
   // Renames every staged file over its target (or writes it into its FIFO,
   // device or descriptor), in the order staged. Every target is checked again
@@ -69,6 +76,7 @@ class StagedFiles {
     int descriptor = -1;  // for "-", /dev/stdout, /dev/fd/N: that descriptor
   };
   std::vector<Staged> staged_;
+  std::vector<std::pair<std::filesystem::path, std::string>> inputs_;  // protect()'s
   bool committed_ = false;
 };
 

@@ -60,6 +60,25 @@ std::vector<std::int32_t> Tokenizer::encode(std::string_view text) const {
   return out;
 }
 
+std::vector<std::int32_t> Tokenizer::encode_pieces(std::string_view text, int length) const {
+  const std::vector<std::int32_t>&prefix = impl_->prefix, &suffix = impl_->suffix;
+  const std::size_t special = prefix.size() + suffix.size();
+  if (length <= 0 || std::size_t(length) <= special)
+    throw UsageError(impl_->source + ": pieces of " + std::to_string(length) + " tokens leave no room for text beside the " +
+                     std::to_string(special) + " special tokens its post-processor adds to each");
+  const std::vector<std::int32_t> ids = encode(text);
+  const auto first = ids.begin() + std::ptrdiff_t(prefix.size()), last = ids.end() - std::ptrdiff_t(suffix.size());
+  const std::size_t each = std::size_t(length) - special, pieces = std::size_t(last - first) / each;
+  std::vector<std::int32_t> out;
+  out.reserve(pieces * std::size_t(length));
+  for (std::size_t k = 0; k < pieces; ++k) {
+    out.insert(out.end(), prefix.begin(), prefix.end());
+    out.insert(out.end(), first + std::ptrdiff_t(k * each), first + std::ptrdiff_t((k + 1) * each));
+    out.insert(out.end(), suffix.begin(), suffix.end());
+  }
+  return out;
+}
+
 std::string Tokenizer::decode(std::span<const std::int32_t> ids) const {
   std::string out;
   for (std::int32_t id : ids) {

@@ -58,6 +58,12 @@ class Tokenizer {
   ~Tokenizer();
 
   std::vector<std::int32_t> encode(std::string_view text) const;
+  // `text` encoded as one stream and cut into pieces of `length` ids, each wrapped in the
+  // post-processor's special tokens as encoding it on its own would wrap it (Llama 3's
+  // <|begin_of_text|> at position 0 of every piece): length − (the special tokens) ids of text a
+  // piece, row after row; the last partial piece is dropped (no piece: empty). UsageError when the
+  // special tokens leave no room for text.
+  std::vector<std::int32_t> encode_pieces(std::string_view text, int length) const;
   std::string decode(std::span<const std::int32_t> ids) const;
   // One more than the largest id (vocabulary and added tokens).
   int vocab_size() const;

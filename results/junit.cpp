@@ -14,11 +14,18 @@
 namespace qkvlab::results {
 namespace {
 
-// Escapes for text and attributes alike. Control characters that XML 1.0
-// cannot carry become U+FFFD; bytes that are not UTF-8 are written \xNN.
+// Escapes for text and attributes alike. Characters that XML 1.0 cannot carry
+// (control characters, U+FFFE, U+FFFF) become U+FFFD; bytes that are not UTF-8
+// are written \xNN.
 std::string xml(std::string_view s) {
   std::string out;
-  for (const char ch : escape_invalid_utf8(s)) {
+  const std::string valid = escape_invalid_utf8(s);
+  for (std::size_t i = 0; i < valid.size(); ++i) {
+    const char ch = valid[i];
+    if (valid.compare(i, 2, "\xEF\xBF") == 0 && i + 2 < valid.size() && (valid[i + 2] == '\xBE' || valid[i + 2] == '\xBF')) {
+      out += "\uFFFD", i += 2;
+      continue;
+    }
     switch (ch) {
       case '&': out += "&amp;"; break;
       case '<': out += "&lt;"; break;

@@ -87,26 +87,32 @@ std::string Verdict::rule_text() const {
                 "where n is not recorded)",
                 short_number(rule.confidence).c_str(), rule.over.c_str(), se_multiple(rule, 2), se_multiple(rule, 3),
                 se_multiple(rule, -1));
+  const bool any_exact = std::any_of(elements.begin(), elements.end(), [](const Element& e) { return e.exact; });
   return "each element's mean and standard error (se) over " + rule.over + (rule.note.empty() ? "" : " (" + rule.note + ")") +
-         ": " + each + fewer + quantiles + "; the quantity disagrees when some element does, agrees when all do";
+         ": " + each + fewer + quantiles +
+         (any_exact ? "; an exact element (a count with no randomness, `exact`) is judged by its value alone (z se = 0)" : "") +
+         "; the quantity disagrees when some element does, agrees when all do";
 }
 
 Value Verdict::to_value() const {
   Value q = Value::object(), list = Value::array(), se = Value::array(), within = Value::array(), n = Value::array(),
-        z = Value::array();
+        z = Value::array(), exact = Value::array();
+  bool any_exact = false;
   for (std::size_t i = 0; i < elements.size(); ++i) {
     const Element& e = elements[i];
     Value x = Value::object();
     x.set("label", e.label), x.set("value", e.value), x.set("outcome", outcomes[i]);
     list.push(x);
     se.push(e.se), within.push(e.within_se), n.push(e.replicates >= 0 ? Value(e.replicates) : Value());
-    z.push(se_multiple(rule, e.replicates));
+    z.push(e.exact ? 0.0 : se_multiple(rule, e.replicates)), exact.push(e.exact);
+    any_exact = any_exact || e.exact;
   }
   q.set("name", claim.quantity), q.set("claimed", claimed_text(claim)), q.set("elements", list);
   Value u = Value::object();
   u.set("over", rule.over);
   if (!rule.note.empty()) u.set("note", rule.note);
   u.set("confidence", rule.confidence), u.set("replicates", n), u.set("se", se), u.set("z", z);
+  if (any_exact) u.set("exact", exact);
   if (!within_over.empty()) u.set("within_run_over", within_over), u.set("within_run_se", within);
   Value v = Value::object();
   v.set("claim", claim.statement), v.set("quantity", q), v.set("uncertainty", u), v.set("rule", rule_text());

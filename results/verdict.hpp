@@ -57,7 +57,7 @@ struct Element {
   double value = 0, se = 0;
   std::int64_t replicates = 1;
   double within_se = 0;
-  bool exact = false;  // a count with no randomness: se 0 is its spread (not shown in to_value)
+  bool exact = false;  // a count with no randomness: se 0 is its spread, z 0 (to_value's "exact" list)
 };
 // The mean and standard error of one element's per-replicate values.
 Element over_replicates(std::string label, const std::vector<double>& per_replicate);
@@ -72,7 +72,8 @@ struct Verdict {
 
   std::string rule_text() const;  // the rule in one sentence
   // {"claim", "quantity": {name, claimed, elements: [{label, value, outcome}]},
-  //  "uncertainty": {over, confidence, replicates, se, z: [...], within_run_over, within_run_se: [...]}, "rule",
+  //  "uncertainty": {over, confidence, replicates, se, z: [...], exact: [...] (when some element is),
+  //  within_run_over, within_run_se: [...]}, "rule",
   //  "verdict"}
   Value to_value() const;
 };

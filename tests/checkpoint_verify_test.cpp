@@ -717,6 +717,17 @@ TEST_F(CheckpointVerify, OutputsAreDistinctFilesAndNeverAnInput) {
   }
   EXPECT_EQ(bytes(tokens), before);
   EXPECT_FALSE(fs::exists(path() / "same.out"));
+  // A name derived from an output's (analyze all's STEM-TABLE.csv) is checked too: the run writes
+  // none of its tables, and the token file is left as it was.
+  const fs::path derived = path() / "t-entropy.npy";
+  fs::copy_file(tokens, derived, fs::copy_options::overwrite_existing);
+  const std::string all = "analyze all " + ck + " --tokens " + shell_quoted(derived) + " --sequences 2 --seq-len 16 --quiet --csv " +
+                          shell_quoted(path() / "t.npy");
+  const auto refused = run_qkvlab(all);
+  EXPECT_EQ(refused.status, 2) << refused.err;
+  EXPECT_NE(refused.err.find("is the file --tokens reads"), std::string::npos) << refused.err;
+  EXPECT_EQ(bytes(derived), before);
+  EXPECT_FALSE(fs::exists(path() / "t-similarity.npy"));
   const auto r = run_qkvlab("verify --quiet --checkpoint " + ck + " qwe.prop4.1 --tokens " + t + " --out " +
                             shell_quoted(path() / "distinct.h5") + " --junit " + shell_quoted(path() / "distinct.xml"));
   EXPECT_EQ(r.status, 0) << r.err;

@@ -492,6 +492,7 @@ TEST_F(ResultsFiles, JunitRootCountsTheSkippedAndAReportWithoutChecksIsAnError) 
 
 // A byte that is not UTF-8 (a file name's, say) is written as the text \xNN in every format, so
 // JSON and XML parse and HDF5's UTF-8 strings decode. Control: valid UTF-8 passes unchanged.
+// JUnit also writes U+FFFE and U+FFFF, valid UTF-8 but not XML 1.0 characters, as U+FFFD.
 TEST_F(ResultsFiles, BytesThatAreNotUtf8AreWrittenAsEscapes) {
   EXPECT_EQ(qkvlab::escape_invalid_utf8("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"), "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80");
   EXPECT_EQ(qkvlab::escape_invalid_utf8("r\xff.xml"), "r\\xff.xml");
@@ -500,7 +501,7 @@ TEST_F(ResultsFiles, BytesThatAreNotUtf8AreWrittenAsEscapes) {
   EXPECT_EQ(qkvlab::json_quote("a\xff" "b"), "\"a\\\\xffb\"");
   Report r = sample_report();
   r.command_line = "qkvlab verify --junit r\xff.xml";
-  r.checks[2].note = "from u/ck\xfex";
+  r.checks[2].note = "from u/ck\xfex \xef\xbf\xbe\xef\xbf\xbf\xef\xbf\xbd";  // U+FFFE, U+FFFF, U+FFFD
   std::ofstream(dir_ / "r.json") << [&] {
     std::ostringstream out;
     write_json(out, r);
@@ -512,16 +513,17 @@ TEST_F(ResultsFiles, BytesThatAreNotUtf8AreWrittenAsEscapes) {
 import json, sys, xml.etree.ElementTree as ET
 doc = json.load(open(sys.argv[1], encoding="utf-8"))
 assert doc["command_line"] == "qkvlab verify --junit r\\xff.xml", doc["command_line"]
-assert doc["checks"][2]["note"] == "from u/ck\\xfex", doc["checks"][2]["note"]
+assert doc["checks"][2]["note"] == "from u/ck\\xfex \ufffe\uffff\ufffd", doc["checks"][2]["note"]
 root = ET.parse(sys.argv[1][:-4] + "xml").getroot()
-assert any(f.text == "from u/ck\\xfex" for f in root.iter("failure")), ET.tostring(root)
+assert any(f.text == "from u/ck\\xfex \ufffd\ufffd\ufffd" for f in root.iter("failure")), ET.tostring(root)
 )PY";
   const Command check = run_python(script, dir_ / "r.json");
   EXPECT_EQ(check.status, 0) << check.out;
   Id file(H5Fopen((dir_ / "r.h5").c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
   ASSERT_GE(file, 0);
   EXPECT_EQ(read_string_attribute(file, "command_line"), "qkvlab verify --junit r\\xff.xml");
-  EXPECT_EQ(read_string_field(file, "qwe.scale8.2/checks", "note"), std::vector<std::string>{"from u/ck\\xfex"});
+  EXPECT_EQ(read_string_field(file, "qwe.scale8.2/checks", "note"),
+            std::vector<std::string>{"from u/ck\\xfex \xef\xbf\xbe\xef\xbf\xbf\xef\xbf\xbd"});
 }
 
 TEST(Junit, UnwritablePathThrowsAndLeavesNoFile) {

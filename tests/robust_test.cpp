@@ -546,6 +546,32 @@ TEST(StagedFiles, OneSetNeverStagesAFileTwice) {
   EXPECT_EQ(read_text(dir / "r.xml"), "xml");
 }
 
+// An input the set protects is never staged over, by any name of it (a link included); other
+// names are staged as usual (the control).
+TEST(StagedFiles, AProtectedInputIsNeverAnOutput) {
+  ScratchDir dir;
+  fs::create_directory(dir / "sub");
+  std::ofstream(dir / "t.npy") << "tokens";
+  fs::create_symlink(dir / "t.npy", dir / "link.npy");
+  for (const fs::path& output : {dir / "t.npy", dir / "sub" / ".." / "t.npy"}) {
+    StagedFiles files;
+    files.protect(dir / "link.npy", "--tokens");
+    try {
+      files.add_bytes(output, "CSV", "csv");
+      ADD_FAILURE() << "staged over the input: " << output;
+    } catch (const qkvlab::UsageError& e) {
+      EXPECT_NE(std::string(e.what()).find("is the file --tokens reads"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_EQ(read_text(dir / "t.npy"), "tokens");
+  StagedFiles files;
+  files.protect(dir / "t.npy", "--tokens");
+  files.protect("", "--text");
+  files.add_bytes(dir / "t-entropy.npy", "CSV", "csv");
+  files.commit();
+  EXPECT_EQ(read_text(dir / "t-entropy.npy"), "csv");
+}
+
 // Forks a writer that stages `a`, then starts `b` and is killed with SIGKILL while
 // filling it; `staged` chooses a StagedFiles set (else one atomic write per file).
 void kill_during_second_file(const fs::path& dir, bool staged) {

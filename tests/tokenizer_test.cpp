@@ -435,5 +435,49 @@ TEST(CheckpointTokenizer, TrainedOnACorpusCarriesItsTokenizer) {
   expect_usage_error(run_qkvlab(none), none, "no tokenizer");
 }
 
+
+// A text is cut into sequences each of which starts with the BOS the tokenizer puts before a text
+// (the analyses' inputs: BOS at position 0), as encoding each piece on its own would: lm eval and
+// analyze read --text as the rows [262, 3 ids of text] built by hand. Control: the stream cut as it
+// comes, BOS only before the first piece, gives another loss and other first-token ratios.
+TEST(CheckpointTokenizer, EveryTextSequenceStartsWithTheTokenizersBos) {
+  const Tokenizer t = Tokenizer::from_json(llama3_json(), "llama3.json");
+  std::string text;
+  for (int k = 0; k < 12; ++k) text += k % 3 ? "the this is " : "it's ab ";
+  const Ids stream = t.encode(text);
+  ASSERT_EQ(stream.front(), 262);
+  ASSERT_EQ(std::count(stream.begin(), stream.end(), 262), 1);
+  Ids rows;
+  const std::size_t pieces = (stream.size() - 1) / 3;
+  for (std::size_t k = 0; k < pieces; ++k) {
+    rows.push_back(262);
+    rows.insert(rows.end(), stream.begin() + std::ptrdiff_t(1 + 3 * k), stream.begin() + std::ptrdiff_t(4 + 3 * k));
+  }
+  EXPECT_EQ(t.encode_pieces(text, 4), rows);
+  EXPECT_THROW(t.encode_pieces(text, 1), UsageError);  // no room beside the BOS
+
+  ScratchDir dir;
+  const std::string m = shell_quoted(dir / "m");
+  ASSERT_EQ(run_qkvlab("lm init " + m + " --family llama --layers 2 --d 16 --heads 2 --vocab 263 --positions 16 --seed 3").status, 0);
+  write_file(dir / "m" / "tokenizer.json", llama3_json());
+  std::filesystem::remove(dir / "m" / "manifest.json");
+  write_file(dir / "text.txt", text);
+  corpus::write_tokens_npy(dir / "rows.npy", rows, std::int64_t(pieces), 4);
+  corpus::write_tokens_npy(dir / "stream.npy", stream, std::int64_t(stream.size()), 0);
+  const auto output = [&](const std::string& args) {
+    const auto r = run_qkvlab(args + " --format json --quiet");
+    EXPECT_EQ(r.status, 0) << args << "\n" << r.err;
+    const bool eval = r.out.find("\"loss\"") != std::string::npos;  // lm eval's loss, else analyze's layers
+    const std::size_t at = r.out.find(eval ? "\"loss\"" : "\"layers\"");
+    return at == std::string::npos ? r.out : r.out.substr(at, r.out.find(eval ? "," : "\"checkpoint\"", at) - at);
+  };
+  const std::string text_file = " --text " + shell_quoted(dir / "text.txt");
+  for (const std::string& command : {"lm eval " + m + " --seq-len 4", "analyze first-token " + m + " --seq-len 4 --sequences 0"}) {
+    const std::string by_text = output(command + text_file);
+    EXPECT_EQ(by_text, output(command + " --tokens " + shell_quoted(dir / "rows.npy"))) << command;
+    EXPECT_NE(by_text, output(command + " --tokens " + shell_quoted(dir / "stream.npy"))) << command;
+  }
+}
+
 }  // namespace
 }  // namespace qkvlab::lm

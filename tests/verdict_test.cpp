@@ -61,6 +61,16 @@ TEST(Verdict, IdenticalReplicatesAreInconclusiveAndExactCountsAreJudgedByValue) 
   EXPECT_EQ(judge(claim(Sense::greater), Rule{}, {{"x", 1e-9, 0, 2, 0, true}}).verdict, "agrees");
   EXPECT_EQ(judge(claim(Sense::greater), Rule{}, {{"x", -1e-9, 0, 1, 0, true}}).verdict, "disagrees");
   EXPECT_EQ(judge(claim(Sense::within, 0, 2), Rule{}, {{"x", 1.5, 0, 1, 0, true}}).verdict, "agrees");
+  // The JSON and the rule say which elements were judged by value: z 0 and "exact" true for them;
+  // control: a verdict without exact elements has no "exact" list and says nothing of them.
+  const Verdict mixed = judge(claim(Sense::greater), Rule{}, {{"c", 1, 0, 3, 0, true}, {"t", 5, 1, 3, 0}});
+  const std::string json = mixed.to_value().json_compact();
+  EXPECT_NE(json.find("\"z\":[0, 4.30"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"exact\":[true, false]"), std::string::npos) << json;
+  EXPECT_NE(mixed.rule_text().find("judged by its value alone"), std::string::npos);
+  const Verdict plain = judge(claim(Sense::greater), Rule{}, {{"t", 5, 1, 3, 0}});
+  EXPECT_EQ(plain.to_value().json_compact().find("\"exact\""), std::string::npos);
+  EXPECT_EQ(plain.rule_text().find("judged by its value alone"), std::string::npos);
 }
 
 // The multiple of the standard error is Student's t quantile 0.975 at n − 1 degrees of freedom: a mean
