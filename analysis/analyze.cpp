@@ -47,7 +47,8 @@ class Analysis : public lm::Recorder<float> {
 };
 
 // Forwards every activation to the analysis, noting the first site and layer whose counted
-// sequences hold NaN or ±Inf: that is the finding (Report::nonfinite), never summarised.
+// sequences hold NaN or ±Inf: that is the finding (Report::nonfinite), never summarised; from
+// then on the analysis sees nothing (a measure of non-finite values may refuse them).
 class FiniteGuard final : public lm::Recorder<float> {
  public:
   explicit FiniteGuard(Analysis& inner) : inner_(inner) {}
@@ -59,13 +60,13 @@ class FiniteGuard final : public lm::Recorder<float> {
     for (const double* x : {r.columns, r.mass, r.entropy})
       for (std::size_t k = 0; x && k < n && found.empty(); ++k)
         if (!std::isfinite(x[k])) note(r.layer, Site::pattern, std::isnan(x[k]), k / (std::size_t(r.heads) * r.T));
-    inner_.record_sums(r);
+    if (found.empty()) inner_.record_sums(r);
   }
   void record(const Activation<float>& a) override {
     const std::size_t per = std::size_t(a.T) * a.heads * a.width, n = std::size_t(inner_.valid) * per;
     for (std::size_t k = 0; k < n && found.empty(); ++k)
       if (!std::isfinite(a.data[k])) note(a.layer, a.site, std::isnan(a.data[k]), k / per);
-    inner_.record(a);
+    if (found.empty()) inner_.record(a);
   }
   lm::StateRequest state_request(Site s, int l) const override { return inner_.state_request(s, l); }
   // A reduced state: the first non-finite value of its reductions (a NaN or ±Inf entry makes its row's
@@ -77,7 +78,7 @@ class FiniteGuard final : public lm::Recorder<float> {
     for (const auto& [x, per] : parts)
       for (std::size_t k = 0; x && k < inner_.valid * per && found.empty(); ++k)
         if (!std::isfinite(x[k])) note(r.layer, r.site, std::isnan(x[k]), k / per);
-    if (found.empty()) inner_.record_state(r);  // an eigensolver refuses NaN; nothing is reported then anyway
+    if (found.empty()) inner_.record_state(r);
   }
   std::string found;
   std::int64_t first = 0;  // the batch's first sequence
@@ -241,7 +242,8 @@ class FirstToken final : public Analysis {
   void report(Report& out) const override {
     static const char* names[3] = {"importance_ratio", "value_norm_ratio", "hidden_norm_ratio"};
     results::Table t{"first_token", {{"layer", {}}}};
-    for (int k = 0; k < 3; ++k) t.columns.push_back({names[k], {}}), t.columns.push_back({std::string(names[k]) + "_std", {}});
+    for (int k = 0; k < 3; ++k)
+      for (const char* part : {"", "_std", "_se"}) t.columns.push_back({std::string(names[k]) + part, {}});
     for (std::size_t l = 0; l < ratio_[0].size(); ++l) {
       FirstTokenLayer row{int(l) + 1, {}, {}, {}};
       FirstTokenMeasure* measures[3] = {&row.importance, &row.value_norm, &row.hidden_norm};
@@ -249,7 +251,8 @@ class FirstToken final : public Analysis {
       for (std::size_t k = 0; k < 3; ++k) {
         FirstTokenMeasure& m = *measures[k];
         m.ratio = ratio_[k][l].summary();
-        t.columns[1 + 2 * k].values.push_back(m.ratio.value), t.columns[2 + 2 * k].values.push_back(m.ratio.std);
+        const double parts[3] = {m.ratio.value, m.ratio.std, m.ratio.se};
+        for (std::size_t j = 0; j < 3; ++j) t.columns[1 + 3 * k + j].values.push_back(parts[j]);
         m.per_position = profile_[k][l];
         for (double& x : m.per_position) x /= double(n_[k][l]);
       }
@@ -532,7 +535,7 @@ Report analyze(lm::Model<float>& model, Kind kind, const lm::TokenSequences& dat
   analysis->threads = o.threads;
   FiniteGuard guard(*analysis);
   std::vector<std::int32_t> ids(std::size_t(B) * T);
-  for (std::int64_t first = 0; first < data.sequences; first += B) {
+  for (std::int64_t first = 0; first < data.sequences && guard.found.empty(); first += B) {
     analysis->valid = int(std::min<std::int64_t>(B, data.sequences - first));
     guard.first = first;
     for (int b = 0; b < B; ++b) {  // rows past the end repeat the last sequence and are not counted
@@ -589,6 +592,7 @@ results::Value first_token_rows(const std::vector<FirstTokenLayer>& rows) {
     for (int k = 0; k < 3; ++k) {
       row.set(std::string(names[k]) + "_ratio", measures[k]->ratio.value);
       row.set(std::string(names[k]) + "_ratio_std", measures[k]->ratio.std);
+      row.set(std::string(names[k]) + "_ratio_se", measures[k]->ratio.se);
       positions.set(names[k], results::Value::array_of(measures[k]->per_position));
     }
     row.set("per_position", positions);

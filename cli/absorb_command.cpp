@@ -8,6 +8,7 @@
 #include "cli/format_option.hpp"
 #include "cli/commands.hpp"
 #include "cli/matrix_argument.hpp"
+#include "cli/output_paths.hpp"
 #include "cli/validators.hpp"
 #include "core/absorb.hpp"
 #include "core/atomic_file.hpp"
@@ -29,29 +30,47 @@ struct AbsorbArgs {
   int max_exact = 20;
 };
 
-
 std::string index_list(const std::vector<int>& J, const char* open, const char* close) {
   std::string s = open;
   for (std::size_t k = 0; k < J.size(); ++k) s += (k ? ", " : "") + std::to_string(J[k]);
   return s + close;
 }
 
-// The absorbed weights in the inputs' format: W1_absorbed.npy and W2_absorbed.npy
-// (both or neither: staged, then renamed), or absorbed.h5 with datasets W1 and W2
-// when the inputs were HDF5.
-std::vector<std::string> write_absorbed(const AbsorbArgs& a, const SkiplessMlp<double>& w, NpyDtype d1, NpyDtype d2) {
+// The files the absorbed weights go to: absorbed.h5 when the inputs are HDF5, else
+// W1_absorbed.npy and W2_absorbed.npy, in --out-dir.
+std::vector<std::string> absorbed_files(const AbsorbArgs& a) {
   const std::filesystem::path dir(a.out_dir);
-  if (results::parse_hdf5_location(a.w1)) {
-    const auto path = (dir / "absorbed.h5").string();
-    results::write_hdf5_matrices(path, {{"W1", w.W_1}, {"W2", w.W_2}});
-    return {path + ":/W1", path + ":/W2"};
+  if (results::parse_hdf5_location(a.w1)) return {(dir / "absorbed.h5").string()};
+  return {(dir / "W1_absorbed.npy").string(), (dir / "W2_absorbed.npy").string()};
+}
+
+// No output is a file the inputs are read from (W1_absorbed.npy given as W1, absorbed.h5 holding
+// them): writing it would replace the input, a whole HDF5 file with its other datasets.
+void refuse_inputs_as_outputs(const AbsorbArgs& a) {
+  const auto file_of = [](const std::string& input) {
+    const auto h5 = results::parse_hdf5_location(input);
+    return h5 ? h5->file : input;
+  };
+  const std::string w1 = file_of(a.w1), w2 = file_of(a.w2);
+  for (const std::string& out : absorbed_files(a))
+    refuse_overlapping_files({{"--out-dir", &out}}, {{"W1", &w1}, {"W2", &w2}});
+}
+
+// The absorbed weights in the inputs' format (absorbed_files): W1_absorbed.npy and
+// W2_absorbed.npy (both or neither: staged, then renamed), or absorbed.h5 with
+// datasets W1 and W2 when the inputs were HDF5.
+std::vector<std::string> write_absorbed(const AbsorbArgs& a, const SkiplessMlp<double>& w, NpyDtype d1, NpyDtype d2) {
+  const std::vector<std::string> paths = absorbed_files(a);
+  if (paths.size() == 1) {
+    results::write_hdf5_matrices(paths[0], {{"W1", w.W_1}, {"W2", w.W_2}});
+    return {paths[0] + ":/W1", paths[0] + ":/W2"};
   }
   // Rows of W1 negated and W2 unchanged: exact in the inputs' own dtypes.
   StagedFiles files;
-  files.add_bytes(dir / "W1_absorbed.npy", ".npy", npy_bytes(w.W_1, d1));
-  files.add_bytes(dir / "W2_absorbed.npy", ".npy", npy_bytes(w.W_2, d2));
+  files.add_bytes(paths[0], ".npy", npy_bytes(w.W_1, d1));
+  files.add_bytes(paths[1], ".npy", npy_bytes(w.W_2, d2));
   files.commit();
-  return {(dir / "W1_absorbed.npy").string(), (dir / "W2_absorbed.npy").string()};
+  return paths;
 }
 
 int run_absorb(const AbsorbArgs& a) {
@@ -64,11 +83,11 @@ int run_absorb(const AbsorbArgs& a) {
                      std::to_string(W_2.data.cols()));
   if (!std::filesystem::is_directory(a.out_dir))
     throw UsageError("--out-dir: directory " + a.out_dir + " does not exist");
+  refuse_inputs_as_outputs(a);
 
   AbsorbLimits limits;
   limits.max_exact = a.max_exact;
-  const bool single = W_1.dtype == NpyDtype::f4 || W_2.dtype == NpyDtype::f4;
-  limits.unit_roundoff = single ? unit_roundoff<float>() : unit_roundoff<double>();
+  limits.unit_roundoff = data_unit_roundoff(W_1, W_2);
   const AbsorbDecision dec = decide_absorption(W_1.data, W_2.data, limits);
 
   std::vector<std::string> written;

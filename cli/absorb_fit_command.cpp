@@ -26,8 +26,10 @@ struct FitArgs {
   bool quiet = false;
 };
 
-synthetic::SkipNetwork given_network(const FitArgs& a) {
+// The given pair, and the decision's unit roundoff as `qkvlab absorb` takes it.
+synthetic::SkipNetwork given_network(const FitArgs& a, AbsorbLimits& limits) {
   const NpyMatrix W_1 = read_matrix_argument(a.w1), W_2 = read_matrix_argument(a.w2);
+  limits.unit_roundoff = data_unit_roundoff(W_1, W_2);
   const Eigen::Index m = W_1.data.rows(), d = W_1.data.cols();
   if (m == 0 || d == 0) throw UsageError("--w1: " + a.w1 + ": W1 is empty");
   if (W_2.data.rows() != d || W_2.data.cols() != m)
@@ -42,7 +44,7 @@ synthetic::AbsorbFitConfig config_of(const FitArgs& a) {
   if (a.seed > UINT64_MAX - std::uint64_t(a.seeds - 1))
     throw UsageError("--seed " + std::to_string(a.seed) + " with --seeds " + std::to_string(a.seeds) +
                      ": the last seed would pass 2^64 - 1");
-  synthetic::AbsorbFitConfig c{a.d, a.m == 0 ? 2 * a.d : a.m, a.seed, a.seeds, a.min_sine, a.skip == "generic", {}, {}, a.config};
+  synthetic::AbsorbFitConfig c{a.d, a.m == 0 ? 2 * a.d : a.m, a.seed, a.seeds, a.min_sine, a.skip == "generic", {}, {}, a.config, {}};
   if (a.w1.empty() && a.pair != "generic" && c.m < c.d)
     throw UsageError("--m: a representable pair needs m >= d, got m=" + std::to_string(c.m) + ", d=" + std::to_string(c.d));
   if (!a.out.empty()) {
@@ -57,7 +59,7 @@ synthetic::AbsorbFitConfig config_of(const FitArgs& a) {
     if (a.pair != "representable") c.kinds.push_back(synthetic::PairKind::generic);
     return c;
   }
-  c.given = given_network(a);
+  c.given = given_network(a, c.limits);
   c.d = int(c.given->W_1.cols()), c.m = int(c.given->W_1.rows()), c.kinds = {synthetic::PairKind::given};
   require_memory("--w1 " + a.w1 + " (" + std::to_string(c.m) + "x" + std::to_string(c.d) + ") with --batch " +
                      std::to_string(a.config.batch),

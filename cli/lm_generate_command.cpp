@@ -1,6 +1,7 @@
 // `qkvlab lm generate CKPT --tokens FILE | --prompt TEXT | --prompt-file FILE`: decoding with the
 // cache (lm/generate.hpp): the new tokens (and their text, by the checkpoint's tokenizer), the
 // cache's measured bytes per token, prefill and decode throughput, peak memory.
+#include <algorithm>
 #include <iostream>
 
 #include "cli/format_option.hpp"
@@ -49,11 +50,16 @@ std::vector<std::int32_t> prompt_ids(const GenerateArgs& a) {
   return t.ids;
 }
 
-// The new tokens as text, where the checkpoint has a tokenizer (invalid UTF-8 replaced, for JSON).
+// The new tokens as text, where the checkpoint has a tokenizer (invalid UTF-8 replaced, for JSON); a
+// sequence holding an id the tokenizer lacks (a model vocabulary larger than its tokenizer's) has
+// text null, its ids kept.
 void set_text(results::Value& out, const GenerateArgs& a, const std::vector<std::vector<std::int32_t>>& ids) {
   if (!lm::has_tokenizer(a.checkpoint)) return;
   const lm::Tokenizer tokenizer = lm::Tokenizer::load(a.checkpoint);
-  const auto text = [&](const std::vector<std::int32_t>& seq) { return lm::replace_invalid_utf8(tokenizer.decode(seq)); };
+  const auto text = [&](const std::vector<std::int32_t>& seq) {
+    const bool decodable = std::all_of(seq.begin(), seq.end(), [&](std::int32_t id) { return id < tokenizer.vocab_size(); });
+    return decodable ? results::Value(lm::replace_invalid_utf8(tokenizer.decode(seq))) : results::Value();
+  };
   if (a.batch == 1) {
     out.set("text", text(ids[0]));
     return;

@@ -3,6 +3,7 @@
 // `qkvlab absorb` and `qkvlab absorb fit`; malformed input is a UsageError naming the file.
 #pragma once
 
+#include "core/linalg.hpp"
 #include "core/npy.hpp"
 #include "results/hdf5_matrix.hpp"
 
@@ -16,6 +17,12 @@ inline NpyMatrix read_matrix_argument(const std::string& argument) {
     return {m.data, m.single_precision ? NpyDtype::f4 : NpyDtype::f8, false};
   }
   return read_npy(argument);
+}
+
+// The unit roundoff of a pair's data, what absorb's decision is tolerant to: float's when either
+// matrix was stored in float32, else double's.
+inline double data_unit_roundoff(const NpyMatrix& a, const NpyMatrix& b) {
+  return a.dtype == NpyDtype::f4 || b.dtype == NpyDtype::f4 ? unit_roundoff<float>() : unit_roundoff<double>();
 }
 
 }  // namespace qkvlab::cli

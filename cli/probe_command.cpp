@@ -41,6 +41,8 @@ probes::ProbeData probe_data(const ProbeArgs& a) {
   if (int(!a.corpus.empty()) + int(!a.tokens.empty()) + int(!a.text.empty()) != 1)
     throw UsageError("give one of --corpus brown, --tokens FILE and --text FILE");
   if (a.target == "pos" && a.corpus.empty()) throw UsageError("--target pos needs --corpus brown (the tags come with it)");
+  if (!a.corpus.empty() && !a.val_tokens.empty())
+    throw UsageError("--val-tokens goes with --tokens or --text: --corpus brown validates on its validation split");
   probes::ProbeData d;
   const std::filesystem::path dir(a.data);
   if (!a.corpus.empty()) {
@@ -68,6 +70,7 @@ int run_probe(const ProbeArgs& a, const std::string& command_line) {
   require_device(a.device);
   if (!a.figure.empty() && a.csv.empty()) throw UsageError("--figure needs --csv (the figure is drawn from it)");
   refuse_files_in(a.checkpoint, {{"--out", &a.out}, {"--csv", &a.csv}, {"--figure", &a.figure}});
+  if (!a.corpus.empty()) refuse_files_in(a.data, {{"--out", &a.out}, {"--csv", &a.csv}, {"--figure", &a.figure}});
   refuse_overlapping_files({{"--out", &a.out}, {"--csv", &a.csv}},
                            {{"--tokens", &a.tokens}, {"--text", &a.text}, {"--val-tokens", &a.val_tokens}});
   probes::ProbeOptions o = a.options;
@@ -114,7 +117,8 @@ Command add_probe_command(CLI::App& app, const std::string& command_line) {
   auto* cmd = app.add_subcommand("probe", "Layerwise linear probes of a frozen model: validation loss per layer and "
                                           "the deeper half's slope (SkipV1Former App. C.1)");
   cmd->footer("Each layer output h_0 (embedding) ... h_L gets a probe (the family's norm, then a linear map) per\n"
-              "learning rate; the model runs once per batch and is never backpropagated through. docs/analysis.md.");
+              "learning rate; the model runs once per batch and is never backpropagated through. The deeper half is\n"
+              "layers floor((L+1)/2) ... L; its slope is null for L <= 3 (fewer than three points). docs/analysis.md.");
   cmd->add_option("CKPT", a->checkpoint, "Checkpoint directory (qkvlab's own or Hugging Face's)")->required();
   cmd->add_option("--corpus", a->corpus, "A prepared corpus: brown (see --data)")->check(CLI::IsMember({"brown"}));
   cmd->add_option("--data", a->data, "Where 'qkvlab data brown' prepared the corpus")->capture_default_str();

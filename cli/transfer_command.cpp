@@ -45,6 +45,8 @@ void validate(TransferArgs& a, const CLI::App& cmd) {
     if (cmd.count("--steps") == 0) a.steps = 20000;
     if (cmd.count("--batch") == 0) a.batch = 65536;
     if (cmd.count("--d") == 0) a.d = kPaperD;
+    if (a.device == Device::cpu && !a.quiet)
+      std::cerr << "qkvlab: warning: --paper is sized for a GPU (--device cuda); on the CPU it runs for hours\n";
   }
   if (a.d.empty()) a.d = kDefaultD;
   if (!(a.lr > 0) || !std::isfinite(a.lr)) throw UsageError("--lr: must be a positive number");
@@ -57,6 +59,9 @@ void validate(TransferArgs& a, const CLI::App& cmd) {
     if (!parent.empty() && !std::filesystem::is_directory(parent))
       throw UsageError("output directory " + parent.string() + " does not exist");
   }
+  // The figure's numbers go to STEM.csv when --csv names no file: an output like the others.
+  if (a.csv.empty() && !a.figure.empty()) a.csv = std::filesystem::path(a.figure).replace_extension(".csv").string();
+  if (!a.checkpoint.empty()) refuse_files_in(a.checkpoint, {{"--out", &a.out}, {"--csv", &a.csv}, {"--figure", &a.figure}});
   refuse_overlapping_files({{"--out", &a.out}, {"--csv", &a.csv}}, {});
   for (int d : a.d)
     require_memory("--d " + std::to_string(d) + " --batch " + std::to_string(a.batch) + " --steps " + std::to_string(a.steps),
@@ -86,9 +91,8 @@ int run_transfer(TransferArgs a, const CLI::App& cmd, const std::string& command
   }
   StagedFiles files;  // --out, --csv and --figure: all or none
   if (!a.out.empty()) results::stage_tables_hdf5(files, a.out, transfer::transfer_tables(s), a.seed, command_line);
-  std::filesystem::path csv = a.csv, stem = a.figure;
-  if (csv.empty() && !a.figure.empty()) csv = std::filesystem::path(a.figure).replace_extension(".csv");
-  if (!csv.empty()) results::stage_csv(files, csv, transfer::summary_table(s));
+  std::filesystem::path stem = a.figure;
+  if (!a.csv.empty()) results::stage_csv(files, a.csv, transfer::summary_table(s));
   if (stem.extension() == ".svg" || stem.extension() == ".png") stem.replace_extension();
   if (!a.figure.empty()) results::stage_figure(files, transfer::transfer_figure(), transfer::summary_table(s), stem);
   files.commit();
@@ -125,7 +129,7 @@ Command add_transfer_command(CLI::App& app, const std::string& command_line) {
   add_threads_option(cmd, a->threads);
   cmd->add_option("--out", a->out, "Write the numbers and loss curves to this HDF5 file");
   cmd->add_option("--csv", a->csv, "Write the per-d numbers to this CSV file");
-  cmd->add_option("--figure", a->figure, "Draw the errors against d to FILE.svg and FILE.png (gnuplot)");
+  cmd->add_option("--figure", a->figure, "Draw the errors against d to FILE.svg and FILE.png (gnuplot), their numbers to FILE.csv unless --csv names a file");
   add_format_option(cmd, a->format);
   cmd->add_option("--checkpoint", a->checkpoint,
                   "Existing directory: save training state there every 500 steps and resume from it");

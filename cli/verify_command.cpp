@@ -88,7 +88,8 @@ int run_verify(VerifyArgs& a) {
     o.precisions.clear();
     for (const auto& p : a.precisions) o.precisions.push_back(parse_precision(p));
   }
-  require_report_files({{"--out", &a.out}, {"--junit", &a.junit}}, {&a.checkpoint, &a.against},
+  const std::string corpus = a.input.corpus.empty() ? "" : a.input.data;  // its files are read too
+  require_report_files({{"--out", &a.out}, {"--junit", &a.junit}}, {&a.checkpoint, &a.against, &corpus},
                        {{"--tokens", &a.input.tokens}, {"--text", &a.input.text}});
   if (!a.checkpoint.empty()) return run_checkpoint(a);
   if (!a.against.empty()) throw UsageError("--against needs --checkpoint DIR (the model compared with REF)");

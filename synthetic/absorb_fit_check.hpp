@@ -35,6 +35,7 @@ struct AbsorbFitConfig {
   std::vector<PairKind> kinds{PairKind::representable, PairKind::generic};
   std::optional<SkipNetwork> given;  // kinds {given}: this pair (R = I) at every seed
   FitConfig fit;
+  AbsorbLimits limits;  // of the decision: a given float32 pair's unit roundoff, as `qkvlab absorb`
 };
 
 struct PairFit {

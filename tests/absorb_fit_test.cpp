@@ -247,6 +247,21 @@ TEST_F(AbsorbFitCli, FitRunsAndTheDecisionFormStillWorks) {
                                  " --seeds 1 --restarts 8 --steps 5000 --format json");
   EXPECT_EQ(given.status, 0) << given.out << given.err;
   EXPECT_NE(given.out.find("\"pair\": \"given\", \"seed\": 1, \"decision\": \"yes\""), std::string::npos) << given.out;
+
+  // Stored in float32, the pair is representable to float's precision: absorb and absorb fit both
+  // decide yes (fit decided at double's and printed no beside absorb's yes). Control: the same
+  // rounded values stored in float64 are judged at double's precision, no in both.
+  for (const auto& [dtype, says] : {std::pair{NpyDtype::f4, "yes"}, std::pair{NpyDtype::f8, "no"}}) {
+    const MatD r1 = f.W_1.cast<float>().cast<double>(), r2 = f.W_2.cast<float>().cast<double>();
+    std::ofstream(dir_ / "R1.npy", std::ios::binary) << npy_bytes(r1, dtype);
+    std::ofstream(dir_ / "R2.npy", std::ios::binary) << npy_bytes(r2, dtype);
+    const std::string r = "'" + (dir_ / "R1.npy").string() + "' '" + (dir_ / "R2.npy").string() + "'";
+    const RunResult absorb = qkvlab("absorb " + r + " --out-dir '" + (dir_ / "out").string() + "' --format json");
+    EXPECT_NE(absorb.out.find(std::string("{\"verdict\": \"") + says + "\""), std::string::npos) << absorb.out;
+    const RunResult fit = qkvlab("absorb fit --w1 '" + (dir_ / "R1.npy").string() + "' --w2 '" + (dir_ / "R2.npy").string() +
+                                 "' --seeds 1 --restarts 1 --steps 20 --format json");
+    EXPECT_NE(fit.out.find(std::string("\"decision\": \"") + says + "\""), std::string::npos) << fit.out;
+  }
 }
 
 }  // namespace

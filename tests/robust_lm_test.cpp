@@ -360,6 +360,10 @@ TEST(RobustNonFinite, ANonFiniteResultIsTheFindingExitOneWithTheLayer) {
   EXPECT_NE(analyzed.err.find("qkvlab: analyze: not finite: layer 1's pattern holds nan"), std::string::npos) << analyzed.err;
   EXPECT_TRUE(analyzed.out.empty()) << analyzed.out;
   EXPECT_FALSE(fs::exists(f.dir / "e.csv"));
+  // cross-layer measures what it kept of earlier layers: it refused the NaN itself (exit 3).
+  const CommandResult crossed = run_bounded("analyze cross-layer " + f.model_args() + " --sequences 2 --quiet --allow-nonfinite");
+  EXPECT_EQ(crossed.status, 1) << crossed.err;
+  EXPECT_NE(crossed.err.find("qkvlab: analyze: not finite: layer 1's"), std::string::npos) << crossed.err;
   const CommandResult evaluated = run_bounded("lm eval " + f.model_args() + " --quiet --allow-nonfinite");
   EXPECT_EQ(evaluated.status, 1) << evaluated.err;
   EXPECT_EQ(lines(evaluated.err), 1) << evaluated.err;  // it exited 3 with an empty stderr

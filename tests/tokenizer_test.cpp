@@ -373,6 +373,24 @@ TEST(GenerateCommand, PromptTextIsEncodedAndNewTokensDecoded) {
   EXPECT_NE(std::get<0>(generate("--prompt 'is it'")), prompt_ids);
 }
 
+// A model whose vocabulary is larger than its tokenizer's draws ids with no text: they are kept and
+// the text is null (the generation was thrown away, exit 2). Control: PromptTextIsEncodedAndNewTokensDecoded.
+TEST(GenerateCommand, IdsTheTokenizerLacksGiveNoTextAndKeepTheIds) {
+  ScratchDir dir;
+  const std::string m = shell_quoted(dir / "m");
+  ASSERT_EQ(run_qkvlab("lm init " + m + " --family gpt2 --layers 1 --d 16 --heads 2 --vocab 400 --positions 64").status, 0);
+  write_gpt2_files(dir / "m");
+  const auto r = run_qkvlab("lm generate " + m + " --prompt 'the this' --max-new 30 --temperature 1 --format json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const engine::Json j = engine::parse_json(r.out);
+  const auto at = [&](const std::string& key) -> const engine::Json& {
+    return j.items.at(std::size_t(std::find(j.keys.begin(), j.keys.end(), key) - j.keys.begin()));
+  };
+  ASSERT_EQ(at("ids").items.size(), 30u);
+  EXPECT_TRUE(std::any_of(at("ids").items.begin(), at("ids").items.end(), [](const auto& x) { return std::stol(x.text) >= 262; }));
+  EXPECT_NE(r.out.find("\"text\": null"), std::string::npos) << r.out;
+}
+
 TEST(CheckpointTokenizer, TrainedOnACorpusCarriesItsTokenizer) {
   ScratchDir dir;
   const auto data = dir / "data";
@@ -387,6 +405,11 @@ TEST(CheckpointTokenizer, TrainedOnACorpusCarriesItsTokenizer) {
   auto r = run_qkvlab("lm train --family gpt2 --layers 1 --d 16 --heads 2 --vocab 262 --positions 16 --corpus brown --data " +
                       shell_quoted(data) + " --seq-len 16 --batch 2 --steps 2 --out " + shell_quoted(dir / "run") + " --quiet");
   ASSERT_EQ(r.status, 0) << r.err;
+  // A model of another vocabulary than the corpus's tokenizer is refused before training.
+  const std::string other_vocab = "lm train --family gpt2 --layers 1 --d 16 --heads 2 --vocab 300 --positions 16 --corpus brown --data " +
+                                  shell_quoted(data) + " --seq-len 16 --batch 2 --steps 2 --out " + shell_quoted(dir / "run300") + " --quiet";
+  expect_usage_error(run_qkvlab(other_vocab), other_vocab, "give --vocab 262");
+  EXPECT_FALSE(std::filesystem::exists(dir / "run300" / "run.json"));
   const auto ckpt = dir / "run" / "checkpoint";
   // The own pre-tokenizer: " the" | " this" | " is", whatever the spacing.
   EXPECT_EQ(Tokenizer::load(ckpt).encode("the  this\nis"), (Ids{258, 256, 71, 259, 220, 259}));
@@ -395,6 +418,8 @@ TEST(CheckpointTokenizer, TrainedOnACorpusCarriesItsTokenizer) {
   const std::string changed = "lm export " + shell_quoted(ckpt) + " --hf " + shell_quoted(dir / "hf");
   expect_usage_error(run_qkvlab(changed), changed, "tokenizer.json: does not match manifest.json");
   EXPECT_FALSE(std::filesystem::exists(dir / "hf"));
+  const std::string tokenize = "lm tokenize " + shell_quoted(ckpt) + " --prompt 'the this'";  // encoded by it: 0
+  expect_usage_error(run_qkvlab(tokenize), tokenize, "tokenizer.json: does not match manifest.json");
   std::filesystem::remove(ckpt / "manifest.json");
   // lm export copies it beside the model.
   r = run_qkvlab("lm export " + shell_quoted(ckpt) + " --hf " + shell_quoted(dir / "hf"));
