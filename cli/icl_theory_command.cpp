@@ -92,7 +92,7 @@ int run_theory(const TheoryArgs& a, const std::string& command_line) {
   const icl::Theory t = icl::estimate_theory(make_task(a, prior_mean(a)), theory_options(a));
   const results::Table by_a = icl::theory_by_a_table(t);
   StagedFiles files;  // --out, --csv and --figure: all or none
-  if (a.w0 != "zero" && a.w0 != "identity") files.protect(a.w0, "--w0");
+  if (a.w0 != "zero" && a.w0 != "identity") files.protect(matrix_file(a.w0), "--w0");
   if (!a.out.empty()) results::stage_tables_hdf5(files, a.out, {by_a, icl::theory_scalar_table(t)}, a.seed, command_line);
   if (!a.csv.empty()) results::stage_csv(files, a.csv, by_a);
   if (!a.figure.empty()) {

@@ -1,7 +1,6 @@
 // `qkvlab lm generate CKPT --tokens FILE | --prompt TEXT | --prompt-file FILE`: decoding with the
 // cache (lm/generate.hpp): the new tokens (and their text, by the checkpoint's tokenizer), the
 // cache's measured bytes per token, prefill and decode throughput, peak memory.
-#include <algorithm>
 #include <iostream>
 
 #include "cli/format_option.hpp"
@@ -57,8 +56,11 @@ void set_text(results::Value& out, const GenerateArgs& a, const std::vector<std:
   if (!lm::has_tokenizer(a.checkpoint)) return;
   const lm::Tokenizer tokenizer = lm::Tokenizer::load(a.checkpoint);
   const auto text = [&](const std::vector<std::int32_t>& seq) {
-    const bool decodable = std::all_of(seq.begin(), seq.end(), [&](std::int32_t id) { return id < tokenizer.vocab_size(); });
-    return decodable ? results::Value(lm::replace_invalid_utf8(tokenizer.decode(seq))) : results::Value();
+    try {
+      return results::Value(lm::replace_invalid_utf8(tokenizer.decode(seq)));
+    } catch (const UsageError&) {  // an id the tokenizer has no token for
+      return results::Value();
+    }
   };
   if (a.batch == 1) {
     out.set("text", text(ids[0]));

@@ -19,6 +19,12 @@ inline NpyMatrix read_matrix_argument(const std::string& argument) {
   return read_npy(argument);
 }
 
+// The file a matrix argument is read from: FILE of FILE.h5:DATASET, else the argument.
+inline std::string matrix_file(const std::string& argument) {
+  const auto where = results::parse_hdf5_location(argument);
+  return where ? where->file : argument;
+}
+
 // The unit roundoff of a pair's data, what absorb's decision is tolerant to: float's when either
 // matrix was stored in float32, else double's.
 inline double data_unit_roundoff(const NpyMatrix& a, const NpyMatrix& b) {

@@ -12,6 +12,7 @@
 #include "cli/token_options.hpp"
 #include "cli/validators.hpp"
 #include "core/atomic_file.hpp"
+#include "corpus/manifest.hpp"
 #include "corpus/token_file.hpp"
 #include "engine/make_backend.hpp"
 #include "lm/model_files.hpp"
@@ -46,6 +47,7 @@ probes::ProbeData probe_data(const ProbeArgs& a) {
   probes::ProbeData d;
   const std::filesystem::path dir(a.data);
   if (!a.corpus.empty()) {
+    for (const char* name : {"train_tokens.npy", "validation_tokens.npy"}) corpus::verify_prepared_file(dir, name);
     d.train = stream(dir / "train_tokens.npy", false), d.validation = stream(dir / "validation_tokens.npy", false);
   } else {
     d.train = a.text.empty() ? stream(a.tokens, false) : text_token_ids(a.text, a.checkpoint);
@@ -56,6 +58,7 @@ probes::ProbeData probe_data(const ProbeArgs& a) {
     }
   }
   if (a.target == "pos") {
+    for (const char* name : {"train_tags.npy", "validation_tags.npy", "tags.json"}) corpus::verify_prepared_file(dir, name);
     d.train_tags = stream(dir / "train_tags.npy", true), d.validation_tags = stream(dir / "validation_tags.npy", true);
     d.tags = probes::read_tag_count(dir / "tags.json");
     probes::check_tags(d.train_tags, d.tags, dir / "train_tags.npy");

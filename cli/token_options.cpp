@@ -6,6 +6,7 @@
 #include "cli/validators.hpp"
 #include "core/errors.hpp"
 #include "core/text_file.hpp"
+#include "corpus/manifest.hpp"
 #include "corpus/token_file.hpp"
 #include "lm/tokenizer.hpp"
 
@@ -67,6 +68,7 @@ lm::TokenSequences read_token_sequences(const TokenOptions& o, const std::string
                    "--seq-len " + std::to_string(o.seq_len));
   }
   const std::string source = o.text.empty() ? token_file(o).string() : o.text;
+  if (o.tokens.empty() && o.text.empty()) corpus::verify_prepared_file(o.data, o.split + "_tokens.npy");
   const corpus::TokenArray t =
       o.text.empty() ? corpus::read_token_file(token_file(o)) : text_token_rows(o.text, checkpoint, o.seq_len);
   return checked(analysis::choose_sequences(lm::token_sequences(t.ids, t.rows, t.cols, o.seq_len, 0), o.sequences, seed),

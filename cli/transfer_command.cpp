@@ -60,9 +60,10 @@ void validate(TransferArgs& a, const CLI::App& cmd) {
       throw UsageError("output directory " + parent.string() + " does not exist");
   }
   // The figure's numbers go to STEM.csv when --csv names no file: an output like the others.
+  const char* csv = a.csv.empty() && !a.figure.empty() ? "--figure's CSV" : "--csv";
   if (a.csv.empty() && !a.figure.empty()) a.csv = std::filesystem::path(a.figure).replace_extension(".csv").string();
-  if (!a.checkpoint.empty()) refuse_files_in(a.checkpoint, {{"--out", &a.out}, {"--csv", &a.csv}, {"--figure", &a.figure}});
-  refuse_overlapping_files({{"--out", &a.out}, {"--csv", &a.csv}}, {});
+  if (!a.checkpoint.empty()) refuse_files_in(a.checkpoint, {{"--out", &a.out}, {csv, &a.csv}, {"--figure", &a.figure}});
+  refuse_overlapping_files({{"--out", &a.out}, {csv, &a.csv}}, {});
   for (int d : a.d)
     require_memory("--d " + std::to_string(d) + " --batch " + std::to_string(a.batch) + " --steps " + std::to_string(a.steps),
                    transfer::transfer_memory_bytes(d, a.batch, a.steps));

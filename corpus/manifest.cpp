@@ -1,6 +1,8 @@
 #include "corpus/manifest.hpp"
 
+#include "core/errors.hpp"
 #include "core/json_text.hpp"
+#include "core/text_file.hpp"
 
 namespace qkvlab::corpus {
 
@@ -16,6 +18,16 @@ std::string stale_output(std::string_view manifest, const std::string& key,
     if (!sum || manifest.find(output_record(name, *sum)) == std::string_view::npos) return name;
   }
   return "";
+}
+
+void verify_prepared_file(const std::filesystem::path& dir, const std::string& name) {
+  const std::filesystem::path file = dir / name, manifest = dir / "manifest.json";
+  if (!std::filesystem::is_regular_file(manifest))
+    throw UsageError(dir.string() + ": no manifest.json: not a prepared corpus directory (run 'qkvlab data brown')");
+  if (!std::filesystem::is_regular_file(file) ||
+      read_text_file(manifest).find(output_record(name, file_sum(file))) == std::string::npos)
+    throw UsageError(file.string() + ": not as " + manifest.string() +
+                     " records it (changed since, or an unfinished preparation): run 'qkvlab data brown' again");
 }
 
 }  // namespace qkvlab::corpus

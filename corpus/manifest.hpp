@@ -7,6 +7,7 @@
 // older, damaged) is simply not up to date.
 #pragma once
 
+#include <filesystem>
 #include <functional>
 #include <optional>
 #include <string>
@@ -29,5 +30,11 @@ std::string output_record(const std::string& name, const FileSum& sum);
 // empty when it records all of them as they are.
 std::string stale_output(std::string_view manifest, const std::string& key,
                          const std::function<std::optional<FileSum>(const std::string&)>& sum_of);
+
+// A file `name` of the prepared directory `dir`, checked before a command reads it: its size and
+// checksum are as `dir`/manifest.json records them, else a UsageError naming it (missing, changed
+// since, or an unfinished preparation's), telling to run `qkvlab data brown` again. Every reader of
+// a prepared corpus (lm train --corpus, --corpus brown of analyze, verify, probe, reproduce) calls it.
+void verify_prepared_file(const std::filesystem::path& dir, const std::string& name);
 
 }  // namespace qkvlab::corpus

@@ -76,26 +76,23 @@ bool corpus_manifest(const std::filesystem::path& file) {
   return in.read(head.data(), std::streamsize(head.size())) && head == manifest_opening();
 }
 
-// A preparation writes into an empty directory or a corpus's: one holding only its own entries
-// (the outputs, manifest.json, npm-cache, staging temporaries) and, beside any output, a corpus's
-// manifest.json. Anything else (a checkpoint's files and manifest, a Hugging Face model's
-// tokenizer, a run's log) would be replaced or deleted: a UsageError naming it.
-void refuse_foreign_directory(const std::filesystem::path& dir) {
-  if (!std::filesystem::is_directory(dir)) return;
+// A preparation replaces only files of a corpus: the directory's manifest.json, when there is one,
+// must be a corpus's, and a file with an output's name (vocab.json, baselines.json, ...) needs one
+// beside it. Otherwise they are another tool's (a checkpoint's manifest, a Hugging Face tokenizer's
+// vocab.json, a run's baselines.json), which it would replace or delete: a UsageError naming them.
+// Other files (notes, .DS_Store) are never written, so they are left alone.
+void refuse_foreign_files(const std::filesystem::path& dir) {
   const auto refuse = [&](const std::string& why) {
     throw UsageError(dir.string() + " " + why + ": prepare into an empty directory or a prepared corpus's");
   };
-  bool outputs = false;
-  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-    const std::string name = entry.path().filename().string();
-    const bool output = std::find(kPreparedOutputs.begin(), kPreparedOutputs.end(), name) != kPreparedOutputs.end();
-    outputs = outputs || output;
-    if (!output && name != "manifest.json" && name != "npm-cache" && name.rfind(".qkvlab-tmp.", 0) != 0)
-      refuse("holds " + name + ", which no corpus preparation writes");
+  if (std::filesystem::exists(dir / "manifest.json")) {
+    if (!corpus_manifest(dir / "manifest.json")) refuse("holds a manifest.json that is not a corpus's");
+    return;
   }
-  const bool manifest = std::filesystem::exists(dir / "manifest.json");
-  if (manifest && !corpus_manifest(dir / "manifest.json")) refuse("holds a manifest.json that is not a corpus's");
-  if (outputs && !manifest) refuse("holds a corpus's file names but no corpus manifest.json (another tool's files?)");
+  for (const std::string& name : kPreparedOutputs)
+    if (std::filesystem::exists(dir / name))
+      refuse("holds " + name + " but no corpus manifest.json (another tool's file, or one an older qkvlab's "
+             "interrupted preparation left: then remove it)");
 }
 
 // One split as a token stream: its files joined by <|endoftext|>.
@@ -173,10 +170,10 @@ PrepareSummary prepare_brown(const PrepareOptions& o, const std::function<void(c
   if (o.vocab < 257) throw UsageError("the vocabulary size must be at least 257 (256 bytes and <|endoftext|>), got " + std::to_string(o.vocab));
   if (std::filesystem::exists(o.out) && !std::filesystem::is_directory(o.out))
     throw UsageError(o.out.string() + " is not a directory");
-  refuse_foreign_directory(o.out);
   std::filesystem::create_directories(o.out);
   const std::string stale = stale_output_of(o.out, options_key(o));
   if (stale.empty()) return summary.up_to_date = true, summary;
+  refuse_foreign_files(o.out);
   if (std::filesystem::exists(o.out / "manifest.json"))
     say(stale == "manifest.json" ? "manifest.json records other options or source files: preparing again"
                                  : (o.out / stale).string() + " is missing or differs from manifest.json: preparing again");

@@ -19,9 +19,10 @@
 // written last, so only a finished run leaves a complete one. A run whose manifest
 // records the same options and every output as it is (size and checksum: a truncated
 // or edited token file is not) does nothing; otherwise the directory is prepared again.
-// The output directory must be empty or a corpus's: one holding other files (a
-// checkpoint, a Hugging Face model's tokenizer, a run), another tool's manifest.json,
-// or a corpus's file names without a corpus manifest is refused (UsageError).
+// Only a corpus's files are replaced: an output directory holding another tool's
+// manifest.json (a checkpoint's), or a file of an output's name without a corpus
+// manifest (a Hugging Face tokenizer's vocab.json, a run's baselines.json), is refused
+// (UsageError); other files there are left alone.
 #pragma once
 
 #include <cstdint>

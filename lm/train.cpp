@@ -18,6 +18,7 @@
 #include "core/fnv.hpp"
 #include "core/json_text.hpp"
 #include "corpus/batches.hpp"
+#include "corpus/manifest.hpp"
 #include "corpus/ngram.hpp"
 #include "corpus/token_file.hpp"
 #include "lm/tokenizer.hpp"
@@ -104,14 +105,15 @@ results::Value baselines_value(const std::vector<std::int32_t>& train, const std
 }  // namespace
 
 TrainData brown_data(const fs::path& dir) {
-  for (const char* name : {"train_tokens.npy", "validation_tokens.npy", "manifest.json"})
-    if (!fs::is_regular_file(dir / name))
-      throw UsageError(dir.string() + ": no " + name + ": not a prepared corpus directory");
+  for (const char* name : {"train_tokens.npy", "validation_tokens.npy"}) corpus::verify_prepared_file(dir, name);
+  const bool tokenizer = fs::is_regular_file(dir / "vocab.json") && fs::is_regular_file(dir / "merges.txt");
+  if (tokenizer)
+    for (const char* name : {"vocab.json", "merges.txt"}) corpus::verify_prepared_file(dir, name);
   TrainData d;
   d.train = read_stream(dir / "train_tokens.npy");
   d.validation = read_stream(dir / "validation_tokens.npy");
   d.source = "brown (" + dir.string() + ")";
-  if (fs::is_regular_file(dir / "vocab.json") && fs::is_regular_file(dir / "merges.txt"))
+  if (tokenizer)
     d.tokenizer_json = tokenizer_json(corpus::Bpe::load(dir / "vocab.json", dir / "merges.txt"));
   return d;
 }
@@ -416,7 +418,9 @@ const std::vector<std::string>& run_file_names() {
 results::Value train_language_model(const RunOptions& o, const TrainData& data, engine::Backend<float>& backend,
                                     const std::function<void(const Progress&)>& progress) {
   validate(o.model);
-  if (!data.tokenizer_json.empty()) {  // the checkpoints carry it: every id the model predicts must decode
+  // The checkpoints carry the corpus's tokenizer: a new model's ids must be its ids. A resumed run or
+  // a model started --from another keeps the vocabulary it has (generate leaves ids without text).
+  if (!data.tokenizer_json.empty() && !o.resume && !o.init_from) {
     const int ids = Tokenizer::from_json(data.tokenizer_json, data.source + "'s tokenizer").vocab_size();
     if (ids != o.model.vocab)
       throw UsageError("--vocab " + std::to_string(o.model.vocab) + ": the corpus's tokenizer has " + std::to_string(ids) +

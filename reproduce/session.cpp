@@ -2,7 +2,6 @@
 #include <cstdio>
 #include <cmath>
 
-#include "corpus/token_file.hpp"
 #include "lm/model_files.hpp"
 #include "reproduce/figure_kit.hpp"
 
@@ -26,8 +25,8 @@ const Trained& Session::trained(const std::string& name) {
 std::unique_ptr<lm::Model<float>> Session::model(const std::string& name) { return lm::load_model(checkpoint(name), *backend_); }
 
 lm::TokenSequences Session::sequences(int T) {
-  const corpus::TokenArray t = corpus::read_token_file(c_.options.data / "validation_tokens.npy");
-  return analysis::choose_sequences(lm::token_sequences(t.ids, t.rows, t.cols, T, 0), c_.options.sequences,
+  const std::vector<std::int32_t>& v = data().validation;
+  return analysis::choose_sequences(lm::token_sequences(v, std::int64_t(v.size()), 0, T, 0), c_.options.sequences,
                                     c_.options.seed);
 }
 

@@ -3,7 +3,6 @@
 #include <cmath>
 
 #include "analysis/analyze.hpp"
-#include "corpus/token_file.hpp"
 #include "lm/accounting.hpp"
 #include "lm/checkpoint.hpp"
 #include "lm/convert.hpp"
@@ -17,8 +16,8 @@ namespace {
 
 void skipv1_fig10(Session& s, Output& out) {
   const lm::Checkpoint vanilla = lm::load_checkpoint(s.checkpoint("vanilla"));
-  const corpus::TokenArray tokens = corpus::read_token_file(s.options().data / "validation_tokens.npy");
-  const lm::TokenSequences data = lm::token_sequences(tokens.ids, tokens.rows, tokens.cols, 128, 0);
+  const std::vector<std::int32_t>& validation = s.data().validation;
+  const lm::TokenSequences data = lm::token_sequences(validation, std::int64_t(validation.size()), 0, 128, 0);
   Table t{"initial_loss", {{"index", {}}, {"loss", {}}}};
   std::string tics;
   auto eval = [&](const std::string& label, const lm::Checkpoint& ck) {
@@ -51,8 +50,7 @@ void skipv1_fig10(Session& s, Output& out) {
 // probes/layerwise.hpp), at the same steps, batches, rate and number of validation windows.
 void skipv1_fig12(Session& s, Output& out, probes::ProbeRecipe recipe) {
   probes::ProbeData data;
-  data.train = corpus::read_token_file(s.options().data / "train_tokens.npy").ids;
-  data.validation = corpus::read_token_file(s.options().data / "validation_tokens.npy").ids;
+  data.train = s.data().train, data.validation = s.data().validation;
   // The committed probes (docs/lm-comparisons.md): 300 steps, B = 16, T = 128, 256 windows, at the
   // learning rate every layer of both models chose from the grid 1e-4, 2e-4, 3e-4 there (each rate's
   // probe is trained on its own, on the same batches, so this is that run's chosen probe at a third

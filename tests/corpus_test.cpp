@@ -611,10 +611,11 @@ TEST(DataBrown, BadInputIsExitTwoWithOneLine) {
   EXPECT_FALSE(std::filesystem::exists(dir / "out" / "manifest.json"));
 }
 
-// The output directory is empty or a corpus's: a checkpoint's (its manifest.json and model), a
-// Hugging Face tokenizer's (vocab.json and merges.txt without a corpus manifest) or one holding another
-// file is refused, every file left as it was (they were replaced or deleted, exit 0). Control: an
-// interrupted preparation's directory (the "preparing" manifest) is prepared again.
+// Only a corpus's files are replaced: a checkpoint's directory (its manifest.json), a Hugging Face
+// tokenizer's (vocab.json and merges.txt without a corpus manifest), another tool's manifest or a
+// run's baselines.json is refused, every file left as it was (they were replaced or deleted, exit 0).
+// Control: an interrupted preparation's directory (the "preparing" manifest) is prepared again, and
+// files no preparation writes do not stand in the way.
 TEST(DataBrown, OnlyAnEmptyOrACorpusDirectoryIsWrittenInto) {
   ScratchDir dir;
   write_fake_package(dir / "package");
@@ -640,7 +641,39 @@ TEST(DataBrown, OnlyAnEmptyOrACorpusDirectoryIsWrittenInto) {
   write_file(dir / "interrupted" / "vocab.json", "{");
   ASSERT_EQ(prepare(dir / "interrupted").status, 0);
   EXPECT_NE(read_file(dir / "interrupted" / "manifest.json").find("\"checksums\""), std::string::npos);
+  // Files no preparation writes are left alone: beside a corpus, and in a directory of their own.
+  write_file(dir / "interrupted" / ".DS_Store", "x");
   EXPECT_NE(prepare(dir / "interrupted").out.find("up to date"), std::string::npos);
+  std::filesystem::create_directories(dir / "notes");
+  write_file(dir / "notes" / "notes.txt", "mine");
+  EXPECT_EQ(prepare(dir / "notes").status, 0);
+  EXPECT_EQ(read_file(dir / "notes" / "notes.txt"), "mine");
+}
+
+// Every reader of a prepared corpus checks the files it reads against the manifest: one token changed
+// in validation_tokens.npy after preparing is refused by lm train (it trained on it, exit 0) and by
+// analyze --corpus brown, naming the file. Control: the corpus as prepared trains.
+TEST(DataBrown, ReadersRefuseACorpusChangedAfterPreparing) {
+  ScratchDir dir;
+  write_fake_package(dir / "package");
+  const auto out = dir / "out";
+  ASSERT_EQ(run_qkvlab("data brown --quiet --vocab 300 --source " + shell_quoted(dir / "package") + " --out " + shell_quoted(out)).status, 0);
+  const std::string train = "lm train --family gpt2 --layers 1 --d 16 --heads 2 --vocab 300 --positions 16 --seq-len 8 --batch 2 "
+                            "--steps 2 --warmup 1 --quiet --corpus brown --data " + shell_quoted(out) + " --out ";
+  const auto trained = run_qkvlab(train + shell_quoted(dir / "run"));
+  ASSERT_EQ(trained.status, 0) << trained.err;
+  std::string bytes = read_file(out / "validation_tokens.npy");
+  bytes[bytes.size() - 4] = char(bytes[bytes.size() - 4] == 1 ? 2 : 1);
+  write_file(out / "validation_tokens.npy", bytes);
+  for (const std::string& command :
+       {train + shell_quoted(dir / "run2"), "analyze entropy " + shell_quoted(dir / "run" / "checkpoint") + " --corpus brown --data " +
+                                                shell_quoted(out) + " --seq-len 8 --sequences 2 --quiet"}) {
+    const auto r = run_qkvlab(command);
+    EXPECT_EQ(r.status, 2) << command << "\n" << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_NE(r.err.find("validation_tokens.npy: not as"), std::string::npos) << r.err;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir / "run2" / "run.json"));
 }
 
 // Issue 31 item 12: a token file truncated (or edited) after `data brown` is not "up to date": the

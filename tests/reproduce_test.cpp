@@ -20,6 +20,7 @@
 #include "reproduce/reproduce.hpp"
 #include "results/figure.hpp"
 #include "tests/run_command.hpp"
+#include "tests/corpus_manifest.hpp"
 #include "tests/scratch_dir.hpp"
 
 namespace fs = std::filesystem;
@@ -43,7 +44,7 @@ void write_corpus(const fs::path& dir, std::uint32_t seed) {
   const auto train = stream(20000), validation = stream(1100);
   corpus::write_tokens_npy(dir / "train_tokens.npy", train, std::int64_t(train.size()), 0);
   corpus::write_tokens_npy(dir / "validation_tokens.npy", validation, std::int64_t(validation.size()), 0);
-  std::ofstream(dir / "manifest.json") << "{}\n";
+  test_support::write_corpus_manifest(dir);
 }
 
 reproduce::Context quick(const fs::path& data, const fs::path& work, std::int64_t steps) {
@@ -172,6 +173,7 @@ TEST(Reproduce, CacheIsReusedForTheSameRecipeAndNeverForAnother) {
   fs::copy(dir / "data", dir / "data3", fs::copy_options::recursive);
   fs::copy_file(dir / "data2" / "validation_tokens.npy", dir / "data3" / "validation_tokens.npy",
                 fs::copy_options::overwrite_existing);
+  test_support::write_corpus_manifest(dir / "data3");  // a corpus of its own
   const lm::TrainData data3 = lm::brown_data(dir / "data3");
   ASSERT_TRUE(reproduce::train_or_reuse(c, reproduce::recipe("vanilla", 1, 2), data).reused);
   const auto revalidated = reproduce::train_or_reuse(c, reproduce::recipe("vanilla", 1, 2), data3);

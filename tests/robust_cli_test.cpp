@@ -284,7 +284,7 @@ TEST(RobustCli, AbsorbNeverWritesOverItsInputs) {
   const MatD W_2 = representable_w2<double>(W_1, rng.gaussian(3, 6, 0.4), {0, 2, 4});
   write_npy(dir / "W1_absorbed.npy", W_1);
   write_npy(dir / "W2.npy", W_2);
-  qkvlab::results::write_hdf5_matrices((dir / "absorbed.h5").string(), {{"W1", W_1}, {"W2", W_2}, {"keep", W_2}});
+  qkvlab::results::write_hdf5_matrices((dir / "absorbed.h5").string(), {{"W1", W_1}, {"W2", W_2}, {"keep", MatD::Identity(3, 3)}});
   const auto bytes = [&](const char* name) {
     std::ifstream in(dir / name, std::ios::binary);
     return std::string(std::istreambuf_iterator<char>(in), {});
@@ -299,6 +299,24 @@ TEST(RobustCli, AbsorbNeverWritesOverItsInputs) {
     EXPECT_NE(r.err.find("is the file W1 reads"), std::string::npos) << r.err;
   }
   EXPECT_EQ(bytes("W1_absorbed.npy"), npy);
+  EXPECT_EQ(bytes("absorbed.h5"), h5);
+  // Only a "yes" writes: a pair that is not absorbable is decided under those names (control).
+  write_npy(dir / "W2.npy", rng.gaussian(3, 6, 0.4));
+  const CommandResult no = run_bounded("absorb " + shell_quoted(dir / "W1_absorbed.npy") + " " + shell_quoted(dir / "W2.npy") +
+                                       " --out-dir " + shell_quoted(dir.path()));
+  EXPECT_EQ(no.status, 0) << no.err;
+  EXPECT_EQ(no.out.rfind("no\n", 0), 0u) << no.out;
+  write_npy(dir / "W2.npy", W_2);
+  // The same for absorb fit's --out and icl theory's --out against a dataset of the file they read.
+  const std::string h5_w1 = shell_quoted(dir.path().string() + "/absorbed.h5:W1");
+  for (const std::string& args : {"absorb fit --w1 " + h5_w1 + " --w2 " + shell_quoted(dir.path().string() + "/absorbed.h5:W2") +
+                                      " --seeds 1 --restarts 1 --steps 10 --out " + shell_quoted(dir / "absorbed.h5"),
+                                  "icl theory --d 3 --n 4 --prompts 64 --w0 " + shell_quoted(dir.path().string() + "/absorbed.h5:keep") +
+                                      " --out " + shell_quoted(dir / "absorbed.h5")}) {
+    const CommandResult refused = run_bounded(args);
+    EXPECT_EQ(refused.status, 2) << args << "\n" << refused.err;
+    EXPECT_NE(refused.err.find("reads"), std::string::npos) << refused.err;
+  }
   EXPECT_EQ(bytes("absorbed.h5"), h5);
   fs::create_directory(dir / "out");
   const CommandResult r = run_bounded("absorb " + shell_quoted(dir / "W1_absorbed.npy") + " " + shell_quoted(dir / "W2.npy") +

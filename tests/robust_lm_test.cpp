@@ -21,6 +21,7 @@
 #include "lm/checkpoint.hpp"
 #include "lm/train.hpp"
 #include "run_command.hpp"
+#include "corpus_manifest.hpp"
 #include "scratch_dir.hpp"
 
 #include <fcntl.h>
@@ -289,6 +290,7 @@ void write_corpus(const fs::path& dir, int tags, std::int32_t bad_tag = -2, cons
   std::string names = "[";
   for (int t = 0; t < tags; ++t) names += (t ? ", \"T" : "\"T") + std::to_string(t) + "\"";
   std::ofstream(dir / "tags.json") << (tags_json.empty() ? names + "]\n" : tags_json);
+  test_support::write_corpus_manifest(dir);
 }
 
 TEST(RobustProbe, TagIdsAreCheckedAgainstTagsJson) {

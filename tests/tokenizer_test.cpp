@@ -10,6 +10,7 @@
 #include "corpus/token_file.hpp"
 #include "engine/json.hpp"
 #include "tests/run_command.hpp"
+#include "tests/corpus_manifest.hpp"
 #include "tests/scratch_dir.hpp"
 
 #include <gtest/gtest.h>
@@ -401,7 +402,7 @@ TEST(CheckpointTokenizer, TrainedOnACorpusCarriesItsTokenizer) {
   const Ids ids = Tokenizer::from_json(tokenizer_json(corpus::Bpe::load(data / "vocab.json", data / "merges.txt")), "own").encode(text);
   corpus::write_tokens_npy(data / "train_tokens.npy", ids, std::int64_t(ids.size()), 0);
   corpus::write_tokens_npy(data / "validation_tokens.npy", ids, std::int64_t(ids.size()), 0);
-  write_file(data / "manifest.json", "{}\n");
+  test_support::write_corpus_manifest(data);
   auto r = run_qkvlab("lm train --family gpt2 --layers 1 --d 16 --heads 2 --vocab 262 --positions 16 --corpus brown --data " +
                       shell_quoted(data) + " --seq-len 16 --batch 2 --steps 2 --out " + shell_quoted(dir / "run") + " --quiet");
   ASSERT_EQ(r.status, 0) << r.err;
