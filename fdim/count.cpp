@@ -1,5 +1,6 @@
 #include "fdim/count.hpp"
 
+#include "core/errors.hpp"
 #include "core/limits.hpp"
 #include "core/parallel.hpp"
 #include "fdim/dual.hpp"
@@ -14,6 +15,8 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <stdexcept>
+#include <string>
 
 namespace qkvlab::fdim {
 
@@ -67,8 +70,12 @@ class Stopwatch {
 
 std::vector<int> first(const Eigen::VectorXi& perm, int r) { return {perm.data(), perm.data() + r}; }
 
-// r independent columns of A, then r independent rows of those columns (column-pivoted QR).
+// r independent columns of A, then r independent rows of those columns (column-pivoted QR); r is at
+// most A's rank, so at most its rows and its columns.
 std::pair<std::vector<int>, std::vector<int>> spanning_minor(const MatD& A, int r) {
+  if (r > std::min(A.rows(), A.cols()))
+    throw std::logic_error("fdim: a minor of order " + std::to_string(r) + " of a " + std::to_string(A.rows()) + " x " +
+                           std::to_string(A.cols()) + " matrix");
   Eigen::ColPivHouseholderQR<MatD> qc(A);
   const std::vector<int> cols = first(qc.colsPermutation().indices(), r);
   MatD sub(A.rows(), r);
@@ -129,13 +136,16 @@ std::pair<double, bool> zero_test(const Vec<Interval>& y) {
   return {r, zero};
 }
 
+// The upper bound: every direction g has J g = 0 (enclosed in MPFI), and q = rank G of them are
+// independent (a q x q minor of G certified nonsingular), so the kernel has dimension >= q.
 Bound upper_certificate(const Network& c, const Layout& L, const Point& p, const MatD& J, const Gauges<double>& gd,
-                  const ProgressFn& progress, Count& n) {
+                  int q, const ProgressFn& progress, Count& n) {
   const Eigen::Index k = gd.directions.cols();
   if (k == 0) return {n.parameters, true, "none: rank <= parameters (no gauge of the theory applies)", ""};
   Bound b{n.parameters, false,
           "k gauge directions, in the kernel by their symmetry identities: each J g enclosed in MPFI contains 0 "
-          "and is below 1e-30 max|J|; independent by ||I - C G|| < 1 on a k x k minor: rank <= P - k",
+          "and is below 1e-30 max|J|; q = rank of the directions of them independent by ||I - C G|| < 1 on a q x q "
+          "minor: rank <= P - q",
           ""};
   const Vec<Interval> theta = p.theta.cast<Interval>();
   const Gauges<Interval> gi = gauge_directions<Interval>(c, L, theta);
@@ -164,12 +174,44 @@ Bound upper_certificate(const Network& c, const Layout& L, const Point& p, const
     b.reason = std::to_string(k - n.gauges_verified) + " of " + std::to_string(k) + " directions not in the kernel";
     return b;
   }
-  const auto [rows, cols] = spanning_minor(gd.directions, int(k));
+  if (q == 0) return {n.parameters, true, b.method, ""};
+  const auto [rows, cols] = spanning_minor(gd.directions, q);
   const Elimination e = certify_nonsingular(pick(gi.directions, rows, cols));
   b.holds = e.nonsingular;
   b.reason = e.nonsingular ? "" : "the directions are not certified independent: " + e.reason;
-  if (b.holds) b.value = n.parameters - k;
+  if (b.holds) b.value = n.parameters - q;
   return b;
+}
+
+// A numerical failure (exit 3) naming the first entry of M that is NaN or infinite: a rank or a
+// certificate read from it would be a number without meaning (a norm at eps = 0 reading a zero row
+// gives 0/0).
+void require_finite(const MatD& M, const std::string& what) {
+  for (Eigen::Index j = 0; j < M.cols(); ++j)
+    for (Eigen::Index i = 0; i < M.rows(); ++i)
+      if (!std::isfinite(M(i, j)))
+        throw NumericalError("fdim: " + what + " is not finite (entry " + std::to_string(i + 1) + ", " +
+                             std::to_string(j + 1) + " of " + std::to_string(M.rows()) + " x " +
+                             std::to_string(M.cols()) + " is " + std::to_string(M(i, j)) + ")");
+}
+
+// The gauges at θ with their span's dimension: the groups' directions may be dependent (more of
+// them than parameters, or a group inside another's span), and the deficiency they predict is
+// rank G, not their number k; a term of dimension rank G − k says so.
+struct Span {
+  Gauges<double> gauges;
+  int rank = 0;
+};
+Span gauge_span(const Network& c, const Layout& L, const VecD& theta) {
+  Span s{gauge_directions<double>(c, L, theta), 0};
+  require_finite(s.gauges.directions, "a gauge direction");
+  s.rank = float_rank(s.gauges.directions).rank;
+  const long long overlap = s.rank - s.gauges.directions.cols();
+  if (overlap < 0)
+    s.gauges.terms.push_back({"the directions above are dependent: they span " + std::to_string(s.rank) + " of " +
+                                  std::to_string(s.gauges.directions.cols()) + " (rank of the directions)",
+                              overlap, true});
+  return s;
 }
 
 }  // namespace
@@ -213,7 +255,7 @@ Elimination certify_nonsingular(const Mat<Interval>& A) {
 long long predicted_deficiency(const Network& c) {
   const Layout L = layout(c);
   long long k = 0;
-  for (const Term& t : gauge_directions<double>(c, L, draw_point(c, L).theta).terms) k += t.dimension;
+  for (const Term& t : gauge_span(c, L, draw_point(c, L).theta).gauges.terms) k += t.dimension;
   return k;
 }
 
@@ -225,16 +267,17 @@ int saturating_inputs(const Network& c) {
 Count count(const Network& c, bool certify, const ProgressFn& progress) {
   validate(c);
   const Layout L = layout(c);
-  const Point p = draw_point(c, L);
   Count n;
   n.config = c;
   n.parameters = L.size;
   n.outputs = (long long)c.seq * c.output_dim() * c.inputs;
-  // J and the SVD's working copies, in double.
+  // J and the SVD's working copies, in double; refused before the inputs are drawn.
   require_memory("qkvlab fdim's Jacobian (--inputs x --seq x outputs by parameters)",
                  4.0 * 8.0 * double(n.outputs) * double(n.parameters));
+  const Point p = draw_point(c, L);
   Stopwatch clock;
   const MatD J = columns<double>(c, L, p.theta, p, iota(L.size), "Jacobian columns", progress);
+  require_finite(J, "the Jacobian");
   n.seconds.jacobian = clock.lap();
   n.rank = float_rank(J);
   const Eigen::Index per = J.rows() / std::max(1, c.inputs);
@@ -245,14 +288,15 @@ Count count(const Network& c, bool certify, const ProgressFn& progress) {
                                  [&](const auto& s) { return s.first == c.inputs / 2; });
   n.saturated = half != n.saturation.end() && half->second == n.rank.rank;
   n.seconds.ranks = clock.lap();
-  const Gauges<double> gd = gauge_directions<double>(c, L, p.theta);
+  const Span gauges = gauge_span(c, L, p.theta);
+  const Gauges<double>& gd = gauges.gauges;
   n.predicted = gd.terms;
   n.upper = {n.parameters, true, "none: rank <= parameters", ""};
   n.lower = {0, false, "not certified (--no-certify)", ""};
   if (certify) {
     n.lower = lower_certificate(c, L, p, J, n.rank.rank, progress);
     n.seconds.lower = clock.lap();
-    n.upper = upper_certificate(c, L, p, J, gd, progress, n);
+    n.upper = upper_certificate(c, L, p, J, gd, gauges.rank, progress, n);
     n.seconds.upper = clock.lap();
   }
   n.certified = n.lower.holds && n.upper.holds && n.lower.value == n.upper.value;

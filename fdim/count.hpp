@@ -5,9 +5,11 @@
 //     the exactly representable point) is nonsingular by interval Gaussian elimination, so every
 //     matrix in the enclosure, the exact J among them, has rank ≥ r;
 //   upper bound: the k gauge directions of gauges.hpp lie in the kernel by their symmetry
-//     identities; each J g is enclosed in MPFI (it must contain 0 and be narrow), and their
-//     independence is certified by interval elimination on a k × k minor: rank ≤ P − k.
-// certified: both bounds hold and meet at the floating-point rank.
+//     identities; each J g is enclosed in MPFI (it must contain 0 and be narrow), and q = their rank
+//     of them are certified independent on a q × q minor: rank ≤ P − q.
+// certified: both bounds hold and meet at the floating-point rank. The predicted deficiency is q (the
+// span of the directions, which may be dependent) plus the formula terms. A Jacobian or a direction
+// with a NaN or infinite entry is a NumericalError, never a rank.
 #pragma once
 
 #include "fdim/config.hpp"

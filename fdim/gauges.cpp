@@ -30,6 +30,9 @@ struct Stream {
   std::vector<Reader> readers;       // linear maps reading it, in the order of the network
   std::vector<int> identity_layers;  // layers whose queries read it with W_Q = I
   std::vector<Translation> translations;
+  // Reader positions (the readers before them have read) where a translation of the stream cannot be
+  // absorbed and must vanish: a W_Q = I layer's queries, the output (--readout none), a tied readout.
+  std::vector<std::size_t> fixed;
   bool pinned = false, output = false, tied = false;  // pinned: the input's or the output's coordinates
 };
 
@@ -43,9 +46,12 @@ class StreamBuilder {
     write(L_.embed);
     write(L_.embed_bias);
     write(L_.positions);
-    translate(c_.embed == Embed::linear ? L_.embed_bias : L_.embed);
+    // The token table's translation E + 1uᵀ also moves a tied readout X Eᵀ by (X u)1ᵀ: none there.
+    if (c_.embed == Embed::linear) translate(L_.embed_bias);
+    else if (c_.readout != Readout::tied) translate(L_.embed);
     for (int l = 0; l < c_.layers; ++l) layer(l);
     Stream& last = s_[cur_];
+    if (c_.readout != Readout::linear) last.fixed.push_back(last.readers.size());
     if (c_.readout == Readout::none) last.pinned = last.output = true;
     if (c_.readout == Readout::linear) read(L_.readout, L_.final_norm);
     if (c_.readout == Readout::tied) {
@@ -60,9 +66,13 @@ class StreamBuilder {
   void layer(int l) {
     const LayerTensors& t = L_.layers[l];
     if (c_.attention()) {
+      const std::size_t at = s_[cur_].readers.size();
       for (const auto* group : {&t.W_Q, &t.W_K, &t.W_V})
         for (int W : *group) read(W, t.norm1);
-      if (c_.identity_query(l)) s_[cur_].identity_layers.push_back(l);
+      if (c_.identity_query(l)) {
+        s_[cur_].identity_layers.push_back(l);
+        s_[cur_].fixed.push_back(at);
+      }
       sublayer(c_.attention_skip(), t.skip1, t.W_O, t.b_O);
     }
     if (c_.mlp == Mlp::none) return;
@@ -313,8 +323,14 @@ template <class T> class GaugeBuilder {
 
   void stream(const Stream& s, int index) {
     const std::string p = "stream " + std::to_string(index + 1) + (s.inner ? " (inside a skip): " : ": ");
-    if (!s.output && !s.inner && c_.norm == Norm::none && !s.tied && s.identity_layers.empty()) translations(s, p);
-    if (s.pinned) return;
+    if (!s.inner && c_.norm == Norm::none) translations(s, p);
+    if (!s.pinned) basis(s, p);
+    if (c_.norm == Norm::layernorm && !s.inner && !s.output) dead_means(s, p);
+    if (!s.pinned && scale_invariant(s)) scaling(s, p);
+  }
+
+  // The stream's change of basis X ↦ X G (module comment), G in the stream's group.
+  void basis(const Stream& s, const std::string& p) {
     const bool dyt = kind(s) == std::string("R+");
     const int block = s.identity_layers.empty() || dyt ? s.width : c_.head_dim;
     const std::vector<Mat<T>> basis = stream_algebra(s, block);
@@ -337,8 +353,6 @@ template <class T> class GaugeBuilder {
       push(dir);
     }
     term(p + algebra_name(s, block), (long long)basis.size());
-    if (c_.norm == Norm::layernorm && !s.inner) dead_means(s, p);
-    if (scale_invariant(s)) scaling(s, p);
   }
 
   // At ε = 0 RMSNorm and LayerNorm are scale-invariant: X ↦ c X with every writer ↦ c·, every raw
@@ -355,10 +369,14 @@ template <class T> class GaugeBuilder {
     term(p + "its scale (the norms are scale-invariant at eps = 0)", 1);
   }
 
+  // LayerNorm's centring: a writer's row i + t·1 moves the stream by a multiple of 1 per row, which
+  // every reader removes, since every reader reads through a LayerNorm (the stream is not the output),
+  // whether or not the stream's basis is pinned. A tied E is also the readout: N_f(X)(E + t e_i 1ᵀ)ᵀ
+  // adds t N_f(X) 1 = t N(X) γ, zero without a final gain only.
   void dead_means(const Stream& s, const std::string& p) {
     long long n = 0;
     for (int W : s.writers) {
-      if (s.tied && W == L_.embed) continue;
+      if (W == L_.embed && c_.readout == Readout::tied && L_.final_norm.gain >= 0) continue;
       const Tensor& t = L_.tensors[W];
       for (int i = 0; i < t.rows; ++i, ++n) {
         Vec<T> dir = zero();
@@ -369,23 +387,48 @@ template <class T> class GaugeBuilder {
     term(p + "LayerNorm's centring: each writer row's component along 1", n);
   }
 
-  // A translation injected by a bias (every row + e_k, the token table's too) is removed by the
-  // biases of every reader after it (Lemma 9 of the skips-as-gauges note: with skips, at every
-  // hidden state a bias writes).
+  // Translations of a norm-free stream (Lemma 9 of the skips-as-gauges note): a bias that writes it,
+  // every row + u (the token table's too), shifts the stream by u from there on, and the bias of each
+  // later reader W absorbs it, b ↦ b − u W. At a fixed point (Stream::fixed) the shift cannot be
+  // absorbed (W_Q = I: the logits gain u_h·k_j, which varies over the keys; the output; a tied
+  // readout), so the shifts written since the previous fixed point sum to 0 there. A basis: T_i − T_{i+1}
+  // for consecutive biases before the same fixed point, T_i alone after the last: d per bias, less d per
+  // fixed point with a bias written before it (since the previous one).
   void translations(const Stream& s, const std::string& p) {
-    for (const Translation& tr : s.translations) {
-      const Tensor& src = L_.tensors[tr.bias];
+    const auto& tr = s.translations;
+    for (std::size_t i = 0; i < tr.size(); ++i) {
+      const std::size_t seg = segment(s, tr[i]);
+      const bool paired = i + 1 < tr.size() && segment(s, tr[i + 1]) == seg;
+      if (seg < s.fixed.size() && !paired) continue;
       for (int k = 0; k < s.width; ++k) {
-        Vec<T> dir = zero();
-        add(dir, tr.bias, unit(src.rows, src.cols, -1, k));
-        for (std::size_t i = tr.first_reader; i < s.readers.size(); ++i) {
-          const int b = reader_bias(s.readers[i].W);
-          if (b >= 0) add(dir, b, -Mat<T>(get(s.readers[i].W).row(k)));
-        }
+        Vec<T> dir = translation(s, tr[i], k);
+        if (paired) dir -= translation(s, tr[i + 1], k);
         push(dir);
       }
-      term(p + "translations injected by " + src.name + ", d", s.width);
+      std::string what = "translations injected by " + L_.tensors[tr[i].bias].name;
+      if (paired) what += " against " + L_.tensors[tr[i + 1].bias].name + " (they must cancel where W_Q = I reads "
+                          "or at the output)";
+      term(p + what + ", d", s.width);
     }
+  }
+
+  // The first fixed point that sees the translation (s.fixed.size(): none).
+  static std::size_t segment(const Stream& s, const Translation& tr) {
+    std::size_t f = 0;
+    while (f < s.fixed.size() && s.fixed[f] < tr.first_reader) ++f;
+    return f;
+  }
+
+  // T: the bias's every row + e_k, each later reader's bias − row k of the reader.
+  Vec<T> translation(const Stream& s, const Translation& tr, int k) const {
+    const Tensor& src = L_.tensors[tr.bias];
+    Vec<T> dir = zero();
+    add(dir, tr.bias, unit(src.rows, src.cols, -1, k));
+    for (std::size_t i = tr.first_reader; i < s.readers.size(); ++i) {
+      const int b = reader_bias(s.readers[i].W);
+      if (b >= 0) add(dir, b, -Mat<T>(get(s.readers[i].W).row(k)));
+    }
+    return dir;
   }
 
   // Low-rank skips X + X U V: beyond U V's GL(r), the note's count of the rest (Section 4: Theorem 2's

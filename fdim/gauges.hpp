@@ -8,16 +8,20 @@
 //     norms, O(d) through RMSNorm or a tied readout, O(d) fixing 1 through LayerNorm; G block
 //     diagonal (GL(d_h)^H) where a layer with W_Q = I reads the stream, its W_K^h also ↦ W_K^h G_hᵀ;
 //     none where the stream is the input or the output itself;
-//   - LayerNorm's centring: every writer's component along 1 is dead;
-//   - with biases: translations of a norm-free stream, b_K^h (constant over keys), b_V^h against b_O;
+//   - LayerNorm's centring: every writer's component along 1 is dead on every stream but the output,
+//     its basis pinned or not (a tied E's only without a final gain);
+//   - with biases: b_K^h (constant over keys), b_V^h against b_O;
 //   - ReLU's and ReLU²'s positive scalings (W_1 e_i, b_1,i, e_iᵀ W_2 scaled by s, s^−1 or s^−2), a gated
 //     MLP's value (and ReGLU's gate) scalings, a norm gain (and DyT's β) against its readers' rows;
 //   - with biases, a translation at every bias that writes a norm-free stream, against the biases of
-//     the readers after it (Lemma 9 of the skips-as-gauges note);
+//     the readers after it (Lemma 9 of the skips-as-gauges note); where nothing can absorb it (a W_Q = I
+//     layer's queries, the output, a tied readout) the shifts written since the last such point cancel;
 //   - learned skips: X A parts the streams; X U V has GL(d) inside, X + X U V GL(r) inside;
 //   - DyT: each stream's scale against the α that read it; at ε = 0, RMSNorm's and LayerNorm's scale.
-// The predicted deficiency is the sum of these groups' dimensions, each a named term; the rest of a
-// low-rank skip's redundancy is the note's formula, a term with no directions (constructed = false).
+// Each group is a named term with the number of its directions; the rest of a low-rank skip's
+// redundancy is the note's formula, a term with no directions (constructed = false). The groups'
+// directions may be dependent: count.hpp predicts their rank (a term of negative dimension says by how
+// much they overlap), not their number.
 #pragma once
 
 #include "fdim/config.hpp"

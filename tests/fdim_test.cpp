@@ -1,10 +1,19 @@
 // qkvlab fdim (fdim/): closed forms of the functional dimension, saturation, certificates and
 // controls. Each configuration is small enough that its MPFI certificate takes well under a second.
+#include "core/errors.hpp"
 #include "fdim/count.hpp"
+#include "fdim/network.hpp"
+#include "run_command.hpp"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <spawn.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 
 using namespace qkvlab::fdim;
+using qkvlab::test_support::lines;
+using qkvlab::test_support::run_qkvlab;
 
 namespace {
 
@@ -55,8 +64,10 @@ TEST(Fdim, SingleLinearLayerHasFullRank) {
   EXPECT_EQ(count(c, false).rank.rank, 8);
 }
 
-// X ↦ X E D: deficiency r² (GL(r) at the junction), certified; with r > d_in, d_out (control) the
-// junction's directions are dependent and the prediction r² fails.
+// X ↦ X E D: deficiency r² (GL(r) at the junction), certified. With r > d_in, d_out the junction's
+// r² directions (E B, −B D) are dependent: B with E B = 0 and B D = 0, (r − d_in)(r − d_out) of them,
+// move nothing, and the prediction is their span's dimension, certified; control: their number r²
+// overshoots the deficiency.
 TEST(Fdim, ProductOfTwoLinearMapsHasDeficiencyRSquared) {
   Network c = bare(3, 1, 3);
   c.embed = Embed::linear;
@@ -71,9 +82,13 @@ TEST(Fdim, ProductOfTwoLinearMapsHasDeficiencyRSquared) {
   c.d = 6;
   const Count wide = count(c, true);
   EXPECT_EQ(wide.rank.rank, 20);  // 5 × 4 matrices
-  EXPECT_NE(deficiency(wide), predicted_deficiency(wide));
-  EXPECT_FALSE(wide.upper.holds);
-  EXPECT_FALSE(wide.certified);
+  EXPECT_EQ(deficiency(wide), 6 * 6 - (6 - 5) * (6 - 4));
+  EXPECT_EQ(predicted_deficiency(wide), deficiency(wide));
+  EXPECT_TRUE(wide.certified);
+  long long directions = 0;
+  for (const Term& t : wide.predicted) directions += t.dimension > 0 ? t.dimension : 0;
+  EXPECT_EQ(directions, 6 * 6);
+  EXPECT_NE(directions, deficiency(wide));
 }
 
 // One attention layer without skips: exactly Lemma 3.1's d_h² per (W_Q, W_K) and per (W_V, W_O) pair.
@@ -400,4 +415,223 @@ TEST(Fdim, NewKindsAreCertifiedAtSmallSizes) {
   EXPECT_TRUE(n.upper.holds);
   EXPECT_EQ(n.upper.value, n.parameters - n.gauges_verified);
   EXPECT_GT(n.upper.value, n.rank.rank);
+}
+
+namespace {
+
+// max |J g| over the inputs of c at its point θ: the change of every output along the direction g
+// (one forward pass at Dual<double> per input).
+double moved(const Network& c, const Layout& L, const Point& p, const qkvlab::VecD& g) {
+  qkvlab::Vec<Dual<double>> th(p.theta.size());
+  for (Eigen::Index i = 0; i < th.size(); ++i) th[i] = Dual<double>(p.theta[i], g[i]);
+  double m = 0;
+  for (const Sequence& x : p.inputs) {
+    const qkvlab::Mat<Dual<double>> y = forward<Dual<double>>(c, L, th, x);
+    for (Eigen::Index i = 0; i < y.size(); ++i) m = std::max(m, std::abs(y.data()[i].d));
+  }
+  return m;
+}
+
+// Row `row` of tensor `id` + 1ᵀ (LayerNorm's centring of a writer's row).
+qkvlab::VecD centring(const Layout& L, int id, int row) {
+  qkvlab::VecD g = qkvlab::VecD::Zero(L.size);
+  const Tensor& t = L.tensors[id];
+  for (int j = 0; j < t.cols; ++j) g[t.offset + Eigen::Index(j) * t.rows + row] = 1;
+  return g;
+}
+
+// The peak resident memory (KiB) of `program args...` run to its end (stderr dropped), and its exit status.
+std::pair<long, int> peak_kib(std::vector<std::string> argv) {
+  std::vector<char*> a;
+  for (std::string& s : argv) a.push_back(s.data());
+  a.push_back(nullptr);
+  posix_spawn_file_actions_t quiet;
+  posix_spawn_file_actions_init(&quiet);
+  posix_spawn_file_actions_addopen(&quiet, 2, "/dev/null", O_WRONLY, 0);
+  pid_t pid = 0;
+  const int spawned = posix_spawn(&pid, a[0], &quiet, nullptr, a.data(), environ);
+  posix_spawn_file_actions_destroy(&quiet);
+  if (spawned != 0) return {-1, -1};
+  int status = 0;
+  rusage u{};
+  if (wait4(pid, &status, 0, &u) != pid) return {-1, -1};
+  return {u.ru_maxrss, WIFEXITED(status) ? WEXITSTATUS(status) : -1};
+}
+
+}  // namespace
+
+// At ε = 0 a norm that reads an all-zero row returns 0/0: here LayerNorm at d = 1 (x − mean(x) = 0)
+// and RMSNorm after a ReLU unit that is dead on an input. A NaN Jacobian has no rank: count() throws a
+// NumericalError naming it and `qkvlab fdim` exits 3 with one line. Control: at ε > 0 both count.
+TEST(Fdim, NonFiniteJacobianIsANumericalFailure) {
+  Network ln = bare(1, 1, 1);
+  ln.layers = 1;
+  ln.norm = Norm::layernorm;
+  Network rms = mlp_stack(Mlp::relu, Skips::none, 1, 3, 1);
+  rms.embed = Embed::none;
+  rms.dout = 3;
+  rms.norm = Norm::rmsnorm;
+  rms.inputs = 20;
+  for (Network c : {ln, rms}) {
+    c.norm_eps = 0;
+    try {
+      count(c, false);
+      ADD_FAILURE() << "no NumericalError at eps = 0";
+    } catch (const qkvlab::NumericalError& e) {
+      EXPECT_NE(std::string(e.what()).find("the Jacobian is not finite"), std::string::npos) << e.what();
+    }
+    c.norm_eps = 1e-5;
+    const Count n = count(c, false);
+    EXPECT_GE(n.rank.rank, 0);
+    EXPECT_TRUE(std::isfinite(n.rank.tolerance));
+  }
+  const std::string args = "fdim --no-certify --quiet --d 1 --heads 1 --head-dim 1 --norm layernorm --norm-eps ";
+  const auto bad = run_qkvlab(args + "0");
+  EXPECT_EQ(bad.status, 3) << bad.err;
+  EXPECT_EQ(lines(bad.err), 1) << bad.err;
+  EXPECT_NE(bad.err.find("qkvlab: error: fdim: the Jacobian is not finite"), std::string::npos) << bad.err;
+  EXPECT_TRUE(bad.out.empty()) << bad.out;
+  EXPECT_EQ(run_qkvlab(args + "1e-5").status, 0);
+}
+
+// d = 1 through LayerNorm: N(X) = 0, so the layer's 4 parameters are all dead, and the theory's 5
+// directions (Lemma 3.1's two, the readers' three zero means) are more than P: they span 4, the
+// deficiency the count predicts (a term of −1 says so) and certifies (rank 0 = P − 4). Control: the
+// sum of the groups' dimensions alone, 5, exceeds P.
+TEST(Fdim, DependentGaugeDirectionsCountTheirSpan) {
+  Network c = bare(1, 1, 1);
+  c.layers = 1;
+  c.norm = Norm::layernorm;
+  const Count n = count(c, true);
+  EXPECT_EQ(n.parameters, 4);
+  EXPECT_EQ(n.rank.rank, 0);
+  EXPECT_EQ(predicted_deficiency(n), 4);
+  EXPECT_EQ(predicted_deficiency(c), 4);
+  EXPECT_TRUE(n.certified);
+  EXPECT_EQ(n.upper.value, 0);
+  EXPECT_EQ(n.gauges_verified, 5);
+  ASSERT_FALSE(n.predicted.empty());
+  EXPECT_EQ(n.predicted.back().dimension, -1);
+  EXPECT_EQ(predicted_deficiency(n) - n.predicted.back().dimension, 5);
+}
+
+namespace {
+
+// One block (d = 4, H = 2, d_h = 2, T = 3) read by pre-LayerNorm, the input end the inputs themselves.
+Network layernorm_block() {
+  Network c = bare(4, 2, 2);
+  c.layers = 1;
+  c.norm = Norm::layernorm;
+  c.readout = Readout::linear;
+  c.inputs = 20;
+  return c;
+}
+
+}  // namespace
+
+// LayerNorm's centring on a stream whose basis is pinned (the input itself) or tied to the readout:
+// a writer's row + t·1 is removed by every reader when every reader reads through a LayerNorm (a tied
+// readout N_f(X) Eᵀ too, without a final gain: N_f(X) 1 = 0). The count predicts those rows (W_O's 4,
+// W_2's 3, E's 9) and certifies them. Control: J g = 0 for W_O's centring where a LayerNorm reads the
+// stream, but not where the stream is the output (--readout none) or RMSNorm reads it.
+TEST(Fdim, LayerNormCentringOfPinnedAndTiedStreams) {
+  std::vector<Network> nets(4, layernorm_block());
+  nets[1].norm_gain = true;
+  nets[2].mlp = Mlp::tanh;
+  nets[2].ffn = 3;
+  nets[2].inputs = 24;
+  nets[3].embed = Embed::tokens;
+  nets[3].vocab = 9;
+  nets[3].readout = Readout::tied;
+  nets[3].inputs = 50;
+  for (const Network& c : nets) {
+    const Count n = count(c, true);
+    EXPECT_EQ(deficiency(n), predicted_deficiency(n));
+    EXPECT_TRUE(n.certified) << n.upper.reason << n.lower.reason;
+  }
+  EXPECT_EQ(predicted_deficiency(nets[0]), 36);
+  EXPECT_EQ(predicted_deficiency(nets[2]), 42);
+  auto residual = [](Network c) {
+    const Layout L = layout(c);
+    return moved(c, L, draw_point(c, L), centring(L, L.layers[0].W_O[0], 0));
+  };
+  EXPECT_LT(residual(nets[0]), 1e-12);
+  Network output = nets[0];
+  output.readout = Readout::none;
+  EXPECT_GT(residual(output), 1e-3);
+  EXPECT_EQ(deficiency(count(output, false)), predicted_deficiency(output));
+  Network rms = nets[0];
+  rms.norm = Norm::rmsnorm;
+  EXPECT_GT(residual(rms), 1e-3);
+}
+
+// Translations with W_Q = I and biases: a bias's shift u reaches a W_Q = I layer's queries unabsorbed
+// (the logits gain u_h·k_j), so the shifts written before it cancel there: d per writing bias, less d
+// per such layer (and per output end) with a bias written before it since the last. The counts equal
+// the prediction; certified where small. Control: e's translation absorbed by the later readers' biases
+// moves the output where layer 1 reads with W_Q = I, and not with free queries.
+TEST(Fdim, TranslationsCancelWhereIdentityQueriesRead) {
+  Network c = stack(1);
+  c.bias = true;
+  c.inputs = 20;
+  c.identity_layers = {1};
+  const Count one = count(c, true);
+  EXPECT_EQ(deficiency(one), 28);
+  EXPECT_EQ(predicted_deficiency(one), 28);
+  EXPECT_TRUE(one.certified) << one.upper.reason;
+  for (std::vector<int> layers : {std::vector<int>{1, 2}, {1}, {2}}) {
+    Network two = stack(2);
+    two.bias = true;
+    two.inputs = 40;
+    two.identity_layers = layers;
+    const Count n = count(two, false);
+    EXPECT_EQ(deficiency(n), predicted_deficiency(n));
+    EXPECT_EQ(deficiency(n), layers.size() == 2 ? 44 : 56);
+  }
+  Network output = bare(4, 2, 2);  // the output end: b_O1's shift against b_O2's
+  output.layers = 2;
+  output.bias = true;
+  output.inputs = 20;
+  const Count out = count(output, true);
+  EXPECT_EQ(deficiency(out), 52);
+  EXPECT_EQ(predicted_deficiency(out), 52);
+  EXPECT_TRUE(out.certified) << out.upper.reason;
+  auto residual = [](Network c) {  // e + e_1 on every row, b ↦ b − row 1 of W for every reader
+    const Layout L = layout(c);
+    const Point p = draw_point(c, L);
+    qkvlab::VecD g = qkvlab::VecD::Zero(L.size);
+    auto shift = [&](int bias, int W) {
+      const Tensor& b = L.tensors[bias];
+      for (int j = 0; j < b.cols; ++j)
+        g[b.offset + Eigen::Index(j) * b.rows] += W >= 0 ? -tensor<double>(L, p.theta, W)(0, j) : j == 0 ? 1.0 : 0.0;
+    };
+    shift(L.embed_bias, -1);
+    const LayerTensors& t = L.layers[0];
+    for (int h = 0; h < c.heads; ++h) {
+      if (!t.W_Q.empty()) shift(t.b_Q[h], t.W_Q[h]);
+      shift(t.b_K[h], t.W_K[h]);
+      shift(t.b_V[h], t.W_V[h]);
+    }
+    shift(L.readout_bias, L.readout);
+    return moved(c, L, p, g);
+  };
+  Network free = stack(1);
+  free.bias = true;
+  EXPECT_LT(residual(free), 1e-12);
+  Network identity = free;
+  identity.identity_layers = {1};
+  EXPECT_GT(residual(identity), 1e-3);
+}
+
+// The memory check comes before the inputs are drawn: 5,000,000 inputs (a 164 GB Jacobian) are
+// refused (exit 2) at the program's baseline memory. Control: the refusal names the Jacobian's size.
+TEST(Fdim, MemoryIsCheckedBeforeTheInputsAreDrawn) {
+  const auto [kib, status] = peak_kib({QKVLAB_BINARY, "fdim", "--no-certify", "--quiet", "--inputs", "5000000"});
+  EXPECT_EQ(status, 2);
+  EXPECT_GT(kib, 0);
+  EXPECT_LT(kib, 200 * 1024);  // the inputs alone are 5e6 · 4 · 4 doubles, 640 MB (and their vectors' overhead)
+  const auto r = run_qkvlab("fdim --no-certify --quiet --inputs 5000000");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(lines(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find("GB"), std::string::npos) << r.err;
 }
