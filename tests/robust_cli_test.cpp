@@ -249,13 +249,18 @@ TEST(RobustCli, AbsorbSaysNoForARescaledNoPairAndWritesNothing) {
   }
 }
 
+// A representable pair (m = 6, d = 3, J = {0, 2, 4}) written to w1 and w2, the same in each test.
+std::pair<MatD, MatD> write_absorbable_pair(const fs::path& w1, const fs::path& w2) {
+  Rng rng(6, "robust_cli absorb pair");
+  const MatD W_1 = rng.gaussian(6, 3, 0.5), W_2 = representable_w2<double>(W_1, rng.gaussian(3, 6, 0.4), {0, 2, 4});
+  write_npy(w1, W_1);
+  write_npy(w2, W_2);
+  return {W_1, W_2};
+}
+
 TEST(RobustCli, AbsorbWritesBothWeightsOrNeither) {
   ScratchDir dir;
-  Rng rng(6, "robust_cli absorb pair");
-  const MatD W_1 = rng.gaussian(6, 3, 0.5);
-  const MatD W_2 = representable_w2<double>(W_1, rng.gaussian(3, 6, 0.4), {0, 2, 4});
-  write_npy(dir / "W1.npy", W_1);
-  write_npy(dir / "W2.npy", W_2);
+  write_absorbable_pair(dir / "W1.npy", dir / "W2.npy");
   fs::create_directory(dir / "out");
   fs::create_directory(dir / "out" / "W2_absorbed.npy");  // the second target cannot be replaced
   const std::string args = "absorb " + shell_quoted(dir / "W1.npy") + " " + shell_quoted(dir / "W2.npy") +
@@ -275,15 +280,11 @@ TEST(RobustCli, AbsorbWritesBothWeightsOrNeither) {
 }
 
 // An input is never an output: W1 given as out/W1_absorbed.npy, or an HDF5 file absorbed.h5 in
-// --out-dir holding W1, W2 and other datasets, was replaced (exit 0). Refused before deciding, the
-// inputs left as they were. Control: the same inputs under other names are absorbed.
+// --out-dir holding W1, W2 and other datasets, was replaced (exit 0). Refused when the "yes" would be
+// written, the inputs left as they were. Control: the same inputs under other names are absorbed.
 TEST(RobustCli, AbsorbNeverWritesOverItsInputs) {
   ScratchDir dir;
-  Rng rng(6, "robust_cli absorb pair");
-  const MatD W_1 = rng.gaussian(6, 3, 0.5);
-  const MatD W_2 = representable_w2<double>(W_1, rng.gaussian(3, 6, 0.4), {0, 2, 4});
-  write_npy(dir / "W1_absorbed.npy", W_1);
-  write_npy(dir / "W2.npy", W_2);
+  const auto [W_1, W_2] = write_absorbable_pair(dir / "W1_absorbed.npy", dir / "W2.npy");
   qkvlab::results::write_hdf5_matrices((dir / "absorbed.h5").string(), {{"W1", W_1}, {"W2", W_2}, {"keep", MatD::Identity(3, 3)}});
   const auto bytes = [&](const char* name) {
     std::ifstream in(dir / name, std::ios::binary);
@@ -301,7 +302,7 @@ TEST(RobustCli, AbsorbNeverWritesOverItsInputs) {
   EXPECT_EQ(bytes("W1_absorbed.npy"), npy);
   EXPECT_EQ(bytes("absorbed.h5"), h5);
   // Only a "yes" writes: a pair that is not absorbable is decided under those names (control).
-  write_npy(dir / "W2.npy", rng.gaussian(3, 6, 0.4));
+  write_npy(dir / "W2.npy", Rng(7, "robust_cli generic W2").gaussian(3, 6, 0.4));
   const CommandResult no = run_bounded("absorb " + shell_quoted(dir / "W1_absorbed.npy") + " " + shell_quoted(dir / "W2.npy") +
                                        " --out-dir " + shell_quoted(dir.path()));
   EXPECT_EQ(no.status, 0) << no.err;
