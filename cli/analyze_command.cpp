@@ -75,7 +75,7 @@ int run_analyze(const AnalyzeArgs& a, const std::string& command_line) {
   require_device(a.device);
   if (!a.figure.empty() && a.csv.empty()) throw UsageError("--figure needs --csv (the figure is drawn from it)");
   refuse_files_in(a.checkpoint, {{"--out", &a.out}, {"--csv", &a.csv}, {"--figure", &a.figure}});
-  if (!a.input.corpus.empty()) refuse_files_in(a.input.data, {{"--out", &a.out}, {"--csv", &a.csv}, {"--figure", &a.figure}});
+  refuse_files_in(a.input.corpus_directory(), {{"--out", &a.out}, {"--csv", &a.csv}, {"--figure", &a.figure}});
   refuse_overlapping_files({{"--out", &a.out}, {"--csv", &a.csv}},
                            {{"--tokens", &a.input.tokens}, {"--text", &a.input.text}});
   const analysis::Kind kind = analysis::parse_kind(a.kind);

@@ -88,14 +88,8 @@ void write_outputs(const CommonArgs& a, const ExperimentTables& t, const std::st
     fs::path stem(a.figure);
     if (stem.extension() == ".svg" || stem.extension() == ".png") stem.replace_extension();
     const std::string data = stem.string() + ".csv";
-    const auto same_rows = [](const results::Table& x, const results::Table& y) {
-      if (x.columns.size() != y.columns.size()) return false;
-      for (std::size_t i = 0; i < x.columns.size(); ++i)
-        if (x.columns[i].name != y.columns[i].name || x.columns[i].values != y.columns[i].values) return false;
-      return true;
-    };
     if (a.csv.empty() || !same_file(data, a.csv)) results::stage_csv(files, data, t.plot.table);
-    else if (!same_rows(t.plot.table, t.main)) results::stage_csv(files, stem.string() + ".figure.csv", t.plot.table);
+    else if (t.plot.table.columns != t.main.columns) results::stage_csv(files, stem.string() + ".figure.csv", t.plot.table);
     results::stage_figure(files, t.plot.figure, t.plot.table, stem);
   }
   files.commit();

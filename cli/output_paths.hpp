@@ -28,10 +28,10 @@ inline void refuse_same_directory(const std::string& checkpoint, const std::stri
 }
 
 // `file`, a file a command writes (or the stem of the files it writes beside it), must not be in
-// `checkpoint`'s directory (a model's, or a run's that lm compare reads): it could replace one of
-// the files read.
+// `checkpoint`'s directory (a model's, a corpus's, or a run's that lm compare reads; none when
+// empty): it could replace one of the files read.
 inline void refuse_file_in(const std::string& checkpoint, const std::string& option, const std::string& file) {
-  if (file.empty() || file == "-") return;
+  if (file.empty() || file == "-" || checkpoint.empty()) return;
   std::error_code error;
   if (std::filesystem::equivalent(checkpoint, std::filesystem::absolute(file).parent_path(), error))
     throw UsageError(option + " " + file + " is in the directory " + checkpoint + ", which the command reads: write elsewhere");
@@ -73,17 +73,17 @@ inline void refuse_overlapping_files(NamedFiles outputs, NamedFiles inputs) {
   }
 }
 
-// A command's report files: each one's directory exists, none lies in the directory of a model it
-// reads (`models`, empty strings skipped), and none is another's file or one of `inputs`.
-inline void require_report_files(NamedFiles files, std::initializer_list<const std::string*> models, NamedFiles inputs) {
+// A command's report files: each one's directory exists, none lies in a directory it reads
+// (`read`: its models' and corpus's, empty strings skipped), and none is another's file or one of
+// `inputs`.
+inline void require_report_files(NamedFiles files, std::initializer_list<std::string> read, NamedFiles inputs) {
   for (const auto& [option, file] : files) {
     if (file->empty()) continue;
     const auto dir = std::filesystem::absolute(*file).parent_path();
     if (!std::filesystem::is_directory(dir))
       throw UsageError(std::string(option) + ": directory " + dir.string() + " does not exist");
   }
-  for (const std::string* model : models)
-    if (!model->empty()) refuse_files_in(*model, files);
+  for (const std::string& dir : read) refuse_files_in(dir, files);
   refuse_overlapping_files(files, inputs);
 }
 

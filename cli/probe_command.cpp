@@ -47,8 +47,8 @@ probes::ProbeData probe_data(const ProbeArgs& a) {
   probes::ProbeData d;
   const std::filesystem::path dir(a.data);
   if (!a.corpus.empty()) {
-    for (const char* name : {"train_tokens.npy", "validation_tokens.npy"}) corpus::verify_prepared_file(dir, name);
-    d.train = stream(dir / "train_tokens.npy", false), d.validation = stream(dir / "validation_tokens.npy", false);
+    d.train = stream(corpus::prepared_file(dir, "train_tokens.npy"), false);
+    d.validation = stream(corpus::prepared_file(dir, "validation_tokens.npy"), false);
   } else {
     d.train = a.text.empty() ? stream(a.tokens, false) : text_token_ids(a.text, a.checkpoint);
     if (!a.val_tokens.empty()) d.validation = stream(a.val_tokens, false);
@@ -58,9 +58,9 @@ probes::ProbeData probe_data(const ProbeArgs& a) {
     }
   }
   if (a.target == "pos") {
-    for (const char* name : {"train_tags.npy", "validation_tags.npy", "tags.json"}) corpus::verify_prepared_file(dir, name);
-    d.train_tags = stream(dir / "train_tags.npy", true), d.validation_tags = stream(dir / "validation_tags.npy", true);
-    d.tags = probes::read_tag_count(dir / "tags.json");
+    d.train_tags = stream(corpus::prepared_file(dir, "train_tags.npy"), true);
+    d.validation_tags = stream(corpus::prepared_file(dir, "validation_tags.npy"), true);
+    d.tags = probes::read_tag_count(corpus::prepared_file(dir, "tags.json"));
     probes::check_tags(d.train_tags, d.tags, dir / "train_tags.npy");
     probes::check_tags(d.validation_tags, d.tags, dir / "validation_tags.npy");
     if (d.train_tags.size() != d.train.size() || d.validation_tags.size() != d.validation.size())

@@ -68,9 +68,10 @@ lm::TokenSequences read_token_sequences(const TokenOptions& o, const std::string
                    "--seq-len " + std::to_string(o.seq_len));
   }
   const std::string source = o.text.empty() ? token_file(o).string() : o.text;
-  if (o.tokens.empty() && o.text.empty()) corpus::verify_prepared_file(o.data, o.split + "_tokens.npy");
   const corpus::TokenArray t =
-      o.text.empty() ? corpus::read_token_file(token_file(o)) : text_token_rows(o.text, checkpoint, o.seq_len);
+      !o.text.empty()   ? text_token_rows(o.text, checkpoint, o.seq_len)
+      : o.tokens.empty() ? corpus::read_token_file(corpus::prepared_file(o.data, o.split + "_tokens.npy"))
+                         : corpus::read_token_file(o.tokens);
   return checked(analysis::choose_sequences(lm::token_sequences(t.ids, t.rows, t.cols, o.seq_len, 0), o.sequences, seed),
                  model, source);
 }

@@ -23,6 +23,8 @@ struct TokenOptions {
   std::string tokens, text, corpus, data = "data/brown", split = "validation";
   std::int64_t sequences = 64;
   int seq_len = 256;
+  // The directory the sequences are read from with --corpus (its files must not be outputs); empty otherwise.
+  std::string corpus_directory() const { return corpus.empty() ? "" : data; }
 };
 
 // Adds --tokens, --text, --corpus, --data, --split, --sequences and --seq-len with `o`'s values as defaults.

@@ -80,16 +80,13 @@ int run_verify(VerifyArgs& a) {
     return 0;
   }
   auto& o = a.options;
-  if (!a.d.empty()) o.d = a.d;
-  if (!a.heads.empty()) o.heads = a.heads;
-  if (!a.layers.empty()) o.layers = a.layers;
-  if (!a.seq.empty()) o.seq = a.seq;
+  for (const auto& [given, sweep] : {std::pair{&a.d, &o.d}, {&a.heads, &o.heads}, {&a.layers, &o.layers}, {&a.seq, &o.seq}})
+    if (!given->empty()) *sweep = *given;  // the sweep's lists, where given
   if (!a.precisions.empty()) {
     o.precisions.clear();
     for (const auto& p : a.precisions) o.precisions.push_back(parse_precision(p));
   }
-  const std::string corpus = a.input.corpus.empty() ? "" : a.input.data;  // its files are read too
-  require_report_files({{"--out", &a.out}, {"--junit", &a.junit}}, {&a.checkpoint, &a.against, &corpus},
+  require_report_files({{"--out", &a.out}, {"--junit", &a.junit}}, {a.checkpoint, a.against, a.input.corpus_directory()},
                        {{"--tokens", &a.input.tokens}, {"--text", &a.input.text}});
   if (!a.checkpoint.empty()) return run_checkpoint(a);
   if (!a.against.empty()) throw UsageError("--against needs --checkpoint DIR (the model compared with REF)");

@@ -20,7 +20,7 @@ std::string stale_output(std::string_view manifest, const std::string& key,
   return "";
 }
 
-void verify_prepared_file(const std::filesystem::path& dir, const std::string& name) {
+std::filesystem::path prepared_file(const std::filesystem::path& dir, const std::string& name) {
   const std::filesystem::path file = dir / name, manifest = dir / "manifest.json";
   if (!std::filesystem::is_regular_file(manifest))
     throw UsageError(dir.string() + ": no manifest.json: not a prepared corpus directory (run 'qkvlab data brown')");
@@ -28,6 +28,7 @@ void verify_prepared_file(const std::filesystem::path& dir, const std::string& n
       read_text_file(manifest).find(output_record(name, file_sum(file))) == std::string::npos)
     throw UsageError(file.string() + ": not as " + manifest.string() +
                      " records it (changed since, or an unfinished preparation): run 'qkvlab data brown' again");
+  return file;
 }
 
 }  // namespace qkvlab::corpus

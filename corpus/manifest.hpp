@@ -31,10 +31,11 @@ std::string output_record(const std::string& name, const FileSum& sum);
 std::string stale_output(std::string_view manifest, const std::string& key,
                          const std::function<std::optional<FileSum>(const std::string&)>& sum_of);
 
-// A file `name` of the prepared directory `dir`, checked before a command reads it: its size and
-// checksum are as `dir`/manifest.json records them, else a UsageError naming it (missing, changed
-// since, or an unfinished preparation's), telling to run `qkvlab data brown` again. Every reader of
-// a prepared corpus (lm train --corpus, --corpus brown of analyze, verify, probe, reproduce) calls it.
-void verify_prepared_file(const std::filesystem::path& dir, const std::string& name);
+// The path of file `name` of the prepared directory `dir`, for a command to read, once checked: its
+// size and checksum are as `dir`/manifest.json records them, else a UsageError naming it (missing,
+// changed since, or an unfinished preparation's), telling to run `qkvlab data brown` again. Every
+// reader of a prepared corpus (lm train --corpus, --corpus brown of analyze, verify, probe,
+// reproduce) opens its files through it.
+std::filesystem::path prepared_file(const std::filesystem::path& dir, const std::string& name);
 
 }  // namespace qkvlab::corpus

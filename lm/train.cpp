@@ -105,16 +105,13 @@ results::Value baselines_value(const std::vector<std::int32_t>& train, const std
 }  // namespace
 
 TrainData brown_data(const fs::path& dir) {
-  for (const char* name : {"train_tokens.npy", "validation_tokens.npy"}) corpus::verify_prepared_file(dir, name);
-  const bool tokenizer = fs::is_regular_file(dir / "vocab.json") && fs::is_regular_file(dir / "merges.txt");
-  if (tokenizer)
-    for (const char* name : {"vocab.json", "merges.txt"}) corpus::verify_prepared_file(dir, name);
   TrainData d;
-  d.train = read_stream(dir / "train_tokens.npy");
-  d.validation = read_stream(dir / "validation_tokens.npy");
+  d.train = read_stream(corpus::prepared_file(dir, "train_tokens.npy"));
+  d.validation = read_stream(corpus::prepared_file(dir, "validation_tokens.npy"));
   d.source = "brown (" + dir.string() + ")";
-  if (tokenizer)
-    d.tokenizer_json = tokenizer_json(corpus::Bpe::load(dir / "vocab.json", dir / "merges.txt"));
+  if (fs::is_regular_file(dir / "vocab.json") && fs::is_regular_file(dir / "merges.txt"))
+    d.tokenizer_json =
+        tokenizer_json(corpus::Bpe::load(corpus::prepared_file(dir, "vocab.json"), corpus::prepared_file(dir, "merges.txt")));
   return d;
 }
 

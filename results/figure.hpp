@@ -23,6 +23,7 @@ namespace qkvlab::results {
 struct Column {
   std::string name;
   std::vector<double> values;
+  bool operator==(const Column&) const = default;  // the same name and numbers (a NaN differs from itself)
 };
 
 struct Table {
