@@ -21,6 +21,16 @@ namespace {
 using lm::Activation;
 using lm::Site;
 
+constexpr const char* kNames[] = {"entropy", "similarity", "spectrum", "first-token", "heads", "tokens", "cross-layer", "all"};
+constexpr Kind kAllParts[] = {Kind::entropy, Kind::similarity, Kind::spectrum, Kind::first_token};
+
+// The table of a kind's report: its name, '-' written '_'.
+std::string table_name(Kind kind) {
+  std::string name = kNames[int(kind)];
+  std::replace(name.begin(), name.end(), '-', '_');
+  return name;
+}
+
 // One analysis: a recorder told, before each batch, how many of its sequences count.
 class Analysis : public lm::Recorder<float> {
  public:
@@ -126,7 +136,7 @@ class Entropy final : public Analysis {
   void record_sums(const lm::PatternReduction& r) override {
     add(r.layer, each_sequence([&](int b) { return attention_entropy(sums_of(r, b), definition_); }));
   }
-  void report(Report& out) const override { scalar_layers(out, out.entropy, "entropy", stats_, 1); }
+  void report(Report& out) const override { scalar_layers(out, out.entropy, table_name(Kind::entropy), stats_, 1); }
 
  private:
   void add(int layer, const std::vector<double>& entropies) {
@@ -153,7 +163,7 @@ class Similarity final : public Analysis {
       stats.add(token_similarity(r.unit + std::size_t(b) * r.columns, r.columns, r.nonzero[b], r.T));
   }
   void report(Report& out) const override {
-    scalar_layers(out, out.similarity, "similarity", stats_, o_.of == Of::hidden ? 0 : 1);
+    scalar_layers(out, out.similarity, table_name(Kind::similarity), stats_, o_.of == Of::hidden ? 0 : 1);
   }
 
  private:
@@ -192,7 +202,7 @@ class Spectrum final : public Analysis {
     }
   }
   void report(Report& out) const override {
-    results::Table t{"spectrum", {{"rank", {}}}};
+    results::Table t{table_name(Kind::spectrum), {{"rank", {}}}};
     for (std::size_t l = 0; l < sums_.size(); ++l) {
       std::vector<double> mean(sums_[l].size());
       for (std::size_t i = 0; i < mean.size(); ++i) mean[i] = sums_[l][i] / double(count_[l]);
@@ -241,7 +251,7 @@ class FirstToken final : public Analysis {
   }
   void report(Report& out) const override {
     static const char* names[3] = {"importance_ratio", "value_norm_ratio", "hidden_norm_ratio"};
-    results::Table t{"first_token", {{"layer", {}}}};
+    results::Table t{table_name(Kind::first_token), {{"layer", {}}}};
     for (int k = 0; k < 3; ++k)
       for (const char* part : {"", "_std", "_se"}) t.columns.push_back({std::string(names[k]) + part, {}});
     for (std::size_t l = 0; l < ratio_[0].size(); ++l) {
@@ -362,7 +372,7 @@ class CrossLayer final : public Analysis {
     }
   }
   void report(Report& out) const override {
-    results::Table t{"cross_layer", {{"layer", {}}}};
+    results::Table t{table_name(Kind::cross_layer), {{"layer", {}}}};
     for (const char* name : {"eq3", "eq3_std", "eq3_se", "eq6", "eq6_std", "eq6_se"}) t.columns.push_back({name, {}});
     for (std::size_t l = 0; l < eq3_.size(); ++l) {
       const Summary s3 = eq3_[l].summary(), s6 = eq6_[l].summary();
@@ -439,8 +449,6 @@ class Together final : public Analysis {
   }
 };
 
-constexpr const char* kNames[] = {"entropy", "similarity", "spectrum", "first-token", "heads", "tokens", "cross-layer", "all"};
-
 std::unique_ptr<Analysis> make(Kind kind, const lm::Config& c, const Options& o) {
   const int L = c.layers, layer = o.layer < 0 ? L - 1 : o.layer;
   if (layer >= L) throw UsageError("layer " + std::to_string(layer + 1) + " is beyond the model's " + std::to_string(L) + " layers");
@@ -449,12 +457,12 @@ std::unique_ptr<Analysis> make(Kind kind, const lm::Config& c, const Options& o)
     case Kind::similarity: return std::make_unique<Similarity>(L, o);
     case Kind::spectrum: return std::make_unique<Spectrum>(L, o.top_k);
     case Kind::first_token: return std::make_unique<FirstToken>(L, o.query_block);
-    case Kind::heads: return std::make_unique<CosineMatrix>(o.head_matrix == HeadMatrixOf::outputs ? Site::z : Site::pattern, layer, "heads");
-    case Kind::tokens: return std::make_unique<CosineMatrix>(Site::resid_post, layer, "tokens");
+    case Kind::heads: return std::make_unique<CosineMatrix>(o.head_matrix == HeadMatrixOf::outputs ? Site::z : Site::pattern, layer, table_name(kind));
+    case Kind::tokens: return std::make_unique<CosineMatrix>(Site::resid_post, layer, table_name(kind));
     case Kind::cross_layer: return std::make_unique<CrossLayer>(c);
     case Kind::all: {
       auto all = std::make_unique<Together>();
-      for (Kind k : {Kind::entropy, Kind::similarity, Kind::spectrum, Kind::first_token}) all->parts.push_back(make(k, c, o));
+      for (Kind k : kAllParts) all->parts.push_back(make(k, c, o));
       return all;
     }
   }
@@ -506,6 +514,13 @@ Kind parse_kind(const std::string& name) {
 }
 
 std::string to_string(Kind kind) { return kNames[int(kind)]; }
+
+std::vector<std::string> table_names(Kind kind) {
+  if (kind != Kind::all) return {table_name(kind)};
+  std::vector<std::string> names;
+  for (Kind k : kAllParts) names.push_back(table_name(k));
+  return names;
+}
 
 lm::TokenSequences choose_sequences(const lm::TokenSequences& all, std::int64_t n, std::uint64_t seed) {
   if (n <= 0 || n >= all.sequences) return all;

@@ -43,6 +43,9 @@ namespace qkvlab::analysis {
 enum class Kind { entropy, similarity, spectrum, first_token, heads, tokens, cross_layer, all };
 Kind parse_kind(const std::string& name);
 std::string to_string(Kind kind);
+// The tables a report of `kind` holds, in order (Report::tables): analyze all's four parts', one for
+// every other kind (its name, '-' written '_').
+std::vector<std::string> table_names(Kind kind);
 
 enum class States { hf, raw };
 enum class Of { hidden, keys, values };

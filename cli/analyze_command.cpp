@@ -54,19 +54,41 @@ analysis::Options analysis_options(const AnalyzeArgs& a, analysis::Kind kind) {
 
 // --csv FILE: one table to FILE, several (all) to FILE's stem + "-" + table + its extension;
 // --figure STEM likewise, each drawn from its CSV.
-void write_files(const AnalyzeArgs& a, const analysis::Report& r, const std::string& command_line) {
-  const bool several = r.tables.size() > 1;
+struct TableFiles {
+  std::string csv, figure;  // figure: the stem
+};
+
+std::vector<TableFiles> table_files(const AnalyzeArgs& a, analysis::Kind kind) {
+  const std::vector<std::string> tables = analysis::table_names(kind);
   const auto named = [&](const std::string& base, const std::string& table, const std::string& ext) {
     const std::filesystem::path p(base);
-    return several ? p.parent_path() / (p.stem().string() + "-" + table + ext) : p;
+    return base.empty() || tables.size() == 1 ? base : (p.parent_path() / (p.stem().string() + "-" + table + ext)).string();
   };
+  std::vector<TableFiles> files;
+  for (const std::string& t : tables)
+    files.push_back({named(a.csv, t, std::filesystem::path(a.csv).extension().string()), a.figure.empty() ? "" : named(a.figure, t, "")});
+  return files;
+}
+
+// Every file the run writes and every file it reads, compared before the work (output_paths.hpp).
+void refuse_overlapping_outputs(const AnalyzeArgs& a, analysis::Kind kind) {
+  FileList outputs{{"--out", a.out}};
+  for (const TableFiles& t : table_files(a, kind)) {
+    outputs.emplace_back("--csv", t.csv);
+    if (!t.figure.empty())
+      for (const auto& f : results::figure_files(t.figure)) outputs.emplace_back("--figure", f.string());
+  }
+  refuse_overlapping_files(outputs, input_files(a.input));
+}
+
+void write_files(const AnalyzeArgs& a, const analysis::Report& r, const std::string& command_line) {
+  const std::vector<TableFiles> named = table_files(a, r.kind);
   StagedFiles files;  // every output of the run: all or none
-  protect_inputs(files, a.input);  // a derived name (STEM-TABLE.csv, STEM.svg) could be one
+  protect_inputs(files, a.input);
   if (!a.out.empty()) results::stage_tables_hdf5(files, a.out, r.tables, a.seed, command_line);
   for (std::size_t i = 0; i < r.tables.size() && !a.csv.empty(); ++i) {
-    const auto csv = named(a.csv, r.tables[i].name, std::filesystem::path(a.csv).extension().string());
-    results::stage_csv(files, csv, r.tables[i]);
-    if (!a.figure.empty()) results::stage_figure(files, r.figures[i], r.tables[i], named(a.figure, r.tables[i].name, ""));
+    results::stage_csv(files, named.at(i).csv, r.tables[i]);
+    if (!a.figure.empty()) results::stage_figure(files, r.figures[i], r.tables[i], named.at(i).figure);
   }
   files.commit();
 }
@@ -76,9 +98,8 @@ int run_analyze(const AnalyzeArgs& a, const std::string& command_line) {
   if (!a.figure.empty() && a.csv.empty()) throw UsageError("--figure needs --csv (the figure is drawn from it)");
   refuse_files_in(a.checkpoint, {{"--out", &a.out}, {"--csv", &a.csv}, {"--figure", &a.figure}});
   refuse_files_in(a.input.corpus_directory(), {{"--out", &a.out}, {"--csv", &a.csv}, {"--figure", &a.figure}});
-  refuse_overlapping_files({{"--out", &a.out}, {"--csv", &a.csv}},
-                           {{"--tokens", &a.input.tokens}, {"--text", &a.input.text}});
   const analysis::Kind kind = analysis::parse_kind(a.kind);
+  refuse_overlapping_outputs(a, kind);
   const analysis::Options options = analysis_options(a, kind);
   apply_threads(a.threads, BlasUse::per_worker);  // the CPU backend runs one product per worker
   const auto backend = engine::make_backend(a.device, a.threads);

@@ -64,6 +64,19 @@ icl::TheoryGrid sweep_grid(const TheoryArgs& a) {
   return g;
 }
 
+// Every file the run writes (a figure's table and drawings too) against each other and --w0's file,
+// before the work.
+void refuse_overlapping_outputs(const TheoryArgs& a) {
+  FileList outputs{{"--out", a.out}, {"--csv", a.csv}};
+  if (!a.figure.empty()) {
+    const std::string table = a.figure + (a.sweep() ? ".figure.csv" : ".csv");
+    if (a.sweep() || a.csv.empty() || !same_file(table, a.csv)) outputs.emplace_back("--figure", table);
+    for (const auto& f : results::figure_files(a.figure)) outputs.emplace_back("--figure", f.string());
+  }
+  const bool w0_file = a.w0 != "zero" && a.w0 != "identity";
+  refuse_overlapping_files(outputs, {{"--w0", w0_file ? matrix_file(a.w0) : std::string()}});
+}
+
 int run_theory_sweep(const TheoryArgs& a, const std::string& command_line) {
   require_device(a.device, false);
   const icl::TheoryGrid g = sweep_grid(a);
@@ -86,6 +99,7 @@ int run_theory_sweep(const TheoryArgs& a, const std::string& command_line) {
 
 int run_theory(const TheoryArgs& a, const std::string& command_line) {
   apply_threads(a.threads, BlasUse::shared);
+  refuse_overlapping_outputs(a);
   if (a.sweep()) return run_theory_sweep(a, command_line);
   require_device(a.device, false);
   require_theory_memory(a, a.d, a.n);

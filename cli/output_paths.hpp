@@ -10,6 +10,7 @@
 #include <initializer_list>
 #include <string>
 #include <utility>
+#include <vector>
 #include <system_error>
 
 #include "core/atomic_file.hpp"
@@ -17,8 +18,10 @@
 
 namespace qkvlab::cli {
 
-// (option, file) pairs of a command's outputs or inputs.
+// (option, file) pairs of a command's outputs or inputs: the options' own strings, or names made from them
+// (a figure's STEM.svg).
 using NamedFiles = std::initializer_list<std::pair<const char*, const std::string*>>;
+using FileList = std::vector<std::pair<std::string, std::string>>;
 
 // `out`, the directory a command writes a model into, must not be `checkpoint`'s directory.
 inline void refuse_same_directory(const std::string& checkpoint, const std::string& option, const std::string& out) {
@@ -53,24 +56,33 @@ inline bool same_file(const std::string& a, const std::string& b) {
 // A command's output files: no two are one file (the second would silently replace the first),
 // and none is one of the files it reads (`inputs`), which writing it would replace. Only regular
 // files and new names are compared: "-", /dev/stdout, /dev/null or a FIFO are written into, never
-// replaced, and may take several outputs.
-inline void refuse_overlapping_files(NamedFiles outputs, NamedFiles inputs) {
-  const auto given = [](const std::string* file) {
+// replaced, and may take several outputs. Called before the work, with every name the command
+// will stage (derived ones too), so a refusal never comes after a long run.
+inline void refuse_overlapping_files(const FileList& outputs, const FileList& inputs) {
+  const auto given = [](const std::string& file) {
     std::error_code error;
-    const auto status = std::filesystem::status(*file, error);
-    return !file->empty() && *file != "-" && (!std::filesystem::exists(status) || std::filesystem::is_regular_file(status));
+    const auto status = std::filesystem::status(file, error);
+    return !file.empty() && file != "-" && (!std::filesystem::exists(status) || std::filesystem::is_regular_file(status));
   };
   for (auto out = outputs.begin(); out != outputs.end(); ++out) {
     if (!given(out->second)) continue;
     for (auto other = outputs.begin(); other != out; ++other)
-      if (given(other->second) && same_file(*out->second, *other->second))
-        throw UsageError(std::string(out->first) + " " + *out->second + " is also " + other->first +
-                         "'s file: give each output its own file");
+      if (given(other->second) && same_file(out->second, other->second))
+        throw UsageError(out->first + " " + out->second + " is also " + other->first + "'s file: give each output its own file");
     for (const auto& [option, input] : inputs)
-      if (!input->empty() && same_file(*out->second, *input))
-        throw UsageError(std::string(out->first) + " " + *out->second + " is the file " + option +
-                         " reads: write elsewhere");
+      if (!input.empty() && same_file(out->second, input))
+        throw UsageError(out->first + " " + out->second + " is the file " + option + " reads: write elsewhere");
   }
+}
+
+inline FileList file_list(NamedFiles files) {
+  FileList list;
+  for (const auto& [option, file] : files) list.emplace_back(option, *file);
+  return list;
+}
+
+inline void refuse_overlapping_files(NamedFiles outputs, NamedFiles inputs) {
+  refuse_overlapping_files(file_list(outputs), file_list(inputs));
 }
 
 // A command's report files: each one's directory exists, none lies in a directory it reads

@@ -74,8 +74,10 @@ int run_probe(const ProbeArgs& a, const std::string& command_line) {
   if (!a.figure.empty() && a.csv.empty()) throw UsageError("--figure needs --csv (the figure is drawn from it)");
   refuse_files_in(a.checkpoint, {{"--out", &a.out}, {"--csv", &a.csv}, {"--figure", &a.figure}});
   if (!a.corpus.empty()) refuse_files_in(a.data, {{"--out", &a.out}, {"--csv", &a.csv}, {"--figure", &a.figure}});
-  refuse_overlapping_files({{"--out", &a.out}, {"--csv", &a.csv}},
-                           {{"--tokens", &a.tokens}, {"--text", &a.text}, {"--val-tokens", &a.val_tokens}});
+  FileList outputs{{"--out", a.out}, {"--csv", a.csv}};
+  if (!a.figure.empty())
+    for (const auto& f : results::figure_files(a.figure)) outputs.emplace_back("--figure", f.string());
+  refuse_overlapping_files(outputs, {{"--tokens", a.tokens}, {"--text", a.text}, {"--val-tokens", a.val_tokens}});
   probes::ProbeOptions o = a.options;
   if (o.steps > 0 && o.warmup >= o.steps)
     throw UsageError("--warmup " + std::to_string(o.warmup) + " must be less than --steps " + std::to_string(o.steps));

@@ -76,9 +76,14 @@ lm::TokenSequences read_token_sequences(const TokenOptions& o, const std::string
                  model, source);
 }
 
+FileList input_files(const TokenOptions& o) {
+  if (!o.text.empty()) return {{"--text", o.text}};
+  if (o.tokens.empty() && o.corpus.empty()) return {};  // random tokens
+  return {{o.tokens.empty() ? "--corpus" : "--tokens", token_file(o).string()}};
+}
+
 void protect_inputs(StagedFiles& files, const TokenOptions& o) {
-  if (!o.text.empty()) return files.protect(o.text, "--text");
-  files.protect(token_file(o), o.tokens.empty() ? "--corpus" : "--tokens");
+  for (const auto& [option, file] : input_files(o)) files.protect(file, option);
 }
 
 std::string token_source(const TokenOptions& o) {

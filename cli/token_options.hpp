@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/output_paths.hpp"
 #include "core/atomic_file.hpp"
 #include "corpus/token_file.hpp"
 #include "lm/evaluate.hpp"
@@ -50,8 +51,10 @@ corpus::TokenArray text_token_rows(const std::string& text_file, const std::stri
 lm::TokenSequences read_token_sequences(const TokenOptions& o, const std::string& checkpoint, std::uint64_t seed,
                                         const lm::Config& model, bool random_default);
 
-// Protects the file the sequences are read from (a token file, the corpus split's, a text) in
-// `files`: no output staged there replaces it (StagedFiles::protect).
+// The file the sequences are read from (a token file, the corpus split's, a text), with its option.
+FileList input_files(const TokenOptions& o);
+
+// Protects input_files(o) in `files`: no output staged there replaces it (StagedFiles::protect).
 void protect_inputs(StagedFiles& files, const TokenOptions& o);
 
 // Where they come from, as the output names it: "file F", "text F", "corpus brown (D, S)" or "random tokens".

@@ -247,6 +247,10 @@ void write_tables_hdf5(const std::filesystem::path& path, const std::vector<Tabl
 
 bool gnuplot_available() { return !gnuplot_path().empty(); }
 
+std::vector<std::filesystem::path> figure_files(const std::filesystem::path& stem) {
+  return {stem.string() + ".svg", stem.string() + ".png"};
+}
+
 bool stage_figure(StagedFiles& files, const Figure& figure, const Table& table, const std::filesystem::path& stem) {
   if (!gnuplot_available()) {
     std::cerr << "qkvlab: warning: gnuplot not found; wrote the numbers but not " << stem.string()
@@ -276,13 +280,13 @@ bool stage_figure(StagedFiles& files, const Figure& figure, const Table& table, 
     body << " with " << s.style << " title " << gp_string(s.title);
   }
   body << "\n";
-  const std::string terminals[2][2] = {
-      {".svg", "set terminal svg size 800,560 dynamic enhanced font 'Sans,12' background '#ffffff'"},
-      {".png", pngcairo_available() ? "set terminal pngcairo size 800,560 enhanced font 'Sans,11'"
-                                    : "set terminal png size 800,560"}};
-  for (const auto& [suffix, terminal] : terminals) {
-    const std::filesystem::path target = stem.string() + suffix;
-    files.add(target, "figure", [&](int fd) {
+  const std::string terminals[2] = {
+      "set terminal svg size 800,560 dynamic enhanced font 'Sans,12' background '#ffffff'",
+      pngcairo_available() ? "set terminal pngcairo size 800,560 enhanced font 'Sans,11'" : "set terminal png size 800,560"};
+  const std::vector<std::filesystem::path> targets = figure_files(stem);
+  for (std::size_t k = 0; k < targets.size(); ++k) {
+    const std::string& terminal = terminals[k];
+    files.add(targets[k], "figure", [&](int fd) {
       const auto [status, message] = run_gnuplot(terminal + "\nset output\n" + body.str() + "unset output\n", fd);
       if (status != 0) throw std::runtime_error("gnuplot failed" + (message.empty() ? "" : ": " + message));
       struct stat st {};

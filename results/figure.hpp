@@ -68,7 +68,10 @@ struct Plot {
 // True when an executable `gnuplot` is on the PATH.
 bool gnuplot_available();
 
-// Renders `figure` from the table into stem.svg and stem.png, staged into
+// The files a figure of stem `stem` is drawn into: stem.svg and stem.png.
+std::vector<std::filesystem::path> figure_files(const std::filesystem::path& stem);
+
+// Renders `figure` from the table into figure_files(stem), staged into
 // `files`. Returns false, having printed a one-line warning on stderr, when
 // gnuplot is missing; throws std::runtime_error when gnuplot fails.
 bool stage_figure(StagedFiles& files, const Figure& figure, const Table& table, const std::filesystem::path& stem);

@@ -717,17 +717,33 @@ TEST_F(CheckpointVerify, OutputsAreDistinctFilesAndNeverAnInput) {
   }
   EXPECT_EQ(bytes(tokens), before);
   EXPECT_FALSE(fs::exists(path() / "same.out"));
-  // A name derived from an output's (analyze all's STEM-TABLE.csv) is checked too: the run writes
-  // none of its tables, and the token file is left as it was.
+  // A name derived from an output's (analyze all's STEM-TABLE.csv, a figure's STEM.svg) is checked
+  // too, before the work: the run writes none of its tables, and the token file is left as it was.
+  // Refused with a model that does not exist, the check comes before the model is read.
   const fs::path derived = path() / "t-entropy.npy";
   fs::copy_file(tokens, derived, fs::copy_options::overwrite_existing);
-  const std::string all = "analyze all " + ck + " --tokens " + shell_quoted(derived) + " --sequences 2 --seq-len 16 --quiet --csv " +
-                          shell_quoted(path() / "t.npy");
-  const auto refused = run_qkvlab(all);
-  EXPECT_EQ(refused.status, 2) << refused.err;
-  EXPECT_NE(refused.err.find("is the file --tokens reads"), std::string::npos) << refused.err;
+  for (const std::string& model : {ck, shell_quoted(path() / "no-such-model")}) {
+    const std::string all = "analyze all " + model + " --tokens " + shell_quoted(derived) +
+                            " --sequences 2 --seq-len 16 --quiet --csv " + shell_quoted(path() / "t.npy");
+    const auto refused = run_qkvlab(all);
+    EXPECT_EQ(refused.status, 2) << refused.err;
+    EXPECT_NE(refused.err.find("--csv " + (path() / "t-entropy.npy").string() + " is the file --tokens reads"),
+              std::string::npos) << refused.err;
+  }
   EXPECT_EQ(bytes(derived), before);
   EXPECT_FALSE(fs::exists(path() / "t-similarity.npy"));
+  const fs::path text = path() / "f-spectrum.svg";
+  std::ofstream(text) << "a text whose name is one of the figure's files";
+  const auto figure = run_qkvlab("analyze all " + shell_quoted(path() / "no-such-model") + " --text " + shell_quoted(text) +
+                                 " --seq-len 16 --quiet --csv " + shell_quoted(path() / "f.csv") + " --figure " +
+                                 shell_quoted(path() / "f"));
+  EXPECT_EQ(figure.status, 2) << figure.err;
+  EXPECT_NE(figure.err.find("--figure " + text.string() + " is the file --text reads"), std::string::npos) << figure.err;
+  // Control: the checkpoint's own absence is what a run with distinct names reports.
+  const auto absent = run_qkvlab("analyze all " + shell_quoted(path() / "no-such-model") + " --tokens " + shell_quoted(derived) +
+                                 " --seq-len 16 --quiet --csv " + shell_quoted(path() / "u.npy"));
+  EXPECT_EQ(absent.status, 2) << absent.err;
+  EXPECT_EQ(absent.err.find("reads: write elsewhere"), std::string::npos) << absent.err;
   const auto r = run_qkvlab("verify --quiet --checkpoint " + ck + " qwe.prop4.1 --tokens " + t + " --out " +
                             shell_quoted(path() / "distinct.h5") + " --junit " + shell_quoted(path() / "distinct.xml"));
   EXPECT_EQ(r.status, 0) << r.err;
