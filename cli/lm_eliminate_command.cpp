@@ -13,6 +13,7 @@
 #include "cli/validators.hpp"
 #include "core/errors.hpp"
 #include "engine/make_backend.hpp"
+#include "lm/checkpoint.hpp"
 #include "lm/eliminate.hpp"
 
 namespace qkvlab::cli {
@@ -35,6 +36,7 @@ struct EliminateArgs {
 int run_eliminate(const EliminateArgs& a) {
   require_device(a.device);
   refuse_same_directory(a.checkpoint, "--out", a.out);
+  lm::require_model_destination(a.out, "--out");
   const lm::Checkpoint source = lm::load_checkpoint(a.checkpoint);
   std::vector<int> layers = a.layers;
   if (layers.empty())
@@ -69,7 +71,8 @@ std::vector<Command> add_lm_eliminate_commands(CLI::App& lm, const std::string&)
               "the model with it and the layers before it eliminated. A tied head is untied (docs/lm.md).\n"
               "Exit status: 0, 1 when a covered layer's measurement contradicts the theorem, 2 usage error.");
   cmd->add_option("CKPT", a->checkpoint, "The qkvlab checkpoint directory")->required();
-  cmd->add_option("--out", a->out, "Checkpoint directory to write the eliminated model to")->required();
+  cmd->add_option("--out", a->out, "Checkpoint directory to write the eliminated model to: new, empty, or a model lm init, "
+                                             "convert or eliminate wrote")->required();
   cmd->add_option("--layers", a->layers, "Layers to eliminate, 1 ... L, comma-separated (default: all)")
       ->delimiter(',')
       ->check(integer_in(1, 1 << 16));

@@ -53,6 +53,7 @@ struct ConvertArgs {
 
 int run_convert(const ConvertArgs& a) {
   refuse_same_directory(a.checkpoint, "--out", a.out);
+  lm::require_model_destination(a.out, "--out");
   const lm::Checkpoint source = lm::load_checkpoint(a.checkpoint, false, a.allow_nonfinite);
   const lm::Checkpoint converted = lm::convert_to_skipv1(source, lm::parse_conversion(a.method), a.skip_ratio);
   lm::save_checkpoint(a.out, converted);
@@ -72,7 +73,7 @@ std::vector<Command> add_lm_export_commands(CLI::App& lm, const std::string&) {
   auto* cmd = lm.add_subcommand("export", "Write a vanilla model in the Hugging Face layout of its family "
                                           "(config.json, model.safetensors in F32), loadable by transformers");
   cmd->add_option("CKPT", a->checkpoint, "The qkvlab checkpoint directory to export")->required();
-  cmd->add_option("--hf", a->hf, "Directory to write (created if absent)")->required();
+  cmd->add_option("--hf", a->hf, "Directory to write (created if absent): new, empty, or an earlier export")->required();
   add_format_option(cmd, a->format);
   add_allow_nonfinite_option(cmd, a->allow_nonfinite);
   auto c = std::make_shared<ConvertArgs>();
@@ -89,7 +90,7 @@ std::vector<Command> add_lm_export_commands(CLI::App& lm, const std::string&) {
   convert->add_option("--skip-ratio", c->skip_ratio, "Share of value heads taken from layer 1")
       ->check(real_in(0.0, 1.0))
       ->capture_default_str();
-  convert->add_option("--out", c->out, "Checkpoint directory to write")->required();
+  convert->add_option("--out", c->out, "Checkpoint directory to write: new, empty, or a model lm init, convert or eliminate wrote")->required();
   add_format_option(convert, c->format);
   add_allow_nonfinite_option(convert, c->allow_nonfinite);
   return {{cmd, [a] { return run_export(*a); }}, {convert, [c] { return run_convert(*c); }}};

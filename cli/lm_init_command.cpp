@@ -21,6 +21,7 @@ struct InitArgs {
 };
 
 int run_init(const InitArgs& a) {
+  lm::require_model_destination(a.dir, "CKPT");
   lm::Checkpoint ck;
   ck.config = model_config(a.model);
   const auto layout = lm::parameter_layout(ck.config, lm::make_plan(ck.config));
@@ -42,7 +43,8 @@ std::vector<Command> add_lm_init_commands(CLI::App& lm, const std::string&) {
   auto a = std::make_shared<InitArgs>();
   auto* cmd = lm.add_subcommand("init", "Write a freshly initialized model (N(0, 0.02), residual projections "
                                         "scaled by 1/sqrt(2L)) to a checkpoint directory");
-  cmd->add_option("CKPT", a->dir, "Checkpoint directory to write (model.safetensors, config.json)")->required();
+  cmd->add_option("CKPT", a->dir, "Checkpoint directory to write (model.safetensors, config.json): new, empty, or a model lm init, "
+                                 "convert or eliminate wrote (docs/lm.md)")->required();
   add_model_options(cmd, a->model);
   cmd->add_option("--seed", a->seed, "Seed of the initialization")->check(seed_value)->capture_default_str();
   add_format_option(cmd, a->format);

@@ -292,6 +292,27 @@ bool is_own_checkpoint(const fs::path& dir) {
   }
 }
 
+void require_model_destination(const fs::path& dir, const std::string& option) {
+  std::error_code error;
+  const auto present = [&](const fs::path& p) { return fs::exists(fs::symlink_status(p, error)); };
+  if (!present(dir)) return;
+  const auto refuse = [&](const std::string& what) {
+    return UsageError(option + " " + dir.string() + " " + what + ": write the model into a new or empty directory");
+  };
+  if (!fs::is_directory(dir)) throw refuse("is not a directory");
+  std::string held;
+  for (const char* name : {"model.safetensors", "config.json", "manifest.json", "tokenizer.json", "optimizer.safetensors"})
+    if (held.empty() && present(dir / name)) held = name;
+  if (held.empty()) return;
+  if (present(dir / "optimizer.safetensors"))
+    throw refuse("holds a training run's checkpoint (optimizer.safetensors), which saving the model would replace");
+  if (present(dir / "manifest.json") && !is_checkpoint_manifest(read_text_file(dir / "manifest.json")))
+    throw refuse("holds another tool's manifest.json (a prepared corpus's?), which saving the model would replace");
+  if (!is_own_checkpoint(dir))
+    throw refuse("holds " + held + " and no qkvlab model (a Hugging Face model or another tool's files), which saving "
+                 "the model would replace");
+}
+
 Checkpoint load_checkpoint(const fs::path& dir, bool with_optimizer, bool allow_nonfinite) {
   const fs::path path = dir / "model.safetensors";
   if (!fs::is_regular_file(path)) throw UsageError(dir.string() + ": no model.safetensors in this directory");

@@ -89,6 +89,14 @@ void set_checkpoint_write_hook(std::function<void(const std::string& file)> hook
 // True when dir holds a model.safetensors whose metadata says "qkvlab-lm".
 bool is_own_checkpoint(const std::filesystem::path& dir);
 
+// Where lm init, lm convert and lm eliminate may save a model (save_checkpoint replaces or removes
+// model.safetensors, config.json, manifest.json, tokenizer.json and optimizer.safetensors): a new or
+// empty directory, one holding none of those files (the others are left alone), or a model these
+// commands wrote (an own checkpoint without training state). Otherwise a UsageError naming `option`
+// and what is there: a training run's checkpoint (optimizer.safetensors), a prepared corpus or another
+// tool's manifest.json, a Hugging Face model are never replaced.
+void require_model_destination(const std::filesystem::path& dir, const std::string& option);
+
 // The configuration as a JSON object (numbers as numbers, booleans as booleans).
 std::string config_json(const Config& config);
 

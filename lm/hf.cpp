@@ -16,6 +16,20 @@ static_assert(std::endian::native == std::endian::little, "safetensors data is l
 
 namespace {
 
+constexpr const char* kExportedBy = "exported_by";
+constexpr const char* kExporter = "qkvlab lm export";
+
+// Whether dir's model.safetensors is one an earlier export wrote (its metadata says so).
+bool is_earlier_export(const std::filesystem::path& dir) {
+  try {
+    const engine::MappedSafeTensors file(dir / "model.safetensors");  // the header only
+    const auto it = file.view().metadata.find(kExportedBy);
+    return it != file.view().metadata.end() && it->second == kExporter;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
 void require_expressible(const Config& c) {
   const std::string why = "the Hugging Face layout has no place for ";
   if (c.variant.kind != VariantKind::vanilla)
@@ -140,12 +154,17 @@ void export_hf(const Checkpoint& ck, const std::filesystem::path& dir) {
     if (std::filesystem::exists(dir / name))
       throw UsageError((dir / name).string() + " is not this model's and the export would not replace it: export " +
                        "into an empty directory");
+  for (const char* name : {"model.safetensors", "config.json"})
+    if (std::filesystem::exists(dir / name) && !is_earlier_export(dir))
+      throw UsageError((dir / name).string() + " is another model's (no earlier 'lm export' wrote it), which the " +
+                       "export would replace: export into an empty directory");
   const std::vector<HfTensor> table = hf_tensors(ck.config);
   const auto layout = parameter_layout(ck.config, make_plan(ck.config));
   if (ck.values.size() != layout.total())
     throw std::invalid_argument("export_hf: the values do not match the configuration's layout");
   engine::SafeTensors file;
   file.metadata["format"] = "pt";  // transformers refuses a safetensors file without it
+  file.metadata[kExportedBy] = kExporter;
   for (const HfTensor& t : table) {
     std::size_t count = 1;
     for (auto s : t.shape) count *= std::size_t(s);
@@ -177,9 +196,10 @@ void export_hf(const Checkpoint& ck, const std::filesystem::path& dir) {
     file.tensors[t.name == "lm_head.weight" ? t.name : hf_prefix(ck.config.family) + t.name] = std::move(tensor);
   }
   std::filesystem::create_directories(dir);
+  std::filesystem::remove(dir / "config.json");  // first: a write cut short leaves no model to load
   engine::save_safetensors(dir / "model.safetensors", file);
-  write_bytes_atomically(dir / "config.json", "JSON", hf_config_json(ck.config));
   if (!ck.tokenizer_json.empty()) write_bytes_atomically(dir / "tokenizer.json", "JSON", ck.tokenizer_json);
+  write_bytes_atomically(dir / "config.json", "JSON", hf_config_json(ck.config));
 }
 
 }  // namespace qkvlab::lm

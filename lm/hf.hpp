@@ -62,7 +62,11 @@ std::string hf_config_json(const Config& config);
 // export would not replace and a reader would take for this model's: a
 // model.safetensors.index.json (its shards), or a tokenizer (tokenizer.json when
 // the checkpoint has none; vocab.json, merges.txt, tokenizer.model,
-// tokenizer_config.json, special_tokens_map.json always).
+// tokenizer_config.json, special_tokens_map.json always), a checkpoint's manifest.json or
+// optimizer state, or a model.safetensors or config.json that no earlier export wrote (a
+// downloaded model: the export's weights carry "exported_by": "qkvlab lm export" in their
+// metadata). config.json, the file a reader starts from, is removed first and written last, so an
+// export cut short is never loaded as a model (new weights beside the old configuration).
 void export_hf(const Checkpoint& checkpoint, const std::filesystem::path& dir);
 
 }  // namespace qkvlab::lm

@@ -498,6 +498,32 @@ TEST(LmHf, ExportWritesTheHfLayoutThatReadsBackExactly) {
   }
 }
 
+// An export replaces an earlier export's files, never another model's: a model.safetensors and
+// config.json that no export wrote (here an own checkpoint's, without its manifest) are refused,
+// every file as it was. config.json is removed first and written last: an export cut short (its
+// tokenizer.json cannot be written) leaves no configuration, so no reader loads the new weights
+// with the old configuration. Control: the same export twice into one directory.
+TEST(LmHf, ExportReplacesOnlyAnEarlierExportAndWritesItsConfigurationLast) {
+  ScratchDir dir;
+  const lm::Checkpoint ck = random_checkpoint(small(lm::Family::gpt2, true, true, 4), 7);
+  for (int k = 0; k < 2; ++k) ASSERT_NO_THROW(lm::export_hf(ck, dir / "hf")) << k;
+  EXPECT_EQ(lm::open_model(dir / "hf").format, "gpt2");
+  lm::save_checkpoint(dir / "own", ck);
+  fs::create_directories(dir / "other");
+  for (const char* name : {"model.safetensors", "config.json"}) fs::copy_file(dir / "own" / name, dir / "other" / name);
+  const auto weights = fs::file_size(dir / "other" / "model.safetensors");
+  const std::string refused = test_support::usage_error([&] { lm::export_hf(ck, dir / "other"); });
+  EXPECT_NE(refused.find("is another model's (no earlier 'lm export' wrote it)"), std::string::npos) << refused;
+  EXPECT_EQ(fs::file_size(dir / "other" / "model.safetensors"), weights);
+  EXPECT_TRUE(lm::is_own_checkpoint(dir / "other"));
+  lm::Checkpoint with_tokenizer = ck;
+  with_tokenizer.tokenizer_json = "{}";
+  fs::create_directories(dir / "hf" / "tokenizer.json" / "in-the-way");  // its rename fails
+  EXPECT_ANY_THROW(lm::export_hf(with_tokenizer, dir / "hf"));
+  EXPECT_FALSE(fs::exists(dir / "hf" / "config.json"));
+  EXPECT_ANY_THROW(lm::open_model(dir / "hf"));
+}
+
 TEST(LmHf, ExportRefusesWhatTheLayoutCannotHold) {
   ScratchDir dir;
   int k = 0;

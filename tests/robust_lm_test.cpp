@@ -618,6 +618,47 @@ TEST_F(RobustResume, OneWriterPerRunDirectory) {
   expect_resumes();  // control: with the lock released, the run goes on
 }
 
+// lm init, lm convert --out and lm eliminate --out replace only a model one of them wrote: a training
+// run's checkpoint (its weights and optimizer state, which a resume needs), a prepared corpus (its
+// manifest.json) and a Hugging Face model were replaced or deleted, exit 0. Each is refused in one
+// line, every file as it was. Control: a new directory beside a note takes a model, then another
+// (init, init again, convert, eliminate), and keeps the note.
+TEST_F(RobustResume, ModelWritersReplaceOnlyModelsTheyWrote) {
+  const Fixture f;
+  const fs::path corpus = dir / "corpus", hf = dir / "hf";
+  fs::create_directories(corpus);
+  corpus::write_tokens_npy(corpus / "validation_tokens.npy", data.validation, std::int64_t(data.validation.size()), 0);
+  test_support::write_corpus_manifest(corpus);
+  ASSERT_EQ(run_bounded("lm export " + shell_quoted(f.ckpt) + " --hf " + shell_quoted(hf), 60).status, 0);
+  const auto contents = [](const fs::path& d) {
+    std::map<std::string, std::string> files;
+    for (const auto& e : fs::directory_iterator(d)) files[e.path().filename().string()] = read_file(e.path());
+    return files;
+  };
+  const auto writers = [&](const fs::path& out) {
+    const std::string o = shell_quoted(out), src = shell_quoted(f.ckpt);
+    return std::vector<std::string>{"lm init " + o + " --family gpt2 --layers 1 --d 16 --heads 2 --vocab 50 --positions 16",
+                                    "lm convert " + src + " --out " + o,
+                                    "lm eliminate " + src + " --out " + o + " --layers 1 --sequences 2 --seq-len 8"};
+  };
+  for (const auto& [out, says] : std::vector<std::pair<fs::path, std::string>>{
+           {ck, "holds a training run's checkpoint (optimizer.safetensors)"},
+           {corpus, "holds another tool's manifest.json"},
+           {hf, "holds model.safetensors and no qkvlab model"}}) {
+    const auto before = contents(out);
+    for (const std::string& command : writers(out)) expect_usage_error(run_bounded(command, 60), command, says);
+    EXPECT_EQ(contents(out), before) << out;
+  }
+  expect_resumes();  // the training run goes on
+  const fs::path fresh = dir / "fresh";
+  fs::create_directories(fresh);
+  std::ofstream(fresh / "notes.txt") << "a note";
+  const auto init = writers(fresh);
+  for (const std::string& command : {init[0], init[0], init[1], init[2]}) EXPECT_EQ(run_bounded(command, 60).status, 0) << command;
+  EXPECT_EQ(read_file(fresh / "notes.txt"), "a note");
+  EXPECT_TRUE(lm::is_own_checkpoint(fresh));
+}
+
 // ---- options the tool cannot honour are refused --------------------------------------------
 
 TEST(RobustOptions, OptionsThatWouldBeIgnoredOrOverriddenAreRefused) {
