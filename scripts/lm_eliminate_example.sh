@@ -76,8 +76,10 @@ example() {
     echo "lm_eliminate_example.sh: $dir: every layer was refused, nothing to eliminate at once; the earlier results are kept" >&2
     exit 1
   fi
-  "$qkvlab" lm eliminate "$model" --out "$work/all" --layers "$(IFS=,; echo "${eliminable[*]}")" "${measure[@]}" \
-    > "$stage/all.json" 2> "$work/err" || fail "$dir: lm eliminate --layers $(IFS=,; echo "${eliminable[*]}")" $?
+  local all
+  all=$(IFS=,; echo "${eliminable[*]}")
+  "$qkvlab" lm eliminate "$model" --out "$work/all" --layers "$all" "${measure[@]}" \
+    > "$stage/all.json" 2> "$work/err" || fail "$dir: lm eliminate --layers $all" $?
 
   # Every step succeeded: the new results replace the old, a layer's .json and .refused.txt exclusive.
   if [[ $train == 1 ]]; then
