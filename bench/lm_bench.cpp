@@ -7,7 +7,8 @@
 //
 //   lm_bench [--family gpt2|llama] [--layers L] [--d D] [--heads H] [--seq T] [--batch B]
 //            [--vocab V] [--threads N] [--steps S] [--warmup W] [--dtype f32|bf16] [--eval]
-// Prints one JSON object.
+// Prints one JSON object; exit status 2 on a bad option (--steps below 1 too), 1 when a step's
+// loss is not finite (nothing printed on stdout).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -59,6 +60,7 @@ int main(int argc, char** argv) {
   be.set_product_type(o.products);
   bench::LmBenchRun run(o, be);
   const std::vector<double> times = run.time_steps([] {});
+  if (run.diverged("lm_bench")) return 1;
   const lm::Config& c = run.model.config();
   const double step = bench::median(times), flops = step_flops(c, o.B, o.T, !o.eval), rate = sgemm_rate(be);
   std::printf(

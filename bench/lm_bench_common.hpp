@@ -1,11 +1,13 @@
 // What the language-model benchmarks (lm_bench on the CPU, lm_gpu_bench on a
 // CUDA device) share: their options, the model's random batch and one timed
 // training or evaluation step (zero gradients, forward, backward, clipping,
-// AdamW; float32).
+// AdamW; float32). A step whose loss is not finite is a failure: the benchmark
+// says which and exits 1 (a rate of a diverged step measures nothing).
 #pragma once
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <optional>
 #include <string>
@@ -25,7 +27,8 @@ struct LmBenchOptions {
 };
 
 // --family --layers --d --heads --seq --batch --vocab --threads --steps --warmup --dtype --eval;
-// nullopt (after one line on stderr) on an unknown option or a missing value.
+// nullopt (after one line on stderr) on an unknown option, a missing value, --steps below 1 or
+// --warmup below 0.
 inline std::optional<LmBenchOptions> parse_lm_bench_options(int argc, char** argv, const char* name,
                                                             LmBenchOptions o) {
   for (int i = 1; i < argc; ++i) {
@@ -60,6 +63,11 @@ inline std::optional<LmBenchOptions> parse_lm_bench_options(int argc, char** arg
       return std::nullopt;
     }
   }
+  if (o.steps < 1 || o.warmup < 0) {
+    std::fprintf(stderr, "%s: --steps must be at least 1 and --warmup at least 0 (got %d and %d)\n", name, o.steps,
+                 o.warmup);
+    return std::nullopt;
+  }
   return o;
 }
 
@@ -67,7 +75,8 @@ inline double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-inline double median(std::vector<double> v) {
+inline double median(std::vector<double> v) {  // NaN for none
+  if (v.empty()) return std::nan("");
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
 }
@@ -79,6 +88,9 @@ struct LmBenchRun {
   lm::Model<float> model;
   engine::AdamWState<float> adamw;
   std::vector<std::int32_t> ids, targets;
+  double loss = 0;            // the last step's mean loss
+  int steps_run = 0;          // steps so far, warm-up and any instrumented step included
+  int first_non_finite = 0;   // the first of them (1-based) whose loss was not finite; 0: none
 
   LmBenchRun(const LmBenchOptions& options, engine::Backend<float>& backend)
       : o(options), be(backend),
@@ -92,16 +104,18 @@ struct LmBenchRun {
 
   void step() {
     if (o.eval) {
-      model.forward(ids.data(), targets.data(), o.B, o.T, lm::Pass::eval);
+      loss = model.forward(ids.data(), targets.data(), o.B, o.T, lm::Pass::eval).mean();
     } else {
       auto& p = model.parameters();
       be.fill(p.grads.size(), 0.f, p.grads.data());
-      model.forward(ids.data(), targets.data(), o.B, o.T, lm::Pass::train, 1.0 / double(o.B * o.T));
+      loss = model.forward(ids.data(), targets.data(), o.B, o.T, lm::Pass::train, 1.0 / double(o.B * o.T)).mean();
       model.backward();
       engine::clip_gradients(be, p, 1.0);
       adamw.step(be, p, {0.9, 0.95, 1e-8, 0.1}, 1e-3);
     }
     be.synchronize();
+    ++steps_run;
+    if (!std::isfinite(loss) && first_non_finite == 0) first_non_finite = steps_run;
   }
 
   // Seconds of each timed step after the warm-up steps; `before` runs ahead of each step.
@@ -115,6 +129,14 @@ struct LmBenchRun {
       if (s >= o.warmup) times.push_back(now_seconds() - t0);
     }
     return times;
+  }
+
+  // Whether a step's loss was not finite, said on stderr (one line) when it was.
+  bool diverged(const char* name) const {
+    if (first_non_finite == 0) return false;
+    std::fprintf(stderr, "%s: the loss of step %d of %d (warm-up included) is not finite: nothing is reported\n",
+                 name, first_non_finite, steps_run);
+    return true;
   }
 };
 

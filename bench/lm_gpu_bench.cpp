@@ -20,7 +20,9 @@
 //
 //   lm_gpu_bench [--family gpt2|llama] [--layers L] [--d D] [--heads H] [--seq T] [--batch B]
 //                [--vocab V] [--steps S] [--warmup W] [--dtype f32|bf16]
-// Without a CUDA device it prints "no CUDA device: <reason>" and exits 0.
+// Without a CUDA device it prints "no CUDA device: <reason>" and exits 0 (bench/gpu_suite.sh counts
+// that as a failure). Exit status 2 on a bad option (--steps below 1 too), 1 when a step's loss is
+// not finite (nothing printed on stdout).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -178,6 +180,7 @@ int main(int argc, char** argv) {
   be.timer.start();
   run.step();
   be.timer.mark("other");
+  if (run.diverged("lm_gpu_bench")) return 1;
   double gemm_ms = 0, other_ms = 0;
   for (const auto& [phase, ms] : be.timer.phases()) (phase == "gemm" ? gemm_ms : other_ms) += ms;
   be.timing = false;

@@ -146,7 +146,11 @@ for t in "${targets[@]}"; do
     fi
   done
   cat "$out/$t".log.* >"$out/$t.log"
-  child=$(grep -c 'ERROR: AddressSanitizer' "$out/$t.log" || true)
+  # Sanitizer reports, whichever FUZZ_SANITIZE builds: ASan's and LSan's "ERROR: ...Sanitizer: ...",
+  # MSan's and TSan's "WARNING: ...Sanitizer: ...", UBSan's "FILE:LINE:COL: runtime error: ..." (one
+  # line each). ASan's "WARNING: AddressSanitizer failed to allocate" is allocator_may_return_null
+  # returning NULL, not a report.
+  child=$(grep -cE 'ERROR: [A-Za-z]+Sanitizer|WARNING: (Memory|Thread)Sanitizer|: runtime error: ' "$out/$t.log" || true)
   [ "$kind" = hdf5 ] && result="$result; child reports: $child"
   end=$(date +%s.%N)
   executed=$(grep -o 'stat::number_of_executed_units: [0-9]*' "$out/$t.log" | grep -o '[0-9]*$' | paste -sd+ | bc)

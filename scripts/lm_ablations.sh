@@ -14,8 +14,10 @@
 # runs beside them, so that every pair is of one device). Prints a Markdown table
 # (docs/lm-comparisons.md has them); --json also writes every comparison's `qkvlab lm compare`
 # output, keyed by claim. The runs of a recipe are its directories NAME-sSEED (or the reproduce
-# cache's NAME-sSEED-HASH) holding run.json; others (a run still training, a copy) are named on
-# stderr and left out. Each recipe's runs must form one group of lm compare (one model, training,
+# cache's NAME-sSEED-HASH) holding run.json; others (a run still training, a directory named
+# otherwise) are named on stderr and left out. Two runs of one seed (NAME-sSEED beside a copy
+# NAME-sSEED-HASH) are not: lm compare refuses them, naming both, and the row is "lm compare failed",
+# not run (remove one). Each recipe's runs must form one group of lm compare (one model, training,
 # device and starting point), every row's numbers and verdict are that group's, and a row is
 # written to --json only when it is in the table. A claim whose runs are missing, share no seed or
 # do not form two groups is a row "not run", and the exit status 2; --json is then left as it was.

@@ -12,6 +12,9 @@
 # N trainings at once (each is deterministic on its own); --threads N gives each N CPU threads (0,
 # the default: all cores). --list prints each run it would
 # train (FAMILY/NAME-sSEED: --preset PRESET FLAGS) and exits. Needs `qkvlab data brown`.
+# A failed training is named (FAMILY/NAME-sSEED: FAILED); its family's FAMILY-compare.json is then
+# left as it was (a comparison missing a recipe is not written), the other families are compared, and
+# the exit status is 1.
 set -euo pipefail
 
 qkvlab=build/qkvlab device=cpu out=outputs/lm only=. data=data/brown jobs=1 threads=0 list=0
@@ -34,6 +37,9 @@ done
 mapfile -t recipes < <("$qkvlab" reproduce --list-recipes)
 ((${#recipes[@]})) || { echo "lm_comparisons.sh: '$qkvlab reproduce --list-recipes' listed no recipes" >&2; exit 2; }
 
+failures=$(mktemp -d)  # a file FAMILY/NAME-sSEED per failed training (written by its job, one_run)
+trap 'rm -rf "$failures"' EXIT
+
 one_run() {  # family preset name seed flags; a job of its own, which stops its training when stopped
   local family=$1 preset=$2 name=$3 seed=$4 flags=$5 start=$SECONDS
   local dir="$out/$family/$name-s$seed"
@@ -42,10 +48,13 @@ one_run() {  # family preset name seed flags; a job of its own, which stops its 
     --device "$device" --threads "$threads" --eval-every 100 --checkpoint-every 200 --out "$dir" --quiet --format json >/dev/null &
   local training=$!
   trap 'kill "$training" 2>/dev/null; exit 143' TERM
-  if wait "$training"; then
+  local status=0
+  wait "$training" || status=$?
+  if ((status == 0)); then
     echo "$family/$name-s$seed: $(grep -o '"final_validation_loss": [0-9.e+-]*' "$dir/run.json") ($((SECONDS - start)) s)"
   else
-    echo "$family/$name-s$seed: FAILED (exit $?)"
+    echo "$family/$name-s$seed: FAILED (exit $status)"
+    mkdir -p "$failures/$family" && touch "$failures/$family/$name-s$seed"
   fi
 }
 
@@ -72,6 +81,10 @@ done
 wait
 
 for family in gpt2 llama; do  # each comparison whole or not at all: a temporary file renamed over it
+  if [[ -d $failures/$family ]]; then
+    echo "lm_comparisons.sh: $family: $(ls "$failures/$family" | wc -l) training(s) failed; $out/$family-compare.json left as it was" >&2
+    continue
+  fi
   compgen -G "$out/$family/*/run.json" >/dev/null || continue
   tmp=$(mktemp "$out/.$family-compare.json.XXXXXX")
   if "$qkvlab" lm compare "$out/$family"/*/ --window 10 --format json --csv "$out/$family-relative.csv" \
@@ -82,3 +95,7 @@ for family in gpt2 llama; do  # each comparison whole or not at all: a temporary
     exit 1
   fi
 done
+if [[ -n $(ls "$failures") ]]; then
+  echo "lm_comparisons.sh: failed: $(cd "$failures" && echo */*)" >&2
+  exit 1
+fi

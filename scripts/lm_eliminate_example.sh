@@ -8,6 +8,13 @@
 # none --bias=false, 500 steps: Theorem 4.1's setting).
 #
 #   scripts/lm_eliminate_example.sh [--qkvlab BIN] [--data DIR] [--out DIR] [--skip-training]
+#
+# Relative paths, the defaults (build/qkvlab, data/brown, outputs/lm/eliminate) included, are taken
+# from the current directory: run it from the repository root. --skip-training measures DIR/model as
+# it is. A layer counts as refused only on lm eliminate's one-line per-layer refusal (W_Q numerically
+# singular, or keys shared with another layer); any other failure stops the script. Each model's
+# results are made in a staging directory and moved over DIR's only when every step succeeded, so a
+# failed step is named, the exit status is non-zero, and DIR keeps its earlier results.
 set -euo pipefail
 qkvlab=build/qkvlab data=data/brown out=outputs/lm/eliminate train=1
 while [[ $# -gt 0 ]]; do
@@ -16,39 +23,80 @@ while [[ $# -gt 0 ]]; do
     --data) data=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --skip-training) train=0; shift ;;
+    -h|--help) sed -n '2,/^set /{/^set /d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
     *) echo "lm_eliminate_example.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
+command -v "$qkvlab" >/dev/null || { echo "lm_eliminate_example.sh: $qkvlab is not an executable (--qkvlab BIN)" >&2; exit 2; }
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+stage=""
+trap 'rm -rf "$work" ${stage:+"$stage"}' EXIT
 measure=(--corpus brown --data "$data" --split validation --sequences 64 --seq-len 128 --seed 1 --threads 2 --format json)
 
-# example DIR STEPS [model flags]: train (unless --skip-training), then eliminate each layer and all.
+fail() {  # STEP STATUS: names the failed step, shows its error output and stops; DIR is left as it was
+  echo "lm_eliminate_example.sh: $1 failed (exit $2); the earlier results are kept" >&2
+  cat "$work/err" >&2
+  exit "$2"
+}
+
+# example DIR STEPS [model flags]: train (unless --skip-training), then eliminate each layer and all,
+# each output into $stage, moved into DIR at the end.
 example() {
-  local dir=$1 steps=$2
+  local dir=$1 steps=$2 model=$1/model status
   shift 2
-  mkdir -p "$dir/model"
+  mkdir -p "$dir"
+  stage=$(mktemp -d "$dir/.staging.XXXXXX")  # beside DIR's files, so the moves at the end are renames
   if [[ $train == 1 ]]; then
+    model=$stage/model
     "$qkvlab" lm train --preset tiny --corpus brown --data "$data" --layers 4 --d 64 --heads 4 --positions 128 "$@" \
-      --steps "$steps" --eval-every 250 --threads 2 --out "$work/run" --format json --quiet > "$dir/train.json"
-    cp "$work/run/checkpoint/model.safetensors" "$work/run/checkpoint/config.json" "$dir/model/"
+      --steps "$steps" --eval-every 250 --threads 2 --out "$work/run" --format json --quiet \
+      > "$stage/train.json" 2> "$work/err" || fail "$dir: lm train" $?
+    mkdir "$model"
+    cp "$work/run/checkpoint/model.safetensors" "$work/run/checkpoint/config.json" "$model/"
     rm -rf "$work/run"
   fi
-  local eliminable=() layer status
+  local eliminable=() layer
   for layer in 1 2 3 4; do
-    rm -f "$dir/layer-$layer.json" "$dir/layer-$layer.refused.txt"
-    if "$qkvlab" lm eliminate "$dir/model" --out "$work/layer-$layer" --layers "$layer" "${measure[@]}" \
-         > "$work/layer.json" 2> "$work/layer.err"; then
-      mv "$work/layer.json" "$dir/layer-$layer.json"
+    if "$qkvlab" lm eliminate "$model" --out "$work/layer-$layer" --layers "$layer" "${measure[@]}" \
+         > "$stage/layer-$layer.json" 2> "$work/err"; then
       eliminable+=("$layer")
     else
       status=$?
-      [[ $status == 2 ]] || { cat "$work/layer.err" >&2; exit "$status"; }
-      mv "$work/layer.err" "$dir/layer-$layer.refused.txt"
+      rm -f "$stage/layer-$layer.json"
+      # lm eliminate's per-layer refusals (lm/eliminate.cpp), a single line; every other error is a failure
+      if [[ $status == 2 && $(wc -l < "$work/err") == 1 ]] &&
+         grep -Eq "^qkvlab: error: layer $layer(: W_Q is numerically singular| shares its key or query heads)" "$work/err"; then
+        mv "$work/err" "$stage/layer-$layer.refused.txt"
+      else
+        fail "$dir: lm eliminate --layers $layer" "$status"
+      fi
     fi
   done
-  "$qkvlab" lm eliminate "$dir/model" --out "$work/all" --layers "$(IFS=,; echo "${eliminable[*]}")" "${measure[@]}" \
-    > "$dir/all.json"
+  if ((${#eliminable[@]} == 0)); then
+    echo "lm_eliminate_example.sh: $dir: every layer was refused, nothing to eliminate at once; the earlier results are kept" >&2
+    exit 1
+  fi
+  local all
+  all=$(IFS=,; echo "${eliminable[*]}")
+  "$qkvlab" lm eliminate "$model" --out "$work/all" --layers "$all" "${measure[@]}" \
+    > "$stage/all.json" 2> "$work/err" || fail "$dir: lm eliminate --layers $all" $?
+
+  # Every step succeeded: the new results replace the old, a layer's .json and .refused.txt exclusive.
+  if [[ $train == 1 ]]; then
+    mkdir -p "$dir/model"
+    mv -f "$model/model.safetensors" "$model/config.json" "$dir/model/"
+    mv -f "$stage/train.json" "$dir/"
+  fi
+  for layer in 1 2 3 4; do
+    if [[ -f $stage/layer-$layer.json ]]; then
+      mv -f "$stage/layer-$layer.json" "$dir/" && rm -f "$dir/layer-$layer.refused.txt"
+    else
+      mv -f "$stage/layer-$layer.refused.txt" "$dir/" && rm -f "$dir/layer-$layer.json"
+    fi
+  done
+  mv -f "$stage/all.json" "$dir/"
+  rm -rf "$stage"
+  stage=""
 }
 
 example "$out" 1000

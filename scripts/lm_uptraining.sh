@@ -14,6 +14,8 @@
 #                            [--data DIR] [--out DIR] [--jobs N] [--threads N]
 # --threads N: each training's and evaluation's CPU threads (0, the default: all cores; with
 # --jobs J on C cores, C/J keeps the cores from being oversubscribed).
+# One invocation's results are one generation: a stamp (UTC time and PID) in initial.csv's
+# generation column and in each run's file `generation`, which uptraining_table.py checks.
 set -euo pipefail
 qkvlab=build/qkvlab device=cpu data=data/brown out=outputs/lm/uptraining jobs=1 threads=0 vanilla=outputs/lm/gpt2
 while [[ $# -gt 0 ]]; do
@@ -32,23 +34,25 @@ trap 'kill $(jobs -p) 2>/dev/null; exit 143' TERM INT
 checkpoints=("$vanilla"/vanilla-s*/checkpoint)
 [[ -d ${checkpoints[0]} ]] || { echo "lm_uptraining.sh: no $vanilla/vanilla-sSEED[-HASH]/checkpoint: nothing to convert" >&2; exit 2; }
 mkdir -p "$out"
-# Each result is written whole or not at all: initial.csv as a temporary file renamed at the end when
-# every training finished, each run trained into a temporary directory renamed over the old run only
-# when it finished; a failed training is named, and the exit status is 1.
+# The results are written all or none: initial.csv as a temporary file and each run in a directory
+# RUN.training, all renamed over the old ones at the end only when every training finished; a failed
+# training is named, the earlier generation is kept whole (this one's finished runs are removed), and
+# the exit status is 1.
+generation=$(date -u +%Y%m%dT%H%M%SZ)-$$
 summary=$(mktemp "$out/.initial.csv.XXXXXX")
 trap 'rm -f "$summary"' EXIT  # a stopped or failed run leaves initial.csv as it was
-echo "seed,method,initial_validation_loss" > "$summary"
+echo "seed,method,initial_validation_loss,generation" > "$summary"
 trainings=()  # their PIDs: each one's status is read at the end (bash keeps it after wait -n)
-train_run() {  # conv run seed steps: trains into run.training, then renames it over run
+runs=()       # every run trained, renamed from RUN.training at the end
+train_run() {  # conv run seed steps: trains into run.training, stamped with this generation
   local conv=$1 run=$2 seed=$3 steps=$4
   rm -rf "$run.training"
   if "$qkvlab" lm train --from "$conv" --preset tiny --steps "$steps" --lr 3e-4 --min-lr 3e-5 --corpus brown \
       --data "$data" --seed $((seed + 100)) --device "$device" --threads "$threads" --eval-every 60 \
       --checkpoint-every 100000 --out "$run.training" --quiet --format json >/dev/null; then
-    rm -rf "$run" && mv "$run.training" "$run"
+    echo "$generation" > "$run.training/generation"
   else
-    echo "lm_uptraining.sh: $run: training failed; the earlier run, if any, is kept" >&2
-    rm -rf "$run.training"
+    echo "lm_uptraining.sh: $run: training failed" >&2
     return 1
   fi
 }
@@ -61,15 +65,20 @@ for ck in "${checkpoints[@]}"; do
     fi
     loss=$("$qkvlab" lm eval "$conv" --tokens "$data/validation_tokens.npy" --seq-len 128 --device "$device" \
            --threads "$threads" --quiet --format json | grep -o '"loss": [0-9.e+-]*' | cut -d' ' -f2)
-    echo "$seed,$method,$loss" >> "$summary"
+    echo "$seed,$method,$loss,$generation" >> "$summary"
     for steps in 120 240; do
       while (($(jobs -rp | wc -l) >= jobs)); do wait -n || true; done
       train_run "$conv" "$out/$method-$steps-s$seed" "$seed" "$steps" &
-      trainings+=($!)
+      trainings+=($!) runs+=("$out/$method-$steps-s$seed")
     done
   done
 done
 failed=0
 for pid in "${trainings[@]}"; do wait "$pid" || failed=$((failed + 1)); done
-((failed == 0)) || { echo "lm_uptraining.sh: $failed trainings failed; initial.csv left as it was" >&2; exit 1; }
+if ((failed > 0)); then
+  for run in "${runs[@]}"; do rm -rf "$run.training"; done
+  echo "lm_uptraining.sh: $failed trainings failed; the earlier runs and initial.csv are kept (this generation's runs removed)" >&2
+  exit 1
+fi
+for run in "${runs[@]}"; do rm -rf "$run" && mv "$run.training" "$run"; done
 chmod a+r "$summary" && mv -f "$summary" "$out/initial.csv"

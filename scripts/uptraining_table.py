@@ -8,11 +8,20 @@ validation loss of each run OUT/METHOD-STEPS-sSEED/run.json. Cells: mean ± samp
 deviation over the seeds; Δ: the paired difference over the seeds, mean ± its standard error
 (standard deviation / sqrt(n)), bold when |Δ| > 2 se (a guide; the figures' verdicts use Student's
 t). Every method needs the same seeds in every column; anything missing is an error, not a blank.
+
+The runs and initial.csv must be one generation of lm_uptraining.sh (a failed or stopped run of it
+must not leave two mixed): its stamp (initial.csv's generation column, each run's file `generation`;
+none in both for results made before the stamp), and in each run.json the step count and seed the
+run's name says, --from the conversion of its method and seed (the vanilla run: the same vanilla
+checkpoint for both step counts, every seed's in one directory), one training (lr, schedule, batch,
+...) for every run of a step count and one corpus for every run. Anything else is refused in one line.
 """
 import csv
 import json
 import math
 import os
+import re
+import shlex
 import sys
 
 # (method, the row's name): the released converter's four first, then qkvlab's other readings.
@@ -41,11 +50,62 @@ def delta(a, b):
     return f"**{text}**" if abs(mean) > 2 * se else text
 
 
+def refuse(path, what):
+    sys.exit(f"uptraining_table.py: {path}: {what}: not one generation of lm_uptraining.sh's results (rerun it)")
+
+
+class Generation:
+    """What one lm_uptraining.sh run's results share; check() refuses a run that differs."""
+
+    def __init__(self, stamp):
+        self.stamp = stamp
+        self.shared = {}  # what every run has the same: (what, value) by what
+
+    def same(self, path, what, value):
+        first = self.shared.setdefault(what, (value, path))
+        if first[0] != value:
+            refuse(path, f"{what} {value!r}, {first[1]}'s {first[0]!r}")
+
+    def check(self, run_dir, run, method, steps, seed):
+        path = os.path.join(run_dir, "run.json")
+        try:
+            with open(os.path.join(run_dir, "generation")) as f:
+                stamp = f.read().strip()
+        except FileNotFoundError:
+            stamp = None
+        if stamp != self.stamp:
+            refuse(run_dir, f"generation {stamp or '(none)'}, initial.csv's {self.stamp or '(none)'}")
+        try:
+            training = dict(run["training"])
+            argv = shlex.split(run["command_line"])
+            source = os.path.normpath(argv[argv.index("--from") + 1])
+            if training.pop("steps") != steps or run["seed"] != seed + 100:
+                refuse(path, f"steps {run['training']['steps']} and seed {run['seed']}, its name says {steps} "
+                             f"and {seed + 100}")
+            self.same(path, f"training of {steps} steps", training)  # its warmup is a share of the steps
+            self.same(path, "data", run["data"])
+        except (KeyError, ValueError, TypeError, IndexError) as e:
+            sys.exit(f"uptraining_table.py: {path}: no training, seed, data or --from ({e!r})")
+        if method == CONTROL:
+            if not re.fullmatch(rf"vanilla-s{seed}(-[0-9a-f]+)?", os.path.basename(os.path.dirname(source))):
+                refuse(path, f"--from {source}, not a vanilla-s{seed}[-HASH]/checkpoint")
+            self.same(path, "the vanilla checkpoints' directory", os.path.dirname(os.path.dirname(source)))
+            self.same(path, f"seed {seed}'s vanilla checkpoint", source)
+        else:
+            if os.path.basename(source) != f"{method}-s{seed}":
+                refuse(path, f"--from {source}, not the conversion {method}-s{seed}")
+            self.same(path, "the conversions' directory", os.path.dirname(source))
+
+
 def read(out):
-    initial = {}
+    initial, stamps = {}, set()
     with open(os.path.join(out, "initial.csv"), newline="") as f:
         for row in csv.DictReader(f):
             initial.setdefault(row["method"], {})[int(row["seed"])] = float(row["initial_validation_loss"])
+            stamps.add(row.get("generation"))
+    if len(stamps) != 1:
+        refuse(os.path.join(out, "initial.csv"), f"rows of generations {sorted(map(str, stamps))}")
+    generation = Generation(stamps.pop())
     seeds = sorted(initial[CONTROL])
     losses = {}
     for method, by_seed in initial.items():
@@ -55,12 +115,15 @@ def read(out):
         for steps in (120, 240):
             column = []
             for s in seeds:
-                path = os.path.join(out, f"{method}-{steps}-s{s}", "run.json")
+                run_dir = os.path.join(out, f"{method}-{steps}-s{s}")
+                path = os.path.join(run_dir, "run.json")
                 try:
                     with open(path) as f:
-                        column.append(float(json.load(f)["final_validation_loss"]))
+                        run = json.load(f)
+                    column.append(float(run["final_validation_loss"]))
                 except (OSError, KeyError, ValueError) as e:
                     sys.exit(f"uptraining_table.py: {path}: {e}")
+                generation.check(run_dir, run, method, steps, s)
             losses[method][steps] = column
     return losses
 

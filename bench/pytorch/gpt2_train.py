@@ -11,12 +11,14 @@ with the median tokens/s over the timed steps.
 On a GPU (bench/gpu_suite.sh, issue 29): --device cuda, --compile (torch.compile of the model, its
 compilation in the warm-up steps, not timed), --autocast bf16 (products in bfloat16 under
 torch.autocast, float32 master weights and optimizer). TF32 is off, so float32 products round as
-float32, as qkvlab's. Each timed step ends with a device synchronization.
+float32, as qkvlab's. Each timed step ends with a device synchronization. A step whose loss is not
+finite is a failure (one line on stderr, exit 1, no JSON), as in lm_bench and lm_gpu_bench.
 """
 import argparse
 import json
 import math
 import statistics
+import sys
 import time
 
 import torch
@@ -77,6 +79,8 @@ def main():
     p.add_argument("--compile", action="store_true")
     p.add_argument("--autocast", default="none", choices=["none", "bf16"])
     a = p.parse_args()
+    if a.steps < 1 or a.warmup < 0:
+        p.error(f"--steps must be at least 1 and --warmup at least 0 (got {a.steps} and {a.warmup})")
     torch.set_num_threads(a.threads)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -87,7 +91,7 @@ def main():
     ids = torch.randint(a.vocab, (a.batch, a.seq), device=a.device)
     targets = torch.randint(a.vocab, (a.batch, a.seq), device=a.device)
     sync = torch.cuda.synchronize if a.device == "cuda" else (lambda: None)
-    times = []
+    times, losses = [], []
     for step in range(a.warmup + a.steps):
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
@@ -99,6 +103,11 @@ def main():
         sync()
         if step >= a.warmup:
             times.append(time.perf_counter() - t0)
+        losses.append(loss.detach())  # checked after the timing: reading it here would synchronize
+    finite = torch.isfinite(torch.stack(losses).float()).tolist()
+    if not all(finite):
+        sys.exit(f"gpt2_train.py: the loss of step {finite.index(False) + 1} of {len(finite)} (warm-up included) "
+                 "is not finite: nothing is reported")
     step_time = statistics.median(times)
     mode = ("torch.compile" if a.compile else "eager") + (", bf16 autocast" if a.autocast == "bf16" else ", float32")
     print(json.dumps({"implementation": "pytorch " + torch.__version__ + " " + mode, "threads": a.threads,
