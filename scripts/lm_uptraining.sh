@@ -36,8 +36,8 @@ checkpoints=("$vanilla"/vanilla-s*/checkpoint)
 mkdir -p "$out"
 # The results are written all or none: initial.csv as a temporary file and each run in a directory
 # RUN.training, all renamed over the old ones at the end only when every training finished; a failed
-# training is named, the earlier generation is kept whole (this one's finished runs are removed), and
-# the exit status is 1.
+# training is named, the earlier generation is kept whole (this one's finished runs stay in
+# RUN.training, to examine; a rerun replaces them), and the exit status is 1.
 generation=$(date -u +%Y%m%dT%H%M%SZ)-$$
 summary=$(mktemp "$out/.initial.csv.XXXXXX")
 trap 'rm -f "$summary"' EXIT  # a stopped or failed run leaves initial.csv as it was
@@ -76,8 +76,7 @@ done
 failed=0
 for pid in "${trainings[@]}"; do wait "$pid" || failed=$((failed + 1)); done
 if ((failed > 0)); then
-  for run in "${runs[@]}"; do rm -rf "$run.training"; done
-  echo "lm_uptraining.sh: $failed trainings failed; the earlier runs and initial.csv are kept (this generation's runs removed)" >&2
+  echo "lm_uptraining.sh: $failed trainings failed; the earlier runs and initial.csv are kept (this generation's finished runs are in RUN.training)" >&2
   exit 1
 fi
 for run in "${runs[@]}"; do rm -rf "$run" && mv "$run.training" "$run"; done
