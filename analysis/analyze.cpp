@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <iterator>
 #include <memory>
 #include <numeric>
@@ -303,18 +304,28 @@ class CosineMatrix final : public Analysis {
   void record(const Activation<float>& a) override {
     for (int b = 0; b < valid; ++b) {
       const RowMatrix c = cosine_matrix(rows_of(a, b));
-      sum_ = n_ ? RowMatrix(sum_ + c) : c;
+      if (n_ == 0) sum_ = running_ = c, m2_ = RowMatrix::Zero(c.rows(), c.cols());
+      else sum_ += c;
       ++n_;
+      if (n_ == 1) continue;
+      const RowMatrix delta = c - running_;  // Welford, entry by entry (core/statistics.hpp's RunningStats)
+      running_ += delta / double(n_);
+      m2_ += delta.cwiseProduct(c - running_);
     }
   }
   void report(Report& out) const override {
     const RowMatrix m = sum_ / double(n_);
-    results::Table t{name_, {{"i", {}}, {"j", {}}, {"cosine", {}}}};
+    const RowMatrix sd = n_ > 1 ? RowMatrix((m2_ / double(n_ - 1)).cwiseSqrt())
+                                : RowMatrix::Constant(m.rows(), m.cols(), std::numeric_limits<double>::quiet_NaN());
+    const RowMatrix se = sd / std::sqrt(double(n_));
+    results::Table t{name_, {{"i", {}}, {"j", {}}, {"cosine", {}}, {"std", {}}, {"se", {}}}};
     for (Eigen::Index i = 0; i < m.rows(); ++i) {
-      for (Eigen::Index j = 0; j < m.cols(); ++j)
-        t.columns[0].values.push_back(double(i)), t.columns[1].values.push_back(double(j)), t.columns[2].values.push_back(m(i, j));
+      for (Eigen::Index j = 0; j < m.cols(); ++j) {
+        const double x[] = {double(i), double(j), m(i, j), sd(i, j), se(i, j)};
+        for (std::size_t k = 0; k < 5; ++k) t.columns[k].values.push_back(x[k]);
+      }
     }
-    out.cosine = CosineMap{layer_ + 1, m};
+    out.cosine = CosineMap{layer_ + 1, m, sd, se};
     out.tables.push_back(t);
     out.figures.push_back({name_ + ": cosine similarity, layer " + std::to_string(layer_ + 1), name_ == "heads" ? "head" : "token",
                            name_ == "heads" ? "head" : "token", false, false, {{"i", "j", "", "", "image", "cosine"}},
@@ -340,7 +351,7 @@ class CosineMatrix final : public Analysis {
   Site site_;
   int layer_;
   std::string name_;
-  RowMatrix sum_;
+  RowMatrix sum_, running_, m2_;  // the mean is sum_ / n_; running_ and m2_ Welford's, for the spread
   std::int64_t n_ = 0;
 };
 
@@ -575,6 +586,13 @@ Report analyze(lm::Model<float>& model, Kind kind, const lm::TokenSequences& dat
 
 namespace {
 
+results::Value matrix_value(const RowMatrix& m) {
+  results::Value rows = results::Value::array();
+  for (Eigen::Index i = 0; i < m.rows(); ++i)
+    rows.push(results::Value::array_of(std::vector<double>(m.row(i).data(), m.row(i).data() + m.cols())));
+  return rows;
+}
+
 results::Value summary_rows(const std::vector<LayerSummary>& rows) {
   results::Value layers = results::Value::array();
   for (const LayerSummary& r : rows) {
@@ -668,15 +686,12 @@ results::Value Report::to_value() const {
     case Kind::first_token: v.set("layers", first_token_rows(first_token)); break;
     case Kind::cross_layer: v.set("layers", cross_layer_rows(cross_layer)); break;
     case Kind::heads:
-    case Kind::tokens: {
-      results::Value matrix = results::Value::array();
-      for (Eigen::Index i = 0; i < cosine->mean.rows(); ++i)
-        matrix.push(results::Value::array_of(
-            std::vector<double>(cosine->mean.row(i).data(), cosine->mean.row(i).data() + cosine->mean.cols())));
+    case Kind::tokens:
       v.set("layer", std::int64_t(cosine->layer));
-      v.set("matrix", matrix);
+      v.set("matrix", matrix_value(cosine->mean));
+      v.set("matrix_std", matrix_value(cosine->std));
+      v.set("matrix_se", matrix_value(cosine->se));
       break;
-    }
     case Kind::all:
       v.set("entropy", layers_of(summary_rows(entropy)));
       v.set("similarity", layers_of(summary_rows(similarity)));

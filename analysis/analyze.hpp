@@ -97,10 +97,11 @@ struct FirstTokenLayer {
   FirstTokenMeasure importance, value_norm, hidden_norm;
 };
 
-// heads, tokens: one layer's cosine matrix, mean over sequences.
+// heads, tokens: one layer's cosine matrix, mean over sequences, with each entry's standard deviation
+// and standard error over them (NaN for one sequence).
 struct CosineMap {
   int layer = 0;  // 1 … L
-  RowMatrix mean;
+  RowMatrix mean, std, se;
   double mean_off_diagonal() const;      // the mean of the entries i ≠ j
   double mean_abs_off_diagonal() const;  // the mean of their absolute values
 };

@@ -258,6 +258,43 @@ TEST(Analyze, MatricesOfOneLayer) {
   EXPECT_THROW(analyze(*m.model, Kind::heads, data, o), qkvlab::UsageError);
 }
 
+// The matrices' spread, as every other measure's: each entry's sample standard deviation over the
+// sequences and its standard error, equal to those of the matrices measured one sequence at a time
+// (in the JSON as matrix_std and matrix_se, in the table as std and se). Controls: the population
+// deviation (divided by n) is not it; one sequence has none (NaN).
+TEST(Analyze, MatricesCarryTheirSpreadOverSequences) {
+  const int n = 5, T = 6;
+  const auto data = random_tokens(n, T, 32);
+  TinyModel m;
+  Options o;
+  o.layer = 1;
+  for (Kind kind : {Kind::heads, Kind::tokens}) {
+    SCOPED_TRACE(to_string(kind));
+    const Report all = analyze(*m.model, kind, data, o);
+    std::vector<RowMatrix> each;
+    for (int b = 0; b < n; ++b) {
+      const lm::TokenSequences one{{data.ids.begin() + b * T, data.ids.begin() + (b + 1) * T}, 1, T};
+      const Report r = analyze(*m.model, kind, one, o);
+      EXPECT_TRUE(r.cosine->std.array().isNaN().all()) << "control: one sequence has no spread";
+      each.push_back(r.cosine->mean);
+    }
+    RowMatrix mean = RowMatrix::Zero(each[0].rows(), each[0].cols()), sq = mean;
+    for (const RowMatrix& c : each) mean += c / n;
+    for (const RowMatrix& c : each) sq += (c - mean).cwiseAbs2();
+    const RowMatrix sd = (sq / (n - 1)).cwiseSqrt();
+    EXPECT_LT((all.cosine->std - sd).cwiseAbs().maxCoeff(), 1e-12);
+    EXPECT_LT((all.cosine->se - sd / std::sqrt(double(n))).cwiseAbs().maxCoeff(), 1e-12);
+    EXPECT_GT(sd.maxCoeff(), 1e-3);
+    EXPECT_GT((all.cosine->std - (sq / n).cwiseSqrt()).cwiseAbs().maxCoeff(), 1e-4) << "control: divided by n";
+    const results::Value v = all.to_value();
+    EXPECT_EQ(v["matrix_std"].items()[1].items()[0].number(), all.cosine->std(1, 0));
+    EXPECT_EQ(v["matrix_se"].items()[1].items()[0].number(), all.cosine->se(1, 0));
+    const results::Table& t = all.tables.at(0);
+    EXPECT_EQ(t.find("std")->values.at(std::size_t(all.cosine->mean.cols())), all.cosine->std(1, 0));
+    EXPECT_EQ(t.find("se")->values.at(1), all.cosine->se(0, 1));
+  }
+}
+
 // One layer's activations for cross_layer_cosines, drawn at random: T tokens, H query heads
 // reading G key/value heads.
 struct RandomLayer {
