@@ -280,17 +280,26 @@ void verify_manifest_if_present(const fs::path& dir, bool own_checkpoint) {
 
 void set_checkpoint_write_hook(std::function<void(const std::string& file)> hook) { write_hook() = std::move(hook); }
 
-bool is_own_checkpoint(const fs::path& dir) {
+namespace {
+
+// The metadata of dir's model.safetensors when it is an own checkpoint's ("format": "qkvlab-lm").
+std::optional<std::map<std::string, std::string>> own_model_metadata(const fs::path& dir) {
   const fs::path path = dir / "model.safetensors";
-  if (!fs::is_regular_file(path)) return false;
+  if (!fs::is_regular_file(path)) return std::nullopt;
   try {
     const engine::MappedSafeTensors file(path);  // the header only: no tensor byte is read
-    const auto it = file.view().metadata.find("format");
-    return it != file.view().metadata.end() && it->second == kFormat;
+    const auto& metadata = file.view().metadata;
+    const auto it = metadata.find("format");
+    if (it == metadata.end() || it->second != kFormat) return std::nullopt;
+    return std::map<std::string, std::string>(metadata.begin(), metadata.end());
   } catch (const std::exception&) {
-    return false;
+    return std::nullopt;
   }
 }
+
+}  // namespace
+
+bool is_own_checkpoint(const fs::path& dir) { return own_model_metadata(dir).has_value(); }
 
 void require_model_destination(const fs::path& dir, const std::string& option) {
   std::error_code error;
@@ -308,9 +317,12 @@ void require_model_destination(const fs::path& dir, const std::string& option) {
     throw refuse("holds a training run's checkpoint (optimizer.safetensors), which saving the model would replace");
   if (present(dir / "manifest.json") && !is_checkpoint_manifest(read_text_file(dir / "manifest.json")))
     throw refuse("holds another tool's manifest.json (a prepared corpus's?), which saving the model would replace");
-  if (!is_own_checkpoint(dir))
+  const auto metadata = own_model_metadata(dir);
+  if (!metadata)
     throw refuse("holds " + held + " and no qkvlab model (a Hugging Face model or another tool's files), which saving "
                  "the model would replace");
+  if (metadata->count("run_id"))  // lm train's own model, copied without its optimizer state
+    throw refuse("holds a trained model (lm train's run " + metadata->at("run_id") + "), which saving the model would replace");
 }
 
 Checkpoint load_checkpoint(const fs::path& dir, bool with_optimizer, bool allow_nonfinite) {

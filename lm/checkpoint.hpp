@@ -92,9 +92,10 @@ bool is_own_checkpoint(const std::filesystem::path& dir);
 // Where lm init, lm convert and lm eliminate may save a model (save_checkpoint replaces or removes
 // model.safetensors, config.json, manifest.json, tokenizer.json and optimizer.safetensors): a new or
 // empty directory, one holding none of those files (the others are left alone), or a model these
-// commands wrote (an own checkpoint without training state). Otherwise a UsageError naming `option`
-// and what is there: a training run's checkpoint (optimizer.safetensors), a prepared corpus or another
-// tool's manifest.json, a Hugging Face model are never replaced.
+// commands wrote (an own checkpoint that lm train did not write: no optimizer state, no run_id in its
+// metadata). Otherwise a UsageError naming `option` and what is there: a training run's checkpoint
+// (optimizer.safetensors), its trained model copied without that state (run_id), a prepared corpus
+// or another tool's manifest.json, a Hugging Face model are never replaced.
 void require_model_destination(const std::filesystem::path& dir, const std::string& option);
 
 // The configuration as a JSON object (numbers as numbers, booleans as booleans).

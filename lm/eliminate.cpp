@@ -157,6 +157,8 @@ Elimination eliminate_queries(const Checkpoint& source, const std::vector<int>& 
   const auto bases = plan_bases(source, sorted, &r.layers);
   Checkpoint& out = r.checkpoint;
   out.config = eliminated_config(source.config, sorted), out.metadata = source.metadata;
+  // run_id marks a training run's own model (require_model_destination); this one records its source's.
+  if (auto id = out.metadata.extract("run_id")) out.metadata["eliminated_from.run_id"] = id.mapped();
   out.tokenizer_json = source.tokenizer_json;
   r.untied = source.config.tied;
   out.values = eliminated_values<float>(source, out.config, *bases);

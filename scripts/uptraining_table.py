@@ -21,7 +21,6 @@ import json
 import math
 import os
 import re
-import shlex
 import sys
 
 # (method, the row's name): the released converter's four first, then qkvlab's other readings.
@@ -77,14 +76,15 @@ class Generation:
             refuse(run_dir, f"generation {stamp or '(none)'}, initial.csv's {self.stamp or '(none)'}")
         try:
             training = dict(run["training"])
-            argv = shlex.split(run["command_line"])
-            source = os.path.normpath(argv[argv.index("--from") + 1])
+            # qkvlab records argv joined by spaces, unquoted: the path is what lm_uptraining.sh puts
+            # between --from and --preset (spaces and quotes included)
+            source = os.path.normpath(re.search(r" --from (.+?) --preset ", run["command_line"]).group(1))
             if training.pop("steps") != steps or run["seed"] != seed + 100:
                 refuse(path, f"steps {run['training']['steps']} and seed {run['seed']}, its name says {steps} "
                              f"and {seed + 100}")
             self.same(path, f"training of {steps} steps", training)  # its warmup is a share of the steps
             self.same(path, "data", run["data"])
-        except (KeyError, ValueError, TypeError, IndexError) as e:
+        except (KeyError, ValueError, TypeError, AttributeError) as e:
             sys.exit(f"uptraining_table.py: {path}: no training, seed, data or --from ({e!r})")
         if method == CONTROL:
             if not re.fullmatch(rf"vanilla-s{seed}(-[0-9a-f]+)?", os.path.basename(os.path.dirname(source))):

@@ -513,7 +513,7 @@ TEST(LmHf, ExportReplacesOnlyAnEarlierExportAndWritesItsConfigurationLast) {
   for (const char* name : {"model.safetensors", "config.json"}) fs::copy_file(dir / "own" / name, dir / "other" / name);
   const auto weights = fs::file_size(dir / "other" / "model.safetensors");
   const std::string refused = test_support::usage_error([&] { lm::export_hf(ck, dir / "other"); });
-  EXPECT_NE(refused.find("is another model's (no earlier 'lm export' wrote it)"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("is another model's (its weights lack lm export's mark"), std::string::npos) << refused;
   EXPECT_EQ(fs::file_size(dir / "other" / "model.safetensors"), weights);
   EXPECT_TRUE(lm::is_own_checkpoint(dir / "other"));
   lm::Checkpoint with_tokenizer = ck;

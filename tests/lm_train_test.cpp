@@ -805,6 +805,22 @@ TEST(LmUptraining, TheDocsTableIsTheCommittedRuns) {
       fs::copy_file(run.path() / "run.json", dir.path / run.path().filename() / "run.json");
     }
   EXPECT_EQ(run_command(table + shell_quoted(dir.path)).out, made.out);
+  {  // made under a directory whose name holds a space and a quote: qkvlab records argv unquoted
+    ScratchDir spaced;
+    const fs::path odd = spaced.path / "my runs'";
+    fs::create_directories(odd);
+    fs::copy_file(committed / "initial.csv", odd / "initial.csv");
+    for (const auto& run : fs::directory_iterator(dir.path)) {
+      if (!run.is_directory()) continue;
+      std::string json = read_file(run.path() / "run.json");
+      for (const std::string from : {"outputs/lm/uptraining/", "outputs/reproduce/work/"})
+        for (std::size_t at; (at = json.find(from)) != std::string::npos;) json.replace(at, from.size(), "my runs'/x/");
+      fs::create_directories(odd / run.path().filename());
+      std::ofstream(odd / run.path().filename() / "run.json") << json;
+    }
+    const auto spaced_table = run_command(table + shell_quoted(odd));
+    EXPECT_EQ(spaced_table.out, made.out) << spaced_table.err;
+  }
   const fs::path moved = dir.path / "top-v-240-s2" / "run.json";
   std::string json = read_file(moved);
   const std::size_t at = json.find("\"final_validation_loss\": ") + 25;

@@ -619,14 +619,17 @@ TEST_F(RobustResume, OneWriterPerRunDirectory) {
 }
 
 // lm init, lm convert --out and lm eliminate --out replace only a model one of them wrote: a training
-// run's checkpoint (its weights and optimizer state, which a resume needs), a prepared corpus (its
-// manifest.json) and a Hugging Face model were replaced or deleted, exit 0. Each is refused in one
+// run's checkpoint (its weights and optimizer state, which a resume needs), its model copied without
+// that state, a prepared corpus (its manifest.json) and a Hugging Face model were replaced or deleted,
+// exit 0. Each is refused in one
 // line, every file as it was. Control: a new directory beside a note takes a model, then another
 // (init, init again, convert, eliminate), and keeps the note.
 TEST_F(RobustResume, ModelWritersReplaceOnlyModelsTheyWrote) {
   const Fixture f;
-  const fs::path corpus = dir / "corpus", hf = dir / "hf";
+  const fs::path corpus = dir / "corpus", hf = dir / "hf", trained = dir / "trained";
   fs::create_directories(corpus);
+  fs::create_directories(trained);  // the trained model copied without its optimizer state
+  for (const char* name : {"model.safetensors", "config.json"}) fs::copy_file(ck / name, trained / name);
   corpus::write_tokens_npy(corpus / "validation_tokens.npy", data.validation, std::int64_t(data.validation.size()), 0);
   test_support::write_corpus_manifest(corpus);
   ASSERT_EQ(run_bounded("lm export " + shell_quoted(f.ckpt) + " --hf " + shell_quoted(hf), 60).status, 0);
@@ -643,6 +646,7 @@ TEST_F(RobustResume, ModelWritersReplaceOnlyModelsTheyWrote) {
   };
   for (const auto& [out, says] : std::vector<std::pair<fs::path, std::string>>{
            {ck, "holds a training run's checkpoint (optimizer.safetensors)"},
+           {trained, "holds a trained model (lm train's run "},
            {corpus, "holds another tool's manifest.json"},
            {hf, "holds model.safetensors and no qkvlab model"}}) {
     const auto before = contents(out);
@@ -657,6 +661,11 @@ TEST_F(RobustResume, ModelWritersReplaceOnlyModelsTheyWrote) {
   for (const std::string& command : {init[0], init[0], init[1], init[2]}) EXPECT_EQ(run_bounded(command, 60).status, 0) << command;
   EXPECT_EQ(read_file(fresh / "notes.txt"), "a note");
   EXPECT_TRUE(lm::is_own_checkpoint(fresh));
+  // A trained model eliminated is the command's own output (it records the run as its source's), so
+  // the command runs again into it.
+  const std::string eliminate = "lm eliminate " + shell_quoted(ck) + " --out " + shell_quoted(dir / "eliminated") +
+                                " --layers 1 --sequences 2 --seq-len 8";
+  for (int k = 0; k < 2; ++k) EXPECT_EQ(run_bounded(eliminate, 60).status, 0) << k;
 }
 
 // ---- options the tool cannot honour are refused --------------------------------------------

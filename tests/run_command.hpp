@@ -30,7 +30,7 @@ struct CommandResult {
 // (Built with += : "'" + string trips GCC 12's false -Wrestrict warning.)
 inline std::string shell_quoted(const std::filesystem::path& p) {
   std::string q = "'";
-  q += p.string();
+  for (char c : p.string()) q += c == '\'' ? std::string("'\\''") : std::string(1, c);  // ' closes, \' is one, ' reopens
   q += '\'';
   return q;
 }
