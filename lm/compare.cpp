@@ -31,9 +31,14 @@ struct Run {
   fs::path dir;
   std::string family, variant, key, label, name;  // name: the directory's, less a trailing -sSEED
   std::string trained;                            // the training object, as text
-  // model.*, training.*, run.device (cpu or cuda) and run.data (the corpus), to tell groups with one
-  // label apart and to find each group's baseline
+  // model.*, training.*, run.device (cpu or cuda) and run.data (the corpus: corpus_key), to tell
+  // groups with one label apart and to find each group's baseline
   std::map<std::string, std::string> fields;
+  // What says which corpus the run was trained and validated on: its tokens' hashes (run.json's
+  // data_hashes, or its checkpoint's run.train_hash and data.validation_hash), and the corpus's
+  // n-gram baselines run.json records (for runs made before data_hashes, their checkpoint gone).
+  // Empty where the run records none.
+  std::string hashes, baselines;
   std::uint64_t seed = 0;
   double final_validation = 0;
   Curve train;
@@ -150,6 +155,54 @@ std::string origin_of(const Json& run, const fs::path& file) {
   return origin.string() + (o.step.empty() ? "" : "@" + o.step);
 }
 
+// The __metadata__ of a safetensors file's header (engine/safetensors.hpp: 8 bytes of little-endian
+// length, then the JSON header); empty when the file is absent or not a safetensors file.
+std::map<std::string, std::string> safetensors_metadata(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  unsigned char size[8];
+  if (!in.read(reinterpret_cast<char*>(size), 8)) return {};
+  std::uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | size[i];
+  if (n == 0 || n > (std::uint64_t(1) << 26)) return {};
+  std::string header(std::size_t(n), '\0');
+  if (!in.read(header.data(), std::streamsize(n))) return {};
+  std::map<std::string, std::string> out;
+  try {
+    const Json j = engine::parse_json(header);
+    if (const Json* m = j.kind == Json::Kind::object ? optional_member(j, "__metadata__") : nullptr)
+      for (std::size_t i = 0; i < m->keys.size(); ++i) out[m->keys[i]] = m->items[i].text;
+  } catch (const std::exception&) {
+    return {};
+  }
+  return out;
+}
+
+// The run's corpus as its tokens' hashes, "train=H validation=H": run.json's data_hashes (written
+// since lm train records them), else its checkpoint's metadata; empty when neither has them.
+std::string corpus_hashes(const Json& run, const fs::path& dir, const fs::path& file) {
+  if (const Json* h = optional_member(run, "data_hashes"))
+    return "train=" + member(*h, "train", file).text + " validation=" + member(*h, "validation", file).text;
+  const auto m = safetensors_metadata(dir / "checkpoint" / "model.safetensors");
+  const auto train = m.find("run.train_hash"), validation = m.find("data.validation_hash");
+  if (train == m.end() || validation == m.end()) return "";
+  return "train=" + train->second + " validation=" + validation->second;
+}
+
+// The corpus's n-gram baselines as run.json records them (lm train copies the corpus's baselines.json):
+// numbers computed from the training and validation tokens, so two corpora with other tokens differ
+// in them whatever their names. Empty without them.
+std::string corpus_baselines(const Json& run) {
+  const Json* b = optional_member(run, "baselines");
+  if (!b || b->kind != Json::Kind::object) return "";
+  std::string text;
+  for (const char* key : {"train_tokens", "validation_positions", "unigram_nats", "bigram_nats", "bigram_lambda"}) {
+    const Json* x = optional_member(*b, key);
+    if (!x) return "";
+    text += std::string(text.empty() ? "" : " ") + key + "=" + x->text;
+  }
+  return text;
+}
+
 // A finished run's train.csv has a row for every step 1 … training.steps, in order, the last ended by
 // its newline: a log cut by a kill, or spliced from two runs, is refused (its curve would be another's).
 void require_whole_log(const fs::path& file, const Curve& log, const std::string& steps_text) {
@@ -187,22 +240,40 @@ Run read_run(const fs::path& dir) {
   r.trained = text_of(training);
   for (const auto& [prefix, object] : {std::pair{"model.", &model}, std::pair{"training.", &training}})
     for (std::size_t i = 0; i < object->keys.size(); ++i) r.fields[prefix + object->keys[i]] = text_of(object->items[i]);
-  // The device's kind and the corpus's name ("cpu (2 threads, OpenBLAS)" → "cpu", "brown (data/brown)"
-  // → "brown"): runs are replicates of one another only on one kind of device and one corpus.
-  for (const auto& [field, member_name] : {std::pair{"run.device", "device"}, std::pair{"run.data", "data"}}) {
-    const std::string text = member(json, member_name, file).text;
-    r.fields[field] = text.substr(0, text.find(' '));
-  }
-  r.key = text_of(model) + "|" + r.trained + "|" + r.fields["run.device"] + "|" + r.fields["run.data"];
+  // The device's kind ("cpu (2 threads, OpenBLAS)" → "cpu"): runs are replicates of one another only on
+  // one kind of device, and of one corpus (compare_runs sets run.data from hashes or baselines).
+  const std::string device = member(json, "device", file).text;
+  r.fields["run.device"] = device.substr(0, device.find(' '));
+  r.hashes = corpus_hashes(json, dir, file);
+  r.baselines = corpus_baselines(json);
   r.label = r.family + " " + label_of(model, file);
   if (const std::string origin = origin_of(json, file); !origin.empty())  // absent: a fresh start, as before
-    r.fields["run.from"] = origin, r.key += "|from=" + origin, r.label += " from=" + origin;
+    r.fields["run.from"] = origin, r.label += " from=" + origin;
   r.seed = engine::json_to_u64(member(json, "seed", file), "seed");
   r.final_validation = finite_number(member(json, "final_validation_loss", file).text, file, "\"final_validation_loss\"");
   r.train = read_log(dir / "train.csv", 1);
   read_log(dir / "validation.csv", 1);  // read to refuse a malformed log; only the final loss is compared
   require_whole_log(dir / "train.csv", r.train, r.fields.at("training.steps"));
   return r;
+}
+
+// Each run's corpus (run.data) and group key. Runs are of one corpus when their tokens' hashes are
+// equal; where some run records no hashes (a run.json from before data_hashes, its checkpoint gone),
+// every run's corpus is its recorded n-gram baselines instead (numbers of the tokens, not of a name
+// or path). A run with neither cannot be placed: a UsageError naming it.
+void set_corpora(std::vector<Run>& runs) {
+  const bool hashes = std::all_of(runs.begin(), runs.end(), [](const Run& r) { return !r.hashes.empty(); });
+  for (Run& r : runs) {
+    const std::string& corpus = hashes ? r.hashes : r.baselines;
+    if (corpus.empty())
+      throw UsageError(r.dir.string() + ": its run.json records neither its tokens' hashes (data_hashes; nor has it a "
+                       "checkpoint that does) nor the corpus's baselines, so its corpus cannot be told apart from another");
+    r.fields["run.data"] = (hashes ? "tokens " : "baselines ") + corpus;
+    r.key = r.trained + "|" + r.fields["run.device"] + "|" + r.fields["run.data"];
+    for (const auto& [name, value] : r.fields)
+      if (name.starts_with("model.")) r.key += "|" + name + "=" + value;
+    if (const auto from = r.fields.find("run.from"); from != r.fields.end()) r.key += "|from=" + from->second;
+  }
 }
 
 struct Group {
@@ -236,19 +307,28 @@ int model_distance(const Group& a, const Group& b) {
   return distance;
 }
 
+// What sets a training's budget and the shape of its data (run.json's training object): the steps,
+// the sequences of a step (batch × accumulation) and their length, so the tokens it saw. A baseline
+// must share them: a loss after 3 steps is no measure of a variant against a loss after 30. Its
+// optimizer's settings (learning rate, schedule, weight decay, clipping) may differ: a variant's own
+// learning rate (Q-identity at 2× or 3×) is part of what it is.
+const std::vector<std::string> kBudget = {"training.steps", "training.batch", "training.seq_len", "training.accum"};
+
 // g's baseline: of the groups named `baseline` (their runs' directories less -sSEED) or of that
 // variant, in g's family, with g's products (float32 runs are never measured against bf16 runs, nor
-// the reverse), kind of device and corpus, the one whose model is nearest g's (gqa for gqa-skipv1,
-// mla for mla-skipv1, vanilla-rope for skipv1-rope), then one started from a checkpoint if g was
-// (uptrained runs against the runs trained on from the unconverted checkpoint, not against fresh
-// starts), then one from g's own starting point, then one of that name (skipv1 for skipv1-pooling,
-// though both are of the variant skipv1), then one trained as g was. Null when there is none; a
+// the reverse), kind of device, corpus and budget (kBudget), the one whose model is nearest g's (gqa
+// for gqa-skipv1, mla for mla-skipv1, vanilla-rope for skipv1-rope), then one started from a
+// checkpoint if g was (uptrained runs against the runs trained on from the unconverted checkpoint, not
+// against fresh starts), then one from g's own starting point, then one of that name (skipv1 for
+// skipv1-pooling, though both are of the variant skipv1), then one trained as g was in every setting.
+// Null when there is none (`why` then says what the named runs lack, when there are some); a
 // UsageError when two are equally near.
-const Group* baseline_of(const Group& g, const std::vector<Group>& groups, const std::string& baseline) {
+const Group* baseline_of(const Group& g, const std::vector<Group>& groups, const std::string& baseline, std::string& why) {
+  auto named = [&](const Group& b) { return b.name == baseline || b.variant == baseline; };
   auto fits = [&](const Group& b) {
-    auto same = [&](const char* field) { return b.field(field) == g.field(field); };
-    return (b.name == baseline || b.variant == baseline) && b.family == g.family && same("training.products") &&
-           same("run.device") && same("run.data");
+    auto same = [&](const std::string& field) { return b.field(field) == g.field(field); };
+    return named(b) && b.family == g.family && same("training.products") && same("run.device") && same("run.data") &&
+           std::all_of(kBudget.begin(), kBudget.end(), same);
   };
   auto rank = [&](const Group& b) {
     const std::string from = b.field("run.from");
@@ -262,6 +342,22 @@ const Group* baseline_of(const Group& g, const std::vector<Group>& groups, const
     if (base && &b != base && fits(b) && rank(b) == rank(*base))
       throw UsageError("two baselines fit " + g.label + " equally: " + base->label + " and " + b.label +
                        "; name one by its runs' directories (--baseline NAME for NAME-sSEED)");
+  why.clear();
+  if (!base)  // the named runs of g's family, products, device kind and corpus, but of another budget
+    for (const Group& b : groups) {
+      auto same = [&](const std::string& field) { return b.field(field) == g.field(field); };
+      if (!named(b) || b.family != g.family || !same("training.products") || !same("run.device") || !same("run.data"))
+        continue;
+      std::string differs;
+      for (const std::string& field : kBudget)
+        if (!same(field))
+          differs += (differs.empty() ? "" : ", ") + field.substr(field.find('.') + 1) + " " + b.field(field) + " (here " +
+                     g.field(field) + ")";
+      why += (why.empty() ? "" : "; ") + b.label + " was trained with other " + differs;
+    }
+  if (!why.empty())
+    why = "no '" + baseline + "' run was trained as this group was (steps, batch, seq_len, accum): " + why +
+          ", so no difference is measured";
   return base;
 }
 
@@ -284,22 +380,13 @@ void disambiguate(std::vector<Group>& groups) {
   for (Group& g : groups) g.label = g.display;
 }
 
-// The baseline's smoothed training curve for a seed: its own run of that seed, else the mean of its runs.
-std::vector<double> baseline_curve(const Group& base, std::uint64_t seed, std::size_t length, int window,
-                                   Smoothing smoothing) {
-  std::vector<double> sum(length, 0.0);
-  int n = 0;
-  for (const Run* r : base.runs) {
-    if (r->seed != seed && std::any_of(base.runs.begin(), base.runs.end(), [&](const Run* q) { return q->seed == seed; }))
-      continue;
-    const auto s = moving_average(r->train.values, window, smoothing);
-    if (s.size() < length) continue;
-    for (std::size_t i = 0; i < length; ++i) sum[i] += s[i];
-    ++n;
-  }
-  if (n == 0) throw UsageError("the baseline runs are shorter than the runs compared with them");
-  for (double& x : sum) x /= n;
-  return sum;
+// The baseline's smoothed training curve for a seed: its own run of that seed (the caller pairs only
+// seeds the baseline has, as the final losses are).
+std::vector<double> baseline_curve(const Run& base, std::size_t length, int window, Smoothing smoothing) {
+  auto s = moving_average(base.train.values, window, smoothing);
+  if (s.size() < length) throw UsageError(base.dir.string() + ": the baseline run is shorter than the runs compared with it");
+  s.resize(length);
+  return s;
 }
 
 }  // namespace
@@ -333,6 +420,7 @@ results::Value compare_runs(const std::vector<fs::path>& dirs, const CompareOpti
   if (o.window < 1) throw UsageError("the smoothing window must be at least 1 step");
   std::vector<Run> runs;
   for (const auto& d : dirs) runs.push_back(read_run(d));
+  set_corpora(runs);
   std::vector<Group> groups;
   for (const Run& r : runs) {
     auto it = std::find_if(groups.begin(), groups.end(), [&](const Group& g) { return g.key == r.key; });
@@ -356,20 +444,26 @@ results::Value compare_runs(const std::vector<fs::path>& dirs, const CompareOpti
   results::Value list = results::Value::array();
   results::Table curves{"relative_train_loss", {}};
   for (const Group& g : groups) {
-    const Group* base = baseline_of(g, groups, o.baseline);
+    std::string no_baseline;
+    const Group* base = baseline_of(g, groups, o.baseline, no_baseline);
     std::vector<double> finals, deltas;
     std::vector<std::vector<double>> relative;
-    std::size_t length = SIZE_MAX;
-    for (const Run* r : g.runs) length = std::min(length, r->train.values.size());
+    // The runs paired with the baseline's run of their seed: the final losses' differences and the
+    // relative curves are of these only (a seed the baseline lacks is measured against nothing).
+    std::vector<std::pair<const Run*, const Run*>> paired;
     results::Value seeds = results::Value::array();
     for (const Run* r : g.runs) {
       finals.push_back(r->final_validation);
       seeds.push(r->seed);
       if (!base || base == &g) continue;
       for (const Run* b : base->runs)
-        if (b->seed == r->seed) deltas.push_back(r->final_validation - b->final_validation);
+        if (b->seed == r->seed) paired.push_back({r, b}), deltas.push_back(r->final_validation - b->final_validation);
+    }
+    std::size_t length = SIZE_MAX;
+    for (const auto& [r, b] : paired) length = std::min(length, r->train.values.size());
+    for (const auto& [r, b] : paired) {
       const auto mine = moving_average(r->train.values, o.window, o.smoothing);
-      const auto ref = baseline_curve(*base, r->seed, length, o.window, o.smoothing);
+      const auto ref = baseline_curve(*b, length, o.window, o.smoothing);
       std::vector<double> rel(length);
       for (std::size_t i = 0; i < length; ++i) rel[i] = mine[i] - ref[i];
       relative.push_back(std::move(rel));
@@ -386,6 +480,7 @@ results::Value compare_runs(const std::vector<fs::path>& dirs, const CompareOpti
     v.set("delta_vs_baseline_mean", mean(deltas));
     v.set("delta_vs_baseline_se", deltas.size() > 1 ? stddev(deltas) / std::sqrt(double(deltas.size())) : std::nan(""));
     v.set("paired_seeds", std::int64_t(deltas.size()));
+    if (!no_baseline.empty()) v.set("baseline_note", no_baseline);
     if (o.claim && base && base != &g) {
       const results::Claim claim{g.label + " trains " + (*o.claim == results::Sense::less ? "lower" : "higher") + " than " +
                                      base->label,
@@ -400,8 +495,10 @@ results::Value compare_runs(const std::vector<fs::path>& dirs, const CompareOpti
         m[i] = mean(at), s[i] = stddev(at);
       }
       v.set("final_relative_train_loss", m.back());
+      v.set("relative_curve_seeds", std::int64_t(relative.size()));  // the paired seeds, as for the deltas
       if (curves.columns.empty()) {
-        std::vector<double> steps(g.runs.front()->train.steps.begin(), g.runs.front()->train.steps.begin() + std::ptrdiff_t(length));
+        const Run& first = *paired.front().first;
+        std::vector<double> steps(first.train.steps.begin(), first.train.steps.begin() + std::ptrdiff_t(length));
         curves.columns.push_back({"step", steps});
       }
       const std::size_t common = std::min(length, curves.columns.front().values.size());

@@ -1,7 +1,9 @@
 // `qkvlab lm compare RUN_DIR…`: runs of `lm train` side by side.
 //
 // Runs are grouped by model (family, variant and its options: every field of
-// the configuration), training, kind of device (cpu, cuda), corpus and starting point
+// the configuration), training, kind of device (cpu, cuda), corpus (its tokens' hashes: run.json's
+// data_hashes, else the checkpoint's run.train_hash and data.validation_hash; where some run records
+// none, every run's recorded n-gram baselines instead; never the corpus's name) and starting point
 // (run.json's "from" path, lm train --from, each component less its -sSEED so that the
 // seeds of one conversion are replicates; absent: a fresh start), but nothing
 // of the seed; within a group the seeds are the replicates (a seed twice is refused).
@@ -11,8 +13,9 @@
 // of the paired differences. The baseline is one of the groups named `baseline` (the
 // runs' directories less -sSEED: resformer-l05 for resformer-l05-sSEED) or of that
 // variant (vanilla by default), of the group's family, products (float32 runs are
-// never measured against bf16 runs, nor the reverse), kind of device and corpus:
-// the one whose model is nearest the group's, every field but the variant's own
+// never measured against bf16 runs, nor the reverse), kind of device, corpus and budget (training
+// steps, batch, seq_len and accum: a learning rate may differ; with no such baseline the group gets
+// no difference and a "baseline_note" saying why): the one whose model is nearest the group's, every field but the variant's own
 // (variant, α, β, λ, ρ, source layer, strategy) compared (gqa-skipv1 against gqa,
 // mla-skipv1 against mla, skipv1 with RoPE against vanilla with RoPE), then one
 // of that name (skipv1 for skipv1-pooling, both of the variant skipv1), then one
@@ -24,9 +27,9 @@
 // mean of steps s − window + 1 … s, fewer at the start) or forward (the mean of
 // steps s … s + window − 1, fewer at the end: the smoothing issue 28 reports for
 // the papers' released relative-loss plots, there with window 100), and the baseline's smoothed curve of
-// the same seed (or, without one, the mean of the baseline's seeds) is
-// subtracted step by step; a group's curve is the mean over its seeds with the
-// standard deviation as a band. (The validation losses logged during training
+// the same seed is subtracted step by step; a group's curve is the mean over the
+// seeds paired with the baseline's (those of the differences; "relative_curve_seeds"
+// counts them), with the standard deviation as a band. (The validation losses logged during training
 // are read, to refuse a cut log, but not compared as curves: only the final one is.)
 #pragma once
 

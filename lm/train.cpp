@@ -481,6 +481,12 @@ results::Value train_language_model(const RunOptions& o, const TrainData& data, 
   results::Value out = results::Value::object();
   out.set("model", config_value(o.model));
   out.set("data", data.source);
+  // The tokens' hashes (the checkpoint's run.train_hash and data.validation_hash): what lm compare
+  // reads to tell corpora apart, whatever their names or paths.
+  results::Value hashes = results::Value::object();
+  hashes.set("train", run_identity(o, data).at("run.train_hash"));
+  hashes.set("validation", validation_hash(data));
+  out.set("data_hashes", hashes);
   out.set("seed", o.seed);
   if (o.init_from) out.set("from", initial_checkpoint_value(*o.init_from, run.from));  // absent: a fresh start
   results::Value loop = results::Value::object();
@@ -503,6 +509,7 @@ results::Value train_language_model(const RunOptions& o, const TrainData& data, 
                                    : results::Value());
   out.set("seconds", now() - t0);
   out.set("device", backend.description());
+  out.set("qkvlab_version", QKVLAB_VERSION);
   out.set("command_line", o.command_line);
   write_bytes_atomically(o.out / "run.json", "JSON", out.json());
   return out;

@@ -17,10 +17,17 @@ namespace qkvlab::reproduce {
 
 namespace fs = std::filesystem;
 
-std::string recipe_text(const lm::RunOptions& run, const lm::TrainData& data) {
+std::string device_kind(engine::Device device) { return device == engine::Device::cuda ? "cuda" : "cpu"; }
+
+std::string device_kind(const std::string& description) { return description.substr(0, description.find(' ')); }
+
+std::string recipe_text(const lm::RunOptions& run, const lm::TrainData& data, engine::Device device) {
   std::map<std::string, std::string> all = lm::to_metadata(run.model);
   for (const auto& [key, value] : lm::run_identity(run, data))
     if (!value.empty()) all[key] = value;  // an empty entry (no --from) is the same as an absent one
+  // The kind of device only when not the CPU, so that the CPU's entries keep their names (as
+  // run.products only when not float32); its threads are not in it (bit-identical at any count).
+  if (device != engine::Device::cpu) all["run.device"] = device_kind(device);
   std::string text;
   for (const auto& [key, value] : all) text += key + "=" + value + "\n";
   return text;
@@ -31,8 +38,9 @@ std::string recipe_hash(const std::string& text) { return hex64(fnv1a64(text)); 
 namespace {
 
 // What a cache entry's checkpoint records, read once: the recipe it was trained with (empty when the
-// entry is not a finished run: no run.json, no checkpoint, or stopped before the last step) and the
-// checkpoint's metadata (empty without a checkpoint).
+// entry is not a finished run: no run.json, no checkpoint, or stopped before the last step), with the
+// kind of device run.json names when not the CPU (as recipe_text), and the checkpoint's metadata
+// (empty without a checkpoint).
 struct Recorded {
   std::string recipe;
   std::map<std::string, std::string> metadata;
@@ -47,6 +55,10 @@ Recorded recorded_entry(const fs::path& dir) {
     if (key.rfind("run.", 0) == 0 && !value.empty()) all[key] = value;
   const auto step = ck.metadata.find("step"), steps = ck.metadata.find("run.steps");
   if (step == ck.metadata.end() || steps == ck.metadata.end() || step->second != steps->second) return r;
+  const results::Value run = read_json_file(dir / "run.json");
+  const results::Value* device = run.find("device");
+  if (!device || device->kind() != results::Value::Kind::string) return r;  // no device named: not what a recipe made
+  if (const std::string kind = device_kind(device->string()); kind != "cpu") all["run.device"] = kind;
   for (const auto& [key, value] : all) r.recipe += key + "=" + value + "\n";
   return r;
 }
@@ -100,7 +112,7 @@ std::string stale_reason(const fs::path& dir, const std::string& text, const lm:
   try {
     lm::verify_files_manifest(dir, dir / "cache.json", "the entry was changed after its training");
     const Recorded recorded = recorded_entry(dir);
-    if (recorded.recipe != text) return "unfinished, or made by another recipe";
+    if (recorded.recipe != text) return "unfinished, or made by another recipe (or on another kind of device)";
     const auto validation = recorded.metadata.find("data.validation_hash");
     if (validation == recorded.metadata.end() || validation->second != lm::validation_hash(data))
       return "validated on other tokens than this corpus's validation split";
@@ -129,7 +141,7 @@ void refuse_foreign_files(const fs::path& dir) {
 }  // namespace
 
 Trained train_or_reuse(const Context& c, const Recipe& r, const lm::TrainData& data) {
-  const std::string text = recipe_text(r.run, data);
+  const std::string text = recipe_text(r.run, data, c.options.device);
   const std::string label = r.name + "-s" + std::to_string(r.run.seed);
   const fs::path dir = c.options.work / (label + "-" + recipe_hash(text));
   fs::create_directories(c.options.work);

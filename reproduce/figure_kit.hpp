@@ -67,13 +67,17 @@ class Session {
   // n validation sequences of T tokens chosen by the options' seed (analysis::choose_sequences): the
   // same for every replicate seed, so the replicates' differences are paired.
   lm::TokenSequences sequences(int T);
+  // The sequences each analysis length got, [{length, sequences}] by length: the options' number, or
+  // all the validation split holds when that is fewer (the JSON's sequences_analysed).
+  results::Value sequences_analysed() const;
   analysis::Report analyze(const std::string& name, analysis::Kind kind, analysis::Options o, int T);
   void progress(const std::string& stage, const std::string& unit, std::int64_t done, std::int64_t total,
                 const std::string& extra = "") const {
     if (c_.progress) c_.progress(stage, unit, done, total, extra);
   }
   const Options& options() const { return c_.options; }
-  // The runs used, for the JSON: name → directory, reused, final validation loss, command.
+  // The runs used, for the JSON: name → directory, reused, final validation loss, command, the device
+  // the run was trained on and qkvlab's version then (its run.json's).
   results::Value runs() const;
 
  private:
@@ -87,6 +91,7 @@ class Session {
     Trained trained;
   };
   std::map<std::string, Used> trained_;  // "vanilla" at the options' seed, "vanilla-s2" at another
+  std::map<int, std::int64_t> analysed_;  // T → the sequences chosen
 };
 
 // ---- small renderings ----------------------------------------------------------------------------------

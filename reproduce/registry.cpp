@@ -129,11 +129,42 @@ const Figure& find_figure(const std::string& name) {
   throw UsageError("unknown figure \"" + name + "\" (known: " + known + ")");
 }
 
+namespace {
+
+// Whether `path` is `dir` or inside it (both as absolute paths with links resolved where they exist).
+bool is_within(const fs::path& path, const fs::path& dir) {
+  std::error_code error;
+  const fs::path p = fs::weakly_canonical(fs::absolute(path), error).lexically_normal();
+  const fs::path d = fs::weakly_canonical(fs::absolute(dir), error).lexically_normal();
+  auto pi = p.begin(), di = d.begin();
+  for (; di != d.end(); ++di, ++pi) {
+    if (di->empty()) continue;  // a trailing separator
+    if (pi == p.end() || *pi != *di) return false;
+  }
+  return true;
+}
+
+// The output directory may hold only this figure's files: not the corpus's or the cache's directory
+// (or a directory inside them), nor another figure's outputs (its FIGURE.json), whose README.md and
+// tables this figure's would replace. A UsageError before any work.
+void refuse_output_directory(const Context& c, const std::string& name, const fs::path& out) {
+  for (const auto& [dir, what] : {std::pair{c.options.data, "the corpus (--data)"}, std::pair{c.options.work, "the checkpoint cache (--work)"}})
+    if (is_within(out, dir))
+      throw UsageError("--out " + out.string() + " is inside " + what + " " + dir.string() + ": give a directory of its own");
+  for (const Figure& f : figures())
+    if (f.name != name && fs::exists(out / (f.name + ".json")))
+      throw UsageError("--out " + out.string() + " holds " + f.name + "'s outputs (" + f.name +
+                       ".json), which " + name + "'s README.md and tables would replace: give a directory of its own");
+}
+
+}  // namespace
+
 Result run_figure(const Context& context, const Figure& figure, const fs::path& dir) {
   const std::string& name = figure.name;
   const auto& all = registered();
   const auto entry = std::find_if(all.begin(), all.end(), [&](const auto& e) { return e.first.name == name; });
   if (entry == all.end()) throw UsageError("unknown figure \"" + name + "\"");
+  refuse_output_directory(context, name, dir);
   Session session(context);
   const Output out = made(*entry->second, session);
 
@@ -143,7 +174,8 @@ Result run_figure(const Context& context, const Figure& figure, const fs::path& 
   v.set("paper", figure.paper);
   v.set("seed", context.options.seed);
   v.set("steps", context.options.steps > 0 ? Value(context.options.steps) : Value("recipe"));
-  v.set("sequences", context.options.sequences);
+  v.set("sequences", context.options.sequences);  // asked for (--sequences)
+  v.set("sequences_analysed", session.sequences_analysed());
   v.set("device", session.backend().description());
   v.set("runs", session.runs());
   v.set("results", out.value);
@@ -153,8 +185,13 @@ Result run_figure(const Context& context, const Figure& figure, const fs::path& 
   std::string readme = "# " + name + "\n\n" + figure.remakes + ".\n\n## The paper's figure\n\n" + figure.paper +
                        "\n\n## Remade here\n\n";
   for (const auto& d : out.drawn) readme += "![" + d.figure.title + "](" + d.stem + ".png)\n\n";
-  readme += "Numbers (also in " + name + ".json):\n\n" + out.notes + "\n" + verdict_section(v) + "\n\nCommand: `" +
-            context.options.command_line + "`\n";
+  readme += "Numbers (also in " + name + ".json):\n\n" + out.notes + "\n";
+  for (const Value& a : v["sequences_analysed"].items())
+    if (a["sequences"].number() < double(context.options.sequences))
+      readme += "Analysed " + std::to_string(std::int64_t(a["sequences"].number())) + " validation sequences of " +
+                std::to_string(std::int64_t(a["length"].number())) + " tokens: all the split holds (--sequences asked for " +
+                std::to_string(context.options.sequences) + ").\n\n";
+  readme += verdict_section(v) + "\n\nCommand: `" + context.options.command_line + "`\n";
 
   fs::create_directories(dir);
   StagedFiles files;  // every file of the figure: all or none

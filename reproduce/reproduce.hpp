@@ -10,7 +10,8 @@
 // Trained checkpoints live in a cache directory (`work`), one entry per recipe:
 // work/LABEL-sSEED-HASH/ is an `lm train` run directory, HASH the FNV-1a hash of the recipe —
 // the model configuration (lm::to_metadata) and every setting that changes the numbers
-// (lm::run_identity: seed, batch, schedule, the training tokens' hash). An entry is reused only
+// (lm::run_identity: seed, batch, schedule, the training tokens' hash), and the kind of device
+// when it is not the CPU (CPU and GPU runs are not bit-identical; threads are). An entry is reused only
 // when its checkpoint's recorded metadata equals the recipe, its run finished (run.json), and its
 // files are those its training wrote: ENTRY/cache.json, written when the training ends, records
 // the size and checksum of run.json, train.csv, validation.csv and checkpoint/manifest.json (which
@@ -41,7 +42,7 @@ struct Options {
   std::int64_t steps = 0;       // 0: each recipe's own; N: every training, probe and synthetic run takes N steps
   std::int64_t sequences = 64;  // validation sequences per analysis
   int threads = 0;              // CPU threads (0: all cores)
-  engine::Device device = engine::Device::cpu;
+  engine::Device device = engine::Device::cpu;  // the backends' (Context::backend): its kind keys the cache
   std::string command_line;
 };
 
@@ -87,8 +88,9 @@ const std::vector<std::string>& recipe_names();
 // A JSON file (a run's run.json, a figure's FIGURE.json) as a Value; UsageError naming the file.
 results::Value read_json_file(const std::filesystem::path& path);
 
-// The recipe's key: "key=value" lines of its configuration and run identity (sorted), and its hash.
-std::string recipe_text(const lm::RunOptions& run, const lm::TrainData& data);
+// The recipe's key: "key=value" lines of its configuration and run identity (sorted), with
+// "run.device=cuda" for a training on the GPU (none on the CPU, whatever its threads), and its hash.
+std::string recipe_text(const lm::RunOptions& run, const lm::TrainData& data, engine::Device device = engine::Device::cpu);
 std::string recipe_hash(const std::string& text);  // 16 hex digits
 
 struct Trained {
@@ -140,7 +142,10 @@ struct Result {
 };
 
 // Runs `figure` (an entry of figures(), e.g. from find_figure; UsageError for another name) and
-// writes its files into `out` (created), all or none.
+// writes its files into `out` (created), all or none. An `out` that is, or is inside, the corpus
+// (options.data) or the cache (options.work), or that holds another figure's outputs (OTHER.json),
+// is a UsageError before any work. FIGURE.json records the sequences asked for (`sequences`) and
+// those each analysis length got (`sequences_analysed`: fewer when the validation split holds fewer).
 Result run_figure(const Context& context, const Figure& figure, const std::filesystem::path& out);
 
 // ---- the verdicts (verdicts.cpp) ---------------------------------------------------------------------
@@ -149,10 +154,11 @@ Result run_figure(const Context& context, const Figure& figure, const std::files
 // (results/verdict.hpp) on the quantity measured from its FIGURE.json value `json`.
 results::Verdict judge_figure(const std::string& figure, const results::Value& json);
 // `json` with the verdict's fields (claim, quantity, uncertainty, rule, verdict) before its
-// command_line, replacing any it had.
+// command_line, replacing any it had; and a "caveat" when its steps are a number (--steps) rather than
+// "recipe": a smoke run, whose verdict does not judge the recipe.
 results::Value with_verdict(const std::string& figure, const results::Value& json);
 // The README's verdict section of a judged FIGURE.json value: "## Verdict", then the claim, the
-// verdict and the rule in one paragraph.
+// verdict and the rule in one paragraph (ending with the caveat of a smoke run).
 std::string verdict_section(const results::Value& judged);
 // Recomputes the verdict of OUTPUTS/FIGURE/FIGURE.json from its own results and rewrites the file
 // with it, and the verdict section of its README.md (both or neither; a README made before verdicts

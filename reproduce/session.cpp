@@ -26,8 +26,21 @@ std::unique_ptr<lm::Model<float>> Session::model(const std::string& name) { retu
 
 lm::TokenSequences Session::sequences(int T) {
   const std::vector<std::int32_t>& v = data().validation;
-  return analysis::choose_sequences(lm::token_sequences(v, std::int64_t(v.size()), 0, T, 0), c_.options.sequences,
-                                    c_.options.seed);
+  lm::TokenSequences chosen = analysis::choose_sequences(lm::token_sequences(v, std::int64_t(v.size()), 0, T, 0),
+                                                         c_.options.sequences, c_.options.seed);
+  analysed_[T] = chosen.sequences;  // all there are when fewer than asked
+  return chosen;
+}
+
+Value Session::sequences_analysed() const {
+  Value v = Value::array();
+  for (const auto& [T, n] : analysed_) {
+    Value one = Value::object();
+    one.set("length", std::int64_t(T));
+    one.set("sequences", n);
+    v.push(one);
+  }
+  return v;
 }
 
 analysis::Report Session::analyze(const std::string& name, analysis::Kind kind, analysis::Options o, int T) {
@@ -52,6 +65,9 @@ Value Session::runs() const {
                         (c_.options.steps > 0 ? " --steps " + std::to_string(c_.options.steps) : ""));
     r.set("final_validation_loss", t.run["final_validation_loss"]);
     r.set("seconds", t.run["seconds"]);
+    // Where the run was trained (its run.json's, not this session's backend: a reused entry may be
+    // another process's) and by which qkvlab (null for an entry trained before run.json recorded it).
+    for (const char* key : {"device", "qkvlab_version"}) r.set(key, t.run.find(key) ? *t.run.find(key) : Value());
     v.set(key, r);
   }
   return v;

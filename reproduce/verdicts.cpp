@@ -410,12 +410,27 @@ results::Verdict judge_figure(const std::string& figure, const Value& json) {
   return results::judge(c.claim, c.rule, c.measure(json), c.within_over);
 }
 
+namespace {
+
+// A smoke run's caveat, from the recorded steps: a number where the recipe's ran ("recipe") means
+// --steps replaced every training's, probe's and synthetic run's steps, so the verdict reports those
+// short runs and does not judge the recipe (a run of the recipe has no caveat). Empty for a recipe run.
+std::string smoke_caveat(const Value& json) {
+  const Value* steps = json.find("steps");
+  if (!steps || steps->kind() == Value::Kind::string) return "";
+  return "smoke run: --steps " + std::to_string(std::int64_t(num(*steps))) +
+         " replaced the recipe's steps, so this verdict is of those short runs and does not judge the recipe";
+}
+
+}  // namespace
+
 Value with_verdict(const std::string& figure, const Value& json) {
-  const Value verdict = judge_figure(figure, json).to_value();
+  Value verdict = judge_figure(figure, json).to_value();
+  if (const std::string caveat = smoke_caveat(json); !caveat.empty()) verdict.set("caveat", caveat);
   Value out = Value::object();
   for (std::size_t k = 0; k < json.keys().size(); ++k) {
     const std::string& key = json.keys()[k];
-    if (verdict.find(key)) continue;  // replaced below
+    if (verdict.find(key) || key == "caveat") continue;  // replaced below (a caveat only where the steps call for one)
     if (key == "command_line")
       for (const std::string& v : verdict.keys()) out.set(v, verdict[v]);
     out.set(key, json.items()[k]);
@@ -439,8 +454,9 @@ Value judged_file(const std::string& figure, const fs::path& path) {
 }  // namespace
 
 std::string verdict_section(const Value& judged) {
+  const Value* caveat = judged.find("caveat");
   return "## Verdict\n\n" + judged["claim"].string() + ": **" + judged["verdict"].string() + "** (" +
-         judged["rule"].string() + ").";
+         judged["rule"].string() + ")." + (caveat ? " Note — " + caveat->string() + "." : "");
 }
 
 Value rejudge(const Figure& figure, const fs::path& outputs) {
@@ -519,7 +535,8 @@ std::string verdicts_markdown(const fs::path& outputs) {
       if (!j.find(key)) throw UsageError(path.string() + ": no \"" + key + "\" (run 'qkvlab reproduce --verdicts')");
     const Value& q = j["quantity"];
     table += "| " + f.name + " | " + j["claim"].string() + " | " + q["name"].string() + " " + q["claimed"].string() +
-             " | " + measured_text(j) + " | **" + j["verdict"].string() + "** |\n";
+             " | " + measured_text(j) + " | **" + j["verdict"].string() + "**" +
+             (j.find("caveat") ? " (smoke run: not the recipe)" : "") + " |\n";
     const auto same = std::find_if(rules.begin(), rules.end(), [&](const auto& r) { return r.first == j["rule"].string(); });
     if (same == rules.end()) rules.push_back({j["rule"].string(), f.name});
     else same->second += ", " + f.name;

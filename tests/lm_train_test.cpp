@@ -457,7 +457,8 @@ TEST(LmCompare, BaselineByRunName) {
 void write_run(const fs::path& dir, const std::string& variant, const std::string& training, int seed, double final,
                int kv_heads = 4, const std::string& device = "cpu (1 thread, OpenBLAS)",
                const std::string& strategy = "second-half", const std::string& from = "",
-               const std::string& from_step = "") {
+               const std::string& from_step = "", const std::string& data = R"x("brown (data/brown)")x",
+               const std::string& data_hashes = R"({"train": "11", "validation": "22"})") {
   fs::create_directories(dir);
   const std::string step_member = from_step.empty() ? "" : R"(, "step": ")" + from_step + "\"";
   const std::string from_member =
@@ -466,7 +467,8 @@ void write_run(const fs::path& dir, const std::string& variant, const std::strin
                                   << R"(", "alpha": 0.5, "beta": 0.5, "lambda": 0.4, "skip_ratio": 0.5, )"
                                   << R"("source_layer": 1, "strategy": ")" << strategy
                                   << R"(", "mla": false, "heads": 4, "kv_heads": )" << kv_heads << R"(}, "training": {)"
-                                  << training << R"x(}, "data": "brown (data/brown)", "device": ")x" << device
+                                  << training << R"(}, "data": )" << data
+                                  << (data_hashes.empty() ? "" : R"(, "data_hashes": )" + data_hashes) << R"(, "device": ")" << device
                                   << R"(", "seed": )" << seed << from_member << R"(, "final_validation_loss": )" << final << "}\n";
   const std::size_t at = training.find("\"steps\": ") + 9;
   const int steps = std::stoi(training.substr(at));
@@ -478,8 +480,9 @@ void write_run(const fs::path& dir, const std::string& variant, const std::strin
 
 // A group's baseline has its products: a float32 variant is measured against float32 vanilla runs,
 // though bf16 vanilla runs are listed first and are more; among those, the vanilla runs trained as the
-// variant was, though another float32 group has more runs. Controls: without that group the float32
-// variant is measured against the other float32 one, and without any float32 vanilla it has none.
+// variant was, though another float32 group has more runs. Without that group the float32 variant has
+// none: the other float32 vanilla runs were trained longer (another budget). Control: without any
+// float32 vanilla it has none either.
 TEST(LmCompare, TheBaselineHasTheGroupsProducts) {
   ScratchDir dir;
   const std::string f32 = R"("steps": 2)", f32_longer = R"("steps": 3)", bf16 = R"("steps": 2, "products": "bf16")";
@@ -507,10 +510,147 @@ TEST(LmCompare, TheBaselineHasTheGroupsProducts) {
   const auto all = deltas({bf16_vanilla, longer_vanilla, f32_vanilla, variants});
   EXPECT_DOUBLE_EQ(all.at(false), -0.25);  // 2.75 − 3.0, not 2.75 − 5.0 (bf16) nor 2.75 − 4.0 (trained longer)
   EXPECT_DOUBLE_EQ(all.at(true), -0.5);    // 4.5 − 5.0
-  EXPECT_DOUBLE_EQ(deltas({bf16_vanilla, longer_vanilla, variants}).at(false), -1.25);
+  EXPECT_TRUE(std::isnan(deltas({bf16_vanilla, longer_vanilla, variants}).at(false)))
+      << "a 2-step variant was measured against 3-step vanilla runs";
   const auto no_f32 = deltas({bf16_vanilla, variants});
   EXPECT_TRUE(std::isnan(no_f32.at(false))) << "a float32 variant was measured against bf16 runs";
   EXPECT_DOUBLE_EQ(no_f32.at(true), -0.5);
+}
+
+// A baseline was trained with the group's budget and data shape (steps, batch, seq_len, accum): a
+// 3-step variant is not measured against 30-step vanilla runs (its loss would be "worse" by the
+// training it missed) and gets no difference, no verdict, and a note naming what differs. Controls:
+// vanilla runs of 3 steps are its baseline, and so are vanilla runs at another learning rate (a
+// variant's own learning rate, Q-identity's, is part of what it is); each budget field alone refuses.
+TEST(LmCompare, ABaselineWasTrainedWithTheGroupsBudget) {
+  ScratchDir dir;
+  const std::string three = R"("steps": 3, "batch": 16, "seq_len": 128, "accum": 1, "lr": 0.002)";
+  auto compared = [&](const std::string& name, const std::string& vanilla_training) {
+    std::vector<fs::path> runs;
+    for (int seed : {1, 2}) {
+      const std::string s = std::to_string(seed);
+      write_run(runs.emplace_back(dir.path / name / ("vanilla-s" + s)), "vanilla", vanilla_training, seed, 3.0 + 0.01 * seed);
+      write_run(runs.emplace_back(dir.path / name / ("resformer-s" + s)), "resformer", three, seed, 4.0);
+    }
+    CompareOptions o;
+    o.claim = results::Sense::greater;
+    const results::Value c = compare_runs(runs, o);
+    for (const auto& g : c["groups"].items())
+      if (g["variant"].string() == "resformer") return g;
+    ADD_FAILURE() << "no resformer group";
+    return results::Value();
+  };
+  const results::Value longer = compared("longer", R"("steps": 30, "batch": 16, "seq_len": 128, "accum": 1, "lr": 0.002)");
+  EXPECT_EQ(longer["baseline"].kind(), results::Value::Kind::null);
+  EXPECT_TRUE(std::isnan(longer["delta_vs_baseline_mean"].number()));
+  EXPECT_EQ(longer["paired_seeds"].number(), 0);
+  EXPECT_EQ(longer.find("verdict"), nullptr);
+  EXPECT_EQ(longer.find("final_relative_train_loss"), nullptr);
+  ASSERT_NE(longer.find("baseline_note"), nullptr);
+  EXPECT_NE(longer["baseline_note"].string().find("steps 30 (here 3)"), std::string::npos) << longer["baseline_note"].string();
+  for (const auto& [name, training] : {std::pair{"batch", R"("steps": 3, "batch": 8, "seq_len": 128, "accum": 1, "lr": 0.002)"},
+                                       std::pair{"seq", R"("steps": 3, "batch": 16, "seq_len": 64, "accum": 1, "lr": 0.002)"},
+                                       std::pair{"accum", R"("steps": 3, "batch": 16, "seq_len": 128, "accum": 2, "lr": 0.002)"}}) {
+    const results::Value g = compared(name, training);
+    EXPECT_EQ(g["baseline"].kind(), results::Value::Kind::null) << name;
+    EXPECT_NE(g.find("baseline_note"), nullptr) << name;
+  }
+  for (const auto& [name, training] : {std::pair<std::string, std::string>{"same", three},
+                                       std::pair<std::string, std::string>{"lr", R"("steps": 3, "batch": 16, "seq_len": 128, "accum": 1, "lr": 0.004)"}}) {
+    const results::Value g = compared(name, training);
+    EXPECT_EQ(g["baseline"].string(), "gpt2 vanilla") << name;
+    EXPECT_NEAR(g["delta_vs_baseline_mean"].number(), 4.0 - 3.015, 1e-12) << name;
+    EXPECT_EQ(g["paired_seeds"].number(), 2) << name;
+    EXPECT_NE(g.find("verdict"), nullptr) << name;
+    EXPECT_EQ(g.find("baseline_note"), nullptr) << name;
+  }
+}
+
+// The relative curves pair seeds as the final losses do: a seed the baseline lacks is left out of
+// both (it was measured against the baseline's other seeds' curves before), and the count is recorded.
+// Control: with the baseline's seed 2 present, both seeds are in the curve.
+TEST(LmCompare, TheRelativeCurveIsOfThePairedSeedsOnly) {
+  ScratchDir dir;
+  const std::string trained = R"("steps": 4)";
+  // train.csv's loss at step s is final + (steps − s)/steps: the relative curve's last point is final − final.
+  write_run(dir.path / "vanilla-s1", "vanilla", trained, 1, 3.0);
+  write_run(dir.path / "resformer-s1", "resformer", trained, 1, 2.5);
+  write_run(dir.path / "resformer-s2", "resformer", trained, 2, 2.0);
+  const auto group = [&](const std::vector<fs::path>& runs) {
+    CompareOptions o;
+    o.window = 1;
+    const fs::path csv = dir.path / "rel.csv";
+    o.csv = csv;
+    const results::Value c = compare_runs(runs, o);
+    for (const auto& g : c["groups"].items())
+      if (g["variant"].string() == "resformer") return std::pair{g, read_file(csv)};
+    ADD_FAILURE() << "no resformer group";
+    return std::pair{results::Value(), std::string()};
+  };
+  const auto [one, one_csv] = group({dir.path / "vanilla-s1", dir.path / "resformer-s1", dir.path / "resformer-s2"});
+  EXPECT_EQ(one["paired_seeds"].number(), 1);
+  EXPECT_EQ(one["relative_curve_seeds"].number(), 1);
+  EXPECT_DOUBLE_EQ(one["delta_vs_baseline_mean"].number(), -0.5);
+  EXPECT_DOUBLE_EQ(one["final_relative_train_loss"].number(), -0.5);  // seed 1's alone, not (−0.5 − 1.0)/2
+  EXPECT_NE(one_csv.find("\n4,-0.5,"), std::string::npos) << one_csv;
+  write_run(dir.path / "vanilla-s2", "vanilla", trained, 2, 2.25);
+  const auto [two, two_csv] = group({dir.path / "vanilla-s1", dir.path / "vanilla-s2", dir.path / "resformer-s1", dir.path / "resformer-s2"});
+  EXPECT_EQ(two["relative_curve_seeds"].number(), 2);
+  EXPECT_DOUBLE_EQ(two["final_relative_train_loss"].number(), -0.375);  // (−0.5 − 0.25)/2
+  EXPECT_NE(two_csv.find("\n4,-0.375,"), std::string::npos) << two_csv;
+}
+
+// Runs are of one corpus when their tokens' hashes are (run.json's data_hashes, else the checkpoint's
+// run.train_hash and data.validation_hash), whatever run.json's "data" name says: two corpora both
+// named "brown" are not replicates of one another, and one corpus under a path with a space is one.
+// Runs that record no hashes (older run.json, no checkpoint) are told apart by the corpus's recorded
+// n-gram baselines; a run with neither is refused. Controls: the same hashes under other paths group.
+TEST(LmCompare, ACorpusIsItsTokensNotItsName) {
+  ScratchDir dir;
+  const std::string trained = R"("steps": 2)", a = R"({"train": "11", "validation": "22"})",
+                    b = R"({"train": "33", "validation": "22"})";
+  auto groups = [&](const std::vector<fs::path>& runs) {
+    std::map<std::string, std::pair<std::int64_t, double>> out;  // label → runs, delta
+    const results::Value c = compare_runs(runs, {});
+    for (const auto& g : c["groups"].items())
+      out[g["label"].string()] = {std::int64_t(g["runs"].number()), g["delta_vs_baseline_mean"].number()};
+    return out;
+  };
+  std::vector<fs::path> runs;
+  write_run(runs.emplace_back(dir.path / "v" / "vanilla-s1"), "vanilla", trained, 1, 3.0, 4, "cpu (1 thread, OpenBLAS)",
+            "second-half", "", "", R"x("brown (data/brown)")x", a);
+  write_run(runs.emplace_back(dir.path / "v" / "vanilla-s2"), "vanilla", trained, 2, 3.0, 4, "cpu (2 threads, OpenBLAS)",
+            "second-half", "", "", R"x("brown (my data/brown)")x", a);  // a path with a space: the same corpus
+  write_run(runs.emplace_back(dir.path / "r" / "resformer-s1"), "resformer", trained, 1, 2.0, 4, "cpu (1 thread, OpenBLAS)",
+            "second-half", "", "", R"x("brown (other/brown)")x", b);  // other training tokens, also "brown"
+  const auto split = groups(runs);
+  ASSERT_EQ(split.size(), 2u);
+  EXPECT_EQ(split.at("gpt2 vanilla").first, 2);
+  EXPECT_TRUE(std::isnan(split.at("gpt2 resformer alpha=0.5 beta=0.5").second)) << "measured against another corpus";
+  // Control: the resformer run on the vanilla runs' tokens is measured against them.
+  write_run(dir.path / "r2" / "resformer-s1", "resformer", trained, 1, 2.0, 4, "cpu (1 thread, OpenBLAS)", "second-half", "",
+            "", R"x("brown (other/brown)")x", a);
+  EXPECT_DOUBLE_EQ(groups({runs[0], runs[1], dir.path / "r2" / "resformer-s1"}).at("gpt2 resformer alpha=0.5 beta=0.5").second, -1.0);
+  // Without hashes: the corpus's baselines (as run.json records them) tell the corpora apart.
+  auto without_hashes = [&](const fs::path& run, const std::string& unigram) {
+    std::string json = read_file(run / "run.json");
+    const std::size_t at = json.find(R"("data_hashes")"), end = json.find('}', at);
+    json.replace(at, end + 3 - at, R"("baselines": {"train_tokens": 100, "validation_positions": 10, "unigram_nats": )" + unigram +
+                                      R"(, "bigram_nats": 5, "bigram_lambda": 0.5}, )");
+    std::ofstream(run / "run.json", std::ios::trunc) << json;
+  };
+  without_hashes(runs[0], "6.5"), without_hashes(runs[1], "6.5"), without_hashes(runs[2], "6.25");
+  EXPECT_EQ(groups(runs).size(), 2u);
+  EXPECT_EQ(groups(runs).at("gpt2 vanilla").first, 2);
+  {  // control: the same baselines, the same corpus
+    std::string json = read_file(runs[2] / "run.json");
+    json.replace(json.find("6.25"), 4, "6.5");
+    std::ofstream(runs[2] / "run.json", std::ios::trunc) << json;
+  }
+  EXPECT_DOUBLE_EQ(groups(runs).at("gpt2 resformer alpha=0.5 beta=0.5").second, -1.0);
+  write_run(dir.path / "bare" / "vanilla-s3", "vanilla", trained, 3, 3.0, 4, "cpu (1 thread, OpenBLAS)", "second-half", "", "",
+            R"x("brown (data/brown)")x", "");
+  EXPECT_THROW(compare_runs({runs[0], dir.path / "bare" / "vanilla-s3"}, {}), UsageError);
 }
 
 // Of several baselines, each group gets the one whose model is nearest its own, on its kind of device:

@@ -47,6 +47,11 @@ void write_corpus(const fs::path& dir, std::uint32_t seed) {
   test_support::write_corpus_manifest(dir);
 }
 
+std::string file_text(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
 reproduce::Context quick(const fs::path& data, const fs::path& work, std::int64_t steps) {
   reproduce::Context c;
   c.options.data = data, c.options.work = work, c.options.steps = steps, c.options.sequences = 2;
@@ -185,6 +190,58 @@ TEST(Reproduce, CacheIsReusedForTheSameRecipeAndNeverForAnother) {
   EXPECT_TRUE(fs::exists(first.dir / "NOTES.txt"));
 }
 
+// The cache keys a training by the kind of device it ran on: CPU and GPU trainings are not
+// bit-identical, so an entry whose run.json says it was trained on CUDA (simulated here: run.json's
+// device edited and the entry recorded again, self-consistent) is trained again for a CPU figure, and
+// a CUDA figure's recipe has a name of its own. Controls: the untouched entry, and one whose device
+// names another count of CPU threads (bit-identical), are reused; the CUDA entry under the CUDA
+// recipe's name is reused by a CUDA figure.
+TEST(Reproduce, CacheIsNeverReusedAcrossKindsOfDevice) {
+  ScratchDir dir;
+  write_corpus(dir / "data", 2);
+  auto c = quick(dir / "data", dir / "work", 2);
+  const lm::TrainData data = lm::brown_data(dir / "data");
+  const auto recipe = reproduce::recipe("vanilla", 1, 2);
+  const auto first = reproduce::train_or_reuse(c, recipe, data);
+  ASSERT_TRUE(reproduce::train_or_reuse(c, recipe, data).reused);  // control
+  const std::string cpu_text = reproduce::recipe_text(recipe.run, data, engine::Device::cpu),
+                    cuda_text = reproduce::recipe_text(recipe.run, data, engine::Device::cuda);
+  EXPECT_EQ(cpu_text, reproduce::recipe_text(recipe.run, data));  // the CPU's names are kept
+  EXPECT_EQ(cpu_text.find("run.device"), std::string::npos);
+  EXPECT_NE(cuda_text.find("run.device=cuda\n"), std::string::npos);
+  EXPECT_NE(reproduce::recipe_hash(cpu_text), reproduce::recipe_hash(cuda_text));
+  auto trained_on = [&](const fs::path& entry, const std::string& device) {
+    std::string json = file_text(entry / "run.json");
+    json = std::regex_replace(json, std::regex(R"("device": "[^"]*")"), "\"device\": \"" + device + "\"");
+    std::ofstream(entry / "run.json", std::ios::trunc) << json;
+    reproduce::record_entry(entry);  // the record made again: the entry is self-consistent
+  };
+  trained_on(first.dir, "cpu (7 threads, OpenBLAS)");
+  EXPECT_TRUE(reproduce::train_or_reuse(c, recipe, data).reused) << "threads are not in the key";
+  const std::string cuda = "cuda (NVIDIA H100 80GB HBM3, cuBLAS)";
+  trained_on(first.dir, cuda);
+  const fs::path cuda_entry = dir / "cuda-copy";
+  fs::copy(first.dir, cuda_entry, fs::copy_options::recursive);
+  const auto again = reproduce::train_or_reuse(c, recipe, data);
+  EXPECT_FALSE(again.reused) << "a CUDA training was reused for a CPU figure";
+  EXPECT_EQ(again.dir, first.dir);
+  EXPECT_EQ(again.run["device"].string().substr(0, 4), "cpu ");
+  // A CUDA figure's recipe: its own name, where the CUDA entry is reused (no backend is made).
+  auto on_cuda = c;
+  on_cuda.options.device = engine::Device::cuda;
+  on_cuda.backend = []() -> std::unique_ptr<engine::Backend<float>> { throw std::runtime_error("no training expected"); };
+  const fs::path cuda_name = c.options.work / ("vanilla-s1-" + reproduce::recipe_hash(cuda_text));
+  fs::rename(cuda_entry, cuda_name);
+  const auto reused = reproduce::train_or_reuse(on_cuda, recipe, data);
+  EXPECT_TRUE(reused.reused);
+  EXPECT_EQ(reused.dir, cuda_name);
+  EXPECT_EQ(reused.run["device"].string(), cuda);
+  // ... and the CPU entry is not reused there.
+  fs::remove_all(cuda_name);
+  fs::copy(first.dir, cuda_name, fs::copy_options::recursive);
+  EXPECT_THROW(reproduce::train_or_reuse(on_cuda, recipe, data), std::runtime_error);
+}
+
 // Issue 31 item 9: an entry whose run.json or train.csv was changed after its training (an edited
 // final loss, a malformed run.json) is not reused: its record (cache.json) no longer lists the file as
 // it is, so the entry is trained again and the figures read the training's own numbers, and the note
@@ -239,6 +296,26 @@ TEST(Reproduce, ResFormerFig3ComparesThreeSeedsByTheStatedRule) {
       differences[l - 1].push_back(layers.items()[l]["eq3"].number() - layers.items()[l]["eq6"].number());
   }
   EXPECT_NE(v["seed 1"].json(), v["seed 2"].json()) << "control: another seed, another model";
+  for (const char* run : {"vanilla", "vanilla-s2", "vanilla-s3"}) {  // each run's device and qkvlab, from its run.json
+    EXPECT_EQ(r.value["runs"][run]["device"].string().substr(0, 4), "cpu ") << run;
+    EXPECT_EQ(r.value["runs"][run]["qkvlab_version"].kind(), results::Value::Kind::string) << run;
+  }
+  // The sequences analysed are recorded: the 2 asked for, or, asked for more than the validation split
+  // holds (8 of 128 tokens), all of them, the README saying so. Control: 2 sequences need no such line.
+  const auto& analysed = r.value["sequences_analysed"].items();
+  ASSERT_EQ(analysed.size(), 1u);
+  EXPECT_EQ(analysed[0]["length"].number(), 128);
+  EXPECT_EQ(analysed[0]["sequences"].number(), 2);
+  EXPECT_EQ(file_text(dir / "out" / "README.md").find("Analysed "), std::string::npos);
+  auto many = c;
+  many.options.sequences = 1000;
+  const reproduce::Result all = reproduce::run_figure(many, reproduce::find_figure("resformer-fig3"), dir / "many");
+  EXPECT_EQ(all.value["sequences"].number(), 1000);
+  ASSERT_EQ(all.value["sequences_analysed"].items().size(), 1u);
+  const std::int64_t held = (1100 - 1) / 128;  // the validation split's sequences of 128 tokens
+  EXPECT_EQ(all.value["sequences_analysed"].items()[0]["sequences"].number(), double(held));
+  EXPECT_NE(file_text(dir / "many" / "README.md").find("Analysed " + std::to_string(held) + " validation sequences of 128 tokens"),
+            std::string::npos);
   std::vector<results::Element> elements;
   for (std::size_t l = 0; l < 5; ++l) elements.push_back(results::over_replicates("layer " + std::to_string(l + 2), differences[l]));
   const results::Verdict expected = results::judge({"", "", results::Sense::greater}, results::Rule{}, elements);
@@ -275,11 +352,6 @@ TEST(ReproduceVerdicts, ResFormerFig3TheStatedRule) {
   EXPECT_EQ(figure({{0, 0.5, 0.5}, {0, 0.5, 0.51}}, {{1, 0.6, 0.7}, {1, 0.6, 0.7}}), "disagrees");
   EXPECT_EQ(figure({a3, {1, 0.5, 0.8}}, {a6, {0.5, 0.9, 0.7}}), "inconclusive");  // both signs at layer 2
   EXPECT_EQ(figure({{0, 0.9, 0.8}, {0, 0.91, 0.82}, {0, 0.92, 0.81}}, {a6, b6, c6}), "agrees");  // layer 1 does not count
-}
-
-std::string file_text(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
 // The icl figures are the `qkvlab icl` commands' runs: the command a figure records (with what --steps
@@ -344,6 +416,71 @@ TEST(ReproduceCli, RefusesAnUnknownFigureAndBadOptionsWithOneLine) {
 // Each committed README.md states its FIGURE.json's verdict (the section reproduce writes), and
 // --verdicts (rejudge) rewrites a stale one with the JSON. Control: a README whose section was
 // changed no longer states the verdict, until rejudged.
+// --out holds one figure's files: a directory holding another figure's outputs (its README.md would
+// be replaced), the corpus's or the cache's directory, or one inside them, is refused in one line
+// before any work, leaving it as it was. Control: a directory of its own is written.
+TEST(Reproduce, RefusesAnOutputDirectoryThatIsNotItsOwn) {
+  ScratchDir dir;
+  write_corpus(dir / "data", 1);
+  const auto c = quick(dir / "data", dir / "work", 2);
+  const auto table = reproduce::find_figure("skipv1-table2");
+  const fs::path other = dir / "T" / "resformer-fig3";
+  fs::create_directories(other);
+  std::ofstream(other / "resformer-fig3.json") << "{}\n";
+  std::ofstream(other / "README.md") << "fig3's\n";
+  fs::create_directories(dir / "work");
+  for (const fs::path& out : {other, dir / "data", dir / "data" / "sub", dir / "work", dir / "work" / "x" / "..", fs::path(dir / "data") / ""}) {
+    try {
+      reproduce::run_figure(c, table, out);
+      ADD_FAILURE() << out << " was accepted";
+    } catch (const UsageError& e) {
+      EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("--out"), std::string::npos) << e.what();
+    }
+    EXPECT_FALSE(fs::exists(out / "skipv1-table2.json")) << out;
+  }
+  EXPECT_EQ(file_text(other / "README.md"), "fig3's\n");
+  EXPECT_NO_THROW(reproduce::run_figure(c, table, dir / "T" / "skipv1-table2"));
+  EXPECT_NO_THROW(reproduce::run_figure(c, table, dir / "T" / "skipv1-table2"));  // its own outputs again
+  EXPECT_TRUE(fs::is_regular_file(dir / "T" / "skipv1-table2" / "skipv1-table2.json"));
+}
+
+// A smoke run (--steps N: every training's steps replaced) is judged as any run, but its verdict says
+// it does not judge the recipe: FIGURE.json's caveat, the README's verdict section and the docs table.
+// Controls: the committed figures (steps "recipe") have none, and rejudging the smoke JSON with its
+// steps set back to "recipe" drops it.
+TEST(ReproduceVerdicts, ASmokeRunsVerdictSaysItDoesNotJudgeTheRecipe) {
+  const fs::path outputs = fs::path(QKVLAB_SOURCE_DIR) / "outputs" / "reproduce";
+  const results::Value committed = reproduce::read_json_file(outputs / "skipv1-fig12" / "skipv1-fig12.json");
+  ASSERT_EQ(committed["steps"].string(), "recipe");
+  EXPECT_EQ(committed.find("caveat"), nullptr);
+  EXPECT_EQ(reproduce::verdict_section(committed).find("smoke"), std::string::npos);
+  results::Value smoke = results::Value::object();
+  for (const std::string& key : committed.keys()) smoke.set(key, key == "steps" ? results::Value(std::int64_t(20)) : committed[key]);
+  const results::Value judged = reproduce::with_verdict("skipv1-fig12", smoke);
+  ASSERT_NE(judged.find("caveat"), nullptr);
+  EXPECT_NE(judged["caveat"].string().find("--steps 20"), std::string::npos) << judged["caveat"].string();
+  EXPECT_EQ(judged["verdict"].string(), committed["verdict"].string());  // the rule's, on the same numbers
+  EXPECT_NE(reproduce::verdict_section(judged).find("does not judge the recipe"), std::string::npos);
+  results::Value back = results::Value::object();
+  for (const std::string& key : judged.keys()) back.set(key, key == "steps" ? results::Value("recipe") : judged[key]);
+  EXPECT_EQ(reproduce::with_verdict("skipv1-fig12", back).json(), committed.json());
+  // A figure made with --steps says so in its README (skipv1-table2 trains nothing).
+  ScratchDir dir;
+  const auto c = quick(dir / "data", dir / "work", 2);
+  const reproduce::Result r = reproduce::run_figure(c, reproduce::find_figure("skipv1-table2"), dir / "out");
+  EXPECT_NE(r.value.find("caveat"), nullptr);
+  EXPECT_NE(file_text(dir / "out" / "README.md").find("smoke run: --steps 2"), std::string::npos);
+  fs::create_directories(dir / "outputs");
+  for (const auto& f : reproduce::figures())
+    if (f.name != "skipv1-table2") fs::copy(outputs / f.name, dir / "outputs" / f.name, fs::copy_options::recursive);
+  fs::copy(dir / "out", dir / "outputs" / "skipv1-table2", fs::copy_options::recursive);
+  const std::string table = reproduce::verdicts_markdown(dir / "outputs");
+  EXPECT_NE(table.find("| skipv1-table2 |"), std::string::npos);
+  EXPECT_NE(table.find("(smoke run: not the recipe) |"), std::string::npos);
+  EXPECT_EQ(reproduce::verdicts_markdown(outputs).find("smoke run"), std::string::npos);  // control
+}
+
 TEST(ReproduceVerdicts, CommittedReadmesStateTheirVerdicts) {
   const fs::path outputs = fs::path(QKVLAB_SOURCE_DIR) / "outputs" / "reproduce";
   for (const auto& f : reproduce::figures()) {
