@@ -15,6 +15,7 @@
 
 
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <algorithm>
 #include <filesystem>
@@ -320,6 +321,34 @@ TEST(IclCli, TheorySweepPointsEqualSingleRunsAndBadListsExitTwo) {
     EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << args << ": " << r.out;
     EXPECT_FALSE(std::filesystem::exists(out)) << args;
   }
+}
+
+// Lemma 1's statistic is the quantity it names, ‖U − W*‖² − ‖Ŵ − W*‖² − ‖U − Ŵ‖² (= 2⟨U − Ŵ, Ŵ − W*⟩):
+// at U = 0 with the ridge form under W_0 = 3I its mean is +2σ² E⟨Ŵ_ridge, W_0 (XXᵀ + σ²I)⁻¹⟩ > 0, and
+// an independent Monte Carlo of the three norms (other prompts) agrees with it within 4 combined SE;
+// the posterior mean's is 0 (control).
+TEST(IclLemmas, Lemma1StatisticHasTheSignOfTheQuantityItNames) {
+  const Task scaled = task_with(3.0);
+  LemmaOptions ridge{20000, 4, 2, -1, Form::ridge};
+  ridge.zero_weights = true;
+  const LemmaResult r = check_lemma1(scaled, ridge, qkv::VariantKind::vanilla);
+  EXPECT_GT(r.residual.value, 10 * r.residual.se);
+  Rng rng(11, "lemma1-independent");
+  const int N = 20000;
+  double sum = 0, sum2 = 0;
+  for (int i = 0; i < N; ++i) {
+    const Prompt p = draw_prompt(scaled, rng);
+    const MatD B = p.Y * p.X.transpose();
+    const Regularized g = regularized_gram(p.X * p.X.transpose(), 0.25);
+    const MatD W = predictor(Form::ridge, B, scaled.prior_mean(), 0.5, g), U = MatD::Zero(4, 4);
+    const double v = (U - p.W).squaredNorm() - (W - p.W).squaredNorm() - (U - W).squaredNorm();
+    sum += v, sum2 += v * v;
+  }
+  const double mean = sum / N, se = std::sqrt((sum2 / N - mean * mean) / (N - 1));
+  EXPECT_LT(std::abs(mean - r.residual.value), 4 * std::hypot(se, r.residual.se)) << mean << " vs " << r.residual.value;
+  LemmaOptions posterior = ridge;
+  posterior.form = Form::posterior_mean;
+  EXPECT_TRUE(check_lemma1(scaled, posterior, qkv::VariantKind::vanilla).holds);
 }
 
 TEST(IclCli, LemmasPrintsBothPriorsSideBySide) {

@@ -120,7 +120,8 @@ LemmaResult check_lemma1(const Task& task, const LemmaOptions& o, qkv::VariantKi
   const Estimate e = scalar_mc(task, o, stream, [&](const Prompt& p) {
     const PromptView v = view(p, task, o.form);
     const MatD U = reduced_map<double>(p.X, p.Y, w.A, w.B, w.r, arch);
-    return 2 * dot(U - v.W_hat, p.W - v.W_hat);
+    // ‖U − W*‖² − ‖Ŵ − W*‖² − ‖U − Ŵ‖² = 2⟨U − Ŵ, Ŵ − W*⟩ (U − W* = (U − Ŵ) + (Ŵ − W*))
+    return 2 * dot(U - v.W_hat, v.W_hat - p.W);
   });
   return result("skipv1.lemma1", arch_name(arch), "L_k = C + E||sum_h W^h G M^h - W_D||^2 at random weights", e,
                 std::string("form ") + form_name(o.form) + (o.zero_weights ? ", U = 0" : ""));
