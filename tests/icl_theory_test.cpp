@@ -2,6 +2,7 @@
 // prompts, the token-level models against the reduced form, the posterior
 // mean against the ridge form, the Monte Carlo quantities, the lemma checks
 // with their controls, and `qkvlab icl theory|lemmas` as a user runs them.
+#include "core/errors.hpp"
 #include "core/icl/construction.hpp"
 #include "theory/skipv1_lemmas.hpp"
 #include "core/icl/models.hpp"
@@ -283,7 +284,9 @@ TEST(IclCli, TheoryJsonHasTheContractFields) {
 
 TEST(IclCli, BadInputExitsTwoWithOneLine) {
   std::vector<std::string> bad{"icl theory --sigma -1", "icl theory --d 0", "icl theory --w0 /nonexistent.npy",
-                               "icl theory --prompts 1", "icl lemmas --a 9"};
+                               "icl theory --prompts 1", "icl lemmas --a 9",
+                               // a = 0 (given, or floor(d/2) at d = 1): U = 0 and Lemma 2 vacuous, refused, not a NaN
+                               "icl lemmas --a 0", "icl lemmas --d 1", "icl lemmas --d 1 --a 1"};
   // --device cuda is a usage error on every machine: icl theory has no GPU path (docs/benchmarks.md).
   bad.insert(bad.end(), {"icl theory --device cuda", "icl theory --device cuda --d-list 2,3"});
   for (const std::string& args : bad) {
@@ -321,6 +324,21 @@ TEST(IclCli, TheorySweepPointsEqualSingleRunsAndBadListsExitTwo) {
     EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << args << ": " << r.out;
     EXPECT_FALSE(std::filesystem::exists(out)) << args;
   }
+}
+
+// The smallest copy width lemmas accept runs Lemma 2 on a nonzero map: no NaN, its identity holds
+// (control of the refusals above).
+TEST(IclCli, LemmasAtCopyWidthOneHaveNoNaN) {
+  const ShellRun r = run("icl lemmas --a 1 --prompts 2000");
+  ASSERT_EQ(r.status, 0);
+  EXPECT_EQ(r.out.find("nan"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("skipv1.lemma2"), std::string::npos);
+  // The library refuses a = 0 for Lemma 2 as well (its identity would be 0/0).
+  LemmaOptions zero_width{2000, 1, 1, 0, Form::posterior_mean};
+  EXPECT_THROW(check_lemma2(task_with(0.0), zero_width, qkv::VariantKind::vanilla), UsageError);
+  EXPECT_THROW(lemma2_identity(task_with(0.0), zero_width, qkv::VariantKind::skipv1), UsageError);
+  zero_width.a = 1;
+  EXPECT_TRUE(check_lemma2(task_with(0.0), zero_width, qkv::VariantKind::vanilla).identity->holds());
 }
 
 // Lemma 1's statistic is the quantity it names, ‖U − W*‖² − ‖Ŵ − W*‖² − ‖U − Ŵ‖² (= 2⟨U − Ŵ, Ŵ − W*⟩):

@@ -134,6 +134,11 @@ std::string lemma2_stream(qkv::VariantKind arch) {
 }
 
 RandomPoint lemma2_weights(const Task& task, const LemmaOptions& o, qkv::VariantKind arch) {
+  // At a = 0 every M^h = R^h [A; 0]/(2n) is 0, so U ≡ 0 and so are its parts: the identity is 0 = 0
+  // with no map to tie the parts to (its relative error 0/0) and the cross term is 0 by construction.
+  if (copy_width(task, o) == 0)
+    throw UsageError("lemma 2 needs a copy width a of at least 1: at a = 0 the random weights' map U is 0 and the "
+                     "statement is vacuous");
   Rng wrng(o.seed, lemma2_stream(arch) + "/weights");
   return random_point(task, copy_width(task, o), wrng);
 }
