@@ -286,7 +286,9 @@ TEST(IclCli, BadInputExitsTwoWithOneLine) {
   std::vector<std::string> bad{"icl theory --sigma -1", "icl theory --d 0", "icl theory --w0 /nonexistent.npy",
                                "icl theory --prompts 1", "icl lemmas --a 9",
                                // a = 0 (given, or floor(d/2) at d = 1): U = 0 and Lemma 2 vacuous, refused, not a NaN
-                               "icl lemmas --a 0", "icl lemmas --d 1", "icl lemmas --d 1 --a 1"};
+                               "icl lemmas --a 0", "icl lemmas --d 1", "icl lemmas --d 1 --a 1",
+                               // W_0 = 0 has no scale: refused, not ignored (as --w0-scale-list is)
+                               "icl theory --w0 zero --w0-scale 3", "icl theory --w0 zero --w0-scale 3 --d-list 2,3"};
   // --device cuda is a usage error on every machine: icl theory has no GPU path (docs/benchmarks.md).
   bad.insert(bad.end(), {"icl theory --device cuda", "icl theory --device cuda --d-list 2,3"});
   for (const std::string& args : bad) {

@@ -473,13 +473,18 @@ TEST(IclCli, BadInputExitsTwoWithOneLineAndWritesNothing) {
                                  "icl train --assumption1 --a 9 --d 4 --out " + h5.string(),
                                  "icl train --models gpt --out " + h5.string(), "icl anchor --lr -1",
                                  "icl depth --heads 3 --out " + h5.string(), "icl sweep --format xml",
-                                 "icl anchor --csv /nonexistent_dir/x.csv", "icl train --device cuda --out " + h5.string()}) {
+                                 "icl anchor --csv /nonexistent_dir/x.csv", "icl train --device cuda --out " + h5.string(),
+                                 // --a is Assumption 1's copy width: without it, refused as --learn-ab is (not ignored)
+                                 "icl train --a 2 --out " + h5.string()}) {
     const CliRun r = run(args);
     EXPECT_EQ(r.status, 2) << args;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << ": " << r.err;
     EXPECT_FALSE(std::filesystem::exists(h5)) << args;
   }
   EXPECT_EQ(run("icl anchor --steps 5 --restarts 1 --eval-samples 10 --quiet").status, 0);  // control
+  EXPECT_EQ(run("icl train --assumption1 --a 2 --models mha --steps 5 --restarts 1 --eval-samples 10 --theory-prompts 100 "
+                "--quiet").status,
+            0);  // control: --a with --assumption1
 }
 
 TEST(IclCli, JsonHasTheDocumentedFields) {
