@@ -487,6 +487,30 @@ TEST(IclCli, BadInputExitsTwoWithOneLineAndWritesNothing) {
             0);  // control: --a with --assumption1
 }
 
+// A run whose held-out loss stays finite but ends orders of magnitude above both its loss before
+// training and the zero predictor's is a diverged run: exit 3 with a one-line message, not a number
+// (lr 10 ends at a held-out loss of about 6e18). Control: the same run at the default lr exits 0.
+TEST(IclCli, FiniteDivergedRunExitsThree) {
+  const std::string args = "icl train --steps 300 --models mha --restarts 1 --eval-samples 2000 --theory-prompts 2000 --quiet";
+  const CliRun diverged = run(args + " --lr 10");
+  EXPECT_EQ(diverged.status, 3) << diverged.out;
+  EXPECT_NE(diverged.err.find("diverged"), std::string::npos) << diverged.err;
+  const CliRun normal = run(args);
+  EXPECT_EQ(normal.status, 0) << normal.err;
+}
+
+// The rule itself: more than ten times both the zero predictor's loss and the run's own starting
+// loss (a learned first layer starts near 1e6–1e9, so an untrained run is not diverged).
+TEST(IclTrain, DivergenceIsAnOrderOfMagnitudeAboveTheStartAndTheZeroPredictor) {
+  const Task t{4, 16, 0.5, {}};
+  EXPECT_DOUBLE_EQ(zero_predictor_loss(t), 17);
+  EXPECT_TRUE(diverged(t, 6.3e18, 1e6));
+  EXPECT_FALSE(diverged(t, 5e6, 1e6));    // untrained, a little above its start: not diverged
+  EXPECT_FALSE(diverged(t, 169, 16.95));  // below ten times the zero predictor's 17
+  EXPECT_TRUE(diverged(t, 171, 16.95));
+  EXPECT_TRUE(diverged(t, std::nan(""), 17));
+}
+
 TEST(IclCli, JsonHasTheDocumentedFields) {
   const qkvlab::test_support::ScratchDir scratch;
   const auto json = scratch / "report.json";

@@ -69,10 +69,16 @@ TEST(Reproduce, EveryFigureRunsEndToEndAndWritesItsFiles) {
   ScratchDir dir;
   write_corpus(dir / "data", 1);
   const auto c = quick(dir / "data", dir / "work", 2);
+  // A learned first layer at the default lr (no warmup under 10 steps) raises its held-out loss 10 to 33
+  // times in its first steps (W_0 = 0: steps 1-2; W_0 = 6I: steps 2-5) before it falls, and icl::diverged
+  // reports such a run (exit 3): icl-learned and icl-learned-w0 run at 10 steps here, and the 2-step
+  // run's refusal is checked after the loop.
+  const auto learned = quick(dir / "data", dir / "work", 10);
   for (const auto& f : reproduce::figures()) {
     SCOPED_TRACE(f.name);
     const fs::path out = dir / "out" / f.name;
-    const reproduce::Result r = reproduce::run_figure(c, f, out);
+    const bool learned_first_layer = f.name == "icl-learned" || f.name == "icl-learned-w0";
+    const reproduce::Result r = reproduce::run_figure(learned_first_layer ? learned : c, f, out);
     EXPECT_TRUE(fs::is_regular_file(out / (f.name + ".json")));
     EXPECT_TRUE(fs::is_regular_file(out / "README.md"));
     std::size_t csv = 0, png = 0;
@@ -119,6 +125,14 @@ TEST(Reproduce, EveryFigureRunsEndToEndAndWritesItsFiles) {
   for (const auto& [r, k] : seeds) expected += k;
   EXPECT_EQ(seeds.size(), reproduce::recipe_names().size());
   EXPECT_EQ(entries, expected);
+  // At 2 steps a learned first layer's run at W_0 = 6I is diverged: refused, naming it, nothing written.
+  try {
+    reproduce::run_figure(c, reproduce::find_figure("icl-learned-w0"), dir / "diverged");
+    ADD_FAILURE() << "icl-learned-w0 at 2 steps was not reported as diverged";
+  } catch (const qkvlab::NumericalError& e) {
+    EXPECT_NE(std::string(e.what()).find("training diverged"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(dir / "diverged"));
 }
 
 TEST(Reproduce, RunsOnlyRegisteredFigures) {
