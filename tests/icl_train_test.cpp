@@ -499,6 +499,22 @@ TEST(IclCli, FiniteDivergedRunExitsThree) {
   EXPECT_EQ(normal.status, 0) << normal.err;
 }
 
+// MHA's reference is a lower bound only at W_0 = 0 (the proof's Lemmas 2–4); at W_0 = 6I the printed
+// table says it is the formula's value, not a bound; at a = d it is C + E|W_D|^2, not C + C3 + c_a.
+TEST(IclCli, MhaBoundIsLabelledABoundOnlyWhereItIsOne) {
+  const std::string args = "icl train --assumption1 --models mha --steps 5 --restarts 1 --eval-samples 10 --theory-prompts 200 --quiet";
+  const CliRun w0 = run(args + " --w0-scale 6");
+  ASSERT_EQ(w0.status, 0) << w0.err;
+  EXPECT_EQ(w0.out.find("lower bound"), std::string::npos) << w0.out;
+  EXPECT_NE(w0.out.find("MHA bound formula C + E|W_D|^2 (not a bound: W_0 != 0)"), std::string::npos) << w0.out;
+  const CliRun zero = run(args);  // control
+  ASSERT_EQ(zero.status, 0) << zero.err;
+  EXPECT_NE(zero.out.find("MHA lower bound C + E|W_D|^2"), std::string::npos) << zero.out;
+  EXPECT_NE(run(args + " --a 2").out.find("MHA lower bound C + C3 + c_a"), std::string::npos);
+  const CliRun json = run(args + " --w0-scale 6 --format json");
+  EXPECT_NE(json.out.find("\"lower_bound_holds\": false"), std::string::npos) << json.out;
+}
+
 // The rule itself: more than ten times both the zero predictor's loss and the run's own starting
 // loss (a learned first layer starts near 1e6–1e9, so an untrained run is not diverged).
 TEST(IclTrain, DivergenceIsAnOrderOfMagnitudeAboveTheStartAndTheZeroPredictor) {
