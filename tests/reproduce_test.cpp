@@ -648,3 +648,58 @@ TEST(ReproduceRegistry, FiguresAreDocumentedInDocsReproduceFigures) {
     }
   }
 }
+
+// icl_train-based figures judge SkipV1 − MHA over the zero predictor's loss E‖y‖² = ‖W_0‖² + d² + dσ²
+// against a margin of 0.01 of it: two models at the zero predictor whose losses differ by rounding
+// (icl-learned's committed −4.1e-5 ± 2.1e-5, z 1.99, at E‖y‖² = 17) do not agree, they disagree (the
+// difference is resolved and far inside the margin); a separation of practical size agrees (control).
+results::Value icl_train_figure(double difference, double se, double w0_scale) {
+  results::Value d = results::Value::object(), x = results::Value::object(), r = results::Value::object(),
+                 j = results::Value::object();
+  d.set("value", difference), d.set("se", se);
+  x.set("d", std::int64_t(4)), x.set("n", std::int64_t(16)), x.set("sigma", 0.5), x.set("w0_scale", w0_scale);
+  x.set("eval_samples", std::int64_t(20000)), x.set("skipv1_minus_mha", d);
+  r.set("experiment", x), j.set("results", r);
+  return j;
+}
+
+TEST(ReproduceVerdicts, IclTrainedDifferencesNeedAPracticalMargin) {
+  for (const char* figure : {"icl-learned", "icl-learned-w0", "icl-assumption1", "icl-assumption1-w0"}) {
+    SCOPED_TRACE(figure);
+    const results::Verdict rounding = reproduce::judge_figure(figure, icl_train_figure(-4.111e-05, 2.070e-05, 0));
+    EXPECT_EQ(rounding.verdict, "disagrees");
+    ASSERT_EQ(rounding.elements.size(), 1u);
+    EXPECT_NEAR(rounding.elements[0].value, -4.111e-05 / 17, 1e-15);  // E‖y‖² = d(d + σ²) = 17
+    EXPECT_EQ(reproduce::judge_figure(figure, icl_train_figure(-11.96, 0.033, 0)).verdict, "agrees");
+    // At W_0 = 6I the scale is ‖W_0‖² + 17 = 161: −1 is 0.6% of it (disagrees), −18.5 ± 1.9 is 11% (agrees).
+    EXPECT_EQ(reproduce::judge_figure(figure, icl_train_figure(-1, 0.05, 6)).verdict, "disagrees");
+    EXPECT_EQ(reproduce::judge_figure(figure, icl_train_figure(-18.45, 1.91, 6)).verdict, "agrees");
+    EXPECT_EQ(reproduce::judge_figure(figure, icl_train_figure(-0.17, 0.1, 0)).verdict, "inconclusive");
+    EXPECT_NE(rounding.rule_text().find("0.01"), std::string::npos);
+  }
+}
+
+// icl-sweep judges each a ≥ 1 the same way, each point over its own E‖y‖² (the point's d, n, σ and
+// w0_scale): the committed a = 1 separation, −0.755 ± 0.009 (4.4% of 17), agrees; a point at a rounding-level
+// difference disagrees and decides the quantity; a = 0 (both models predict 0) is not an element.
+results::Value icl_sweep_figure(double a1_difference, double a1_se) {
+  results::Value points = results::Value::array(), x = results::Value::object(), r = results::Value::object(),
+                 j = results::Value::object();
+  for (int a = 0; a <= 2; ++a) {
+    results::Value p = results::Value::object(), d = results::Value::object();
+    d.set("value", a == 1 ? a1_difference : a == 0 ? 0.0 : -3.01), d.set("se", a == 1 ? a1_se : a == 0 ? 0.0 : 0.018);
+    p.set("d", std::int64_t(4)), p.set("n", std::int64_t(16)), p.set("sigma", 0.5), p.set("w0_scale", 0.0);
+    p.set("a", std::int64_t(a)), p.set("skipv1_minus_mha", d);
+    points.push(p);
+  }
+  x.set("points", points), r.set("experiment", x), j.set("results", r);
+  return j;
+}
+
+TEST(ReproduceVerdicts, IclSweepJudgesEachCopyWidthOverItsZeroPredictorLoss) {
+  const results::Verdict committed = reproduce::judge_figure("icl-sweep", icl_sweep_figure(-0.755, 0.00909));
+  EXPECT_EQ(committed.verdict, "agrees");
+  ASSERT_EQ(committed.elements.size(), 2u);  // a = 1, 2
+  EXPECT_NEAR(committed.elements[0].value, -0.755 / 17, 1e-12);
+  EXPECT_EQ(reproduce::judge_figure("icl-sweep", icl_sweep_figure(-4.1e-5, 2.1e-5)).verdict, "disagrees");
+}

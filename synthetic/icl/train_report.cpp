@@ -182,6 +182,7 @@ results::Value train_json(const TrainExperimentResult& r) {
   o.set("restarts", c.restarts);
   o.set("eval_samples", c.eval_samples);
   o.set("C", estimate_value(r.C));
+  o.set("zero_predictor_loss", finite(zero_predictor_loss(c.task)));
   Value runs = Value::array();
   for (const auto& run : r.runs) {
     Value v = Value::object();
@@ -324,6 +325,8 @@ results::Value sweep_json(const TrainSweep& s) {
     v.set("d", e.task.d);
     v.set("n", e.task.n);
     v.set("sigma", finite(e.task.sigma));
+    v.set("w0_scale", finite(w0_scale(e.task)));
+    v.set("zero_predictor_loss", finite(zero_predictor_loss(e.task)));
     v.set("a", e.a);
     v.set("mha_bound_holds", mha_bound_holds(e.task));
     v.set("mha_trained", estimate_value(mha.best_loss, mha.best_se));
