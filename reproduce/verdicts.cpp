@@ -240,19 +240,20 @@ std::vector<Element> icl_sweep(const Value& j) {
       e.push_back(relative_difference("a = " + std::to_string(std::int64_t(num(p["a"]))), p["skipv1_minus_mha"], p, -1));
   return e;
 }
+// The separation c_{d−1} at the tasks with W_0 = 0 only: there the MHA bound is proved (Lemmas 2–4
+// hold, icl lemmas); at W_0 = cI they fail and the bound is the formula's value, not a bound.
 std::vector<Element> icl_theory(const Value& j) {
   const Value& r = j["results"];
   auto separation = [](const Value& t, const std::string& label, std::int64_t prompts) {
     const std::size_t below = std::size_t(num(t["d"])) - 1;
     return Element{label, num(t["c_a"].items().at(below)), num(t["c_a_se"].items().at(below)), prompts, kNaN};
   };
-  std::vector<Element> e = {separation(r["theory_w0_zero"], "W_0 = 0", std::int64_t(num(r["theory_w0_zero"]["prompts"]))),
-                            separation(r["theory_w0_3I"], "W_0 = 3I", std::int64_t(num(r["theory_w0_3I"]["prompts"])))};
+  std::vector<Element> e = {separation(r["theory_w0_zero"], "W_0 = 0", std::int64_t(num(r["theory_w0_zero"]["prompts"])))};
   const std::int64_t prompts = std::int64_t(num(r["theory_sweep"]["prompts"]));
   for (const Value& p : r["theory_sweep"]["points"].items()) {
+    if (num(p["w0_scale"]) != 0) continue;
     char label[96];
-    std::snprintf(label, sizeof label, "d = %g, n = %g, σ = %g, W_0 = %g%s", num(p["d"]), num(p["n"]), num(p["sigma"]),
-                  num(p["w0_scale"]), num(p["w0_scale"]) == 0 ? "" : "I");
+    std::snprintf(label, sizeof label, "d = %g, n = %g, σ = %g, W_0 = 0", num(p["d"]), num(p["n"]), num(p["sigma"]));
     e.push_back(separation(p, label, prompts));
   }
   return e;
@@ -383,9 +384,14 @@ const std::vector<FigureClaim>& claims() {
         Sense::less, -kIclMargin},
        kPromptsMargin, "", icl_sweep},
       {"icl-theory",
-       {"MHA's bound exceeds SkipV1's value: the separation c_{d−1} is positive (SkipV1Former Theorem 1/2)",
-        "c_{d−1} = MHA bound at a = d − 1 − SkipV1 at a = d, per task", Sense::greater},
-       Rule{0.975, "Monte Carlo prompts", 2, "no training"}, "", icl_theory},
+       {"Where MHA's bound is proved (W_0 = 0: Lemmas 2–4 hold; under W_0 = 3I they fail and the W_0 = 3I tasks are not "
+        "judged) it exceeds SkipV1's value: the separation c_{d−1} is positive (SkipV1Former Theorem 1/2)",
+        "c_{d−1} = MHA bound at a = d − 1 − SkipV1 at a = d = E s_d(ΛYXᵀ)², per task at W_0 = 0", Sense::greater},
+       Rule{0.975, "Monte Carlo prompts", 2,
+            "no training; c_{d−1} is a mean of squared singular values, ≥ 0 by construction (C and C_3 cancel), so the "
+            "rule can tell a positive separation from a zero one (rank YXᵀ < d when n < d), never find it negative: "
+            "it holds by construction where it is resolved, not as a measured agreement"},
+       "", icl_theory},
       {"qwe-fdim",
        {"W_Q can be replaced with the identity in every layer: the model computes the same set of functions "
         "(Query-weight elimination, abstract and §5)",

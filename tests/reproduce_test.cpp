@@ -703,3 +703,33 @@ TEST(ReproduceVerdicts, IclSweepJudgesEachCopyWidthOverItsZeroPredictorLoss) {
   EXPECT_NEAR(committed.elements[0].value, -0.755 / 17, 1e-12);
   EXPECT_EQ(reproduce::judge_figure("icl-sweep", icl_sweep_figure(-4.1e-5, 2.1e-5)).verdict, "disagrees");
 }
+
+// icl-theory judges c_{d−1} only where the MHA bound is proved (W_0 = 0); the W_0 = 3I tasks, where
+// Lemmas 2–4 fail, are not elements. c_{d−1} is ≥ 0 by construction, which the rule states; a zero
+// separation (n < d) is not agreement (control: a resolved positive one agrees).
+results::Value icl_theory_task(double w0_scale, double separation, double se) {
+  results::Value t = results::Value::object(), c = results::Value::array(), s = results::Value::array();
+  for (int a = 0; a <= 2; ++a) c.push(a == 1 ? separation : 1.0), s.push(a == 1 ? se : 0.01);
+  t.set("d", std::int64_t(2)), t.set("n", std::int64_t(8)), t.set("sigma", 0.5), t.set("w0_scale", w0_scale);
+  t.set("prompts", std::int64_t(50000)), t.set("c_a", c), t.set("c_a_se", s);
+  return t;
+}
+results::Value icl_theory_figure(double separation_at_zero, double se_at_zero) {
+  results::Value r = results::Value::object(), sweep = results::Value::object(), points = results::Value::array(),
+                 j = results::Value::object();
+  r.set("theory_w0_zero", icl_theory_task(0, separation_at_zero, se_at_zero));
+  r.set("theory_w0_3I", icl_theory_task(3, 0.5, 0.003));
+  points.push(icl_theory_task(0, separation_at_zero, se_at_zero)), points.push(icl_theory_task(3, 0.5, 0.003));
+  sweep.set("prompts", std::int64_t(50000)), sweep.set("points", points);
+  r.set("theory_sweep", sweep), j.set("results", r);
+  return j;
+}
+
+TEST(ReproduceVerdicts, IclTheoryJudgesOnlyWhereTheBoundIsProved) {
+  const results::Verdict v = reproduce::judge_figure("icl-theory", icl_theory_figure(0.05, 0.0002));
+  EXPECT_EQ(v.verdict, "agrees");
+  ASSERT_EQ(v.elements.size(), 2u);  // W_0 = 0 and the sweep's W_0 = 0 point; no W_0 = 3I element
+  for (const auto& e : v.elements) EXPECT_EQ(e.label.find("3I"), std::string::npos) << e.label;
+  EXPECT_NE(v.rule_text().find("by construction"), std::string::npos);
+  EXPECT_EQ(reproduce::judge_figure("icl-theory", icl_theory_figure(0, 0)).verdict, "inconclusive");
+}
