@@ -25,6 +25,9 @@ int run_lemmas(const LemmaArgs& a, const std::string& command_line) {
                  icl::lemmas_memory_bytes(icl::Task{a.d, a.n, 0.0, {}}, icl::LemmaOptions{a.prompts, a.seed, a.threads}));
   const icl::Task zero = make_task(a, MatD::Zero(a.d, a.d));
   if (a.a > a.d) throw UsageError("--a: must be at most d = " + std::to_string(a.d));
+  // As verify's --d: the default a = floor(d/2) is 0 at d = 1, and at a = 0 (refused by --a's check) the
+  // random weights' map U is 0, so Lemma 2 is vacuous (its identity 0/0); Lemma 3's isotropy is automatic at d = 1.
+  if (a.d < 2) throw UsageError("--d: must be at least 2 for icl lemmas (a = floor(d/2) >= 1), got " + std::to_string(a.d));
   const icl::TwoPriorLemmas r =
       icl::check_lemmas_two_priors(zero, a.w0_scale, icl::LemmaOptions{a.prompts, a.seed, a.threads, a.a, a.form});
   std::cout << (a.format == "json" ? icl::lemmas_json(r, command_line).json_line() : icl::lemmas_text(r));
@@ -46,7 +49,7 @@ std::vector<Command> add_icl_lemmas_commands(CLI::App& icl, const std::string& c
                                                                            {"ridge", icl::Form::ridge},
                                                                            {"ridge-sigma-typo", icl::Form::ridge_sigma_typo}}))
       ->capture_default_str();
-  lemmas->add_option("--a", l->a, "Copy width a of the random weights (default floor(d/2))")->check(integer_in(0, 4096));
+  lemmas->add_option("--a", l->a, "Copy width a of the random weights, 1 <= a <= d (default floor(d/2))")->check(integer_in(1, 4096));
   lemmas->footer(
       "Each row is a per-prompt statistic whose mean is 0 when the statement holds (theory/skipv1_lemmas.hpp):\n"
       "mean +- standard error, and 'holds' when |mean| <= 4 SE. Columns: W_0 = 0 and W_0 = c I.\n"

@@ -24,6 +24,7 @@ struct TheoryArgs : TaskArgs {
   std::vector<int> d_list, n_list;
   std::vector<double> sigma_list, w0_scale_list;
   std::array<const CLI::Option*, 4> list_options{};  // --d-list, --n-list, --sigma-list, --w0-scale-list
+  const CLI::Option* w0_scale_option = nullptr;
   bool given(std::size_t k) const { return list_options[k]->count() > 0; }
   bool sweep() const { return given(0) || given(1) || given(2) || given(3); }
 };
@@ -40,7 +41,10 @@ void require_theory_memory(const TheoryArgs& a, int d, int n) {
 
 MatD prior_mean(const TheoryArgs& a) {
   if (!std::isfinite(a.w0_scale)) throw UsageError("--w0-scale: must be a finite number");
-  if (a.w0 == "zero") return MatD::Zero(a.d, a.d);
+  if (a.w0 == "zero") {
+    if (a.w0_scale_option->count() > 0) throw UsageError("--w0-scale: needs --w0 identity or a FILE (W_0 = 0 has no scale)");
+    return MatD::Zero(a.d, a.d);
+  }
   if (a.w0 == "identity") return a.w0_scale * MatD::Identity(a.d, a.d);
   const MatD m = read_matrix_argument(a.w0).data;
   if (m.rows() != a.d || m.cols() != a.d)
@@ -52,6 +56,7 @@ MatD prior_mean(const TheoryArgs& a) {
 icl::TheoryGrid sweep_grid(const TheoryArgs& a) {
   if (a.w0 != "zero" && a.w0 != "identity") throw UsageError("--w0: a sweep needs zero or identity (a FILE fixes d)");
   if (a.w0 == "zero" && a.given(3)) throw UsageError("--w0-scale-list: needs --w0 identity (W_0 = 0 has no scale)");
+  if (a.w0 == "zero" && a.w0_scale_option->count() > 0) throw UsageError("--w0-scale: needs --w0 identity (W_0 = 0 has no scale)");
   const std::vector<int> ds = a.given(0) ? a.d_list : std::vector<int>{a.d}, ns = a.given(1) ? a.n_list : std::vector<int>{a.n};
   const std::vector<double> sigmas = a.given(2) ? a.sigma_list : std::vector<double>{a.sigma},
                             scales = a.given(3) ? a.w0_scale_list : std::vector<double>{a.w0_scale};
@@ -128,7 +133,7 @@ std::vector<Command> add_icl_theory_commands(CLI::App& icl, const std::string& c
   add_task_options(theory, *t);
   theory->add_option("--w0", t->w0, "Prior mean W_0: zero, identity, or a d x d matrix FILE.npy (or FILE.h5:DATASET)")
       ->capture_default_str();
-  theory->add_option("--w0-scale", t->w0_scale, "c of the prior mean: W_0 = c I (--w0 identity) or c times the --w0 matrix; no effect with --w0 zero")
+  t->w0_scale_option = theory->add_option("--w0-scale", t->w0_scale, "c of the prior mean: W_0 = c I (--w0 identity) or c times the --w0 matrix; refused with --w0 zero")
       ->check(finite_real)
       ->capture_default_str();
   add_device_option(theory, t->device, false);

@@ -30,6 +30,7 @@ struct IclTrainArgs {
 
 TrainExperimentConfig experiment_of(const IclTrainArgs& t) {
   if (!t.assumption1 && t.learn_ab) throw UsageError("--learn-ab needs --assumption1");
+  if (!t.assumption1 && t.a >= 0) throw UsageError("--a needs --assumption1 (a learned first layer has no copy width)");
   const FirstLayer first = !t.assumption1 ? FirstLayer::attention : t.learn_ab ? FirstLayer::copying_learned : FirstLayer::copying_fixed;
   std::vector<VariantKind> models;
   for (const auto& m : t.models) models.push_back(parse_variant(m));
@@ -80,7 +81,7 @@ std::vector<Command> add_icl_train_commands(CLI::App& icl, const std::string& co
     cmd->add_flag("--assumption1", t->assumption1,
                   "Experiment 2: Assumption 1's copying first layer (A = [I_a 0], B = [0 I_(d-a)]); default: a learned first layer (experiment 3)");
     cmd->add_flag("--learn-ab", t->learn_ab, "With --assumption1: learn A and B (started at the coordinate copying layer)");
-    cmd->add_option("--a", t->a, "Rows of A under Assumption 1 (default d)")->check(integer_in(0, 64));
+    cmd->add_option("--a", t->a, "With --assumption1: rows of A (default d)")->check(integer_in(0, 64));
     cmd->add_option("--models", t->models, "Models to train: mha, skipv1, resformer, svformer")->delimiter(',')->capture_default_str();
     cmd->add_option("--theory-prompts", t->theory_prompts, "Monte Carlo prompts for C and the bounds")
         ->check(integer64_in(2, 100000000))

@@ -20,7 +20,9 @@ constexpr bool kGpuPath = false;
 
 const char* const kIclTrainExit =
     "Exit status: 0 success, 2 usage error (one line on stderr, nothing written),\n"
-    "3 a numerical failure (a diverged run) or another error.";
+    "3 a numerical failure or another error. A run has diverged (exit 3) when its loss or gradient is not\n"
+    "finite, or (icl train, icl sweep) when its held-out loss on the first 2000 held-out prompts ends more than 10 times\n"
+    "both its loss there before training and the zero predictor's E|y|^2 = |W0|_F^2 + d^2 + d sigma^2.";
 
 void add_common_options(CLI::App* cmd, CommonArgs& a, CommonOptions use) {
   if (use.task) {

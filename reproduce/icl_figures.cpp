@@ -143,7 +143,7 @@ void icl_train_figure(Session& s, Output& out, icl::FirstLayer first, double w0_
                  fixed(m.max, 4) + ")";
     if (m.reference)
       out.notes += "; " +
-                   std::string(m.model == icl::VariantKind::vanilla ? "MHA lower bound " : "SkipV1 construction value ") +
+                   (m.model == icl::VariantKind::vanilla ? icl::mha_bound_label(c.task, c.a) + " " : std::string("SkipV1 construction value ")) +
                    fixed(m.reference->value, 4) + " ± " + fixed(m.reference->se, 4);
     out.notes += "\n";
   }

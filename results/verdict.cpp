@@ -63,7 +63,9 @@ Verdict judge(const Claim& claim, const Rule& rule, std::vector<Element> element
 
 std::string Verdict::rule_text() const {
   const std::string z = "z se";
-  const std::string m = claim.reference == 0 ? "the mean" : "mean - " + short_number(claim.reference);
+  const std::string m = claim.reference == 0  ? "the mean"
+                        : claim.reference > 0 ? "mean - " + short_number(claim.reference)
+                                              : "mean + " + short_number(-claim.reference);
   std::string each;
   switch (claim.sense) {
     case Sense::greater: each = "agrees when " + m + " > " + z + ", disagrees when " + m + " < -" + z; break;

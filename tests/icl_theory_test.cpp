@@ -2,6 +2,7 @@
 // prompts, the token-level models against the reduced form, the posterior
 // mean against the ridge form, the Monte Carlo quantities, the lemma checks
 // with their controls, and `qkvlab icl theory|lemmas` as a user runs them.
+#include "core/errors.hpp"
 #include "core/icl/construction.hpp"
 #include "theory/skipv1_lemmas.hpp"
 #include "core/icl/models.hpp"
@@ -15,6 +16,7 @@
 
 
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <algorithm>
 #include <filesystem>
@@ -282,7 +284,11 @@ TEST(IclCli, TheoryJsonHasTheContractFields) {
 
 TEST(IclCli, BadInputExitsTwoWithOneLine) {
   std::vector<std::string> bad{"icl theory --sigma -1", "icl theory --d 0", "icl theory --w0 /nonexistent.npy",
-                               "icl theory --prompts 1", "icl lemmas --a 9"};
+                               "icl theory --prompts 1", "icl lemmas --a 9",
+                               // a = 0 (given, or floor(d/2) at d = 1): U = 0 and Lemma 2 vacuous, refused, not a NaN
+                               "icl lemmas --a 0", "icl lemmas --d 1", "icl lemmas --d 1 --a 1",
+                               // W_0 = 0 has no scale: refused, not ignored (as --w0-scale-list is)
+                               "icl theory --w0 zero --w0-scale 3", "icl theory --w0 zero --w0-scale 3 --d-list 2,3"};
   // --device cuda is a usage error on every machine: icl theory has no GPU path (docs/benchmarks.md).
   bad.insert(bad.end(), {"icl theory --device cuda", "icl theory --device cuda --d-list 2,3"});
   for (const std::string& args : bad) {
@@ -320,6 +326,49 @@ TEST(IclCli, TheorySweepPointsEqualSingleRunsAndBadListsExitTwo) {
     EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << args << ": " << r.out;
     EXPECT_FALSE(std::filesystem::exists(out)) << args;
   }
+}
+
+// The smallest copy width lemmas accept runs Lemma 2 on a nonzero map: no NaN, its identity holds
+// (control of the refusals above).
+TEST(IclCli, LemmasAtCopyWidthOneHaveNoNaN) {
+  const ShellRun r = run("icl lemmas --a 1 --prompts 2000");
+  ASSERT_EQ(r.status, 0);
+  EXPECT_EQ(r.out.find("nan"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("skipv1.lemma2"), std::string::npos);
+  // The library refuses a = 0 for Lemma 2 as well (its identity would be 0/0).
+  LemmaOptions zero_width{2000, 1, 1, 0, Form::posterior_mean};
+  EXPECT_THROW(check_lemma2(task_with(0.0), zero_width, qkv::VariantKind::vanilla), UsageError);
+  EXPECT_THROW(lemma2_identity(task_with(0.0), zero_width, qkv::VariantKind::skipv1), UsageError);
+  zero_width.a = 1;
+  EXPECT_TRUE(check_lemma2(task_with(0.0), zero_width, qkv::VariantKind::vanilla).identity->holds());
+}
+
+// Lemma 1's statistic is the quantity it names, ‖U − W*‖² − ‖Ŵ − W*‖² − ‖U − Ŵ‖² (= 2⟨U − Ŵ, Ŵ − W*⟩):
+// at U = 0 with the ridge form under W_0 = 3I its mean is +2σ² E⟨Ŵ_ridge, W_0 (XXᵀ + σ²I)⁻¹⟩ > 0, and
+// an independent Monte Carlo of the three norms (other prompts) agrees with it within 4 combined SE;
+// the posterior mean's is 0 (control).
+TEST(IclLemmas, Lemma1StatisticHasTheSignOfTheQuantityItNames) {
+  const Task scaled = task_with(3.0);
+  LemmaOptions ridge{20000, 4, 2, -1, Form::ridge};
+  ridge.zero_weights = true;
+  const LemmaResult r = check_lemma1(scaled, ridge, qkv::VariantKind::vanilla);
+  EXPECT_GT(r.residual.value, 10 * r.residual.se);
+  Rng rng(11, "lemma1-independent");
+  const int N = 20000;
+  double sum = 0, sum2 = 0;
+  for (int i = 0; i < N; ++i) {
+    const Prompt p = draw_prompt(scaled, rng);
+    const MatD B = p.Y * p.X.transpose();
+    const Regularized g = regularized_gram(p.X * p.X.transpose(), 0.25);
+    const MatD W = predictor(Form::ridge, B, scaled.prior_mean(), 0.5, g), U = MatD::Zero(4, 4);
+    const double v = (U - p.W).squaredNorm() - (W - p.W).squaredNorm() - (U - W).squaredNorm();
+    sum += v, sum2 += v * v;
+  }
+  const double mean = sum / N, se = std::sqrt((sum2 / N - mean * mean) / (N - 1));
+  EXPECT_LT(std::abs(mean - r.residual.value), 4 * std::hypot(se, r.residual.se)) << mean << " vs " << r.residual.value;
+  LemmaOptions posterior = ridge;
+  posterior.form = Form::posterior_mean;
+  EXPECT_TRUE(check_lemma1(scaled, posterior, qkv::VariantKind::vanilla).holds);
 }
 
 TEST(IclCli, LemmasPrintsBothPriorsSideBySide) {

@@ -473,13 +473,58 @@ TEST(IclCli, BadInputExitsTwoWithOneLineAndWritesNothing) {
                                  "icl train --assumption1 --a 9 --d 4 --out " + h5.string(),
                                  "icl train --models gpt --out " + h5.string(), "icl anchor --lr -1",
                                  "icl depth --heads 3 --out " + h5.string(), "icl sweep --format xml",
-                                 "icl anchor --csv /nonexistent_dir/x.csv", "icl train --device cuda --out " + h5.string()}) {
+                                 "icl anchor --csv /nonexistent_dir/x.csv", "icl train --device cuda --out " + h5.string(),
+                                 // --a is Assumption 1's copy width: without it, refused as --learn-ab is (not ignored)
+                                 "icl train --a 2 --out " + h5.string()}) {
     const CliRun r = run(args);
     EXPECT_EQ(r.status, 2) << args;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << ": " << r.err;
     EXPECT_FALSE(std::filesystem::exists(h5)) << args;
   }
   EXPECT_EQ(run("icl anchor --steps 5 --restarts 1 --eval-samples 10 --quiet").status, 0);  // control
+  EXPECT_EQ(run("icl train --assumption1 --a 2 --models mha --steps 5 --restarts 1 --eval-samples 10 --theory-prompts 100 "
+                "--quiet").status,
+            0);  // control: --a with --assumption1
+}
+
+// A run whose held-out loss stays finite but ends orders of magnitude above both its loss before
+// training and the zero predictor's is a diverged run: exit 3 with a one-line message, not a number
+// (lr 10 ends at a held-out loss of about 6e18). Control: the same run at the default lr exits 0.
+TEST(IclCli, FiniteDivergedRunExitsThree) {
+  const std::string args = "icl train --steps 300 --models mha --restarts 1 --eval-samples 2000 --theory-prompts 2000 --quiet";
+  const CliRun diverged = run(args + " --lr 10");
+  EXPECT_EQ(diverged.status, 3) << diverged.out;
+  EXPECT_NE(diverged.err.find("diverged"), std::string::npos) << diverged.err;
+  const CliRun normal = run(args);
+  EXPECT_EQ(normal.status, 0) << normal.err;
+}
+
+// MHA's reference is a lower bound only at W_0 = 0 (the proof's Lemmas 2–4); at W_0 = 6I the printed
+// table says it is the formula's value, not a bound; at a = d it is C + E|W_D|^2, not C + C3 + c_a.
+TEST(IclCli, MhaBoundIsLabelledABoundOnlyWhereItIsOne) {
+  const std::string args = "icl train --assumption1 --models mha --steps 5 --restarts 1 --eval-samples 10 --theory-prompts 200 --quiet";
+  const CliRun w0 = run(args + " --w0-scale 6");
+  ASSERT_EQ(w0.status, 0) << w0.err;
+  EXPECT_EQ(w0.out.find("lower bound"), std::string::npos) << w0.out;
+  EXPECT_NE(w0.out.find("MHA bound formula C + E|W_D|^2 (not a bound: W_0 != 0)"), std::string::npos) << w0.out;
+  const CliRun zero = run(args);  // control
+  ASSERT_EQ(zero.status, 0) << zero.err;
+  EXPECT_NE(zero.out.find("MHA lower bound C + E|W_D|^2"), std::string::npos) << zero.out;
+  EXPECT_NE(run(args + " --a 2").out.find("MHA lower bound C + C3 + c_a"), std::string::npos);
+  const CliRun json = run(args + " --w0-scale 6 --format json");
+  EXPECT_NE(json.out.find("\"lower_bound_holds\": false"), std::string::npos) << json.out;
+}
+
+// The rule itself: more than ten times both the zero predictor's loss and the run's own starting
+// loss (a learned first layer starts near 1e6–1e9, so an untrained run is not diverged).
+TEST(IclTrain, DivergenceIsAnOrderOfMagnitudeAboveTheStartAndTheZeroPredictor) {
+  const Task t{4, 16, 0.5, {}};
+  EXPECT_DOUBLE_EQ(zero_predictor_loss(t), 17);
+  EXPECT_TRUE(diverged(t, 6.3e18, 1e6));
+  EXPECT_FALSE(diverged(t, 5e6, 1e6));    // untrained, a little above its start: not diverged
+  EXPECT_FALSE(diverged(t, 169, 16.95));  // below ten times the zero predictor's 17
+  EXPECT_TRUE(diverged(t, 171, 16.95));
+  EXPECT_TRUE(diverged(t, std::nan(""), 17));
 }
 
 TEST(IclCli, JsonHasTheDocumentedFields) {

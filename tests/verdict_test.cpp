@@ -145,3 +145,19 @@ TEST(Verdict, ValueCarriesRuleQuantityAndUncertainty) {
   EXPECT_EQ(j["uncertainty"]["over"].string(), "seeds");
   EXPECT_EQ(j["uncertainty"]["within_run_over"].string(), "sequences");
 }
+
+// A negative reference (a margin below 0, as icl's trained figures use: SkipV1 − MHA < −0.01) is
+// judged as mean − reference and printed as "mean + 0.01", not "mean - -0.01"; a positive one as
+// "mean - 0.5". The margin decides: −0.005 ± 0.001 is resolved below 0 but inside the margin
+// (disagrees), −0.02 ± 0.001 beyond it (agrees).
+TEST(Verdict, NegativeReferenceIsAMarginAndReadsAsOne) {
+  const Claim margin = claim(Sense::less, -0.01);
+  EXPECT_EQ(judge(margin, Rule{}, {{"x", -0.005, 0.001, -1, 0}}).verdict, "disagrees");
+  EXPECT_EQ(judge(margin, Rule{}, {{"x", -0.02, 0.001, -1, 0}}).verdict, "agrees");
+  EXPECT_EQ(judge(claim(Sense::less), Rule{}, {{"x", -0.005, 0.001, -1, 0}}).verdict, "agrees");  // control: no margin
+  const std::string text = judge(margin, Rule{}, {{"x", -0.02, 0.001, -1, 0}}).rule_text();
+  EXPECT_NE(text.find("agrees when mean + 0.01 < -z se"), std::string::npos) << text;
+  EXPECT_EQ(text.find("- -"), std::string::npos) << text;
+  EXPECT_NE(judge(claim(Sense::greater, 0.5), Rule{}, {{"x", 1, 0.1, -1, 0}}).rule_text().find("agrees when mean - 0.5 > z se"),
+            std::string::npos);
+}

@@ -120,7 +120,8 @@ LemmaResult check_lemma1(const Task& task, const LemmaOptions& o, qkv::VariantKi
   const Estimate e = scalar_mc(task, o, stream, [&](const Prompt& p) {
     const PromptView v = view(p, task, o.form);
     const MatD U = reduced_map<double>(p.X, p.Y, w.A, w.B, w.r, arch);
-    return 2 * dot(U - v.W_hat, p.W - v.W_hat);
+    // ‖U − W*‖² − ‖Ŵ − W*‖² − ‖U − Ŵ‖² = 2⟨U − Ŵ, Ŵ − W*⟩ (U − W* = (U − Ŵ) + (Ŵ − W*))
+    return 2 * dot(U - v.W_hat, v.W_hat - p.W);
   });
   return result("skipv1.lemma1", arch_name(arch), "L_k = C + E||sum_h W^h G M^h - W_D||^2 at random weights", e,
                 std::string("form ") + form_name(o.form) + (o.zero_weights ? ", U = 0" : ""));
@@ -133,6 +134,11 @@ std::string lemma2_stream(qkv::VariantKind arch) {
 }
 
 RandomPoint lemma2_weights(const Task& task, const LemmaOptions& o, qkv::VariantKind arch) {
+  // At a = 0 every M^h = R^h [A; 0]/(2n) is 0, so U ≡ 0 and so are its parts: the identity is 0 = 0
+  // with no map to tie the parts to (its relative error 0/0) and the cross term is 0 by construction.
+  if (copy_width(task, o) == 0)
+    throw UsageError("lemma 2 needs a copy width a of at least 1: at a = 0 the random weights' map U is 0 and the "
+                     "statement is vacuous");
   Rng wrng(o.seed, lemma2_stream(arch) + "/weights");
   return random_point(task, copy_width(task, o), wrng);
 }

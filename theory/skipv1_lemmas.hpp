@@ -11,11 +11,12 @@
 // (G grows like 2n).
 //
 // skipv1.lemma1 (k = 1 MHA, 2 SkipV1): L_k − C − E‖U_k − Û‖² at random weights, per prompt
-//     [‖U − W*‖² + dσ²] − [‖Û − W*‖² + dσ²] − ‖U − Û‖² = 2⟨U − Û, W* − Û⟩.
+//     [‖U − W*‖² + dσ²] − [‖Û − W*‖² + dσ²] − ‖U − Û‖² = 2⟨U − Û, Û − W*⟩.
 //   Holds for any prior when Û is the posterior mean (E[W* | D] = Û); fails for the
-//   ridge form under W_0 ≠ 0 (its mean is 2 E⟨U − Û_ridge, σ² W_0 (XXᵀ+σ²I)⁻¹⟩; the
-//   U-part has a random sign at random weights, so the control runs at U = 0, where
-//   the mean is −2 σ² E⟨Û_ridge, W_0 (XXᵀ+σ²I)⁻¹⟩ < 0 for W_0 = c I).
+//   ridge form under W_0 ≠ 0 (E[Û_ridge − W* | D] = −σ² W_0 (XXᵀ+σ²I)⁻¹, so its mean is
+//   −2 E⟨U − Û_ridge, σ² W_0 (XXᵀ+σ²I)⁻¹⟩; the U-part has a random sign at random weights,
+//   so the control runs at U = 0, where the mean is +2 σ² E⟨Û_ridge, W_0 (XXᵀ+σ²I)⁻¹⟩ > 0
+//   for W_0 = c I).
 // skipv1.lemma2: Eqs. 9–10's parts N_1, N_2, N_3 built term by term (models.hpp's
 //   lemma2_parts), an identity N_1 + N_2 + N_3 = U (reported as the mean over prompts of
 //   ‖N_1 + N_2 + N_3 − U‖_F / ‖U‖_F, held to lemma2_identity_budget), and the cross term

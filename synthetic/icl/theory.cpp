@@ -163,6 +163,17 @@ TheoryMoments theory_moments_cpu(const Task& task, const TheoryOptions& options)
   return {std::move(m1), std::move(lam), std::move(m2)};
 }
 
+bool mha_bound_holds(const Task& task) { return task.prior_mean().isZero(0); }
+
+std::string mha_bound_label(const Task& task, int a) {
+  const std::string formula = a < 0           ? "C + C3 + c_a (C + E|W_D|^2 at a = d)"
+                              : a < task.d    ? "C + C3 + c_a"
+                                              : "C + E|W_D|^2";
+  if (mha_bound_holds(task)) return "MHA lower bound " + formula;
+  // Over every a the formula is left to the tables: with it the label is too wide for a figure's key.
+  return a < 0 ? "MHA bound formula (not a bound: W_0 != 0)" : "MHA bound formula " + formula + " (not a bound: W_0 != 0)";
+}
+
 double theory_memory_bytes(const Task& task, const TheoryOptions& o) {
   const double d = task.d, n = task.n, chunks = std::ceil(double(o.prompts) / double(chunk_size));
   const int Q = Pass2Layout{task.d}.quantities();

@@ -34,6 +34,7 @@
 #include "core/statistics.hpp"
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace qkvlab::icl {
@@ -72,6 +73,15 @@ struct Theory {
   FormReport posterior, ridge;
   double wall_seconds = 0, cpu_seconds = 0;  // both passes, all threads
 };
+
+// Whether mha_bound is a lower bound on MHA's loss L_1: the proof's Lemmas 2–4 need W_0 = 0 (Ŵ_D odd
+// in Y; they are measured to fail under W_0 = cI: icl lemmas), so where W_0 ≠ 0 mha_bound is the
+// formula's value, not a bound (trained MHA at W_0 = 6I ends far below it).
+bool mha_bound_holds(const Task& task);
+// mha_bound's label at copy width a (a = −1: every a): "MHA lower bound C + C3 + c_a" (a < d),
+// "... C + E|W_D|^2" (a = d); where it does not hold "MHA bound formula ... (not a bound: W_0 != 0)"
+// (at a = −1 without the formula: a figure's key).
+std::string mha_bound_label(const Task& task, int a);
 
 // Throws UsageError for an invalid task or option, NumericalError when a
 // prompt's X Xᵀ + σ² I is singular or a value is not finite.

@@ -52,6 +52,7 @@ void set_theory_fields(Value& o, const Theory& t, const std::string& line_break)
   set_estimates(o, "c_a", t.c_a, line_break);
   set_estimates(o, "skipv1_value", t.skipv1_value, line_break);
   set_estimates(o, "mha_bound", t.mha_bound, line_break);
+  o.set("mha_bound_holds", mha_bound_holds(t.task));  // W_0 = 0: else the formula's value, not a bound
   set_estimates(o, "gap", t.gap, line_break);
 }
 
@@ -126,7 +127,7 @@ results::Figure theory_figure(const Theory& t) {
   std::snprintf(title, sizeof title, "d = %d, n = %d, sigma = %g, ||W_0||_F = %g, %ld prompts", t.task.d, t.task.n,
                 t.task.sigma, t.task.prior_mean().norm(), t.options.prompts);
   results::Figure f{title, "copy width a", "loss", false, false, {}, {"set key top left", "set xtics 1"}};
-  f.series.push_back({"a", "mha_bound", "", "MHA lower bound", "linespoints pt 7 lw 2", ""});
+  f.series.push_back({"a", "mha_bound", "", mha_bound_label(t.task, -1), "linespoints pt 7 lw 2", ""});
   f.series.push_back({"a", "skipv1_value", "", "SkipV1 at the construction", "linespoints pt 5 lw 2", ""});
   f.series.push_back({"a", "c_a", "", "c_a", "linespoints pt 9 lw 2", ""});
   f.series.push_back({"a", "C", "", "C", "lines dt 2", ""});
@@ -150,6 +151,9 @@ std::string theory_text(const Theory& t, const PriorMeanName& w0) {
     appendf(o, "%3d  %-24s %-24s %-24s %-24s\n", k, pm(t.c_a[i]).c_str(), pm(t.mha_bound[i]).c_str(),
             pm(t.skipv1_value[i]).c_str(), pm(t.gap[i]).c_str());
   }
+  if (!mha_bound_holds(t.task))
+    appendf(o, "MHA bound: the formula C + C_3 + c_a (C + E|W_D|^2 at a = d), not a lower bound here: W_0 != 0, where\n"
+               "the proof's Lemmas 2-4 fail (icl lemmas)\n");
   appendf(o, "%.3g s wall, %.3g s CPU, %.3g prompts/s (two passes)\n", t.wall_seconds, t.cpu_seconds,
           2.0 * double(t.options.prompts) / t.wall_seconds);
   return o;
@@ -254,11 +258,13 @@ results::Plot sweep_figure(const TheorySweep& s) {
                     TheoryGrid::names[x], "loss", false, true, {}, {"set key top left"}};
   for (std::size_t j = 0; j < g.axes[z].size(); ++j) {
     std::vector<double> skip, mha;
+    bool holds = true;  // every plotted point at W_0 = 0, where the MHA bound is one
     for (std::size_t i = 0; i < g.axes[x].size(); ++i) {
       std::size_t p = 0;
       for (std::size_t k = 0; k < 4; ++k) p = p * g.axes[k].size() + (k == x ? i : k == z ? j : 0);
       const auto d = std::size_t(s.points[p].task.d);
       skip.push_back(s.points[p].skipv1_value[d].value), mha.push_back(s.points[p].mha_bound[d - 1].value);
+      holds = holds && mha_bound_holds(s.points[p].task);
     }
     char label[64];
     std::snprintf(label, sizeof label, "%s = %g", TheoryGrid::names[z], g.axes[z][j]);
@@ -266,7 +272,9 @@ results::Plot sweep_figure(const TheorySweep& s) {
     tab.columns.push_back({"skipv1_" + id, skip});
     tab.columns.push_back({"mha_" + id, mha});
     f.series.push_back({TheoryGrid::names[x], "skipv1_" + id, "", std::string("SkipV1, ") + label, "linespoints pt 7" + colour, ""});
-    f.series.push_back({TheoryGrid::names[x], "mha_" + id, "", std::string("MHA bound, ") + label, "linespoints dt 2 pt 6" + colour, ""});
+    f.series.push_back({TheoryGrid::names[x], "mha_" + id, "",
+                        std::string(holds ? "MHA bound, " : "MHA bound formula (not a bound at W_0 != 0), ") + label,
+                        "linespoints dt 2 pt 6" + colour, ""});
   }
   return {tab, f};
 }
@@ -281,13 +289,18 @@ std::string sweep_text(const TheorySweep& s) {
     appendf(o, "  %-20s", h);
   o += "\n";
   double wall = 0, cpu = 0;
+  bool all_hold = true;
   for (std::size_t p = 0; p < s.points.size(); ++p) {
     const Theory& t = s.points[p];
     appendf(o, "%3d %5d %6g %7g %7.4g", t.task.d, t.task.n, t.task.sigma, s.grid.at(p, 3), t.task.prior_mean().norm());
     for (const auto& [name, e] : point_summary(t)) appendf(o, "  %-20s", pm(e).c_str());
     o += "\n";
     wall += t.wall_seconds, cpu += t.cpu_seconds;
+    all_hold = all_hold && mha_bound_holds(t.task);
   }
+  if (!all_hold)
+    appendf(o, "MHA bnd at the rows with w0scl != 0: the formula C + C_3 + c_a (C + E|W_D|^2 at a = d), not a lower bound:\n"
+               "W_0 != 0, where the proof's Lemmas 2-4 fail (icl lemmas)\n");
   appendf(o, "%.3g s wall, %.3g s CPU in the estimates\n", wall, cpu);
   return o;
 }

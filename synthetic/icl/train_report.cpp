@@ -111,7 +111,7 @@ ExperimentTables train_tables(const TrainExperimentResult& r) {
       add_row(references, {model_code(s.model), s.reference->value, s.reference->se, s.best_loss - s.reference->value,
                            std::hypot(s.best_se, s.reference->se)});
   }
-  results::Figure f{"icl train: training batch loss (dashed: bounds), " + first_layer_name(c.first) + ", d = " +
+  results::Figure f{"icl train: training batch loss (dashed: references), " + first_layer_name(c.first) + ", d = " +
                         std::to_string(c.task.d) + ", n = " + std::to_string(c.task.n),
                     "Adam step", "batch loss E|y_hat - y|^2", false, true, {}, {"set key top right"}};
   int colour = 1;
@@ -121,7 +121,7 @@ ExperimentTables train_tables(const TrainExperimentResult& r) {
                         variant_name(s.model) + " (best restart)", "lines lw 2 lc " + std::to_string(colour++), ""});
     if (s.reference)
       f.series.push_back({"", "", text_num(s.reference->value),
-                          s.model == VariantKind::vanilla ? "MHA lower bound C + C3 + c_a" : "SkipV1 construction value",
+                          s.model == VariantKind::vanilla ? mha_bound_label(c.task, c.a) : "SkipV1 construction value",
                           "lines dt 2 lw 2 lc " + std::to_string(colour - 1), ""});
   }
   f.series.push_back({"", "", text_num(r.C.value), "Bayes loss C", "lines dt 3 lc rgb 'black'", ""});
@@ -155,7 +155,7 @@ std::string train_text(const TrainExperimentResult& r) {
     if (!s.reference) continue;
     const double diff = s.best_loss - s.reference->value, se = std::hypot(s.best_se, s.reference->se);
     o << "  " << variant_name(s.model) << ": trained " << fixed(s.best_loss) << " vs "
-      << (s.model == VariantKind::vanilla ? "lower bound C + C3 + c_a " : "construction value (C + C3 at a = d) ")
+      << (s.model == VariantKind::vanilla ? mha_bound_label(c.task, c.a) + " " : "construction value (C + C3 at a = d) ")
       << fixed(s.reference->value) << " +- " << fixed(s.reference->se) << ": difference " << fixed(diff) << " +- "
       << fixed(se) << " (" << fixed(diff / se, 1) << " se)\n";
   }
@@ -182,6 +182,7 @@ results::Value train_json(const TrainExperimentResult& r) {
   o.set("restarts", c.restarts);
   o.set("eval_samples", c.eval_samples);
   o.set("C", estimate_value(r.C));
+  o.set("zero_predictor_loss", finite(zero_predictor_loss(c.task)));
   Value runs = Value::array();
   for (const auto& run : r.runs) {
     Value v = Value::object();
@@ -207,6 +208,7 @@ results::Value train_json(const TrainExperimentResult& r) {
     v.set("trained_parameters", std::int64_t(r.runs[std::size_t(s.best)].trained_parameters));
     if (s.reference) {
       v.set(reference_name(s.model), estimate_value(*s.reference));
+      if (s.model == VariantKind::vanilla) v.set("lower_bound_holds", mha_bound_holds(c.task));  // W_0 = 0 only
       v.set("best_minus_reference", estimate_value(s.best_loss - s.reference->value, std::hypot(s.best_se, s.reference->se)));
     }
     models.push(std::move(v));
@@ -276,7 +278,7 @@ ExperimentTables sweep_tables(const TrainSweep& s) {
                         ", n = " + std::to_string(first.n) + ", sigma = " + text_num(first.sigma) + ")",
                     "a (rows of A)", "loss E|y_hat - y|^2", false, false, {},
                     {"set key top center", "set xtics 1", "set yrange [0:24]"}};
-  f.series = {{"a", "mha_bound", "", "MHA lower bound C + C3 + c_a", "lines dt 2 lw 2 lc rgb '#c03020'", ""},
+  f.series = {{"a", "mha_bound", "", mha_bound_label(first, -1), "lines dt 2 lw 2 lc rgb '#c03020'", ""},
               {"a", "mha_trained", "", "MHA trained (best restart)", "points pt 7 ps 1.3 lc rgb '#c03020'", ""},
               {"a", "skipv1_construction", "", "SkipV1 construction value", "lines dt 2 lw 2 lc rgb '#2060c0'", ""},
               {"a", "skipv1_trained", "", "SkipV1 trained (best restart)", "points pt 5 ps 1.3 lc rgb '#2060c0'", ""},
@@ -301,6 +303,9 @@ std::string sweep_text(const TrainSweep& s) {
       << fixed(mha.reference->se) << ")   " << fixed(skip.best_loss) << " (" << fixed(skip.best_se) << ")    "
       << fixed(skip.reference->value) << " (" << fixed(skip.reference->se) << ")   " << fixed(r.C.value) << "\n";
   }
+  if (!mha_bound_holds(c.task))
+    o << "  MHA bound: the formula C + C3 + c_a (C + E|W_D|^2 at a = d), not a lower bound at W0 != 0, where the\n"
+         "  proof's Lemmas 2-4 fail (icl lemmas)\n";
   return o.str();
 }
 
@@ -320,7 +325,10 @@ results::Value sweep_json(const TrainSweep& s) {
     v.set("d", e.task.d);
     v.set("n", e.task.n);
     v.set("sigma", finite(e.task.sigma));
+    v.set("w0_scale", finite(w0_scale(e.task)));
+    v.set("zero_predictor_loss", finite(zero_predictor_loss(e.task)));
     v.set("a", e.a);
+    v.set("mha_bound_holds", mha_bound_holds(e.task));
     v.set("mha_trained", estimate_value(mha.best_loss, mha.best_se));
     v.set("mha_bound", estimate_value(*mha.reference));
     v.set("skipv1_trained", estimate_value(skip.best_loss, skip.best_se));
