@@ -840,21 +840,24 @@ TEST_P(LmGpuModel, DecodesWithTheCacheAsTheCpu) {
   EXPECT_GT(rel(a, decode(*cuda, c, moved)), tol(k)) << "control";
 }
 
-// The same with the matrices held in bf16 (the widening kernel, the embedding's lookup through it,
-// the products over widened panels): the CPU's logits within the same tol(k), which differ from the
-// float32 weights' by far more (the rounding of the weights). Control: as above.
-TEST_P(LmGpuModel, DecodesBf16WeightsAsTheCpu) {
+// The same with the matrices held in bf16 or f16 (the widening kernel of each encoding, the
+// embedding's lookup through it, the products over widened panels): the CPU's logits within the same
+// tol(k), which differ from the float32 weights' by far more (the rounding of the weights). Control:
+// as above.
+TEST_P(LmGpuModel, DecodesBf16AndF16WeightsAsTheCpu) {
   const lm::Config& c = GetParam().config;
   const engine::ParameterLayout layout = lm::Model<float>(c, cpu).parameters().layout;
   const auto values = gpu_test::random_parameters(layout, 7);
-  const auto bf16 = engine::WeightType::bf16;
-  const Floats a = decode(cpu, c, values, bf16), b = decode(*cuda, c, values, bf16);
-  const double k = model_k(c, 8);
-  EXPECT_LE(rel(a, b), tol(k));
-  EXPECT_GT(rel(decode(cpu, c, values), a), tol(k)) << "bf16 weights must move the logits";
-  auto moved = values;
-  moved[layout.at("wte").offset + std::size_t(model_tokens(c.vocab, 5).ids[0]) * c.d] += 0.5f;
-  EXPECT_GT(rel(a, decode(*cuda, c, moved, bf16)), tol(k)) << "control";
+  for (const WeightType type : {WeightType::bf16, WeightType::f16}) {
+    SCOPED_TRACE(engine::weight_type_name(type));
+    const Floats a = decode(cpu, c, values, type), b = decode(*cuda, c, values, type);
+    const double k = model_k(c, 8);
+    EXPECT_LE(rel(a, b), tol(k));
+    EXPECT_GT(rel(decode(cpu, c, values), a), tol(k)) << "16-bit weights must move the logits";
+    auto moved = values;
+    moved[layout.at("wte").offset + std::size_t(model_tokens(c.vocab, 5).ids[0]) * c.d] += 0.5f;
+    EXPECT_GT(rel(a, decode(*cuda, c, moved, type)), tol(k)) << "control";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, LmGpuModel, ::testing::ValuesIn(model_cases()),
