@@ -52,28 +52,11 @@ analysis::Options analysis_options(const AnalyzeArgs& a, analysis::Kind kind) {
   return o;
 }
 
-// --csv FILE: one table to FILE, several (all) to FILE's stem + "-" + table + its extension;
-// --figure STEM likewise, each drawn from its CSV.
-struct TableFiles {
-  std::string csv, figure;  // figure: the stem
-};
-
-std::vector<TableFiles> table_files(const AnalyzeArgs& a, analysis::Kind kind) {
-  const std::vector<std::string> tables = analysis::table_names(kind);
-  const auto named = [&](const std::string& base, const std::string& table, const std::string& ext) {
-    const std::filesystem::path p(base);
-    return base.empty() || tables.size() == 1 ? base : (p.parent_path() / (p.stem().string() + "-" + table + ext)).string();
-  };
-  std::vector<TableFiles> files;
-  for (const std::string& t : tables)
-    files.push_back({named(a.csv, t, std::filesystem::path(a.csv).extension().string()), a.figure.empty() ? "" : named(a.figure, t, "")});
-  return files;
-}
-
-// Every file the run writes and every file it reads, compared before the work (output_paths.hpp).
+// Every file the run writes (--out, each table's CSV and figure: results::table_files) and every file
+// it reads, compared before the work (output_paths.hpp).
 void refuse_overlapping_outputs(const AnalyzeArgs& a, analysis::Kind kind) {
   FileList outputs{{"--out", a.out}};
-  for (const TableFiles& t : table_files(a, kind)) {
+  for (const auto& t : results::table_files(a.csv, a.figure, analysis::table_names(kind))) {
     outputs.emplace_back("--csv", t.csv);
     if (!t.figure.empty())
       for (const auto& f : results::figure_files(t.figure)) outputs.emplace_back("--figure", f.string());
@@ -82,14 +65,10 @@ void refuse_overlapping_outputs(const AnalyzeArgs& a, analysis::Kind kind) {
 }
 
 void write_files(const AnalyzeArgs& a, const analysis::Report& r, const std::string& command_line) {
-  const std::vector<TableFiles> named = table_files(a, r.kind);
   StagedFiles files;  // every output of the run: all or none
   protect_inputs(files, a.input);
   if (!a.out.empty()) results::stage_tables_hdf5(files, a.out, r.tables, a.seed, command_line);
-  for (std::size_t i = 0; i < r.tables.size() && !a.csv.empty(); ++i) {
-    results::stage_csv(files, named.at(i).csv, r.tables[i]);
-    if (!a.figure.empty()) results::stage_figure(files, r.figures[i], r.tables[i], named.at(i).figure);
-  }
+  results::stage_tables(files, results::table_files(a.csv, a.figure, analysis::table_names(r.kind)), r.tables, r.figures);
   files.commit();
 }
 

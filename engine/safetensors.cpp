@@ -400,6 +400,16 @@ void MappedFile::release(std::span<const std::uint8_t> range) const {
   if (begin < end && begin >= first && end <= last) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
 }
 
+std::optional<std::map<std::string, std::string>> safetensors_metadata(const std::filesystem::path& path) {
+  std::error_code error;
+  if (!std::filesystem::is_regular_file(path, error)) return std::nullopt;
+  try {
+    return MappedSafeTensors(path).view().metadata;
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
 MappedSafeTensors::MappedSafeTensors(const std::filesystem::path& path)
     : path_(path), file_([&] {
         try {

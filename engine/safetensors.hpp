@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -125,6 +126,10 @@ class MappedSafeTensors {
   MappedFile file_;
   SafeTensorsView view_;
 };
+
+// The __metadata__ of a valid safetensors file (its header read, no tensor byte); nullopt when the
+// file is absent, unreadable or not a valid safetensors file.
+std::optional<std::map<std::string, std::string>> safetensors_metadata(const std::filesystem::path& path);
 
 // The file's bytes: the header padded with spaces so that the data starts at
 // a multiple of 8 bytes, then the tensors by decreasing element size (F64,

@@ -284,17 +284,8 @@ namespace {
 
 // The metadata of dir's model.safetensors when it is an own checkpoint's ("format": "qkvlab-lm").
 std::optional<std::map<std::string, std::string>> own_model_metadata(const fs::path& dir) {
-  const fs::path path = dir / "model.safetensors";
-  if (!fs::is_regular_file(path)) return std::nullopt;
-  try {
-    const engine::MappedSafeTensors file(path);  // the header only: no tensor byte is read
-    const auto& metadata = file.view().metadata;
-    const auto it = metadata.find("format");
-    if (it == metadata.end() || it->second != kFormat) return std::nullopt;
-    return std::map<std::string, std::string>(metadata.begin(), metadata.end());
-  } catch (const std::exception&) {
-    return std::nullopt;
-  }
+  auto metadata = engine::safetensors_metadata(dir / "model.safetensors");
+  return metadata && metadata->count("format") && metadata->at("format") == kFormat ? metadata : std::nullopt;
 }
 
 }  // namespace

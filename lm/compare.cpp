@@ -17,6 +17,7 @@
 #include "core/errors.hpp"
 #include "core/statistics.hpp"
 #include "engine/json.hpp"
+#include "engine/safetensors.hpp"
 #include "results/figure.hpp"
 #include "results/value.hpp"
 
@@ -155,34 +156,12 @@ std::string origin_of(const Json& run, const fs::path& file) {
   return origin.string() + (o.step.empty() ? "" : "@" + o.step);
 }
 
-// The __metadata__ of a safetensors file's header (engine/safetensors.hpp: 8 bytes of little-endian
-// length, then the JSON header); empty when the file is absent or not a safetensors file.
-std::map<std::string, std::string> safetensors_metadata(const fs::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  unsigned char size[8];
-  if (!in.read(reinterpret_cast<char*>(size), 8)) return {};
-  std::uint64_t n = 0;
-  for (int i = 7; i >= 0; --i) n = (n << 8) | size[i];
-  if (n == 0 || n > (std::uint64_t(1) << 26)) return {};
-  std::string header(std::size_t(n), '\0');
-  if (!in.read(header.data(), std::streamsize(n))) return {};
-  std::map<std::string, std::string> out;
-  try {
-    const Json j = engine::parse_json(header);
-    if (const Json* m = j.kind == Json::Kind::object ? optional_member(j, "__metadata__") : nullptr)
-      for (std::size_t i = 0; i < m->keys.size(); ++i) out[m->keys[i]] = m->items[i].text;
-  } catch (const std::exception&) {
-    return {};
-  }
-  return out;
-}
-
 // The run's corpus as its tokens' hashes, "train=H validation=H": run.json's data_hashes (written
 // since lm train records them), else its checkpoint's metadata; empty when neither has them.
 std::string corpus_hashes(const Json& run, const fs::path& dir, const fs::path& file) {
   if (const Json* h = optional_member(run, "data_hashes"))
     return "train=" + member(*h, "train", file).text + " validation=" + member(*h, "validation", file).text;
-  const auto m = safetensors_metadata(dir / "checkpoint" / "model.safetensors");
+  const auto m = engine::safetensors_metadata(dir / "checkpoint" / "model.safetensors").value_or(std::map<std::string, std::string>{});
   const auto train = m.find("run.train_hash"), validation = m.find("data.validation_hash");
   if (train == m.end() || validation == m.end()) return "";
   return "train=" + train->second + " validation=" + validation->second;

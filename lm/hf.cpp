@@ -21,13 +21,8 @@ constexpr const char* kExporter = "qkvlab lm export";
 
 // Whether dir's model.safetensors is one an earlier export wrote (its metadata says so).
 bool is_earlier_export(const std::filesystem::path& dir) {
-  try {
-    const engine::MappedSafeTensors file(dir / "model.safetensors");  // the header only
-    const auto it = file.view().metadata.find(kExportedBy);
-    return it != file.view().metadata.end() && it->second == kExporter;
-  } catch (const std::exception&) {
-    return false;
-  }
+  const auto metadata = engine::safetensors_metadata(dir / "model.safetensors");
+  return metadata && metadata->count(kExportedBy) && metadata->at(kExportedBy) == kExporter;
 }
 
 void require_expressible(const Config& c) {

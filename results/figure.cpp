@@ -247,6 +247,25 @@ void write_tables_hdf5(const std::filesystem::path& path, const std::vector<Tabl
 
 bool gnuplot_available() { return !gnuplot_path().empty(); }
 
+std::vector<TableFiles> table_files(const std::string& csv, const std::string& figure, const std::vector<std::string>& tables) {
+  const auto named = [&](const std::string& base, const std::string& table, const std::string& ext) {
+    const std::filesystem::path p(base);
+    return base.empty() || tables.size() == 1 ? base : (p.parent_path() / (p.stem().string() + "-" + table + ext)).string();
+  };
+  std::vector<TableFiles> files;
+  for (const std::string& t : tables)
+    files.push_back({named(csv, t, std::filesystem::path(csv).extension().string()), named(figure, t, "")});
+  return files;
+}
+
+void stage_tables(StagedFiles& staged, const std::vector<TableFiles>& files, const std::vector<Table>& tables,
+                  const std::vector<Figure>& figures) {
+  for (std::size_t i = 0; i < tables.size(); ++i) {
+    if (!files.at(i).csv.empty()) stage_csv(staged, files[i].csv, tables[i]);
+    if (!files.at(i).figure.empty()) stage_figure(staged, figures.at(i), tables[i], files[i].figure);
+  }
+}
+
 std::vector<std::filesystem::path> figure_files(const std::filesystem::path& stem) {
   return {stem.string() + ".svg", stem.string() + ".png"};
 }

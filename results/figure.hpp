@@ -68,6 +68,14 @@ struct Plot {
 // True when an executable `gnuplot` is on the PATH.
 bool gnuplot_available();
 
+// Where a command writes its tables: --csv FILE holds one table, or each of several (named `tables`)
+// in FILE's stem + "-" + TABLE + FILE's extension; --figure STEM likewise, each drawn from its table.
+// A name is empty where its option is not given.
+struct TableFiles {
+  std::string csv, figure;  // figure: the stem of figure_files
+};
+std::vector<TableFiles> table_files(const std::string& csv, const std::string& figure, const std::vector<std::string>& tables);
+
 // The files a figure of stem `stem` is drawn into: stem.svg and stem.png.
 std::vector<std::filesystem::path> figure_files(const std::filesystem::path& stem);
 
@@ -75,6 +83,10 @@ std::vector<std::filesystem::path> figure_files(const std::filesystem::path& ste
 // `files`. Returns false, having printed a one-line warning on stderr, when
 // gnuplot is missing; throws std::runtime_error when gnuplot fails.
 bool stage_figure(StagedFiles& files, const Figure& figure, const Table& table, const std::filesystem::path& stem);
+// Stages tables[i] as CSV into files[i].csv and figures[i], drawn from it, at files[i].figure, where
+// those are given.
+void stage_tables(StagedFiles& staged, const std::vector<TableFiles>& files, const std::vector<Table>& tables,
+                  const std::vector<Figure>& figures);
 // The same, written at once.
 bool render_figure(const Figure& figure, const Table& table, const std::filesystem::path& stem);
 
