@@ -68,6 +68,12 @@ void icl_depth(Session& s, Output& out) {
                  fixed(r.trained.value, 4) + " ± " + fixed(r.trained.se, 4) + "\n";
   }
   out.value.set("runs", list);
+  // The task and the number of held-out prompts, so the verdict can scale the loss difference by the
+  // zero predictor's loss and take Student's t at the prompts' count.
+  Value task = Value::object();
+  task.set("d", c.task.d), task.set("n", c.task.n), task.set("sigma", c.task.sigma), task.set("w0_scale", 0.0);
+  out.value.set("task", task);
+  out.value.set("eval_samples", std::int64_t(c.eval_samples));
   out.draw({"L-layer linear attention: held-out loss against depth", "layers L", "loss", false, false,
             {{"layers", "mha", "", "MHA (± se over held-out prompts)", "yerrorlines", "mha_se"},
              {"layers", "skipv1", "", "SkipV1 (± se over held-out prompts)", "yerrorlines", "skipv1_se"}},

@@ -841,6 +841,35 @@ TEST(ReproduceVerdicts, IclSweepJudgesEachCopyWidthOverItsZeroPredictorLoss) {
   EXPECT_EQ(reproduce::judge_figure("icl-sweep", icl_sweep_figure(-4.1e-5, 2.1e-5)).verdict, "disagrees");
 }
 
+// icl-depth judges SkipV1 − MHA at each depth L ≥ 2 over the task's E‖y‖² (17 at d = 4, σ = 0.5)
+// with the same margin, at its recorded held-out prompts: the committed L = 4 difference, +0.0053
+// (level), disagrees; a depth ahead by 0.5 (2.9% of 17) agrees when every depth is (control); the
+// loss L = 1 (SkipV1 is MHA) is no element.
+results::Value icl_depth_figure(double l2_difference, double l4_difference) {
+  results::Value runs = results::Value::array(), task = results::Value::object(), r = results::Value::object(),
+                 j = results::Value::object();
+  auto run = [&](int layers, const char* model, double loss) {
+    results::Value v = results::Value::object();
+    v.set("layers", std::int64_t(layers)), v.set("model", model), v.set("loss", loss), v.set("se", 0.009);
+    runs.push(v);
+  };
+  run(1, "mha", 5.0);
+  for (int L = 2; L <= 4; ++L) run(L, "mha", 1.5), run(L, "skipv1", 1.5 + (L == 2 ? l2_difference : L == 3 ? -0.5 : l4_difference));
+  task.set("d", std::int64_t(4)), task.set("n", std::int64_t(16)), task.set("sigma", 0.5), task.set("w0_scale", 0.0);
+  r.set("runs", runs), r.set("task", task), r.set("eval_samples", std::int64_t(20000)), j.set("results", r);
+  return j;
+}
+
+TEST(ReproduceVerdicts, IclDepthNeedsAPracticalMarginAtEveryDepth) {
+  const results::Verdict level = reproduce::judge_figure("icl-depth", icl_depth_figure(-0.5, 0.0053));
+  EXPECT_EQ(level.verdict, "disagrees");
+  ASSERT_EQ(level.elements.size(), 3u);
+  EXPECT_NEAR(level.elements[2].value, 0.0053 / 17, 1e-15);
+  EXPECT_EQ(level.outcomes[0], "agrees");
+  EXPECT_EQ(reproduce::judge_figure("icl-depth", icl_depth_figure(-0.5, -0.5)).verdict, "agrees");
+  EXPECT_EQ(reproduce::judge_figure("icl-depth", icl_depth_figure(-0.5, -0.17)).verdict, "inconclusive");  // −0.0100 ± 0.0007
+}
+
 // icl-theory judges c_{d−1} only where the MHA bound is proved (W_0 = 0); the W_0 = 3I tasks, where
 // Lemmas 2–4 fail, are not elements. c_{d−1} is ≥ 0 by construction, which the rule states; a zero
 // separation (n < d) is not agreement (control: a resolved positive one agrees).
