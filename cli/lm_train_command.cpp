@@ -41,7 +41,7 @@ lm::RunOptions run_options(const LmTrainArgs& a, const CLI::App& cmd, const std:
     o.init_from = a.from;
   }
   auto given = [&cmd](const char* flag) { return cmd.count(flag) > 0; };
-  if (given("--steps")) o.loop.steps = a.run.loop.steps, o.loop.warmup = std::max<std::int64_t>(1, o.loop.steps / 20);
+  if (given("--steps")) o.loop.steps = a.run.loop.steps, o.loop.warmup = engine::default_warmup(o.loop.steps);
   if (given("--lr")) o.loop.lr = a.run.loop.lr, o.loop.min_lr = a.run.loop.lr / 10;
   if (given("--min-lr")) o.loop.min_lr = a.run.loop.min_lr;
   if (given("--warmup")) o.loop.warmup = a.run.loop.warmup;
@@ -120,7 +120,7 @@ std::vector<Command> add_lm_train_commands(CLI::App& lm, const std::string& comm
   cmd->add_option("--lr", a->run.loop.lr, "Peak learning rate (the floor becomes lr/10 unless --min-lr)")
       ->check(real_in(0.0, 10.0));
   cmd->add_option("--min-lr", a->run.loop.min_lr, "Floor of the cosine decay")->check(real_in(0.0, 10.0));
-  cmd->add_option("--warmup", a->run.loop.warmup, "Linear warmup steps")->check(CLI::Range(std::int64_t(0), std::int64_t(1) << 40));
+  cmd->add_option("--warmup", a->run.loop.warmup, "Linear warmup steps (default: the preset's; with --steps N, N/20, at least 1 and below N)")->check(CLI::Range(std::int64_t(0), std::int64_t(1) << 40));
   cmd->add_option("--weight-decay", a->run.loop.adamw.weight_decay, "AdamW's decoupled weight decay")
       ->check(real_in(0.0, 10.0));
   cmd->add_option("--clip", a->run.loop.clip, "Clip the gradient's global norm (0: no clipping)")->check(real_in(0.0, 1e6));

@@ -10,6 +10,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <new>
@@ -20,6 +21,18 @@ namespace {
 // Messages are one line of text: a newline or carriage return inside one (from a library) becomes
 // a space, and any other control byte, or a byte that is not part of valid UTF-8 (a binary file's
 // bytes quoted in a message), is written as \xNN.
+// A command's exit status once its output has reached standard output: 3, with one line, when
+// writing it failed (a full disk, a closed pipe), so a redirected report is never lost with exit 0.
+int flushed(int status) {
+  errno = 0;
+  std::cout.flush();
+  if (std::cout.good() && std::fflush(stdout) == 0 && !std::ferror(stdout)) return status;
+  const int error = errno;
+  std::cerr << "qkvlab: error: cannot write standard output" << (error ? std::string(": ") + std::strerror(error) : "")
+            << "\n";
+  return 3;
+}
+
 std::string one_line(const std::string& text) {
   std::string out;
   for (std::size_t i = 0; i < text.size();) {
@@ -132,7 +145,7 @@ int main(int argc, char** argv) {
   }
   try {
     for (const auto& command : commands)
-      if (command.app->parsed()) return command.run();
+      if (command.app->parsed()) return flushed(command.run());
     return 2;  // unreachable: require_subcommand(1)
   } catch (const qkvlab::UsageError& e) {
     std::cerr << "qkvlab: error: " << one_line(e.what()) << "\n";

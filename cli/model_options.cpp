@@ -10,6 +10,7 @@
 namespace qkvlab::cli {
 
 void add_model_options(CLI::App* cmd, ModelOptions& o) {
+  o.app = cmd;
   auto* g = cmd;
   g->add_option("--family", o.family, "Model family: gpt2 (LayerNorm, GELU, learned positions unless --positions rope) or llama "
                                       "(RMSNorm, SwiGLU, RoPE)")
@@ -105,6 +106,26 @@ PositionsFlag parse_positions(const std::string& value) {
 
 namespace {
 
+// Flags that describe a part the model does not have are refused, as --alpha, --beta and --lambda
+// are (lm::set_variant_weights): given to another variant they would be recorded in its config,
+// change nothing, and set its runs apart from their replicates in lm compare.
+void refuse_inapplicable(const lm::Config& c, const ModelOptions& o) {
+  const auto given = [&o](const char* flag) { return o.app && o.app->count(flag) > 0; };
+  const lm::VariantKind k = c.variant.kind;
+  const std::string variant = " (--variant " + lm::to_string(k) + ")";
+  for (const char* flag : {"--skip-ratio", "--strategy"})
+    if (given(flag) && !lm::skipv1_family(k))
+      throw UsageError(std::string(flag) + " describes the skipv1 family's injected value heads: the model has none" + variant);
+  if (given("--source-layer") && !lm::skipv1_family(k) && !lm::resformer_family(k) && k != lm::VariantKind::resformer_cross)
+    throw UsageError("--source-layer: the model reads no source layer" + variant +
+                     "; it applies to the skipv1 and resformer families and resformer-cross");
+  for (const char* flag : {"--d-c", "--d-r"})
+    if (given(flag) && !c.mla) throw UsageError(std::string(flag) + " is a width of MLA's cache: give --mla");
+  if (given("--gelu") && c.family == lm::Family::llama) throw UsageError("--gelu is GPT-2's MLP activation: llama's MLP is SwiGLU");
+  if (given("--rope-theta") && !c.rope())
+    throw UsageError("--rope-theta is RoPE's base: the model's positions are learned (give --positions rope)");
+}
+
 // Applies the flags for which given(flag) holds to c (sizes first, then what depends on them).
 template <class Given>
 lm::Config apply(lm::Config c, const ModelOptions& o, Given given) {
@@ -146,6 +167,7 @@ lm::Config apply(lm::Config c, const ModelOptions& o, Given given) {
   if (given("--skip-ratio")) v.skip_ratio = o.skip_ratio;
   if (given("--source-layer")) v.source_layer = o.source_layer;
   lm::set_variant_weights(v, {o.lambda, o.alpha, o.beta}, given("--variant"));
+  refuse_inapplicable(c, o);
   lm::validate(c);
   return c;
 }

@@ -26,6 +26,7 @@ struct ModelOptions {
   int source_layer = 1;
   bool tied = false, bias = false, mla = false;
   int d_c = 0, d_r = 0;
+  const CLI::App* app = nullptr;  // the command the flags were added to: which of them were given
 };
 
 void add_model_options(CLI::App* cmd, ModelOptions& options);

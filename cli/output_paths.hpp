@@ -64,6 +64,7 @@ inline void refuse_overlapping_files(const FileList& outputs, const FileList& in
     const auto status = std::filesystem::status(file, error);
     return !file.empty() && file != "-" && (!std::filesystem::exists(status) || std::filesystem::is_regular_file(status));
   };
+  for (const auto& [option, file] : outputs) require_writable_target(file, option);
   for (auto out = outputs.begin(); out != outputs.end(); ++out) {
     if (!given(out->second)) continue;
     for (auto other = outputs.begin(); other != out; ++other)

@@ -107,6 +107,18 @@ void require_each(const std::string& option, const std::vector<T>& values, Ok ok
     }
 }
 
+// A list option's values, none given twice (a repeated value would repeat its runs and their reports' names).
+template <class T>
+void require_distinct(const std::string& option, const std::vector<T>& values) {
+  for (std::size_t i = 0; i < values.size(); ++i)
+    for (std::size_t j = 0; j < i; ++j)
+      if (values[j] == values[i]) {
+        std::ostringstream got;
+        got << values[i];
+        throw UsageError(option + ": " + got.str() + " is given twice");
+      }
+}
+
 inline void require_each_integer_in(const std::string& option, const std::vector<int>& values, int lo, int hi) {
   require_each(option, values, [lo, hi](int v) { return v >= lo && v <= hi; },
                "in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");

@@ -20,6 +20,7 @@
 
 #include <filesystem>
 #include <iostream>
+#include <tuple>
 
 namespace qkvlab::cli {
 namespace {
@@ -34,8 +35,16 @@ struct VerifyArgs {
   std::string checkpoint, against, compare = "auto";
   double tolerance = 1e-4;
   TokenOptions input;  // defaults set in add_verify_command: 2 sequences of 16 tokens
-  std::vector<const CLI::Option*> sweep_options;  // --d, --heads, --layers, --seq: not with --checkpoint
+  // Options that apply only in one mode, refused elsewhere (a tightened --tolerance without --against would
+  // change nothing): the sweep's sizes (not with --checkpoint), the tokens (only with --checkpoint), --against's
+  // comparison (only with it), the claims' precisions, trials and row-per-check table (not with --against).
+  std::vector<const CLI::Option*> sweep_options, token_options, against_options, claim_options;
 };
+
+void refuse_given(const std::vector<const CLI::Option*>& options, const std::string& why) {
+  for (const CLI::Option* option : options)
+    if (option->count() > 0) throw UsageError(option->get_name() + " " + why);
+}
 
 void render(const VerifyArgs& a, const results::Report& report) {
   results::render_report(std::cout, report, a.format == "json", a.verbose);
@@ -49,8 +58,8 @@ std::function<void(std::size_t, std::size_t)> progress(bool quiet) {
 
 // --checkpoint DIR: the claims on the model's weights; with --against REF, the two compared.
 int run_checkpoint(VerifyArgs& a) {
-  for (const CLI::Option* opt : a.sweep_options)
-    if (opt->count() > 0) throw UsageError(opt->get_name() + " does not apply with --checkpoint (the model's sizes are used)");
+  refuse_given(a.sweep_options, "does not apply with --checkpoint (the model's sizes are used)");
+  if (a.against.empty()) refuse_given(a.against_options, "applies only with --against REF");
   auto& o = a.options;
   apply_threads(o.threads, BlasUse::shared);
   const theory_lm::ModelWeights weights = theory_lm::read_weights(a.checkpoint);
@@ -60,6 +69,7 @@ int run_checkpoint(VerifyArgs& a) {
   if (!a.against.empty()) {
     if (!o.ids.empty()) throw UsageError("--against compares two checkpoints: claim ids do not apply");
     if (!a.out.empty() || !a.junit.empty()) throw UsageError("--out and --junit write the claims' report, not --against's");
+    refuse_given(a.claim_options, "applies to the claims' checks, not to --against's comparison");
     const theory_lm::CompareOptions options{theory_lm::comparison_named(a.compare), a.tolerance};
     const auto r = theory_lm::compare_against(a.checkpoint, weights, a.against, tokens, tokens_value(a.input, tokens, o.seed),
                                               options, o.threads, o.command_line);
@@ -80,8 +90,10 @@ int run_verify(VerifyArgs& a) {
     return 0;
   }
   auto& o = a.options;
-  for (const auto& [given, sweep] : {std::pair{&a.d, &o.d}, {&a.heads, &o.heads}, {&a.layers, &o.layers}, {&a.seq, &o.seq}})
-    if (!given->empty()) *sweep = *given;  // the sweep's lists, where given
+  for (const auto& [name, given, sweep] : {std::tuple{"--d", &a.d, &o.d}, {"--heads", &a.heads, &o.heads},
+                                           {"--layers", &a.layers, &o.layers}, {"--seq", &a.seq, &o.seq}})
+    if (!given->empty()) require_distinct(name, *given), *sweep = *given;  // the sweep's lists, where given
+  require_distinct("--precision", a.precisions);
   if (!a.precisions.empty()) {
     o.precisions.clear();
     for (const auto& p : a.precisions) o.precisions.push_back(parse_precision(p));
@@ -90,6 +102,8 @@ int run_verify(VerifyArgs& a) {
                        {{"--tokens", &a.input.tokens}, {"--text", &a.input.text}});
   if (!a.checkpoint.empty()) return run_checkpoint(a);
   if (!a.against.empty()) throw UsageError("--against needs --checkpoint DIR (the model compared with REF)");
+  refuse_given(a.against_options, "applies only with --checkpoint DIR --against REF");
+  refuse_given(a.token_options, "applies only with --checkpoint DIR (the claims over random weights draw their own inputs)");
   const auto claims = with_hint([&] { return theory::select_claims(o.ids); }, "see 'qkvlab verify --list'");
   const auto plan = theory::plan_verify(claims, o);
   require_memory(theory::sizes_text(o, {"--d", "--heads", "--layers", "--seq", "--trials"}, " "), plan.memory_bytes);
@@ -159,10 +173,13 @@ Command add_verify_command(CLI::App& app, const std::string& command_line) {
       ->check(real_in(0.0, 1.0))
       ->capture_default_str();
   a->input.sequences = 2, a->input.seq_len = 16;  // every check runs at four precisions, mp50 included
+  const std::size_t before_tokens = cmd->get_options().size();
   add_token_options(cmd, a->input);
+  const auto options = cmd->get_options();
+  a->token_options.assign(options.begin() + std::ptrdiff_t(before_tokens), options.end());
   list_option("--d", a->d, theory::default_d, "Model widths d (at least 2), comma-separated", integer_in(2, INT_MAX));
   list_option("--heads", a->heads, theory::default_heads, "Head counts H (each must divide every d)");
-  list_option("--layers", a->layers, theory::default_layers, "Depths L (qwe.thm4.3 defaults to 4,32)");
+  list_option("--layers", a->layers, theory::default_layers, "Depths L (qwe.thm4.3 defaults to 4,32, resformer.eq5 to 3,6 and runs only L >= 2)");
   list_option("--seq", a->seq, theory::default_seq, "Sequence lengths n");
   for (const char* name : {"--d", "--heads", "--layers", "--seq"}) a->sweep_options.push_back(cmd->get_option(name));
   cmd->add_option("--precision", a->precisions,
@@ -171,6 +188,8 @@ Command add_verify_command(CLI::App& app, const std::string& command_line) {
       ->allow_extra_args(false);
   add_threads_option(cmd, a->options.threads);
   cmd->add_flag("--verbose", a->verbose, "Table: a row per check and precision instead of a line per claim");
+  a->against_options = {cmd->get_option("--compare"), cmd->get_option("--tolerance")};
+  a->claim_options = {cmd->get_option("--trials"), cmd->get_option("--precision"), cmd->get_option("--verbose")};
   cmd->add_flag("--quiet", a->quiet, "No progress on stderr");
   return {cmd, [a] { return run_verify(*a); }};
 }

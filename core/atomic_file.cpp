@@ -139,6 +139,10 @@ pid_t pid_of(std::string_view name) {
 
 }  // namespace
 
+void require_writable_target(const fs::path& path, std::string_view kind) {
+  if (!path.empty() && own_descriptor(path) < 0) streamed(path, kind);
+}
+
 bool is_temporary_name(std::string_view name) {
   if (name.substr(0, kPrefix.size()) != kPrefix) return false;
   name.remove_prefix(kPrefix.size());

@@ -80,6 +80,10 @@ class StagedFiles {
   bool committed_ = false;
 };
 
+// The refusals staging makes of `path`'s kind (a symbolic link, a directory, a block device, a
+// socket: UsageErrors, see above), made before any work, so a long run never ends in one.
+void require_writable_target(const std::filesystem::path& path, std::string_view kind);
+
 // The file a path names as staging compares targets: its directory resolved (symbolic links, "..",
 // relative to the working directory), its own name as given. Two outputs are one file when these agree.
 std::filesystem::path resolved_output_path(const std::filesystem::path& path);

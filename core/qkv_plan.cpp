@@ -127,12 +127,13 @@ std::vector<LayerPlan> make_plan(const Variant& v, int L, int H, int G) {
       case VariantKind::skipv1:
       case VariantKind::skipkv1:
       case VariantKind::skipv1_yoco: {
+        // skipv1-yoco: every layer after L/2 takes layer L/2's keys, whatever k (also the layers ≤ k)
+        if (v.kind == VariantKind::skipv1_yoco && n > half) p.own_key_heads = 0, p.keys = own_heads(half, G);
         const int src = v.source_layer - 1;  // −1: SkipV0
-        if (n <= src) break;                 // layers ≤ k are full
+        if (n <= src) break;                 // layers ≤ k have all their own values
         const int own = G - int(std::lround(v.skip_ratio * G));
         p.own_value_heads = own, p.values = skip_heads(v, G, n, own, src);
         if (v.kind == VariantKind::skipkv1) p.own_key_heads = own, p.keys = skip_heads(v, G, n, own, src);
-        if (v.kind == VariantKind::skipv1_yoco && n > half) p.own_key_heads = 0, p.keys = own_heads(half, G);
         break;
       }
     }

@@ -12,6 +12,7 @@
 // micro-batches continues bit for bit.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 
@@ -32,6 +33,12 @@ struct TrainConfig {
   enum class Schedule { warmup_cosine, one_cycle_linear } schedule = Schedule::warmup_cosine;
   double start_lr = 0;
 };
+
+// The warmup a run of `steps` steps gets unless told: a twentieth of them, at least 1, and below
+// `steps` (0 for a single step), as WarmupCosine needs.
+inline std::int64_t default_warmup(std::int64_t steps) {
+  return steps < 2 ? 0 : std::max<std::int64_t>(1, steps / 20);
+}
 
 struct StepStats {
   double loss = 0;       // mean over the step's predicted positions

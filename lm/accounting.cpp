@@ -214,8 +214,12 @@ results::Value kv_value(const Config& config, const std::string& dtype, std::opt
   v.set("vanilla_bytes_per_token", vanilla_per_token);
   v.set("saving", 1.0 - double(per_token) / double(vanilla_per_token));
   if (seq_len) {
+    std::int64_t total = 0;
+    if (__builtin_mul_overflow(*seq_len, per_token, &total))
+      throw UsageError("--seq-len " + std::to_string(*seq_len) + ": the cache of " + std::to_string(per_token) +
+                       " bytes per token would exceed 2^63 bytes");
     v.set("seq_len", *seq_len);
-    v.set("total_bytes", *seq_len * per_token);
+    v.set("total_bytes", total);
   }
   results::Value layers = results::Value::array();
   runs(a.layers.size(), [&](std::size_t i, std::size_t j) { return same_cache(a.layers[i], a.layers[j]); },

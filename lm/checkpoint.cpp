@@ -207,6 +207,7 @@ void save_checkpoint(const fs::path& dir, const Checkpoint& ck) {
   model.metadata = ck.metadata;
   for (const auto& [key, value] : to_metadata(ck.config)) model.metadata[key] = value;
   model.metadata["format"] = kFormat;
+  model.metadata["manifest"] = "manifest.json";  // written last: without it, this write was cut short
   engine::save_safetensors(dir / "model.safetensors", model);
   names.push_back("model.safetensors"), written(names.back());
   write_bytes_atomically(dir / "config.json", "JSON", config_json(ck.config));
@@ -263,7 +264,13 @@ std::string verified_state(const fs::path& dir, const std::string& manifest_text
 
 void verify_manifest_if_present(const fs::path& dir, bool own_checkpoint) {
   const fs::path manifest = dir / "manifest.json";
-  if (!fs::exists(fs::symlink_status(manifest))) return;
+  if (!fs::exists(fs::symlink_status(manifest))) {
+    const auto metadata = own_checkpoint ? engine::safetensors_metadata(dir / "model.safetensors") : std::nullopt;
+    if (metadata && metadata->count("manifest"))  // written since 2026-11-27 with its manifest, which is missing
+      throw UsageError(dir.string() + ": no manifest.json beside a model.safetensors written with one: a write into "
+                       "this directory was cut short (its files may come from two models); write the model again");
+    return;
+  }
   const std::string text = read_text_file(manifest);
   if (!own_checkpoint && !is_checkpoint_manifest(text)) return;
   // A command reads a model more than once (verify --checkpoint: its weights, then its activations):

@@ -16,7 +16,10 @@
 // Each file is written atomically (whole or absent); the old manifest.json is
 // removed before the first of them and the new one written after the last, so a
 // write cut short (a kill between two renames) leaves a directory without a
-// manifest. Reading checks a manifest that is present against the files (size,
+// manifest; model.safetensors's metadata says "manifest": "manifest.json" (since
+// 2026-11-27), so a reader refuses such a directory instead of loading a mix of
+// two writes (lm init, convert or eliminate over an earlier model, cut short).
+// Reading checks a manifest that is present against the files (size,
 // checksum, step, t), and reading the optimizer (--resume) requires one: a
 // checkpoint whose files come from different writes is a UsageError, never
 // loaded. The optimizer file's metadata repeats the model's "step" and "run_id"

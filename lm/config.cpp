@@ -65,15 +65,16 @@ std::string real(double x) {
   return buf;
 }
 
-bool skipv1_family(VariantKind k) {
-  return k == VariantKind::skipv1 || k == VariantKind::skipkv1 || k == VariantKind::skipv1_yoco;
-}
 
 void require(bool ok, const std::string& message) {
   if (!ok) throw UsageError(message);
 }
 
 }  // namespace
+
+bool skipv1_family(VariantKind k) {
+  return k == VariantKind::skipv1 || k == VariantKind::skipkv1 || k == VariantKind::skipv1_yoco;
+}
 
 bool resformer_family(VariantKind k) {
   return k == VariantKind::resformer || k == VariantKind::resformer_neutreno || k == VariantKind::resformer_k ||

@@ -87,6 +87,7 @@ Config family_defaults(Family family, int layers, int d, int heads, int vocab, i
 // The variants whose layers n > k mix a source layer k with weights α, β
 // (resformer, resformer-neutreno, resformer-k, resformer-q).
 bool resformer_family(VariantKind kind);
+bool skipv1_family(VariantKind kind);  // skipv1, skipkv1, skipv1-yoco
 
 // The weights given to a variant (the command line's --lambda, --alpha, --beta; each optional), set on
 // `variant` by its rules: λ is NeuTRENO's own for neutreno and resformer-neutreno; for resformer,

@@ -41,7 +41,7 @@ RunOptions preset_options(Family family, int layers, int d, int heads, int vocab
   o.model = family_defaults(family, layers, d, heads, vocab, seq);
   o.model.tied = tied, o.model.bias = family == Family::gpt2;
   o.batch = batch, o.seq = seq;
-  o.loop.steps = steps, o.loop.lr = lr, o.loop.min_lr = lr / 10, o.loop.warmup = std::max<std::int64_t>(1, steps / 20);
+  o.loop.steps = steps, o.loop.lr = lr, o.loop.min_lr = lr / 10, o.loop.warmup = engine::default_warmup(steps);
   o.loop.clip = 1.0, o.loop.adamw = {0.9, 0.95, 1e-8, 0.1};
   return o;
 }
@@ -56,10 +56,12 @@ const std::vector<Preset>& presets() {
                  preset_options(Family::gpt2, 6, 128, 4, 4096, 128, 16, 1200, 2e-3, true)});
     p.push_back({"tiny-llama", "Llama family (RMSNorm, SwiGLU, RoPE), otherwise as tiny",
                  preset_options(Family::llama, 6, 128, 4, 4096, 128, 16, 1200, 2e-3, false)});
-    p.push_back({"llama-82m", "ResFormer's 82M Llama (L = 8, d = 512, H = 8, FFN 1792, untied), T = 1024: for a GPU",
+    p.push_back({"llama-82m", "ResFormer's 82M Llama's shape (L = 8, d = 512, H = 8, FFN 1792, untied) at the corpus's "
+                 "V = 4,096: 34.6M parameters (81.9M at the paper's V = 50,277), T = 1024: for a GPU",
                  preset_options(Family::llama, 8, 512, 8, 4096, 1024, 32, 5000, 6e-4, false)});
     p.back().options.model.ffn = 1792;
-    p.push_back({"gpt2-125m", "GPT-2 small (L = 12, d = 768, H = 12), T = 1024: for a GPU",
+    p.push_back({"gpt2-125m", "GPT-2 small's shape (L = 12, d = 768, H = 12, tied) at the corpus's V = 4,096: 89.0M "
+                 "parameters (124.4M at GPT-2's V = 50,257), T = 1024: for a GPU",
                  preset_options(Family::gpt2, 12, 768, 12, 4096, 1024, 32, 5000, 6e-4, true)});
     return p;
   }();
@@ -324,9 +326,21 @@ struct Session {
   }
 
   // The step to start at: 0, or the checkpoint's after checking it was made by this run's settings.
+  // A run stopped before its first checkpoint left only its logs (and perhaps checkpoint.writing/):
+  // resuming it starts again at step 0, which gives the bits the uninterrupted run would have.
   std::int64_t restore() {
     if (!o.resume) return 0;
     const fs::path dir = resume_dir();
+    const auto started = [&] {  // what a run writes before its first checkpoint
+      for (const char* name : {"baselines.json", "train.csv", "validation.csv", "checkpoint.writing"})
+        if (fs::exists(o.out / name)) return true;
+      return false;
+    };
+    if (!fs::exists(dir / "model.safetensors") && !fs::exists(previous_dir()) && !fs::exists(o.out / "run.json") &&
+        started()) {
+      fs::remove_all(o.out / "checkpoint.writing");
+      return 0;
+    }
     if (!fs::exists(dir / "model.safetensors"))
       throw UsageError("cannot resume: no checkpoint in " + dir.string());
     const Checkpoint ck = load_checkpoint(dir, true, o.allow_nonfinite);
@@ -353,6 +367,7 @@ struct Session {
                        ", this run asks " + std::to_string(o.eval_windows) +
                        ": its validation curve would mix two measures");
     const std::int64_t step = checked_step(ck);
+    if (dir == checkpoint_dir()) fs::remove_all(previous_dir());  // a save cut after its second rename left it
     resumed_metadata = ck.metadata;
     model.set_parameters(ck.values);
     auto& adamw = trainer.optimizer();

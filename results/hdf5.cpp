@@ -153,7 +153,7 @@ std::string file_image(const Report& report) {
     write_attribute(file.get(), "seed", H5T_NATIVE_UINT64, &report.seed);
     write_string_attribute(file.get(), "command_line", str.get(), report.command_line);
     write_string_attribute(file.get(), "version", str.get(), report.version);
-    if (!report.context.keys().empty()) {  // what the checks ran on, and the claims skipped, as JSON
+    if (!report.context.keys().empty() || !report.skipped.empty()) {  // what the checks ran on, and the claims skipped, as JSON
       results::Value context = report.context;
       results::Value skipped = results::Value::array();
       for (const SkippedClaim& s : report.skipped) {

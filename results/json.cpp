@@ -96,7 +96,7 @@ void write_json(std::ostream& out, const Report& report) {
   write_array(out, "checks", report.checks);
   write_array(out, "controls", report.controls);
   write_array(out, "ladders", report.ladders);
-  if (!report.context.keys().empty()) write_array(out, "skipped", report.skipped);
+  if (!report.context.keys().empty() || !report.skipped.empty()) write_array(out, "skipped", report.skipped);
   out << "  \"summary\": " << to_json(report.summary()) << "\n";
   out << "}\n";
 }

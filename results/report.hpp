@@ -71,7 +71,8 @@ struct Report {
   std::vector<ControlRecord> controls;
   std::vector<LadderRecord> ladders;
   // What the checks ran on, when not random draws (verify --checkpoint: "checkpoint",
-  // "tokens", ...): written by every writer when it has keys, with `skipped`.
+  // "tokens", ...): written by every writer when it has keys, with `skipped` (written too when
+  // claims were skipped without a context: a random-weight sweep that gives a claim no configuration).
   Value context = Value::object();
   std::vector<SkippedClaim> skipped;
 
@@ -88,8 +89,8 @@ void print_table(std::ostream& out, const Report& report);
 void print_claims(std::ostream& out, const Report& report);
 
 // {"seed", "checks": [...], "controls": [...], "ladders": [...], "summary": {...}}
-// plus "version" and "command_line"; with a context, its keys after "command_line"
-// and "skipped": [{"id", "reason"}] after "ladders".
+// plus "version" and "command_line"; with a context, its keys after "command_line";
+// with a context or a claim skipped, "skipped": [{"id", "reason"}] after "ladders".
 void write_json(std::ostream& out, const Report& report);
 
 // HDF5 file: attributes seed, command_line, version at the root; a group per

@@ -92,6 +92,17 @@ TEST(LmAccounting, KvCacheMatchesTheClosedForms) {
     k3.variant.source_layer = std::min(3, L - 1);
     const int k = k3.variant.source_layer;
     EXPECT_EQ(kv(k3), L * head + k * head + (L - k) * half);
+    // skipv1-yoco from a source layer k past L/2: every layer after L/2 still takes layer L/2's keys
+    // (layers L/2+1 … k kept their own W_K and cached keys); control: SkipVk's own keys differ.
+    if (L >= 4) {
+      lm::Config yoco = llama(L, d, H, G, K::skipv1_yoco);
+      yoco.variant.source_layer = L - 1;
+      const int ky = L - 1;
+      EXPECT_EQ(kv(yoco), (L / 2) * head + ky * head + (L - ky) * half);
+      lm::Config skip = yoco;
+      skip.variant.kind = K::skipv1;
+      EXPECT_NE(kv(skip), kv(yoco));
+    }
     // Controls: the MHA form does not describe SkipV1, nor does SkipV1's form SVFormer.
     EXPECT_NE(kv(llama(L, d, H, G, K::skipv1)), mha);
     EXPECT_NE(kv(llama(L, d, H, G, K::svformer)), skip);

@@ -149,6 +149,7 @@ TEST(LmTrain, RunsSurviveInterruptionsAndAreNotOverwritten) {
   EXPECT_EQ(read_file(cut / "checkpoint" / "model.safetensors"), read_file(whole / "checkpoint" / "model.safetensors"));
   EXPECT_FALSE(fs::exists(cut / "checkpoint.previous"));
   fs::remove_all(cut / "checkpoint");
+  for (const char* log : {"train.csv", "validation.csv", "baselines.json"}) fs::remove(cut / log);
   EXPECT_THROW(train_language_model(resumed, data, backend, {}), UsageError);  // control: nothing to resume
 
   fs::create_directories(unfinished);

@@ -433,5 +433,81 @@ TEST(RobustVerify, AStatisticalCheckWhoseIdentityFailedFails) {
   EXPECT_TRUE(held.checks[0].pass);
 }
 
+// A report lost on the way to standard output (a full disk: /dev/full) was exit 0: now exit 3 with
+// one line; control: the same command into a file exits 0 with the report there.
+TEST(RobustCli, AStandardOutputThatCannotBeWrittenIsExitThree) {
+  if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full on this machine";
+  const std::string verify = "verify qwe.lemma3.1 --d 4 --heads 1 --layers 1 --seq 2 --quiet --format json";
+  for (const std::string args : {verify, std::string("params --format json"), std::string("kv")}) {
+    const CommandResult r = run_bounded(args + " > /dev/full", 60);
+    EXPECT_EQ(r.status, 3) << args << ": " << r.err;
+    EXPECT_NE(r.err.find("cannot write standard output"), std::string::npos) << args << ": " << r.err;
+    EXPECT_EQ(lines(r.err), 1) << args << ": " << r.err;
+  }
+  ScratchDir dir;
+  const CommandResult control = run_bounded(verify + " > " + shell_quoted(dir.path() / "report.json"), 60);
+  EXPECT_EQ(control.status, 0) << control.err;
+  EXPECT_GT(fs::file_size(dir.path() / "report.json"), 100u);
+}
+
+// verify's options that apply in one mode only were ignored in the others (a tightened --tolerance
+// without --against, --tokens naming a missing file without --checkpoint, --trials with --against),
+// and a value given twice ran every check twice under one JUnit name: each is refused before the work.
+TEST(RobustVerify, OptionsOfAnotherModeAndRepeatedValuesAreRefused) {
+  const std::string sweep = "verify qwe.lemma3.1 --d 4 --heads 1 --layers 1 --seq 2 --quiet";
+  for (const auto& [extra, names] : std::vector<std::pair<std::string, std::string>>{
+           {" --tolerance 1e-30", "--tolerance applies only with --checkpoint DIR --against REF"},
+           {" --compare gauge", "--compare applies only with --checkpoint DIR --against REF"},
+           {" --tokens /nonexistent.npy", "--tokens applies only with --checkpoint DIR"},
+           {" --seq-len 999", "--seq-len applies only with --checkpoint DIR"},
+           {" --corpus brown", "--corpus applies only with --checkpoint DIR"},
+           {" --precision double,double", "--precision: double is given twice"},
+           {" --d 4,4", "--d: 4 is given twice"}})
+    expect_usage_error(run_bounded(sweep + extra, 60), extra, names);
+  EXPECT_EQ(run_bounded(sweep + " --precision double,float", 60).status, 0);  // control
+  ScratchDir dir;
+  const std::string model = shell_quoted(dir.path() / "m");
+  ASSERT_EQ(run_bounded("lm init " + model + " --layers 1 --d 8 --heads 2 --vocab 16 --positions 8").status, 0);
+  const std::string checkpoint = "verify --checkpoint " + model + " --quiet --seq-len 4";
+  expect_usage_error(run_bounded(checkpoint + " --tolerance 1e-3", 60), "--checkpoint --tolerance",
+                     "--tolerance applies only with --against REF");
+  const std::string against = checkpoint + " --against " + model;
+  for (const char* extra : {" --trials 2", " --precision float", " --verbose"})
+    expect_usage_error(run_bounded(against + extra, 60), extra, "not to --against's comparison");
+  EXPECT_EQ(run_bounded(against + " --tolerance 1e-3", 60).status, 0);  // control: the same model
+}
+
+// A report file that staging refuses (a directory, a symbolic link) was refused only after the
+// checks had run (14.6 s on a small model); now before them, with nothing on stdout. Control: a new name.
+TEST(RobustVerify, AReportPathOfTheWrongKindIsRefusedBeforeTheChecks) {
+  ScratchDir dir;
+  fs::create_directory(dir.path() / "adir");
+  fs::create_symlink(dir.path() / "target.xml", dir.path() / "link.xml");
+  const std::string sweep = "verify qwe.lemma3.1 --d 4 --heads 1 --layers 1 --seq 2 --quiet";
+  expect_usage_error(run_bounded(sweep + " --out " + shell_quoted(dir.path() / "adir"), 60), "--out DIR",
+                     "cannot write --out file");
+  expect_usage_error(run_bounded(sweep + " --junit " + shell_quoted(dir.path() / "link.xml"), 60), "--junit LINK",
+                     "it is a symbolic link");
+  EXPECT_FALSE(fs::exists(dir.path() / "target.xml"));
+  EXPECT_EQ(run_bounded(sweep + " --junit " + shell_quoted(dir.path() / "new.xml"), 60).status, 0);
+  EXPECT_TRUE(fs::exists(dir.path() / "new.xml"));
+}
+
+// resformer.eq5 combines L >= 2 layers: --layers 1,3 made its L = 1 configurations "error" checks and
+// the run exit 1; now they are not its configurations (L = 3 runs and passes), and --layers 1 alone
+// skips the claim, saying why (exit 1: no check ran). Control: a claim without layers still runs.
+TEST(RobustVerify, AClaimRunsOnlyTheDepthsItsStatementHas) {
+  const std::string eq5 = "verify resformer.eq5 --d 8 --seq 4 --quiet --format json";
+  const CommandResult both = run_bounded(eq5 + " --layers 1,3", 60);
+  EXPECT_EQ(both.status, 0) << both.err;
+  EXPECT_EQ(both.out.find("L=1"), std::string::npos);
+  EXPECT_NE(both.out.find("L=3"), std::string::npos);
+  const CommandResult one = run_bounded(eq5 + " --layers 1", 60);
+  EXPECT_EQ(one.status, 1) << one.err;
+  EXPECT_NE(one.out.find("\"skipped\""), std::string::npos) << one.out;
+  EXPECT_NE(one.out.find("its statement needs L >= 2 layers"), std::string::npos) << one.out;
+  EXPECT_EQ(run_bounded("verify resformer.eq4 --d 8 --seq 4 --quiet --layers 1", 60).status, 0);
+}
+
 }  // namespace
 }  // namespace qkvlab

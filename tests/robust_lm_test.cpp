@@ -19,6 +19,8 @@
 #include "engine/cpu_backend.hpp"
 #include "engine/safetensors.hpp"
 #include "lm/checkpoint.hpp"
+#include "lm/parameters.hpp"
+#include "lm/plan.hpp"
 #include "lm/train.hpp"
 #include "run_command.hpp"
 #include "corpus_manifest.hpp"
@@ -319,13 +321,15 @@ TEST(RobustProbe, TagIdsAreCheckedAgainstTagsJson) {
 
 // ---- non-finite weights and results ------------------------------------------------------------
 
-// The checkpoint with one weight of model.safetensors set to `value` (its manifest removed: the file is
-// edited by hand, as the reproducer did).
+void reseal(const fs::path& ck, const std::string& file);
+
+// The checkpoint with one weight of model.safetensors set to `value`, edited by hand as the issue's
+// reproducer did, its manifest made to match (so the value, not the manifest, is what is refused).
 void poison(const fs::path& ckpt, const std::string& tensor, float value, std::size_t element = 0) {
   engine::SafeTensors file = engine::load_safetensors(ckpt / "model.safetensors");
   std::memcpy(file.tensors.at(tensor).data.data() + 4 * element, &value, 4);
   engine::save_safetensors(ckpt / "model.safetensors", file);
-  fs::remove(ckpt / "manifest.json");
+  reseal(ckpt, "model.safetensors");
 }
 
 std::string first_tensor(const fs::path& ckpt, const std::string& part) {
@@ -443,33 +447,104 @@ std::string without_time(const std::string& csv) {
 // cut after any file of its second checkpoint's write (step 4) resumes from the first (step 2), bit for
 // bit as the uninterrupted run, and the next save clears the partial write. Control: the hook did cut
 // the write (the run threw, the partial directory is there).
-TEST(RobustCheckpoint, ACutAfterEachFileOfAWriteResumesFromTheLastWholeCheckpoint) {
+// tiny_run trained whole, beside the runs a test cuts: a cut run, resumed, must end as it did.
+struct CutRuns {
   ScratchDir dir;
   HookGuard guard;
   const lm::TrainData data = toy_data();
-  engine::CpuBackend<float> backend(1);
-  train_language_model(tiny_run(dir / "whole"), data, backend, {});
-  const std::vector<float> whole = final_values(dir / "whole");
+  engine::CpuBackend<float> backend{1};
+  CutRuns() { train_language_model(tiny_run(dir / "whole"), data, backend, {}); }
+
+  // `run`, cut, resumed (from step `from`): the uninterrupted run's bits, train.csv and no partial write.
+  void expect_resumes_as_whole(const fs::path& run, std::int64_t from, const std::string& label) {
+    lm::RunOptions resumed = tiny_run(run);
+    resumed.resume = true;
+    const results::Value r = train_language_model(resumed, data, backend, {});
+    EXPECT_EQ(r["resumed_from"].number(), from) << label;
+    EXPECT_EQ(final_values(run), final_values(dir / "whole")) << label << ": not bit-identical";
+    EXPECT_EQ(without_time(read_file(run / "train.csv")), without_time(read_file(dir / "whole" / "train.csv"))) << label;
+    EXPECT_FALSE(fs::exists(run / "checkpoint.writing")) << label;
+  }
+};
+
+TEST(RobustCheckpoint, ACutAfterEachFileOfAWriteResumesFromTheLastWholeCheckpoint) {
+  CutRuns c;
   const std::vector<std::string> files = {"optimizer.safetensors", "model.safetensors", "config.json", "manifest.json"};
   for (std::size_t k = 0; k < files.size(); ++k) {
     // The run is cut after the k-th file of its second checkpoint (step 4), as a kill there would.
-    const fs::path run = dir / ("cut" + std::to_string(k));
+    const fs::path run = c.dir / ("cut" + std::to_string(k));
     int writes = 0;
     lm::set_checkpoint_write_hook([&](const std::string& file) {
       if (file == files[0]) ++writes;
       if (writes == 2 && file == files[k]) throw Cut();
     });
-    EXPECT_THROW(train_language_model(tiny_run(run), data, backend, {}), Cut) << k;
+    EXPECT_THROW(train_language_model(tiny_run(run), c.data, c.backend, {}), Cut) << k;
     lm::set_checkpoint_write_hook({});
     EXPECT_TRUE(fs::exists(run / "checkpoint.writing" / files[k])) << "control: the write was cut after " << files[k];
-    lm::RunOptions resumed = tiny_run(run);
-    resumed.resume = true;
-    const results::Value r = train_language_model(resumed, data, backend, {});
-    EXPECT_EQ(r["resumed_from"].number(), 2) << files[k];
-    EXPECT_EQ(final_values(run), whole) << "cut after " << files[k] << ": not bit-identical";
-    EXPECT_EQ(without_time(read_file(run / "train.csv")), without_time(read_file(dir / "whole" / "train.csv")));
-    EXPECT_FALSE(fs::exists(run / "checkpoint.writing")) << files[k];
+    c.expect_resumes_as_whole(run, 2, "cut after " + files[k]);
   }
+}
+
+// A run cut before its first checkpoint was whole (its logs written, checkpoint.writing/ partial)
+// could be neither resumed ("no checkpoint") nor started again ("already holds train.csv"): its
+// resume now starts at step 0 and ends bit-identical to the uninterrupted run. A kill after a save's
+// second rename left checkpoint.previous/ for good: a resume removes it. Control: --resume where
+// no run ever started is still refused.
+TEST(RobustCheckpoint, ARunCutBeforeItsFirstCheckpointResumesFromStepZero) {
+  CutRuns c;
+  for (const std::string cut_after : {"optimizer.safetensors", "manifest.json"}) {
+    const fs::path run = c.dir / ("first-" + cut_after);
+    lm::set_checkpoint_write_hook([&](const std::string& file) {
+      if (file == cut_after) throw Cut();
+    });
+    EXPECT_THROW(train_language_model(tiny_run(run), c.data, c.backend, {}), Cut) << cut_after;
+    lm::set_checkpoint_write_hook({});
+    ASSERT_FALSE(fs::exists(run / "checkpoint")) << cut_after;
+    ASSERT_TRUE(fs::exists(run / "train.csv")) << cut_after;
+    c.expect_resumes_as_whole(run, 0, "first checkpoint cut after " + cut_after);
+  }
+  // A run killed while its last save removed checkpoint.previous/ (before its final validation and run.json).
+  const fs::path whole = c.dir / "whole";
+  const std::vector<float> values = final_values(whole);
+  fs::copy(whole / "checkpoint", whole / "checkpoint.previous");
+  fs::remove(whole / "run.json");
+  lm::RunOptions finished = tiny_run(whole);
+  finished.resume = true;
+  train_language_model(finished, c.data, c.backend, {});
+  EXPECT_FALSE(fs::exists(whole / "checkpoint.previous"));
+  EXPECT_EQ(final_values(whole), values);
+  lm::RunOptions never = tiny_run(c.dir / "never");
+  never.resume = true;
+  EXPECT_NE(test_support::usage_error([&] { train_language_model(never, c.data, c.backend, {}); }).find("cannot resume: no checkpoint"),
+            std::string::npos);
+}
+
+// lm init, convert and eliminate write a model into its directory in place: a kill between the
+// files (here a hook after model.safetensors) left a new model beside an earlier model's config.json
+// and tokenizer.json without a manifest, and readers loaded that mix. model.safetensors now records
+// that its manifest comes last, and the mix is refused; control: the write completed loads.
+TEST(RobustCheckpoint, AModelWriteCutShortIsRefusedNotLoaded) {
+  ScratchDir dir;
+  HookGuard guard;
+  lm::Checkpoint first;
+  first.config = lm::family_defaults(lm::Family::gpt2, 1, 16, 2, 32, 8);
+  first.values.assign(lm::parameter_layout(first.config, lm::make_plan(first.config)).total(), 0.01f);
+  first.tokenizer_json = "{}";
+  lm::save_checkpoint(dir / "m", first);
+  lm::Checkpoint second = first;
+  second.config = lm::family_defaults(lm::Family::gpt2, 1, 32, 2, 32, 8), second.tokenizer_json.clear();
+  second.values.assign(lm::parameter_layout(second.config, lm::make_plan(second.config)).total(), 0.02f);
+  lm::set_checkpoint_write_hook([](const std::string& file) {
+    if (file == "model.safetensors") throw Cut();
+  });
+  EXPECT_THROW(lm::save_checkpoint(dir / "m", second), Cut);
+  lm::set_checkpoint_write_hook({});
+  ASSERT_FALSE(fs::exists(dir / "m" / "manifest.json"));
+  EXPECT_NE(test_support::usage_error([&] { lm::load_checkpoint(dir / "m"); }).find("no manifest.json beside a model.safetensors"),
+            std::string::npos);
+  lm::save_checkpoint(dir / "m", second);  // control
+  EXPECT_EQ(lm::load_checkpoint(dir / "m").config.d, 32);
+  EXPECT_FALSE(fs::exists(dir / "m" / "tokenizer.json"));
 }
 
 // manifest.json with FILE's entry made to match FILE as it is now (a hand edit that covers its tracks).
@@ -669,6 +744,55 @@ TEST_F(RobustResume, ModelWritersReplaceOnlyModelsTheyWrote) {
 }
 
 // ---- options the tool cannot honour are refused --------------------------------------------
+
+// Model flags describing a part the model does not have were written into its config and changed
+// nothing (a vanilla model "with" --skip-ratio 0.25 was another group than its replicates in lm
+// compare; SVFormer "from layer 2" was SVFormer from layer 1): refused as --alpha on vanilla is,
+// by every command that builds a model from flags. Controls: each flag where it applies.
+TEST(RobustOptions, ModelFlagsOfAnotherVariantAreRefused) {
+  Fixture f;
+  const std::string small = " --layers 3 --d 16 --heads 4 --vocab 16 --positions 8";
+  for (const auto& [flags, names] : std::vector<std::pair<std::string, std::string>>{
+           {"--skip-ratio 0.25", "--skip-ratio describes the skipv1 family's injected value heads: the model has none (--variant vanilla)"},
+           {"--variant resformer --strategy pooling", "--strategy describes the skipv1 family's"},
+           {"--variant svformer --source-layer 2", "--source-layer: the model reads no source layer (--variant svformer)"},
+           {"--source-layer 2", "--source-layer: the model reads no source layer (--variant vanilla)"},
+           {"--d-c 8", "--d-c is a width of MLA's cache: give --mla"},
+           {"--family llama --gelu erf", "--gelu is GPT-2's MLP activation"},
+           {"--rope-theta 500", "--rope-theta is RoPE's base"}})
+    for (const std::string command : {"lm init " + shell_quoted(f.dir / "m"), std::string("params"), std::string("kv")})
+      expect_usage_error(run_bounded(command + small + " " + flags), command + " " + flags, names);
+  EXPECT_FALSE(fs::exists(f.dir / "m"));
+  for (const char* flags : {"--variant skipv1 --skip-ratio 0.25", "--variant skipv1 --strategy pooling",
+                            "--variant resformer --source-layer 2", "--variant skipv1 --source-layer 2",
+                            "--mla --d-c 8 --d-r 2", "--gelu erf", "--family llama --rope-theta 500"})
+    EXPECT_EQ(run_bounded(std::string("params") + small + " " + flags).status, 0) << flags;
+  // Over a preset, as given on lm train's command line.
+  expect_usage_error(run_bounded("lm train --tokens " + shell_quoted(f.stream) + " --out " + shell_quoted(f.dir / "t") +
+                                 " --layers 1 --d 16 --heads 2 --vocab 50 --batch 2 --steps 2 --quiet --skip-ratio 0.25"),
+                     "lm train --skip-ratio", "--skip-ratio describes");
+}
+
+// A single step had no warmup that --warmup's check accepts (the default, steps/20 but at least 1,
+// equalled --steps 1: "--warmup must be below --steps", an option not given); now its warmup is 0.
+// Control: a --warmup given at --steps is still refused. kv's total past 2^63 bytes was printed
+// wrapped (negative); now refused.
+TEST(RobustOptions, OneTrainingStepAndAHugeCacheAreHandled) {
+  Fixture f;
+  const std::string train = "lm train --tokens " + shell_quoted(f.stream) +
+                            " --layers 1 --d 16 --heads 2 --vocab 50 --batch 2 --seq-len 8 --quiet --format json --steps 1";
+  const CommandResult one = run_bounded(train + " --out " + shell_quoted(f.dir / "one"));
+  EXPECT_EQ(one.status, 0) << one.err;
+  EXPECT_NE(one.out.find("\"warmup\": 0"), std::string::npos) << one.out;
+  expect_usage_error(run_bounded(train + " --warmup 1 --out " + shell_quoted(f.dir / "w")), "--warmup 1 --steps 1",
+                     "--warmup must be below --steps");
+  expect_usage_error(run_bounded("kv --family llama --layers 1024 --d 65536 --heads 1024 --head-dim 4096 --vocab 100 "
+                                 "--seq-len 300000000"),
+                     "kv --seq-len 3e8", "would exceed 2^63 bytes");
+  EXPECT_EQ(run_bounded("kv --family llama --layers 1024 --d 65536 --heads 1024 --head-dim 4096 --vocab 100 "
+                        "--seq-len 200000000").status,
+            0);  // control: 6.9e18 bytes fit
+}
 
 TEST(RobustOptions, OptionsThatWouldBeIgnoredOrOverriddenAreRefused) {
   Fixture f;

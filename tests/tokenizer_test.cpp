@@ -3,6 +3,8 @@
 // the corpus's token files, refusals, and `qkvlab lm tokenize`.
 #include "lm/tokenizer.hpp"
 
+#include "lm/checkpoint.hpp"
+
 #include "core/errors.hpp"
 #include "core/json_text.hpp"
 #include "corpus/bpe.hpp"
@@ -415,13 +417,14 @@ TEST(CheckpointTokenizer, TrainedOnACorpusCarriesItsTokenizer) {
   // The own pre-tokenizer: " the" | " this" | " is", whatever the spacing.
   EXPECT_EQ(Tokenizer::load(ckpt).encode("the  this\nis"), (Ids{258, 256, 71, 259, 220, 259}));
   // Listed in the manifest: a tokenizer.json from another write is refused.
-  write_file(ckpt / "tokenizer.json", read_text(ckpt / "tokenizer.json") + " ");
+  const std::string written = read_text(ckpt / "tokenizer.json");
+  write_file(ckpt / "tokenizer.json", written + " ");
   const std::string changed = "lm export " + shell_quoted(ckpt) + " --hf " + shell_quoted(dir / "hf");
   expect_usage_error(run_qkvlab(changed), changed, "tokenizer.json: does not match manifest.json");
   EXPECT_FALSE(std::filesystem::exists(dir / "hf"));
   const std::string tokenize = "lm tokenize " + shell_quoted(ckpt) + " --prompt 'the this'";  // encoded by it: 0
   expect_usage_error(run_qkvlab(tokenize), tokenize, "tokenizer.json: does not match manifest.json");
-  std::filesystem::remove(ckpt / "manifest.json");
+  write_file(ckpt / "tokenizer.json", written);  // control: the file as written
   // lm export copies it beside the model.
   r = run_qkvlab("lm export " + shell_quoted(ckpt) + " --hf " + shell_quoted(dir / "hf"));
   ASSERT_EQ(r.status, 0) << r.err;
@@ -456,7 +459,10 @@ TEST(CheckpointTokenizer, TrainedOnACorpusCarriesItsTokenizer) {
                            shell_quoted(data / "train_tokens.npy");
   expect_usage_error(run_qkvlab(both), both, "give one of --tokens FILE, --text FILE and --corpus brown");
   // A model without a tokenizer: --text is refused, naming what is missing.
-  std::filesystem::remove(ckpt / "tokenizer.json");
+  lm::Checkpoint without = lm::load_checkpoint(ckpt);
+  without.tokenizer_json.clear();
+  lm::save_checkpoint(ckpt, without);
+  ASSERT_FALSE(std::filesystem::exists(ckpt / "tokenizer.json"));
   const std::string none = "lm eval " + shell_quoted(ckpt) + " " + eval_text;
   expect_usage_error(run_qkvlab(none), none, "no tokenizer");
 }
@@ -485,8 +491,9 @@ TEST(CheckpointTokenizer, EveryTextSequenceStartsWithTheTokenizersBos) {
   ScratchDir dir;
   const std::string m = shell_quoted(dir / "m");
   ASSERT_EQ(run_qkvlab("lm init " + m + " --family llama --layers 2 --d 16 --heads 2 --vocab 263 --positions 16 --seed 3").status, 0);
-  write_file(dir / "m" / "tokenizer.json", llama3_json());
-  std::filesystem::remove(dir / "m" / "manifest.json");
+  lm::Checkpoint with_tokenizer = lm::load_checkpoint(dir / "m");
+  with_tokenizer.tokenizer_json = llama3_json();
+  lm::save_checkpoint(dir / "m", with_tokenizer);
   write_file(dir / "text.txt", text);
   corpus::write_tokens_npy(dir / "rows.npy", rows, std::int64_t(pieces), 4);
   corpus::write_tokens_npy(dir / "stream.npy", stream, std::int64_t(stream.size()), 0);

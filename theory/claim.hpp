@@ -48,8 +48,11 @@ struct SweepPoint {
 // The dimensions a claim depends on: only these appear in its configurations.
 // width = false: the claim runs at its own defaults.d whatever the sweep's --d (its cost grows
 // too fast in d for the sweep's widths; its statement names the width).
+// min_layers: the least depth the claim's statement has (Eq. 5 combines n ≥ 2 layers); a smaller L
+// of the sweep is not one of its configurations, and a sweep with none skips the claim, saying why.
 struct Dims {
   bool heads = true, layers = false, seq = true, mask = true, width = true;
+  int min_layers = 1;
 };
 
 // A control's verdict: it must fail (rel_err ≥ control_threshold), or, for a

@@ -64,7 +64,7 @@ void register_resformer_claims(std::vector<Claim>& claims) {
                     .statement = "softmax(Q_n [K_n; ...; K_n]^T/sqrt(d)) [V_1; ...; V_n] = (1/n) A_n sum_i V_i over "
                                  "n layers (Eq. 5, exact with every key K_n)",
                     .kind = Kind::identity,
-                    .dims = Dims{.heads = false, .layers = true},
+                    .dims = Dims{.heads = false, .layers = true, .min_layers = 2},
                     .budget = default_budget,
                     .defaults = DefaultSweep{.layers = {3, 6}},
                     .run = dispatch<Eq5>()});

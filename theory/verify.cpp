@@ -78,7 +78,9 @@ std::vector<SweepPoint> sweep(const Claim& claim, const VerifyOptions& o) {
   const std::vector<int> one{1};
   const auto& ds = claim.dims.width ? pick(o.d, claim.defaults.d, default_d) : claim.defaults.d;
   const auto& hs = claim.dims.heads ? pick(o.heads, claim.defaults.heads, default_heads) : one;
-  const auto& ls = claim.dims.layers ? pick(o.layers, claim.defaults.layers, default_layers) : one;
+  std::vector<int> ls;
+  for (int l : claim.dims.layers ? pick(o.layers, claim.defaults.layers, default_layers) : one)
+    if (l >= claim.dims.min_layers) ls.push_back(l);
   const auto& ns = claim.dims.seq ? pick(o.seq, claim.defaults.seq, default_seq) : one;
   std::vector<Mask> masks{Mask::causal};
   if (claim.dims.mask) masks.push_back(Mask::bidirectional);
@@ -128,11 +130,16 @@ VerifyPlan plan_verify(const std::vector<const Claim*>& claims, const VerifyOpti
   double scalar_bytes = 4, widest = 0;
   for (Precision p : o.precisions)
     scalar_bytes = std::max(scalar_bytes, p == Precision::mp50 ? double(sizeof(mp50)) : p == Precision::f80 ? 16.0 : 8.0);
-  for (const Claim* c : claims)
-    for (const SweepPoint& config : sweep(*c, o)) {
+  for (const Claim* c : claims) {
+    const std::vector<SweepPoint> configs = sweep(*c, o);
+    if (configs.empty())
+      plan.skipped.push_back({c->id, "its statement needs L >= " + std::to_string(c->dims.min_layers) +
+                                         " layers, and --layers gives none"});
+    for (const SweepPoint& config : configs) {
       widest = std::max(widest, configuration_bytes(config, scalar_bytes));
       plan.configurations.emplace_back(c, config);
     }
+  }
   const double records = double(plan.configurations.size()) * double(o.trials) * double(o.precisions.size() + 1);
   plan.memory_bytes = widest * double(worker_count(o.threads)) + 1024.0 * records;
   return plan;
@@ -262,6 +269,7 @@ results::Report verify(const VerifyPlan& plan, const VerifyOptions& o) {
   results::Report report;
   report.seed = o.seed;
   report.command_line = o.command_line;
+  report.skipped = plan.skipped;
   report.version = QKVLAB_VERSION;
   for (auto& t : done) {
     report.checks.insert(report.checks.end(), t.checks.begin(), t.checks.end());

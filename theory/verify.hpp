@@ -46,6 +46,7 @@ struct VerifyPlan {
   // The memory the sizes imply: the largest configuration on every thread at
   // once, and the records of every configuration and trial.
   double memory_bytes = 0;
+  std::vector<results::SkippedClaim> skipped;  // claims with no configuration (Dims::min_layers)
 };
 VerifyPlan plan_verify(const std::vector<const Claim*>& claims, const VerifyOptions& options);
 

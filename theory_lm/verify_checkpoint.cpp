@@ -213,7 +213,7 @@ results::Report verify_checkpoint(const std::filesystem::path& dir, const ModelW
   report.context.set("checkpoint", checkpoint_value(weights));
   report.context.set("tokens", std::move(tokens_value));
   report.context.set("claims_run", results::Value::array_of(plan.run));
-  report.skipped = plan.skipped;
+  report.skipped.insert(report.skipped.end(), plan.skipped.begin(), plan.skipped.end());
   return report;
 }
 
