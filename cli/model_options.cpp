@@ -116,14 +116,15 @@ void refuse_inapplicable(const lm::Config& c, const ModelOptions& o) {
   for (const char* flag : {"--skip-ratio", "--strategy"})
     if (given(flag) && !lm::skipv1_family(k))
       throw UsageError(std::string(flag) + " describes the skipv1 family's injected value heads: the model has none" + variant);
-  if (given("--source-layer") && !lm::skipv1_family(k) && !lm::resformer_family(k) && k != lm::VariantKind::resformer_cross)
+  if (given("--source-layer") && !lm::reads_source_layer(k))
     throw UsageError("--source-layer: the model reads no source layer" + variant +
                      "; it applies to the skipv1 and resformer families and resformer-cross");
   for (const char* flag : {"--d-c", "--d-r"})
     if (given(flag) && !c.mla) throw UsageError(std::string(flag) + " is a width of MLA's cache: give --mla");
   if (given("--gelu") && c.family == lm::Family::llama) throw UsageError("--gelu is GPT-2's MLP activation: llama's MLP is SwiGLU");
-  if (given("--rope-theta") && !c.rope())
-    throw UsageError("--rope-theta is RoPE's base: the model's positions are learned (give --positions rope)");
+  if (given("--rope-theta") && !lm::reads_rope_theta(c))
+    throw UsageError("--rope-theta is RoPE's base: the model's positions are learned and it has no MLA rotary key "
+                     "(give --positions rope)");
 }
 
 // Applies the flags for which given(flag) holds to c (sizes first, then what depends on them).

@@ -93,10 +93,12 @@ int run_verify(VerifyArgs& a) {
   for (const auto& [name, given, sweep] : {std::tuple{"--d", &a.d, &o.d}, {"--heads", &a.heads, &o.heads},
                                            {"--layers", &a.layers, &o.layers}, {"--seq", &a.seq, &o.seq}})
     if (!given->empty()) require_distinct(name, *given), *sweep = *given;  // the sweep's lists, where given
-  require_distinct("--precision", a.precisions);
   if (!a.precisions.empty()) {
     o.precisions.clear();
-    for (const auto& p : a.precisions) o.precisions.push_back(parse_precision(p));
+    std::vector<std::string> names;  // the parsed precisions' names: double and f64 are one
+    for (const auto& p : a.precisions)
+      o.precisions.push_back(parse_precision(p)), names.emplace_back(precision_name(o.precisions.back()));
+    require_distinct("--precision", names);
   }
   require_report_files({{"--out", &a.out}, {"--junit", &a.junit}}, {a.checkpoint, a.against, a.input.corpus_directory()},
                        {{"--tokens", &a.input.tokens}, {"--text", &a.input.text}});

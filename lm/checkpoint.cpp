@@ -207,7 +207,11 @@ void save_checkpoint(const fs::path& dir, const Checkpoint& ck) {
   model.metadata = ck.metadata;
   for (const auto& [key, value] : to_metadata(ck.config)) model.metadata[key] = value;
   model.metadata["format"] = kFormat;
-  model.metadata["manifest"] = "manifest.json";  // written last: without it, this write was cut short
+  // A model without optimizer state (lm init, convert, eliminate) is written in place, over an earlier
+  // one: its manifest, written last, is required, so a write cut short is refused rather than read as
+  // a mix. A training checkpoint is swapped in whole (lm train), and a copy of its model without its
+  // optimizer state, which its manifest lists, must stay readable.
+  if (!ck.optimizer) model.metadata["manifest"] = "manifest.json";
   engine::save_safetensors(dir / "model.safetensors", model);
   names.push_back("model.safetensors"), written(names.back());
   write_bytes_atomically(dir / "config.json", "JSON", config_json(ck.config));
@@ -268,7 +272,8 @@ void verify_manifest_if_present(const fs::path& dir, bool own_checkpoint) {
     const auto metadata = own_checkpoint ? engine::safetensors_metadata(dir / "model.safetensors") : std::nullopt;
     if (metadata && metadata->count("manifest"))  // written since 2026-11-27 with its manifest, which is missing
       throw UsageError(dir.string() + ": no manifest.json beside a model.safetensors written with one: a write into "
-                       "this directory was cut short (its files may come from two models); write the model again");
+                       "this directory was cut short (its files may come from two models; write the model again), "
+                       "or the model was copied without it (copy manifest.json too)");
     return;
   }
   const std::string text = read_text_file(manifest);

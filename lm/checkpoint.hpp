@@ -16,9 +16,12 @@
 // Each file is written atomically (whole or absent); the old manifest.json is
 // removed before the first of them and the new one written after the last, so a
 // write cut short (a kill between two renames) leaves a directory without a
-// manifest; model.safetensors's metadata says "manifest": "manifest.json" (since
-// 2026-11-27), so a reader refuses such a directory instead of loading a mix of
-// two writes (lm init, convert or eliminate over an earlier model, cut short).
+// manifest. A model saved without optimizer state (lm init, convert, eliminate:
+// written in place, over an earlier model) says "manifest": "manifest.json" in
+// model.safetensors's metadata (since 2026-11-27), and a reader refuses it without
+// its manifest instead of loading a mix of two writes; lm train's checkpoints are
+// swapped in whole, and a copy of their model without the optimizer state its
+// manifest lists stays readable.
 // Reading checks a manifest that is present against the files (size,
 // checksum, step, t), and reading the optimizer (--resume) requires one: a
 // checkpoint whose files come from different writes is a UsageError, never

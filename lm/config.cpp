@@ -76,6 +76,23 @@ bool skipv1_family(VariantKind k) {
   return k == VariantKind::skipv1 || k == VariantKind::skipkv1 || k == VariantKind::skipv1_yoco;
 }
 
+bool reads_source_layer(VariantKind k) {
+  return skipv1_family(k) || resformer_family(k) || k == VariantKind::resformer_cross;
+}
+
+bool reads_rope_theta(const Config& c) { return c.rope() || (c.mla && c.d_r > 0); }
+
+Config canonical(Config c) {
+  const Config defaults;
+  Variant& v = c.variant;
+  if (!skipv1_family(v.kind)) v.skip_ratio = defaults.variant.skip_ratio, v.strategy = defaults.variant.strategy;
+  if (!reads_source_layer(v.kind)) v.source_layer = defaults.variant.source_layer;
+  if (!reads_rope_theta(c)) c.rope_theta = defaults.rope_theta;
+  if (c.family != Family::gpt2) c.gelu = defaults.gelu;
+  if (!c.mla) c.d_c = defaults.d_c, c.d_r = defaults.d_r;
+  return c;
+}
+
 bool resformer_family(VariantKind k) {
   return k == VariantKind::resformer || k == VariantKind::resformer_neutreno || k == VariantKind::resformer_k ||
          k == VariantKind::resformer_q;

@@ -89,6 +89,16 @@ Config family_defaults(Family family, int layers, int d, int heads, int vocab, i
 bool resformer_family(VariantKind kind);
 bool skipv1_family(VariantKind kind);  // skipv1, skipkv1, skipv1-yoco
 
+// Which parts of a configuration its architecture reads: the skip ratio and the strategy (the skipv1
+// family), the source layer (the skipv1 and resformer families, resformer-cross), RoPE's base (RoPE
+// positions, or MLA's rotary key d_R > 0), the GELU form (gpt2), MLA's widths (with MLA).
+bool reads_source_layer(VariantKind kind);
+bool reads_rope_theta(const Config& config);
+// The configuration with every field its architecture does not read at its default: two configurations
+// that differ only there are one model (a run started with --skip-ratio on vanilla, before such
+// flags were refused, resumes without it).
+Config canonical(Config config);
+
 // The weights given to a variant (the command line's --lambda, --alpha, --beta; each optional), set on
 // `variant` by its rules: λ is NeuTRENO's own for neutreno and resformer-neutreno; for resformer,
 // resformer-k, -q and -previous it is ResFormer's λ form V_n + λ V_k, α = 1 and β = λ (λ given with α

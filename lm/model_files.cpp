@@ -101,8 +101,14 @@ ModelFiles open_own(const fs::path& dir, MappedSafeTensors file) {
                      " but the configuration implies " + shape_text(spec.shape));
     files.sources[spec.name] = ModelFiles::Source{0, spec.name, &it->second, 0, false};
   }
+  const Variant& v = files.config.variant;
+  const bool earlier_yoco = v.kind == VariantKind::skipv1_yoco && v.source_layer > files.config.layers / 2;
   for (const auto& [name, entry] : tensors)
-    if (!layout.find(name)) fail(path, "unknown tensor \"" + name + "\" for this configuration");
+    if (!layout.find(name))
+      fail(path, "unknown tensor \"" + name + "\" for this configuration" +
+                     (earlier_yoco ? std::string(" (skipv1-yoco with source layer k > L/2: since 2026-11-27 layers L/2+1 … k "
+                                                 "take layer L/2's keys; this model was written with their own)")
+                                   : std::string()));
   return files;
 }
 

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <span>
 
 #include "core/atomic_file.hpp"
@@ -30,6 +31,20 @@
 namespace qkvlab::lm {
 
 namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kTrainLogHeader = "step,loss,lr,grad_norm,seconds";
+
+// Whether `file` is an lm train log (its header), as a run writes before its first checkpoint; a
+// corpus's baselines.json or someone else's train.csv is not one.
+bool started_log(const fs::path& file) {
+  std::ifstream in(file);
+  std::string header;
+  return std::getline(in, header) && header == kTrainLogHeader;
+}
+
+}  // namespace
 
 // ---- presets ------------------------------------------------------------------------------------
 
@@ -331,20 +346,15 @@ struct Session {
   std::int64_t restore() {
     if (!o.resume) return 0;
     const fs::path dir = resume_dir();
-    const auto started = [&] {  // what a run writes before its first checkpoint
-      for (const char* name : {"baselines.json", "train.csv", "validation.csv", "checkpoint.writing"})
-        if (fs::exists(o.out / name)) return true;
-      return false;
-    };
     if (!fs::exists(dir / "model.safetensors") && !fs::exists(previous_dir()) && !fs::exists(o.out / "run.json") &&
-        started()) {
+        started_log(o.out / "train.csv")) {
       fs::remove_all(o.out / "checkpoint.writing");
       return 0;
     }
     if (!fs::exists(dir / "model.safetensors"))
       throw UsageError("cannot resume: no checkpoint in " + dir.string());
     const Checkpoint ck = load_checkpoint(dir, true, o.allow_nonfinite);
-    if (to_metadata(ck.config) != to_metadata(o.model))
+    if (to_metadata(canonical(ck.config)) != to_metadata(canonical(o.model)))
       throw UsageError("cannot resume: " + dir.string() + " holds a model of another configuration");
     const auto identity = run_identity(o, data);
     for (const auto& [key, value] : identity) {
@@ -461,7 +471,7 @@ results::Value train_language_model(const RunOptions& o, const TrainData& data, 
     truncate_log(o.out / "train.csv", start, LogRows::every_step);
     truncate_log(o.out / "validation.csv", start, LogRows::ascending);
   }
-  Log train_log(o.out / "train.csv", "step,loss,lr,grad_norm,seconds", start > 0);
+  Log train_log(o.out / "train.csv", kTrainLogHeader, start > 0);
   Log val_log(o.out / "validation.csv", "step,loss,windows,tokens", start > 0);
   const corpus::Windows windows = corpus::evaluation_windows(data.validation, o.seq);
 

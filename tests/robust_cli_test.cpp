@@ -438,7 +438,8 @@ TEST(RobustVerify, AStatisticalCheckWhoseIdentityFailedFails) {
 TEST(RobustCli, AStandardOutputThatCannotBeWrittenIsExitThree) {
   if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full on this machine";
   const std::string verify = "verify qwe.lemma3.1 --d 4 --heads 1 --layers 1 --seq 2 --quiet --format json";
-  for (const std::string args : {verify, std::string("params --format json"), std::string("kv")}) {
+  for (const std::string args : {verify, std::string("params --format json"), std::string("kv"), std::string("params --help"),
+                                 std::string("--version")}) {
     const CommandResult r = run_bounded(args + " > /dev/full", 60);
     EXPECT_EQ(r.status, 3) << args << ": " << r.err;
     EXPECT_NE(r.err.find("cannot write standard output"), std::string::npos) << args << ": " << r.err;
@@ -462,6 +463,7 @@ TEST(RobustVerify, OptionsOfAnotherModeAndRepeatedValuesAreRefused) {
            {" --seq-len 999", "--seq-len applies only with --checkpoint DIR"},
            {" --corpus brown", "--corpus applies only with --checkpoint DIR"},
            {" --precision double,double", "--precision: double is given twice"},
+           {" --precision double,f64", "--precision: double is given twice"},
            {" --d 4,4", "--d: 4 is given twice"}})
     expect_usage_error(run_bounded(sweep + extra, 60), extra, names);
   EXPECT_EQ(run_bounded(sweep + " --precision double,float", 60).status, 0);  // control

@@ -447,6 +447,13 @@ std::string without_time(const std::string& csv) {
 // cut after any file of its second checkpoint's write (step 4) resumes from the first (step 2), bit for
 // bit as the uninterrupted run, and the next save clears the partial write. Control: the hook did cut
 // the write (the run threw, the partial directory is there).
+struct StopAt {
+  std::int64_t step;
+  void operator()(const lm::Progress& p) const {
+    if (p.step == step) throw Cut();
+  }
+};
+
 // tiny_run trained whole, beside the runs a test cuts: a cut run, resumed, must end as it did.
 struct CutRuns {
   ScratchDir dir;
@@ -513,9 +520,41 @@ TEST(RobustCheckpoint, ARunCutBeforeItsFirstCheckpointResumesFromStepZero) {
   train_language_model(finished, c.data, c.backend, {});
   EXPECT_FALSE(fs::exists(whole / "checkpoint.previous"));
   EXPECT_EQ(final_values(whole), values);
+  // Control: a trained model copied without its optimizer state (and so without the manifest listing it) loads.
+  fs::create_directories(c.dir / "copy");
+  for (const char* file : {"model.safetensors", "config.json"}) fs::copy_file(whole / "checkpoint" / file, c.dir / "copy" / file);
+  EXPECT_EQ(lm::load_checkpoint(c.dir / "copy").values, values);
+  // Controls: --resume where no run started is refused, and so is one into a directory holding
+  // another's files (a corpus's baselines.json, a train.csv lm train did not write): untouched.
   lm::RunOptions never = tiny_run(c.dir / "never");
   never.resume = true;
   EXPECT_NE(test_support::usage_error([&] { train_language_model(never, c.data, c.backend, {}); }).find("cannot resume: no checkpoint"),
+            std::string::npos);
+  fs::create_directories(c.dir / "corpus");
+  std::ofstream(c.dir / "corpus" / "baselines.json") << "{\"corpus\": true}";
+  std::ofstream(c.dir / "corpus" / "train.csv") << "id,text\n";
+  lm::RunOptions corpus = tiny_run(c.dir / "corpus");
+  corpus.resume = true;
+  EXPECT_NE(test_support::usage_error([&] { train_language_model(corpus, c.data, c.backend, {}); }).find("cannot resume: no checkpoint"),
+            std::string::npos);
+  EXPECT_EQ(read_file(c.dir / "corpus" / "baselines.json"), "{\"corpus\": true}");
+  EXPECT_EQ(read_file(c.dir / "corpus" / "train.csv"), "id,text\n");
+}
+
+// A run started before 2026-11-27 with a flag its variant does not read (vanilla with --skip-ratio
+// 0.25, recorded in its checkpoint) could not be resumed: the flag is refused now, and without it
+// the configurations differed. The fields a model does not read are compared at their defaults
+// (lm::canonical); control: a field it reads (the width) still refuses the resume.
+TEST(RobustCheckpoint, ARunWithAnUnreadFieldResumesWithoutTheFlag) {
+  CutRuns c;
+  lm::RunOptions old = tiny_run(c.dir / "old");
+  old.model.variant.skip_ratio = 0.25;
+  EXPECT_THROW(train_language_model(old, c.data, c.backend, StopAt{3}), Cut);
+  c.expect_resumes_as_whole(c.dir / "old", 2, "vanilla recorded with skip_ratio 0.25");
+  lm::RunOptions wider = tiny_run(c.dir / "old");
+  wider.model.ffn *= 2, wider.resume = true;
+  fs::remove(c.dir / "old" / "run.json");
+  EXPECT_NE(test_support::usage_error([&] { train_language_model(wider, c.data, c.backend, {}); }).find("another configuration"),
             std::string::npos);
 }
 
@@ -559,13 +598,6 @@ void reseal(const fs::path& ck, const std::string& file) {
                              hex64(sum.fnv1a64) + "\"" + m.suffix().str();
   std::ofstream(ck / "manifest.json", std::ios::binary) << sealed;
 }
-
-struct StopAt {
-  std::int64_t step;
-  void operator()(const lm::Progress& p) const {
-    if (p.step == step) throw Cut();
-  }
-};
 
 // A resume of `o` refused with a one-line UsageError holding `names` (or else a failure).
 void expect_resume_refused(lm::RunOptions o, const lm::TrainData& data, engine::Backend<float>& backend,
@@ -765,7 +797,8 @@ TEST(RobustOptions, ModelFlagsOfAnotherVariantAreRefused) {
   EXPECT_FALSE(fs::exists(f.dir / "m"));
   for (const char* flags : {"--variant skipv1 --skip-ratio 0.25", "--variant skipv1 --strategy pooling",
                             "--variant resformer --source-layer 2", "--variant skipv1 --source-layer 2",
-                            "--mla --d-c 8 --d-r 2", "--gelu erf", "--family llama --rope-theta 500"})
+                            "--mla --d-c 8 --d-r 2", "--gelu erf", "--family llama --rope-theta 500",
+                            "--mla --d-c 8 --d-r 2 --rope-theta 500"})  // MLA's rotary key reads RoPE's base
     EXPECT_EQ(run_bounded(std::string("params") + small + " " + flags).status, 0) << flags;
   // Over a preset, as given on lm train's command line.
   expect_usage_error(run_bounded("lm train --tokens " + shell_quoted(f.stream) + " --out " + shell_quoted(f.dir / "t") +
