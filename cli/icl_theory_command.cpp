@@ -25,6 +25,7 @@ struct TheoryArgs : TaskArgs {
   std::vector<double> sigma_list, w0_scale_list;
   std::array<const CLI::Option*, 4> list_options{};  // --d-list, --n-list, --sigma-list, --w0-scale-list
   const CLI::Option* w0_scale_option = nullptr;
+  bool quiet = false;
   bool given(std::size_t k) const { return list_options[k]->count() > 0; }
   bool sweep() const { return given(0) || given(1) || given(2) || given(3); }
 };
@@ -85,7 +86,7 @@ void refuse_overlapping_outputs(const TheoryArgs& a) {
 int run_theory_sweep(const TheoryArgs& a, const std::string& command_line) {
   require_device(a.device, false);
   const icl::TheoryGrid g = sweep_grid(a);
-  const Progress progress{"icl theory", Progress::wanted(false)};
+  const Progress progress{"icl theory", Progress::wanted(a.quiet)};
   const icl::TheorySweep s = icl::run_theory_sweep(g, a.w0 == "identity", theory_options(a),
                                                    [&](std::size_t done, std::size_t total) { progress("points", done, total); });
   const results::Table points = icl::sweep_points_table(s);
@@ -140,6 +141,7 @@ std::vector<Command> add_icl_theory_commands(CLI::App& icl, const std::string& c
   theory->add_option("--out", t->out, "Write the tables by_a and scalars to this HDF5 file");
   theory->add_option("--csv", t->csv, "Write the per-a table (c_a, bounds, SkipV1 value, gap, C, C3) to this CSV");
   theory->add_option("--figure", t->figure, "Write STEM.csv, STEM.svg, STEM.png: c_a, bound and SkipV1 value against a");
+  theory->add_flag("--quiet", t->quiet, "No progress on stderr (the sweep's points)");
   t->list_options = {theory->add_option("--d-list", t->d_list, "Sweep: values of d (else --d), comma-separated")->delimiter(','),
                      theory->add_option("--n-list", t->n_list, "Sweep: values of n (else --n), comma-separated")->delimiter(','),
                      theory->add_option("--sigma-list", t->sigma_list, "Sweep: values of sigma (else --sigma), comma-separated")->delimiter(','),

@@ -6,6 +6,7 @@
 
 #include "cli/format_option.hpp"
 #include "cli/output_paths.hpp"
+#include "cli/plot_common.hpp"
 #include "cli/commands.hpp"
 #include "cli/device_option.hpp"
 #include "cli/threads_option.hpp"
@@ -31,6 +32,7 @@ struct EliminateArgs {
   int batch = 8, threads = 0;
   std::uint64_t seed = 1;
   Device device = Device::cpu;
+  bool quiet = false;
 };
 
 int run_eliminate(const EliminateArgs& a) {
@@ -45,7 +47,10 @@ int run_eliminate(const EliminateArgs& a) {
   const lm::TokenSequences data = read_token_sequences(a.input, a.checkpoint, a.seed, source.config, true);
   apply_threads(a.threads, BlasUse::per_worker);  // the CPU backend runs one product per worker
   const auto backend = engine::make_backend(a.device, a.threads);
-  const lm::EliminationReport report = lm::eliminate_and_measure(source, layers, data, *backend, a.batch);
+  const Progress show{"lm eliminate", Progress::wanted(a.quiet)};
+  const lm::EliminationReport report =
+      lm::eliminate_and_measure(source, layers, data, *backend, a.batch,
+                                [&](std::size_t done, std::size_t total) { show("models run", done, total); });
   lm::save_checkpoint(a.out, report.result.checkpoint);
   results::Value out = results::Value::object();
   out.set("checkpoint", a.checkpoint);
@@ -84,6 +89,7 @@ std::vector<Command> add_lm_eliminate_commands(CLI::App& lm, const std::string&)
   add_device_option(cmd, a->device);
   add_threads_option(cmd, a->threads);
   add_format_option(cmd, a->format);
+  cmd->add_flag("--quiet", a->quiet, "No progress on stderr");
   return {{cmd, [a] { return run_eliminate(*a); }}};
 }
 

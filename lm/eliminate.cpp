@@ -310,10 +310,15 @@ bool EliminationReport::contradicted() const {
 }
 
 EliminationReport eliminate_and_measure(const Checkpoint& source, const std::vector<int>& layers,
-                                        const TokenSequences& data, engine::Backend<float>& backend, int batch) {
+                                        const TokenSequences& data, engine::Backend<float>& backend, int batch,
+                                        const std::function<void(std::size_t, std::size_t)>& progress) {
   EliminationReport report;
   report.result = eliminate_queries(source, layers);
+  const auto ran = [&] {
+    if (progress) progress(report.layers.size() + 1, layers.size() + 1);
+  };
   const ModelRun reference = run_model(source, data, backend, batch);
+  ran();
   std::vector<int> prefix;
   for (const EliminatedLayer& e : report.result.layers) {
     prefix.push_back(e.layer);
@@ -332,6 +337,7 @@ EliminationReport eliminate_and_measure(const Checkpoint& source, const std::vec
     if (v.coverage.covered && !v.exact)
       v.coverage.reason += "; but the measured logits' relative error exceeds the budget: not borne out";
     report.layers.push_back(std::move(v));
+    ran();
   }
   return report;
 }

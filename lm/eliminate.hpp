@@ -22,6 +22,7 @@
 // exact only without MLP skips); the MLP skips then carry T_i into layer i + 1.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -105,8 +106,10 @@ struct EliminationReport {
   std::vector<LayerVerdict> layers;
   bool contradicted() const;  // a covered layer whose measurement is outside the budget
 };
+// progress(done, total): after each of the 1 + layers.size() models run over the tokens.
 EliminationReport eliminate_and_measure(const Checkpoint& source, const std::vector<int>& layers,
-                                        const TokenSequences& data, engine::Backend<float>& backend, int batch);
+                                        const TokenSequences& data, engine::Backend<float>& backend, int batch,
+                                        const std::function<void(std::size_t, std::size_t)>& progress = {});
 
 // {"loss", "untied", "layers": [{"layer", "eliminated", "exact", "covered", "reason", "kappa",
 //  "logits_rel_err", "budget", "logits_rel_err_double", "budget_double" (null where not covered),

@@ -684,7 +684,7 @@ TEST_F(CheckpointVerify, OutputsNeverReplaceTheModelRead) {
   }
   EXPECT_EQ(bytes(own / "model.safetensors"), model);
   EXPECT_EQ(bytes(own / "config.json"), config);
-  EXPECT_EQ(run_qkvlab("lm eliminate " + q + " --out " + elsewhere + " --layers 1 --sequences 2 --seq-len 16").status, 0);
+  EXPECT_EQ(run_qkvlab("lm eliminate " + q + " --out " + elsewhere + " --layers 1 --sequences 2 --seq-len 16 --quiet").status, 0);
   EXPECT_EQ(run_qkvlab("verify --quiet --checkpoint " + q + " qwe.prop4.1 --out " + shell_quoted(path() / "report.h5")).status, 0);
   ASSERT_TRUE(fs::exists(own / "optimizer.safetensors"));
   lm::save_checkpoint(own, lm::load_checkpoint(own, true));

@@ -265,7 +265,7 @@ TEST(IclCli, TheoryJsonHasTheContractFields) {
   const qkvlab::test_support::ScratchDir scratch;
   const auto& dir = scratch.path();
   const auto json = (dir / "theory.json").string();
-  const ShellRun r = run("icl theory --d 4 --n 16 --sigma 0.5 --prompts 4000 --format json > '" + json + "'");
+  const ShellRun r = run("icl theory --d 4 --n 16 --sigma 0.5 --prompts 4000 --quiet --format json > '" + json + "'");
   ASSERT_EQ(r.status, 0);
   const char* script =
       "import json,sys\n"

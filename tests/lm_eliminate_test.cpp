@@ -106,6 +106,16 @@ TEST(LmEliminate, CoveredLayerLeavesTheLossUnchangedInBothFamilies) {
     }
 }
 
+// Progress: one call per model run over the tokens, the source's then each prefix's, ending at total.
+TEST(LmEliminate, ReportsProgressAfterEachModelRun) {
+  const Checkpoint ck = random_model(small(Family::gpt2, false, false), 7);
+  engine::CpuBackend<float> backend(1);
+  std::vector<std::pair<std::size_t, std::size_t>> calls;
+  eliminate_and_measure(ck, {1, 2}, random_sequences(ck.config.vocab, 2, 8, 3), backend, 2,
+                        [&](std::size_t done, std::size_t total) { calls.emplace_back(done, total); });
+  EXPECT_EQ(calls, (std::vector<std::pair<std::size_t, std::size_t>>{{1, 3}, {2, 3}, {3, 3}}));
+}
+
 // The check in double resolves what float's budget cannot: a transform off by a factor 1 + 1e-6 in
 // one key head (W_K of the eliminated layer) moves the logits by about 1e-7, below float's budget
 // (1e3 u κ ≥ 6e-5) and far above double's (1e3 u_double κ), which the exact transform stays within.
