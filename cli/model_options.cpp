@@ -106,25 +106,12 @@ PositionsFlag parse_positions(const std::string& value) {
 
 namespace {
 
-// Flags that describe a part the model does not have are refused, as --alpha, --beta and --lambda
-// are (lm::set_variant_weights): given to another variant they would be recorded in its config,
-// change nothing, and set its runs apart from their replicates in lm compare.
+// Flags of a part the model does not have (lm::unread_fields) are refused, as --alpha, --beta and
+// --lambda are (lm::set_variant_weights): given to another variant they would be recorded in its
+// config, change nothing, and set its runs apart from their replicates in lm compare.
 void refuse_inapplicable(const lm::Config& c, const ModelOptions& o) {
-  const auto given = [&o](const char* flag) { return o.app && o.app->count(flag) > 0; };
-  const lm::VariantKind k = c.variant.kind;
-  const std::string variant = " (--variant " + lm::to_string(k) + ")";
-  for (const char* flag : {"--skip-ratio", "--strategy"})
-    if (given(flag) && !lm::skipv1_family(k))
-      throw UsageError(std::string(flag) + " describes the skipv1 family's injected value heads: the model has none" + variant);
-  if (given("--source-layer") && !lm::reads_source_layer(k))
-    throw UsageError("--source-layer: the model reads no source layer" + variant +
-                     "; it applies to the skipv1 and resformer families and resformer-cross");
-  for (const char* flag : {"--d-c", "--d-r"})
-    if (given(flag) && !c.mla) throw UsageError(std::string(flag) + " is a width of MLA's cache: give --mla");
-  if (given("--gelu") && c.family == lm::Family::llama) throw UsageError("--gelu is GPT-2's MLP activation: llama's MLP is SwiGLU");
-  if (given("--rope-theta") && !lm::reads_rope_theta(c))
-    throw UsageError("--rope-theta is RoPE's base: the model's positions are learned and it has no MLA rotary key "
-                     "(give --positions rope)");
+  for (const lm::UnreadField& field : lm::unread_fields(c))
+    if (o.app && o.app->count(field.flag) > 0) throw UsageError(field.flag + field.refusal);
 }
 
 // Applies the flags for which given(flag) holds to c (sizes first, then what depends on them).

@@ -93,6 +93,25 @@ Config canonical(Config c) {
   return c;
 }
 
+std::vector<UnreadField> unread_fields(const Config& c) {
+  const VariantKind k = c.variant.kind;
+  const std::string variant = " (--variant " + to_string(k) + ")";
+  std::vector<UnreadField> unread;
+  if (!skipv1_family(k))
+    for (const char* flag : {"--skip-ratio", "--strategy"})
+      unread.push_back({flag, " describes the skipv1 family's injected value heads: the model has none" + variant});
+  if (!reads_source_layer(k))
+    unread.push_back({"--source-layer", ": the model reads no source layer" + variant +
+                                            "; it applies to the skipv1 and resformer families and resformer-cross"});
+  if (!c.mla)
+    for (const char* flag : {"--d-c", "--d-r"}) unread.push_back({flag, " is a width of MLA's cache: give --mla"});
+  if (c.family != Family::gpt2) unread.push_back({"--gelu", " is GPT-2's MLP activation: llama's MLP is SwiGLU"});
+  if (!reads_rope_theta(c))
+    unread.push_back({"--rope-theta", " is RoPE's base: the model's positions are learned and it has no MLA rotary "
+                                      "key (give --positions rope)"});
+  return unread;
+}
+
 bool resformer_family(VariantKind k) {
   return k == VariantKind::resformer || k == VariantKind::resformer_neutreno || k == VariantKind::resformer_k ||
          k == VariantKind::resformer_q;

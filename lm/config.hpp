@@ -98,6 +98,12 @@ bool reads_rope_theta(const Config& config);
 // that differ only there are one model (a run started with --skip-ratio on vanilla, before such
 // flags were refused, resumes without it).
 Config canonical(Config config);
+// The fields `config`'s architecture does not read (those canonical() resets), by their flag, each with
+// the rest of the one-line refusal a command gives when that flag is passed.
+struct UnreadField {
+  std::string flag, refusal;
+};
+std::vector<UnreadField> unread_fields(const Config& config);
 
 // The weights given to a variant (the command line's --lambda, --alpha, --beta; each optional), set on
 // `variant` by its rules: λ is NeuTRENO's own for neutreno and resformer-neutreno; for resformer,
