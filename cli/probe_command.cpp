@@ -12,12 +12,11 @@
 #include "cli/token_options.hpp"
 #include "cli/validators.hpp"
 #include "core/atomic_file.hpp"
-#include "corpus/manifest.hpp"
 #include "corpus/token_file.hpp"
 #include "engine/make_backend.hpp"
 #include "lm/model_files.hpp"
 #include "probes/layerwise.hpp"
-#include "probes/tags.hpp"
+#include "probes/probe_data.hpp"
 
 namespace qkvlab::cli {
 
@@ -34,39 +33,18 @@ struct ProbeArgs {
   bool quiet = false, allow_nonfinite = false;
 };
 
-std::vector<std::int32_t> stream(const std::filesystem::path& file, bool tags) {
-  return (tags ? corpus::read_tag_file(file) : corpus::read_token_file(file)).ids;
-}
-
+// The options' one source of tokens, checked, read (probes/probe_data.hpp).
 probes::ProbeData probe_data(const ProbeArgs& a) {
   if (int(!a.corpus.empty()) + int(!a.tokens.empty()) + int(!a.text.empty()) != 1)
     throw UsageError("give one of --corpus brown, --tokens FILE and --text FILE");
   if (a.target == "pos" && a.corpus.empty()) throw UsageError("--target pos needs --corpus brown (the tags come with it)");
   if (!a.corpus.empty() && !a.val_tokens.empty())
     throw UsageError("--val-tokens goes with --tokens or --text: --corpus brown validates on its validation split");
-  probes::ProbeData d;
-  const std::filesystem::path dir(a.data);
-  if (!a.corpus.empty()) {
-    d.train = stream(corpus::prepared_file(dir, "train_tokens.npy"), false);
-    d.validation = stream(corpus::prepared_file(dir, "validation_tokens.npy"), false);
-  } else {
-    d.train = a.text.empty() ? stream(a.tokens, false) : text_token_ids(a.text, a.checkpoint);
-    if (!a.val_tokens.empty()) d.validation = stream(a.val_tokens, false);
-    else {  // the last tenth validates
-      const auto cut = d.train.begin() + std::ptrdiff_t(d.train.size() - d.train.size() / 10);
-      d.validation.assign(cut, d.train.end()), d.train.erase(cut, d.train.end());
-    }
-  }
-  if (a.target == "pos") {
-    d.train_tags = stream(corpus::prepared_file(dir, "train_tags.npy"), true);
-    d.validation_tags = stream(corpus::prepared_file(dir, "validation_tags.npy"), true);
-    d.tags = probes::read_tag_count(corpus::prepared_file(dir, "tags.json"));
-    probes::check_tags(d.train_tags, d.tags, dir / "train_tags.npy");
-    probes::check_tags(d.validation_tags, d.tags, dir / "validation_tags.npy");
-    if (d.train_tags.size() != d.train.size() || d.validation_tags.size() != d.validation.size())
-      throw UsageError(a.data + ": the tag files do not match the token files (run 'qkvlab data brown' again)");
-  }
-  return d;
+  if (!a.corpus.empty()) return probes::corpus_probe_data(a.data, a.target == "pos");
+  auto train = a.text.empty() ? corpus::read_token_file(a.tokens).ids : text_token_ids(a.text, a.checkpoint);
+  std::optional<std::vector<std::int32_t>> validation;
+  if (!a.val_tokens.empty()) validation = corpus::read_token_file(a.val_tokens).ids;
+  return probes::stream_probe_data(std::move(train), std::move(validation));
 }
 
 int run_probe(const ProbeArgs& a, const std::string& command_line) {

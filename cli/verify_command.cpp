@@ -130,6 +130,9 @@ Command add_verify_command(CLI::App& app, const std::string& command_line) {
       "Each identity runs at every precision; its error normalized by u*kappa must stay within the budget,\n"
       "and each negative control must fail (rel_err >= 1e-3). Statistical checks (qwe.scale8.2, qwe.sec8.3.1.*) run\n"
       "in double and pass when |statistic - expected| <= budget * std_err (docs/claims.md).\n"
+      "A claim runs on the configurations its statement and controls have (resformer.eq5: L >= 2; the attention\n"
+      "claims qwe.obs3.1, lemma3.1, prop4.*, thm4.3, freedom.vo, ext.*: n >= 2; qwe.ext.rope: an even head width\n"
+      "d/H; qwe.ext.qknorm: d/H >= 2); a sweep that gives a claim none skips it with the reason.\n"
       "Exit 0 iff all checks pass and all controls fail; 2 on a usage error.\n"
       "\n"
       "--checkpoint DIR (qkvlab's own or a Hugging Face GPT-2/Llama/Mistral directory): the claims that apply\n"
@@ -179,9 +182,11 @@ Command add_verify_command(CLI::App& app, const std::string& command_line) {
   add_token_options(cmd, a->input);
   const auto options = cmd->get_options();
   a->token_options.assign(options.begin() + std::ptrdiff_t(before_tokens), options.end());
-  list_option("--d", a->d, theory::default_d, "Model widths d (at least 2), comma-separated", integer_in(2, INT_MAX));
+  list_option("--d", a->d, theory::default_d,
+              "Model widths d (at least 2), comma-separated; claims with widths of their own (docs/claims.md: "
+              "qwe.ext.* 8,16) keep them unless --d is given", integer_in(2, INT_MAX));
   list_option("--heads", a->heads, theory::default_heads, "Head counts H (each must divide every d)");
-  list_option("--layers", a->layers, theory::default_layers, "Depths L (qwe.thm4.3 defaults to 4,32, resformer.eq5 to 3,6 and runs only L >= 2)");
+  list_option("--layers", a->layers, theory::default_layers, "Depths L (qwe.thm4.3 defaults to 4,32, resformer.eq5 to 3,6)");
   list_option("--seq", a->seq, theory::default_seq, "Sequence lengths n");
   for (const char* name : {"--d", "--heads", "--layers", "--seq"}) a->sweep_options.push_back(cmd->get_option(name));
   cmd->add_option("--precision", a->precisions,

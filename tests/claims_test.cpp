@@ -467,6 +467,59 @@ TEST(Validate, RejectsDOfOneForEveryClaim) {
   }
 }
 
+// A configuration below a claim's least sizes (Dims) is not one of its configurations, and a sweep
+// with none skips the claim with the reason: at n = 1 a position attends only to itself, so the
+// attention claims' controls could not fail; RoPE needs even head widths, per-head QK-norm widths
+// of at least 2. Controls: n = 2, an even width, width 2 run them.
+TEST(Validate, ConfigurationsBelowAClaimsLeastSizesAreLeftOutAndTheirClaimSkipped) {
+  const auto skipped = [](std::vector<std::string> ids, std::vector<int> d, std::vector<int> heads, std::vector<int> seq) {
+    VerifyOptions o = small_options();
+    o.ids = std::move(ids), o.d = std::move(d), o.heads = std::move(heads), o.seq = std::move(seq);
+    const VerifyPlan p = plan(o);
+    std::map<std::string, std::string> why;
+    for (const auto& s : p.skipped) why[s.id] = s.reason;
+    std::map<std::string, int> configurations;
+    for (const auto& [claim, config] : p.configurations) ++configurations[claim->id];
+    return std::pair{why, configurations};
+  };
+  const std::vector<std::string> attention{"qwe.obs3.1", "qwe.lemma3.1", "qwe.prop4.1", "qwe.prop4.2", "qwe.thm4.3",
+                                           "qwe.freedom.vo", "qwe.ext.rope", "qwe.ext.gqa", "qwe.ext.qknorm"};
+  const auto [one_position, none] = skipped(attention, {8}, {2}, {1});
+  for (const auto& id : attention) {
+    EXPECT_NE(one_position.at(id).find("n >= 2 positions"), std::string::npos) << id;
+    EXPECT_EQ(none.count(id), 0u) << id;
+  }
+  const auto [two_positions, run] = skipped(attention, {8}, {2}, {1, 2});
+  EXPECT_TRUE(two_positions.empty());
+  for (const auto& id : attention) EXPECT_GT(run.at(id), 0) << id;  // control: n = 2 of the same sweep runs
+
+  const auto [odd, odd_runs] = skipped({"qwe.ext.rope", "qwe.ext.gqa"}, {6}, {2}, {4});
+  EXPECT_NE(odd.at("qwe.ext.rope").find("even head width"), std::string::npos);
+  EXPECT_EQ(odd.count("qwe.ext.gqa"), 0u);  // control: an odd head width is one of GQA's
+  const auto [mixed, mixed_runs] = skipped({"qwe.ext.rope"}, {6, 8}, {2}, {4});
+  EXPECT_TRUE(mixed.empty());
+  EXPECT_EQ(mixed_runs.at("qwe.ext.rope"), skipped({"qwe.ext.rope"}, {8}, {2}, {4}).second.at("qwe.ext.rope"));  // d = 8's
+
+  const auto [narrow, narrow_runs] = skipped({"qwe.ext.qknorm", "qwe.ext.gqa"}, {4}, {4}, {4});
+  EXPECT_NE(narrow.at("qwe.ext.qknorm").find("head width d/H >= 2"), std::string::npos);
+  EXPECT_EQ(narrow.count("qwe.ext.gqa"), 0u);
+  const auto [wide, wide_runs] = skipped({"qwe.ext.qknorm"}, {4}, {2}, {4});
+  EXPECT_TRUE(wide.empty());
+}
+
+// qwe.ext.qknorm's control "orthogonal M_h not commuting with diag(γ_Q γ_K)" mixes the product's two
+// levels, so it changes the scores by about the gap between them: the levels are kept a factor e^0.3
+// apart. Drawn independently they nearly coincided at seed 29 (rel_err 6.9e-4: the control did not fail).
+TEST(ExtensionClaims, QkNormMixingControlFailsAtEverySeed) {
+  for (std::uint64_t seed = 20; seed < 40; ++seed) {
+    VerifyOptions o;
+    o.ids = {"qwe.ext.qknorm"}, o.seed = seed, o.precisions = {Precision::f64}, o.threads = 1;
+    const results::Report r = verify(o);
+    for (const auto& c : r.controls)
+      EXPECT_TRUE(c.failed_as_expected) << "seed " << seed << ": " << c.name << ", rel_err " << c.rel_err.value_or(-1);
+  }
+}
+
 // --- the counts (qwe.fdim.*) -------------------------------------------------------------
 
 // Each count equals its prediction exactly; each control (a configuration outside the hypothesis,

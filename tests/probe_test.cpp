@@ -12,6 +12,7 @@
 #include "lm/model.hpp"
 #include "probes/layerwise.hpp"
 #include "probes/probe.hpp"
+#include "probes/probe_data.hpp"
 
 namespace qkvlab::probes {
 namespace {
@@ -196,6 +197,19 @@ TEST(Probes, LeastSquaresSlopeAgainstAHandComputation) {
   EXPECT_NEAR(noisy.x_mean, 1.5, 1e-15);  // the line passes through (x̄, ȳ)
   EXPECT_NEAR(noisy.y_mean, 2.75, 1e-15);
   EXPECT_TRUE(std::isnan(least_squares_slope({0, 1}, {1, 2}).se));
+}
+
+// One stream of 25 tokens: its last tenth (2 tokens, 25 / 10 rounded down) validates and is cut from
+// training; a given validation stream leaves the training stream whole.
+TEST(ProbeData, OneStreamValidatesOnItsLastTenthUnlessAStreamIsGiven) {
+  std::vector<std::int32_t> stream(25);
+  for (std::size_t i = 0; i < stream.size(); ++i) stream[i] = std::int32_t(i);
+  const ProbeData cut = stream_probe_data(stream, std::nullopt);
+  EXPECT_EQ(cut.train, std::vector<std::int32_t>(stream.begin(), stream.begin() + 23));
+  EXPECT_EQ(cut.validation, (std::vector<std::int32_t>{23, 24}));
+  const ProbeData given = stream_probe_data(stream, std::vector<std::int32_t>{7, 8, 9});
+  EXPECT_EQ(given.train, stream);  // control: nothing is cut when the validation stream is given
+  EXPECT_EQ(given.validation, (std::vector<std::int32_t>{7, 8, 9}));
 }
 
 }  // namespace

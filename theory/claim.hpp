@@ -48,11 +48,19 @@ struct SweepPoint {
 // The dimensions a claim depends on: only these appear in its configurations.
 // width = false: the claim runs at its own defaults.d whatever the sweep's --d (its cost grows
 // too fast in d for the sweep's widths; its statement names the width).
-// min_layers: the least depth the claim's statement has (Eq. 5 combines n ≥ 2 layers); a smaller L
-// of the sweep is not one of its configurations, and a sweep with none skips the claim, saying why.
+// The least sizes the claim's statement, or its negative controls, have; a configuration of the sweep
+// below them is not one of the claim's, and a sweep with none skips the claim, saying why
+// (theory/verify.cpp):
+// min_layers: the least depth L (Eq. 5 combines n ≥ 2 layers);
+// min_seq: the least sequence length n (a control that changes only the attention scores cannot change
+//   one position's output: its softmax is 1 whatever the score);
+// min_head_width: the least head width d/H (per-head QK-norm fixes a width-1 head up to sign, so the
+//   generic M_h of its control is a scalar the norm removes);
+// even_head_width: d/H even (RoPE rotates pairs of coordinates).
 struct Dims {
   bool heads = true, layers = false, seq = true, mask = true, width = true;
-  int min_layers = 1;
+  int min_layers = 1, min_seq = 1, min_head_width = 1;
+  bool even_head_width = false;
 };
 
 // A control's verdict: it must fail (rel_err ≥ control_threshold), or, for a

@@ -145,26 +145,26 @@ void register_attention_claims(std::vector<Claim>& claims) {
   claims.push_back({.id = "qwe.obs3.1",
                     .statement = "attention sees X only through X W_Q, X W_K, X W_V (block notation, Prop. 8.1)",
                     .kind = Kind::identity,
-                    .dims = Dims{},
+                    .dims = Dims{.min_seq = 2},
                     .budget = default_budget,
                     .run = dispatch<Observation31>()});
   claims.push_back({.id = "qwe.lemma3.1",
                     .statement = "MHA(X T; T^-1 W_Q, T^-1 W_K, T^-1 W_V, W_O) = MHA(X; W) for T = W_Q, W_K or W_V",
                     .kind = Kind::identity,
-                    .dims = Dims{},
+                    .dims = Dims{.min_seq = 2},
                     .budget = default_budget,
                     .variants = eliminated_weights,
                     .run = dispatch<Lemma31>()});
   claims.push_back({.id = "qwe.prop4.1",
                     .statement = "one head depends on its weights only through W_QK = W_Q W_K^T and W_VO = W_V W_O",
                     .kind = Kind::identity,
-                    .dims = Dims{.heads = false},
+                    .dims = Dims{.heads = false, .min_seq = 2},
                     .budget = default_budget,
                     .run = dispatch<Proposition41>()});
   claims.push_back({.id = "qwe.prop4.2",
                     .statement = "SA(X; W_Q B, W_K B^-T, W_V) = SA(X; W) for block-diagonal invertible B",
                     .kind = Kind::identity,
-                    .dims = Dims{},
+                    .dims = Dims{.min_seq = 2},
                     .budget = default_budget,
                     .run = dispatch<Proposition42>()});
 }

@@ -6,6 +6,7 @@
 #include "theory/attention_freedoms.hpp"
 #include "theory/claims.hpp"
 
+#include <cmath>
 #include <stdexcept>
 #include <string>
 
@@ -216,12 +217,16 @@ template <class S> Vec<S> random_gains(Rng& rng, Eigen::Index n) {
   return cast<S>(MatD(rng.gaussian(n, 1, 0.3).array().exp())).col(0);
 }
 
+// The product's two levels per head, c_1 = exp(0.3 g_1) and c_2 = c_1 exp(0.3 g_2 ± 0.3) (the sign of
+// g_2): at least a factor e^0.3 apart, so that the control's orthogonal M_h, which mixes them, changes
+// the scores by a margin. Levels drawn independently can nearly coincide, and the control then cannot fail.
 template <class S> Vec<S> gains_with_product(Rng& rng, const Vec<S>& q_gain, int heads, Eigen::Index dh) {
   Vec<S> k_gain(q_gain.size());
   const Eigen::Index first = (dh + 1) / 2;
   for (int h = 0; h < heads; ++h) {
-    const Vec<S> level = random_gains<S>(rng, 2);
-    for (Eigen::Index i = 0; i < dh; ++i) k_gain(h * dh + i) = level(i < first ? 0 : 1) / q_gain(h * dh + i);
+    const MatD g = rng.gaussian(2, 1, 0.3);
+    const double c1 = std::exp(g(0)), c2 = c1 * std::exp(g(1) + std::copysign(0.3, g(1)));
+    for (Eigen::Index i = 0; i < dh; ++i) k_gain(h * dh + i) = S(i < first ? c1 : c2) / q_gain(h * dh + i);
   }
   return k_gain;
 }
@@ -248,9 +253,7 @@ struct ExtQkNorm {
     o.controls.push_back(qk_control<S>("generic invertible M_h (Prop. 4.2's freedom without QK-norm)", p,
                                        random_blocks<S>(rng, c.heads, dh)));
     for (int h = 0; h < c.heads; ++h) full.push_back(haar_orthogonal<S>(rng, dh));
-    if (dh > 1)
-      o.controls.push_back(
-          qk_control<S>("orthogonal M_h not commuting with diag(gamma_Q gamma_K)", p, full));
+    o.controls.push_back(qk_control<S>("orthogonal M_h not commuting with diag(gamma_Q gamma_K)", p, full));
     return o;
   }
 };
@@ -264,14 +267,14 @@ void register_extension_claims(std::vector<Claim>& claims) {
                     .statement = "MHA(X; W_V N, N^-1 W_O) = MHA(X; W) and SA(X; W_V N) = SA(X) N for block-diagonal "
                                  "N (the W_V/W_O analogue of Prop. 4.2 conjectured in 4.1.2)",
                     .kind = Kind::identity,
-                    .dims = Dims{},
+                    .dims = Dims{.min_seq = 2},
                     .budget = default_budget,
                     .run = dispatch<FreedomVO>()});
   claims.push_back({.id = "qwe.ext.rope",
                     .statement = "under RoPE, (W_Q M, W_K M^-T) keeps attention at every position iff each M_h "
                                  "commutes with the rotations: complex scalings per frequency pair (sec. 6)",
                     .kind = Kind::identity,
-                    .dims = Dims{},
+                    .dims = Dims{.min_seq = 2, .even_head_width = true},
                     .budget = default_budget,
                     .variants = rope_thetas,
                     .defaults = extension_sweep,
@@ -280,7 +283,7 @@ void register_extension_claims(std::vector<Claim>& claims) {
                     .statement = "GQA: W_Q^h M_g for every query head h of group g with W_K^g M_g^-T (and W_V^g "
                                  "N_g, N_g^-1 W_O^h) keep attention: one freedom per key head (sec. 6)",
                     .kind = Kind::identity,
-                    .dims = Dims{.mask = false},
+                    .dims = Dims{.mask = false, .min_seq = 2},
                     .budget = default_budget,
                     .variants = kv_head_counts,
                     .defaults = extension_sweep,
@@ -289,7 +292,7 @@ void register_extension_claims(std::vector<Claim>& claims) {
                     .statement = "per-head QK RMSNorm with gains: (W_Q M, W_K M) keeps attention for M_h orthogonal "
                                  "commuting with diag(gamma_Q gamma_K) (sec. 6)",
                     .kind = Kind::identity,
-                    .dims = Dims{.mask = false},
+                    .dims = Dims{.mask = false, .min_seq = 2, .min_head_width = 2},
                     .budget = default_budget,
                     .defaults = extension_sweep,
                     .run = dispatch<ExtQkNorm>()});

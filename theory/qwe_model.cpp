@@ -235,7 +235,7 @@ void register_model_claims(std::vector<Claim>& claims) {
   claims.push_back({.id = "qwe.thm4.3",
                     .statement = "weight-shared layers telescope: B'^L(X T) = B^L(X) T, shared W_Q' = I",
                     .kind = Kind::identity,
-                    .dims = model,
+                    .dims = Dims{.heads = true, .layers = true, .seq = true, .mask = false, .min_seq = 2},
                     .budget = default_budget,
                     .defaults = {.layers = {4, 32}, .seq = {8}},
                     .run = dispatch<Theorem43>()});

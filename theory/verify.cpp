@@ -73,14 +73,27 @@ void check_sizes(const std::vector<const Claim*>& claims, const VerifyOptions& o
     }
 }
 
-// A claim's configurations under the options, variants included, at trial 0.
-std::vector<SweepPoint> sweep(const Claim& claim, const VerifyOptions& o) {
+// Why configuration `c` is not one of a claim's (Dims: its least sizes), or "" when it is.
+std::string left_out(const Dims& dims, const SweepPoint& c) {
+  const int width = c.d / c.heads;
+  if (c.layers < dims.min_layers)
+    return "its statement needs L >= " + std::to_string(dims.min_layers) + " layers";
+  if (c.seq < dims.min_seq)
+    return "its controls need n >= " + std::to_string(dims.min_seq) +
+           " positions (one position attends only to itself, whatever the scores)";
+  if (width < dims.min_head_width)
+    return "it needs a head width d/H >= " + std::to_string(dims.min_head_width);
+  if (dims.even_head_width && width % 2 != 0) return "it needs an even head width d/H (RoPE rotates pairs)";
+  return "";
+}
+
+// A claim's configurations under the options, variants included, at trial 0; each reason for leaving
+// one out (left_out) is added once to `left_out_why`.
+std::vector<SweepPoint> sweep(const Claim& claim, const VerifyOptions& o, std::vector<std::string>& left_out_why) {
   const std::vector<int> one{1};
   const auto& ds = claim.dims.width ? pick(o.d, claim.defaults.d, default_d) : claim.defaults.d;
   const auto& hs = claim.dims.heads ? pick(o.heads, claim.defaults.heads, default_heads) : one;
-  std::vector<int> ls;
-  for (int l : claim.dims.layers ? pick(o.layers, claim.defaults.layers, default_layers) : one)
-    if (l >= claim.dims.min_layers) ls.push_back(l);
+  const auto& ls = claim.dims.layers ? pick(o.layers, claim.defaults.layers, default_layers) : one;
   const auto& ns = claim.dims.seq ? pick(o.seq, claim.defaults.seq, default_seq) : one;
   std::vector<Mask> masks{Mask::causal};
   if (claim.dims.mask) masks.push_back(Mask::bidirectional);
@@ -91,6 +104,11 @@ std::vector<SweepPoint> sweep(const Claim& claim, const VerifyOptions& o) {
         for (int n : ns)
           for (Mask m : masks) {
             SweepPoint c{d, h, l, n, m, {}, 0};
+            if (const std::string why = left_out(claim.dims, c); !why.empty()) {
+              if (std::find(left_out_why.begin(), left_out_why.end(), why) == left_out_why.end())
+                left_out_why.push_back(why);
+              continue;
+            }
             const auto variants = claim.variants ? claim.variants(c) : std::vector<PointVariant>(1);
             for (const auto& v : variants) {
               c.variant = v;
@@ -131,10 +149,13 @@ VerifyPlan plan_verify(const std::vector<const Claim*>& claims, const VerifyOpti
   for (Precision p : o.precisions)
     scalar_bytes = std::max(scalar_bytes, p == Precision::mp50 ? double(sizeof(mp50)) : p == Precision::f80 ? 16.0 : 8.0);
   for (const Claim* c : claims) {
-    const std::vector<SweepPoint> configs = sweep(*c, o);
-    if (configs.empty())
-      plan.skipped.push_back({c->id, "its statement needs L >= " + std::to_string(c->dims.min_layers) +
-                                         " layers, and --layers gives none"});
+    std::vector<std::string> why;
+    const std::vector<SweepPoint> configs = sweep(*c, o, why);
+    if (configs.empty()) {
+      std::string reason;
+      for (const std::string& w : why) reason += (reason.empty() ? "" : "; ") + w;
+      plan.skipped.push_back({c->id, reason + ", and the sweep gives no other configuration"});
+    }
     for (const SweepPoint& config : configs) {
       widest = std::max(widest, configuration_bytes(config, scalar_bytes));
       plan.configurations.emplace_back(c, config);
