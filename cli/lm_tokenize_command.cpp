@@ -1,9 +1,12 @@
 // `qkvlab lm tokenize DIR (--text FILE | --prompt TEXT)`: the ids of a text under the checkpoint's own
 // tokenizer (lm/tokenizer.hpp); `--decode --tokens FILE`: the text of a 1-D .npy of ids.
+#include <filesystem>
 #include <iostream>
+#include <optional>
 
 #include "cli/format_option.hpp"
 #include "cli/commands.hpp"
+#include "cli/validators.hpp"
 #include "core/errors.hpp"
 #include "core/text_file.hpp"
 #include "corpus/token_file.hpp"
@@ -15,13 +18,14 @@ namespace qkvlab::cli {
 namespace {
 
 struct TokenizeArgs {
-  std::string dir, text, prompt, tokens, format = "text";
+  std::string dir, tokens, format = "text";
+  std::optional<std::string> text, prompt;  // given or not (an empty --prompt is the empty text)
   bool decode = false;
 };
 
 int run_decode(const TokenizeArgs& a, const lm::Tokenizer& t) {
   if (a.tokens.empty()) throw UsageError("--decode needs --tokens FILE (a 1-D .npy of ids)");
-  if (!a.text.empty() || !a.prompt.empty()) throw UsageError("--decode reads --tokens: --text and --prompt do not apply");
+  if (a.text || a.prompt) throw UsageError("--decode reads --tokens: --text and --prompt do not apply");
   const corpus::TokenArray ids = corpus::read_token_file(a.tokens);
   if (ids.cols != 0)
     throw UsageError("--tokens " + a.tokens + ": a 1-D array of ids is expected, not " + std::to_string(ids.rows) + " x " +
@@ -38,11 +42,14 @@ int run_decode(const TokenizeArgs& a, const lm::Tokenizer& t) {
 }
 
 int run_tokenize(const TokenizeArgs& a) {
+  if (!std::filesystem::exists(a.dir)) throw UsageError(a.dir + ": no such directory (a checkpoint or tokenizer directory)");
+  if (!std::filesystem::is_directory(a.dir))
+    throw UsageError(a.dir + ": a file, not a directory: give the checkpoint or tokenizer directory that holds it");
   const lm::Tokenizer t = lm::Tokenizer::load(a.dir);
   if (a.decode) return run_decode(a, t);
   if (!a.tokens.empty()) throw UsageError("--tokens FILE is read with --decode");
-  if (a.text.empty() == a.prompt.empty()) throw UsageError("give one of --text FILE and --prompt TEXT");
-  const std::vector<std::int32_t> ids = t.encode(a.text.empty() ? a.prompt : read_text_file(a.text));
+  if (!a.text && !a.prompt) throw UsageError("give one of --text FILE and --prompt TEXT");
+  const std::vector<std::int32_t> ids = t.encode(a.prompt ? *a.prompt : read_text_file(*a.text));
   if (a.format == "json") {
     results::Value out = results::Value::object();
     out.set("ids", results::Value::array_of(ids));
@@ -64,8 +71,8 @@ std::vector<Command> add_lm_tokenize_commands(CLI::App& lm, const std::string&) 
               "\"Tokenizers\"). Output: the ids on one line, or {\"ids\": [...]}; decoded text as raw bytes, or\n"
               "{\"text\": ...} with invalid UTF-8 replaced by U+FFFD.");
   cmd->add_option("DIR", a->dir, "Checkpoint (or tokenizer) directory")->required();
-  auto* text = cmd->add_option("--text", a->text, "Encode the text of this file");
-  cmd->add_option("--prompt", a->prompt, "Encode this text")->excludes(text);
+  auto* text = cmd->add_option("--text", a->text, "Encode the text of this file")->check(path_value);
+  cmd->add_option("--prompt", a->prompt, "Encode this text (\"\": the empty text, no ids)")->excludes(text);
   cmd->add_flag("--decode", a->decode, "Decode --tokens instead");
   cmd->add_option("--tokens", a->tokens, "With --decode: a 1-D .npy of token ids");
   add_format_option(cmd, a->format, Readable::text);

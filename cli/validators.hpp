@@ -66,6 +66,10 @@ inline const CLI::Validator seed_value(
     },
     "0..2^64-1");
 
+// A path option's value: not empty (an empty path names no file, and "" must not read as "not given").
+inline const CLI::Validator path_value(
+    [](std::string& value) -> std::string { return value.empty() ? "must be a path, got ''" : ""; }, "PATH");
+
 // --threads: 0 (one per hardware thread) up to qkvlab::max_threads.
 inline const CLI::Validator thread_count = integer_in(0, max_threads);
 inline const CLI::Validator positive_thread_count = integer_in(1, max_threads);

@@ -51,7 +51,8 @@ inline std::uint64_t pair_key(std::int32_t left, std::int32_t right) {
 
 class Bpe {
  public:
-  // pretoken_counts: each distinct pre-token's number of occurrences.
+  // pretoken_counts: each distinct pre-token's number of occurrences; none may hold the text
+  // <|endoftext|> (a UsageError: a merge would learn the special token's bytes as a second token).
   // vocab_size ≥ 257 (UsageError otherwise).
   static Bpe learn(const std::unordered_map<std::string, std::int64_t>& pretoken_counts, int vocab_size);
   // Malformed files are a UsageError naming the file (and the line or entry).

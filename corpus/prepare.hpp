@@ -16,9 +16,21 @@
 //                              and each output's size and FNV-1a checksum ("checksums")
 // Every file is written atomically. Before the first output is replaced, manifest.json
 // becomes a "preparing" manifest that records no options, and the finished one is
-// written last, so only a finished run leaves a complete one. A run whose manifest
-// records the same options and every output as it is (size and checksum: a truncated
-// or edited token file is not) does nothing; otherwise the directory is prepared again.
+// written last, so only a finished run leaves a complete one; its checksums are those of
+// the bytes this run wrote (never a re-reading of the directory), and the source's
+// checksum (--source) that of the bytes it read and prepared from, so a source edited
+// during the run is prepared again next time. A run whose manifest records the same
+// options and every output as it is (size and checksum: a truncated or edited token file
+// is not; a symbolic link to a file is read through, as the readers read it) does
+// nothing; otherwise the directory is prepared again.
+// One run at a time: a run that prepares holds OUT/.qkvlab-lock (core/atomic_file.hpp
+// DirectoryLock) to its end, and a second is refused ("OUT is in use by data brown (pid
+// N)"). Finding the directory up to date only reads it (a read-only corpus is up to date
+// too): a finished manifest is written whole, after the files it records. Bad input is refused before anything is written: --source is read
+// and parsed whole before OUT is created (a word holding <|endoftext|> is refused,
+// corpus/brown.hpp), and every output name is checked writable (a symbolic link, a
+// directory: core/atomic_file.hpp's refusals) before the work. A run that fails after
+// creating OUT removes it again (with its lock file) unless something else is in it.
 // Only a corpus's files are replaced: an output directory holding another tool's
 // manifest.json (a checkpoint's), or a file of an output's name without a corpus
 // manifest (a Hugging Face tokenizer's vocab.json, a run's baselines.json), is refused

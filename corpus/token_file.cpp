@@ -264,8 +264,7 @@ TokenArray read_token_file(const std::filesystem::path& path, const TokenPrefix&
 
 TokenArray read_tag_file(const std::filesystem::path& path) { return read_integer_file(path, -1); }
 
-void write_tokens_npy(const std::filesystem::path& path, const std::vector<std::int32_t>& ids, std::int64_t rows,
-                      std::int64_t cols) {
+std::string tokens_npy_bytes(const std::vector<std::int32_t>& ids, std::int64_t rows, std::int64_t cols) {
   if (rows < 0 || cols < 0 || std::uint64_t(rows) * std::uint64_t(std::max<std::int64_t>(cols, 1)) != ids.size())
     throw std::invalid_argument("write_tokens_npy: " + std::to_string(ids.size()) + " ids for the shape " +
                                 std::to_string(rows) + "x" + std::to_string(cols));
@@ -279,7 +278,12 @@ void write_tokens_npy(const std::filesystem::path& path, const std::vector<std::
   const std::size_t at = bytes.size();
   bytes.resize(at + ids.size() * 4);
   std::memcpy(bytes.data() + at, ids.data(), ids.size() * 4);
-  write_bytes_atomically(path, ".npy", bytes);
+  return bytes;
+}
+
+void write_tokens_npy(const std::filesystem::path& path, const std::vector<std::int32_t>& ids, std::int64_t rows,
+                      std::int64_t cols) {
+  write_bytes_atomically(path, ".npy", tokens_npy_bytes(ids, rows, cols));
 }
 
 }  // namespace qkvlab::corpus

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <string>
 #include <vector>
 
 namespace qkvlab::corpus {
@@ -44,5 +45,7 @@ TokenArray read_tag_file(const std::filesystem::path& path);
 // elements when cols = 0, else rows × cols. ids.size() must match.
 void write_tokens_npy(const std::filesystem::path& path, const std::vector<std::int32_t>& ids, std::int64_t rows,
                       std::int64_t cols);
+// The bytes write_tokens_npy writes.
+std::string tokens_npy_bytes(const std::vector<std::int32_t>& ids, std::int64_t rows, std::int64_t cols);
 
 }  // namespace qkvlab::corpus

