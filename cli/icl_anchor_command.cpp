@@ -40,8 +40,8 @@ int run_depth_command(const DepthArgs& a, const std::string& command_line) {
   prepare(a.common);
   require_train_memory(a.common, a.common.d, a.common.n, 2.0 * double(a.layers.size()), 0);
   const std::vector<DepthRun> runs = run_depth(c, progress_of("icl depth", "runs", a.common.quiet));
+  write_outputs(a.common, depth_tables(c, runs), command_line);  // first: a failed write prints nothing
   std::cout << (a.common.format == "json" ? depth_json(c, runs).json_line() : depth_text(c, runs));
-  write_outputs(a.common, depth_tables(c, runs), command_line);
   return 0;
 }
 

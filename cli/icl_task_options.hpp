@@ -26,7 +26,9 @@ struct TaskArgs {
 inline void add_task_options(CLI::App* cmd, TaskArgs& a) {
   cmd->add_option("--d", a.d, "Dimension d of x, y and every weight")->check(integer_in(1, 4096))->capture_default_str();
   cmd->add_option("--n", a.n, "In-context examples n per prompt")->check(integer_in(1, 1 << 20))->capture_default_str();
-  cmd->add_option("--sigma", a.sigma, "Noise standard deviation sigma (>= 0)")
+  cmd->add_option("--sigma", a.sigma,
+                  "Noise standard deviation sigma >= 0 (0 needs n >= d; the loss scale |W_0|_F^2 + d^2 + d sigma^2 must "
+                  "stay below 1.8e308)")
       ->check(non_negative_real)
       ->capture_default_str();
   cmd->add_option("--prompts", a.prompts, "Monte Carlo prompts")

@@ -71,7 +71,7 @@ icl::TheoryGrid sweep_grid(const TheoryArgs& a) {
 }
 
 // Every file the run writes (a figure's table and drawings too) against each other and --w0's file,
-// before the work.
+// and each one's directory, before the work.
 void refuse_overlapping_outputs(const TheoryArgs& a) {
   FileList outputs{{"--out", a.out}, {"--csv", a.csv}};
   if (!a.figure.empty()) {
@@ -81,6 +81,7 @@ void refuse_overlapping_outputs(const TheoryArgs& a) {
   }
   const bool w0_file = a.w0 != "zero" && a.w0 != "identity";
   refuse_overlapping_files(outputs, {{"--w0", w0_file ? matrix_file(a.w0) : std::string()}});
+  require_output_directories(outputs);
 }
 
 int run_theory_sweep(const TheoryArgs& a, const std::string& command_line) {
@@ -134,7 +135,8 @@ std::vector<Command> add_icl_theory_commands(CLI::App& icl, const std::string& c
   add_task_options(theory, *t);
   theory->add_option("--w0", t->w0, "Prior mean W_0: zero, identity, or a d x d matrix FILE.npy (or FILE.h5:DATASET)")
       ->capture_default_str();
-  t->w0_scale_option = theory->add_option("--w0-scale", t->w0_scale, "c of the prior mean: W_0 = c I (--w0 identity) or c times the --w0 matrix; refused with --w0 zero")
+  t->w0_scale_option = theory->add_option("--w0-scale", t->w0_scale, "c of the prior mean: W_0 = c I (--w0 identity) or c times the --w0 matrix; refused with --w0 zero "
+                                                              "(|W_0|_F^2 + d sigma^2 must stay below 1.8e308)")
       ->check(finite_real)
       ->capture_default_str();
   add_device_option(theory, t->device, false);

@@ -65,8 +65,8 @@ int run_sweep(const SweepArgs& s, const std::string& command_line) {
   const Progress progress{"icl sweep", Progress::wanted(s.common.quiet)};
   const TrainSweep sweep = run_train_sweep(sweep_points(base, s.ds, s.ns, s.sigmas),
                                            [&](std::size_t done, std::size_t total) { progress("points", done, total); });
+  write_outputs(s.common, sweep_tables(sweep), command_line);  // first: a failed write prints nothing
   std::cout << (s.common.format == "json" ? sweep_json(sweep).json_line() : sweep_text(sweep));
-  write_outputs(s.common, sweep_tables(sweep), command_line);
   return 0;
 }
 
@@ -101,7 +101,7 @@ std::vector<Command> add_icl_train_commands(CLI::App& icl, const std::string& co
     add_common_options(cmd, s->common, {.task = false, .w0 = true});
     cmd->add_option("--d-list", s->ds, "Values of d")->delimiter(',')->capture_default_str();
     cmd->add_option("--n-list", s->ns, "Values of n")->delimiter(',')->capture_default_str();
-    cmd->add_option("--sigma-list", s->sigmas, "Values of sigma")->delimiter(',')->capture_default_str();
+    cmd->add_option("--sigma-list", s->sigmas, "Values of sigma >= 0 (0 needs n >= d; E|y|^2 = |W0|_F^2 + d^2 + d sigma^2 < 1.8e308)")->delimiter(',')->capture_default_str();
     cmd->add_option("--theory-prompts", s->theory_prompts, "Monte Carlo prompts for C and the bounds")
         ->check(integer64_in(2, 100000000))
         ->capture_default_str();

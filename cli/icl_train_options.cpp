@@ -28,10 +28,15 @@ void add_common_options(CLI::App* cmd, CommonArgs& a, CommonOptions use) {
   if (use.task) {
     cmd->add_option("--d", a.d, "Dimension d of x and y")->check(integer_in(1, 64))->capture_default_str();
     cmd->add_option("--n", a.n, "Number n of (x, y) pairs in a prompt")->check(integer_in(1, 4096))->capture_default_str();
-    cmd->add_option("--sigma", a.sigma, "Noise standard deviation sigma")->check(non_negative_real)->capture_default_str();
+    cmd->add_option("--sigma", a.sigma, "Noise standard deviation sigma >= 0 (0 needs n >= d in icl train, where the Bayes loss C is "
+                    "computed; E|y|^2 = |W0|_F^2 + d^2 + d sigma^2 < 1.8e308)")
+        ->check(non_negative_real)
+        ->capture_default_str();
   }
   if (use.w0)
-    cmd->add_option("--w0-scale", a.w0_scale, "c of the prior mean W_0 = c I (0: W_0 = 0)")->check(finite_real)->capture_default_str();
+    cmd->add_option("--w0-scale", a.w0_scale, "c of the prior mean W_0 = c I (0: W_0 = 0; E|y|^2 = |W0|_F^2 + d^2 + d sigma^2 < 1.8e308)")
+        ->check(finite_real)
+        ->capture_default_str();
   cmd->add_option("--steps", a.steps, "Adam steps per run")->check(positive_integer)->capture_default_str();
   cmd->add_option("--batch", a.batch, "Fresh prompts per step")->check(positive_integer)->capture_default_str();
   cmd->add_option("--lr", a.lr, "Peak learning rate (linear warmup, cosine decay to 1% of it)")
@@ -56,12 +61,7 @@ void add_common_options(CLI::App* cmd, CommonArgs& a, CommonOptions use) {
 void prepare(const CommonArgs& a) {
   require_device(a.device, kGpuPath);
   refuse_overlapping_files({{"--out", &a.out}, {"--csv", &a.csv}}, {});
-  for (const auto& [option, path] : {std::pair{"--out", a.out}, {"--csv", a.csv}, {"--figure", a.figure}}) {
-    if (path.empty()) continue;
-    const fs::path parent = fs::path(path).parent_path();
-    if (!parent.empty() && !fs::is_directory(parent))
-      throw UsageError(std::string(option) + ": directory " + parent.string() + " does not exist");
-  }
+  require_output_directories({{"--out", a.out}, {"--csv", a.csv}, {"--figure", a.figure}});
   apply_threads(a.threads, BlasUse::per_worker);
 }
 

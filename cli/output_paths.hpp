@@ -86,16 +86,20 @@ inline void refuse_overlapping_files(NamedFiles outputs, NamedFiles inputs) {
   refuse_overlapping_files(file_list(outputs), file_list(inputs));
 }
 
+// Each non-empty output's directory exists (else a UsageError naming the option), checked before the work.
+inline void require_output_directories(const FileList& outputs) {
+  for (const auto& [option, file] : outputs) {
+    if (file.empty()) continue;
+    const auto dir = std::filesystem::absolute(file).parent_path();
+    if (!std::filesystem::is_directory(dir)) throw UsageError(option + ": directory " + dir.string() + " does not exist");
+  }
+}
+
 // A command's report files: each one's directory exists, none lies in a directory it reads
 // (`read`: its models' and corpus's, empty strings skipped), and none is another's file or one of
 // `inputs`.
 inline void require_report_files(NamedFiles files, std::initializer_list<std::string> read, NamedFiles inputs) {
-  for (const auto& [option, file] : files) {
-    if (file->empty()) continue;
-    const auto dir = std::filesystem::absolute(*file).parent_path();
-    if (!std::filesystem::is_directory(dir))
-      throw UsageError(std::string(option) + ": directory " + dir.string() + " does not exist");
-  }
+  require_output_directories(file_list(files));
   for (const std::string& dir : read) refuse_files_in(dir, files);
   refuse_overlapping_files(files, inputs);
 }

@@ -4,6 +4,7 @@
 // with their controls, and `qkvlab icl theory|lemmas` as a user runs them.
 #include "core/errors.hpp"
 #include "core/icl/construction.hpp"
+#include "core/icl/monte_carlo.hpp"
 #include "theory/skipv1_lemmas.hpp"
 #include "core/icl/models.hpp"
 #include "core/icl/posterior.hpp"
@@ -195,6 +196,37 @@ TEST(IclTheory, SameSeedSameNumbersForOneAndTwoThreads) {
 
 using qkvlab::test_support::all_numbers;
 
+// The gap at a = 0 has an influence that is identically zero (f = 2‖ΛB‖² − 2⟨Ŵ, ΛB⟩ = −Σ_i ḡ_i ψ_i per
+// prompt), so its delta-method variance cancels to the rounding of the accumulated covariances: SE 0,
+// not "a delta-method variance is negative", at the seeds where d = 1 failed (23 at n = 4 and 2000
+// prompts; 5 at the defaults). Controls: the gap at a = d has a nonzero SE, and a covariance that is
+// not positive semidefinite beyond rounding is still refused.
+TEST(IclMonteCarlo, ZeroInfluenceHasSeZeroAndNegativeVarianceBeyondRoundingIsRefused) {
+  const Theory a = estimate_theory(Task{1, 4, 0.5, {}}, {2000, 23, 1}), b = estimate_theory(Task{1, 16, 0.5, {}}, {200000, 5, 1});
+  EXPECT_EQ(a.gap[0].se, 0.0);
+  EXPECT_EQ(b.gap[0].se, 0.0);
+  EXPECT_GT(a.gap[1].se, 1e-3);
+  // f and ψ with unit variances and covariance c; ḡ = −1, so the influence's variance is 2 − 2c:
+  // negative for c > 1, where the covariance matrix is not positive semidefinite.
+  const auto moments = [](double c) {
+    Moments m(3, 2);  // f, ψ (with their cross product), g
+    m.count = 1000, m.depth = 1000;
+    m.sum << 0, 0, -1000;
+    m.m2 << 999, 999, 0;
+    m.cross << 999, 0, 999 * c, 999;
+    return m;
+  };
+  const LambdaSums lam{VecD::Ones(1), VecD::Ones(1)};
+  const double rounding = influence_variance(moments(1), 0, 1, -VecD::Ones(1)).rounding;
+  EXPECT_GT(rounding, 0.0);
+  EXPECT_LT(rounding, 1e-10);  // about 1e-11 here: far below any variance a real cancellation leaves
+  EXPECT_EQ(finish_lambda_dependent(moments(1), lam, 1).values[0].se, 0.0);
+  EXPECT_EQ(finish_lambda_dependent(moments(1 + rounding / 4), lam, 1).values[0].se, 0.0);  // within rounding
+  EXPECT_THROW(finish_lambda_dependent(moments(1 + rounding), lam, 1), NumericalError);     // beyond it
+  EXPECT_THROW(finish_lambda_dependent(moments(1 + 1e-6), lam, 1), NumericalError);
+  EXPECT_NEAR(finish_lambda_dependent(moments(1 - 1e-6), lam, 1).values[0].se, std::sqrt(2e-6 / 1000), 1e-9);
+}
+
 // Pass 2 over pass 1's kept statistics equals pass 2 over the prompts drawn again, to
 // the last bit (control: another seed differs).
 TEST(IclTheory, KeptAndRedrawnPromptsGiveTheSameNumbers) {
@@ -288,7 +320,18 @@ TEST(IclCli, BadInputExitsTwoWithOneLine) {
                                // a = 0 (given, or floor(d/2) at d = 1): U = 0 and Lemma 2 vacuous, refused, not a NaN
                                "icl lemmas --a 0", "icl lemmas --d 1", "icl lemmas --d 1 --a 1",
                                // W_0 = 0 has no scale: refused, not ignored (as --w0-scale-list is)
-                               "icl theory --w0 zero --w0-scale 3", "icl theory --w0 zero --w0-scale 3 --d-list 2,3"};
+                               "icl theory --w0 zero --w0-scale 3", "icl theory --w0 zero --w0-scale 3 --d-list 2,3",
+                               // outputs whose directory does not exist: refused before the Monte Carlo (not exit 3 after)
+                               "icl theory --out /nonexistent/x.h5", "icl theory --figure /nonexistent/f",
+                               "icl theory --d-list 2,3 --csv /nonexistent/x.csv",
+                               // sigma = 0 needs n >= d (X X^T singular): refused up front, as is a point of a sweep
+                               "icl theory --sigma 0 --n 2", "icl lemmas --sigma 0 --n 2",
+                               "icl theory --sigma-list 0.5,0 --n-list 8,2",
+                               // a loss scale |W_0|_F^2 + d^2 + d sigma^2 that overflows a double
+                               "icl theory --sigma 1e160", "icl theory --w0 identity --w0-scale 1e200",
+                               "icl theory --sigma-list 0.5,1e200", "icl lemmas --w0-scale 1e200",
+                               // --form takes its three names only
+                               "icl lemmas --form bogus", "icl lemmas --form 1"};
   // --device cuda is a usage error on every machine: icl theory has no GPU path (docs/benchmarks.md).
   bad.insert(bad.end(), {"icl theory --device cuda", "icl theory --device cuda --d-list 2,3"});
   for (const std::string& args : bad) {
@@ -296,6 +339,30 @@ TEST(IclCli, BadInputExitsTwoWithOneLine) {
     EXPECT_EQ(r.status, 2) << args;
     EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << args << ": " << r.out;
   }
+  // The refusal says what the command needs: d >= 2 (not the default a), the names --form takes.
+  EXPECT_NE(run("icl lemmas --d 1 --a 1 2>&1").out.find("needs d >= 2"), std::string::npos);
+  EXPECT_NE(run("icl lemmas --form bogus 2>&1").out.find("ridge-sigma-typo"), std::string::npos);
+  // Controls: sigma = 0 with n >= d runs; a scale whose intermediate products overflow fails in one line
+  // naming the options (exit 3).
+  EXPECT_EQ(run("icl theory --sigma 0 --n 4 --prompts 1000").status, 0);
+  const ShellRun overflow = run("icl lemmas --sigma 1e100 --prompts 1000 2>&1");
+  EXPECT_EQ(overflow.status, 3) << overflow.out;
+  EXPECT_EQ(std::count(overflow.out.begin(), overflow.out.end(), '\n'), 1) << overflow.out;
+  EXPECT_NE(overflow.out.find("--sigma"), std::string::npos) << overflow.out;
+}
+
+// --w0-scale means W_0 = c I with any finite c in every icl subcommand: lemmas takes c < 0 as theory and
+// train do, and its header compares sigma_d(W_0) = |c|; at sigma = 0 the default is c = 1, as the help says.
+TEST(IclCli, LemmasW0ScaleIsAnyFiniteCAndItsDefaultIsTheHelps) {
+  const ShellRun negative = run("icl lemmas --w0-scale -3 --prompts 1000");
+  ASSERT_EQ(negative.status, 0) << negative.err;
+  EXPECT_NE(negative.out.find("c = -3: sigma_d(W_0) = |c| > 2 sqrt(d) sigma = 2"), std::string::npos) << negative.out;
+  const ShellRun small = run("icl lemmas --w0-scale 1 --prompts 1000");
+  EXPECT_NE(small.out.find("c = 1: sigma_d(W_0) = |c| <= 2 sqrt(d) sigma = 2"), std::string::npos) << small.out;
+  const ShellRun noiseless = run("icl lemmas --sigma 0 --prompts 1000");
+  ASSERT_EQ(noiseless.status, 0) << noiseless.err;
+  EXPECT_NE(noiseless.out.find("c = 1: sigma_d(W_0) = |c| > 2 sqrt(d) sigma = 0"), std::string::npos) << noiseless.out;
+  EXPECT_NE(run("icl lemmas --help").out.find("or 1 at sigma = 0"), std::string::npos);
 }
 
 // A sweep point uses --seed as a single run does, so it equals that run to the last digit.

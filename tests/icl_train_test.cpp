@@ -475,16 +475,44 @@ TEST(IclCli, BadInputExitsTwoWithOneLineAndWritesNothing) {
                                  "icl depth --heads 3 --out " + h5.string(), "icl sweep --format xml",
                                  "icl anchor --csv /nonexistent_dir/x.csv", "icl train --device cuda --out " + h5.string(),
                                  // --a is Assumption 1's copy width: without it, refused as --learn-ab is (not ignored)
-                                 "icl train --a 2 --out " + h5.string()}) {
+                                 "icl train --a 2 --out " + h5.string(),
+                                 // C needs the posterior mean: sigma = 0 needs n >= d, refused before training
+                                 "icl train --sigma 0 --n 2 --out " + h5.string(),
+                                 "icl sweep --sigma-list 0.5,0 --n-list 2 --out " + h5.string(),
+                                 // a loss scale E|y|^2 that overflows a double: refused, not "lambda is not finite"
+                                 "icl train --assumption1 --w0-scale 1e200 --out " + h5.string(),
+                                 "icl sweep --sigma-list 1e200 --out " + h5.string(), "icl depth --sigma 1e200 --out " + h5.string(),
+                                 "icl anchor --sigma 1e160 --out " + h5.string()}) {
     const CliRun r = run(args);
     EXPECT_EQ(r.status, 2) << args;
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << args << ": " << r.err;
     EXPECT_FALSE(std::filesystem::exists(h5)) << args;
   }
   EXPECT_EQ(run("icl anchor --steps 5 --restarts 1 --eval-samples 10 --quiet").status, 0);  // control
+  // control: sigma = 0 with n < d is refused only where the posterior mean is used (anchor has none)
+  EXPECT_EQ(run("icl anchor --sigma 0 --n 2 --steps 5 --restarts 1 --eval-samples 10 --quiet").status, 0);
   EXPECT_EQ(run("icl train --assumption1 --a 2 --models mha --steps 5 --restarts 1 --eval-samples 10 --theory-prompts 100 "
                 "--quiet").status,
             0);  // control: --a with --assumption1
+}
+
+// The outputs are written before anything is printed (as icl train and theory do): a failed write
+// (/dev/full) prints nothing and exits 3. Control: the same runs with a writable --csv print their table.
+TEST(IclCli, SweepAndDepthWriteBeforeTheyPrint) {
+  const qkvlab::test_support::ScratchDir scratch;
+  const std::string csv = (scratch / "ok.csv").string();
+  for (const std::string& args :
+       {std::string("icl sweep --d-list 2 --steps 5 --restarts 1 --eval-samples 200 --theory-prompts 200 --quiet"),
+        std::string("icl depth --layers 2 --steps 5 --eval-samples 200 --quiet")}) {
+    const CliRun failed = run(args + " --csv /dev/full");
+    EXPECT_EQ(failed.status, 3) << args;
+    EXPECT_EQ(failed.out, "") << args;
+    EXPECT_NE(failed.err.find("/dev/full"), std::string::npos) << failed.err;
+    const CliRun written = run(args + " --csv '" + csv + "'");
+    EXPECT_EQ(written.status, 0) << args << written.err;
+    EXPECT_NE(written.out, "") << args;
+    EXPECT_TRUE(std::filesystem::exists(csv)) << args;
+  }
 }
 
 // A run whose held-out loss stays finite but ends orders of magnitude above both its loss before

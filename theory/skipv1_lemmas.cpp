@@ -47,10 +47,18 @@ PromptView view(const Prompt& p, const Task& task, Form form) {
   return v;
 }
 
+// The task's own checks, and W_D defined: every statement is about it.
+void validate_lemma_task(const Task& task) {
+  validate(task);
+  require_posterior(task);
+}
+
 double dot(const MatD& a, const MatD& b) { return a.cwiseProduct(b).sum(); }
 
-LemmaResult result(std::string id, std::string variant, std::string statement, Estimate e, std::string note = "") {
-  if (!std::isfinite(e.value) || !std::isfinite(e.se)) throw NumericalError(id + ": statistic is not finite");
+LemmaResult result(const Task& task, std::string id, std::string variant, std::string statement, Estimate e,
+                   std::string note = "") {
+  if (!std::isfinite(e.value) || !std::isfinite(e.se))
+    throw NumericalError(id + ": statistic is not finite" + scale_note(task));
   LemmaResult r{.id = std::move(id), .variant = std::move(variant), .statement = std::move(statement), .residual = e,
                 .note = std::move(note)};
   r.z = e.se > 0 ? std::abs(e.value) / e.se : (e.value == 0 ? 0 : INFINITY);
@@ -112,7 +120,7 @@ double theorem_w0_scale(const Task& task) {
 }
 
 LemmaResult check_lemma1(const Task& task, const LemmaOptions& o, qkv::VariantKind arch) {
-  validate(task);
+  validate_lemma_task(task);
   const std::string stream = std::string("icl/lemmas/lemma1/") + (arch == qkv::VariantKind::vanilla ? "mha" : "skipv1");
   Rng wrng(o.seed, stream + "/weights");
   RandomPoint w = random_point(task, copy_width(task, o), wrng);
@@ -123,7 +131,7 @@ LemmaResult check_lemma1(const Task& task, const LemmaOptions& o, qkv::VariantKi
     // ‖U − W*‖² − ‖Ŵ − W*‖² − ‖U − Ŵ‖² = 2⟨U − Ŵ, Ŵ − W*⟩ (U − W* = (U − Ŵ) + (Ŵ − W*))
     return 2 * dot(U - v.W_hat, v.W_hat - p.W);
   });
-  return result("skipv1.lemma1", arch_name(arch), "L_k = C + E||sum_h W^h G M^h - W_D||^2 at random weights", e,
+  return result(task, "skipv1.lemma1", arch_name(arch), "L_k = C + E||sum_h W^h G M^h - W_D||^2 at random weights", e,
                 std::string("form ") + form_name(o.form) + (o.zero_weights ? ", U = 0" : ""));
 }
 
@@ -158,7 +166,7 @@ Lemma2Point lemma2_point(const Prompt& p, const RandomPoint& w, const LemmaOptio
 }  // namespace
 
 IdentityResult lemma2_identity(const Task& task, const LemmaOptions& o, qkv::VariantKind arch) {
-  validate(task);
+  validate_lemma_task(task);
   const RandomPoint w = lemma2_weights(task, o, arch);
   const Moments m = run_chunks(task, o.prompts, o.seed, lemma2_stream(arch), o.threads, 1, 0,
                                [&](const Prompt& p, auto& out) { out(0) = lemma2_point(p, w, o, arch).identity_rel_err(); });
@@ -166,7 +174,7 @@ IdentityResult lemma2_identity(const Task& task, const LemmaOptions& o, qkv::Var
 }
 
 LemmaResult check_lemma2(const Task& task, const LemmaOptions& o, qkv::VariantKind arch) {
-  validate(task);
+  validate_lemma_task(task);
   const RandomPoint w = lemma2_weights(task, o, arch);
   const Moments m = run_chunks(task, o.prompts, o.seed, lemma2_stream(arch), o.threads, 2, 0, [&](const Prompt& p, auto& out) {
     const PromptView v = view(p, task, o.form);
@@ -178,7 +186,7 @@ LemmaResult check_lemma2(const Task& task, const LemmaOptions& o, qkv::VariantKi
   char identity_note[96];
   std::snprintf(identity_note, sizeof identity_note, "; identity: mean |N_1+N_2+N_3-U|/|U| = %.2g (budget %.2g)",
                 identity.rel_err, identity.budget);
-  LemmaResult r = result("skipv1.lemma2", arch_name(arch),
+  LemmaResult r = result(task, "skipv1.lemma2", arch_name(arch),
                          "U = N_1 + N_2 + N_3 (Eqs. 9-10) and cross term E<W_D - N_3, N_1 + N_2> = 0 at random weights",
                          m.estimate(0), std::string("form ") + form_name(o.form) + identity_note);
   r.identity = identity;
@@ -187,7 +195,7 @@ LemmaResult check_lemma2(const Task& task, const LemmaOptions& o, qkv::VariantKi
 }
 
 LemmaResult check_lemma3(const Task& task, const LemmaOptions& o, Lemma3Part part) {
-  validate(task);
+  validate_lemma_task(task);
   const int d = task.d;
   const std::string stream = std::string("icl/lemmas/lemma3/") + (part == Lemma3Part::t1 ? "t1" : "t2");
   // a(D): the stack (m_1 … m_d) minus τ I, flattened; τ = Σ_i tr m_i / d².
@@ -217,7 +225,7 @@ LemmaResult check_lemma3(const Task& task, const LemmaOptions& o, Lemma3Part par
                                 })
                          .estimate(0);
   const double rel = std::sqrt(abar.squaredNorm() / scale);
-  return result("skipv1.lemma3", part == Lemma3Part::t1 ? "t1" : "t2",
+  return result(task, "skipv1.lemma3", part == Lemma3Part::t1 ? "t1" : "t2",
                 part == Lemma3Part::t1 ? "E[X Y_i^T Y_i X^T] = t_1 I for every i (isotropy)"
                                        : "E[X Y_i^T (W_D)_i] = t_2 I for every i (isotropy)",
                 e,
@@ -226,7 +234,7 @@ LemmaResult check_lemma3(const Task& task, const LemmaOptions& o, Lemma3Part par
 }
 
 LemmaResult check_lemma4(const Task& task, const LemmaOptions& o) {
-  validate(task);
+  validate_lemma_task(task);
   const int d = task.d;
   const std::string stream = "icl/lemmas/lemma4";
   // Point 0: head 1 W~ = (0, J), M~ = (J; 0)/n, head 2 zero, so h = J Y Xᵀ J / n with
@@ -248,13 +256,13 @@ LemmaResult check_lemma4(const Task& task, const LemmaOptions& o) {
     g = 2 * v.B.cwiseProduct(dh).rowwise().sum();
     return -2 * dot(v.W_hat - lambda.asDiagonal() * v.B, dh);
   });
-  return result("skipv1.lemma4", "JYX^TJ/n vs 0",
+  return result(task, "skipv1.lemma4", "JYX^TJ/n vs 0",
                 "L~(W~,M~) - E||Lambda Y X^T - h||^2 is the same at h = J Y X^T J/n and h = 0", e,
                 std::string("form ") + form_name(o.form));
 }
 
 LemmaResult check_thm2(const Task& task, const LemmaOptions& o, Thm2Part part) {
-  validate(task);
+  validate_lemma_task(task);
   const int d = task.d;
   if (part == Thm2Part::skipv1) {
     // The construction through the reduced SkipV1 map with Λ = I: K = (G_2^2 − ½ G_1), U = Λ K.
@@ -270,7 +278,7 @@ LemmaResult check_thm2(const Task& task, const LemmaOptions& o, Thm2Part part) {
           g = 2 * (U - p.W).cwiseProduct(K).rowwise().sum() + 2 * lambda.cwiseProduct(v.B.rowwise().squaredNorm());
           return (U - p.W).squaredNorm() - (v.W_hat - p.W).squaredNorm() - v.W_hat.squaredNorm() + LB.squaredNorm();
         });
-    return result("skipv1.thm2", "skipv1", "L_2 at the construction (a = d) = C + C_3", e,
+    return result(task, "skipv1.thm2", "skipv1", "L_2 at the construction (a = d) = C + C_3", e,
                   std::string("form ") + form_name(o.form));
   }
   const std::string stream = "icl/lemmas/thm2/mha";
@@ -284,7 +292,7 @@ LemmaResult check_thm2(const Task& task, const LemmaOptions& o, Thm2Part part) {
     return (U - p.W).squaredNorm() - (v.W_hat - p.W).squaredNorm() - even.squaredNorm() - v.W_hat.squaredNorm() +
            2 * dot(lambda.asDiagonal() * v.B, odd) - odd.squaredNorm();
   });
-  return result("skipv1.thm2", "mha", "L_1 = C + E||N_1+N_2||^2 + C_3 + E||Lambda Y X^T - N_3||^2 (MHA bound)", e,
+  return result(task, "skipv1.thm2", "mha", "L_1 = C + E||N_1+N_2||^2 + C_3 + E||Lambda Y X^T - N_3||^2 (MHA bound)", e,
                 std::string("form ") + form_name(o.form));
 }
 

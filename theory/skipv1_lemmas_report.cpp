@@ -5,10 +5,12 @@
 
 namespace qkvlab::icl {
 
-bool TwoPriorLemmas::theorem_condition_holds() const { return w0_scale > 2 * std::sqrt(double(zero.d)) * zero.sigma; }
+bool TwoPriorLemmas::theorem_condition_holds() const {
+  return std::abs(w0_scale) > 2 * std::sqrt(double(zero.d)) * zero.sigma;
+}
 
 TwoPriorLemmas check_lemmas_two_priors(const Task& zero, double w0_scale, const LemmaOptions& options) {
-  TwoPriorLemmas r{zero, w0_scale >= 0 ? w0_scale : theorem_w0_scale(zero), options, {}, {}};
+  TwoPriorLemmas r{zero, w0_scale, options, {}, {}};
   Task scaled = zero;
   scaled.W0 = r.w0_scale * MatD::Identity(zero.d, zero.d);
   validate(scaled);
@@ -25,7 +27,7 @@ std::string lemmas_text(const TwoPriorLemmas& r) {
   std::snprintf(line, sizeof line, "icl lemmas: d=%d n=%d sigma=%g prompts=%ld seed=%llu; a statement holds when |mean| <= %g SE\n",
                 t.d, t.n, t.sigma, r.options.prompts, static_cast<unsigned long long>(r.options.seed), lemma_budget);
   o += line;
-  std::snprintf(line, sizeof line, "W_0 = c I with c = %g: sigma_d(W_0) %s 2 sqrt(d) sigma = %g; W_D: %s\n", c,
+  std::snprintf(line, sizeof line, "W_0 = c I with c = %g: sigma_d(W_0) = |c| %s 2 sqrt(d) sigma = %g; W_D: %s\n", c,
                 r.theorem_condition_holds() ? ">" : "<=", 2 * std::sqrt(double(t.d)) * t.sigma, form_name(r.options.form));
   o += line;
   char head1[64];

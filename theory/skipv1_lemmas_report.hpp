@@ -16,11 +16,12 @@ struct TwoPriorLemmas {
   double w0_scale = 0;  // c of the second prior W_0 = c I
   LemmaOptions options;
   std::vector<LemmaResult> w0_zero, w0_scaled;  // check_all_lemmas under each prior, same order
-  // The theorem's condition on the second prior: σ_d(c I) = c > 2 sqrt(d) σ.
+  // The theorem's condition on the second prior: σ_d(c I) = |c| > 2 sqrt(d) σ.
   bool theorem_condition_holds() const;
 };
 
-// zero: the task with W_0 = 0; w0_scale < 0 takes theorem_w0_scale(zero).
+// zero: the task with W_0 = 0; the second prior is W_0 = w0_scale I (any finite c; the theorem's is
+// theorem_w0_scale(zero)).
 TwoPriorLemmas check_lemmas_two_priors(const Task& zero, double w0_scale, const LemmaOptions& options);
 
 std::string lemmas_text(const TwoPriorLemmas& r);

@@ -37,23 +37,29 @@ inline double standard_error(double variance, long n) {
   return std::sqrt(variance / double(n));
 }
 
-// A variance computed as a sum of `terms` products (the delta method's quadratic
-// form), with `magnitude` the sum of their absolute values. Summation rounds it by
-// at most γ_terms · magnitude (γ_k = k u / (1 − k u)); a value below zero by no
-// more than that is zero to working precision (its terms cancel exactly in exact
-// arithmetic: the influence is constant). Below that bound it is reported.
-inline double standard_error(double variance, double magnitude, int terms, long n) {
-  const double u = std::numeric_limits<double>::epsilon() / 2, gamma = terms * u / (1 - terms * u);
-  if (variance < 0 && -variance <= gamma * magnitude) return 0;
+// A variance computed in floating point, with `rounding` a bound on its rounding error: a value within
+// that bound of zero is zero to working precision (an influence that is identically zero in exact
+// arithmetic, whose variance cancels to a few units in the last place of its terms), and gives SE 0;
+// a value below −rounding cannot come from rounding and is reported as a NumericalError. An
+// overflowed variance or bound gives NaN, which the callers' finiteness checks report.
+inline double standard_error(double variance, double rounding, long n) {
+  if (!std::isfinite(variance) || !std::isfinite(rounding)) return std::numeric_limits<double>::quiet_NaN();
+  if (std::abs(variance) <= rounding) return 0;
   if (variance < 0) {
     char buf[200];
     std::snprintf(buf, sizeof buf,
-                  "a delta-method variance is negative (%.3g, its terms summing to %.3g in absolute value, over %ld "
-                  "samples): cancellation beyond rounding",
-                  variance, magnitude, n);
+                  "a delta-method variance is negative (%.3g, beyond its rounding bound %.3g, over %ld samples): "
+                  "cancellation beyond rounding",
+                  variance, rounding, n);
     throw NumericalError(buf);
   }
   return std::sqrt(variance / double(n));
+}
+
+// γ_k = k u / (1 − k u), u the unit roundoff (Higham, Accuracy and Stability, §3.1).
+inline double gamma_rounding(double k) {
+  const double u = std::numeric_limits<double>::epsilon() / 2;
+  return k * u / (1 - k * u);
 }
 
 // Per-prompt vectors' sums (the means are sum / count, as they always were) and
@@ -64,12 +70,10 @@ struct Moments {
   VecD sum;
   VecD center, m2;  // running mean; Σ (f − mean)², entry by entry
   MatD cross;       // Σ (f − mean)(f − mean)ᵀ of the first `full` entries (lower triangle)
+  long depth = 0;   // the longest chain of rounded additions into any sum: 1 per add, 1 per merge
 
   Moments(int p, int full)
       : sum(VecD::Zero(p)), center(VecD::Zero(p)), m2(VecD::Zero(p)), cross(MatD::Zero(full, full)) {}
-  // From raw sums Σ f, Σ f², Σ f fᵀ (a device's one-pass totals): centered here, so a
-  // cancellation shows as a negative variance, which standard_error reports.
-  static Moments from_sums(long count, const VecD& sum, const VecD& sumsq, const MatD& cross);
   void add(const VecD& f);
   void merge(const Moments& o);
   double mean(int i) const { return sum(i) / double(count); }
@@ -79,10 +83,20 @@ struct Moments {
     return s / double(count - 1);
   }
   Estimate estimate(int i) const { return {mean(i), standard_error(covariance(i, i), count)}; }
+  // r_i with |rounding error of covariance(i, j)| <= r_i r_j. Each centered sum is accumulated along
+  // at most `depth` rounded additions of terms with a few roundings each (δ = f − running mean, the
+  // product, Welford's or Chan's weight), and the terms' absolute values sum to at most
+  // 20 N s_i s_j, s the root mean square of f (Σ δ² <= 2 Σ f² + 2 Σ mean_t² <= 10 Σ f² by Hardy's
+  // inequality, once for the adds and once for the merges). So to first order in u
+  // |error| <= γ_{depth+4} 20 N/(N − 1) s_i s_j (Higham §4.2; Chan, Golub and LeVeque 1983).
+  double covariance_rounding(int i) const {
+    const double n = double(count), rms2 = m2(i) / n + mean(i) * mean(i);
+    return std::sqrt(gamma_rounding(double(depth + 4)) * 20 * n / (n - 1) * rms2);
+  }
 };
 
 inline void Moments::add(const VecD& f) {
-  ++count;
+  ++count, ++depth;
   sum += f;
   const VecD delta = f - center;
   center += delta / double(count);
@@ -100,6 +114,7 @@ inline void Moments::merge(const Moments& o) {
   const double na = double(count), nb = double(o.count), n = na + nb;
   const VecD delta = o.center - center;
   count += o.count;
+  depth = std::max(depth, o.depth) + 1;
   sum += o.sum;
   center += delta * (nb / n);
   m2 += o.m2 + delta.cwiseAbs2() * (na * nb / n);
@@ -107,18 +122,6 @@ inline void Moments::merge(const Moments& o) {
   const Eigen::Index k = cross.rows();
   if (k > 0) cross.selfadjointView<Eigen::Lower>().rankUpdate(delta.head(k), na * nb / n);
 }
-
-inline Moments Moments::from_sums(long count, const VecD& sum, const VecD& sumsq, const MatD& cross) {
-  Moments m(int(sum.size()), int(cross.rows()));
-  m.count = count;
-  m.sum = sum;
-  m.center = sum / double(count);
-  m.m2 = sumsq - sum.cwiseProduct(m.center);
-  const Eigen::Index k = cross.rows();
-  if (k > 0) m.cross = cross - m.center.head(k) * sum.head(k).transpose();
-  return m;
-}
-
 
 // The chunk skeleton: `items` items in chunks of chunk_size; visit_chunk(j, each)
 // calls each(item, index) for chunk j's items in order (index = j·chunk_size + k),
@@ -199,6 +202,30 @@ Moments lambda_dependent_moments(int d, long items, int threads, const LambdaSum
                            });
 }
 
+// The variance of f_q's influence f_q + Σ_i ḡ_i ψ_i, vᵀ C v with v = (1, ḡ) and C the covariance of
+// (f_q, ψ), and the bound on its rounding error: the covariances' (covariance_rounding), which
+// sum to at most (Σ_a |v_a| r_a)², plus the quadratic form's own 1 + 2d + d² products' summation.
+struct VarianceWithRounding {
+  double variance = 0, rounding = 0;
+};
+
+inline VarianceWithRounding influence_variance(const Moments& m, int q, int Q, const VecD& gbar) {
+  const int d = int(gbar.size());
+  double var = m.covariance(q, q), magnitude = std::abs(var), accumulated = m.covariance_rounding(q);
+  for (int i = 0; i < d; ++i) {
+    const double cross = 2 * gbar(i) * m.covariance(q, Q + i);
+    var += cross, magnitude += std::abs(cross);
+    accumulated += std::abs(gbar(i)) * m.covariance_rounding(Q + i);
+    for (int j = 0; j < d; ++j) {
+      const double term = gbar(i) * gbar(j) * m.covariance(Q + i, Q + j);
+      var += term, magnitude += std::abs(term);
+    }
+  }
+  return {var, gamma_rounding(1 + 2 * d + d * d) * magnitude + accumulated * accumulated};
+}
+
+inline double standard_error(const VarianceWithRounding& v, long n) { return standard_error(v.variance, v.rounding, n); }
+
 // λ's and each f_q's estimates from pass 2's moments (the delta method above).
 inline LambdaDependent finish_lambda_dependent(const Moments& m, const LambdaSums& lam, int Q) {
   const int d = int(lam.lambda.size()), full = lambda_dependent_full(d, Q);
@@ -208,16 +235,7 @@ inline LambdaDependent finish_lambda_dependent(const Moments& m, const LambdaSum
   for (int q = 0; q < Q; ++q) {
     VecD gbar(d);
     for (int i = 0; i < d; ++i) gbar(i) = m.mean(full + i * Q + q);
-    double var = m.covariance(q, q), magnitude = std::abs(var);
-    for (int i = 0; i < d; ++i) {
-      const double cross = 2 * gbar(i) * m.covariance(q, Q + i);
-      var += cross, magnitude += std::abs(cross);
-      for (int j = 0; j < d; ++j) {
-        const double term = gbar(i) * gbar(j) * m.covariance(Q + i, Q + j);
-        var += term, magnitude += std::abs(term);
-      }
-    }
-    r.values.push_back({m.mean(q), standard_error(var, magnitude, 1 + 2 * d + d * d, m.count)});
+    r.values.push_back({m.mean(q), standard_error(influence_variance(m, q, Q, gbar), m.count)});
   }
   return r;
 }

@@ -2,6 +2,8 @@
 
 #include "core/errors.hpp"
 
+#include <string>
+
 namespace qkvlab::icl {
 
 Regularized regularized_gram(const MatD& XXt, double s) {
@@ -21,6 +23,12 @@ MatD predictor(Form form, const MatD& YXt, const MatD& W0, double sigma, const R
 
 double irreducible_loss(int d, double sigma, const Regularized& r) {
   return d * sigma * sigma * (1.0 + r.inverse.trace());
+}
+
+void require_posterior(const Task& task) {
+  if (task.sigma == 0 && task.n < task.d)
+    throw UsageError("sigma = 0 needs n >= d (got n = " + std::to_string(task.n) + ", d = " + std::to_string(task.d) +
+                     "): X X^T has rank n, so the posterior mean is undefined");
 }
 
 const char* form_name(Form form) {

@@ -17,6 +17,7 @@
 //   c(D) = d σ² (1 + tr (X Xᵀ + σ² I)⁻¹),  so  C = E c(D).
 #pragma once
 
+#include "core/icl/prompt.hpp"
 #include "core/types.hpp"
 
 #include <Eigen/Cholesky>
@@ -31,8 +32,12 @@ struct Regularized {
   MatD inverse;  // (X Xᵀ + s I)⁻¹
 };
 
-// Throws NumericalError when X Xᵀ + s I is not positive definite (σ = 0 with n < d).
+// Throws NumericalError when X Xᵀ + s I is not positive definite (σ = 0 with n < d, which
+// require_posterior refuses beforehand).
 Regularized regularized_gram(const MatD& XXt, double s);
+
+// Throws UsageError when σ = 0 and n < d: X Xᵀ (rank n) is then singular and Ŵ_D undefined.
+void require_posterior(const Task& task);
 
 // Ŵ for the form: (σ² W_0 + Y Xᵀ)(…)⁻¹, Y Xᵀ(X Xᵀ + σ² I)⁻¹ or Y Xᵀ(X Xᵀ + σ I)⁻¹.
 MatD predictor(Form form, const MatD& YXt, const MatD& W0, double sigma, const Regularized& r);

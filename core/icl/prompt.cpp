@@ -2,6 +2,8 @@
 
 #include "core/errors.hpp"
 
+#include <cmath>
+#include <cstdio>
 #include <string>
 
 namespace qkvlab::icl {
@@ -15,6 +17,27 @@ void validate(const Task& task) {
   if (task.W0.size() != 0 && (task.W0.rows() != task.d || task.W0.cols() != task.d))
     throw UsageError("W0 must be " + std::to_string(task.d) + "x" + std::to_string(task.d) + " (got " +
                      std::to_string(task.W0.rows()) + "x" + std::to_string(task.W0.cols()) + ")");
+  if (!std::isfinite(zero_predictor_loss(task))) {
+    char buf[320];
+    std::snprintf(buf, sizeof buf,
+                  "sigma = %g with |W_0|_F = %g: the loss scale E|y|^2 = |W_0|_F^2 + d^2 + d sigma^2 overflows a double "
+                  "(it must stay below 1.8e308)",
+                  task.sigma, task.prior_mean().norm());
+    throw UsageError(buf);
+  }
+}
+
+double zero_predictor_loss(const Task& task) {
+  return task.prior_mean().squaredNorm() + double(task.d) * task.d + task.d * task.sigma * task.sigma;
+}
+
+std::string scale_note(const Task& task) {
+  char buf[240];
+  std::snprintf(buf, sizeof buf,
+                " at sigma = %g, |W_0|_F = %g (a scale whose products overflow double precision: lower --sigma or "
+                "--w0-scale)",
+                task.sigma, task.prior_mean().norm());
+  return buf;
 }
 
 Prompt draw_prompt(const Task& task, Rng& rng) {

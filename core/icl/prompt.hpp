@@ -11,6 +11,8 @@
 #include "core/rng.hpp"
 #include "core/types.hpp"
 
+#include <string>
+
 namespace qkvlab::icl {
 
 struct Task {
@@ -34,7 +36,17 @@ Prompt draw_prompt(const Task& task, Rng& rng);
 // E = (x_1, y_1, …, x_n, y_n, x_{n+1}) ∈ R^{d×(2n+1)}.
 MatD prompt_tokens(const Prompt& p);
 
-// Throws UsageError unless d ≥ 1, n ≥ 1, σ ≥ 0 and W0 is empty or d×d.
+// The zero predictor's loss E‖y_{n+1}‖² = ‖W_0‖²_F + d² + dσ² (ŷ = 0; E‖W* x‖² = E‖W*‖²_F):
+// the task's loss scale, what predicting nothing costs.
+double zero_predictor_loss(const Task& task);
+
+// Throws UsageError unless d ≥ 1, n ≥ 1, σ ≥ 0, W0 is empty or d×d, and the loss scale
+// zero_predictor_loss is a finite double (every loss is measured in its units; σ and W_0 so
+// large that it overflows, dσ² + ‖W_0‖²_F > 1.8e308, have no loss to report).
 void validate(const Task& task);
+
+// " at sigma = …, |W_0|_F = …", for a NumericalError whose non-finite value may be overflow:
+// names the options (--sigma, --w0-scale) that set the prompts' scale.
+std::string scale_note(const Task& task);
 
 }  // namespace qkvlab::icl

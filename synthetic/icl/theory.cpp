@@ -24,12 +24,13 @@ namespace {
 
 void validate(const Task& task, const TheoryOptions& o) {
   icl::validate(task);
+  require_posterior(task);
   if (o.prompts < 2) throw UsageError("prompts must be at least 2 (got " + std::to_string(o.prompts) + ")");
   if (o.threads < 0) throw UsageError("threads must be non-negative (0 = one per hardware thread)");
 }
 
-void require_finite(const Estimate& e, const std::string& what) {
-  if (!std::isfinite(e.value) || !std::isfinite(e.se)) throw NumericalError(what + " is not finite");
+void require_finite(const Estimate& e, const std::string& what, const Task& task) {
+  if (!std::isfinite(e.value) || !std::isfinite(e.se)) throw NumericalError(what + " is not finite" + scale_note(task));
 }
 
 FormReport form_report(const Moments& m, int loss_index, int residual_offset, int d) {
@@ -213,11 +214,11 @@ Theory estimate_theory(const Task& task, const TheoryOptions& options) {
     t.mha_bound.push_back(m2.values[std::size_t(o_mha + a)]);
     t.gap.push_back(m2.values[std::size_t(o_gap + a)]);
   }
-  for (const auto& e : t.lambda) require_finite(e, "lambda");
+  for (const auto& e : t.lambda) require_finite(e, "lambda", task);
   for (const auto* v : {&t.c_a, &t.skipv1_value, &t.mha_bound, &t.gap})
-    for (const auto& e : *v) require_finite(e, "a bound");
+    for (const auto& e : *v) require_finite(e, "a bound", task);
   for (const auto& e : {t.C, t.C3, t.W_hat_sq, t.LambdaB_sq, t.posterior.loss, t.ridge.loss})
-    require_finite(e, "a Monte Carlo estimate");
+    require_finite(e, "a Monte Carlo estimate", task);
   t.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
   t.cpu_seconds = double(std::clock() - cpu0) / CLOCKS_PER_SEC;
   return t;

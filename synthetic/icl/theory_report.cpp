@@ -197,6 +197,7 @@ Task TheoryGrid::task(std::size_t p, bool identity_prior) const {
   const int d = int(at(p, 0));
   Task t{d, int(at(p, 1)), at(p, 2), identity_prior ? MatD(at(p, 3) * MatD::Identity(d, d)) : MatD(MatD::Zero(d, d))};
   validate(t);
+  require_posterior(t);
   return t;
 }
 

@@ -41,7 +41,8 @@ struct TheoryGrid {
     for (std::size_t k = 3; k > axis; --k) point /= axes[k].size();
     return axes[axis][point % axes[axis].size()];
   }
-  // The task of a point: W_0 = w0_scale I when identity_prior, else 0.
+  // The task of a point: W_0 = w0_scale I when identity_prior, else 0. Validated (UsageError), with
+  // W_D defined (require_posterior): the sweep builds every point's task before it runs the first.
   Task task(std::size_t point, bool identity_prior) const;
 };
 

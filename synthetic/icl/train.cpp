@@ -46,10 +46,6 @@ Curve train_adam(engine::Backend<double>& backend, engine::ParameterSet<double>&
   return curve;
 }
 
-double zero_predictor_loss(const Task& task) {
-  return task.prior_mean().squaredNorm() + double(task.d) * task.d + task.d * task.sigma * task.sigma;
-}
-
 bool diverged(const Task& task, double trained_loss, double initial_loss) {
   return !(trained_loss <= kDivergedFactor * std::max(zero_predictor_loss(task), initial_loss));
 }

@@ -84,9 +84,7 @@ using Predictor = std::function<MatD(const std::vector<Prompt>&)>;
 LossEstimate held_out_loss(const Task& task, const Predictor& predict, int samples, std::uint64_t seed,
                            const std::string& stream, int chunk = 2000);
 
-// The zero predictor's loss E‖y_{n+1}‖² = ‖W_0‖²_F + d² + dσ² (ŷ = 0; E‖W* x‖² = E‖W*‖²_F):
-// the task's loss scale, what predicting nothing costs.
-double zero_predictor_loss(const Task& task);
+// The zero predictor's loss, the task's loss scale: zero_predictor_loss (core/icl/prompt.hpp).
 
 // Whether a trained run has diverged: its held-out loss is more than `kDivergedFactor` times both
 // the zero predictor's loss and the same model's held-out loss before training, on the same prompts

@@ -32,6 +32,7 @@ DecoderAccounting decoder_accounting(VariantKind v, FirstLayer first, int d) {
 
 void validate(const TrainExperimentConfig& c) {
   validate(c.task);
+  require_posterior(c.task);  // C = E c(D) and the bounds (estimate_theory)
   validate(TwoLayerConfig{VariantKind::vanilla, c.first, c.task.d, c.task.n, c.a});
   validate(c.train);
   if (c.models.empty()) throw UsageError("the list of models is empty");
