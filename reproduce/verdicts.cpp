@@ -60,14 +60,17 @@ std::vector<Element> curve_differences(const Value& base, const Value& other) {
 }
 
 const Rule kSeeds{0.975, "seeds", 2, ""};
-const Rule kPrompts{0.975, "held-out prompts", 2, "of the best restart, chosen on other prompts; one training seed"};
+// The trained icl figures are replicated over training seeds (icl_figures.cpp): each seed's value is
+// measured on its held-out prompts (the best restart's, chosen on other prompts, where there are
+// restarts), and the replicates are the seeds, whose spread is many times the prompts' standard error.
+const Rule kIclSeeds{0.975, "training seeds", 2, "each seed's value on its held-out prompts, the best restart's"};
 // SkipV1 − MHA of the trained icl models, over the zero predictor's loss E‖y‖², judged against a margin
 // of 0.01: a separation must be at least a hundredth of what predicting nothing costs.
 constexpr double kIclMargin = 0.01;
-const Rule kPromptsMargin{0.975, "held-out prompts", 2,
-                          "of the best restart, chosen on other prompts; one training seed; the difference is over the "
-                          "zero predictor's loss E|y|^2 = |W_0|_F^2 + d^2 + d sigma^2, and a separation must exceed "
-                          "0.01 of it"};
+const Rule kIclSeedsMargin{0.975, "training seeds", 2,
+                           "each seed's value on its held-out prompts (the best restart's, chosen on other prompts, "
+                           "where there are restarts); the difference is over the zero predictor's loss E|y|^2 = "
+                           "|W_0|_F^2 + d^2 + d sigma^2, and a separation must exceed 0.01 of it"};
 
 struct FigureClaim {
   std::string figure;
@@ -198,9 +201,11 @@ std::vector<Element> qwe_exp84(const Value& j) {
     e.push_back(one_seed("d = " + std::to_string(std::int64_t(num(r["d"]))), num(r["mlp_rel_l2"]) - num(r["linear_rel_l2"])));
   return e;
 }
+// The trained icl figures' elements are one training seed's (the replicates are seeds: over_seeds),
+// each with its standard error over the held-out prompts as the within-run spread.
 std::vector<Element> icl_anchor(const Value& j) {
   const Value& r = j["results"];
-  return {{"relative gap", num(r["relative_gap"]), num(r["trained_loss_se"]) / num(r["one_step_gd_loss"]), -1, kNaN}};
+  return {one_seed("relative gap", num(r["relative_gap"]), num(r["trained_loss_se"]) / num(r["one_step_gd_loss"]))};
 }
 // The loss scale of an icl task (d, n, σ, W_0 = w0_scale · I, fields of its JSON): the zero
 // predictor's loss E‖y‖² = ‖W_0‖²_F + d² + dσ² (icl::zero_predictor_loss).
@@ -212,9 +217,9 @@ double zero_predictor_loss(const Value& x) {
 }
 // SkipV1 − MHA over the zero predictor's loss: the rule's margin is a fraction of what predicting
 // nothing costs, so a rounding-level difference between two models at the zero predictor is not a separation.
-Element relative_difference(std::string label, const Value& difference, const Value& task, std::int64_t prompts) {
+Element relative_difference(std::string label, const Value& difference, const Value& task) {
   const double scale = zero_predictor_loss(task);
-  return {std::move(label), num(difference["value"]) / scale, num(difference["se"]) / scale, prompts, kNaN};
+  return one_seed(std::move(label), num(difference["value"]) / scale, num(difference["se"]) / scale);
 }
 // SkipV1 − MHA per depth over the zero predictor's loss, as the trained icl figures below.
 std::vector<Element> icl_depth(const Value& j) {
@@ -228,19 +233,19 @@ std::vector<Element> icl_depth(const Value& j) {
   std::vector<Element> e;
   for (const auto& [L, p] : by_layers)
     if (p.first && p.second)
-      e.push_back({"L = " + std::to_string(L), (num((*p.second)["loss"]) - num((*p.first)["loss"])) / scale,
-                   both(num((*p.first)["se"]), num((*p.second)["se"])) / scale, std::int64_t(num(r["eval_samples"])), kNaN});
+      e.push_back(one_seed("L = " + std::to_string(L), (num((*p.second)["loss"]) - num((*p.first)["loss"])) / scale,
+                           both(num((*p.first)["se"]), num((*p.second)["se"])) / scale));
   return e;
 }
 std::vector<Element> icl_train(const Value& j) {
   const Value& x = j["results"]["experiment"];
-  return {relative_difference("SkipV1 − MHA", x["skipv1_minus_mha"], x, std::int64_t(num(x["eval_samples"])))};
+  return {relative_difference("SkipV1 − MHA", x["skipv1_minus_mha"], x)};
 }
 std::vector<Element> icl_sweep(const Value& j) {
   std::vector<Element> e;
   for (const Value& p : j["results"]["experiment"]["points"].items())
     if (num(p["a"]) >= 1)
-      e.push_back(relative_difference("a = " + std::to_string(std::int64_t(num(p["a"]))), p["skipv1_minus_mha"], p, -1));
+      e.push_back(relative_difference("a = " + std::to_string(std::int64_t(num(p["a"]))), p["skipv1_minus_mha"], p));
   return e;
 }
 // The separation c_{d−1} at the tasks with W_0 = 0 only: there the MHA bound is proved (Lemmas 2–4
@@ -356,39 +361,36 @@ const std::vector<FigureClaim>& claims() {
        {"One-layer linear attention trained on in-context regression reaches the best one-step GD loss "
         "(SkipV1Former App. A, experiment 4)",
         "relative gap (trained − one-step GD) / one-step GD", Sense::within, 0, 0.01},
-       kPrompts, "", icl_anchor},
+       kIclSeeds, "held-out prompts", icl_anchor},
       {"icl-depth",
        {"SkipV1 learns in context better than MHA of the same depth (SkipV1Former §4, experiment 5)",
         "held-out loss, SkipV1 − MHA, over the zero predictor's loss E‖y‖², per depth L ≥ 2", Sense::less, -kIclMargin},
-       Rule{0.975, "held-out prompts", 2,
-            "one training seed; the two models' errors combined as independent; the difference is over the zero "
-            "predictor's loss E|y|^2 = |W_0|_F^2 + d^2 + d sigma^2, and a separation must exceed 0.01 of it"},
-       "", icl_depth},
+       kIclSeedsMargin, "held-out prompts", icl_depth},
       {"icl-assumption1",
        {"Under Assumption 1 SkipV1 learns in context strictly better than MHA (SkipV1Former Theorem 1/2)",
         "held-out loss, SkipV1 − MHA (best runs, same prompts), over the zero predictor's loss E‖y‖²", Sense::less,
         -kIclMargin},
-       kPromptsMargin, "", icl_train},
+       kIclSeedsMargin, "held-out prompts", icl_train},
       {"icl-assumption1-w0",
        {"Under Assumption 1 at W_0 = 6I SkipV1 learns in context strictly better than MHA (SkipV1Former Theorem 1/2)",
         "held-out loss, SkipV1 − MHA (best runs, same prompts), over the zero predictor's loss E‖y‖²", Sense::less,
         -kIclMargin},
-       kPromptsMargin, "", icl_train},
+       kIclSeedsMargin, "held-out prompts", icl_train},
       {"icl-learned",
        {"With a learned first layer SkipV1 learns in context better than MHA (SkipV1Former App. A, experiment 3)",
         "held-out loss, SkipV1 − MHA (best runs, same prompts), over the zero predictor's loss E‖y‖²", Sense::less,
         -kIclMargin},
-       kPromptsMargin, "", icl_train},
+       kIclSeedsMargin, "held-out prompts", icl_train},
       {"icl-learned-w0",
        {"With a learned first layer at W_0 = 6I SkipV1 learns in context better than MHA (SkipV1Former App. A, experiment 3)",
         "held-out loss, SkipV1 − MHA (best runs, same prompts), over the zero predictor's loss E‖y‖²", Sense::less,
         -kIclMargin},
-       kPromptsMargin, "", icl_train},
+       kIclSeedsMargin, "held-out prompts", icl_train},
       {"icl-sweep",
        {"Under Assumption 1 SkipV1 is below MHA at every copy width a ≥ 1 (SkipV1Former App. A, experiment 2)",
         "held-out loss, SkipV1 − MHA (best runs, same prompts), over the zero predictor's loss E‖y‖², per a ≥ 1",
         Sense::less, -kIclMargin},
-       kPromptsMargin, "", icl_sweep},
+       kIclSeedsMargin, "held-out prompts", icl_sweep},
       {"icl-theory",
        {"Where MHA's bound is proved (W_0 = 0: Lemmas 2–4 hold; under W_0 = 3I they fail and the W_0 = 3I tasks are not "
         "judged) it exceeds SkipV1's value: the separation c_{d−1} is positive (SkipV1Former Theorem 1/2)",

@@ -369,8 +369,9 @@ TEST(ReproduceVerdicts, ResFormerFig3TheStatedRule) {
 }
 
 // The icl figures are the `qkvlab icl` commands' runs: the command a figure records (with what --steps
-// shortened) writes the same table, to the byte; at another seed it does not (the control, once: the
-// comparison can fail).
+// shortened) writes the same table, to the byte, for each training seed of a replicated figure (seed 2's
+// command carries --seed 2, its table is STEM-s2.csv); at another seed it does not (the control, once:
+// the comparison can fail).
 TEST(ReproduceCli, IclFiguresEqualTheCommandsTheyRecord) {
   ScratchDir dir;
   const auto c = quick(dir / "data", dir / "work", 2);  // no corpus: nothing here reads it
@@ -382,19 +383,31 @@ TEST(ReproduceCli, IclFiguresEqualTheCommandsTheyRecord) {
     SCOPED_TRACE(k.figure);
     const fs::path out = dir / k.figure;
     const reproduce::Result r = reproduce::run_figure(c, reproduce::find_figure(k.figure), out);
-    const results::Value& v = r.value["results"][k.key];
-    const std::string command = k.key == "command" ? v.string() : v["command_line"].string();
-    ASSERT_EQ(command.rfind("qkvlab icl ", 0), 0u) << command;
-    const std::string args = command.substr(std::string("qkvlab").size());
-    auto command_csv = [&](const std::string& extra) {
+    const results::Value& results = r.value["results"];
+    const bool seeds = results.find("seeds") != nullptr;
+    EXPECT_EQ(seeds, k.figure != "icl-theory");  // the trained figures are replicated over training seeds
+    auto args_of = [&](const results::Value& run) {
+      const results::Value& v = run[k.key];
+      const std::string command = k.key == "command" ? v.string() : v["command_line"].string();
+      EXPECT_EQ(command.rfind("qkvlab icl ", 0), 0u) << command;
+      return command.substr(std::string("qkvlab").size());
+    };
+    auto command_csv = [&](const std::string& args) {
       const fs::path csv = dir / (k.figure + "-command.csv");
-      const auto run = run_command(std::string(QKVLAB_BINARY) + args + extra + " --csv " + shell_quoted(csv));
-      EXPECT_EQ(run.status, 0) << args << extra << ": " << run.err;
+      const auto run = run_command(std::string(QKVLAB_BINARY) + args + " --csv " + shell_quoted(csv));
+      EXPECT_EQ(run.status, 0) << args << ": " << run.err;
       return file_text(csv);
     };
-    EXPECT_EQ(command_csv(""), file_text(out / k.csv)) << args;
+    const std::string args = args_of(seeds ? results["seed 1"] : results);
+    EXPECT_EQ(command_csv(args), file_text(out / k.csv)) << args;
+    if (seeds) {
+      const std::string second = args_of(results["seed 2"]);
+      EXPECT_NE(second.find(" --seed 2"), std::string::npos) << second;
+      const fs::path csv2 = out / (fs::path(k.csv).stem().string() + "-s2.csv");
+      EXPECT_EQ(command_csv(second), file_text(csv2)) << second;
+    }
     if (k.figure == "icl-assumption1-w0") {
-      EXPECT_NE(command_csv(" --seed 2"), file_text(out / k.csv)) << args;
+      EXPECT_NE(command_csv(args + " --seed 2"), file_text(out / k.csv)) << args;
     }
   }
 }
@@ -786,10 +799,22 @@ TEST(ReproduceRegistry, FiguresAreDocumentedInDocsReproduceFigures) {
   }
 }
 
+// A trained icl figure's replicates are its training seeds (Entry::seeds): `runs` (each a figure's JSON
+// of one seed) as the registry gathers them, seeds 1, 2, ...
+results::Value over_seeds(const std::vector<results::Value>& runs) {
+  results::Value seeds = results::Value::array(), r = results::Value::object(), j = results::Value::object();
+  for (std::size_t k = 0; k < runs.size(); ++k) {
+    seeds.push(std::int64_t(k + 1));
+    r.set("seed " + std::to_string(k + 1), runs[k]["results"]);
+  }
+  r.set("seeds", seeds), j.set("results", r);
+  return j;
+}
+
 // icl_train-based figures judge SkipV1 − MHA over the zero predictor's loss E‖y‖² = ‖W_0‖² + d² + dσ²
-// against a margin of 0.01 of it: two models at the zero predictor whose losses differ by rounding
-// (icl-learned's committed −4.1e-5 ± 2.1e-5, z 1.99, at E‖y‖² = 17) do not agree, they disagree (the
-// difference is resolved and far inside the margin); a separation of practical size agrees (control).
+// against a margin of 0.01 of it, over training seeds: two models at the zero predictor whose losses
+// differ by rounding (icl-learned's −4.1e-5 at E‖y‖² = 17) do not agree, they disagree (the difference
+// is resolved and far inside the margin); a separation of practical size agrees (control).
 results::Value icl_train_figure(double difference, double se, double w0_scale) {
   results::Value d = results::Value::object(), x = results::Value::object(), r = results::Value::object(),
                  j = results::Value::object();
@@ -799,32 +824,55 @@ results::Value icl_train_figure(double difference, double se, double w0_scale) {
   r.set("experiment", x), j.set("results", r);
   return j;
 }
+// Three training seeds at `difference` ± `spread`, each with a prompts' se of 1e-3 of the difference.
+results::Value icl_train_seeds(double difference, double spread, double w0_scale) {
+  std::vector<results::Value> runs;
+  for (double k : {-1.0, 0.0, 1.0}) runs.push_back(icl_train_figure(difference + k * spread, 1e-3 * std::abs(difference), w0_scale));
+  return over_seeds(runs);
+}
 
 TEST(ReproduceVerdicts, IclTrainedDifferencesNeedAPracticalMargin) {
   for (const char* figure : {"icl-learned", "icl-learned-w0", "icl-assumption1", "icl-assumption1-w0"}) {
     SCOPED_TRACE(figure);
-    const results::Verdict rounding = reproduce::judge_figure(figure, icl_train_figure(-4.111e-05, 2.070e-05, 0));
+    const results::Verdict rounding = reproduce::judge_figure(figure, icl_train_seeds(-4.111e-05, 1e-6, 0));
     EXPECT_EQ(rounding.verdict, "disagrees");
     ASSERT_EQ(rounding.elements.size(), 1u);
     EXPECT_NEAR(rounding.elements[0].value, -4.111e-05 / 17, 1e-15);  // E‖y‖² = d(d + σ²) = 17
-    EXPECT_EQ(reproduce::judge_figure(figure, icl_train_figure(-11.96, 0.033, 0)).verdict, "agrees");
+    EXPECT_EQ(rounding.elements[0].replicates, 3);                     // the seeds
+    EXPECT_EQ(reproduce::judge_figure(figure, icl_train_seeds(-11.96, 0.05, 0)).verdict, "agrees");
     // At W_0 = 6I the scale is ‖W_0‖² + 17 = 161: −1 is 0.6% of it (disagrees), −18.5 ± 1.9 is 11% (agrees).
-    EXPECT_EQ(reproduce::judge_figure(figure, icl_train_figure(-1, 0.05, 6)).verdict, "disagrees");
-    EXPECT_EQ(reproduce::judge_figure(figure, icl_train_figure(-18.45, 1.91, 6)).verdict, "agrees");
-    EXPECT_EQ(reproduce::judge_figure(figure, icl_train_figure(-0.17, 0.1, 0)).verdict, "inconclusive");
+    EXPECT_EQ(reproduce::judge_figure(figure, icl_train_seeds(-1, 0.05, 6)).verdict, "disagrees");
+    EXPECT_EQ(reproduce::judge_figure(figure, icl_train_seeds(-18.45, 1.91, 6)).verdict, "agrees");
+    EXPECT_EQ(reproduce::judge_figure(figure, icl_train_seeds(-0.17, 0.1, 0)).verdict, "inconclusive");
     EXPECT_NE(rounding.rule_text().find("0.01"), std::string::npos);
+    EXPECT_NE(rounding.rule_text().find("training seeds"), std::string::npos);
+  }
+}
+
+// One training seed is no replicate: a separation of practical size on 20,000 held-out prompts (icl-depth at
+// L = 2, seed 1: +0.049 ± 0.002 of E‖y‖², seed 3: −0.055 ± 0.002; the prompts' se leaves out the seeds'
+// spread) is inconclusive; the same value at three seeds is judged (control).
+TEST(ReproduceVerdicts, IclTrainedFiguresAtOneTrainingSeedAreInconclusive) {
+  for (const char* figure : {"icl-learned", "icl-assumption1"}) {
+    SCOPED_TRACE(figure);
+    const results::Verdict one = reproduce::judge_figure(figure, icl_train_figure(-11.96, 0.033, 0));
+    EXPECT_EQ(one.verdict, "inconclusive");
+    ASSERT_EQ(one.elements.size(), 1u);
+    EXPECT_EQ(one.elements[0].replicates, 1);
+    EXPECT_NEAR(one.elements[0].within_se, 0.033 / 17, 1e-15);  // the prompts' se, recorded beside it
+    EXPECT_EQ(reproduce::judge_figure(figure, icl_train_seeds(-11.96, 0.05, 0)).verdict, "agrees");
   }
 }
 
 // icl-sweep judges each a ≥ 1 the same way, each point over its own E‖y‖² (the point's d, n, σ and
-// w0_scale): the committed a = 1 separation, −0.755 ± 0.009 (4.4% of 17), agrees; a point at a rounding-level
-// difference disagrees and decides the quantity; a = 0 (both models predict 0) is not an element.
-results::Value icl_sweep_figure(double a1_difference, double a1_se) {
+// w0_scale): a = 1 at −0.755 (4.4% of 17) agrees; a point at a rounding-level difference disagrees and
+// decides the quantity; a = 0 (both models predict 0) is not an element.
+results::Value icl_sweep_figure(double a1_difference, double a1_se, double shift = 0) {
   results::Value points = results::Value::array(), x = results::Value::object(), r = results::Value::object(),
                  j = results::Value::object();
   for (int a = 0; a <= 2; ++a) {
     results::Value p = results::Value::object(), d = results::Value::object();
-    d.set("value", a == 1 ? a1_difference : a == 0 ? 0.0 : -3.01), d.set("se", a == 1 ? a1_se : a == 0 ? 0.0 : 0.018);
+    d.set("value", a == 1 ? a1_difference : a == 0 ? 0.0 : -3.01 + shift), d.set("se", a == 1 ? a1_se : a == 0 ? 0.0 : 0.018);
     p.set("d", std::int64_t(4)), p.set("n", std::int64_t(16)), p.set("sigma", 0.5), p.set("w0_scale", 0.0);
     p.set("a", std::int64_t(a)), p.set("skipv1_minus_mha", d);
     points.push(p);
@@ -834,18 +882,22 @@ results::Value icl_sweep_figure(double a1_difference, double a1_se) {
 }
 
 TEST(ReproduceVerdicts, IclSweepJudgesEachCopyWidthOverItsZeroPredictorLoss) {
-  const results::Verdict committed = reproduce::judge_figure("icl-sweep", icl_sweep_figure(-0.755, 0.00909));
-  EXPECT_EQ(committed.verdict, "agrees");
-  ASSERT_EQ(committed.elements.size(), 2u);  // a = 1, 2
-  EXPECT_NEAR(committed.elements[0].value, -0.755 / 17, 1e-12);
-  EXPECT_EQ(reproduce::judge_figure("icl-sweep", icl_sweep_figure(-4.1e-5, 2.1e-5)).verdict, "disagrees");
+  const auto seeds = [](double a1, double spread) {
+    return over_seeds({icl_sweep_figure(a1 - spread, 0.009, -0.01), icl_sweep_figure(a1, 0.009),
+                       icl_sweep_figure(a1 + spread, 0.009, 0.01)});
+  };
+  const results::Verdict separated = reproduce::judge_figure("icl-sweep", seeds(-0.755, 0.01));
+  EXPECT_EQ(separated.verdict, "agrees");
+  ASSERT_EQ(separated.elements.size(), 2u);  // a = 1, 2
+  EXPECT_NEAR(separated.elements[0].value, -0.755 / 17, 1e-12);
+  EXPECT_EQ(reproduce::judge_figure("icl-sweep", seeds(-4.1e-5, 1e-6)).verdict, "disagrees");
 }
 
 // icl-depth judges SkipV1 − MHA at each depth L ≥ 2 over the task's E‖y‖² (17 at d = 4, σ = 0.5)
-// with the same margin, at its recorded held-out prompts: the committed L = 4 difference, +0.0053
-// (level), disagrees; a depth ahead by 0.5 (2.9% of 17) agrees when every depth is (control); the
-// loss L = 1 (SkipV1 is MHA) is no element.
-results::Value icl_depth_figure(double l2_difference, double l4_difference) {
+// with the same margin, over training seeds: an L = 4 difference of +0.0053 (level) disagrees; a depth
+// ahead by 0.5 (2.9% of 17) agrees when every depth is (control); the loss L = 1 (SkipV1 is MHA) is no
+// element.
+results::Value icl_depth_figure(double l2_difference, double l4_difference, double l3_difference = -0.5) {
   results::Value runs = results::Value::array(), task = results::Value::object(), r = results::Value::object(),
                  j = results::Value::object();
   auto run = [&](int layers, const char* model, double loss) {
@@ -854,20 +906,27 @@ results::Value icl_depth_figure(double l2_difference, double l4_difference) {
     runs.push(v);
   };
   run(1, "mha", 5.0);
-  for (int L = 2; L <= 4; ++L) run(L, "mha", 1.5), run(L, "skipv1", 1.5 + (L == 2 ? l2_difference : L == 3 ? -0.5 : l4_difference));
+  for (int L = 2; L <= 4; ++L) run(L, "mha", 1.5), run(L, "skipv1", 1.5 + (L == 2 ? l2_difference : L == 3 ? l3_difference : l4_difference));
   task.set("d", std::int64_t(4)), task.set("n", std::int64_t(16)), task.set("sigma", 0.5), task.set("w0_scale", 0.0);
   r.set("runs", runs), r.set("task", task), r.set("eval_samples", std::int64_t(20000)), j.set("results", r);
   return j;
 }
 
 TEST(ReproduceVerdicts, IclDepthNeedsAPracticalMarginAtEveryDepth) {
-  const results::Verdict level = reproduce::judge_figure("icl-depth", icl_depth_figure(-0.5, 0.0053));
+  const auto seeds = [](double l2, double l4, double spread) {
+    return over_seeds({icl_depth_figure(l2 - spread, l4 - spread, -0.5 - spread), icl_depth_figure(l2, l4),
+                       icl_depth_figure(l2 + spread, l4 + spread, -0.5 + spread)});
+  };
+  const results::Verdict level = reproduce::judge_figure("icl-depth", seeds(-0.5, 0.0053, 0.001));
   EXPECT_EQ(level.verdict, "disagrees");
   ASSERT_EQ(level.elements.size(), 3u);
   EXPECT_NEAR(level.elements[2].value, 0.0053 / 17, 1e-15);
   EXPECT_EQ(level.outcomes[0], "agrees");
-  EXPECT_EQ(reproduce::judge_figure("icl-depth", icl_depth_figure(-0.5, -0.5)).verdict, "agrees");
-  EXPECT_EQ(reproduce::judge_figure("icl-depth", icl_depth_figure(-0.5, -0.17)).verdict, "inconclusive");  // −0.0100 ± 0.0007
+  EXPECT_EQ(reproduce::judge_figure("icl-depth", seeds(-0.5, -0.5, 0.001)).verdict, "agrees");
+  // −0.17 (−0.0100 of E‖y‖²) at the margin: inconclusive
+  EXPECT_EQ(reproduce::judge_figure("icl-depth", seeds(-0.5, -0.17, 0.001)).verdict, "inconclusive");
+  // one seed: inconclusive whatever its prompts' se (control of the seeds' rule)
+  EXPECT_EQ(reproduce::judge_figure("icl-depth", icl_depth_figure(-0.5, -0.5)).verdict, "inconclusive");
 }
 
 // icl-theory judges c_{d−1} only where the MHA bound is proved (W_0 = 0); the W_0 = 3I tasks, where
