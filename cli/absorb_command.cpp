@@ -79,8 +79,7 @@ int run_absorb(const AbsorbArgs& a) {
     throw UsageError(a.w2 + ": W2 must be " + std::to_string(d) + "x" + std::to_string(m) + " (d x m for W1 " +
                      std::to_string(m) + "x" + std::to_string(d) + "), got " + std::to_string(W_2.data.rows()) + "x" +
                      std::to_string(W_2.data.cols()));
-  if (!std::filesystem::is_directory(a.out_dir))
-    throw UsageError("--out-dir: directory " + a.out_dir + " does not exist");
+  require_directory("--out-dir", a.out_dir);
 
   AbsorbLimits limits;
   limits.max_exact = a.max_exact;
@@ -102,6 +101,12 @@ int run_absorb(const AbsorbArgs& a) {
     for (std::size_t k = 0; k < written.size(); ++k) std::cout << (k ? ", " : "") << json_quote(written[k]);
     std::cout << "]}\n";
   } else {
+    const auto shown = [](double x) {  // text: a value not computed is said so, never printed as nan
+      std::ostringstream s;
+      if (std::isfinite(x)) s << x;
+      else s << "not computed";
+      return s.str();
+    };
     std::cout << verdict_name(dec.verdict) << "\n";
     if (dec.verdict == Verdict::yes)
       std::cout << "J = " << index_list(dec.J, "{", "}") << " (0-based rows of W1), |J| = " << dec.J.size()
@@ -109,7 +114,7 @@ int run_absorb(const AbsorbArgs& a) {
                 << "||W2 P_J W1 + I||_F / ||I||_F = " << dec.residual << " (tolerance " << dec.tolerance << ")\n";
     std::cout << "reason: " << dec.reason << "\n";
     if (!dec.hypotheses_hold) std::cout << "hypothesis fails: " << dec.hypothesis_failure << "\n";
-    std::cout << "relaxation residual: " << dec.relaxation_residual << " (tolerance " << dec.tolerance << ")\n";
+    std::cout << "relaxation residual: " << shown(dec.relaxation_residual) << " (tolerance " << shown(dec.tolerance) << ")\n";
     for (const auto& f : written) std::cout << "wrote " << f << "\n";
   }
   return dec.verdict == Verdict::undecided ? 1 : 0;

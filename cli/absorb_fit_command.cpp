@@ -25,6 +25,7 @@ struct FitArgs {
   std::string pair = "both", skip = "identity", format = "table", out, w1, w2;
   synthetic::FitConfig config;
   bool quiet = false;
+  std::vector<const CLI::Option*> drawn_options;  // --d, --m, --pair, --min-sine: what draws a pair
 };
 
 // The given pair, and the decision's unit roundoff as `qkvlab absorb` takes it.
@@ -42,19 +43,17 @@ synthetic::SkipNetwork given_network(const FitArgs& a, AbsorbLimits& limits) {
 synthetic::AbsorbFitConfig config_of(const FitArgs& a) {
   if (a.w1.empty() != a.w2.empty()) throw UsageError("--w1 and --w2 go together");
   if (!a.w1.empty() && (a.skip != "identity")) throw UsageError("--skip: a given pair (--w1, --w2) is fitted with R = I");
+  for (const CLI::Option* o : a.drawn_options)
+    if (!a.w1.empty() && o->count() > 0)
+      throw UsageError(o->get_name() + ": does not apply to a given pair (--w1, --w2): it sets how a pair is drawn");
   if (a.seed > UINT64_MAX - std::uint64_t(a.seeds - 1))
     throw UsageError("--seed " + std::to_string(a.seed) + " with --seeds " + std::to_string(a.seeds) +
                      ": the last seed would pass 2^64 - 1");
   synthetic::AbsorbFitConfig c{a.d, a.m == 0 ? 2 * a.d : a.m, a.seed, a.seeds, a.min_sine, a.skip == "generic", {}, {}, a.config, {}};
   if (a.w1.empty() && a.pair != "generic" && c.m < c.d)
     throw UsageError("--m: a representable pair needs m >= d, got m=" + std::to_string(c.m) + ", d=" + std::to_string(c.d));
-  if (!a.out.empty()) {
-    const auto parent = std::filesystem::path(a.out).parent_path();
-    if (!parent.empty() && !std::filesystem::is_directory(parent))
-      throw UsageError("--out: directory " + parent.string() + " does not exist");
-    const std::string w1 = matrix_file(a.w1), w2 = matrix_file(a.w2);  // the given pair's files
-    refuse_overlapping_files({{"--out", &a.out}}, {{"--w1", &w1}, {"--w2", &w2}});
-  }
+  const std::string w1 = matrix_file(a.w1), w2 = matrix_file(a.w2);  // the given pair's files
+  require_report_files({{"--out", &a.out}}, {}, {{"--w1", &w1}, {"--w2", &w2}});
   if (a.w1.empty()) {
     require_memory("--d " + std::to_string(c.d) + " --m " + std::to_string(c.m) + " --batch " + std::to_string(a.config.batch),
                    synthetic::absorb_fit_memory_bytes(a.config, c.d, c.m));
@@ -105,23 +104,24 @@ Command add_absorb_fit_command(CLI::App& absorb, const std::string& command_line
       "sqrt(sum|g-f|^2 / sum|f|^2) is measured on 65536 other fresh inputs.\n"
       "Statement checked per seed: representable -> decision yes and best rel_err <= 1e-6 (optimizer precision);\n"
       "generic -> decision no and best rel_err >= 1e-3 (the floor). --w1/--w2 fit a given pair (R = I) instead,\n"
-      "expecting what its decision says.\n"
+      "expecting what its decision says (--d, --m, --pair, --min-sine and --skip, which draw a pair, are refused with it).\n"
       "--out writes HDF5 (groups fits, restarts, traces; pair 0 representable, 1 generic, 2 given; decision 0 yes,\n"
       "1 no, 2 undecided; root attributes seed and command_line).\n"
       "Exit status: 0 the statement holds for every seed, 1 it fails for some seed (named in the output),\n"
       "2 usage error (one line on stderr, nothing written).");
-  cmd->add_option("--d", a->d, "Input dimension d")->check(integer_in(1, 64))->capture_default_str();
-  cmd->add_option("--m", a->m, "Width m (default 2d)")->check(integer_in(1, 512));
-  cmd->add_option("--pair", a->pair, "Which pairs to fit")
-      ->check(CLI::IsMember({"generic", "representable", "both"}))
-      ->capture_default_str();
+  a->drawn_options.push_back(cmd->add_option("--d", a->d, "Input dimension d")->check(integer_in(1, 64))->capture_default_str());
+  a->drawn_options.push_back(cmd->add_option("--m", a->m, "Width m (default 2d)")->check(integer_in(1, 512)));
+  a->drawn_options.push_back(cmd->add_option("--pair", a->pair, "Which pairs to fit")
+                                 ->check(CLI::IsMember({"generic", "representable", "both"}))
+                                 ->capture_default_str());
   cmd->add_option("--skip", a->skip, "R: the identity, or a generic invertible matrix drawn per seed")
       ->check(CLI::IsMember({"identity", "generic"}))
       ->capture_default_str();
-  cmd->add_option("--min-sine", a->min_sine,
-                  "Rows of W1 are redrawn until every pair is at least this far from collinear (sine of the angle)")
-      ->check(real_in(0.0, 1.0))
-      ->capture_default_str();
+  a->drawn_options.push_back(
+      cmd->add_option("--min-sine", a->min_sine,
+                      "Rows of W1 are redrawn until every pair is at least this far from collinear (sine of the angle)")
+          ->check(real_in(0.0, 1.0))
+          ->capture_default_str());
   cmd->add_option("--seed", a->seed, "First seed")->check(seed_value)->capture_default_str();
   cmd->add_option("--seeds", a->seeds, "Number of seeds (S, S+1, ...)")->check(integer_in(1, 1000))->capture_default_str();
   cmd->add_option("--restarts", a->config.restarts, "Random restarts per fit")

@@ -158,7 +158,10 @@ Command add_analyze_command(CLI::App& app, const std::string& command_line) {
   add_allow_nonfinite_option(cmd, a->allow_nonfinite);
   add_dtype_option(cmd, a->dtype);
   cmd->add_flag("--quiet", a->quiet, "No progress on stderr");
-  return {cmd, [a, command_line] { return run_analyze(*a, command_line); }};
+  return {cmd, [a, command_line] {
+            a->figure = figure_stem(a->figure);
+            return run_analyze(*a, command_line);
+          }};
 }
 
 }  // namespace qkvlab::cli

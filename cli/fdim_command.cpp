@@ -131,9 +131,8 @@ Command add_fdim_command(CLI::App& app, const std::string&) {
   cmd->add_option("--query", a->query, "free W_Q, or W_Q = I (q-identity) in --query-layers")
       ->check(CLI::IsMember({"free", "identity"}))
       ->capture_default_str();
-  cmd->add_option("--query-layers", a->query_layers, "Layers with W_Q = I, 1 ... L, comma-separated (default: all)")
-      ->delimiter(',')
-      ->check(integer_in(1, 64));
+  add_list_option(cmd, "--query-layers", a->query_layers, "Layers with W_Q = I, 1 ... L, comma-separated (default: all)",
+                  integer_in(1, 64));
   cmd->add_option("--seed", c.seed, "Seed of the point and the inputs")->check(seed_value)->capture_default_str();
   add_threads_option(cmd, c.threads);
   cmd->add_flag("--no-certify", a->no_certify, "Floating-point rank only (no MPFI certificate)");

@@ -67,7 +67,7 @@ std::vector<Command> add_icl_anchor_commands(CLI::App& icl, const std::string& c
     a->common.steps = 1500, a->common.batch = 64, a->common.lr = 5e-3, a->common.restarts = 1;
     auto* cmd = icl.add_subcommand("depth", "Experiment 5: depth, SkipV1 against MHA, and a layerwise probe against GD");
     add_common_options(cmd, a->common, {.restarts = false});
-    cmd->add_option("--layers", a->layers, "Depths L to train")->delimiter(',')->capture_default_str();
+    add_list_option(cmd, "--layers", a->layers, "Depths L to train", integer_in(1, 16));
     cmd->add_option("--heads", a->heads, "Heads per layer (even; SkipV1 takes the second half from layer 1)")
         ->check(integer_in(1, 64))
         ->capture_default_str();

@@ -61,10 +61,6 @@ icl::TheoryGrid sweep_grid(const TheoryArgs& a) {
   const std::vector<int> ds = a.given(0) ? a.d_list : std::vector<int>{a.d}, ns = a.given(1) ? a.n_list : std::vector<int>{a.n};
   const std::vector<double> sigmas = a.given(2) ? a.sigma_list : std::vector<double>{a.sigma},
                             scales = a.given(3) ? a.w0_scale_list : std::vector<double>{a.w0_scale};
-  require_each_integer_in("--d-list", ds, 1, 4096);
-  require_each_integer_in("--n-list", ns, 1, 1 << 20);
-  require_each_non_negative("--sigma-list", sigmas);
-  require_each_finite("--w0-scale-list", scales);
   const icl::TheoryGrid g{{std::vector<double>(ds.begin(), ds.end()), std::vector<double>(ns.begin(), ns.end()), sigmas, scales}};
   for (std::size_t p = 0; p < g.size(); ++p) require_theory_memory(a, int(g.at(p, 0)), int(g.at(p, 1)));
   return g;
@@ -75,7 +71,7 @@ icl::TheoryGrid sweep_grid(const TheoryArgs& a) {
 void refuse_overlapping_outputs(const TheoryArgs& a) {
   FileList outputs{{"--out", a.out}, {"--csv", a.csv}};
   if (!a.figure.empty()) {
-    const std::string table = a.figure + (a.sweep() ? ".figure.csv" : ".csv");
+    const std::string table = a.sweep() ? a.figure + ".figure.csv" : figure_table(a.figure);
     if (a.sweep() || a.csv.empty() || !same_file(table, a.csv)) outputs.emplace_back("--figure", table);
     for (const auto& f : results::figure_files(a.figure)) outputs.emplace_back("--figure", f.string());
   }
@@ -117,7 +113,7 @@ int run_theory(const TheoryArgs& a, const std::string& command_line) {
   if (!a.out.empty()) results::stage_tables_hdf5(files, a.out, {by_a, icl::theory_scalar_table(t)}, a.seed, command_line);
   if (!a.csv.empty()) results::stage_csv(files, a.csv, by_a);
   if (!a.figure.empty()) {
-    if (a.csv.empty() || !same_file(a.figure + ".csv", a.csv)) results::stage_csv(files, a.figure + ".csv", by_a);
+    if (a.csv.empty() || !same_file(figure_table(a.figure), a.csv)) results::stage_csv(files, figure_table(a.figure), by_a);
     results::stage_figure(files, icl::theory_figure(t), by_a, a.figure);
   }
   files.commit();
@@ -144,10 +140,10 @@ std::vector<Command> add_icl_theory_commands(CLI::App& icl, const std::string& c
   theory->add_option("--csv", t->csv, "Write the per-a table (c_a, bounds, SkipV1 value, gap, C, C3) to this CSV");
   theory->add_option("--figure", t->figure, "Write STEM.csv, STEM.svg, STEM.png: c_a, bound and SkipV1 value against a");
   theory->add_flag("--quiet", t->quiet, "No progress on stderr (the sweep's points)");
-  t->list_options = {theory->add_option("--d-list", t->d_list, "Sweep: values of d (else --d), comma-separated")->delimiter(','),
-                     theory->add_option("--n-list", t->n_list, "Sweep: values of n (else --n), comma-separated")->delimiter(','),
-                     theory->add_option("--sigma-list", t->sigma_list, "Sweep: values of sigma (else --sigma), comma-separated")->delimiter(','),
-                     theory->add_option("--w0-scale-list", t->w0_scale_list, "Sweep: values of --w0-scale (--w0 identity), comma-separated")->delimiter(',')};
+  t->list_options = {add_list_option(theory, "--d-list", t->d_list, "Sweep: values of d (else --d), comma-separated", integer_in(1, 4096)),
+                     add_list_option(theory, "--n-list", t->n_list, "Sweep: values of n (else --n), comma-separated", integer_in(1, 1 << 20)),
+                     add_list_option(theory, "--sigma-list", t->sigma_list, "Sweep: values of sigma (else --sigma), comma-separated", non_negative_real),
+                     add_list_option(theory, "--w0-scale-list", t->w0_scale_list, "Sweep: values of --w0-scale (--w0 identity), comma-separated", finite_real)};
   theory->footer(
       "Prompts: W* ~ N(W_0, I), x ~ N(0, I), y = W* x + eps, eps ~ N(0, sigma^2 I); tokens are columns.\n"
       "Each value is a Monte Carlo mean over --prompts prompts with its standard error (*_se): C = E c(D),\n"
@@ -168,7 +164,10 @@ std::vector<Command> add_icl_theory_commands(CLI::App& icl, const std::string& c
       "the first swept of d, n, sigma, w0_scale, one pair of curves per value of the second (data: STEM.figure.csv).\n"
       "Exit status: 0 success, 2 usage error (one line, nothing written), 3 a numerical failure.");
 
-  return {{theory, [t, command_line] { return run_theory(*t, command_line); }}};
+  return {{theory, [t, command_line] {
+             t->figure = figure_stem(t->figure);
+             return run_theory(*t, command_line);
+           }}};
 }
 
 }  // namespace qkvlab::cli

@@ -56,9 +56,6 @@ struct SweepArgs {
 
 int run_sweep(const SweepArgs& s, const std::string& command_line) {
   prepare(s.common);
-  require_each_integer_in("--d-list", s.ds, 1, 64);
-  require_each_integer_in("--n-list", s.ns, 1, 4096);
-  require_each_non_negative("--sigma-list", s.sigmas);
   for (int d : s.ds)
     for (int n : s.ns) require_train_memory(s.common, d, n, 2.0 * s.common.restarts, s.theory_prompts);
   const TrainExperimentConfig base = sweep_base_of(s.common, s.theory_prompts);
@@ -82,7 +79,8 @@ std::vector<Command> add_icl_train_commands(CLI::App& icl, const std::string& co
                   "Experiment 2: Assumption 1's copying first layer (A = [I_a 0], B = [0 I_(d-a)]); default: a learned first layer (experiment 3)");
     cmd->add_flag("--learn-ab", t->learn_ab, "With --assumption1: learn A and B (started at the coordinate copying layer)");
     cmd->add_option("--a", t->a, "With --assumption1: rows of A (default d)")->check(integer_in(0, 64));
-    cmd->add_option("--models", t->models, "Models to train: mha, skipv1, resformer, svformer")->delimiter(',')->capture_default_str();
+    add_list_option(cmd, "--models", t->models, "Models to train: mha, skipv1, resformer, svformer",
+                    CLI::IsMember({"mha", "skipv1", "resformer", "svformer"}));
     cmd->add_option("--theory-prompts", t->theory_prompts, "Monte Carlo prompts for C and the bounds")
         ->check(integer64_in(2, 100000000))
         ->capture_default_str();
@@ -99,9 +97,11 @@ std::vector<Command> add_icl_train_commands(CLI::App& icl, const std::string& co
     auto s = std::make_shared<SweepArgs>();
     auto* cmd = icl.add_subcommand("sweep", "Trained MHA and SkipV1 under Assumption 1 for a = 0..d against the bound lines");
     add_common_options(cmd, s->common, {.task = false, .w0 = true});
-    cmd->add_option("--d-list", s->ds, "Values of d")->delimiter(',')->capture_default_str();
-    cmd->add_option("--n-list", s->ns, "Values of n")->delimiter(',')->capture_default_str();
-    cmd->add_option("--sigma-list", s->sigmas, "Values of sigma >= 0 (0 needs n >= d; E|y|^2 = |W0|_F^2 + d^2 + d sigma^2 < 1.8e308)")->delimiter(',')->capture_default_str();
+    add_list_option(cmd, "--d-list", s->ds, "Values of d", integer_in(1, 64));
+    add_list_option(cmd, "--n-list", s->ns, "Values of n", integer_in(1, 4096));
+    add_list_option(cmd, "--sigma-list", s->sigmas,
+                    "Values of sigma >= 0 (0 needs n >= d; E|y|^2 = |W0|_F^2 + d^2 + d sigma^2 < 1.8e308)",
+                    non_negative_real);
     cmd->add_option("--theory-prompts", s->theory_prompts, "Monte Carlo prompts for C and the bounds")
         ->check(integer64_in(2, 100000000))
         ->capture_default_str();

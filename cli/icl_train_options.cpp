@@ -60,6 +60,7 @@ void add_common_options(CLI::App* cmd, CommonArgs& a, CommonOptions use) {
 
 void prepare(const CommonArgs& a) {
   require_device(a.device, kGpuPath);
+  figure_stem(a.figure);  // refuses a directory
   refuse_overlapping_files({{"--out", &a.out}, {"--csv", &a.csv}}, {});
   require_output_directories({{"--out", a.out}, {"--csv", a.csv}, {"--figure", a.figure}});
   apply_threads(a.threads, BlasUse::per_worker);
@@ -87,11 +88,9 @@ void write_outputs(const CommonArgs& a, const ExperimentTables& t, const std::st
   if (!a.out.empty()) results::stage_tables_hdf5(files, a.out, t.tables, a.seed, command_line);
   if (!a.csv.empty()) results::stage_csv(files, a.csv, t.main);
   if (!a.figure.empty()) {
-    fs::path stem(a.figure);
-    if (stem.extension() == ".svg" || stem.extension() == ".png") stem.replace_extension();
-    const std::string data = stem.string() + ".csv";
+    const std::string stem = figure_stem(a.figure), data = figure_table(stem);
     if (a.csv.empty() || !same_file(data, a.csv)) results::stage_csv(files, data, t.plot.table);
-    else if (t.plot.table.columns != t.main.columns) results::stage_csv(files, stem.string() + ".figure.csv", t.plot.table);
+    else if (t.plot.table.columns != t.main.columns) results::stage_csv(files, stem + ".figure.csv", t.plot.table);
     results::stage_figure(files, t.plot.figure, t.plot.table, stem);
   }
   files.commit();

@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "cli/output_paths.hpp"
+#include "cli/plot_common.hpp"
 #include "cli/format_option.hpp"
 #include "cli/commands.hpp"
 #include "cli/validators.hpp"
@@ -64,7 +65,10 @@ std::vector<Command> add_lm_compare_commands(CLI::App& lm, const std::string&) {
   cmd->add_option("--csv", a->csv, "Write the relative training-loss curves (mean and std per group) as CSV");
   cmd->add_option("--figure", a->figure, "Draw them to STEM.svg and STEM.png (needs --csv)");
   add_format_option(cmd, a->format);
-  return {{cmd, [a] { return run_compare(*a); }}};
+  return {{cmd, [a] {
+             a->figure = figure_stem(a->figure);
+             return run_compare(*a);
+           }}};
 }
 
 }  // namespace qkvlab::cli

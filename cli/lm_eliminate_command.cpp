@@ -78,9 +78,8 @@ std::vector<Command> add_lm_eliminate_commands(CLI::App& lm, const std::string&)
   cmd->add_option("CKPT", a->checkpoint, "The qkvlab checkpoint directory")->required();
   cmd->add_option("--out", a->out, "Checkpoint directory to write the eliminated model to: new, empty, or a model lm init, "
                                              "convert or eliminate wrote")->required();
-  cmd->add_option("--layers", a->layers, "Layers to eliminate, 1 ... L, comma-separated (default: all)")
-      ->delimiter(',')
-      ->check(integer_in(1, 1 << 16));
+  add_list_option(cmd, "--layers", a->layers, "Layers to eliminate, 1 ... L, comma-separated (default: all)",
+                  integer_in(1, 1 << 16));
   add_token_options(cmd, a->input);
   cmd->add_option("--seed", a->seed, "Seed of the random tokens or of the choice of sequences")
       ->check(seed_value)

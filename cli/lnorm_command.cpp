@@ -20,9 +20,11 @@ struct LnormArgs {
 };
 
 int run_lnorm(const LnormArgs& a, bool out_given, const std::string& command_line) {
-  if (a.d < 2) throw UsageError("--d: must be at least 2, got " + std::to_string(a.d));
   require_memory("--d " + std::to_string(a.d), synthetic::lnorm_memory_bytes(a.d));
   const auto dir = prepare_out_dir(a.out_dir, out_given);
+  FileList outputs;  // every file the run writes, checked before it
+  for (const char* name : {"lnorm.h5", "lnorm.csv", "lnorm.svg", "lnorm.png"}) outputs.emplace_back("--out-dir", (dir / name).string());
+  refuse_overlapping_files(outputs, {});
   const Progress progress{"lnorm", Progress::wanted(a.quiet)};
   const synthetic::LnormCurve r = synthetic::lnorm_curve(a.seed, a.d, progress);
   StagedFiles files;  // the numbers and the figure: all or none
@@ -43,7 +45,7 @@ Command add_lnorm_command(CLI::App& app, const std::string& command_line) {
   auto* out = cmd->add_option("--out-dir", a->out_dir, "Existing output directory (the default is created)")
                   ->capture_default_str();
   cmd->add_option("--seed", a->seed, "Seed of every random draw")->check(seed_value)->capture_default_str();
-  cmd->add_option("--d", a->d, "Width d (at least 2)")->check(integer_in(0, 1 << 20))->capture_default_str();
+  cmd->add_option("--d", a->d, "Width d")->check(integer_in(2, 1 << 20))->capture_default_str();
   cmd->add_flag("--quiet", a->quiet, "No progress on stderr");
   return {cmd, [a, out, command_line] { return run_lnorm(*a, out->count() > 0, command_line); }};
 }

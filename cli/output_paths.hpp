@@ -23,6 +23,14 @@ namespace qkvlab::cli {
 using NamedFiles = std::initializer_list<std::pair<const char*, const std::string*>>;
 using FileList = std::vector<std::pair<std::string, std::string>>;
 
+// `dir`, which `option` names (or in which it names a file), is an existing directory: a file there is
+// called one.
+inline void require_directory(const std::string& option, const std::filesystem::path& dir) {
+  if (std::filesystem::is_directory(dir)) return;
+  if (std::filesystem::exists(dir)) throw UsageError(option + ": " + dir.string() + " is not a directory");
+  throw UsageError(option + ": directory " + dir.string() + " does not exist");
+}
+
 // `out`, the directory a command writes a model into, must not be `checkpoint`'s directory.
 inline void refuse_same_directory(const std::string& checkpoint, const std::string& option, const std::string& out) {
   std::error_code error;
@@ -88,11 +96,8 @@ inline void refuse_overlapping_files(NamedFiles outputs, NamedFiles inputs) {
 
 // Each non-empty output's directory exists (else a UsageError naming the option), checked before the work.
 inline void require_output_directories(const FileList& outputs) {
-  for (const auto& [option, file] : outputs) {
-    if (file.empty()) continue;
-    const auto dir = std::filesystem::absolute(file).parent_path();
-    if (!std::filesystem::is_directory(dir)) throw UsageError(option + ": directory " + dir.string() + " does not exist");
-  }
+  for (const auto& [option, file] : outputs)
+    if (!file.empty()) require_directory(option, std::filesystem::absolute(file).parent_path());
 }
 
 // A command's report files: each one's directory exists, none lies in a directory it reads

@@ -1,6 +1,7 @@
 // Shared by the subcommands: output-directory checks and progress on stderr.
 #pragma once
 
+#include "cli/output_paths.hpp"
 #include "core/errors.hpp"
 
 #include <chrono>
@@ -18,10 +19,28 @@ namespace qkvlab::cli {
 inline std::filesystem::path prepare_out_dir(const std::string& dir, bool given) {
   const std::filesystem::path p(dir);
   if (std::filesystem::is_directory(p)) return p;
-  if (given) throw UsageError("--out-dir: directory " + dir + " does not exist");
+  if (given || std::filesystem::exists(p)) require_directory("--out-dir", p);
   std::filesystem::create_directories(p);
   return p;
 }
+
+// --figure STEM, one rule in every command that draws a figure (transfer, icl theory/train/sweep/anchor/
+// depth, analyze, probe, lm compare): the figure goes to STEM.svg and STEM.png (results::figure_files);
+// a STEM ending in .svg or .png is taken without it (--figure o/fig.svg draws o/fig.svg and o/fig.png);
+// any other dot is STEM's own (o/fig.v2 draws o/fig.v2.svg); the figure's numbers, where the command
+// writes them beside it, go to figure_table(STEM) = STEM.csv (o/fig.v2.csv). A STEM that names a
+// directory (ending in '/', ".", "..", or an existing directory) is refused. Empty: no figure.
+inline std::string figure_stem(const std::string& figure) {
+  if (figure.empty()) return figure;
+  std::filesystem::path stem(figure);
+  const std::string name = stem.filename().string();
+  if (name.empty() || name == "." || name == ".." || std::filesystem::is_directory(stem))
+    throw UsageError("--figure: " + figure + " names a directory; give a file stem in it (" +
+                     (stem / "figure").lexically_normal().string() + " draws figure.svg and figure.png there)");
+  if (stem.extension() == ".svg" || stem.extension() == ".png") stem.replace_extension();
+  return stem.string();
+}
+inline std::string figure_table(const std::string& stem) { return stem + ".csv"; }
 
 // A progress line on stderr (only when stderr is a terminal and not --quiet):
 // "qkvlab NAME: WHAT done/total  rate/s  time left  EXTRA", redrawn at most

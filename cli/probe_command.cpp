@@ -114,10 +114,8 @@ Command add_probe_command(CLI::App& app, const std::string& command_line) {
   cmd->add_option("--init", a->init, "model (the final norm and unembedding) or random")
       ->check(CLI::IsMember({"model", "random"}))
       ->capture_default_str();
-  cmd->add_option("--lr-grid", a->options.lr_grid, "Peak learning rates tried (the best per layer is reported)")
-      ->delimiter(',')
-      ->check(real_in(1e-12, 10.0))
-      ->capture_default_str();
+  add_list_option(cmd, "--lr-grid", a->options.lr_grid, "Peak learning rates tried (the best per layer is reported)",
+                  real_in(1e-12, 10.0));
   cmd->add_option("--steps", a->options.steps, "Training steps per probe (0: evaluate the probes as started)")
       ->check(CLI::Range(std::int64_t(0), std::int64_t(1) << 40))
       ->capture_default_str();
@@ -143,7 +141,10 @@ Command add_probe_command(CLI::App& app, const std::string& command_line) {
   cmd->add_option("--figure", a->figure, "Draw STEM.svg and STEM.png from the CSV (needs --csv)");
   add_allow_nonfinite_option(cmd, a->allow_nonfinite);
   cmd->add_flag("--quiet", a->quiet, "No progress on stderr");
-  return {cmd, [a, command_line] { return run_probe(*a, command_line); }};
+  return {cmd, [a, command_line] {
+            a->figure = figure_stem(a->figure);
+            return run_probe(*a, command_line);
+          }};
 }
 
 }  // namespace qkvlab::cli

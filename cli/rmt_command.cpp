@@ -19,9 +19,12 @@ struct RmtArgs {
 };
 
 int run_rmt(const RmtArgs& a, bool out_given, const std::string& command_line) {
-  if (a.d_max < 64) throw UsageError("--d-max: must be at least 64, got " + std::to_string(a.d_max));
   require_memory("--d-max " + std::to_string(a.d_max), synthetic::rmt_memory_bytes(a.d_max));
   const auto dir = prepare_out_dir(a.out_dir, out_given);
+  FileList outputs{{"--out-dir", (dir / "rmt.h5").string()}};  // every file the run writes, checked before it
+  for (const std::string& name : synthetic::kRmtPanels)
+    for (const char* extension : {".csv", ".svg", ".png"}) outputs.emplace_back("--out-dir", (dir / (name + extension)).string());
+  refuse_overlapping_files(outputs, {});
   const Progress progress{"rmt", Progress::wanted(a.quiet)};
   const synthetic::RmtCurves curves = synthetic::rmt_curves(a.seed, a.d_max, progress);
   // Every file staged, then all renamed: the set appears whole or not at all.
@@ -45,8 +48,8 @@ Command add_rmt_command(CLI::App& app, const std::string& command_line) {
   auto* out = cmd->add_option("--out-dir", a->out_dir, "Existing output directory (the default is created)")
                   ->capture_default_str();
   cmd->add_option("--seed", a->seed, "Seed of every random draw")->check(seed_value)->capture_default_str();
-  cmd->add_option("--d-max", a->d_max, "Largest d of the sweeps (64, 128, ... up to it; at least 64)")
-      ->check(integer_in(0, 1 << 20))
+  cmd->add_option("--d-max", a->d_max, "Largest d of the sweeps (64, 128, ... up to it)")
+      ->check(integer_in(64, 1 << 20))
       ->capture_default_str();
   cmd->add_flag("--quiet", a->quiet, "No progress on stderr");
   return {cmd, [a, out, command_line] { return run_rmt(*a, out->count() > 0, command_line); }};

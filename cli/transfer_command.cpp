@@ -51,19 +51,14 @@ void validate(TransferArgs& a, const CLI::App& cmd) {
   if (a.d.empty()) a.d = kDefaultD;
   if (!(a.lr > 0) || !std::isfinite(a.lr)) throw UsageError("--lr: must be a positive number");
   if (a.steps < 1) throw UsageError("--steps: must be at least 1, got " + std::to_string(a.steps));
-  if (!a.checkpoint.empty() && !std::filesystem::is_directory(a.checkpoint))
-    throw UsageError("--checkpoint: directory " + a.checkpoint + " does not exist");
-  for (const std::string* path : {&a.out, &a.csv, &a.figure}) {
-    if (path->empty()) continue;
-    const auto parent = std::filesystem::path(*path).parent_path();
-    if (!parent.empty() && !std::filesystem::is_directory(parent))
-      throw UsageError("output directory " + parent.string() + " does not exist");
-  }
+  if (!a.checkpoint.empty()) require_directory("--checkpoint", a.checkpoint);
   // The figure's numbers go to STEM.csv when --csv names no file: an output like the others.
+  a.figure = figure_stem(a.figure);
   const char* csv = a.csv.empty() && !a.figure.empty() ? "--figure's CSV" : "--csv";
-  if (a.csv.empty() && !a.figure.empty()) a.csv = std::filesystem::path(a.figure).replace_extension(".csv").string();
-  if (!a.checkpoint.empty()) refuse_files_in(a.checkpoint, {{"--out", &a.out}, {csv, &a.csv}, {"--figure", &a.figure}});
-  refuse_overlapping_files({{"--out", &a.out}, {csv, &a.csv}}, {});
+  if (a.csv.empty() && !a.figure.empty()) a.csv = figure_table(a.figure);
+  std::string svg, png;  // every file the run writes, checked before it
+  if (!a.figure.empty()) svg = results::figure_files(a.figure).at(0), png = results::figure_files(a.figure).at(1);
+  require_report_files({{"--out", &a.out}, {csv, &a.csv}, {"--figure", &svg}, {"--figure", &png}}, {a.checkpoint}, {});
   for (int d : a.d)
     require_memory("--d " + std::to_string(d) + " --batch " + std::to_string(a.batch) + " --steps " + std::to_string(a.steps),
                    transfer::transfer_memory_bytes(d, a.batch, a.steps));
@@ -92,10 +87,8 @@ int run_transfer(TransferArgs a, const CLI::App& cmd, const std::string& command
   }
   StagedFiles files;  // --out, --csv and --figure: all or none
   if (!a.out.empty()) results::stage_tables_hdf5(files, a.out, transfer::transfer_tables(s), a.seed, command_line);
-  std::filesystem::path stem = a.figure;
   if (!a.csv.empty()) results::stage_csv(files, a.csv, transfer::summary_table(s));
-  if (stem.extension() == ".svg" || stem.extension() == ".png") stem.replace_extension();
-  if (!a.figure.empty()) results::stage_figure(files, transfer::transfer_figure(), transfer::summary_table(s), stem);
+  if (!a.figure.empty()) results::stage_figure(files, transfer::transfer_figure(), transfer::summary_table(s), a.figure);
   files.commit();
   std::cout << (a.format == "json" ? transfer::transfer_json(s, command_line).json_line() : transfer::transfer_text(s));
   // A reported value that is not finite is a numerical failure, whatever the comparison says.
@@ -117,10 +110,7 @@ Command add_transfer_command(CLI::App& app, const std::string& command_line) {
       "--paper: batch 65,536, 20,000 steps, d 64,128,256,512 (for a GPU; explicit options win).\n"
       "Exit 0 when the MLP's relative L2 error is below the linear map's at every d, 1 otherwise,\n"
       "2 on a usage error (nothing written), 3 on an unexpected error.");
-  cmd->add_option("--d", a->d, "Widths d, comma-separated [default: 16,32,64]")
-      ->delimiter(',')
-      ->allow_extra_args(false)
-      ->check(integer_in(1, 4096));
+  add_list_option(cmd, "--d", a->d, "Widths d, comma-separated [default: 16,32,64]", integer_in(1, 4096))->allow_extra_args(false);
   cmd->add_option("--steps", a->steps, "Training steps per d")->check(positive_integer)->capture_default_str();
   cmd->add_option("--batch", a->batch, "Fresh samples per step")->check(positive_integer)->capture_default_str();
   cmd->add_option("--lr", a->lr, "Peak learning rate")->check(positive_real)->capture_default_str();
@@ -130,10 +120,12 @@ Command add_transfer_command(CLI::App& app, const std::string& command_line) {
   add_threads_option(cmd, a->threads);
   cmd->add_option("--out", a->out, "Write the numbers and loss curves to this HDF5 file");
   cmd->add_option("--csv", a->csv, "Write the per-d numbers to this CSV file");
-  cmd->add_option("--figure", a->figure, "Draw the errors against d to FILE.svg and FILE.png (gnuplot), their numbers to FILE.csv unless --csv names a file");
+  cmd->add_option("--figure", a->figure, "Draw the errors against d to STEM.svg and STEM.png (gnuplot; a STEM ending in .svg or .png is taken without it), "
+                  "their numbers to STEM.csv unless --csv names a file");
   add_format_option(cmd, a->format);
   cmd->add_option("--checkpoint", a->checkpoint,
-                  "Existing directory: save training state there every 500 steps and resume from it");
+                  "Existing directory: save training state there every 500 steps and resume from it (every d's "
+                  "checkpoint is checked against the options before any d trains)");
   cmd->add_flag("--quiet", a->quiet, "No progress on stderr");
   return {cmd, [a, cmd, command_line] { return run_transfer(*a, *cmd, command_line); }};
 }

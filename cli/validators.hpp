@@ -1,7 +1,7 @@
 // CLI11 validators shared by the subcommands, with plain one-line messages
 // (CLI11's PositiveNumber prints its range as 0 to 1.8e308 in full, and its range
-// checks let NaN through), and the checks of list options (--d-list,
-// --sigma-list, ...) made after parsing, which throw UsageError naming the option.
+// checks let NaN through), and add_list_option, the one way a subcommand takes a
+// comma-separated list (--d, --d-list, --layers, --models, ...).
 // Every real-valued option takes one of the real validators: NaN and ±Inf are
 // refused where the option enters. Seeds take `seed_value` (0 to 2^64 − 1; a
 // sign or an overflow is refused, not wrapped), thread counts `thread_count`.
@@ -92,48 +92,84 @@ inline const CLI::Validator finite_real = real_where("a finite number", [](doubl
 inline const CLI::Validator positive_real = real_where("a positive number", [](double x) { return x > 0; }, "POSITIVE");
 inline const CLI::Validator non_negative_real =
     real_where("a non-negative number", [](double x) { return x >= 0; }, "NON-NEGATIVE");
-// A real in [lo, hi] (bounds printed with %g).
+// A real in [lo, hi] (bounds printed with %g, in the help as lo..hi).
 inline CLI::Validator real_in(double lo, double hi) {
-  char range[96];
+  char range[96], name[64];
   std::snprintf(range, sizeof range, "a number from %g to %g", lo, hi);
-  return real_where(range, [lo, hi](double x) { return x >= lo && x <= hi; }, "REAL");
+  std::snprintf(name, sizeof name, "%g..%g", lo, hi);
+  return real_where(range, [lo, hi](double x) { return x >= lo && x <= hi; }, name);
 }
 
-// A list option's values: at least one, each satisfying `ok` (described by `must`).
-template <class T, class Ok>
-void require_each(const std::string& option, const std::vector<T>& values, Ok ok, const std::string& must) {
-  if (values.empty()) throw UsageError(option + ": needs at least one value");
-  for (const T& v : values)
-    if (!ok(v)) {
-      std::ostringstream got;
-      got << v;
-      throw UsageError(option + ": each value must be " + must + ", got " + got.str());
-    }
-}
-
-// A list option's values, none given twice (a repeated value would repeat its runs and their reports' names).
+// A list option's values, none given twice (a repeated value would repeat its runs and their reports' names):
+// the message naming the first repeated one, empty when there is none.
 template <class T>
-void require_distinct(const std::string& option, const std::vector<T>& values) {
+std::string repeated_value_message(const std::string& option, const std::vector<T>& values) {
   for (std::size_t i = 0; i < values.size(); ++i)
     for (std::size_t j = 0; j < i; ++j)
       if (values[j] == values[i]) {
         std::ostringstream got;
         got << values[i];
-        throw UsageError(option + ": " + got.str() + " is given twice");
+        return option + ": " + got.str() + " is given twice";
       }
+  return "";
 }
 
-inline void require_each_integer_in(const std::string& option, const std::vector<int>& values, int lo, int hi) {
-  require_each(option, values, [lo, hi](int v) { return v >= lo && v <= hi; },
-               "in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+template <class T>
+void require_distinct(const std::string& option, const std::vector<T>& values) {
+  if (const std::string message = repeated_value_message(option, values); !message.empty()) throw UsageError(message);
 }
 
-inline void require_each_non_negative(const std::string& option, const std::vector<double>& values) {
-  require_each(option, values, [](double v) { return v >= 0 && std::isfinite(v); }, "a non-negative number");
-}
-
-inline void require_each_finite(const std::string& option, const std::vector<double>& values) {
-  require_each(option, values, [](double v) { return std::isfinite(v); }, "a finite number");
+// A list option, comma-separated values (--d 16,32,64; space-separated ones too unless the command turns
+// allow_extra_args off), given once or more (its values add up), each
+// checked by `each` where given and read as a T. CLI11's own splitting drops empty elements, so the
+// text is read here: an empty list (""), an empty element ("2,,4", "4,", ",4") and a value given twice
+// (repeated_value_message) are refused naming the option. The help shows TYPE:EACH,... and `values`
+// (the default) where it holds any.
+template <class T>
+CLI::Option* add_list_option(CLI::App* cmd, const std::string& name, std::vector<T>& values, const std::string& description,
+                             const CLI::Validator& each = {}) {
+  const auto elements = [](const std::string& text) {
+    std::vector<std::string> parts;
+    for (std::size_t start = 0;;) {
+      const std::size_t comma = text.find(',', start);
+      parts.push_back(text.substr(start, comma - start));
+      if (comma == std::string::npos) return parts;
+      start = comma + 1;
+    }
+  };
+  const CLI::Validator text_check(
+      [elements, each](std::string& text) -> std::string {
+        if (text.empty()) return "the list is empty: give at least one value";
+        for (std::string& e : elements(text)) {
+          if (e.empty()) return "the list '" + text + "' has an empty element";
+          T value{};
+          if (const std::string message = each(e); !message.empty()) return message;
+          if (!CLI::detail::lexical_cast(e, value)) return "'" + e + "' is not a " + CLI::detail::type_name<T>();
+        }
+        return "";
+      },
+      each.get_description().empty() ? "" : each.get_description() + ",...");
+  auto* option = cmd->add_option(
+      name,
+      [&values, name, elements](const CLI::results_t& texts) {
+        values.clear();
+        for (const std::string& text : texts)
+          for (const std::string& e : elements(text)) CLI::detail::lexical_cast(e, values.emplace_back());
+        // A parse error, as the elements' (parsing happens before the command's own try).
+        if (const std::string message = repeated_value_message(name, values); !message.empty())
+          throw CLI::ValidationError(message);
+        return true;
+      },
+      description);
+  std::ostringstream shown;
+  for (std::size_t i = 0; i < values.size(); ++i) shown << (i ? "," : "") << values[i];
+  option->type_name(std::string(CLI::detail::type_name<T>()) + (each.get_description().empty() ? ",..." : ""))
+      ->expected(1, CLI::detail::expected_max_vector_size)  // as CLI11's vector options: "--layers 1 2" too
+      ->allow_extra_args(true)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+      ->check(text_check)
+      ->default_str(shown.str());
+  return option;
 }
 
 }  // namespace qkvlab::cli

@@ -92,7 +92,7 @@ int run_verify(VerifyArgs& a) {
   auto& o = a.options;
   for (const auto& [name, given, sweep] : {std::tuple{"--d", &a.d, &o.d}, {"--heads", &a.heads, &o.heads},
                                            {"--layers", &a.layers, &o.layers}, {"--seq", &a.seq, &o.seq}})
-    if (!given->empty()) require_distinct(name, *given), *sweep = *given;  // the sweep's lists, where given
+    if (!given->empty()) *sweep = *given;  // the sweep's lists, where given (distinct: add_list_option)
   if (!a.precisions.empty()) {
     o.precisions.clear();
     std::vector<std::string> names;  // the parsed precisions' names: double and f64 are one
@@ -164,10 +164,7 @@ Command add_verify_command(CLI::App& app, const std::string& command_line) {
                          const CLI::Validator& check = positive_integer) {
     std::string shown;
     for (int v : def) shown += (shown.empty() ? "" : ",") + std::to_string(v);
-    cmd->add_option(name, target, std::string(what) + " [default: " + shown + "]")
-        ->delimiter(',')
-        ->allow_extra_args(false)
-        ->check(check);
+    add_list_option(cmd, name, target, std::string(what) + " [default: " + shown + "]", check)->allow_extra_args(false);
   };
   cmd->add_option("--checkpoint", a->checkpoint, "Run the claims on this model directory (own or Hugging Face)");
   cmd->add_option("--against", a->against, "With --checkpoint: compare with this model instead (same function?)");
@@ -189,9 +186,8 @@ Command add_verify_command(CLI::App& app, const std::string& command_line) {
   list_option("--layers", a->layers, theory::default_layers, "Depths L (qwe.thm4.3 defaults to 4,32, resformer.eq5 to 3,6)");
   list_option("--seq", a->seq, theory::default_seq, "Sequence lengths n");
   for (const char* name : {"--d", "--heads", "--layers", "--seq"}) a->sweep_options.push_back(cmd->get_option(name));
-  cmd->add_option("--precision", a->precisions,
+  add_list_option(cmd, "--precision", a->precisions,
                   "Precisions, comma-separated: float, double, long_double, mp50 [default: all four]")
-      ->delimiter(',')
       ->allow_extra_args(false);
   add_threads_option(cmd, a->options.threads);
   cmd->add_flag("--verbose", a->verbose, "Table: a row per check and precision instead of a line per claim");

@@ -30,6 +30,10 @@
 // term is below the sum's rounding); rows i, j as collinear when the sine of their
 // angle is ≤ tol_factor·u.
 // Rank of A: singular values ≤ tol_factor·u·σ_max count as zero.
+// All of it is computed on the balanced representative (each unit rescaled by a power of two, which
+// is exact, so ‖w_i‖ ≈ ‖W_2[:,i]‖), with overflow-safe norms: a rescaling by 1e200 and 1e-200 gives the
+// unscaled pair's decision and τ. Where τ itself is beyond double's range the answer is undecided
+// with that reason (the decision's fields that are not numbers are NaN, never printed as numbers).
 #pragma once
 
 #include "core/types.hpp"

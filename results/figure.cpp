@@ -38,7 +38,7 @@ std::string number(double v) {
 void check_shape(const Table& t) {
   if (t.columns.empty()) throw std::runtime_error("table " + t.name + " has no columns");
   for (const auto& c : t.columns)
-    if (c.values.size() != t.columns.front().values.size())
+    if (c.size() != t.columns.front().size() || (c.integer && !c.values.empty()))
       throw std::runtime_error("table " + t.name + ": column " + c.name + " has a different length");
 }
 
@@ -52,10 +52,11 @@ std::string gp_string(const std::string& s) {
 // The data rows of the table as CSV lines (no header).
 std::string csv_rows(const Table& table) {
   std::string text;
-  for (std::size_t i = 0; i < table.columns.front().values.size(); ++i) {
+  for (std::size_t i = 0; i < table.columns.front().size(); ++i) {
     for (std::size_t j = 0; j < table.columns.size(); ++j) {
+      const Column& c = table.columns[j];
       if (j) text += ',';
-      text += number(table.columns[j].values[i]);
+      text += c.integer ? std::to_string(c.integers[i]) : number(c.values[i]);
     }
     text += "\n";
   }
@@ -222,12 +223,13 @@ void stage_tables_hdf5(StagedFiles& files, const std::filesystem::path& path, co
       Handle group(H5Gcreate2(file.get(), t.name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose,
                    "cannot create group " + t.name);
       for (const auto& c : t.columns) {
-        const hsize_t dims[1] = {hsize_t(c.values.size())};
+        const hsize_t dims[1] = {hsize_t(c.size())};
         Handle space(H5Screate_simple(1, dims, nullptr), H5Sclose, "cannot create dataspace");
-        const Handle set = create_dataset(group.get(), c.name, H5T_IEEE_F64LE, space.get(),
+        const Handle set = create_dataset(group.get(), c.name, c.integer ? H5T_STD_U64LE : H5T_IEEE_F64LE, space.get(),
                                           "cannot create dataset " + t.name + "/" + c.name);
-        if (!c.values.empty())
-          check(H5Dwrite(set.get(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, c.values.data()),
+        const void* data = c.integer ? static_cast<const void*>(c.integers.data()) : c.values.data();
+        if (c.size() > 0)
+          check(H5Dwrite(set.get(), c.integer ? H5T_NATIVE_UINT64 : H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, data),
                 "cannot write dataset " + t.name + "/" + c.name);
       }
     }
@@ -248,13 +250,15 @@ void write_tables_hdf5(const std::filesystem::path& path, const std::vector<Tabl
 bool gnuplot_available() { return !gnuplot_path().empty(); }
 
 std::vector<TableFiles> table_files(const std::string& csv, const std::string& figure, const std::vector<std::string>& tables) {
-  const auto named = [&](const std::string& base, const std::string& table, const std::string& ext) {
+  // A CSV's extension stays last (o/t.csv: o/t-TABLE.csv); a figure's stem has none (o/fig.v2: o/fig.v2-TABLE).
+  const auto named = [&](const std::string& base, const std::string& table, bool has_extension) {
     const std::filesystem::path p(base);
-    return base.empty() || tables.size() == 1 ? base : (p.parent_path() / (p.stem().string() + "-" + table + ext)).string();
+    if (base.empty() || tables.size() == 1) return base;
+    const std::string name = has_extension ? p.stem().string() : p.filename().string();
+    return (p.parent_path() / (name + "-" + table + (has_extension ? p.extension().string() : ""))).string();
   };
   std::vector<TableFiles> files;
-  for (const std::string& t : tables)
-    files.push_back({named(csv, t, std::filesystem::path(csv).extension().string()), named(figure, t, "")});
+  for (const std::string& t : tables) files.push_back({named(csv, t, true), named(figure, t, false)});
   return files;
 }
 

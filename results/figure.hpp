@@ -1,7 +1,7 @@
 // Numbers and figures for the plotting subcommands (qkvlab rmt, qkvlab lnorm).
-// A Table is named double columns of equal length. It is written as CSV (one
-// header line, %.17g) and, several tables at once, as an HDF5 file with one
-// group per table holding one 1-D double dataset per column; the root carries
+// A Table is named double columns of equal length (or uint64 ones: Column::integer). It is written
+// as CSV (one header line, %.17g) and, several tables at once, as an HDF5 file with one
+// group per table holding one 1-D double (or uint64) dataset per column; the root carries
 // the attributes seed (uint64) and command_line (string). A Figure is rendered
 // by running gnuplot on a generated script that holds the table's numbers, to SVG
 // and PNG (pngcairo, else png). Every file is written atomically, and a command's
@@ -23,6 +23,11 @@ namespace qkvlab::results {
 struct Column {
   std::string name;
   std::vector<double> values;
+  // An integer column (seeds past 2^53 included) holds its numbers here, exactly, and `values` stays empty:
+  // HDF5 writes it as uint64, CSV in decimal.
+  bool integer = false;
+  std::vector<std::uint64_t> integers{};
+  std::size_t size() const { return integer ? integers.size() : values.size(); }
   bool operator==(const Column&) const = default;  // the same name and numbers (a NaN differs from itself)
 };
 

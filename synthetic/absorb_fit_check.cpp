@@ -104,7 +104,9 @@ std::string absorb_fit_text(const AbsorbFitResult& r) {
   o << "qwe.cor8.4.1 (empirical): fit g(x) = W~2 relu(W~1 x) (width m, no skip) to f(x) = R x + W2 relu(W1 x)\n"
     << "d = " << a.d << ", m = " << a.m << ", R = " << (a.generic_skip ? "generic (seeded)" : "I")
     << ", restarts = " << c.restarts << ", steps = " << c.steps << ", batch = " << c.batch << ", lr = " << c.lr
-    << " (warmup + cosine to " << c.lr * c.lr_floor << "), double, min sine " << a.min_sine << "\n"
+    << " (warmup + cosine to " << c.lr * c.lr_floor << "), double";
+  if (!a.given) o << ", min sine " << a.min_sine;  // W1 drawn
+  o << "\n"
     << "seeds " << a.seed << ".." << a.seed + std::uint64_t(a.seeds) - 1
     << "; rel_err = sqrt(sum|g-f|^2 / sum|f|^2) on " << c.heldout_samples
     << " held-out x ~ N(0, I); best = lowest loss on " << c.select_samples << " other samples\n"
@@ -126,9 +128,13 @@ std::string absorb_fit_text(const AbsorbFitResult& r) {
     << "; matched: rows of the best W~1 collinear with rows of W1)\n";
   for (const auto& p : r.fits)
     if (!p.holds()) o << "broken: " << p.failure << "\n";
-  o << "verdict: " << (r.holds ? "holds" : "FAILS")
-    << ": representable pairs are fitted to optimizer precision (best rel_err <= " << optimizer_precision
-    << ") and generic ones stay above the floor (best rel_err >= " << generic_floor << ") for every seed\n";
+  o << "verdict: " << (r.holds ? "holds" : "FAILS");
+  if (a.given)
+    o << ": the given pair is fitted as its decision says (best rel_err <= " << optimizer_precision
+      << " when yes, >= " << generic_floor << " when no; undecided fails) for every seed\n";
+  else
+    o << ": representable pairs are fitted to optimizer precision (best rel_err <= " << optimizer_precision
+      << ") and generic ones stay above the floor (best rel_err >= " << generic_floor << ") for every seed\n";
   return o.str();
 }
 
@@ -183,21 +189,24 @@ results::Value absorb_fit_json(const AbsorbFitResult& r, const std::string& comm
 }
 
 std::vector<results::Table> absorb_fit_tables(const AbsorbFitResult& r) {
-  results::Table summary{"fits", {{"pair", {}}, {"seed", {}}, {"decision", {}}, {"best", {}}, {"best_rel_err", {}}, {"holds", {}}}};
-  results::Table restarts{"restarts", {{"pair", {}}, {"seed", {}}, {"restart", {}}, {"loss", {}}, {"rel_err", {}}, {"matched_units", {}}}};
-  results::Table traces{"traces", {{"pair", {}}, {"seed", {}}, {"restart", {}}, {"step", {}}, {"loss", {}}}};
-  const auto add_row = [](results::Table& t, const std::vector<double>& row) {
-    for (std::size_t j = 0; j < row.size(); ++j) t.columns[j].values.push_back(row[j]);
+  // Column 1 of each table is the seed, held exactly (uint64); the others are doubles.
+  const results::Column seed_column{"seed", {}, true, {}};
+  results::Table summary{"fits", {{"pair", {}}, seed_column, {"decision", {}}, {"best", {}}, {"best_rel_err", {}}, {"holds", {}}}};
+  results::Table restarts{"restarts", {{"pair", {}}, seed_column, {"restart", {}}, {"loss", {}}, {"rel_err", {}}, {"matched_units", {}}}};
+  results::Table traces{"traces", {{"pair", {}}, seed_column, {"restart", {}}, {"step", {}}, {"loss", {}}}};
+  const auto add_row = [](results::Table& t, std::uint64_t seed, const std::vector<double>& row) {
+    t.columns[1].integers.push_back(seed);
+    for (std::size_t j = 0; j < row.size(); ++j) t.columns[j < 1 ? j : j + 1].values.push_back(row[j]);
   };
   for (const auto& p : r.fits) {
-    const double kind = double(int(p.kind)), seed = double(p.seed);
-    add_row(summary, {kind, seed, double(int(p.decision.verdict)), double(p.fit.best), p.fit.best_fit().rel_err,
-                      p.holds() ? 1.0 : 0.0});
+    const double kind = double(int(p.kind));
+    add_row(summary, p.seed, {kind, double(int(p.decision.verdict)), double(p.fit.best), p.fit.best_fit().rel_err,
+                              p.holds() ? 1.0 : 0.0});
     for (std::size_t i = 0; i < p.fit.restarts.size(); ++i) {
       const auto& f = p.fit.restarts[i];
-      add_row(restarts, {kind, seed, double(i), f.loss, f.rel_err, double(f.matched_units)});
+      add_row(restarts, p.seed, {kind, double(i), f.loss, f.rel_err, double(f.matched_units)});
       for (std::size_t t = 0; t < f.trace_steps.size(); ++t)
-        add_row(traces, {kind, seed, double(i), double(f.trace_steps[t]), f.trace_loss[t]});
+        add_row(traces, p.seed, {kind, double(i), double(f.trace_steps[t]), f.trace_loss[t]});
     }
   }
   return {summary, restarts, traces};

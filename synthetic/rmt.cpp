@@ -168,8 +168,10 @@ RmtCurves rmt_curves(std::uint64_t seed, int d_max, const RmtProgress& progress)
   results::Table edge, spread;
   sweep_tables(seed, d_max, progress, edge, spread);
   const std::vector<results::Figure> f = figures(ks);
-  return {{{defect, f[0]}, {histogram, f[1]}, {edge, f[2]}, {spread, f[3]}},
-          {"mp_summary", {{"d", {double(kHistogramD)}}, {"v", {kV}}, {"ks_distance", {ks}}}}};
+  RmtCurves curves{{{defect, f[0]}, {histogram, f[1]}, {edge, f[2]}, {spread, f[3]}},
+                   {"mp_summary", {{"d", {double(kHistogramD)}}, {"v", {kV}}, {"ks_distance", {ks}}}}};
+  for (std::size_t i = 0; i < curves.panels.size(); ++i) curves.panels[i].table.name = kRmtPanels.at(i);  // the command checks these files
+  return curves;
 }
 
 }  // namespace qkvlab::synthetic

@@ -20,8 +20,11 @@
 
 namespace qkvlab::synthetic {
 
+// The panels' names in order: their tables' names, and the files NAME.csv, NAME.svg, NAME.png.
+inline const std::vector<std::string> kRmtPanels{"defect_scale", "mp_histogram", "edge_excess", "m2_spread"};
+
 struct RmtCurves {
-  std::vector<results::Plot> panels;  // defect_scale, mp_histogram, edge_excess, m2_spread
+  std::vector<results::Plot> panels;  // kRmtPanels
   results::Table summary;        // mp_summary
   std::vector<results::Table> tables() const;  // the panels' tables, then the summary
 };

@@ -329,13 +329,14 @@ std::filesystem::path checkpoint_path(const TrainConfig& t, int d) {
   return t.checkpoint_dir / ("transfer_d" + std::to_string(d) + ".safetensors");
 }
 
-// Resumes from the checkpoint of this d if there is one; returns the step to start at.
-// A checkpoint that cannot be used (malformed, another configuration, a loss history
-// that disagrees with the optimizer or holds a non-finite value, which training never
-// saves) is a CheckpointError naming the file.
-std::int64_t resume(SkipMlp& trainer, int d, const TransferConfig& c, std::vector<double>& loss) {
+// Runs `use` on the checkpoint of this d if there is one, read and checked: a checkpoint that cannot
+// be used (malformed, another configuration, a loss history that is longer than the run or holds a
+// non-finite value, which training never saves, or one that `use` refuses) is a CheckpointError
+// naming the file.
+void with_checkpoint(int d, const TransferConfig& c,
+                     const std::function<void(const engine::SafeTensors&, const MatD& losses)>& use) {
   const auto path = checkpoint_path(c.train, d);
-  if (c.train.checkpoint_dir.empty() || !std::filesystem::exists(path)) return 0;
+  if (c.train.checkpoint_dir.empty() || !std::filesystem::exists(path)) return;
   try {
     const engine::SafeTensors file = engine::load_safetensors(path);
     for (const auto& [key, value] : checkpoint_identity(d, c)) {
@@ -353,9 +354,7 @@ std::int64_t resume(SkipMlp& trainer, int d, const TransferConfig& c, std::vecto
         throw std::runtime_error("the loss history holds a non-finite value at step " + std::to_string(k + 1));
     if (losses.size() > c.train.steps)
       throw std::runtime_error("the loss history has " + std::to_string(losses.size()) + " steps, more than this run's " + std::to_string(c.train.steps));
-    trainer.restore(file);
-    if (losses.size() != trainer.steps()) throw std::runtime_error("the loss history and the optimizer's step count \"t\" disagree");
-    loss.assign(losses.data(), losses.data() + losses.size());
+    use(file, losses);
   } catch (const CheckpointError&) {
     throw;
   } catch (const std::exception& e) {
@@ -364,6 +363,15 @@ std::int64_t resume(SkipMlp& trainer, int d, const TransferConfig& c, std::vecto
     if (why.rfind(path.string() + ": ", 0) == 0) why = why.substr(path.string().size() + 2);
     throw CheckpointError(path.string() + ": " + why + " (a corrupt checkpoint; use another directory)");
   }
+}
+
+// Resumes from the checkpoint of this d if there is one; returns the step to start at.
+std::int64_t resume(SkipMlp& trainer, int d, const TransferConfig& c, std::vector<double>& loss) {
+  with_checkpoint(d, c, [&](const engine::SafeTensors& file, const MatD& losses) {
+    trainer.restore(file);
+    if (losses.size() != trainer.steps()) throw std::runtime_error("the loss history and the optimizer's step count \"t\" disagree");
+    loss.assign(losses.data(), losses.data() + losses.size());
+  });
   return std::int64_t(loss.size());
 }
 
@@ -392,6 +400,10 @@ void train(SkipMlp& trainer, int d, const TransferConfig& c, std::int64_t start,
 }
 
 }  // namespace
+
+void check_checkpoints(const std::vector<int>& ds, const TransferConfig& c) {
+  for (int d : ds) with_checkpoint(d, c, [](const engine::SafeTensors&, const MatD&) {});
+}
 
 TransferResult run_transfer(int d, const TransferConfig& c, const StepObserver& observe) {
   if (d < 1) throw UsageError("every d must be at least 1, got " + std::to_string(d));

@@ -156,6 +156,11 @@ struct TransferResult {
 // Called after each training step with the step count done and the batch's loss.
 using StepObserver = std::function<void(std::int64_t step, double loss)>;
 
+// Every d's checkpoint in config.train.checkpoint_dir, where there is one, read and checked against
+// the configuration as resuming checks it (its tensors' shapes aside): a CheckpointError naming the
+// first that cannot be resumed, so a sweep is refused before it trains any d.
+void check_checkpoints(const std::vector<int>& ds, const TransferConfig& config);
+
 // The whole experiment at one d: target, ridge baseline, MLP training, evaluation of both.
 TransferResult run_transfer(int d, const TransferConfig& config, const StepObserver& observe);
 

@@ -20,6 +20,7 @@ results::Table loss_table(const TransferResult& r) {
 
 TransferSweep run_transfer_sweep(const std::vector<int>& ds, const TransferConfig& config, const SweepObserver& observe) {
   TransferSweep s{config, {}, true};
+  check_checkpoints(ds, config);
   for (int d : ds) {
     s.runs.push_back(run_transfer(d, config, [&](std::int64_t step, double loss) { observe(d, step, loss); }));
     s.mlp_beats_linear = s.mlp_beats_linear && s.runs.back().mlp.rel_l2 < s.runs.back().linear.rel_l2;

@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 namespace {
@@ -176,6 +177,25 @@ TEST(AbsorbFitCheck, AVerdictPerPairKind) {
   EXPECT_EQ(pair_failure(PairKind::given, 5, undecided, fit_with(1e-9)), "given seed 5: decision undecided: dependent");
 }
 
+// --out's tables hold every row's seed exactly (an integer column, uint64 in HDF5): 2^53 + 1 is not
+// rounded to 2^53. Control: the same seed as a double is 2^53.
+TEST(AbsorbFitCheck, SeedColumnsAreExact) {
+  AbsorbFitConfig c;
+  c.seed = (std::uint64_t(1) << 53) + 1, c.seeds = 1, c.kinds = {PairKind::generic};
+  c.fit.restarts = 2, c.fit.steps = 10, c.fit.select_samples = 256, c.fit.heldout_samples = 256;
+  const AbsorbFitResult r = run_absorb_fit(c, {});
+  const auto tables = absorb_fit_tables(r);
+  ASSERT_EQ(tables.size(), 3u);
+  for (const auto& t : tables) {
+    const results::Column* seed = t.find("seed");
+    ASSERT_TRUE(seed) << t.name;
+    EXPECT_TRUE(seed->integer) << t.name;
+    ASSERT_FALSE(seed->integers.empty()) << t.name;
+    for (std::uint64_t s : seed->integers) EXPECT_EQ(s, c.seed) << t.name;
+  }
+  EXPECT_NE(std::uint64_t(double(c.seed)), c.seed);
+}
+
 // --- the CLI ------------------------------------------------------------------------------
 
 using RunResult = qkvlab::test_support::CommandResult;
@@ -204,8 +224,15 @@ TEST_F(AbsorbFitCli, BadInputExitsTwoWithOneLineAndWritesNothing) {
       {"absorb fit --w1 '" + (dir_ / "nope.npy").string() + "' --w2 '" + (dir_ / "nope.npy").string() + "'" + out,
        "nope.npy"},
       {"absorb fit --out '" + (dir_ / "missing" / "fit.h5").string() + "'", "--out"},
+      {"absorb fit --out '" + (dir_ / "W1.npy" / "fit.h5").string() + "'", "is not a directory"},
+      // A given pair is not drawn: the options that draw one are refused with it (cli/README.md).
+      {"absorb fit --w1 a.npy --w2 b.npy --d 5" + out, "--d: does not apply to a given pair"},
+      {"absorb fit --w1 a.npy --w2 b.npy --m 3" + out, "--m: does not apply to a given pair"},
+      {"absorb fit --w1 a.npy --w2 b.npy --pair representable" + out, "--pair: does not apply to a given pair"},
+      {"absorb fit --w1 a.npy --w2 b.npy --min-sine 0.5" + out, "--min-sine: does not apply to a given pair"},
       {"absorb", "W1 is required"},
   };
+  std::ofstream(dir_ / "W1.npy") << "a file, not a directory";
   for (const auto& [args, mention] : cases) {
     const RunResult r = qkvlab(args);
     EXPECT_EQ(r.status, 2) << args << ": " << r.out << r.err;
@@ -247,6 +274,13 @@ TEST_F(AbsorbFitCli, FitRunsAndTheDecisionFormStillWorks) {
                                  " --seeds 1 --restarts 8 --steps 5000 --format json");
   EXPECT_EQ(given.status, 0) << given.out << given.err;
   EXPECT_NE(given.out.find("\"pair\": \"given\", \"seed\": 1, \"decision\": \"yes\""), std::string::npos) << given.out;
+  // Its text states what was checked of a given pair, not of drawn ones (no min sine, no generic pairs).
+  const RunResult text = qkvlab("absorb fit --w1 " + w1 + " --w2 " + w2 + " --seeds 1 --restarts 1 --steps 10");
+  EXPECT_NE(text.out.find("the given pair is fitted as its decision says"), std::string::npos) << text.out;
+  EXPECT_EQ(text.out.find("generic ones"), std::string::npos) << text.out;
+  EXPECT_EQ(text.out.find("min sine"), std::string::npos) << text.out;
+  EXPECT_NE(fit.out.find("generic ones stay above the floor"), std::string::npos) << fit.out;  // control: drawn pairs
+  EXPECT_NE(fit.out.find("min sine"), std::string::npos) << fit.out;
 
   // Stored in float32, the pair is representable to float's precision: absorb and absorb fit both
   // decide yes (fit decided at double's and printed no beside absorb's yes). Control: the same

@@ -188,6 +188,49 @@ TEST(DecideAbsorption, UndecidedBeyondTheExactSearchLimit) {
             Verdict::undecided);
 }
 
+// README's absorbable example (W_1 rows e1, e2, e1 + e2, e1 − e2) with unit 0 rescaled by c and 1/c: the
+// same network, so the same decision (yes, J = {0, 1}) and the same finite tolerance, for c up to 1e300
+// and down to 1e-300. Control: the rescaling does push the plain norms out of double's range (the
+// product of ‖w_0‖ and ‖W_2[:,0]‖ taken as norm() · norm() is not finite), which the decision used to
+// meet with a NaN tolerance and a "row 1 of W_1 is zero" it invented.
+TEST(DecideAbsorption, ExtremeUnitRescalingsKeepTheDecision) {
+  MatD W_1(4, 2), W_2(2, 4);
+  W_1 << 1, 0, 0, 1, 1, 1, 1, -1;
+  W_2 << -1, 0, 0.5, -0.3, 0, -1, 0.25, 0.7;
+  const AbsorbDecision plain = decide_absorption(W_1, W_2);
+  ASSERT_EQ(plain.verdict, Verdict::yes) << plain.reason;
+  ASSERT_EQ(plain.J, (std::vector<int>{0, 1}));
+  for (double c : {1e200, 1e-200, 1e300, 1e-300}) {
+    MatD V_1 = W_1, V_2 = W_2;
+    V_1.row(0) *= c, V_2.col(0) /= c;
+    const AbsorbDecision dec = decide_absorption(V_1, V_2);
+    EXPECT_FALSE(std::isfinite(V_1.row(0).norm() * V_2.col(0).norm())) << c << ": the control exercises no overflow";
+    EXPECT_EQ(dec.verdict, Verdict::yes) << c << ": " << dec.reason;
+    EXPECT_EQ(dec.J, plain.J) << c;
+    EXPECT_TRUE(dec.hypotheses_hold) << c << ": " << dec.hypothesis_failure;
+    ASSERT_TRUE(std::isfinite(dec.tolerance)) << c;
+    EXPECT_NEAR(dec.tolerance, plain.tolerance, 1e-12 * plain.tolerance) << c;
+    EXPECT_LE(dec.relaxation_residual, dec.tolerance) << c;
+    // The absorbed weights are the rescaled network's own (rows in J negated), exactly.
+    ASSERT_TRUE(dec.absorbed);
+    EXPECT_TRUE(dec.absorbed->W_1 == absorb_skip<double>(V_1, V_2, dec.J).W_1) << c;
+  }
+  EXPECT_TRUE(std::isfinite(W_1.row(0).norm() * W_2.col(0).norm()));  // the control's control: unscaled, finite
+}
+
+// A pair whose terms are beyond double's range has no finite tolerance: undecided, said so, with
+// no NaN in the reason. Control: the same pair scaled into range is decided.
+TEST(DecideAbsorption, ATermBeyondDoublesRangeIsUndecidedInWords) {
+  MatD W_1(4, 2), W_2(2, 4);
+  W_1 << 1, 0, 0, 1, 1, 1, 1, -1;
+  W_2 << -1, 0, 0.5, -0.3, 0, -1, 0.25, 0.7;
+  const AbsorbDecision huge = decide_absorption(MatD(1e300 * W_1), MatD(1e300 * W_2));
+  EXPECT_EQ(huge.verdict, Verdict::undecided);
+  EXPECT_NE(huge.reason.find("beyond double's range"), std::string::npos) << huge.reason;
+  EXPECT_EQ(huge.reason.find("nan"), std::string::npos) << huge.reason;
+  EXPECT_NE(decide_absorption(MatD(1e100 * W_1), MatD(1e-100 * W_2)).verdict, Verdict::undecided);
+}
+
 TEST(DecideAbsorption, RejectsShapesThatDoNotFit) {
   EXPECT_THROW(decide_absorption(MatD::Ones(4, 2), MatD::Ones(2, 3)), std::invalid_argument);
   EXPECT_THROW(decide_absorption(MatD::Ones(4, 2), MatD::Ones(4, 2)), std::invalid_argument);

@@ -518,6 +518,117 @@ TEST_F(Cli, LnormWritesNumbersAndFigureAndIsNearLinearAtSmallScale) {
   EXPECT_GT(fs::file_size(outputs_ / "lnorm.png"), 1000u);
 }
 
+// Every file rmt and lnorm write in --out-dir is checked before the work: a directory or a symbolic
+// link at one of the fixed names is refused at once (rmt's default run takes seconds: under a 3 s
+// bound it is not reached), the directory left as it was. A file given as --out-dir is called one.
+// Control: without the obstacle the same directory is written.
+TEST_F(Cli, RmtAndLnormCheckTheirFilesBeforeTheWork) {
+  fs::create_directory(outputs_ / "m2_spread.png");
+  const RunResult rmt = qkvlab::test_support::run_bounded("rmt --quiet --d-max 4096 --out-dir " + quoted(outputs_), 3);
+  qkvlab::test_support::expect_usage_error(rmt, "rmt", "m2_spread.png");
+  fs::create_directory(dir_ / "l");
+  fs::create_symlink(dir_ / "nowhere", dir_ / "l" / "lnorm.csv");
+  const RunResult lnorm = qkvlab::test_support::run_bounded("lnorm --quiet --d 2048 --out-dir " + quoted(dir_ / "l"), 3);
+  qkvlab::test_support::expect_usage_error(lnorm, "lnorm", "lnorm.csv");
+  EXPECT_EQ(std::distance(fs::directory_iterator(outputs_), fs::directory_iterator{}), 1);
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir_ / "l"), fs::directory_iterator{}), 1);
+  write_file(dir_ / "file", "x");
+  for (const char* command : {"rmt", "lnorm"})
+    qkvlab::test_support::expect_usage_error(qkvlab(std::string(command) + " --out-dir " + quoted(dir_ / "file")), command,
+                                             "--out-dir: " + (dir_ / "file").string() + " is not a directory");
+  fs::remove(dir_ / "l" / "lnorm.csv");
+  EXPECT_EQ(qkvlab("lnorm --quiet --d 4 --out-dir " + quoted(dir_ / "l")).status, 0);
+  EXPECT_TRUE(fs::exists(dir_ / "l" / "lnorm.csv"));
+}
+
+// The help states the ranges that are accepted (rmt --d-max >= 64, lnorm --d >= 2, absorb fit
+// --min-sine in [0, 1], icl depth --layers in [1, 16]); a value outside is refused with that range.
+TEST_F(Cli, HelpRangesAreTheAcceptedOnes) {
+  const std::pair<const char*, const char*> shown[] = {{"rmt --help", "--d-max INT:64..1048576"},
+                                                      {"lnorm --help", "--d INT:2..1048576"},
+                                                      {"absorb fit --help", "--min-sine FLOAT:0..1"},
+                                                      {"icl depth --help", "--layers INT:1..16,..."}};
+  for (const auto& [args, text] : shown) {
+    const RunResult r = qkvlab(args);
+    EXPECT_EQ(r.status, 0) << args;
+    EXPECT_NE(r.out.find(text), std::string::npos) << args << ": " << r.out;
+  }
+  qkvlab::test_support::expect_usage_error(qkvlab("rmt --d-max 63"), "rmt --d-max 63", "from 64 to");
+  qkvlab::test_support::expect_usage_error(qkvlab("lnorm --d 1"), "lnorm --d 1", "from 2 to");
+  qkvlab::test_support::expect_usage_error(qkvlab("icl depth --layers 17"), "--layers 17", "--layers: must be an integer from 1 to 16");
+}
+
+// Every list option takes its list one way (cli/validators.hpp add_list_option): an empty list, an
+// empty element and a value given twice are usage errors naming the option, before any work.
+// Control: the same options with distinct values are taken (a cheap icl theory sweep runs; the
+// others reach their next check, a missing file or directory, past the list).
+TEST_F(Cli, ListOptionsRefuseEmptyElementsAndRepeatedValues) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"icl theory --d-list 2,2", "--d-list: 2 is given twice"},
+      {"icl theory --d-list 2,,4", "--d-list: the list '2,,4' has an empty element"},
+      {"icl theory --d-list ''", "--d-list: the list is empty"},
+      {"icl theory --n-list 4,", "--n-list: the list '4,' has an empty element"},
+      {"icl theory --sigma-list 0.5,5e-1", "--sigma-list: 0.5 is given twice"},
+      {"icl theory --w0-scale-list ,1", "--w0-scale-list: the list ',1' has an empty element"},
+      {"icl sweep --d-list 2,2", "--d-list: 2 is given twice"},
+      {"icl sweep --sigma-list ''", "--sigma-list: the list is empty"},
+      {"icl depth --layers 2,2", "--layers: 2 is given twice"},
+      {"icl depth --layers 1,,2", "--layers: the list '1,,2' has an empty element"},
+      {"icl depth --layers ''", "--layers: the list is empty"},
+      {"icl train --models mha,mha", "--models: mha is given twice"},
+      {"icl train --models mha,", "--models: the list 'mha,' has an empty element"},
+      {"icl train --models mlp", "--models: "},
+      {"verify --d 8,8", "--d: 8 is given twice"},
+      {"verify --precision double,,float", "--precision: the list 'double,,float' has an empty element"},
+      {"verify --heads 2 --heads 2", "--heads: 2 is given twice"},
+      {"lm eliminate ckpt --out o --layers 1,1", "--layers: 1 is given twice"},
+      {"fdim --query-layers 1,1", "--query-layers: 1 is given twice"},
+      {"probe ckpt --lr-grid 0.1,0.1", "--lr-grid: 0.1 is given twice"},
+  };
+  for (const auto& [args, names] : cases) qkvlab::test_support::expect_usage_error(qkvlab(args), args, names);
+  const RunResult sweep = qkvlab("icl theory --d-list 1,2 --n-list 4 --prompts 200 --threads 1 --quiet --format json");
+  EXPECT_EQ(sweep.status, 0) << sweep.err;
+  for (const std::string args : {"icl depth --layers 1,2 --d 0", "icl train --models mha,skipv1 --d 0", "verify --d 8,16 --heads 3,5 --seed -1"}) {
+    const RunResult r = qkvlab(args);
+    EXPECT_EQ(r.status, 2) << args;
+    EXPECT_EQ(r.err.find("given twice"), std::string::npos) << args << ": " << r.err;
+    EXPECT_EQ(r.err.find("empty"), std::string::npos) << args << ": " << r.err;
+  }
+}
+
+// --figure's rule (cli/plot_common.hpp figure_stem) in icl theory as in transfer: STEM.svg is the stem
+// STEM (its table STEM.csv, not STEM.svg.csv), a stem's own dots stay, a directory is refused.
+TEST_F(Cli, IclTheoryFigureStemFollowsTheRule) {
+  const std::string run = "icl theory --prompts 200 --threads 1 --quiet --figure ";
+  EXPECT_EQ(qkvlab(run + quoted(outputs_ / "it.svg")).status, 0);
+  EXPECT_TRUE(fs::exists(outputs_ / "it.csv"));
+  EXPECT_FALSE(fs::exists(outputs_ / "it.svg.csv"));
+  EXPECT_EQ(qkvlab(run + quoted(outputs_ / "it.v2")).status, 0);
+  EXPECT_TRUE(fs::exists(outputs_ / "it.v2.csv"));
+  qkvlab::test_support::expect_usage_error(qkvlab(run + quoted(outputs_) + "/"), "--figure DIR/", "--figure: ");
+  qkvlab::test_support::expect_usage_error(qkvlab(run + quoted(outputs_)), "--figure DIR", "names a directory");
+}
+
+// absorb on README's absorbable pair with unit 0 rescaled by 1e200 and 1e-200 (the same network):
+// yes with J = {0, 1} and a finite tolerance, no "nan" anywhere (text or JSON). Control: unscaled, the same.
+TEST_F(Cli, AbsorbDecidesAnExtremelyRescaledPairAsTheUnscaledOne) {
+  qkvlab::MatD W_1(4, 2), W_2(2, 4);
+  W_1 << 1, 0, 0, 1, 1, 1, 1, -1;
+  W_2 << -1, 0, 0.5, -0.3, 0, -1, 0.25, 0.7;
+  for (double c : {1.0, 1e200}) {
+    qkvlab::MatD V_1 = W_1, V_2 = W_2;
+    V_1.row(0) *= c, V_2.col(0) /= c;
+    const fs::path w1 = save("W1.npy", qkvlab::npy_bytes(V_1)), w2 = save("W2.npy", qkvlab::npy_bytes(V_2));
+    for (const char* format : {"text", "json"}) {
+      const RunResult r = qkvlab("absorb --format " + std::string(format) + " " + quoted(w1) + " " + quoted(w2) +
+                                 " --out-dir " + quoted(outputs_));
+      EXPECT_EQ(r.status, 0) << c << r.err;
+      EXPECT_NE(r.out.find(std::string(format) == "json" ? "\"J\": [0, 1]" : "J = {0, 1}"), std::string::npos) << c << r.out;
+      EXPECT_EQ(r.out.find("nan"), std::string::npos) << c << r.out;
+    }
+  }
+}
+
 TEST_F(Cli, RmtAndLnormBadInputExit2AndWriteNothing) {
   const fs::path missing = dir_ / "no_such_dir";
   const std::string cases[] = {

@@ -309,7 +309,7 @@ TEST(LmEliminateCommand, BadInputExitsTwoWithOneLine) {
   save_checkpoint(dir / "singular", singular);
   const std::pair<std::string, std::string> cases[] = {
       {"m --layers 3", "not one of the model's layers"},
-      {"m --layers 1,1", "listed twice"},
+      {"m --layers 1,1", "--layers: 1 is given twice"},
       {"mla", "MLA"},
       {"qid", "q-identity"},
       {"wide", "heads x head width != d"},

@@ -370,6 +370,47 @@ TEST_F(ResultsFiles, Hdf5RoundTrip) {
             (std::vector<std::string>{"T^-1 applied to W_Q only", "no mask"}));
 }
 
+// An integer column (Column::integer: seeds) is written exactly, as uint64 in HDF5 and in decimal in CSV:
+// 2^53 + 1 survives. Control: the same number in a double column is 2^53 in both.
+TEST_F(ResultsFiles, IntegerColumnsAreWrittenExactly) {
+  const std::uint64_t seed = (std::uint64_t(1) << 53) + 1;
+  const Column exact{"seed", {}, true, {seed, 7}}, rounded{"as_double", {double(seed), 7.0}};
+  const Table t{"fits", {exact, rounded}};
+  const fs::path h5 = dir_ / "t.h5", csv = dir_ / "t.csv";
+  write_tables_hdf5(h5, {t}, 1, "test");
+  write_csv(csv, t);
+  Id file(H5Fopen(h5.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+  ASSERT_GE(file, 0);
+  Id set(H5Dopen2(file, "fits/seed", H5P_DEFAULT), H5Dclose);
+  Id type(H5Dget_type(set), H5Tclose);
+  EXPECT_EQ(H5Tget_class(type), H5T_INTEGER);
+  EXPECT_EQ(H5Tget_size(type), 8u);
+  EXPECT_EQ(H5Tget_sign(type), H5T_SGN_NONE);
+  std::uint64_t read[2] = {};
+  ASSERT_GE(H5Dread(set, H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, read), 0);
+  EXPECT_EQ(read[0], seed);
+  EXPECT_EQ(read[1], 7u);
+  Id control(H5Dopen2(file, "fits/as_double", H5P_DEFAULT), H5Dclose);
+  double as_double[2] = {};
+  ASSERT_GE(H5Dread(control, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, as_double), 0);
+  EXPECT_NE(std::uint64_t(as_double[0]), seed);
+  std::ifstream in(csv);
+  std::string header, row;
+  std::getline(in, header), std::getline(in, row);
+  EXPECT_EQ(header, "seed,as_double");
+  EXPECT_EQ(row, "9007199254740993,9007199254740992");
+}
+
+// table_files names each table's files after --csv's and --figure's: a CSV's extension stays last, a
+// figure's stem keeps its own dots (o/fig.v2 gives o/fig.v2-TABLE, not o/fig-TABLE). One table: as given.
+TEST(TableFiles, AFigureStemKeepsItsDots) {
+  const auto files = table_files("o/t.csv", "o/fig.v2", {"a", "b"});
+  ASSERT_EQ(files.size(), 2u);
+  EXPECT_EQ(files[0].csv, "o/t-a.csv");
+  EXPECT_EQ(files[1].figure, "o/fig.v2-b");
+  EXPECT_EQ(table_files("o/t.csv", "o/fig.v2", {"a"})[0].figure, "o/fig.v2");
+}
+
 TEST_F(ResultsFiles, Hdf5ReplacesAnExistingFile) {
   const fs::path file_path = dir_ / "report.h5";
   std::ofstream(file_path) << "old";

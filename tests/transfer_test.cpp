@@ -200,6 +200,34 @@ TEST(TransferTraining, ResumesBitIdenticalFromCheckpoint) {
   EXPECT_THROW(run_transfer(8, other, {}), UsageError);
 }
 
+// A sweep checks every d's checkpoint before it trains any: a checkpoint of d = 8 written with another
+// lr refuses the sweep {4, 8} with d = 4 untrained (no transfer_d4 checkpoint written, no step
+// observed). Control: the sweep {4} alone, which reads no mismatched file, trains and checkpoints.
+TEST(TransferTraining, SweepChecksEveryCheckpointBeforeTraining) {
+  const qkvlab::test_support::ScratchDir scratch;
+  const fs::path& dir = scratch.path();
+  TransferConfig other = small_config(5, 2);
+  other.train.checkpoint_dir = dir;
+  other.train.lr *= 2;
+  run_transfer(8, other, {});
+  ASSERT_TRUE(fs::exists(dir / "transfer_d8.safetensors"));
+  TransferConfig c = small_config(5, 2);
+  c.train.checkpoint_dir = dir;
+  int observed = 0;
+  const auto count = [&](int, std::int64_t, double) { ++observed; };
+  try {
+    run_transfer_sweep({4, 8}, c, count);
+    ADD_FAILURE() << "a checkpoint of another lr was accepted";
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("transfer_d8.safetensors was written with lr"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(observed, 0);
+  EXPECT_FALSE(fs::exists(dir / "transfer_d4.safetensors")) << "d = 4 trained before the refusal";
+  run_transfer_sweep({4}, c, count);
+  EXPECT_GT(observed, 0);
+  EXPECT_TRUE(fs::exists(dir / "transfer_d4.safetensors"));
+}
+
 // SkipMlp::restore is all-or-nothing: a file without AdamW's state, or with W1 of another shape,
 // throws std::runtime_error and leaves the weights as they were (from the tape's
 // EngineTraining.RestoreRejectsMissingOrMisshapenState). Control: the complete file restores.
@@ -386,6 +414,80 @@ TEST(TransferCli, BadInputExitsTwoWithOneLine) {
   }
   const RunResult ok = run("--d 2 --steps 3 --batch 16 --format json");
   EXPECT_NE(ok.status, 2) << ok.err;
+}
+
+// Every file the run writes (--figure's STEM.svg, STEM.png and STEM.csv too) is checked before the
+// work: a run that would train for minutes is refused at once (under a 60 s bound), nothing written.
+// A file given as --checkpoint is called one. Control: the same outputs given distinct names are
+// accepted and written (a 3-step run).
+TEST(TransferCli, FigureFilesAreCheckedBeforeTheRun) {
+  const qkvlab::test_support::ScratchDir scratch;
+  const fs::path o = scratch.path();
+  fs::create_directory(o / "d.svg");
+  fs::create_symlink(o / "nothing", o / "l.png");
+  const std::string q = qkvlab::test_support::shell_quoted(o);
+  const std::string slow = "transfer --d 8 --steps 1000000 --batch 512 --threads 1 --quiet ";
+  const std::pair<std::string, std::string> cases[] = {
+      {"--out " + q + "/r.svg --figure " + q + "/r", "is also --out's file"},
+      {"--csv " + q + "/r.svg --figure " + q + "/r", "is also --csv's file"},
+      {"--figure " + q + "/d", "d.svg"},
+      {"--figure " + q + "/l", "l.png"},
+      {"--figure " + q + "/", "--figure: "},
+      {"--figure " + q + "/none/fig", "none does not exist"},
+      {"--out " + q + "/none/r.h5", "--out: directory"},
+  };
+  for (const auto& [args, names] : cases) {
+    const RunResult r = qkvlab::test_support::run_bounded(slow + args, 60);
+    qkvlab::test_support::expect_usage_error(r, args, names);
+  }
+  std::ofstream(o / "file") << "x";
+  qkvlab::test_support::expect_usage_error(run("--checkpoint " + q + "/file"), "--checkpoint FILE",
+                                           "--checkpoint: " + (o / "file").string() + " is not a directory");
+  for (const char* left : {"r.svg", "r.png", "r.csv", "r.h5"}) EXPECT_FALSE(fs::exists(o / left)) << left;
+  const RunResult ok = run("--d 2 --steps 3 --batch 16 --quiet --out " + q + "/r.h5 --figure " + q + "/r");
+  EXPECT_TRUE(ok.status == 0 || ok.status == 1) << ok.err;
+  EXPECT_TRUE(fs::exists(o / "r.h5") && fs::exists(o / "r.csv"));
+}
+
+// --figure's names, the rule of cli/plot_common.hpp: a stem's own dots stay (fig.v2 -> fig.v2.csv), a
+// stem ending in .svg is taken without it (fig.svg -> fig.csv, fig.svg), and a stem naming a directory
+// is refused. Control: the plain stem writes STEM.csv.
+TEST(TransferCli, FigureStemNamesItsFiles) {
+  const qkvlab::test_support::ScratchDir scratch;
+  const fs::path o = scratch.path();
+  const std::string q = qkvlab::test_support::shell_quoted(o), small = "--d 2 --steps 3 --batch 16 --quiet --figure ";
+  for (const char* stem : {"fig.v2", "plain", "drawn.svg"}) {
+    const RunResult r = run(small + q + "/" + stem);
+    EXPECT_TRUE(r.status == 0 || r.status == 1) << stem << ": " << r.err;
+  }
+  EXPECT_TRUE(fs::exists(o / "fig.v2.csv"));
+  EXPECT_FALSE(fs::exists(o / "fig.csv"));
+  EXPECT_TRUE(fs::exists(o / "plain.csv"));
+  EXPECT_TRUE(fs::exists(o / "drawn.csv"));
+  EXPECT_FALSE(fs::exists(o / "drawn.svg.csv"));
+  if (std::system("command -v gnuplot >/dev/null 2>&1") == 0) {
+    EXPECT_TRUE(fs::exists(o / "fig.v2.svg") && fs::exists(o / "fig.v2.png"));
+    EXPECT_TRUE(fs::exists(o / "drawn.svg") && fs::exists(o / "drawn.png"));
+    EXPECT_FALSE(fs::exists(o / "drawn.svg.svg"));
+  }
+  fs::create_directory(o / "sub");
+  for (const std::string& stem : {q + "/sub/", q + "/sub", q + "/."})
+    qkvlab::test_support::expect_usage_error(run(small + stem), stem, "names a directory");
+  EXPECT_TRUE(fs::is_empty(o / "sub"));
+}
+
+// A repeated or empty --d element is a usage error before any training. Control: distinct widths run.
+TEST(TransferCli, RepeatedOrEmptyWidthsAreRefused) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"--d 8,8", "--d: 8 is given twice"}, {"--d 4 --d 4", "--d: 4 is given twice"},
+      {"--d 4,", "has an empty element"},   {"--d ,4", "has an empty element"},
+      {"--d ''", "--d: the list is empty"}, {"--d 2,0", "--d: must be an integer from 1 to 4096"}};
+  for (const auto& [args, names] : cases)
+    qkvlab::test_support::expect_usage_error(qkvlab::test_support::run_bounded(std::string("transfer --steps 1000000 ") + args, 60),
+                                             args, names);
+  const RunResult ok = run("--d 2,3 --steps 3 --batch 16 --format json");
+  EXPECT_TRUE(ok.status == 0 || ok.status == 1) << ok.err;
+  EXPECT_NE(ok.out.find("\"d\": 3"), std::string::npos) << ok.out;
 }
 
 TEST(JsonDigits, CheckerFlagsASixDigitWriterAndNonNumbers) {
