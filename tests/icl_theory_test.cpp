@@ -227,6 +227,22 @@ TEST(IclMonteCarlo, ZeroInfluenceHasSeZeroAndNegativeVarianceBeyondRoundingIsRef
   EXPECT_NEAR(finish_lambda_dependent(moments(1 - 1e-6), lam, 1).values[0].se, std::sqrt(2e-6 / 1000), 1e-9);
 }
 
+// At σ = 0 (n ≥ d) the SkipV1 construction's loss is C + C_3 at every prompt: the statistic's se is 0 and
+// its mean a few ulps of E‖y‖², within the rounding of its terms: it holds (its z was infinite, "DOES
+// NOT"). Control: at σ = 0 the MHA bound under W_0 = cI, which fails there, is still rejected.
+TEST(IclLemmas, AStatisticZeroUpToRoundingHoldsAtSigmaZero) {
+  const LemmaOptions o{4000, 4, 2, -1, Form::posterior_mean};
+  Task zero = task_with(0.0, 4, 8), scaled = task_with(3.0, 4, 8);
+  zero.sigma = scaled.sigma = 0;
+  const LemmaResult skipv1 = check_thm2(zero, o, Thm2Part::skipv1);
+  EXPECT_EQ(skipv1.residual.se, 0);
+  EXPECT_NE(skipv1.residual.value, 0);  // rounding, not an exact zero: the case the rule must cover
+  EXPECT_LT(std::abs(skipv1.residual.value), 1e-12);
+  EXPECT_TRUE(skipv1.holds);
+  EXPECT_EQ(skipv1.z, 0);
+  EXPECT_GT(check_thm2(scaled, o, Thm2Part::mha).z, 10);
+}
+
 // Pass 2 over pass 1's kept statistics equals pass 2 over the prompts drawn again, to
 // the last bit (control: another seed differs).
 TEST(IclTheory, KeptAndRedrawnPromptsGiveTheSameNumbers) {
