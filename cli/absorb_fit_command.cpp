@@ -25,7 +25,7 @@ struct FitArgs {
   std::string pair = "both", skip = "identity", format = "table", out, w1, w2;
   synthetic::FitConfig config;
   bool quiet = false;
-  std::vector<const CLI::Option*> drawn_options;  // --d, --m, --pair, --min-sine: what draws a pair
+  std::vector<const CLI::Option*> drawn_options;  // --d, --m, --pair, --skip, --min-sine: what draws a pair
 };
 
 // The given pair, and the decision's unit roundoff as `qkvlab absorb` takes it.
@@ -42,7 +42,6 @@ synthetic::SkipNetwork given_network(const FitArgs& a, AbsorbLimits& limits) {
 
 synthetic::AbsorbFitConfig config_of(const FitArgs& a) {
   if (a.w1.empty() != a.w2.empty()) throw UsageError("--w1 and --w2 go together");
-  if (!a.w1.empty() && (a.skip != "identity")) throw UsageError("--skip: a given pair (--w1, --w2) is fitted with R = I");
   for (const CLI::Option* o : a.drawn_options)
     if (!a.w1.empty() && o->count() > 0)
       throw UsageError(o->get_name() + ": does not apply to a given pair (--w1, --w2): it sets how a pair is drawn");
@@ -114,9 +113,9 @@ Command add_absorb_fit_command(CLI::App& absorb, const std::string& command_line
   a->drawn_options.push_back(cmd->add_option("--pair", a->pair, "Which pairs to fit")
                                  ->check(CLI::IsMember({"generic", "representable", "both"}))
                                  ->capture_default_str());
-  cmd->add_option("--skip", a->skip, "R: the identity, or a generic invertible matrix drawn per seed")
-      ->check(CLI::IsMember({"identity", "generic"}))
-      ->capture_default_str();
+  a->drawn_options.push_back(cmd->add_option("--skip", a->skip, "R: the identity, or a generic invertible matrix drawn per seed")
+                                 ->check(CLI::IsMember({"identity", "generic"}))
+                                 ->capture_default_str());
   a->drawn_options.push_back(
       cmd->add_option("--min-sine", a->min_sine,
                       "Rows of W1 are redrawn until every pair is at least this far from collinear (sine of the angle)")

@@ -61,6 +61,7 @@ void refuse_overlapping_outputs(const AnalyzeArgs& a, analysis::Kind kind) {
     if (!t.figure.empty())
       for (const auto& f : results::figure_files(t.figure)) outputs.emplace_back("--figure", f.string());
   }
+  require_output_directories(outputs);
   refuse_overlapping_files(outputs, input_files(a.input));
 }
 

@@ -60,9 +60,14 @@ void add_common_options(CLI::App* cmd, CommonArgs& a, CommonOptions use) {
 
 void prepare(const CommonArgs& a) {
   require_device(a.device, kGpuPath);
-  figure_stem(a.figure);  // refuses a directory
-  refuse_overlapping_files({{"--out", &a.out}, {"--csv", &a.csv}}, {});
-  require_output_directories({{"--out", a.out}, {"--csv", a.csv}, {"--figure", a.figure}});
+  FileList outputs{{"--out", a.out}, {"--csv", a.csv}};
+  if (!a.figure.empty()) {  // every file write_outputs stages for it, checked before the training
+    const std::string stem = figure_stem(a.figure), data = figure_table(stem);  // figure_stem refuses a directory
+    for (const auto& f : results::figure_files(stem)) outputs.emplace_back("--figure", f.string());
+    outputs.emplace_back("--figure", a.csv.empty() || !same_file(data, a.csv) ? data : stem + ".figure.csv");
+  }
+  require_output_directories(outputs);
+  refuse_overlapping_files(outputs, {});
   apply_threads(a.threads, BlasUse::per_worker);
 }
 

@@ -8,6 +8,7 @@
 #include "cli/commands.hpp"
 #include "cli/validators.hpp"
 #include "lm/compare.hpp"
+#include "results/figure.hpp"
 
 namespace qkvlab::cli {
 
@@ -28,6 +29,11 @@ int run_compare(const CompareArgs& a) {
   if (!a.claim.empty()) o.claim = a.claim == "less" ? results::Sense::less : results::Sense::greater;
   const std::vector<std::filesystem::path> dirs(a.runs.begin(), a.runs.end());
   for (const std::string& run : a.runs) refuse_files_in(run, {{"--csv", &a.csv}, {"--figure", &a.figure}});
+  FileList outputs{{"--csv", a.csv}};
+  if (!a.figure.empty())
+    for (const auto& f : results::figure_files(figure_stem(a.figure))) outputs.emplace_back("--figure", f.string());
+  require_output_directories(outputs);
+  refuse_overlapping_files(outputs, {});
   for (std::size_t i = 0; i < dirs.size(); ++i)
     for (std::size_t j = 0; j < i; ++j) {
       std::error_code error;

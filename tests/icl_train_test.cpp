@@ -19,6 +19,7 @@
 #include "tests/json_digits.hpp"
 #include "tests/run_command.hpp"
 #include "tests/scratch_dir.hpp"
+#include "results/figure.hpp"
 
 #include <gtest/gtest.h>
 
@@ -513,6 +514,27 @@ TEST(IclCli, SweepAndDepthWriteBeforeTheyPrint) {
     EXPECT_NE(written.out, "") << args;
     EXPECT_TRUE(std::filesystem::exists(csv)) << args;
   }
+}
+
+// --figure STEM's files (STEM.svg, STEM.png, STEM.csv) are checked against the other outputs before the
+// training (a clash with --out was found only after it: a million steps would run first). Control: a stem
+// that clashes with nothing runs and writes them.
+TEST(IclCli, FigureFilesAreCheckedBeforeTheTraining) {
+  const qkvlab::test_support::ScratchDir scratch;
+  const std::string stem = (scratch / "fig").string();
+  for (const std::string& args : {std::string("icl train --models mha --restarts 1"), std::string("icl depth --layers 1")}) {
+    const CliRun clash =  // bounded: the old order trained first
+        qkvlab::test_support::run_bounded(args + " --steps 1000000 --quiet --out '" + stem + ".svg' --figure '" + stem + "'", 60);
+    EXPECT_EQ(clash.status, 2) << args << ": " << clash.err;
+    EXPECT_NE(clash.err.find("--figure " + stem + ".svg is also --out's file"), std::string::npos) << clash.err;
+    const CliRun csv_clash =
+        qkvlab::test_support::run_bounded(args + " --steps 1000000 --quiet --out '" + stem + ".csv' --figure '" + stem + "'", 60);
+    EXPECT_EQ(csv_clash.status, 2) << args << ": " << csv_clash.err;
+  }
+  if (!qkvlab::results::gnuplot_available()) return;
+  const CliRun ok = run("icl depth --layers 1 --steps 5 --eval-samples 200 --quiet --figure '" + stem + "'");
+  EXPECT_EQ(ok.status, 0) << ok.err;
+  EXPECT_TRUE(std::filesystem::exists(stem + ".svg") && std::filesystem::exists(stem + ".csv"));
 }
 
 // A run whose held-out loss stays finite but ends orders of magnitude above both its loss before

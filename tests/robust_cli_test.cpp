@@ -74,8 +74,11 @@ TEST(RobustCli, RealOptionsRefuseNanAndInfinity) {
       const std::string args = command + " " + option + " " + value;
       expect_usage_error(run_bounded(args, 60), args, option);
     }
-  // icl lemmas --w0-scale: a negative scale ran the default silently.
-  expect_usage_error(run_bounded("icl lemmas --w0-scale -1", 60), "--w0-scale -1", "--w0-scale");
+  // icl lemmas --w0-scale: a negative scale ran the default silently; it is W_0 = cI at c = -1 now, as in
+  // every icl subcommand (--w0-scale c means one thing in all of them).
+  const auto negative = run_bounded("icl lemmas --w0-scale -1 --prompts 200 --threads 1", 60);
+  EXPECT_EQ(negative.status, 0) << negative.err;
+  EXPECT_NE(negative.out.find("with c = -1:"), std::string::npos) << negative.out;
 }
 
 TEST(RobustCli, RealValidatorsAcceptFiniteNumbersOnly) {

@@ -319,6 +319,27 @@ TEST(RobustProbe, TagIdsAreCheckedAgainstTagsJson) {
   }
 }
 
+// An output whose directory does not exist is a usage error before the work (probe ran its probes, then
+// failed to write, exit 3; analyze likewise): a million-step probe is refused at once. Controls: the same
+// runs with an existing directory write their files.
+TEST(RobustProbe, AMissingOutputDirectoryIsRefusedBeforeTheWork) {
+  Fixture f;
+  const std::string probe = "probe " + shell_quoted(f.ckpt) + " --tokens " + shell_quoted(f.stream) +
+                            " --lr-grid 1e-3 --seq-len 8 --batch 2 --eval-windows 2 --quiet";
+  const std::string analyze = "analyze entropy " + f.model_args() + " --sequences 2 --quiet";
+  const fs::path missing = f.dir / "missing";
+  for (const std::string& option : {" --csv ", " --out "}) {
+    expect_usage_error(run_bounded(probe + " --steps 1000000" + option + shell_quoted(missing / "p.x"), 30), "probe" + option,
+                       "directory " + missing.string() + " does not exist");
+    expect_usage_error(run_bounded(analyze + option + shell_quoted(missing / "a.x"), 30), "analyze" + option,
+                       "directory " + missing.string() + " does not exist");
+  }
+  EXPECT_FALSE(fs::exists(missing));
+  EXPECT_EQ(run_bounded(probe + " --steps 2 --warmup 1 --csv " + shell_quoted(f.dir / "p.csv")).status, 0);
+  EXPECT_TRUE(fs::is_regular_file(f.dir / "p.csv"));
+  EXPECT_EQ(run_bounded(analyze + " --csv " + shell_quoted(f.dir / "a.csv")).status, 0);
+}
+
 // ---- non-finite weights and results ------------------------------------------------------------
 
 void reseal(const fs::path& ck, const std::string& file);
