@@ -31,7 +31,7 @@ int run_compare(const CompareArgs& a) {
   for (const std::string& run : a.runs) refuse_files_in(run, {{"--csv", &a.csv}, {"--figure", &a.figure}});
   FileList outputs{{"--csv", a.csv}};
   if (!a.figure.empty())
-    for (const auto& f : results::figure_files(figure_stem(a.figure))) outputs.emplace_back("--figure", f.string());
+    for (const auto& f : results::figure_files(a.figure)) outputs.emplace_back("--figure", f.string());  // a stem already
   require_output_directories(outputs);
   refuse_overlapping_files(outputs, {});
   for (std::size_t i = 0; i < dirs.size(); ++i)

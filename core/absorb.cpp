@@ -90,11 +90,13 @@ static std::optional<std::string> hypothesis_failure(const MatD& W_1, const MatD
   // Unit i is zero when its rank-one term W_2[:,i] w_iᵀ is below the rounding of
   // the sum of all of them (a scale-invariant test, on the balanced pair).
   const double total = unit_scale(b);
-  if (!std::isfinite(total))  // a term beyond double's range: no unit can be told zero against it
+  if (!std::isfinite(total)) {  // beyond double's range: no unit can be told zero against the sum
     for (Eigen::Index i = 0; i < W_1.rows(); ++i)
       if (!std::isfinite(b.W_1.row(i).stableNorm() * b.W_2.col(i).stableNorm()))
         return "the term of unit " + std::to_string(i) + ", |W_2[:," + std::to_string(i) + "]| |w_" +
                std::to_string(i) + "|, exceeds double's range";
+    return "the sum of the units' terms, sum_i |W_2[:,i]| |w_i|, exceeds double's range";
+  }
   std::vector<int> rows, cols;
   for (Eigen::Index i = 0; i < W_1.rows(); ++i) {
     if (b.W_1.row(i).stableNorm() * b.W_2.col(i).stableNorm() > eps * total) continue;

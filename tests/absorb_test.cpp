@@ -238,6 +238,14 @@ TEST(DecideAbsorption, ATermBeyondDoublesRangeIsUndecidedInWords) {
   EXPECT_EQ(one.verdict, Verdict::undecided);
   EXPECT_EQ(one.hypothesis_failure.find("is zero"), std::string::npos) << one.hypothesis_failure;
   EXPECT_NE(one.hypothesis_failure.find("the term of unit 0"), std::string::npos) << one.hypothesis_failure;
+  // Every term finite (1e308), their sum not: the sum is named, no unit called zero.
+  MatD sum_1(3, 2), sum_2(2, 3);
+  sum_1 << 1e154, 0, 0, 1e154, 1, 1;
+  sum_2 << -1e154, 0, 0.5, 0, -1e154, 0.25;
+  const AbsorbDecision both = decide_absorption(sum_1, sum_2);
+  EXPECT_EQ(both.verdict, Verdict::undecided);
+  EXPECT_EQ(both.hypothesis_failure.find("is zero"), std::string::npos) << both.hypothesis_failure;
+  EXPECT_NE(both.hypothesis_failure.find("the sum of the units' terms"), std::string::npos) << both.hypothesis_failure;
 }
 
 TEST(DecideAbsorption, RejectsShapesThatDoNotFit) {

@@ -241,6 +241,10 @@ TEST(IclLemmas, AStatisticZeroUpToRoundingHoldsAtSigmaZero) {
   EXPECT_TRUE(skipv1.holds);
   EXPECT_EQ(skipv1.z, 0);
   EXPECT_GT(check_thm2(scaled, o, Thm2Part::mha).z, 10);
+  // The rounding is that of each statistic's own terms: Lemma 3's is normalized (size 1), so a loss scale
+  // E‖y‖² of 1e14 (W_0 = 1e7 I) must not hide its failure there (z ≈ 90 was called 0, "holds").
+  const Task huge = task_with(1e7);
+  for (auto part : {Lemma3Part::t1, Lemma3Part::t2}) EXPECT_GT(check_lemma3(huge, o, part).z, 10);
 }
 
 // Pass 2 over pass 1's kept statistics equals pass 2 over the prompts drawn again, to

@@ -55,8 +55,10 @@ void validate_lemma_task(const Task& task) {
 
 double dot(const MatD& a, const MatD& b) { return a.cwiseProduct(b).sum(); }
 
+// `scale`: the size of the statistic's terms, for its rounding; a loss-valued statistic's is the task's
+// loss scale E‖y‖² (the default, scale < 0), a normalized one's 1.
 LemmaResult result(const Task& task, std::string id, std::string variant, std::string statement, Estimate e,
-                   std::string note = "") {
+                   std::string note = "", double scale = -1) {
   if (!std::isfinite(e.value) || !std::isfinite(e.se))
     throw NumericalError(id + ": statistic is not finite" + scale_note(task));
   LemmaResult r{.id = std::move(id), .variant = std::move(variant), .statement = std::move(statement), .residual = e,
@@ -64,7 +66,7 @@ LemmaResult result(const Task& task, std::string id, std::string variant, std::s
   // A mean within the rounding of its terms is zero: its z is 0 (at σ = 0 a statistic can be zero at
   // every prompt, its se 0 and its mean a few ulps of the loss scale E‖y‖², which a z of the mean over
   // its se alone called infinite: "DOES NOT" for a statement that holds, and a control "rejected").
-  const double rounding = lemma2_identity_budget(task) * zero_predictor_loss(task);
+  const double rounding = lemma2_identity_budget(task) * (scale < 0 ? zero_predictor_loss(task) : scale);
   r.z = std::abs(e.value) <= rounding ? 0 : e.se > 0 ? std::abs(e.value) / e.se : INFINITY;
   r.holds = r.z <= lemma_budget;
   return r;
@@ -234,7 +236,8 @@ LemmaResult check_lemma3(const Task& task, const LemmaOptions& o, Lemma3Part par
                                        : "E[X Y_i^T (W_D)_i] = t_2 I for every i (isotropy)",
                 e,
                 "squared relative anisotropy (unbiased split estimate); plug-in relative distance " +
-                    std::to_string(rel) + ", t = " + std::to_string(tau));
+                    std::to_string(rel) + ", t = " + std::to_string(tau),
+                1.0);  // normalized by d² τ²: its terms are of size 1
 }
 
 LemmaResult check_lemma4(const Task& task, const LemmaOptions& o) {
