@@ -58,13 +58,20 @@ void add_common_options(CLI::App* cmd, CommonArgs& a, CommonOptions use) {
   cmd->add_flag("--quiet", a.quiet, "No progress on stderr");
 }
 
+// The file the figure's numbers go to (write_outputs): STEM.csv, or, when that is --csv's file,
+// STEM.figure.csv (written only where the figure draws other rows than --csv's table).
+static std::string figure_data_file(const CommonArgs& a, const std::string& stem) {
+  const std::string data = figure_table(stem);
+  return a.csv.empty() || !same_file(data, a.csv) ? data : stem + ".figure.csv";
+}
+
 void prepare(const CommonArgs& a) {
   require_device(a.device, kGpuPath);
   FileList outputs{{"--out", a.out}, {"--csv", a.csv}};
   if (!a.figure.empty()) {  // every file write_outputs stages for it, checked before the training
-    const std::string stem = figure_stem(a.figure), data = figure_table(stem);  // figure_stem refuses a directory
+    const std::string stem = figure_stem(a.figure);  // figure_stem refuses a directory
     for (const auto& f : results::figure_files(stem)) outputs.emplace_back("--figure", f.string());
-    outputs.emplace_back("--figure", a.csv.empty() || !same_file(data, a.csv) ? data : stem + ".figure.csv");
+    outputs.emplace_back("--figure", figure_data_file(a, stem));
   }
   require_output_directories(outputs);
   refuse_overlapping_files(outputs, {});
@@ -93,9 +100,8 @@ void write_outputs(const CommonArgs& a, const ExperimentTables& t, const std::st
   if (!a.out.empty()) results::stage_tables_hdf5(files, a.out, t.tables, a.seed, command_line);
   if (!a.csv.empty()) results::stage_csv(files, a.csv, t.main);
   if (!a.figure.empty()) {
-    const std::string stem = figure_stem(a.figure), data = figure_table(stem);
-    if (a.csv.empty() || !same_file(data, a.csv)) results::stage_csv(files, data, t.plot.table);
-    else if (t.plot.table.columns != t.main.columns) results::stage_csv(files, stem + ".figure.csv", t.plot.table);
+    const std::string stem = figure_stem(a.figure), data = figure_data_file(a, stem);
+    if (data == figure_table(stem) || t.plot.table.columns != t.main.columns) results::stage_csv(files, data, t.plot.table);
     results::stage_figure(files, t.plot.figure, t.plot.table, stem);
   }
   files.commit();

@@ -68,11 +68,14 @@ std::vector<int> subset(std::uint64_t bits, int m) {
 
 }  // namespace
 
+// ‖W_2[:,i]‖ ‖w_i‖, unit i's rank-one term's size, of a balanced pair.
+static double unit_term(const Balanced& b, Eigen::Index i) { return b.W_1.row(i).stableNorm() * b.W_2.col(i).stableNorm(); }
+
 // Σ_i ‖W_2[:,i]‖ ‖w_i‖: invariant under the positive per-unit rescalings
 // (w_i → c w_i, W_2[:,i] → W_2[:,i]/c) that leave the network unchanged; of a balanced pair.
 static double unit_scale(const Balanced& b) {
   double sum = 0;
-  for (Eigen::Index i = 0; i < b.W_1.rows(); ++i) sum += b.W_1.row(i).stableNorm() * b.W_2.col(i).stableNorm();
+  for (Eigen::Index i = 0; i < b.W_1.rows(); ++i) sum += unit_term(b, i);
   return sum;
 }
 
@@ -92,14 +95,14 @@ static std::optional<std::string> hypothesis_failure(const MatD& W_1, const MatD
   const double total = unit_scale(b);
   if (!std::isfinite(total)) {  // beyond double's range: no unit can be told zero against the sum
     for (Eigen::Index i = 0; i < W_1.rows(); ++i)
-      if (!std::isfinite(b.W_1.row(i).stableNorm() * b.W_2.col(i).stableNorm()))
+      if (!std::isfinite(unit_term(b, i)))
         return "the term of unit " + std::to_string(i) + ", |W_2[:," + std::to_string(i) + "]| |w_" +
                std::to_string(i) + "|, exceeds double's range";
     return "the sum of the units' terms, sum_i |W_2[:,i]| |w_i|, exceeds double's range";
   }
   std::vector<int> rows, cols;
   for (Eigen::Index i = 0; i < W_1.rows(); ++i) {
-    if (b.W_1.row(i).stableNorm() * b.W_2.col(i).stableNorm() > eps * total) continue;
+    if (unit_term(b, i) > eps * total) continue;
     (smaller_factor_is_row(W_1, W_2, i) ? rows : cols).push_back(int(i));
   }
   if (!rows.empty()) return "row " + std::to_string(rows.front()) + " of W_1 is zero";

@@ -229,23 +229,20 @@ TEST(DecideAbsorption, ATermBeyondDoublesRangeIsUndecidedInWords) {
   EXPECT_NE(huge.reason.find("beyond double's range"), std::string::npos) << huge.reason;
   EXPECT_EQ(huge.reason.find("nan"), std::string::npos) << huge.reason;
   EXPECT_NE(decide_absorption(MatD(1e100 * W_1), MatD(1e-100 * W_2)).verdict, Verdict::undecided);
-  // One unit's term beyond the range (w_0 = [1e200, 0], W_2[:,0] = [-1e200, 0]): that unit is named, no
-  // unit is called zero (every one was: its term against an infinite sum).
-  MatD big_1(3, 2), big_2(2, 3);
-  big_1 << 1e200, 0, 0, 1, 1, 1;
-  big_2 << -1e200, 0, 0.5, 0, -1, 0.25;
-  const AbsorbDecision one = decide_absorption(big_1, big_2);
-  EXPECT_EQ(one.verdict, Verdict::undecided);
-  EXPECT_EQ(one.hypothesis_failure.find("is zero"), std::string::npos) << one.hypothesis_failure;
-  EXPECT_NE(one.hypothesis_failure.find("the term of unit 0"), std::string::npos) << one.hypothesis_failure;
-  // Every term finite (1e308), their sum not: the sum is named, no unit called zero.
-  MatD sum_1(3, 2), sum_2(2, 3);
-  sum_1 << 1e154, 0, 0, 1e154, 1, 1;
-  sum_2 << -1e154, 0, 0.5, 0, -1e154, 0.25;
-  const AbsorbDecision both = decide_absorption(sum_1, sum_2);
-  EXPECT_EQ(both.verdict, Verdict::undecided);
-  EXPECT_EQ(both.hypothesis_failure.find("is zero"), std::string::npos) << both.hypothesis_failure;
-  EXPECT_NE(both.hypothesis_failure.find("the sum of the units' terms"), std::string::npos) << both.hypothesis_failure;
+  // Out of range, no unit is called zero (every one was: its term against an infinite sum); what is out of
+  // range is named: one unit's term (w_0 = [1e200, 0], W_2[:,0] = [-1e200, 0]), or the sum of finite
+  // terms (two of 1e308).
+  const auto expect_named = [](double a, double b, const std::string& named) {
+    MatD W_1(3, 2), W_2(2, 3);
+    W_1 << a, 0, 0, b, 1, 1;
+    W_2 << -a, 0, 0.5, 0, -b, 0.25;
+    const AbsorbDecision d = decide_absorption(W_1, W_2);
+    EXPECT_EQ(d.verdict, Verdict::undecided) << named;
+    EXPECT_EQ(d.hypothesis_failure.find("is zero"), std::string::npos) << d.hypothesis_failure;
+    EXPECT_NE(d.hypothesis_failure.find(named), std::string::npos) << d.hypothesis_failure;
+  };
+  expect_named(1e200, 1, "the term of unit 0");
+  expect_named(1e154, 1e154, "the sum of the units' terms");
 }
 
 TEST(DecideAbsorption, RejectsShapesThatDoNotFit) {
