@@ -453,11 +453,13 @@ results::Value compare_runs(const std::vector<fs::path>& dirs, const CompareOpti
     v.set("variant", g.variant);
     v.set("runs", std::int64_t(g.runs.size()));
     v.set("seeds", seeds);
+    // A spread of one run and a difference without a paired baseline run are not measured: null, not nan.
+    const auto measured = [](bool defined, double x) { return defined ? results::Value(x) : results::Value(); };
     v.set("final_validation_loss_mean", mean(finals));
-    v.set("final_validation_loss_std", stddev(finals));
+    v.set("final_validation_loss_std", measured(finals.size() > 1, stddev(finals)));
     v.set("baseline", base ? results::Value(base->label) : results::Value());
-    v.set("delta_vs_baseline_mean", mean(deltas));
-    v.set("delta_vs_baseline_se", deltas.size() > 1 ? stddev(deltas) / std::sqrt(double(deltas.size())) : std::nan(""));
+    v.set("delta_vs_baseline_mean", measured(!deltas.empty(), mean(deltas)));
+    v.set("delta_vs_baseline_se", measured(deltas.size() > 1, stddev(deltas) / std::sqrt(double(deltas.size()))));
     v.set("paired_seeds", std::int64_t(deltas.size()));
     if (!no_baseline.empty()) v.set("baseline_note", no_baseline);
     if (o.claim && base && base != &g) {
@@ -489,7 +491,9 @@ results::Value compare_runs(const std::vector<fs::path>& dirs, const CompareOpti
     list.push(v);
   }
   out.set("groups", list);
-  if (o.csv && !curves.columns.empty()) {
+  if (o.csv && curves.columns.empty())
+    throw UsageError("--csv: no group has a run paired by seed with a baseline run, so there are no relative curves to write");
+  if (o.csv) {
     StagedFiles files;  // the CSV and its figure: all or none
     results::stage_csv(files, *o.csv, curves);
     if (o.figure) {

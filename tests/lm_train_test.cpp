@@ -27,6 +27,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// A compared group's number, NaN where lm compare reports it unmeasured (null).
+double number_or_nan(const results::Value& v) { return v.kind() == results::Value::Kind::null ? std::nan("") : v.number(); }
+
 struct ScratchDir {
   fs::path path;
   ScratchDir() {
@@ -381,12 +384,12 @@ TEST(LmCompare, GroupsBySeedAndMeasuresAgainstTheBaseline) {
     EXPECT_EQ(g["runs"].number(), 2);
     EXPECT_NEAR(g["final_validation_loss_mean"].number(), (f[0] + f[1]) / 2, 1e-12);
     if (g["variant"].string() == "vanilla") {  // the baseline is not measured against itself
-      EXPECT_TRUE(std::isnan(g["delta_vs_baseline_mean"].number()));
+      EXPECT_TRUE(std::isnan(number_or_nan(g["delta_vs_baseline_mean"])));
       EXPECT_EQ(g.find("final_relative_train_loss"), nullptr);
       continue;
     }
     const double delta = (f[0] + f[1]) / 2 - (finals["vanilla"][0] + finals["vanilla"][1]) / 2;
-    EXPECT_NEAR(g["delta_vs_baseline_mean"].number(), delta, 1e-12);  // paired by seed: the mean difference
+    EXPECT_NEAR(number_or_nan(g["delta_vs_baseline_mean"]), delta, 1e-12);  // paired by seed: the mean difference
     EXPECT_EQ(g["paired_seeds"].number(), 2);
     EXPECT_NE(g["final_relative_train_loss"].number(), 0.0);  // control: the variants' curves differ
   }
@@ -402,7 +405,7 @@ TEST(LmCompare, GroupsBySeedAndMeasuresAgainstTheBaseline) {
   for (std::size_t i = 0; i < c["groups"].items().size(); ++i) {
     const results::Value& g = c["groups"].items()[i];
     if (g.find("final_relative_train_loss") == nullptr) continue;
-    EXPECT_EQ(cf["groups"].items()[i]["delta_vs_baseline_mean"].number(), g["delta_vs_baseline_mean"].number());
+    EXPECT_EQ(number_or_nan(cf["groups"].items()[i]["delta_vs_baseline_mean"]), number_or_nan(g["delta_vs_baseline_mean"]));
     EXPECT_GT(std::abs(cf["groups"].items()[i]["final_relative_train_loss"].number() - g["final_relative_train_loss"].number()), 1e-9);
   }
 }
@@ -420,7 +423,7 @@ TEST(LmCompare, BaselineByRunName) {
     o.baseline = baseline;
     const results::Value c = compare_runs(runs, o);
     std::map<std::string, double> delta;
-    for (const auto& g : c["groups"].items()) delta[g["label"].string()] = g["delta_vs_baseline_mean"].number();
+    for (const auto& g : c["groups"].items()) delta[g["label"].string()] = number_or_nan(g["delta_vs_baseline_mean"]);
     return delta;
   };
   const double l2_minus_l05 = (finals["resformer-l2"][0] - finals["resformer-l05"][0] +
@@ -505,7 +508,7 @@ TEST(LmCompare, TheBaselineHasTheGroupsProducts) {
     const results::Value compared = compare_runs(runs, {});
     for (const auto& g : compared["groups"].items())
       if (g["variant"].string() == "resformer")
-        delta[g["label"].string().find("bf16") != std::string::npos] = g["delta_vs_baseline_mean"].number();
+        delta[g["label"].string().find("bf16") != std::string::npos] = number_or_nan(g["delta_vs_baseline_mean"]);
     return delta;
   };
   const auto all = deltas({bf16_vanilla, longer_vanilla, f32_vanilla, variants});
@@ -516,6 +519,29 @@ TEST(LmCompare, TheBaselineHasTheGroupsProducts) {
   const auto no_f32 = deltas({bf16_vanilla, variants});
   EXPECT_TRUE(std::isnan(no_f32.at(false))) << "a float32 variant was measured against bf16 runs";
   EXPECT_DOUBLE_EQ(no_f32.at(true), -0.5);
+}
+
+// What is not measured is null, never a nan passed off as a number: the baseline group's own difference,
+// a one-run spread, a one-seed standard error (in the text table too); --csv with no group paired to a
+// baseline run has no curves and is refused (it wrote nothing, exit 0). Control: a variant paired
+// with the baseline gets its numbers and the CSV is written.
+TEST(LmCompare, WhatIsNotMeasuredIsNullAndACsvWithoutCurvesIsRefused) {
+  ScratchDir dir;
+  const std::string training = R"("steps": 3)";
+  write_run(dir.path / "vanilla-s1", "vanilla", training, 1, 3.0);
+  write_run(dir.path / "resformer-s1", "resformer", training, 1, 2.5);
+  CompareOptions with_csv;
+  with_csv.csv = dir.path / "curves.csv";
+  const results::Value alone = compare_runs({dir.path / "vanilla-s1"}, {});
+  const results::Value& g = alone["groups"].items().at(0);
+  for (const char* field : {"final_validation_loss_std", "delta_vs_baseline_mean", "delta_vs_baseline_se"})
+    EXPECT_EQ(g[field].kind(), results::Value::Kind::null) << field;
+  EXPECT_EQ(alone.text().find("nan"), std::string::npos) << alone.text();
+  EXPECT_THROW(compare_runs({dir.path / "vanilla-s1"}, with_csv), UsageError);
+  EXPECT_FALSE(fs::exists(*with_csv.csv));
+  const results::Value paired = compare_runs({dir.path / "vanilla-s1", dir.path / "resformer-s1"}, with_csv);
+  EXPECT_DOUBLE_EQ(paired["groups"].items().at(1)["delta_vs_baseline_mean"].number(), -0.5);
+  EXPECT_TRUE(fs::exists(*with_csv.csv));
 }
 
 // A baseline was trained with the group's budget and data shape (steps, batch, seq_len, accum): a
@@ -543,7 +569,7 @@ TEST(LmCompare, ABaselineWasTrainedWithTheGroupsBudget) {
   };
   const results::Value longer = compared("longer", R"("steps": 30, "batch": 16, "seq_len": 128, "accum": 1, "lr": 0.002)");
   EXPECT_EQ(longer["baseline"].kind(), results::Value::Kind::null);
-  EXPECT_TRUE(std::isnan(longer["delta_vs_baseline_mean"].number()));
+  EXPECT_TRUE(std::isnan(number_or_nan(longer["delta_vs_baseline_mean"])));
   EXPECT_EQ(longer["paired_seeds"].number(), 0);
   EXPECT_EQ(longer.find("verdict"), nullptr);
   EXPECT_EQ(longer.find("final_relative_train_loss"), nullptr);
@@ -560,7 +586,7 @@ TEST(LmCompare, ABaselineWasTrainedWithTheGroupsBudget) {
                                        std::pair<std::string, std::string>{"lr", R"("steps": 3, "batch": 16, "seq_len": 128, "accum": 1, "lr": 0.004)"}}) {
     const results::Value g = compared(name, training);
     EXPECT_EQ(g["baseline"].string(), "gpt2 vanilla") << name;
-    EXPECT_NEAR(g["delta_vs_baseline_mean"].number(), 4.0 - 3.015, 1e-12) << name;
+    EXPECT_NEAR(number_or_nan(g["delta_vs_baseline_mean"]), 4.0 - 3.015, 1e-12) << name;
     EXPECT_EQ(g["paired_seeds"].number(), 2) << name;
     EXPECT_NE(g.find("verdict"), nullptr) << name;
     EXPECT_EQ(g.find("baseline_note"), nullptr) << name;
@@ -591,7 +617,7 @@ TEST(LmCompare, TheRelativeCurveIsOfThePairedSeedsOnly) {
   const auto [one, one_csv] = group({dir.path / "vanilla-s1", dir.path / "resformer-s1", dir.path / "resformer-s2"});
   EXPECT_EQ(one["paired_seeds"].number(), 1);
   EXPECT_EQ(one["relative_curve_seeds"].number(), 1);
-  EXPECT_DOUBLE_EQ(one["delta_vs_baseline_mean"].number(), -0.5);
+  EXPECT_DOUBLE_EQ(number_or_nan(one["delta_vs_baseline_mean"]), -0.5);
   EXPECT_DOUBLE_EQ(one["final_relative_train_loss"].number(), -0.5);  // seed 1's alone, not (−0.5 − 1.0)/2
   EXPECT_NE(one_csv.find("\n4,-0.5,"), std::string::npos) << one_csv;
   write_run(dir.path / "vanilla-s2", "vanilla", trained, 2, 2.25);
@@ -614,7 +640,7 @@ TEST(LmCompare, ACorpusIsItsTokensNotItsName) {
     std::map<std::string, std::pair<std::int64_t, double>> out;  // label → runs, delta
     const results::Value c = compare_runs(runs, {});
     for (const auto& g : c["groups"].items())
-      out[g["label"].string()] = {std::int64_t(g["runs"].number()), g["delta_vs_baseline_mean"].number()};
+      out[g["label"].string()] = {std::int64_t(g["runs"].number()), number_or_nan(g["delta_vs_baseline_mean"])};
     return out;
   };
   std::vector<fs::path> runs;
@@ -683,7 +709,7 @@ TEST(LmCompare, TheBaselineIsTheNearestModelOnTheSameDevice) {
     const results::Value compared = compare_runs(dirs, o);
     for (const auto& g : compared["groups"].items()) {
       ++groups;
-      if (g["variant"].string() == "skipv1") delta = g["delta_vs_baseline_mean"].number();
+      if (g["variant"].string() == "skipv1") delta = number_or_nan(g["delta_vs_baseline_mean"]);
     }
     EXPECT_EQ(groups, (dirs.size() + 1) / 2) << "two runs a group";
     return delta;
@@ -703,7 +729,7 @@ TEST(LmCompare, TheBaselineIsTheNearestModelOnTheSameDevice) {
   by_name.baseline = "skipv1";
   const results::Value c4 = compare_runs(runs({pooling, skipv1}), by_name);
   for (const auto& g : c4["groups"].items()) {
-    const double delta = g["delta_vs_baseline_mean"].number();
+    const double delta = number_or_nan(g["delta_vs_baseline_mean"]);
     if (g["label"].string().find("pooling") != std::string::npos)
       EXPECT_DOUBLE_EQ(delta, -0.125);
     else
