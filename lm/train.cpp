@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <fstream>
 #include <span>
 
@@ -426,6 +427,29 @@ void start_from(Session& run, const fs::path& dir) {
   run.from = initial_checkpoint_fields(dir, from);
 }
 
+// The run directory, created here when it is new; a run refused before it wrote anything (no
+// checkpoint to resume, a token outside the vocabulary) removes the directory it created, which
+// holds nothing but its lock then: a refusal leaves nothing behind.
+class RunDirectory {
+ public:
+  explicit RunDirectory(const fs::path& dir) : dir_(dir), created_(fs::create_directories(dir)) {}
+  RunDirectory(const RunDirectory&) = delete;
+  RunDirectory& operator=(const RunDirectory&) = delete;
+  ~RunDirectory() {
+    if (!created_ || std::uncaught_exceptions() == exceptions_) return;
+    std::error_code error;
+    for (fs::directory_iterator it(dir_, error), end; !error && it != end; it.increment(error))
+      if (it->path().filename() != ".qkvlab-lock") return;
+    fs::remove(dir_ / ".qkvlab-lock", error);
+    fs::remove(dir_, error);
+  }
+
+ private:
+  fs::path dir_;
+  bool created_;
+  int exceptions_ = std::uncaught_exceptions();
+};
+
 }  // namespace
 
 std::string validation_hash(const TrainData& data) { return std::to_string(fnv1a(data.validation)); }
@@ -453,7 +477,7 @@ results::Value train_language_model(const RunOptions& o, const TrainData& data, 
     throw UsageError("the training and validation streams need more than the sequence length, " +
                      std::to_string(o.seq) + " tokens, each (" + std::to_string(data.train.size()) + " and " +
                      std::to_string(data.validation.size()) + ")");
-  fs::create_directories(o.out);
+  const RunDirectory directory(o.out);  // declared before the lock, so released after it
   const DirectoryLock lock(o.out, "lm train");  // one writer per run directory, for the whole run
   if (!o.resume)  // a fresh run never writes over another's files (nor a corpus's baselines.json)
     for (const std::string& name : run_file_names())

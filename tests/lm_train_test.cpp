@@ -169,6 +169,23 @@ TEST(LmTrain, RunsSurviveInterruptionsAndAreNotOverwritten) {
   EXPECT_THROW(train_language_model(finish, data, backend, {}), UsageError);  // control: finished now
 }
 
+// A run refused before it writes anything leaves nothing behind: a resume with no checkpoint into a
+// new directory leaves no directory (it left one holding .qkvlab-lock). Control: an existing empty
+// directory is the user's and stays.
+TEST(LmTrain, ARefusedRunLeavesNoDirectoryItCreated) {
+  ScratchDir dir;
+  const TrainData data = toy_data();
+  engine::CpuBackend<float> backend(1);
+  RunOptions nothing_to_resume = tiny_run(dir.path / "new" / "run", 1);
+  nothing_to_resume.resume = true;
+  EXPECT_THROW(train_language_model(nothing_to_resume, data, backend, {}), UsageError);
+  EXPECT_FALSE(fs::exists(dir.path / "new" / "run"));
+  fs::create_directories(dir.path / "mine");
+  nothing_to_resume.out = dir.path / "mine";
+  EXPECT_THROW(train_language_model(nothing_to_resume, data, backend, {}), UsageError);
+  EXPECT_TRUE(fs::is_directory(dir.path / "mine"));
+}
+
 // A run started from a checkpoint (--from) records it in run.json: the path as given, the checksum of its
 // model.safetensors (its manifest's) and the run that saved it; a fresh run records none.
 // A --from path with a byte that is not UTF-8 is kept in the checkpoint's metadata as \xNN (the
