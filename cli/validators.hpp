@@ -81,8 +81,10 @@ CLI::Validator real_where(std::string must, Ok ok, std::string name) {
       [must, ok](std::string& value) -> std::string {
         double x = 0;
         const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), x);
-        if (value.empty() || ec != std::errc() || end != value.data() + value.size() || !std::isfinite(x) || !ok(x))
-          return "must be " + must + ", got '" + value + "'";
+        const bool whole = !value.empty() && end == value.data() + value.size();
+        if (whole && ec == std::errc::result_out_of_range)  // 1e-400 and 1e400: no double holds them
+          return "must be " + must + ", got '" + value + "', beyond a double's range (nonzero magnitudes 4.9e-324 to 1.8e308)";
+        if (!whole || ec != std::errc() || !std::isfinite(x) || !ok(x)) return "must be " + must + ", got '" + value + "'";
         return "";
       },
       std::move(name));

@@ -102,6 +102,13 @@ TEST(RobustCli, RealValidatorsAcceptFiniteNumbersOnly) {
   std::string huge = "-1";
   const std::string message = positive_real(huge);
   EXPECT_LT(message.size(), 80u) << message;
+  // A number beyond a double's range says so (1e-400 read as "not a non-negative number"); control: the
+  // smallest subnormal is a number.
+  for (std::string beyond : {"1e-400", "1e400", "-1e400"})
+    EXPECT_NE(non_negative_real(beyond).find("beyond a double's range"), std::string::npos) << beyond;
+  EXPECT_TRUE(ok(non_negative_real, "4.9e-324"));
+  std::string negative = "-1";
+  EXPECT_EQ(non_negative_real(negative).find("beyond"), std::string::npos);
 }
 
 TEST(RobustCli, SeedsOutOfRangeAreUsageErrors) {
