@@ -84,6 +84,7 @@ int run_generate(const GenerateArgs& a) {
   const Progress show{"lm generate", Progress::wanted(a.quiet)};
   const lm::Generation g = lm::generate(*model, prompt, a.max_new, a.batch, a.sampling,
                                         [&](int done, int total) { show("tokens", done, total); });
+  if (!g.nonfinite.empty()) return report_nonfinite("lm generate", g.nonfinite);
   results::Value out = results::Value::object();
   out.set("prompt_ids", ids_value(g.prompt_ids));
   if (a.batch == 1) {

@@ -35,13 +35,15 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// A NaN or infinite logit would be sampled as a token like any other: refused, naming where.
-void check_finite(const float* logits, int V, int step, int b) {
+// A NaN or infinite logit would be sampled as a token like any other: the first one, named (empty
+// when every logit is finite).
+std::string nonfinite_logit(const float* logits, int V, int step, int b) {
   for (int v = 0; v < V; ++v)
     if (!std::isfinite(logits[v]))
-      throw NumericalError("new token " + std::to_string(step + 1) + " of sequence " + std::to_string(b) +
-                           ": the logit of token id " + std::to_string(v) + " is " +
-                           (std::isnan(logits[v]) ? "nan" : "infinite") + " (the weights overflow in float)");
+      return "new token " + std::to_string(step + 1) + " of sequence " + std::to_string(b) + ": the logit of token id " +
+             std::to_string(v) + " is " + (std::isnan(logits[v]) ? "nan" : "infinite") +
+             " (a weight that is not finite, or products beyond float's range)";
+  return "";
 }
 
 void check_prompt(const Config& c, const std::vector<std::int32_t>& prompt, int max_new) {
@@ -64,30 +66,32 @@ Generation generate(Model<float>& model, const std::vector<std::int32_t>& prompt
   const Config& c = model.config();
   check_prompt(c, prompt, max_new);
   const int P = int(prompt.size()), capacity = P + max_new - 1, V = c.vocab;
-  Generation g{prompt, std::vector<std::vector<std::int32_t>>(std::size_t(B)), 0, capacity, 0, 0, 0, max_new - 1};
+  Generation g{prompt, std::vector<std::vector<std::int32_t>>(std::size_t(B)), 0, capacity, 0, 0, 0, max_new - 1, ""};
   std::vector<Rng> rngs;
   for (int b = 0; b < B; ++b) rngs.emplace_back(sampling.seed, "generate/" + std::to_string(b));
   std::vector<std::int32_t> ids;
   for (int b = 0; b < B; ++b) ids.insert(ids.end(), prompt.begin(), prompt.end());
   std::vector<float> logits(std::size_t(B) * V);
-  auto choose = [&] {
+  auto choose = [&] {  // false, with g.nonfinite, at a logit that is not finite
     ids.resize(std::size_t(B));
     for (int b = 0; b < B; ++b) {
-      check_finite(logits.data() + std::size_t(b) * V, V, int(g.ids[std::size_t(b)].size()), b);
+      g.nonfinite = nonfinite_logit(logits.data() + std::size_t(b) * V, V, int(g.ids[std::size_t(b)].size()), b);
+      if (!g.nonfinite.empty()) return false;
       ids[std::size_t(b)] = sample_token(logits.data() + std::size_t(b) * V, V, sampling, rngs[std::size_t(b)]);
       g.ids[std::size_t(b)].push_back(ids[std::size_t(b)]);
     }
     if (progress) progress(int(g.ids[0].size()), max_new);
+    return true;
   };
   auto t0 = std::chrono::steady_clock::now();
   model.begin_cache(B, capacity, P);
   model.extend(ids.data(), P, logits.data());
   g.prefill_seconds = seconds_since(t0);
-  choose();
+  if (!choose()) return g;
   t0 = std::chrono::steady_clock::now();
   for (int step = 1; step < max_new; ++step) {
     model.extend(ids.data(), 1, logits.data());
-    choose();
+    if (!choose()) return g;
   }
   g.decode_seconds = seconds_since(t0);
   g.cache_bytes = std::int64_t(model.cache_bytes());

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "core/rng.hpp"
@@ -36,11 +37,13 @@ struct Generation {
   double cache_bytes_per_token = 0;            // cache_bytes / (B · capacity)
   double prefill_seconds = 0, decode_seconds = 0;
   std::int64_t decode_steps = 0;               // max_new − 1 (the last token is not fed back)
+  std::string nonfinite;  // where a logit was first NaN or infinite: decoding stopped there (else empty)
 };
 
 // Decodes max_new ≥ 1 tokens after `prompt` (non-empty) in B sequences; `progress`, if given, is
 // called with (tokens chosen, max_new) after each step. Throws UsageError when the prompt plus
-// max_new − 1 fed tokens exceed the model's positions, or an id is outside the vocabulary.
+// max_new − 1 fed tokens exceed the model's positions, or an id is outside the vocabulary. A logit
+// that is not finite stops the decoding, named in `nonfinite` (the caller reports it, never samples it).
 Generation generate(Model<float>& model, const std::vector<std::int32_t>& prompt, int max_new, int B,
                     const Sampling& sampling, const std::function<void(int, int)>& progress = {});
 

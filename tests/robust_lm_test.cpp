@@ -379,6 +379,11 @@ TEST(RobustNonFinite, ANonFiniteResultIsTheFindingExitOneWithTheLayer) {
   // Every position's embedding NaN: every layer's pattern is NaN from layer 1 on.
   const engine::SafeTensors file = engine::load_safetensors(f.ckpt / "model.safetensors");
   const std::string wpe = first_tensor(f.ckpt, "wpe");
+  const fs::path prompt = f.dir / "prompt.npy";
+  corpus::write_tokens_npy(prompt, {1, 2, 3}, 3, 0);
+  const std::string generate =
+      "lm generate " + shell_quoted(f.ckpt) + " --tokens " + shell_quoted(prompt) + " --max-new 2 --quiet --allow-nonfinite";
+  ASSERT_EQ(run_bounded(generate).status, 0);  // control: the intact model decodes
   poison(f.ckpt, wpe, std::numeric_limits<float>::quiet_NaN(), 0);
   const CommandResult analyzed = run_bounded("analyze entropy " + f.model_args() + " --sequences 2 --quiet --allow-nonfinite --csv " +
                                              shell_quoted(f.dir / "e.csv"));
@@ -395,6 +400,14 @@ TEST(RobustNonFinite, ANonFiniteResultIsTheFindingExitOneWithTheLayer) {
   EXPECT_EQ(evaluated.status, 1) << evaluated.err;
   EXPECT_EQ(lines(evaluated.err), 1) << evaluated.err;  // it exited 3 with an empty stderr
   EXPECT_NE(evaluated.err.find("qkvlab: lm eval: not finite: the mean loss"), std::string::npos) << evaluated.err;
+  // lm generate reports a logit that is not finite as lm eval does (it exited 3 blaming float overflow).
+  const CommandResult generated = run_bounded(generate);
+  EXPECT_EQ(generated.status, 1) << generated.err;
+  EXPECT_EQ(lines(generated.err), 1) << generated.err;
+  EXPECT_NE(generated.err.find("qkvlab: lm generate: not finite: new token 1 of sequence 0: the logit of token id 0 is nan"),
+            std::string::npos)
+      << generated.err;
+  EXPECT_TRUE(generated.out.empty()) << generated.out;
   const CommandResult probed = run_bounded("probe " + shell_quoted(f.ckpt) + " --tokens " + shell_quoted(f.stream) +
                                            " --steps 2 --warmup 1 --lr-grid 1e-3,1e-2 --seq-len 8 --batch 2 --eval-windows 2"
                                            " --quiet --allow-nonfinite");
