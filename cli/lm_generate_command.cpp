@@ -2,6 +2,7 @@
 // cache (lm/generate.hpp): the new tokens (and their text, by the checkpoint's tokenizer), the
 // cache's measured bytes per token, prefill and decode throughput, peak memory.
 #include <iostream>
+#include <optional>
 
 #include "cli/format_option.hpp"
 #include "cli/commands.hpp"
@@ -52,12 +53,12 @@ std::vector<std::int32_t> prompt_ids(const GenerateArgs& a) {
 // The new tokens as text, where the checkpoint has a tokenizer (invalid UTF-8 replaced, for JSON); a
 // sequence holding an id the tokenizer lacks (a model vocabulary larger than its tokenizer's) has
 // text null, its ids kept.
-void set_text(results::Value& out, const GenerateArgs& a, const std::vector<std::vector<std::int32_t>>& ids) {
-  if (!lm::has_tokenizer(a.checkpoint)) return;
-  const lm::Tokenizer tokenizer = lm::Tokenizer::load(a.checkpoint);
+void set_text(results::Value& out, const GenerateArgs& a, const std::optional<lm::Tokenizer>& tokenizer,
+              const std::vector<std::vector<std::int32_t>>& ids) {
+  if (!tokenizer) return;
   const auto text = [&](const std::vector<std::int32_t>& seq) {
     try {
-      return results::Value(lm::replace_invalid_utf8(tokenizer.decode(seq)));
+      return results::Value(lm::replace_invalid_utf8(tokenizer->decode(seq)));
     } catch (const UsageError&) {  // an id the tokenizer has no token for
       return results::Value();
     }
@@ -78,6 +79,9 @@ results::Value ids_value(const std::vector<std::int32_t>& ids) {
 int run_generate(const GenerateArgs& a) {
   require_device(a.device);
   const std::vector<std::int32_t> prompt = prompt_ids(a);
+  // The checkpoint's tokenizer, read before the decoding (a broken one is refused before the work).
+  const std::optional<lm::Tokenizer> tokenizer =
+      lm::has_tokenizer(a.checkpoint) ? std::optional(lm::Tokenizer::load(a.checkpoint)) : std::nullopt;
   apply_threads(a.threads, BlasUse::per_worker);
   const auto backend = engine::make_backend(a.device, a.threads);
   const auto model = lm::load_model(a.checkpoint, *backend, a.allow_nonfinite, a.dtype);
@@ -94,7 +98,7 @@ int run_generate(const GenerateArgs& a) {
     for (const auto& seq : g.ids) all.push(ids_value(seq));
     out.set("ids", std::move(all));
   }
-  set_text(out, a, g.ids);
+  set_text(out, a, tokenizer, g.ids);
   out.set("cache_bytes_per_token", g.cache_bytes_per_token);
   out.set("prefill_tokens_per_s", double(a.batch) * double(prompt.size()) / g.prefill_seconds);
   out.set("decode_tokens_per_s", g.decode_steps ? results::Value(double(a.batch) * double(g.decode_steps) /

@@ -408,6 +408,11 @@ TEST(RobustNonFinite, ANonFiniteResultIsTheFindingExitOneWithTheLayer) {
             std::string::npos)
       << generated.err;
   EXPECT_TRUE(generated.out.empty()) << generated.out;
+  // A broken tokenizer (needed only for the output's text) is refused before the decoding: exit 2, not
+  // the decoding's finding (it was read after the work).
+  std::ofstream(f.ckpt / "vocab.json") << "{\"a";
+  std::ofstream(f.ckpt / "merges.txt") << "#version: 0.2\n";
+  expect_usage_error(run_bounded(generate), "generate with a broken tokenizer", "vocab.json");
   const CommandResult probed = run_bounded("probe " + shell_quoted(f.ckpt) + " --tokens " + shell_quoted(f.stream) +
                                            " --steps 2 --warmup 1 --lr-grid 1e-3,1e-2 --seq-len 8 --batch 2 --eval-windows 2"
                                            " --quiet --allow-nonfinite");
