@@ -8,6 +8,7 @@
 #include "cli/commands.hpp"
 #include "cli/model_source.hpp"
 #include "cli/validators.hpp"
+#include "core/errors.hpp"
 #include "lm/accounting.hpp"
 
 namespace qkvlab::cli {
@@ -21,8 +22,14 @@ struct KvArgs {
 };
 
 int run_kv(const KvArgs& a) {
+  const lm::Config config = model_config(a.model);
+  // A checkpoint's cache for more tokens than it has positions is one no run of it holds (lm generate
+  // refuses it); a model of flags is priced at any length.
+  if (!a.model.dir.empty() && a.seq_len && *a.seq_len > config.positions)
+    throw UsageError("--seq-len " + std::to_string(*a.seq_len) + " is longer than " + a.model.dir + "'s " +
+                     std::to_string(config.positions) + " positions");
   const auto seq_len = a.seq_len ? std::optional<std::int64_t>(*a.seq_len) : std::nullopt;
-  const results::Value v = lm::kv_value(model_config(a.model), a.dtype, seq_len);
+  const results::Value v = lm::kv_value(config, a.dtype, seq_len);
   std::cout << (a.format == "json" ? v.json() : v.text());
   return 0;
 }
@@ -38,7 +45,7 @@ Command add_kv_command(CLI::App& app, const std::string&) {
   cmd->add_option("--dtype", a->dtype, "Cache dtype: f32 (4 bytes), bf16 or f16 (2 bytes)")
       ->check(CLI::IsMember({"f32", "bf16", "f16"}))
       ->capture_default_str();
-  cmd->add_option("--seq-len", a->seq_len, "Also the total for this many tokens (one sequence)")
+  cmd->add_option("--seq-len", a->seq_len, "Also the total for this many tokens (one sequence; of a checkpoint, at most its positions)")
       ->check(positive_integer);
   add_format_option(cmd, a->format);
   return {cmd, [a] { return run_kv(*a); }};

@@ -72,7 +72,7 @@ std::vector<Command> add_lm_tokenize_commands(CLI::App& lm, const std::string&) 
               "{\"text\": ...} with invalid UTF-8 replaced by U+FFFD.");
   cmd->add_option("DIR", a->dir, "Checkpoint (or tokenizer) directory")->required();
   auto* text = cmd->add_option("--text", a->text, "Encode the text of this file")->check(path_value);
-  cmd->add_option("--prompt", a->prompt, "Encode this text (\"\": the empty text, no ids)")->excludes(text);
+  cmd->add_option("--prompt", a->prompt, "Encode this text (\"\": the empty text: no ids, or only those the tokenizer's template adds, such as a BOS)")->excludes(text);
   cmd->add_flag("--decode", a->decode, "Decode --tokens instead");
   cmd->add_option("--tokens", a->tokens, "With --decode: a 1-D .npy of token ids");
   add_format_option(cmd, a->format, Readable::text);

@@ -962,7 +962,11 @@ TEST(RobustMessages, UsageErrorsNameTheValueInOneLineWithExitTwo) {
                      "must be a positive integer, got '9223372036854775807' (too large: at most 2147483647)");
   expect_usage_error(run_bounded("kv " + shell_quoted(f.ckpt) + " --seq-len 99999999999999999999999"), "kv --seq-len 10^23",
                      "(too large: at most 2147483647)");
-  EXPECT_EQ(run_bounded("kv " + shell_quoted(f.ckpt) + " --seq-len 2147483647").status, 0);  // control: the bound itself
+  EXPECT_EQ(run_bounded("kv --seq-len 2147483647").status, 0);  // control: the bound itself (a model of flags)
+  // A checkpoint's cache for more tokens than its positions was priced (exit 0); control: its positions.
+  expect_usage_error(run_bounded("kv " + shell_quoted(f.ckpt) + " --seq-len 17"), "kv CKPT --seq-len 17",
+                     "is longer than " + f.ckpt.string() + "'s 16 positions");
+  EXPECT_EQ(run_bounded("kv " + shell_quoted(f.ckpt) + " --seq-len 16").status, 0);
   // A token id outside the vocabulary, a sequence longer than the positions: exit 3 from analyze and verify.
   std::vector<std::int32_t> ids(16, 1);
   ids[5] = 50;
