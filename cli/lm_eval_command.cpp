@@ -29,7 +29,7 @@ struct EvalArgs {
   std::int64_t sequences = 0;
   Device device = Device::cpu;
   std::string dtype = "auto";
-  bool quiet = false, allow_nonfinite = false;
+  bool quiet = false, allow_nonfinite = false, seq_len_given = false;
 };
 
 int run_eval(const EvalArgs& a) {
@@ -37,6 +37,9 @@ int run_eval(const EvalArgs& a) {
   if (a.tokens.empty() == a.text.empty()) throw UsageError("give one of --tokens FILE and --text FILE");
   const corpus::TokenArray tokens = a.text.empty() ? corpus::read_token_file(a.tokens, {a.sequences, a.seq_len})
                                                    : text_token_rows(a.text, a.checkpoint, a.seq_len);  // what is evaluated
+  if (a.seq_len_given && a.text.empty() && tokens.cols > 0 && tokens.cols != a.seq_len)
+    throw UsageError("--seq-len " + std::to_string(a.seq_len) + ": " + a.tokens + " is 2-D, its rows of " +
+                     std::to_string(tokens.cols) + " tokens are the sequences");
   const lm::TokenSequences data = lm::token_sequences(tokens.ids, tokens.rows, tokens.cols, a.seq_len, a.sequences);
   const std::string source = a.text.empty() ? a.tokens : a.text;
   apply_threads(a.threads, BlasUse::per_worker);  // the CPU backend runs one product per worker
@@ -74,11 +77,12 @@ std::vector<Command> add_lm_eval_commands(CLI::App& lm, const std::string&) {
   cmd->add_option("--tokens", a->tokens, ".npy of integer token ids (2-D: one sequence per row; 1-D: cut into "
                                          "--seq-len pieces) or nanoGPT's uint16 .bin");
   add_text_option(cmd, a->text);
-  cmd->add_option("--seq-len", a->seq_len, "Sequence length for a 1-D token file or a text")
-      ->check(integer_in(2, 1 << 20))
-      ->capture_default_str();
+  auto* seq_len = cmd->add_option("--seq-len", a->seq_len, "Sequence length for a 1-D token file or a text (a 2-D file's "
+                                                           "rows are its sequences: another length is refused)")
+                      ->check(integer_in(2, 1 << 20))
+                      ->capture_default_str();
   cmd->add_option("--sequences", a->sequences, "Evaluate the first N sequences (default: all)")
-      ->check(CLI::Range(std::int64_t(1), std::int64_t(1) << 40));
+      ->check(integer64_in(1, 1LL << 40));
   cmd->add_option("--batch", a->batch, "Sequences per forward pass")->check(integer_in(1, 4096))->capture_default_str();
   add_device_option(cmd, a->device);
   add_threads_option(cmd, a->threads);
@@ -86,7 +90,10 @@ std::vector<Command> add_lm_eval_commands(CLI::App& lm, const std::string&) {
   add_allow_nonfinite_option(cmd, a->allow_nonfinite);
   add_dtype_option(cmd, a->dtype);
   cmd->add_flag("--quiet", a->quiet, "No progress on stderr");
-  return {{cmd, [a] { return run_eval(*a); }}};
+  return {{cmd, [a, seq_len] {
+             a->seq_len_given = seq_len->count() > 0;
+             return run_eval(*a);
+           }}};
 }
 
 }  // namespace qkvlab::cli

@@ -113,23 +113,23 @@ std::vector<Command> add_lm_train_commands(CLI::App& lm, const std::string& comm
                                      "a fresh initialization; the model is then the checkpoint's");
   cmd->add_flag("--resume", a->run.resume, "Continue from --out's checkpoint (same settings required; a run cut in "
                                            "its final validation is finished)");
-  cmd->add_option("--steps", a->run.loop.steps, "Optimizer steps")->check(CLI::Range(std::int64_t(1), std::int64_t(1) << 40));
+  cmd->add_option("--steps", a->run.loop.steps, "Optimizer steps")->check(integer64_in(1, 1LL << 40));
   cmd->add_option("--batch", a->run.batch, "Sequences per micro-batch")->check(integer_in(1, 65536));
   cmd->add_option("--seq-len", a->run.seq, "Tokens per sequence")->check(integer_in(2, 1 << 20));
   cmd->add_option("--accum", a->run.loop.accum, "Micro-batches per step")->check(integer_in(1, 65536));
   cmd->add_option("--lr", a->run.loop.lr, "Peak learning rate (the floor becomes lr/10 unless --min-lr)")
       ->check(real_in(0.0, 10.0));
   cmd->add_option("--min-lr", a->run.loop.min_lr, "Floor of the cosine decay")->check(real_in(0.0, 10.0));
-  cmd->add_option("--warmup", a->run.loop.warmup, "Linear warmup steps (default: the preset's; with --steps N, N/20, at least 1 and below N)")->check(CLI::Range(std::int64_t(0), std::int64_t(1) << 40));
+  cmd->add_option("--warmup", a->run.loop.warmup, "Linear warmup steps (default: the preset's; with --steps N, N/20, at least 1 and below N)")->check(integer64_in(0, 1LL << 40));
   cmd->add_option("--weight-decay", a->run.loop.adamw.weight_decay, "AdamW's decoupled weight decay")
       ->check(real_in(0.0, 10.0));
   cmd->add_option("--clip", a->run.loop.clip, "Clip the gradient's global norm (0: no clipping)")->check(real_in(0.0, 1e6));
   cmd->add_option("--seed", a->run.seed, "Seed of the initialization and the batches")->check(seed_value)->capture_default_str();
-  cmd->add_option("--eval-every", a->run.eval_every, "Validation every N steps")->check(CLI::Range(std::int64_t(1), std::int64_t(1) << 40));
+  cmd->add_option("--eval-every", a->run.eval_every, "Validation every N steps")->check(integer64_in(1, 1LL << 40));
   cmd->add_option("--eval-windows", a->run.eval_windows, "Validation windows at each evaluation (the end uses all)")
       ->check(integer_in(1, 1 << 24));
   cmd->add_option("--checkpoint-every", a->run.checkpoint_every, "Checkpoint every N steps (and at the end)")
-      ->check(CLI::Range(std::int64_t(1), std::int64_t(1) << 40));
+      ->check(integer64_in(1, 1LL << 40));
   cmd->add_option("--dtype", a->dtype,
                   "The products' operands: f32, or bf16 as PyTorch's bf16 autocast rounds a matmul's, the "
                   "attention's included (rounded to bf16, summed in float32; the weights, gradients, softmax and "

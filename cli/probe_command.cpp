@@ -118,10 +118,10 @@ Command add_probe_command(CLI::App& app, const std::string& command_line) {
   add_list_option(cmd, "--lr-grid", a->options.lr_grid, "Peak learning rates tried (the best per layer is reported)",
                   real_in(1e-12, 10.0));
   cmd->add_option("--steps", a->options.steps, "Training steps per probe (0: evaluate the probes as started)")
-      ->check(CLI::Range(std::int64_t(0), std::int64_t(1) << 40))
+      ->check(integer64_in(0, 1LL << 40))
       ->capture_default_str();
   cmd->add_option("--warmup", a->options.warmup, "Warmup steps (default: a tenth of --steps)")
-      ->check(CLI::Range(std::int64_t(0), std::int64_t(1) << 40));
+      ->check(integer64_in(0, 1LL << 40));
   cmd->add_option("--batch", a->options.batch, "Windows per step")->check(integer_in(1, 4096))->capture_default_str();
   cmd->add_option("--seq-len", a->options.seq_len, "Tokens per window")->check(integer_in(2, 1 << 20))->capture_default_str();
   cmd->add_option("--eval-windows", a->eval_windows, "Validation windows: consecutive from the start (qkvlab, "

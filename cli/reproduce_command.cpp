@@ -126,10 +126,10 @@ Command add_reproduce_command(CLI::App& app, const std::string& command_line) {
       ->capture_default_str();
   cmd->add_option("--steps", a->options.steps, "Steps of every training, probe and synthetic run (0: the recipe's; "
                                                "a few make a quick end-to-end check)")
-      ->check(CLI::Range(std::int64_t(0), std::int64_t(1) << 40))
+      ->check(integer64_in(0, 1LL << 40))
       ->capture_default_str();
   cmd->add_option("--sequences", a->options.sequences, "Validation sequences per analysis")
-      ->check(CLI::Range(std::int64_t(1), std::int64_t(1) << 40))
+      ->check(integer64_in(1, 1LL << 40))
       ->capture_default_str();
   add_device_option(cmd, a->device);
   add_threads_option(cmd, a->options.threads);

@@ -23,7 +23,7 @@ void add_token_options(CLI::App* cmd, TokenOptions& o) {
   cmd->add_option("--data", o.data, "Where 'qkvlab data brown' prepared the corpus")->capture_default_str();
   cmd->add_option("--split", o.split, "Corpus split")->check(CLI::IsMember({"train", "validation"}))->capture_default_str();
   cmd->add_option("--sequences", o.sequences, "Sequences, chosen by --seed among all (0: all)")
-      ->check(CLI::Range(std::int64_t(0), std::int64_t(1) << 40))
+      ->check(integer64_in(0, 1LL << 40))
       ->capture_default_str();
   cmd->add_option("--seq-len", o.seq_len, "Tokens per sequence (a 1-D stream or a text is cut into pieces of this length; a 2-D file's rows are its sequences)")
       ->check(integer_in(2, 1 << 20))

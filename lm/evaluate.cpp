@@ -21,8 +21,8 @@ TokenSequences token_sequences(const std::vector<std::int32_t>& ids, std::int64_
   s.sequences = cols > 0 ? rows : std::int64_t(ids.size()) / s.length;
   if (max_sequences > 0) s.sequences = std::min(s.sequences, max_sequences);
   if (s.sequences == 0)
-    throw UsageError("the token file holds " + std::to_string(ids.size()) + " tokens: not one sequence of " +
-                     std::to_string(s.length));
+    throw UsageError("the token file holds " + std::to_string(ids.size()) + " tokens: " +
+                     (cols > 0 ? "no rows" : "fewer than one sequence of --seq-len " + std::to_string(s.length)));
   s.ids.assign(ids.begin(), ids.begin() + std::ptrdiff_t(s.sequences * s.length));
   return s;
 }

@@ -895,6 +895,15 @@ TEST(RobustOptions, OptionsThatWouldBeIgnoredOrOverriddenAreRefused) {
   expect_usage_error(run_bounded(from + " --d 64 --seq-len 8"), "--from --d", "model flags (--d, --heads, …) do not apply");
   expect_usage_error(run_bounded(from + " --seq-len 32"), "--from --seq-len", "--seq-len 32 is longer than the model's 16 positions (--from)");
   EXPECT_EQ(run_bounded(from + " --seq-len 8").status, 0);  // control
+  // lm eval --seq-len other than a 2-D token file's rows (they are the sequences) was ignored, exit 0;
+  // controls: the rows' length, and none, evaluate the file. A 1-D file shorter than --seq-len names it.
+  const std::string eval = "lm eval " + f.model_args() + " --quiet";
+  expect_usage_error(run_bounded(eval + " --seq-len 4"), "lm eval 2-D --seq-len",
+                     "--seq-len 4: " + f.tokens.string() + " is 2-D, its rows of 8 tokens are the sequences");
+  EXPECT_EQ(run_bounded(eval + " --seq-len 8").status, 0);
+  EXPECT_EQ(run_bounded(eval).status, 0);
+  expect_usage_error(run_bounded("lm eval " + shell_quoted(f.ckpt) + " --tokens " + shell_quoted(f.stream) + " --quiet"),
+                     "lm eval short 1-D", "the token file holds 600 tokens: fewer than one sequence of --seq-len 1024");
   // lm compare R R counted one run twice.
   const std::string run = shell_quoted(f.dir / "p");
   expect_usage_error(run_bounded("lm compare " + run + " " + run), "compare R R", "is the same run as");
