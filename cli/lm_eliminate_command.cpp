@@ -40,6 +40,7 @@ int run_eliminate(const EliminateArgs& a) {
   refuse_same_directory(a.checkpoint, "--out", a.out);
   lm::require_model_destination(a.out, "--out");
   const lm::Checkpoint source = lm::load_checkpoint(a.checkpoint);
+  lm::checkpoint_step(source.metadata, std::filesystem::path(a.checkpoint) / "model.safetensors");  // copied into --out's manifest
   std::vector<int> layers = a.layers;
   if (layers.empty())
     for (int l = 1; l <= source.config.layers; ++l) layers.push_back(l);

@@ -75,7 +75,7 @@ std::vector<Command> add_lm_export_commands(CLI::App& lm, const std::string&) {
   cmd->add_option("CKPT", a->checkpoint, "The qkvlab checkpoint directory to export")->required();
   cmd->add_option("--hf", a->hf, "Directory to write (created if absent): new, empty, or an earlier export")->required();
   add_format_option(cmd, a->format);
-  add_allow_nonfinite_option(cmd, a->allow_nonfinite);
+  add_allow_nonfinite_option(cmd, a->allow_nonfinite, "they are then written as they are, exit 0");
   auto c = std::make_shared<ConvertArgs>();
   auto* convert = lm.add_subcommand("convert", "Convert a trained vanilla model into SkipV1Former for uptraining "
                                                "(SkipV1Former §5.1, App. B.1; methods: lm/convert.hpp)");
@@ -92,7 +92,8 @@ std::vector<Command> add_lm_export_commands(CLI::App& lm, const std::string&) {
       ->capture_default_str();
   convert->add_option("--out", c->out, "Checkpoint directory to write: new, empty, or a model lm init, convert or eliminate wrote")->required();
   add_format_option(convert, c->format);
-  add_allow_nonfinite_option(convert, c->allow_nonfinite);
+  add_allow_nonfinite_option(convert, c->allow_nonfinite,
+                             "the converted model then holds them and what is computed from them, exit 0");
   return {{cmd, [a] { return run_export(*a); }}, {convert, [c] { return run_convert(*c); }}};
 }
 

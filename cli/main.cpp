@@ -51,11 +51,12 @@ std::string one_line(const std::string& text) {
 }
 
 // A file system error on a path the user gave (a symbolic link loop, a missing or unreadable
-// file, a path through a non-directory) is a usage error; others (a full disk) are not.
+// file, a path through a non-directory, one on a read-only file system) is a usage error; others
+// (a full disk) are not.
 bool is_usage_error(const std::filesystem::filesystem_error& e) {
   const int code = e.code().value();
   return code == ELOOP || code == ENOENT || code == ENOTDIR || code == EACCES || code == ENAMETOOLONG ||
-         code == EISDIR || code == EEXIST || code == EPERM;
+         code == EISDIR || code == EEXIST || code == EPERM || code == EROFS;
 }
 
 // "PATH: reason", without the library's "filesystem error: cannot …" wording.

@@ -1,7 +1,9 @@
 // The one `--allow-nonfinite` flag of every subcommand that loads a model's
 // weights: without it a weight that is NaN or ±Inf refuses the checkpoint,
 // naming the file, the tensor and the element (lm/model_files.hpp); and how a
-// non-finite result is reported.
+// non-finite result is reported. `then` says what the command does with such
+// weights: one that computes from them reports a non-finite result (exit 1); a
+// writer (lm export, lm convert) copies them.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -11,11 +13,12 @@
 
 namespace qkvlab::cli {
 
-inline CLI::Option* add_allow_nonfinite_option(CLI::App* cmd, bool& allow) {
+inline CLI::Option* add_allow_nonfinite_option(CLI::App* cmd, bool& allow,
+                                               const std::string& then = "a non-finite result is then reported as "
+                                                                         "such, exit 1") {
   allow = false;
   return cmd->add_flag("--allow-nonfinite", allow,
-                       "Load weights that hold NaN or Inf (refused otherwise, naming the tensor); a non-finite "
-                       "result is then reported as such, exit 1");
+                       "Load weights that hold NaN or Inf (refused otherwise, naming the tensor); " + then);
 }
 
 // A result that is not finite is the finding, reported as such: one line on

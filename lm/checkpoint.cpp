@@ -27,6 +27,7 @@ using engine::SafeTensors;
 namespace {
 
 constexpr const char* kFormat = "qkvlab-lm";
+constexpr const char* kInPlaceMark = "manifest";  // "manifest": "manifest.json", see save_checkpoint
 
 // The optimizer's state in engine/adamw_state.hpp's format, decoded from the mapped file: a file that
 // holds anything else, or whose state is not valid, is a UsageError naming it.
@@ -55,6 +56,10 @@ struct Manifest {
   std::optional<std::int64_t> step, t;
   std::string run_id;
 };
+
+// The mark of a model lm init, convert or eliminate wrote: save_checkpoint puts "manifest" into the metadata
+// of a model saved without optimizer state (since 2026-11-27), and lm train always saves its state.
+bool written_in_place(const std::map<std::string, std::string>& metadata) { return metadata.count(kInPlaceMark) > 0; }
 
 std::function<void(const std::string&)>& write_hook() {
   static std::function<void(const std::string&)> hook;
@@ -178,6 +183,14 @@ std::int64_t metadata_integer(const std::map<std::string, std::string>& metadata
   }
 }
 
+std::optional<std::int64_t> checkpoint_step(const std::map<std::string, std::string>& metadata, const fs::path& file) {
+  if (!metadata.count("step")) return std::nullopt;
+  const std::int64_t step = metadata_integer(metadata, "step", file);
+  if (step < 0)  // read_manifest's words: the manifest holds it as a non-negative 64-bit integer
+    throw UsageError(file.string() + ": \"step\" = " + std::to_string(step) + " is not a non-negative 64-bit integer");
+  return step;
+}
+
 std::string config_json(const Config& c) { return config_value(c).json(); }
 
 void save_checkpoint(const fs::path& dir, const Checkpoint& ck) {
@@ -187,7 +200,7 @@ void save_checkpoint(const fs::path& dir, const Checkpoint& ck) {
   fs::create_directories(dir);
   fs::remove(dir / "manifest.json");  // first: a write cut short leaves no manifest
   Manifest manifest;
-  if (ck.metadata.count("step")) manifest.step = metadata_integer(ck.metadata, "step", dir / "model.safetensors");
+  manifest.step = checkpoint_step(ck.metadata, dir / "model.safetensors");
   if (ck.metadata.count("run_id")) manifest.run_id = ck.metadata.at("run_id");
   std::vector<std::string> names;
   if (ck.optimizer) {
@@ -209,9 +222,10 @@ void save_checkpoint(const fs::path& dir, const Checkpoint& ck) {
   model.metadata["format"] = kFormat;
   // A model without optimizer state (lm init, convert, eliminate) is written in place, over an earlier
   // one: its manifest, written last, is required, so a write cut short is refused rather than read as
-  // a mix. A training checkpoint is swapped in whole (lm train), and a copy of its model without its
-  // optimizer state, which its manifest lists, must stay readable.
-  if (!ck.optimizer) model.metadata["manifest"] = "manifest.json";
+  // a mix; the same entry marks it as theirs (written_in_place). A training checkpoint is swapped in
+  // whole (lm train), and a copy of its model without its optimizer state, which its manifest lists,
+  // must stay readable.
+  if (!ck.optimizer) model.metadata[kInPlaceMark] = "manifest.json";
   engine::save_safetensors(dir / "model.safetensors", model);
   names.push_back("model.safetensors"), written(names.back());
   write_bytes_atomically(dir / "config.json", "JSON", config_json(ck.config));
@@ -270,7 +284,7 @@ void verify_manifest_if_present(const fs::path& dir, bool own_checkpoint) {
   const fs::path manifest = dir / "manifest.json";
   if (!fs::exists(fs::symlink_status(manifest))) {
     const auto metadata = own_checkpoint ? engine::safetensors_metadata(dir / "model.safetensors") : std::nullopt;
-    if (metadata && metadata->count("manifest"))  // written since 2026-11-27 with its manifest, which is missing
+    if (metadata && written_in_place(*metadata))  // written since 2026-11-27 with its manifest, which is missing
       throw UsageError(dir.string() + ": no manifest.json beside a model.safetensors written with one: a write into "
                        "this directory was cut short (its files may come from two models; write the model again), "
                        "or the model was copied without it (copy manifest.json too)");
@@ -300,6 +314,22 @@ std::optional<std::map<std::string, std::string>> own_model_metadata(const fs::p
   return metadata && metadata->count("format") && metadata->at("format") == kFormat ? metadata : std::nullopt;
 }
 
+// What an own model without the mark of lm init, convert and eliminate is: one of theirs from before the
+// mark (a conversion or elimination records its source), or lm train's (a step past 0, run.* entries:
+// a model copied before run_id existed carries no more).
+std::string unmarked_model(const std::map<std::string, std::string>& metadata) {
+  const auto has_prefix = [&](const std::string& prefix) {
+    return std::any_of(metadata.begin(), metadata.end(), [&](const auto& e) { return e.first.rfind(prefix, 0) == 0; });
+  };
+  const auto step = metadata.find("step");
+  const bool theirs = metadata.count("converted_by") || has_prefix("eliminated_from.");
+  const bool trained = has_prefix("run.") || (step != metadata.end() && step->second != "0");
+  const std::string who = !theirs && trained ? "lm train's, step " + (step == metadata.end() ? "?" : step->second)
+                                             : "one of theirs from before 2026-11-27, or another program's";
+  return "holds a qkvlab model that lm init, convert or eliminate did not write (" + who + "; theirs carry \"" +
+         std::string(kInPlaceMark) + "\" in their metadata), which saving the model would replace";
+}
+
 }  // namespace
 
 bool is_own_checkpoint(const fs::path& dir) { return own_model_metadata(dir).has_value(); }
@@ -326,11 +356,13 @@ void require_model_destination(const fs::path& dir, const std::string& option) {
                  "the model would replace");
   if (metadata->count("run_id"))  // lm train's own model, copied without its optimizer state
     throw refuse("holds a trained model (lm train's run " + metadata->at("run_id") + "), which saving the model would replace");
+  if (!written_in_place(*metadata)) throw refuse(unmarked_model(*metadata));
 }
 
 Checkpoint load_checkpoint(const fs::path& dir, bool with_optimizer, bool allow_nonfinite) {
   const fs::path path = dir / "model.safetensors";
-  if (!fs::is_regular_file(path)) throw UsageError(dir.string() + ": no model.safetensors in this directory");
+  if (!fs::exists(fs::symlink_status(path)))  // a FIFO or a directory is opened below: "not a regular file"
+    throw UsageError(dir.string() + ": no model.safetensors in this directory");
   if (!is_own_checkpoint(dir)) {
     try {
       engine::MappedSafeTensors{path};  // a malformed file reports its own error first

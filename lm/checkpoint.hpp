@@ -69,6 +69,12 @@ Checkpoint load_checkpoint(const std::filesystem::path& dir, bool with_optimizer
 std::int64_t metadata_integer(const std::map<std::string, std::string>& metadata, const std::string& key,
                               const std::filesystem::path& file);
 
+// The metadata's "step" as a manifest holds it (absent, or a non-negative integer): otherwise a UsageError
+// naming the file. save_checkpoint writes no manifest that read_manifest would refuse; a writer that copies
+// its source's metadata (lm eliminate) checks it before its work.
+std::optional<std::int64_t> checkpoint_step(const std::map<std::string, std::string>& metadata,
+                                            const std::filesystem::path& file);
+
 // A manifest of other files in the same form ("format", then "files": each
 // file's "bytes" and "fnv1a64"), e.g. reproduce's record of a cached run
 // directory: `names` are paths relative to dir.
@@ -98,10 +104,12 @@ bool is_own_checkpoint(const std::filesystem::path& dir);
 // Where lm init, lm convert and lm eliminate may save a model (save_checkpoint replaces or removes
 // model.safetensors, config.json, manifest.json, tokenizer.json and optimizer.safetensors): a new or
 // empty directory, one holding none of those files (the others are left alone), or a model these
-// commands wrote (an own checkpoint that lm train did not write: no optimizer state, no run_id in its
-// metadata). Otherwise a UsageError naming `option` and what is there: a training run's checkpoint
-// (optimizer.safetensors), its trained model copied without that state (run_id), a prepared corpus
-// or another tool's manifest.json, a Hugging Face model are never replaced.
+// commands wrote: one with their mark, "manifest" in its metadata (save_checkpoint writes it into a
+// model saved without optimizer state, since 2026-11-27), and no run_id. Otherwise a UsageError naming
+// `option` and what is there: a training run's checkpoint (optimizer.safetensors), its trained model
+// copied without that state (run_id, or, copied before run_id existed, no mark), their own models
+// written before the mark, a prepared corpus or another tool's manifest.json, a Hugging Face model
+// are never replaced.
 void require_model_destination(const std::filesystem::path& dir, const std::string& option);
 
 // The configuration as a JSON object (numbers as numbers, booleans as booleans).

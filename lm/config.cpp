@@ -1,6 +1,7 @@
 #include "lm/config.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <stdexcept>
@@ -63,6 +64,12 @@ std::string real(double x) {
   char buf[40];
   std::snprintf(buf, sizeof buf, "%.17g", x);
   return buf;
+}
+
+// x as a person wrote it: the shortest text that reads back as x (0.3, not 0.29999999999999999).
+std::string shortest(double x) {
+  char buf[40];
+  return std::string(buf, std::to_chars(buf, buf + sizeof buf, x).ptr);
 }
 
 
@@ -245,7 +252,7 @@ void validate(const Config& c) {
   if (skipv1_family(v.kind)) {
     const double injected = v.skip_ratio * c.kv_heads;
     require(v.skip_ratio > 0 && v.skip_ratio < 1 && std::abs(injected - std::round(injected)) < 1e-9,
-            "the skip ratio " + real(v.skip_ratio) + " must lie in (0, 1) and give whole heads of the " +
+            "the skip ratio " + shortest(v.skip_ratio) + " must lie in (0, 1) and give whole heads of the " +
                 std::to_string(c.kv_heads) + " key/value heads");
     require(v.source_layer >= 0 && v.source_layer < c.layers,
             "the source layer must be 0 (SkipV0) or 1 ... L-1, got " + std::to_string(v.source_layer));

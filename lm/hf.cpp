@@ -149,11 +149,14 @@ void export_hf(const Checkpoint& ck, const std::filesystem::path& dir) {
     if (std::filesystem::exists(dir / name))
       throw UsageError((dir / name).string() + " is not this model's and the export would not replace it: export " +
                        "into an empty directory");
+  const bool weights = std::filesystem::exists(dir / "model.safetensors");
   for (const char* name : {"model.safetensors", "config.json"})
     if (std::filesystem::exists(dir / name) && !is_earlier_export(dir))
-      throw UsageError((dir / name).string() + " is another model's (its weights lack lm export's mark: a model from " +
-                       "elsewhere, or an export made before 2026-11-27, which you may remove), which the export would " +
-                       "replace: export into an empty directory");
+      throw UsageError((dir / name).string() + " is another model's (" +
+                       (weights ? "its weights lack lm export's mark: a model from elsewhere, or an export made before "
+                                  "2026-11-27, which you may remove"
+                                : "no model.safetensors beside it, as an export has: another model's or tool's file") +
+                       "), which the export would replace: export into an empty directory");
   const std::vector<HfTensor> table = hf_tensors(ck.config);
   const auto layout = parameter_layout(ck.config, make_plan(ck.config));
   if (ck.values.size() != layout.total())

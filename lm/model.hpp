@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "core/errors.hpp"
 #include "engine/backend.hpp"
 #include "engine/parameters.hpp"
 #include "lm/config.hpp"
@@ -33,6 +34,16 @@
 #include "lm/record.hpp"
 
 namespace qkvlab::lm {
+
+// Model::store's refusal of a finite value beyond the 16-bit type's range (it would be held as ±inf):
+// "tensor "NAME" element K (V) overflows f16: …". A loader catches it to name the tensor and the
+// element as its file stores them (lm/model_files.hpp).
+struct WeightOverflow : UsageError {
+  WeightOverflow(const std::string& tensor, std::size_t element, float value, engine::WeightType type);
+  std::size_t element;
+  float value;
+  engine::WeightType type;
+};
 
 enum class Pass { eval, train };
 

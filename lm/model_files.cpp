@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -14,6 +15,7 @@
 #include "lm/hf.hpp"
 #include "lm/hf_config.hpp"
 #include "lm/parameters.hpp"
+#include "results/value.hpp"
 
 namespace qkvlab::lm {
 
@@ -27,6 +29,12 @@ constexpr const char* kOwnFormat = "qkvlab-lm";
 constexpr std::uintmax_t kMaxJsonBytes = 64u << 20;  // config.json and the index: far above any real one
 
 [[noreturn]] void fail(const fs::path& where, const std::string& what) { throw UsageError(where.string() + ": " + what); }
+
+// Something is there (a file, a FIFO, a directory, a link, broken or not): it is opened, or refused saying what it is.
+bool present(const fs::path& p) {
+  std::error_code error;
+  return fs::exists(fs::symlink_status(p, error));
+}
 
 template <class T>
 std::string shape_text(const std::vector<T>& shape) {
@@ -116,7 +124,7 @@ ModelFiles open_own(const fs::path& dir, MappedSafeTensors file) {
 // against their headers.
 std::vector<MappedSafeTensors> open_shards(const fs::path& dir) {
   std::vector<MappedSafeTensors> shards;
-  if (fs::is_regular_file(dir / "model.safetensors")) {
+  if (present(dir / "model.safetensors")) {  // a FIFO or a directory: "not a regular file"
     shards.push_back(map_file(dir / "model.safetensors"));
     return shards;
   }
@@ -160,11 +168,12 @@ int layer_of(const std::string& name, const std::string& head, const std::string
 
 // A buffer that carries no parameters: GPT-2's causal masks, Llama's old RoPE
 // inv_freq (checked against rope_theta and rope_scaling). True when `name` is one.
-bool buffer_tensor(const Config& c, const std::string& name, const TensorEntry& e,
+// `key` is the name without the family's prefix, `name` the one the file stores.
+bool buffer_tensor(const Config& c, const std::string& key, const std::string& name, const TensorEntry& e,
                    const engine::SafeTensorsView& view, const fs::path& file) {
   if (c.family == Family::gpt2)
-    return layer_of(name, "h.", ".attn.bias", c.layers) >= 0 || layer_of(name, "h.", ".attn.masked_bias", c.layers) >= 0;
-  if (layer_of(name, "layers.", ".self_attn.rotary_emb.inv_freq", c.layers) < 0) return false;
+    return layer_of(key, "h.", ".attn.bias", c.layers) >= 0 || layer_of(key, "h.", ".attn.masked_bias", c.layers) >= 0;
+  if (layer_of(key, "layers.", ".self_attn.rotary_emb.inv_freq", c.layers) < 0) return false;
   require_float(file, name, e);
   const std::size_t n = std::size_t(c.head_dim / 2);
   if (!same_shape(e.shape, std::vector<std::size_t>{n}))
@@ -253,7 +262,7 @@ ModelFiles open_hf(const fs::path& dir) {
   };
   for (const auto& [key, at] : by_name) {
     const fs::path& file = files.shards[at.shard].path();
-    if (used.count(key) || buffer_tensor(c, key, *at.entry, files.shards[at.shard].view(), file)) continue;
+    if (used.count(key) || buffer_tensor(c, key, at.name, *at.entry, files.shards[at.shard].view(), file)) continue;
     if (key == "lm_head.weight" && c.tied) {
       if (embedding_copy(at)) continue;
       fail(file, "tensor \"lm_head.weight\" differs from the embedding, which config.json ties it to "
@@ -307,15 +316,25 @@ std::size_t stored_index(const engine::ParameterSpec& spec, const ModelFiles::So
 }
 
 // A weight that is NaN or ±Inf ends the load: no number computed from it could be trusted. The
-// message gives the element's index in the stored tensor, as the file's reader would count it.
-void refuse_nonfinite(const fs::path& file, const engine::ParameterSpec& spec, const ModelFiles::Source& src,
+// message gives the element's index in the stored tensor, as the file's reader would count it; a
+// finite F64 value that became ±inf is named as what it is, beyond float's range.
+void refuse_nonfinite(const ModelFiles& files, const engine::ParameterSpec& spec, const ModelFiles::Source& src,
                       const float* x) {
-  for (std::size_t k = 0; k < spec.size(); ++k)
-    if (!std::isfinite(x[k]))
-      throw UsageError(file.string() + ": tensor \"" + src.name + "\" holds a non-finite weight (" +
-                       (std::isnan(x[k]) ? "nan" : x[k] > 0 ? "inf" : "-inf") + " at element " +
-                       std::to_string(stored_index(spec, src, k)) +
-                       "); a command's --allow-nonfinite, where it has one, loads it anyway");
+  for (std::size_t k = 0; k < spec.size(); ++k) {
+    if (std::isfinite(x[k])) continue;
+    const std::size_t at = stored_index(spec, src, k);
+    const std::string tensor = files.shards[src.shard].path().string() + ": tensor \"" + src.name + "\"";
+    const std::string value = std::isnan(x[k]) ? "nan" : x[k] > 0 ? "inf" : "-inf";
+    double stored = 0;  // the F64 value as the file holds it (a little-endian host, as the reader)
+    if (src.entry->dtype == engine::DType::F64)
+      std::memcpy(&stored, files.shards[src.shard].view().bytes(*src.entry).data() + 8 * at, sizeof stored);
+    if (src.entry->dtype == engine::DType::F64 && std::isfinite(stored))
+      throw UsageError(tensor + " element " + std::to_string(at) + " (" + results::short_number(stored) +
+                       ") overflows float32, the type weights are read into; a command's --allow-nonfinite, where it "
+                       "has one, loads it as " + value);
+    throw UsageError(tensor + " holds a non-finite weight (" + value + " at element " + std::to_string(at) +
+                     "); a command's --allow-nonfinite, where it has one, loads it anyway");
+  }
 }
 
 // The source holds spec: the geometry open_model established (a second check,
@@ -335,7 +354,7 @@ bool fits(const engine::ParameterSpec& spec, const ModelFiles::Source& src) {
 
 ModelFiles open_model(const fs::path& dir) {
   if (!fs::is_directory(dir)) fail(dir, "not a directory");
-  if (fs::is_regular_file(dir / "model.safetensors")) {
+  if (present(dir / "model.safetensors")) {  // a FIFO or a directory: "not a regular file"
     MappedSafeTensors file = map_file(dir / "model.safetensors");
     if (own_format(file.view())) return open_own(dir, std::move(file));
   }
@@ -358,7 +377,7 @@ void read_parameters(const ModelFiles& files, const engine::ParameterLayout& lay
   for (const auto& spec : layout.specs()) {
     const ModelFiles::Source& src = files.sources.at(spec.name);
     read_tensor(files, spec, src, block, staging.data());
-    if (!files.allow_nonfinite) refuse_nonfinite(files.shards[src.shard].path(), spec, src, staging.data());
+    if (!files.allow_nonfinite) refuse_nonfinite(files, spec, src, staging.data());
     files.shards[src.shard].release(*src.entry);  // a model as large as memory is read, not held twice
     sink(spec, staging.data());
   }
@@ -366,8 +385,15 @@ void read_parameters(const ModelFiles& files, const engine::ParameterLayout& lay
 
 template <class S>
 void load_parameters(const ModelFiles& files, Model<S>& model) {
-  read_parameters(files, parameter_layout(model.config(), model.plan()),
-                  [&](const engine::ParameterSpec& spec, const float* x) { model.store(spec.name, x, spec.size()); });
+  read_parameters(files, parameter_layout(model.config(), model.plan()), [&](const engine::ParameterSpec& spec, const float* x) {
+    try {
+      model.store(spec.name, x, spec.size());
+    } catch (const WeightOverflow& e) {  // named as the file stores it
+      const ModelFiles::Source& src = files.sources.at(spec.name);
+      throw UsageError(files.shards[src.shard].path().string() + ": " +
+                       WeightOverflow(src.name, stored_index(spec, src, e.element), e.value, e.type).what());
+    }
+  });
 }
 
 engine::WeightType stored_weight_type(const ModelFiles& files) {

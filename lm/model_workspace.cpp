@@ -9,8 +9,16 @@
 
 #include "core/errors.hpp"
 #include "lm/model_impl.hpp"
+#include "results/value.hpp"
 
 namespace qkvlab::lm {
+
+WeightOverflow::WeightOverflow(const std::string& tensor, std::size_t element, float value, engine::WeightType type)
+    : UsageError("tensor \"" + tensor + "\" element " + std::to_string(element) + " (" + results::short_number(value) +
+                 ") overflows " + engine::weight_type_name(type) + ": hold the weights in a wider type (--dtype bf16 or f32)"),
+      element(element),
+      value(value),
+      type(type) {}
 
 template <class S>
 engine::ParameterLayout Model<S>::Impl::held_layout(const engine::ParameterLayout& full, engine::WeightType w,
@@ -41,9 +49,7 @@ void Model<S>::Impl::store(const std::string& name, const float* values, std::si
       for (std::size_t i = 0; i < n; ++i) {
         bits[i] = engine::narrow_bits(values[i0 + i], weight_type);
         if (std::isfinite(values[i0 + i]) && !std::isfinite(engine::widen_bits(bits[i], weight_type)))
-          throw UsageError("tensor \"" + name + "\" element " + std::to_string(i0 + i) + " (" +
-                           std::to_string(values[i0 + i]) + ") overflows " + engine::weight_type_name(weight_type) +
-                           ": hold the weights in a wider type (--dtype bf16 or f32)");
+          throw WeightOverflow(name, i0 + i, values[i0 + i], weight_type);
       }
       values16.upload(bits.data(), n, spec->offset + i0);
     }

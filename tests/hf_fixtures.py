@@ -14,7 +14,7 @@ options for the error tests: --drop NAME (leave a tensor out), --extra NAME (add
 llama: --head-dim N (not hidden_size / heads), --inv-freq DTYPE (old checkpoints' RoPE buffer,
 computed in float32 as transformers does, at --inv-freq-theta, default the config's rope_theta).
 --head-copy same|other: a tied model's file also stores lm_head.weight, the embedding (same) or not.
---nan NAME:K: element K (in the stored order) of tensor NAME set to NaN.
+--nan NAME:K: element K (in the stored order) of tensor NAME set to NaN; --set NAME:K=X: set to the number X.
 """
 import argparse
 import json
@@ -148,6 +148,7 @@ def main():
     p.add_argument("--inv-freq-theta", type=float, default=None)
     p.add_argument("--head-copy", choices=["same", "other"], default=None)
     p.add_argument("--nan", action="append", default=[])
+    p.add_argument("--set", action="append", default=[])
     a = p.parse_args()
     rng = np.random.default_rng(a.seed)
     if a.family == "gpt2":
@@ -169,10 +170,11 @@ def main():
     if a.head_copy:
         embedding = t["wte.weight" if a.family == "gpt2" else "embed_tokens.weight"]
         t["lm_head.weight"] = embedding if a.head_copy == "same" else 2 * embedding
-    for spec in a.nan:
-        name, k = spec.rsplit(":", 1)
+    for spec in a.nan + a.set:
+        place, value = spec.split("=", 1) if "=" in spec else (spec, "nan")
+        name, k = place.rsplit(":", 1)
         x = np.array(t[name], dtype=np.float64)
-        x.reshape(-1)[int(k)] = np.nan
+        x.reshape(-1)[int(k)] = float(value)
         t[name] = x
     for name in a.drop:
         del t[name]

@@ -14,6 +14,7 @@
 // relative 1e-3 or more (docs/math/conventions.md's rule for a control), far outside the
 // tolerance.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <bit>
@@ -317,6 +318,18 @@ TEST(LmHf, BrokenDirectoriesAreRefusedNamingTheProblem) {
     std::ofstream(escaping / "model.safetensors.index.json") << s;
   }
   expect_refused(escaping, "is not a plain file name");
+  // A model.safetensors that is a FIFO or a directory: "not a regular file" (it was "no model.safetensors
+  // or model.safetensors.index.json"; lm eliminate's and lm convert's reader: "no model.safetensors"),
+  // the FIFO opened without blocking.
+  for (const std::string what : {"fifo", "directory"}) {
+    const fs::path p = make("gpt2 --seed 7");
+    fs::remove(p / "model.safetensors");
+    if (what == "fifo") ASSERT_EQ(::mkfifo((p / "model.safetensors").c_str(), 0600), 0);
+    else fs::create_directory(p / "model.safetensors");
+    expect_refused(p, "model.safetensors: not a regular file");
+    EXPECT_NE(test_support::usage_error([&] { lm::load_checkpoint(p); }).find("model.safetensors: not a regular file"),
+              std::string::npos) << what;
+  }
 }
 
 // Old Llama checkpoints carry each layer's RoPE inv_freq, which transformers computed in float32
@@ -331,7 +344,7 @@ TEST(LmHf, RopeInvFreqBuffersAsTransformersWroteThemLoad) {
   EXPECT_NO_THROW(lm::open_model(dir / "f16"));
   fixture("llama " + shell_quoted(dir / "other") +
           " --head-dim 10 --inv-freq F32 --inv-freq-theta 510000 --config rope_theta=500000.0");
-  expect_refused(dir / "other", "disagrees with rope_theta 500000 at 1 (");
+  expect_refused(dir / "other", "tensor \"model.layers.0.self_attn.rotary_emb.inv_freq\" disagrees with rope_theta 500000 at 1 (");
 }
 
 // A non-finite weight is named by its element in the stored tensor, as the file's reader counts it:
@@ -355,6 +368,34 @@ TEST(LmHf, ANonFiniteWeightIsNamedByItsStoredElement) {
           << e.what();
     }
   }
+}
+
+// A finite weight beyond the type it is read into is named as the file stores it, as an overflow: an
+// F64 value past float's range (it was called "non-finite": inf), and under --dtype f16 a Llama
+// up_proj value past f16's (it was named by the toolkit's name and index, "h.0.mlp.up.weight"
+// element 240, the transpose's). Controls: a NaN in the F64 file is still non-finite; with
+// --allow-nonfinite the F64 one loads; the f16 one loads in bf16.
+TEST(LmHf, AWeightBeyondItsTypesRangeIsAnOverflowNamedAsStored) {
+  ScratchDir dir;
+  engine::CpuBackend<float> be(1);
+  const auto refusal = [&](const fs::path& p, const std::string& dtype) {
+    return test_support::usage_error([&] { lm::load_model(p, be, false, dtype); });
+  };
+  fixture("gpt2 " + shell_quoted(dir / "big") + " --dtype F64 --set h.0.ln_1.weight:3=1e300");
+  EXPECT_NE(refusal(dir / "big", "auto").find("tensor \"transformer.h.0.ln_1.weight\" element 3 (1e+300) overflows float32"),
+            std::string::npos)
+      << refusal(dir / "big", "auto");
+  EXPECT_NO_THROW(lm::load_model(dir / "big", be, true));
+  fixture("gpt2 " + shell_quoted(dir / "nan") + " --dtype F64 --nan h.0.ln_1.weight:3");
+  EXPECT_NE(refusal(dir / "nan", "auto").find("\"transformer.h.0.ln_1.weight\" holds a non-finite weight (nan at element 3)"),
+            std::string::npos)
+      << refusal(dir / "nan", "auto");
+  fixture("llama " + shell_quoted(dir / "f16") + " --dtype F32 --set layers.0.mlp.up_proj.weight:5=70000");
+  EXPECT_NE(refusal(dir / "f16", "f16").find("model.safetensors: tensor \"model.layers.0.mlp.up_proj.weight\" element 5 "
+                                             "(70000) overflows f16"),
+            std::string::npos)
+      << refusal(dir / "f16", "f16");
+  EXPECT_NO_THROW(lm::load_model(dir / "f16", be, false, "bf16"));
 }
 
 // A tied model whose file also stores lm_head.weight (transformers writes it, and ties it on loading)
@@ -514,6 +555,10 @@ TEST(LmHf, ExportReplacesOnlyAnEarlierExportAndWritesItsConfigurationLast) {
   const auto weights = fs::file_size(dir / "other" / "model.safetensors");
   const std::string refused = test_support::usage_error([&] { lm::export_hf(ck, dir / "other"); });
   EXPECT_NE(refused.find("is another model's (its weights lack lm export's mark"), std::string::npos) << refused;
+  fs::create_directories(dir / "config-only");  // a config.json and no weights: not "its weights lack …"
+  fs::copy_file(dir / "own" / "config.json", dir / "config-only" / "config.json");
+  const std::string config_only = test_support::usage_error([&] { lm::export_hf(ck, dir / "config-only"); });
+  EXPECT_NE(config_only.find("config.json is another model's (no model.safetensors beside it"), std::string::npos) << config_only;
   EXPECT_EQ(fs::file_size(dir / "other" / "model.safetensors"), weights);
   EXPECT_TRUE(lm::is_own_checkpoint(dir / "other"));
   lm::Checkpoint with_tokenizer = ck;

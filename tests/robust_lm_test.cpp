@@ -423,6 +423,27 @@ TEST(RobustNonFinite, ANonFiniteResultIsTheFindingExitOneWithTheLayer) {
   EXPECT_TRUE(probed.out.empty()) << probed.out;
 }
 
+// lm export and lm convert with --allow-nonfinite copy the weights as they are (a NaN goes into the
+// written model, exit 0), which their help now says; it promised "a non-finite result is then
+// reported as such, exit 1", the computing commands' behaviour. Control: lm eval's help keeps that.
+TEST(RobustNonFinite, TheWritersHelpSaysTheyCopyNonFiniteWeights) {
+  Fixture f;
+  poison(f.ckpt, first_tensor(f.ckpt, "wte"), std::numeric_limits<float>::quiet_NaN(), 7);
+  const std::string src = shell_quoted(f.ckpt);
+  for (const auto& [command, says] : {std::pair{std::string("lm export ") + src + " --hf " + shell_quoted(f.dir / "hf"),
+                                                std::string("they are then written as they are, exit 0")},
+                                      {"lm convert " + src + " --out " + shell_quoted(f.dir / "c"),
+                                       "the converted model then holds them and what is computed from them, exit 0"}}) {
+    const CommandResult help = run_bounded(command.substr(0, command.find(' ', 3)) + " --help");
+    EXPECT_NE(help.out.find(says), std::string::npos) << help.out;
+    EXPECT_EQ(help.out.find("exit 1"), std::string::npos) << help.out;
+    EXPECT_EQ(run_bounded(command + " --allow-nonfinite").status, 0) << command;
+  }
+  const std::vector<float> converted = lm::load_checkpoint(f.dir / "c", false, true).values;
+  EXPECT_TRUE(std::any_of(converted.begin(), converted.end(), [](float x) { return std::isnan(x); }));
+  EXPECT_NE(run_bounded("lm eval --help").out.find("a non-finite result is then reported as such, exit 1"), std::string::npos);
+}
+
 TEST(RobustNonFinite, EntropiesDoNotDropNan) {
   const int H = 1, T = 3;
   // A causal pattern: row i has i + 1 weights.
@@ -767,15 +788,24 @@ TEST_F(RobustResume, OneWriterPerRunDirectory) {
 // lm init, lm convert --out and lm eliminate --out replace only a model one of them wrote: a training
 // run's checkpoint (its weights and optimizer state, which a resume needs), its model copied without
 // that state, a prepared corpus (its manifest.json) and a Hugging Face model were replaced or deleted,
-// exit 0. Each is refused in one
-// line, every file as it was. Control: a new directory beside a note takes a model, then another
-// (init, init again, convert, eliminate), and keeps the note.
+// exit 0; so was a trained model copied before lm train wrote run_id (the repository's own
+// outputs/lm/eliminate/model: step 1000, run.*, no run_id). Only a model with their mark ("manifest"
+// in its metadata) is theirs: every other is refused in one line, every file as it was, the
+// committed one and one of theirs written before the mark included. Control: a new directory beside
+// a note takes a model, then another (init, init again, convert, eliminate), and keeps the note.
 TEST_F(RobustResume, ModelWritersReplaceOnlyModelsTheyWrote) {
   const Fixture f;
-  const fs::path corpus = dir / "corpus", hf = dir / "hf", trained = dir / "trained";
+  const fs::path corpus = dir / "corpus", hf = dir / "hf", trained = dir / "trained", committed = dir / "committed",
+                 unmarked = dir / "unmarked";
   fs::create_directories(corpus);
   fs::create_directories(trained);  // the trained model copied without its optimizer state
   for (const char* name : {"model.safetensors", "config.json"}) fs::copy_file(ck / name, trained / name);
+  fs::copy(fs::path(QKVLAB_SOURCE_DIR) / "outputs" / "lm" / "eliminate" / "model", committed);
+  fs::copy(f.ckpt, unmarked);  // lm init's model as written before 2026-11-27: no mark, no manifest
+  engine::SafeTensors old = engine::load_safetensors(unmarked / "model.safetensors");
+  old.metadata.erase("manifest");
+  engine::save_safetensors(unmarked / "model.safetensors", old);
+  fs::remove(unmarked / "manifest.json");
   corpus::write_tokens_npy(corpus / "validation_tokens.npy", data.validation, std::int64_t(data.validation.size()), 0);
   test_support::write_corpus_manifest(corpus);
   ASSERT_EQ(run_bounded("lm export " + shell_quoted(f.ckpt) + " --hf " + shell_quoted(hf), 60).status, 0);
@@ -793,6 +823,8 @@ TEST_F(RobustResume, ModelWritersReplaceOnlyModelsTheyWrote) {
   for (const auto& [out, says] : std::vector<std::pair<fs::path, std::string>>{
            {ck, "holds a training run's checkpoint (optimizer.safetensors)"},
            {trained, "holds a trained model (lm train's run "},
+           {committed, "holds a qkvlab model that lm init, convert or eliminate did not write (lm train's, step 1000;"},
+           {unmarked, "did not write (one of theirs from before 2026-11-27, or another program's;"},
            {corpus, "holds another tool's manifest.json"},
            {hf, "holds model.safetensors and no qkvlab model"}}) {
     const auto before = contents(out);
@@ -812,6 +844,33 @@ TEST_F(RobustResume, ModelWritersReplaceOnlyModelsTheyWrote) {
   const std::string eliminate = "lm eliminate " + shell_quoted(ck) + " --out " + shell_quoted(dir / "eliminated") +
                                 " --layers 1 --sequences 2 --seq-len 8";
   for (int k = 0; k < 2; ++k) EXPECT_EQ(run_bounded(eliminate, 60).status, 0) << k;
+}
+
+// lm eliminate copies its source's metadata, "step" included, into the manifest it writes, which
+// every reader requires to be a non-negative integer: a source whose step is -3 (its model readers
+// load) gave an eliminated model no reader would open, exit 0 after the work. It is refused before
+// the work, naming the source, and nothing is written. Control: step 3 is eliminated and read back.
+TEST(RobustCheckpoint, LmEliminateRefusesAStepItsManifestCannotHold) {
+  const Fixture f;
+  for (const std::string step : {"-3", "3"}) {
+    const fs::path source = f.dir / ("step" + step), out = f.dir / ("out" + step);
+    fs::copy(f.ckpt, source);
+    engine::SafeTensors model = engine::load_safetensors(source / "model.safetensors");
+    model.metadata["step"] = step;
+    model.metadata.erase("manifest");  // a model without a manifest, as lm train's copied ones
+    engine::save_safetensors(source / "model.safetensors", model);
+    fs::remove(source / "manifest.json");
+    const std::string eliminate = "lm eliminate " + shell_quoted(source) + " --out " + shell_quoted(out) +
+                                  " --layers 1 --sequences 2 --seq-len 8 --quiet";
+    if (step == "-3") {
+      expect_usage_error(run_bounded(eliminate, 60), eliminate,
+                         (source / "model.safetensors").string() + ": \"step\" = -3 is not a non-negative 64-bit integer");
+      EXPECT_FALSE(fs::exists(out));
+    } else {
+      ASSERT_EQ(run_bounded(eliminate, 60).status, 0) << eliminate;
+      EXPECT_EQ(run_bounded("lm eval " + shell_quoted(out) + " --tokens " + shell_quoted(f.tokens)).status, 0);
+    }
+  }
 }
 
 // ---- options the tool cannot honour are refused --------------------------------------------
@@ -964,6 +1023,30 @@ TEST(RobustTokens, ATokenFileIsReadAsFarAsNeededWithinTheMemoryBudget) {
 }
 
 // Issue 31 item 13: raw library messages and wrong exit codes.
+// A given path on a read-only file system was exit 3 ("Read-only file system"), where a directory
+// without write permission is exit 2: both are the user's path, a usage error (docs/robustness.md).
+// The file system is a tmpfs mounted read-only in a private mount namespace of the command's own
+// (unshare -rm: a user namespace, which needs no root; skipped, saying so, where the kernel forbids
+// them). Control: a full tmpfs (4 KiB) stays exit 3, "No space left on device".
+TEST(RobustMessages, AReadOnlyFileSystemIsAUsageErrorAndAFullOneIsNot) {
+  const Fixture f;
+  if (test_support::run_command("unshare -rm true").status != 0) GTEST_SKIP() << "unshare -rm (user namespaces) is not allowed here";
+  const fs::path mnt = f.dir / "mnt";
+  fs::create_directories(mnt);
+  const auto on_tmpfs = [&](const std::string& options, const std::string& command) {
+    return test_support::run_command("unshare -rm sh -c " +
+                                     shell_quoted("mount -t tmpfs -o " + options + " tmpfs " + shell_quoted(mnt) + " && " +
+                                                  shell_quoted(QKVLAB_BINARY) + " " + command));
+  };
+  const std::string init = "lm init " + shell_quoted(mnt / "new") + " --family gpt2 --layers 2 --d 16 --heads 2 --vocab 50 --positions 16";
+  const std::string exported = "lm export " + shell_quoted(f.ckpt) + " --hf " + shell_quoted(mnt / "hf");
+  for (const std::string& command : {init, exported})
+    expect_usage_error(on_tmpfs("ro", command), command, "Read-only file system");
+  const CommandResult full = on_tmpfs("size=4k", init);
+  EXPECT_EQ(full.status, 3) << full.err;
+  EXPECT_NE(full.err.find("No space left on device"), std::string::npos) << full.err;
+}
+
 TEST(RobustMessages, UsageErrorsNameTheValueInOneLineWithExitTwo) {
   Fixture f;
   // kv --seq-len 2^63 - 1 was "not a positive integer": it is too large, and the bound is given.
@@ -976,6 +1059,10 @@ TEST(RobustMessages, UsageErrorsNameTheValueInOneLineWithExitTwo) {
   expect_usage_error(run_bounded("kv " + shell_quoted(f.ckpt) + " --seq-len 17"), "kv CKPT --seq-len 17",
                      "is longer than " + f.ckpt.string() + "'s 16 positions");
   EXPECT_EQ(run_bounded("kv " + shell_quoted(f.ckpt) + " --seq-len 16").status, 0);
+  // A skip ratio as given (it was "0.29999999999999999"), and one that differs from 0.5 in the 7th digit as that.
+  for (const std::string ratio : {"0.3", "0.5000001"})
+    expect_usage_error(run_bounded("lm convert " + shell_quoted(f.ckpt) + " --out " + shell_quoted(f.dir / "c") + " --skip-ratio " + ratio),
+                       "lm convert --skip-ratio " + ratio, "the skip ratio " + ratio + " must lie in (0, 1)");
   // A token id outside the vocabulary, a sequence longer than the positions: exit 3 from analyze and verify.
   std::vector<std::int32_t> ids(16, 1);
   ids[5] = 50;
