@@ -11,8 +11,10 @@
 
 #include <iostream>
 #include <map>
-#include <string>
 #include <memory>
+#include <set>
+#include <string>
+#include <vector>
 
 namespace qkvlab::cli {
 
@@ -22,13 +24,34 @@ struct FdimArgs {
   fdim::Network config;
   std::string skips = "both", norm = "none", mlp = "none", embed = "none", readout = "none";
   std::string mixer = "attention", skip_kind = "identity";
-  bool norm_eps_given = false, skip_rank_given = false;
+  std::set<std::string> given;  // the options of refuse_unused given on the command line
   std::string query = "free", format = "table";
   std::vector<int> query_layers;
   bool no_certify = false, quiet = false;
 };
 
 template <class E> E named(const std::map<std::string, E>& m, const std::string& name) { return m.at(name); }
+
+// An option the network would not use is refused, not ignored (the report would echo a network it
+// did not count): a size of an end or part that is absent, --causal without attention, W_Q = I where
+// there is no W_Q.
+void refuse_unused(const FdimArgs& a) {
+  using namespace fdim;
+  const Network& c = a.config;
+  const auto need = [&](const char* option, bool used, const std::string& what) {
+    if (a.given.count(option) && !used) throw UsageError(std::string(option) + " needs " + what);
+  };
+  need("--skip-rank", c.skip_kind == SkipKind::lowrank, "--skip-kind lowrank");
+  need("--norm-eps", c.norm == Norm::layernorm || c.norm == Norm::rmsnorm, "--norm layernorm or rmsnorm");
+  need("--vocab", c.embed == Embed::tokens, "--embed tokens");
+  need("--din", c.embed == Embed::linear, "--embed linear");
+  need("--dout", c.readout == Readout::linear, "--readout linear");
+  need("--ffn", c.mlp != Mlp::none, "an --mlp");
+  const bool attention = c.mixer == Mixer::attention && c.layers > 0;
+  if (c.causal && !attention) throw UsageError("--causal needs attention (--mixer attention, --layers >= 1): nothing else mixes positions");
+  if (a.query == "identity" && !attention)
+    throw UsageError("--query identity needs attention (--mixer attention, --layers >= 1): there is no W_Q");
+}
 
 int run_fdim(FdimArgs a) {
   using namespace fdim;
@@ -44,11 +67,9 @@ int run_fdim(FdimArgs a) {
   c.skip_kind = named<SkipKind>({{"identity", SkipKind::identity}, {"learned", SkipKind::learned},
                                  {"units", SkipKind::units}, {"lowrank", SkipKind::lowrank}},
                                 a.skip_kind);
-  if (a.skip_rank_given && c.skip_kind != SkipKind::lowrank) throw UsageError("--skip-rank needs --skip-kind lowrank");
-  if (a.norm_eps_given && c.norm != Norm::layernorm && c.norm != Norm::rmsnorm)
-    throw UsageError("--norm-eps needs --norm layernorm or rmsnorm");
   c.embed = named<Embed>({{"tokens", Embed::tokens}, {"linear", Embed::linear}, {"none", Embed::none}}, a.embed);
   c.readout = named<Readout>({{"linear", Readout::linear}, {"tied", Readout::tied}, {"none", Readout::none}}, a.readout);
+  refuse_unused(a);
   if (a.query == "identity") {
     if (a.query_layers.empty())
       for (int l = 1; l <= a.config.layers; ++l) a.query_layers.push_back(l);
@@ -74,11 +95,12 @@ Command add_fdim_command(CLI::App& app, const std::string&) {
   auto* cmd = app.add_subcommand("fdim", "Functional dimension of a small attention network: the rank of the Jacobian "
                                          "of parameters -> outputs, its gauges, certified (docs/math/fdim.md)");
   cmd->footer("The rank is read from double's SVD (numpy's tolerance; the gap s_r/s_r+1 is reported) and certified\n"
-              "below by interval elimination on an MPFI enclosure of an r x r minor, above by the theory's gauge\n"
-              "directions verified in MPFI and certified independent; certified: true when the two meet.\n"
+              "below on an MPFI enclosure A of an r x r minor (nonsingular: ||I - C A|| < 1, C the inverse of its\n"
+              "midpoint), above by the theory's gauge directions verified in MPFI and certified independent by the\n"
+              "same test; certified: true when the two meet.\n"
               "Exit status: 0 success, 2 usage error (one line on stderr), 3 a numerical failure.");
   auto count = [&](const char* name, int& v, const char* help) {
-    cmd->add_option(name, v, help)->check(positive_integer)->capture_default_str();
+    return cmd->add_option(name, v, help)->check(positive_integer)->capture_default_str();
   };
   cmd->add_option("--layers", c.layers, "Blocks L (0: the ends alone)")->check(integer_in(0, 64))->capture_default_str();
   count("--d", c.d, "Residual width d");
@@ -113,21 +135,21 @@ Command add_fdim_command(CLI::App& app, const std::string&) {
                   "relu (reglu), silu (swiglu), gelu (geglu) or the logistic (glu)")
       ->check(CLI::IsMember({"none", "relu", "gelu", "tanh", "relu2", "reglu", "swiglu", "geglu", "glu"}))
       ->capture_default_str();
-  count("--ffn", c.ffn, "MLP hidden width r (gated: r gates and r values)");
+  auto* ffn = count("--ffn", c.ffn, "MLP hidden width r (gated: r gates and r values)");
   cmd->add_option("--embed", a->embed, "Input end: token table (--vocab), linear map (--din), or the inputs themselves")
       ->check(CLI::IsMember({"tokens", "linear", "none"}))
       ->capture_default_str();
-  count("--vocab", c.vocab, "Vocabulary size (--embed tokens)");
-  count("--din", c.din, "Input dimension (--embed linear)");
+  auto* vocab = count("--vocab", c.vocab, "Vocabulary size (--embed tokens)");
+  auto* din = count("--din", c.din, "Input dimension (--embed linear)");
   cmd->add_flag("--pos-emb", c.pos_emb, "Learned positions P (T x d)");
   cmd->add_option("--readout", a->readout, "Output end: linear map (--dout), tied to the embedding, or the stream")
       ->check(CLI::IsMember({"linear", "tied", "none"}))
       ->capture_default_str();
-  count("--dout", c.dout, "Output dimension (--readout linear)");
+  auto* dout = count("--dout", c.dout, "Output dimension (--readout linear)");
   cmd->add_flag("--bias", c.bias, "Biases on every linear map");
   cmd->add_flag("--norm-gain", c.norm_gain, "A learned gain in every norm");
   cmd->add_flag("--norm-bias", c.norm_bias, "DyT's learned offset beta in every norm (--norm dyt)");
-  cmd->add_flag("--causal", c.causal, "Causal mask (default: bidirectional)");
+  cmd->add_flag("--causal", c.causal, "Causal mask on the attention (default: bidirectional; needs attention)");
   cmd->add_option("--query", a->query, "free W_Q, or W_Q = I (q-identity) in --query-layers")
       ->check(CLI::IsMember({"free", "identity"}))
       ->capture_default_str();
@@ -138,9 +160,9 @@ Command add_fdim_command(CLI::App& app, const std::string&) {
   cmd->add_flag("--no-certify", a->no_certify, "Floating-point rank only (no MPFI certificate)");
   add_format_option(cmd, a->format);
   cmd->add_flag("--quiet", a->quiet, "No progress line");
-  return {cmd, [a, eps, rank] {
-            a->norm_eps_given = eps->count() > 0;
-            a->skip_rank_given = rank->count() > 0;
+  return {cmd, [a, given = std::vector<CLI::Option*>{eps, rank, vocab, din, dout, ffn}] {
+            for (const CLI::Option* o : given)
+              if (o->count() > 0) a->given.insert(o->get_name());
             return run_fdim(*a);
           }};
 }

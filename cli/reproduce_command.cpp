@@ -2,6 +2,7 @@
 // scale (reproduce/reproduce.hpp; docs/figures.md).
 #include <algorithm>
 #include <iostream>
+#include <vector>
 
 #include "cli/format_option.hpp"
 #include "cli/commands.hpp"
@@ -108,17 +109,25 @@ Command add_reproduce_command(CLI::App& app, const std::string& command_line) {
   cmd->footer("Trainings follow the committed recipes (scripts/lm_comparisons.sh: the tiny GPT-2 preset) and are\n"
               "cached in --work by their full recipe: a figure reuses another's checkpoint only when every setting\n"
               "that changes the numbers is the same. Exit status: 0 success, 2 usage error, 3 an unexpected error.");
-  cmd->add_option("FIGURE", a->figure, "A figure of 'qkvlab reproduce --list'");
-  cmd->add_flag("--list", a->list, "List the figures: name, what it remakes, what it trains, how long it takes");
-  cmd->add_flag("--list-recipes", a->list_recipes,
-                "Print the committed training recipes, a line each: FAMILY|PRESET|NAME|SEEDS|FLAGS (what "
-                "scripts/lm_comparisons.sh trains; the figures train the gpt2 family's)");
-  cmd->add_flag("--verdicts", a->verdicts, "Recompute each figure's verdict (or FIGURE's) from its FIGURE.json in "
-                                          "--outputs by its registered claim and rule, and write it into that file and its README.md's "
-                                          "verdict section");
-  cmd->add_flag("--docs", a->docs, "Print docs/figures.md's verdict table, generated from the FIGURE.json files in --outputs");
+  auto* figure = cmd->add_option("FIGURE", a->figure, "A figure of 'qkvlab reproduce --list'");
+  auto* list = cmd->add_flag("--list", a->list, "List the figures: name, what it remakes, what it trains, how long it takes");
+  auto* recipes = cmd->add_flag("--list-recipes", a->list_recipes,
+                                "Print the committed training recipes, a line each: FAMILY|PRESET|NAME|SEEDS|FLAGS (what "
+                                "scripts/lm_comparisons.sh trains; the figures train the gpt2 family's)");
+  auto* verdicts = cmd->add_flag("--verdicts", a->verdicts, "Recompute each figure's verdict (or FIGURE's) from its FIGURE.json in "
+                                                           "--outputs by its registered claim and rule, and write it into that file and its README.md's "
+                                                           "verdict section (both must exist)");
+  auto* docs = cmd->add_flag("--docs", a->docs, "Print docs/figures.md's verdict table, generated from the FIGURE.json files in --outputs");
+  // One mode a run: two of --list, --list-recipes, --docs, --verdicts, or a FIGURE with any but --verdicts,
+  // is refused (CLI11: "A excludes B"), never resolved by an order of precedence.
+  const std::vector<CLI::Option*> modes{list, recipes, docs, verdicts};
+  for (std::size_t i = 0; i < modes.size(); ++i)
+    for (std::size_t j = i + 1; j < modes.size(); ++j) modes[i]->excludes(modes[j]);
+  for (auto* mode : {list, recipes, docs}) figure->excludes(mode);
   cmd->add_option("--outputs", a->outputs, "The figures' directories, for --verdicts and --docs")->capture_default_str();
-  cmd->add_option("--out", a->out, "Output directory [default: outputs/reproduce/FIGURE]");
+  cmd->add_option("--out", a->out, "Output directory, the figure's own: new or its earlier outputs; one with the "
+                                   "cache, the corpus, a figure's folder or another README.md is refused "
+                                   "[default: outputs/reproduce/FIGURE]");
   cmd->add_option("--work", a->work, "Checkpoint cache, shared by the figures")->capture_default_str();
   cmd->add_option("--data", a->data, "Where 'qkvlab data brown' prepared the corpus")->capture_default_str();
   cmd->add_option("--seed", a->options.seed, "Seed of the trainings (the committed runs': 1) and of the choice of sequences")

@@ -2,6 +2,7 @@
 // lists) joined in --list order, and run_figure, which makes a figure and stages FIGURE.json, its
 // tables, its figures and README.md, all or none.
 #include <algorithm>
+#include <fstream>
 #include <map>
 #include <stdexcept>
 
@@ -144,17 +145,37 @@ bool is_within(const fs::path& path, const fs::path& dir) {
   return true;
 }
 
-// The output directory may hold only this figure's files: not the corpus's or the cache's directory
-// (or a directory inside them), nor another figure's outputs (its FIGURE.json), whose README.md and
-// tables this figure's would replace. A UsageError before any work.
+// The README.md in `dir`, or "" where it has none: its first line, "# FIGURE" for a figure's own.
+std::string readme_heading(const fs::path& dir) {
+  std::ifstream in(dir / "README.md");
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+// The output directory may hold only this figure's files: not the corpus's or the cache's directory,
+// a directory inside them or one that contains them; not another figure's outputs (its FIGURE.json)
+// nor a directory holding a figure's folder (FIGURE/FIGURE.json: the --outputs of --verdicts and
+// --docs, outputs/, the repository), nor one whose README.md is not this figure's (its first line
+// "# FIGURE"): this figure's README.md and tables would replace theirs. Its own earlier outputs may
+// be replaced. A UsageError before any work.
 void refuse_output_directory(const Context& c, const std::string& name, const fs::path& out) {
-  for (const auto& [dir, what] : {std::pair{c.options.data, "the corpus (--data)"}, std::pair{c.options.work, "the checkpoint cache (--work)"}})
-    if (is_within(out, dir))
-      throw UsageError("--out " + out.string() + " is inside " + what + " " + dir.string() + ": give a directory of its own");
-  for (const Figure& f : figures())
+  const auto refuse = [&](const std::string& why) {
+    throw UsageError("--out " + out.string() + " " + why + ": give " + name + " a directory of its own");
+  };
+  for (const auto& [dir, what] : {std::pair{c.options.data, "the corpus (--data)"}, std::pair{c.options.work, "the checkpoint cache (--work)"}}) {
+    if (is_within(out, dir)) refuse("is inside " + std::string(what) + " " + dir.string());
+    if (is_within(dir, out)) refuse("contains " + std::string(what) + " " + dir.string());
+  }
+  for (const Figure& f : figures()) {
     if (f.name != name && fs::exists(out / (f.name + ".json")))
-      throw UsageError("--out " + out.string() + " holds " + f.name + "'s outputs (" + f.name +
-                       ".json), which " + name + "'s README.md and tables would replace: give a directory of its own");
+      refuse("holds " + f.name + "'s outputs (" + f.name + ".json), which " + name + "'s README.md and tables would replace");
+    if (fs::exists(out / f.name / (f.name + ".json")))
+      refuse("contains the figure folder " + (out / f.name).string() + ", whose README.md and tables sit beside it");
+  }
+  const std::string heading = readme_heading(out);
+  if (fs::exists(out / "README.md") && heading != "# " + name)
+    refuse("holds a README.md that is not " + name + "'s (\"" + heading.substr(0, 60) + "\"), which " + name + "'s would replace");
 }
 
 }  // namespace

@@ -162,8 +162,8 @@ results::Value with_verdict(const std::string& figure, const results::Value& jso
 std::string verdict_section(const results::Value& judged);
 // Recomputes the verdict of OUTPUTS/FIGURE/FIGURE.json from its own results and rewrites the file
 // with it, and the verdict section of its README.md (both or neither; a README made before verdicts
-// existed gets the section before its command line); returns the new value. A README with neither is
-// a UsageError (its verdict would be left unstated).
+// existed gets the section before its command line); returns the new value. A README with neither, or
+// none at all, is a UsageError before anything is written (its verdict would be left unstated).
 results::Value rejudge(const Figure& figure, const std::filesystem::path& outputs);
 // The verdict table of docs/figures.md, generated from OUTPUTS/*/FIGURE.json in --list order.
 std::string verdicts_markdown(const std::filesystem::path& outputs);

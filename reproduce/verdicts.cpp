@@ -501,9 +501,12 @@ std::string verdict_section(const Value& judged) {
 Value rejudge(const Figure& figure, const fs::path& outputs) {
   const fs::path path = outputs / figure.name / (figure.name + ".json"), readme = path.parent_path() / "README.md";
   const Value judged = judged_file(figure.name, path);
+  if (!fs::is_regular_file(readme))  // the verdict is written into both or neither
+    throw UsageError(readme.string() + " does not exist: the verdict goes into it and " + path.filename().string() +
+                     " together; remake the figure");
   StagedFiles files;
   files.add_bytes(path, "JSON", judged.json());
-  if (fs::exists(readme)) {  // its verdict section, from "## Verdict" to the blank line after its paragraph
+  {  // its verdict section, from "## Verdict" to the blank line after its paragraph
     std::ifstream in(readme, std::ios::binary);
     std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
     const std::size_t at = text.find("## Verdict\n\n"), end = at == std::string::npos ? at : text.find("\n\n", at + 13);

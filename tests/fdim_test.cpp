@@ -635,3 +635,36 @@ TEST(Fdim, MemoryIsCheckedBeforeTheInputsAreDrawn) {
   EXPECT_EQ(lines(r.err), 1) << r.err;
   EXPECT_NE(r.err.find("GB"), std::string::npos) << r.err;
 }
+
+// An option the network would not use is refused in one line, exit 2, as --skip-rank without lowrank
+// is (review r10: --query identity at --layers 0 ran and reported "query free"; --vocab, --din and
+// --causal without what they size or mask were ignored). Control: each with what it needs counts.
+TEST(Fdim, OptionsTheNetworkWouldNotUseAreRefused) {
+  const std::string base = "fdim --no-certify --quiet --d 4 --heads 2 --head-dim 2 --seq 3 --inputs 4 ";
+  const std::pair<std::string, std::string> refused[] = {
+      {"--layers 0 --query identity", "--query identity needs attention"},
+      {"--layers 1 --mixer none --mlp tanh --causal", "--causal needs attention"},
+      {"--layers 0 --causal", "--causal needs attention"},
+      {"--layers 0 --vocab 3 --embed linear", "--vocab needs --embed tokens"},
+      {"--layers 0 --din 3", "--din needs --embed linear"},
+      {"--layers 0 --dout 3", "--dout needs --readout linear"},
+      {"--layers 1 --ffn 3", "--ffn needs an --mlp"},
+      {"--layers 1 --skip-rank 1", "--skip-rank needs --skip-kind lowrank"},
+  };
+  for (const auto& [args, message] : refused) {
+    SCOPED_TRACE(args);
+    const auto r = run_qkvlab(base + args);
+    EXPECT_EQ(r.status, 2) << r.err;
+    EXPECT_EQ(lines(r.err), 1) << r.err;
+    EXPECT_NE(r.err.find(message), std::string::npos) << r.err;
+    EXPECT_TRUE(r.out.empty()) << r.out;
+  }
+  for (const std::string args : {"--layers 1 --query identity", "--layers 1 --causal", "--layers 0 --vocab 3 --embed tokens",
+                                 "--layers 0 --din 3 --embed linear", "--layers 0 --dout 3 --readout linear",
+                                 "--layers 1 --ffn 3 --mlp tanh"}) {
+    const auto r = run_qkvlab(base + args + " --format json");
+    EXPECT_EQ(r.status, 0) << args << ": " << r.err;
+  }
+  const auto identity = run_qkvlab(base + "--layers 1 --query identity --format json");
+  EXPECT_NE(identity.out.find("\"query\": \"identity\""), std::string::npos) << identity.out.substr(0, 400);
+}

@@ -437,6 +437,44 @@ TEST(ReproduceCli, RefusesAnUnknownFigureAndBadOptionsWithOneLine) {
   EXPECT_NE(r.err.find("unknown figure"), std::string::npos);
 }
 
+// reproduce runs one mode: two of --list, --list-recipes, --docs and --verdicts, or a FIGURE with a
+// listing or --docs, is refused in one line, exit 2, nothing printed or rejudged (review r10: the
+// first in a fixed order won, so --docs --verdicts printed the table and rejudged nothing). And
+// --verdicts FIGURE whose README.md is missing is refused, its JSON untouched (it printed the verdict
+// and exit 0, writing the JSON alone). Controls: each mode alone succeeds.
+TEST(ReproduceCli, ConflictingModesAndAMissingReadmeAreRefused) {
+  const fs::path outputs = fs::path(QKVLAB_SOURCE_DIR) / "outputs" / "reproduce";
+  ScratchDir dir;
+  fs::copy(outputs, dir / "outputs", fs::copy_options::recursive);
+  const std::string bin = std::string(QKVLAB_BINARY) + " reproduce ", at = " --outputs " + shell_quoted((dir / "outputs").string());
+  const fs::path json = dir / "outputs" / "resformer-fig3" / "resformer-fig3.json";
+  std::string stale = file_text(json);
+  stale.replace(stale.rfind("\"verdict\": \""), 12, "\"verdict\": \"x");  // a stale verdict that rejudging would fix
+  std::ofstream(json) << stale;
+  for (const std::string args : {"--docs --verdicts", "--list --verdicts", "--list-recipes --list", "resformer-fig3 --list",
+                                 "--docs resformer-fig3", "--list-recipes resformer-fig3", "--verdicts --docs resformer-fig3"}) {
+    SCOPED_TRACE(args);
+    const auto r = run_command(bin + args + at);
+    EXPECT_EQ(r.status, 2);
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_NE(r.err.find("excludes"), std::string::npos) << r.err;
+    EXPECT_TRUE(r.out.empty()) << r.out;
+    EXPECT_EQ(file_text(json), stale);
+  }
+  for (const std::string args : {"--list", "--list-recipes", "--docs"}) EXPECT_EQ(run_command(bin + args + at).status, 0) << args;
+  fs::remove(dir / "outputs" / "resformer-fig3" / "README.md");
+  const auto missing = run_command(bin + "--verdicts resformer-fig3" + at);
+  EXPECT_EQ(missing.status, 2);
+  EXPECT_EQ(std::count(missing.err.begin(), missing.err.end(), '\n'), 1) << missing.err;
+  EXPECT_NE(missing.err.find("README.md does not exist"), std::string::npos) << missing.err;
+  EXPECT_TRUE(missing.out.empty());
+  EXPECT_EQ(file_text(json), stale);
+  fs::copy_file(outputs / "resformer-fig3" / "README.md", dir / "outputs" / "resformer-fig3" / "README.md");  // control
+  const auto rejudged = run_command(bin + "--verdicts resformer-fig3" + at);
+  EXPECT_EQ(rejudged.status, 0) << rejudged.err;
+  EXPECT_EQ(file_text(json), file_text(outputs / "resformer-fig3" / "resformer-fig3.json"));
+}
+
 // Verdicts by rule (issue 28): every committed FIGURE.json's claim, quantity, uncertainty, rule and
 // verdict are what its registered claim and rule compute from the file's own results; the control:
 // resformer-fig3's seeds with Eq. 3 and Eq. 6 swapped disagree, where the committed ones agree.
@@ -470,6 +508,50 @@ TEST(Reproduce, RefusesAnOutputDirectoryThatIsNotItsOwn) {
   EXPECT_NO_THROW(reproduce::run_figure(c, table, dir / "T" / "skipv1-table2"));
   EXPECT_NO_THROW(reproduce::run_figure(c, table, dir / "T" / "skipv1-table2"));  // its own outputs again
   EXPECT_TRUE(fs::is_regular_file(dir / "T" / "skipv1-table2" / "skipv1-table2.json"));
+}
+
+// --out never contains what it would overwrite the README.md of: a directory holding the corpus or
+// the cache (the repository, outputs/), one holding a figure's folder (outputs/reproduce, the
+// --outputs of --verdicts), or one whose README.md is not a figure's own is refused in one line
+// before any work, its README.md kept. Controls: the figure's own earlier outputs (README.md
+// "# skipv1-table2") are replaced, and a directory with other files but no README.md is written.
+TEST(Reproduce, RefusesAnOutputDirectoryHoldingTheCacheTheCorpusOrAnotherReadme) {
+  ScratchDir dir;
+  const fs::path repo = dir / "repo", outputs = repo / "outputs" / "reproduce";
+  write_corpus(repo / "data" / "brown", 1);
+  const auto c = quick(repo / "data" / "brown", outputs / "work", 2);
+  const auto table = reproduce::find_figure("skipv1-table2");
+  fs::create_directories(outputs / "resformer-fig3");
+  std::ofstream(outputs / "resformer-fig3" / "resformer-fig3.json") << "{}\n";
+  fs::create_directories(dir / "notes");
+  for (const fs::path& d : {repo, repo / "outputs", outputs, dir / "notes"}) std::ofstream(d / "README.md") << "# mine\n";
+  const fs::path figs = dir / "figs" / "skipv1-fig12";  // a figure's folder, no README.md beside it
+  fs::create_directories(figs);
+  std::ofstream(figs / "skipv1-fig12.json") << "{}\n";
+  for (const fs::path& out : {repo, repo / "data", repo / "outputs", outputs, dir / "notes", dir / "figs"}) {
+    SCOPED_TRACE(out.string());
+    try {
+      reproduce::run_figure(c, table, out);
+      ADD_FAILURE() << out << " was accepted";
+    } catch (const UsageError& e) {
+      EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
+      EXPECT_EQ(std::string(e.what()).rfind("--out " + out.string(), 0), 0u) << e.what();
+    }
+    EXPECT_FALSE(fs::exists(out / "skipv1-table2.json"));
+  }
+  for (const fs::path& d : {repo, repo / "outputs", outputs, dir / "notes"}) EXPECT_EQ(file_text(d / "README.md"), "# mine\n") << d;
+  EXPECT_FALSE(fs::exists(outputs / "work"));  // nothing trained
+  // Controls: the figure's own outputs again, a new directory, and one of other files without a README.md.
+  const fs::path own = outputs / "skipv1-table2";
+  fs::create_directories(own);
+  std::ofstream(own / "README.md") << "# skipv1-table2\n\nan earlier run\n";
+  EXPECT_NO_THROW(reproduce::run_figure(c, table, own));
+  EXPECT_NE(file_text(own / "README.md"), "# skipv1-table2\n\nan earlier run\n");
+  EXPECT_NO_THROW(reproduce::run_figure(c, table, dir / "plain"));
+  fs::create_directories(dir / "other");
+  std::ofstream(dir / "other" / "data.csv") << "1\n";
+  EXPECT_NO_THROW(reproduce::run_figure(c, table, dir / "other"));
+  EXPECT_TRUE(fs::is_regular_file(dir / "other" / "README.md"));
 }
 
 // A smoke run (--steps N: every training's steps replaced) is judged as any run, but its verdict says
@@ -694,6 +776,7 @@ TEST(ReproduceVerdicts, DocsTableIsGeneratedFromTheCommittedJsons) {
     fs::copy_file(source / "outputs" / "reproduce" / f.name / (f.name + ".json"), dir / "outputs" / f.name / (f.name + ".json"));
   }
   const fs::path json = dir / "outputs" / "qwe-table2" / "qwe-table2.json";
+  fs::copy_file(source / "outputs" / "reproduce" / "qwe-table2" / "README.md", dir / "outputs" / "qwe-table2" / "README.md");
   std::string text = file_text(json);
   // The last loss is a results' row (Q-identity's, of the last seed; the runs' records come first):
   // one nat added to it.

@@ -729,3 +729,52 @@ TEST(ReplicatedPlot, MeanAndStandardErrorPointByPoint) {
   EXPECT_FALSE(over_replicates({replicate(0), shorter}, "seeds").has_value());
   EXPECT_FALSE(over_replicates({replicate(0)}, "seeds").has_value());
 }
+
+// Every series of a figure over replicates is what its title says, a mean over them (review r10: the
+// fitted slope lines of skipv1-fig12's "mean ± se over 3 seeds" were seed 1's, with seed 1's slope in
+// the key): a line fitted to each replicate's own curve is left out, a constant each replicate
+// estimates (a Bayes loss) is drawn at its mean. Control: a reference line every replicate draws
+// alike is kept as it is.
+TEST(ReplicatedPlot, EverySeriesIsAMeanOverTheReplicates) {
+  auto replicate = [](double slope, const std::string& bayes) {
+    char fit[96];
+    std::snprintf(fit, sizeof fit, "(x >= 2 ? 5 + %.3f*(x - 2.5) : 1/0)", slope);
+    Table t{"probe_loss", {{"layer", {1, 2, 3}}, {"loss", {6, 5 + slope, 5 + 2 * slope}}}};
+    Figure f{"probes", "layer", "nats", false, false,
+             {{"layer", "loss", "", "vanilla", "linespoints", ""},
+              {"", "", fit, "vanilla deeper-half slope " + std::to_string(slope), "lines dt 2", ""},
+              {"", "", bayes, "Bayes loss C", "lines dt 3", ""},
+              {"", "", "0", "zero", "lines dt 2 lc rgb 'black'", ""}},
+             {}};
+    return Plot{t, f};
+  };
+  const auto p = over_replicates({replicate(-0.044, "1.25"), replicate(-0.06, "1.5"), replicate(-0.062, "1.75")}, "seeds");
+  ASSERT_TRUE(p.has_value());
+  std::vector<std::string> titles;
+  for (const Series& s : p->figure.series) titles.push_back(s.title);
+  EXPECT_EQ(titles, (std::vector<std::string>{"", "vanilla", "Bayes loss C", "zero"}));  // band, mean, C, zero: no fit
+  for (const Series& s : p->figure.series) EXPECT_EQ(s.title.find("slope"), std::string::npos) << s.title;
+  EXPECT_EQ(p->figure.series[2].expression, "1.5");  // the mean of 1.25, 1.5, 1.75, not the first's 1.25
+  EXPECT_EQ(p->figure.series[3].expression, "0");
+  // Controls: replicates drawing the same lines keep them all, the fit included.
+  const auto same = over_replicates({replicate(-0.044, "1.25"), replicate(-0.044, "1.25")}, "seeds");
+  ASSERT_TRUE(same.has_value());
+  ASSERT_EQ(same->figure.series.size(), 5u);
+  EXPECT_EQ(same->figure.series[2].expression, replicate(-0.044, "1.25").figure.series[1].expression);
+  EXPECT_EQ(same->figure.series[3].expression, "1.25");
+  // Each replicate's own curve under one title (its best restart: column restart_1 in one, restart_0
+  // in the other) is averaged, not the first's column in every replicate.
+  auto best = [](const std::string& column) {
+    Table t{"curves", {{"step", {1, 2}}, {"restart_0", {4, 2}}, {"restart_1", {8, 6}}}};
+    return Plot{t, Figure{"curves", "step", "loss", false, false, {{"step", column, "", "mha (best restart)", "lines", ""}}, {}}};
+  };
+  const auto b = over_replicates({best("restart_1"), best("restart_0")}, "seeds");
+  ASSERT_TRUE(b.has_value());
+  const Column* mean = b->table.find("mha (best restart)");
+  ASSERT_NE(mean, nullptr);
+  EXPECT_EQ(mean->values, (std::vector<double>{6, 4}));  // (8 + 4) / 2, (6 + 2) / 2; restart_1's mean would be 8, 6
+  EXPECT_EQ(b->figure.series.back().y, "mha (best restart)");
+  const auto one = over_replicates({best("restart_1"), best("restart_1")}, "seeds");  // control: one column, its name
+  ASSERT_TRUE(one.has_value());
+  EXPECT_NE(one->table.find("restart_1"), nullptr);
+}
