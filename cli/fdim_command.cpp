@@ -33,8 +33,8 @@ struct FdimArgs {
 template <class E> E named(const std::map<std::string, E>& m, const std::string& name) { return m.at(name); }
 
 // An option the network would not use is refused, not ignored (the report would echo a network it
-// did not count): a size of an end or part that is absent, --causal without attention, W_Q = I where
-// there is no W_Q.
+// did not count): a size of an end or part that is absent (the MLP's width without a block, the heads
+// without attention), --causal without attention, W_Q = I where there is no W_Q.
 void refuse_unused(const FdimArgs& a) {
   using namespace fdim;
   const Network& c = a.config;
@@ -46,8 +46,10 @@ void refuse_unused(const FdimArgs& a) {
   need("--vocab", c.embed == Embed::tokens, "--embed tokens");
   need("--din", c.embed == Embed::linear, "--embed linear");
   need("--dout", c.readout == Readout::linear, "--readout linear");
-  need("--ffn", c.mlp != Mlp::none, "an --mlp");
+  need("--ffn", c.mlp != Mlp::none && c.layers > 0, "an --mlp in a block (--layers >= 1)");
   const bool attention = c.mixer == Mixer::attention && c.layers > 0;
+  need("--heads", attention, "attention (--mixer attention, --layers >= 1)");
+  need("--head-dim", attention, "attention (--mixer attention, --layers >= 1)");
   if (c.causal && !attention) throw UsageError("--causal needs attention (--mixer attention, --layers >= 1): nothing else mixes positions");
   if (a.query == "identity" && !attention)
     throw UsageError("--query identity needs attention (--mixer attention, --layers >= 1): there is no W_Q");
@@ -104,8 +106,8 @@ Command add_fdim_command(CLI::App& app, const std::string&) {
   };
   cmd->add_option("--layers", c.layers, "Blocks L (0: the ends alone)")->check(integer_in(0, 64))->capture_default_str();
   count("--d", c.d, "Residual width d");
-  count("--heads", c.heads, "Heads H per layer");
-  count("--head-dim", c.head_dim, "Head dimension d_h");
+  auto* heads = count("--heads", c.heads, "Heads H per layer");
+  auto* head_dim = count("--head-dim", c.head_dim, "Head dimension d_h");
   count("--seq", c.seq, "Sequence length T");
   count("--inputs", c.inputs, "Random input sequences N (the rank must saturate in N; the report shows it)");
   cmd->add_option("--skips", a->skips, "Skip connections")
@@ -160,7 +162,7 @@ Command add_fdim_command(CLI::App& app, const std::string&) {
   cmd->add_flag("--no-certify", a->no_certify, "Floating-point rank only (no MPFI certificate)");
   add_format_option(cmd, a->format);
   cmd->add_flag("--quiet", a->quiet, "No progress line");
-  return {cmd, [a, given = std::vector<CLI::Option*>{eps, rank, vocab, din, dout, ffn}] {
+  return {cmd, [a, given = std::vector<CLI::Option*>{eps, rank, vocab, din, dout, ffn, heads, head_dim}] {
             for (const CLI::Option* o : given)
               if (o->count() > 0) a->given.insert(o->get_name());
             return run_fdim(*a);

@@ -52,12 +52,13 @@ int list_figures(const ReproduceArgs& a) {
 }
 
 // --verdicts: each figure's verdict recomputed from its committed FIGURE.json and written into it and its README.
+// Every figure's files are checked before any is written (a missing README refuses them all).
 int rejudge_figures(const ReproduceArgs& a) {
-  for (const auto& f : reproduce::figures()) {
-    if (!a.figure.empty() && f.name != a.figure) continue;
-    const results::Value v = reproduce::rejudge(f, a.outputs);
-    std::cout << f.name << ": " << v["verdict"].string() << "\n";
-  }
+  std::vector<const reproduce::Figure*> chosen;
+  for (const auto& f : reproduce::figures())
+    if (a.figure.empty() || f.name == a.figure) chosen.push_back(&f);
+  const std::vector<results::Value> judged = reproduce::rejudge(chosen, a.outputs);
+  for (std::size_t i = 0; i < chosen.size(); ++i) std::cout << chosen[i]->name << ": " << judged[i]["verdict"].string() << "\n";
   return 0;
 }
 

@@ -2,8 +2,8 @@
 // Jacobian of θ ↦ (outputs on --inputs sequences), its floating-point reading with the gap at the
 // cut, and a certificate of both sides (docs/math/fdim.md, "Certificate"):
 //   lower bound: an r × r minor of an MPFI enclosure of J (forward-mode duals over intervals at
-//     the exactly representable point) is nonsingular by interval Gaussian elimination, so every
-//     matrix in the enclosure, the exact J among them, has rank ≥ r;
+//     the exactly representable point) is nonsingular by the preconditioned test ‖I − C A‖ < 1
+//     below, so every matrix in the enclosure, the exact J among them, has rank ≥ r;
 //   upper bound: the k gauge directions of gauges.hpp lie in the kernel by their symmetry
 //     identities; each J g is enclosed in MPFI (it must contain 0 and be narrow), and q = their rank
 //     of them are certified independent on a q × q minor: rank ≤ P − q.

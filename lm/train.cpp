@@ -427,26 +427,37 @@ void start_from(Session& run, const fs::path& dir) {
   run.from = initial_checkpoint_fields(dir, from);
 }
 
-// The run directory, created here when it is new; a run refused before it wrote anything (no
-// checkpoint to resume, a token outside the vocabulary) removes the directory it created, which
-// holds nothing but its lock then: a refusal leaves nothing behind.
+// The run directory, created here when it is new (with the parents it needed); a run refused before
+// it wrote anything (no checkpoint to resume, a token outside the vocabulary) removes what it created,
+// which holds nothing but its lock then: a refusal leaves nothing behind.
 class RunDirectory {
  public:
-  explicit RunDirectory(const fs::path& dir) : dir_(dir), created_(fs::create_directories(dir)) {}
+  explicit RunDirectory(const fs::path& dir) : dir_(absolute(dir)), top_(first_missing(dir_)) { fs::create_directories(dir); }
   RunDirectory(const RunDirectory&) = delete;
   RunDirectory& operator=(const RunDirectory&) = delete;
   ~RunDirectory() {
-    if (!created_ || std::uncaught_exceptions() == exceptions_) return;
+    if (top_.empty() || std::uncaught_exceptions() == exceptions_) return;
     std::error_code error;
     for (fs::directory_iterator it(dir_, error), end; !error && it != end; it.increment(error))
       if (it->path().filename() != ".qkvlab-lock") return;
     fs::remove(dir_ / ".qkvlab-lock", error);
-    fs::remove(dir_, error);
+    for (fs::path d = dir_; fs::remove(d, error) && d != top_;) d = d.parent_path();  // stops at a non-empty one
   }
 
  private:
+  // The absolute path, without a trailing separator.
+  static fs::path absolute(const fs::path& dir) {
+    const fs::path d = fs::absolute(dir).lexically_normal();
+    return d.has_filename() ? d : d.parent_path();
+  }
+  // The outermost directory of absolute `dir`'s path that does not exist yet (empty when `dir` exists).
+  static fs::path first_missing(const fs::path& dir) {
+    fs::path top;
+    for (fs::path d = dir; !fs::exists(d) && d != d.parent_path(); d = d.parent_path()) top = d;
+    return top;
+  }
   fs::path dir_;
-  bool created_;
+  fs::path top_;
   int exceptions_ = std::uncaught_exceptions();
 };
 

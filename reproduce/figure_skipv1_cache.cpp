@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 
+#include "core/errors.hpp"
 #include "core/statistics.hpp"
 #include "lm/accounting.hpp"
 #include "lm/generate.hpp"
@@ -138,6 +139,7 @@ void skipv1_fig6c_7(const Options& options, engine::Backend<float>& backend, Out
         for (std::size_t i = 0; i < variants.size(); ++i) {
           if (!variants[i].timed) continue;
           const lm::Generation g = lm::generate(*models[i], prompt, p.new_tokens, B, lm::Sampling{});
+          if (!g.nonfinite.empty()) throw NumericalError(variants[i].name + ": " + g.nonfinite);  // no rate of a stopped run
           auto& [prefill, decode] = rates[variants[i].name][{context, B}];
           prefill.push_back(double(B) * double(prompt.size()) / g.prefill_seconds);
           decode.push_back(double(B) * double(g.decode_steps) / g.decode_seconds);

@@ -154,7 +154,8 @@ std::string readme_heading(const fs::path& dir) {
 }
 
 // The output directory may hold only this figure's files: not the corpus's or the cache's directory,
-// a directory inside them or one that contains them; not another figure's outputs (its FIGURE.json)
+// a directory inside them or one that contains them where they exist (a new directory's default
+// data/brown is not there to harm); not another figure's outputs (its FIGURE.json)
 // nor a directory holding a figure's folder (FIGURE/FIGURE.json: the --outputs of --verdicts and
 // --docs, outputs/, the repository), nor one whose README.md is not this figure's (its first line
 // "# FIGURE"): this figure's README.md and tables would replace theirs. Its own earlier outputs may
@@ -165,7 +166,7 @@ void refuse_output_directory(const Context& c, const std::string& name, const fs
   };
   for (const auto& [dir, what] : {std::pair{c.options.data, "the corpus (--data)"}, std::pair{c.options.work, "the checkpoint cache (--work)"}}) {
     if (is_within(out, dir)) refuse("is inside " + std::string(what) + " " + dir.string());
-    if (is_within(dir, out)) refuse("contains " + std::string(what) + " " + dir.string());
+    if (fs::exists(dir) && is_within(dir, out)) refuse("contains " + std::string(what) + " " + dir.string());
   }
   for (const Figure& f : figures()) {
     if (f.name != name && fs::exists(out / (f.name + ".json")))

@@ -165,6 +165,8 @@ std::string verdict_section(const results::Value& judged);
 // existed gets the section before its command line); returns the new value. A README with neither, or
 // none at all, is a UsageError before anything is written (its verdict would be left unstated).
 results::Value rejudge(const Figure& figure, const std::filesystem::path& outputs);
+// Several figures rejudged together: every file is checked before any is written (all or none).
+std::vector<results::Value> rejudge(const std::vector<const Figure*>& figures, const std::filesystem::path& outputs);
 // The verdict table of docs/figures.md, generated from OUTPUTS/*/FIGURE.json in --list order.
 std::string verdicts_markdown(const std::filesystem::path& outputs);
 

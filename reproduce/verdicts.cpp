@@ -498,13 +498,15 @@ std::string verdict_section(const Value& judged) {
          judged["rule"].string() + ")." + (caveat ? " Note — " + caveat->string() + "." : "");
 }
 
-Value rejudge(const Figure& figure, const fs::path& outputs) {
+namespace {
+
+// One figure's rejudged FIGURE.json and README.md, staged into `files` (refusals before any is written).
+Value stage_rejudged(const Figure& figure, const fs::path& outputs, StagedFiles& files) {
   const fs::path path = outputs / figure.name / (figure.name + ".json"), readme = path.parent_path() / "README.md";
   const Value judged = judged_file(figure.name, path);
   if (!fs::is_regular_file(readme))  // the verdict is written into both or neither
     throw UsageError(readme.string() + " does not exist: the verdict goes into it and " + path.filename().string() +
                      " together; remake the figure");
-  StagedFiles files;
   files.add_bytes(path, "JSON", judged.json());
   {  // its verdict section, from "## Verdict" to the blank line after its paragraph
     std::ifstream in(readme, std::ios::binary);
@@ -519,9 +521,20 @@ Value rejudge(const Figure& figure, const fs::path& outputs) {
     }
     files.add_bytes(readme, "Markdown", text);
   }
+  return judged;
+}
+
+}  // namespace
+
+std::vector<Value> rejudge(const std::vector<const Figure*>& figures, const fs::path& outputs) {
+  StagedFiles files;  // every figure's files, or none
+  std::vector<Value> judged;
+  for (const Figure* f : figures) judged.push_back(stage_rejudged(*f, outputs, files));
   files.commit();
   return judged;
 }
+
+Value rejudge(const Figure& figure, const fs::path& outputs) { return rejudge({&figure}, outputs).front(); }
 
 namespace {
 

@@ -87,8 +87,13 @@ for family in gpt2 llama; do  # each comparison whole or not at all: a temporary
   fi
   compgen -G "$out/$family/*/run.json" >/dev/null || continue
   tmp=$(mktemp "$out/.$family-compare.json.XXXXXX")
-  if "$qkvlab" lm compare "$out/$family"/*/ --window 10 --format json --csv "$out/$family-relative.csv" \
-      --figure "$out/$family-relative" >"$tmp"; then
+  # The relative curves need a run besides the baseline's (lm compare refuses --csv without any: a
+  # partial sweep of vanilla runs only gets its comparison, its earlier curves left as they were).
+  curves=()
+  if compgen -G "$out/$family/*/run.json" | grep -qv "/vanilla-s[0-9]*/run.json$"; then
+    curves=(--csv "$out/$family-relative.csv" --figure "$out/$family-relative")
+  fi
+  if "$qkvlab" lm compare "$out/$family"/*/ --window 10 --format json "${curves[@]}" >"$tmp"; then
     chmod a+r "$tmp" && mv -f "$tmp" "$out/$family-compare.json"
   else
     rm -f "$tmp"

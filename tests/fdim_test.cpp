@@ -640,7 +640,7 @@ TEST(Fdim, MemoryIsCheckedBeforeTheInputsAreDrawn) {
 // is (review r10: --query identity at --layers 0 ran and reported "query free"; --vocab, --din and
 // --causal without what they size or mask were ignored). Control: each with what it needs counts.
 TEST(Fdim, OptionsTheNetworkWouldNotUseAreRefused) {
-  const std::string base = "fdim --no-certify --quiet --d 4 --heads 2 --head-dim 2 --seq 3 --inputs 4 ";
+  const std::string base = "fdim --no-certify --quiet --d 4 --seq 3 --inputs 4 ";
   const std::pair<std::string, std::string> refused[] = {
       {"--layers 0 --query identity", "--query identity needs attention"},
       {"--layers 1 --mixer none --mlp tanh --causal", "--causal needs attention"},
@@ -650,6 +650,9 @@ TEST(Fdim, OptionsTheNetworkWouldNotUseAreRefused) {
       {"--layers 0 --dout 3", "--dout needs --readout linear"},
       {"--layers 1 --ffn 3", "--ffn needs an --mlp"},
       {"--layers 1 --skip-rank 1", "--skip-rank needs --skip-kind lowrank"},
+      {"--layers 0 --mlp relu --ffn 4 --embed linear --din 3", "--ffn needs an --mlp in a block"},
+      {"--layers 0 --heads 2 --embed linear --din 3", "--heads needs attention"},
+      {"--layers 1 --mixer none --mlp tanh --head-dim 2", "--head-dim needs attention"},
   };
   for (const auto& [args, message] : refused) {
     SCOPED_TRACE(args);
@@ -661,7 +664,7 @@ TEST(Fdim, OptionsTheNetworkWouldNotUseAreRefused) {
   }
   for (const std::string args : {"--layers 1 --query identity", "--layers 1 --causal", "--layers 0 --vocab 3 --embed tokens",
                                  "--layers 0 --din 3 --embed linear", "--layers 0 --dout 3 --readout linear",
-                                 "--layers 1 --ffn 3 --mlp tanh"}) {
+                                 "--layers 1 --ffn 3 --mlp tanh", "--layers 1 --heads 2 --head-dim 2"}) {
     const auto r = run_qkvlab(base + args + " --format json");
     EXPECT_EQ(r.status, 0) << args << ": " << r.err;
   }

@@ -170,16 +170,17 @@ TEST(LmTrain, RunsSurviveInterruptionsAndAreNotOverwritten) {
 }
 
 // A run refused before it writes anything leaves nothing behind: a resume with no checkpoint into a
-// new directory leaves no directory (it left one holding .qkvlab-lock). Control: an existing empty
-// directory is the user's and stays.
+// new directory leaves no directory, nor the parents it created (it left one holding .qkvlab-lock).
+// Control: an existing empty directory is the user's and stays.
 TEST(LmTrain, ARefusedRunLeavesNoDirectoryItCreated) {
   ScratchDir dir;
   const TrainData data = toy_data();
   engine::CpuBackend<float> backend(1);
-  RunOptions nothing_to_resume = tiny_run(dir.path / "new" / "run", 1);
+  RunOptions nothing_to_resume = tiny_run(dir.path / "new" / "nested" / "run", 1);
   nothing_to_resume.resume = true;
   EXPECT_THROW(train_language_model(nothing_to_resume, data, backend, {}), UsageError);
-  EXPECT_FALSE(fs::exists(dir.path / "new" / "run"));
+  EXPECT_FALSE(fs::exists(dir.path / "new")) << "the parents it created stayed";
+  EXPECT_TRUE(fs::is_directory(dir.path));  // control: what existed before stays, though empty
   fs::create_directories(dir.path / "mine");
   nothing_to_resume.out = dir.path / "mine";
   EXPECT_THROW(train_language_model(nothing_to_resume, data, backend, {}), UsageError);
@@ -890,6 +891,27 @@ TEST(LmAblations, ARowIsOneGroupsNumbersOverEveryFinishedRun) {
   EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.out.find("| Fig. 15 | SkipKV1 trains worse than SkipV1 | 3 groups"), std::string::npos) << r.out;
   EXPECT_EQ(read_file(json), "published\n");
+}
+
+// scripts/lm_comparisons.sh compares what a partial sweep holds: vanilla runs only get their comparison
+// and no relative curves (lm compare refuses --csv without a run to measure; the script passed it
+// always and failed, writing nothing). Control: with a variant's run the curves are written.
+TEST(LmComparisons, APartialSweepOfBaselineRunsGetsItsComparison) {
+  using test_support::CommandResult, test_support::run_command, test_support::shell_quoted;
+  ScratchDir dir;
+  const fs::path out = dir.path / "out";
+  for (int seed : {1, 2})
+    write_run(out / "gpt2" / ("vanilla-s" + std::to_string(seed)), "vanilla", R"("steps": 4)", seed, 3.0 + 0.1 * seed);
+  const std::string script = shell_quoted(fs::path(QKVLAB_SOURCE_DIR) / "scripts" / "lm_comparisons.sh") + " --qkvlab " +
+                             shell_quoted(QKVLAB_BINARY) + " --out " + shell_quoted(out) + " --only '^nomatch$'";
+  CommandResult r = run_command(script);
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(fs::exists(out / "gpt2-compare.json"));
+  EXPECT_FALSE(fs::exists(out / "gpt2-relative.csv"));
+  write_run(out / "gpt2" / "resformer-s1", "resformer", R"("steps": 4)", 1, 2.9);
+  r = run_command(script);
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(fs::exists(out / "gpt2-relative.csv"));
 }
 
 // scripts/ablation_row.py reads one row from lm compare's JSON: the compared group's numbers and

@@ -469,10 +469,24 @@ TEST(ReproduceCli, ConflictingModesAndAMissingReadmeAreRefused) {
   EXPECT_NE(missing.err.find("README.md does not exist"), std::string::npos) << missing.err;
   EXPECT_TRUE(missing.out.empty());
   EXPECT_EQ(file_text(json), stale);
+  // --verdicts of every figure refuses them all: the figures before the one missing its README were
+  // rewritten before the refusal. The first figure's stale verdict stays stale.
+  const std::string first = reproduce::figures().front().name;
+  ASSERT_NE(first, "resformer-fig3");
+  const fs::path first_json = dir / "outputs" / first / (first + ".json");
+  std::string first_stale = file_text(first_json);
+  first_stale.replace(first_stale.rfind("\"verdict\": \""), 12, "\"verdict\": \"x");
+  std::ofstream(first_json) << first_stale;
+  const auto all_missing = run_command(bin + "--verdicts" + at);
+  EXPECT_EQ(all_missing.status, 2) << all_missing.err;
+  EXPECT_NE(all_missing.err.find("README.md does not exist"), std::string::npos) << all_missing.err;
+  EXPECT_EQ(file_text(first_json), first_stale);
   fs::copy_file(outputs / "resformer-fig3" / "README.md", dir / "outputs" / "resformer-fig3" / "README.md");  // control
   const auto rejudged = run_command(bin + "--verdicts resformer-fig3" + at);
   EXPECT_EQ(rejudged.status, 0) << rejudged.err;
   EXPECT_EQ(file_text(json), file_text(outputs / "resformer-fig3" / "resformer-fig3.json"));
+  EXPECT_EQ(run_command(bin + "--verdicts" + at).status, 0);  // control: every README there, every figure rejudged
+  EXPECT_EQ(file_text(first_json), file_text(outputs / first / (first + ".json")));
 }
 
 // Verdicts by rule (issue 28): every committed FIGURE.json's claim, quantity, uncertainty, rule and
@@ -552,6 +566,10 @@ TEST(Reproduce, RefusesAnOutputDirectoryHoldingTheCacheTheCorpusOrAnotherReadme)
   std::ofstream(dir / "other" / "data.csv") << "1\n";
   EXPECT_NO_THROW(reproduce::run_figure(c, table, dir / "other"));
   EXPECT_TRUE(fs::is_regular_file(dir / "other" / "README.md"));
+  // A new directory where --data and --work would lie but are not (`cd new && reproduce F --out .`, the
+  // default data/brown resolved inside it) holds nothing to harm: accepted (it was refused).
+  const auto absent = quick(dir / "fresh" / "data" / "brown", dir / "fresh" / "work", 2);
+  EXPECT_NO_THROW(reproduce::run_figure(absent, table, dir / "fresh"));
 }
 
 // A smoke run (--steps N: every training's steps replaced) is judged as any run, but its verdict says
