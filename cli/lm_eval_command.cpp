@@ -77,8 +77,9 @@ std::vector<Command> add_lm_eval_commands(CLI::App& lm, const std::string&) {
   cmd->add_option("--tokens", a->tokens, ".npy of integer token ids (2-D: one sequence per row; 1-D: cut into "
                                          "--seq-len pieces) or nanoGPT's uint16 .bin");
   add_text_option(cmd, a->text);
-  auto* seq_len = cmd->add_option("--seq-len", a->seq_len, "Sequence length for a 1-D token file or a text (a 2-D file's "
-                                                           "rows are its sequences: another length is refused)")
+  auto* seq_len = cmd->add_option("--seq-len", a->seq_len, "Tokens per sequence, T - 1 of them predicted, for a 1-D token file or a "
+                                                           "text (a 2-D file's rows are its sequences: another length is refused; "
+                                                           "lm train --seq-len T predicts T)")
                       ->check(integer_in(2, 1 << 20))
                       ->capture_default_str();
   cmd->add_option("--sequences", a->sequences, "Evaluate the first N sequences (default: all)")

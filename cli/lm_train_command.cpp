@@ -1,6 +1,7 @@
 // `qkvlab lm train --out DIR`: train a language model from a preset or explicit
 // sizes, on the Brown corpus or a token file (lm/train.hpp).
 #include <cmath>
+#include <cstdio>
 #include <iostream>
 
 #include "cli/format_option.hpp"
@@ -78,7 +79,9 @@ int run_train(const LmTrainArgs& a, const CLI::App& cmd, const std::string& comm
   apply_threads(a.threads, BlasUse::per_worker);  // the CPU backend runs one product per worker
   const auto backend = engine::make_backend(a.device, a.threads);
   const Progress show{"lm train", Progress::wanted(a.quiet)};
+  bool first = true;
   const results::Value out = lm::train_language_model(o, data, *backend, [&](const lm::Progress& p) {
+    if (first) show.already = std::size_t(p.step - 1), first = false;  // a resumed run's rate is of its own steps
     char extra[160];
     std::snprintf(extra, sizeof extra, "loss %.4f%s  lr %.2e  %.0f tok/s", p.loss,
                   p.validation_loss ? (" val " + std::to_string(*p.validation_loss).substr(0, 6)).c_str() : "", p.lr,
@@ -96,7 +99,16 @@ std::vector<Command> add_lm_train_commands(CLI::App& lm, const std::string& comm
   auto* cmd = lm.add_subcommand("train", "Train a language model (checkpoints, logs, validation, n-gram baselines "
                                          "in --out; --resume continues bit for bit)");
   std::string presets;
-  for (const auto& p : lm::presets()) presets += "\n  " + p.name + ": " + p.description;
+  for (const auto& p : lm::presets()) {
+    const lm::RunOptions& o = p.options;
+    char schedule[256];  // what --steps, --batch, --lr, ... default to under the preset
+    std::snprintf(schedule, sizeof schedule,
+                  "\n    --steps %lld --batch %d --seq-len %d --lr %g --min-lr %g --warmup %lld --clip %g --weight-decay %g "
+                  "--eval-every %lld --eval-windows %lld --checkpoint-every %lld",
+                  (long long)o.loop.steps, o.batch, o.seq, o.loop.lr, o.loop.min_lr, (long long)o.loop.warmup, o.loop.clip,
+                  o.loop.adamw.weight_decay, (long long)o.eval_every, (long long)o.eval_windows, (long long)o.checkpoint_every);
+    presets += "\n  " + p.name + ": " + p.description + schedule;
+  }
   cmd->footer("Presets (model flags given on the command line override a preset's; --family also brings that\n"
               "family's tying and biases: gpt2 tied with biases, llama neither):" + presets);
   cmd->add_option("--preset", a->preset, "Starting point: model, batch, sequence length, schedule")
@@ -115,7 +127,7 @@ std::vector<Command> add_lm_train_commands(CLI::App& lm, const std::string& comm
                                            "its final validation is finished)");
   cmd->add_option("--steps", a->run.loop.steps, "Optimizer steps")->check(integer64_in(1, 1LL << 40));
   cmd->add_option("--batch", a->run.batch, "Sequences per micro-batch")->check(integer_in(1, 65536));
-  cmd->add_option("--seq-len", a->run.seq, "Tokens per sequence")->check(integer_in(2, 1 << 20));
+  cmd->add_option("--seq-len", a->run.seq, "Positions predicted per sequence: each sequence is T + 1 tokens (lm eval --seq-len counts the tokens)")->check(integer_in(2, 1 << 20));
   cmd->add_option("--accum", a->run.loop.accum, "Micro-batches per step")->check(integer_in(1, 65536));
   cmd->add_option("--lr", a->run.loop.lr, "Peak learning rate (the floor becomes lr/10 unless --min-lr)")
       ->check(real_in(0.0, 10.0));
@@ -139,7 +151,8 @@ std::vector<Command> add_lm_train_commands(CLI::App& lm, const std::string& comm
   add_device_option(cmd, a->device);
   add_threads_option(cmd, a->threads);
   add_format_option(cmd, a->format);
-  add_allow_nonfinite_option(cmd, a->run.allow_nonfinite);
+  add_allow_nonfinite_option(cmd, a->run.allow_nonfinite,
+                             "a run whose loss or gradient is then not finite stops as diverged, exit 3");
   cmd->add_flag("--quiet", a->quiet, "No progress on stderr");
   return {{cmd, [a, cmd, command_line] { return run_train(*a, *cmd, command_line); }}};
 }

@@ -91,6 +91,21 @@ std::optional<std::string> unknown_subcommand(CLI::App& app, int argc, char** ar
   return std::nullopt;
 }
 
+// An empty value names nothing: refused for every option and argument of the command run but the text of
+// --prompt (no path, name or number is "": `verify --checkpoint ""` ran the random-weight claims, exit 0,
+// and `lm init ""` failed with "Invalid argument", exit 3).
+std::optional<std::string> empty_value(const CLI::App& app) {
+  for (const CLI::App* command = &app; command;) {
+    for (const CLI::Option* o : command->get_options())
+      if (o->count() > 0 && o->get_name() != "--prompt")
+        for (const std::string& value : o->results())
+          if (value.empty()) return o->get_name() + ": an empty value (\"\") names nothing";
+    const std::vector<CLI::App*> parsed = command->get_subcommands();
+    command = parsed.empty() ? nullptr : parsed.front();
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -142,6 +157,10 @@ int main(int argc, char** argv) {
     return flushed(app.exit(e));
   } catch (const CLI::ParseError& e) {
     std::cerr << "qkvlab: error: " << one_line(e.what()) << " (see 'qkvlab --help')\n";
+    return 2;
+  }
+  if (const auto empty = empty_value(app)) {
+    std::cerr << "qkvlab: error: " << *empty << " (see 'qkvlab --help')\n";
     return 2;
   }
   try {

@@ -49,6 +49,7 @@ struct Progress {
   std::string name;
   bool on = false;
   mutable std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now(), last{};
+  mutable std::size_t already = 0;  // units done before this process started (a resumed run's steps): not in the rate
 
   void operator()(const std::string& what, std::size_t done, std::size_t total, const std::string& extra = "") const {
     if (!on) return;
@@ -56,7 +57,7 @@ struct Progress {
     if (done != total && now - last < std::chrono::milliseconds(200)) return;
     last = now;
     const double seconds = std::chrono::duration<double>(now - start).count();
-    const double rate = seconds > 0 ? double(done) / seconds : 0;
+    const double rate = seconds > 0 && done > already ? double(done - already) / seconds : 0;
     std::cerr << "\rqkvlab " << name << ": " << what << " " << done << "/" << total;
     if (rate > 0) std::cerr << "  " << rate_text(rate) << "/s  " << duration_text(double(total - done) / rate) << " left";
     std::cerr << (extra.empty() ? "" : "  ") << extra << "   " << (done == total ? "\n" : "") << std::flush;

@@ -254,6 +254,9 @@ void validate(const Config& c) {
     require(v.skip_ratio > 0 && v.skip_ratio < 1 && std::abs(injected - std::round(injected)) < 1e-9,
             "the skip ratio " + shortest(v.skip_ratio) + " must lie in (0, 1) and give whole heads of the " +
                 std::to_string(c.kv_heads) + " key/value heads");
+    require(c.layers >= 2 || v.source_layer == 0,
+            to_string(v.kind) + " reuses a source layer's values in the layers after it: it needs --layers 2 or more "
+            "(or --source-layer 0, SkipV0)");
     require(v.source_layer >= 0 && v.source_layer < c.layers,
             "the source layer must be 0 (SkipV0) or 1 ... L-1, got " + std::to_string(v.source_layer));
     const int own = c.kv_heads - int(std::lround(injected));

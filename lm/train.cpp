@@ -429,18 +429,22 @@ void start_from(Session& run, const fs::path& dir) {
 
 // The run directory, created here when it is new (with the parents it needed); a run refused before
 // it wrote anything (no checkpoint to resume, a token outside the vocabulary) removes what it created,
-// which holds nothing but its lock then: a refusal leaves nothing behind.
+// the lock and the directories, which hold nothing else then: a refusal leaves nothing behind.
 class RunDirectory {
  public:
-  explicit RunDirectory(const fs::path& dir) : dir_(absolute(dir)), top_(first_missing(dir_)) { fs::create_directories(dir); }
+  explicit RunDirectory(const fs::path& dir)
+      : dir_(absolute(dir)), top_(first_missing(dir_)), lock_existed_(fs::exists(dir_ / ".qkvlab-lock")) {
+    fs::create_directories(dir);
+  }
   RunDirectory(const RunDirectory&) = delete;
   RunDirectory& operator=(const RunDirectory&) = delete;
   ~RunDirectory() {
-    if (top_.empty() || std::uncaught_exceptions() == exceptions_) return;
+    if (lock_existed_ || std::uncaught_exceptions() == exceptions_) return;
     std::error_code error;
     for (fs::directory_iterator it(dir_, error), end; !error && it != end; it.increment(error))
       if (it->path().filename() != ".qkvlab-lock") return;
     fs::remove(dir_ / ".qkvlab-lock", error);
+    if (top_.empty()) return;  // the directory was there before: it stays, as it was
     for (fs::path d = dir_; fs::remove(d, error) && d != top_;) d = d.parent_path();  // stops at a non-empty one
   }
 
@@ -458,6 +462,7 @@ class RunDirectory {
   }
   fs::path dir_;
   fs::path top_;
+  bool lock_existed_;
   int exceptions_ = std::uncaught_exceptions();
 };
 
@@ -520,7 +525,9 @@ results::Value train_language_model(const RunOptions& o, const TrainData& data, 
     train_seconds += now() - ts;
     if (!std::isfinite(st.loss) || !std::isfinite(st.grad_norm))
       throw NumericalError("training diverged at step " + std::to_string(s + 1) + " (loss " + real(st.loss) +
-                           ", gradient norm " + real(st.grad_norm) + "); the last checkpoint is kept");
+                           ", gradient norm " + real(st.grad_norm) + "); " +
+                           (fs::exists(o.out / "checkpoint" / "manifest.json") ? "the last checkpoint is kept"
+                                                                               : "no checkpoint was written"));
     last_loss = st.loss;
     train_log.row(std::to_string(s + 1) + "," + real(st.loss) + "," + real(st.lr) + "," + real(st.grad_norm) + "," +
                   real(now() - t0));

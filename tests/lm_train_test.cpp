@@ -171,7 +171,7 @@ TEST(LmTrain, RunsSurviveInterruptionsAndAreNotOverwritten) {
 
 // A run refused before it writes anything leaves nothing behind: a resume with no checkpoint into a
 // new directory leaves no directory, nor the parents it created (it left one holding .qkvlab-lock).
-// Control: an existing empty directory is the user's and stays.
+// Control: an existing empty directory is the user's and stays, empty.
 TEST(LmTrain, ARefusedRunLeavesNoDirectoryItCreated) {
   ScratchDir dir;
   const TrainData data = toy_data();
@@ -185,6 +185,7 @@ TEST(LmTrain, ARefusedRunLeavesNoDirectoryItCreated) {
   nothing_to_resume.out = dir.path / "mine";
   EXPECT_THROW(train_language_model(nothing_to_resume, data, backend, {}), UsageError);
   EXPECT_TRUE(fs::is_directory(dir.path / "mine"));
+  EXPECT_TRUE(fs::is_empty(dir.path / "mine")) << "the refused run's lock stayed";
 }
 
 // A run started from a checkpoint (--from) records it in run.json: the path as given, the checksum of its

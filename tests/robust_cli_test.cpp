@@ -6,6 +6,7 @@
 // options refused with the memory they imply; absorb on a rescaled pair; a
 // resumed checkpoint whose loss history holds NaN; a multi-file output whose
 // second target cannot be written; verify's report of a check that throws.
+#include "cli/plot_common.hpp"
 #include "cli/validators.hpp"
 #include "core/absorb.hpp"
 #include "core/npy.hpp"
@@ -19,12 +20,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <numeric>
 #include <regex>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -109,6 +112,37 @@ TEST(RobustCli, RealValidatorsAcceptFiniteNumbersOnly) {
   EXPECT_TRUE(ok(non_negative_real, "4.9e-324"));
   std::string negative = "-1";
   EXPECT_EQ(non_negative_real(negative).find("beyond"), std::string::npos);
+}
+
+// A progress line's rate and time left count this process's units only: a run resumed at step 600 of
+// 1000 printed 601 steps over its own seconds (38748/s, 0s left). Control: without `already` the rate
+// is of every step.
+TEST(RobustCli, ProgressOfAResumedRunCountsItsOwnSteps) {
+  const auto line = [](std::size_t already) {
+    Progress show{"lm train", true};
+    show.start = std::chrono::steady_clock::now() - std::chrono::seconds(10);
+    show.already = already;
+    std::ostringstream captured;
+    std::streambuf* old = std::cerr.rdbuf(captured.rdbuf());
+    show("step", 610, 1000);
+    std::cerr.rdbuf(old);
+    return captured.str();
+  };
+  const std::string resumed = line(600), whole = line(0);
+  EXPECT_NE(resumed.find("610/1000  1/s  6m30s left"), std::string::npos) << resumed;  // 10 steps in 10 s
+  EXPECT_NE(whole.find("610/1000  61/s  6s left"), std::string::npos) << whole;
+}
+
+// An empty value names nothing: `verify --checkpoint ""` ran the random-weight claims (exit 0),
+// `reproduce F --out ""` wrote into the default directory, `lm init ""` failed with "Invalid argument"
+// (exit 3). Each is one line naming the option, exit 2. Control: --prompt "" is the empty text.
+TEST(RobustCli, AnEmptyValueIsRefusedNamingTheOption) {
+  for (const auto& [args, option] : std::vector<std::pair<std::string, std::string>>{
+           {"verify --checkpoint ''", "--checkpoint"}, {"reproduce skipv1-table2 --out ''", "--out"},
+           {"lm init ''", "CKPT"}, {"lm train --tokens x --out ''", "--out"}, {"analyze entropy x --csv ''", "--csv"}})
+    expect_usage_error(run_bounded(args, 60), args, option + ": an empty value (\"\") names nothing");
+  const CommandResult prompt = run_bounded("lm tokenize /nonexistent-qkvlab-dir --prompt ''", 60);
+  EXPECT_NE(prompt.err.find("no such directory"), std::string::npos) << prompt.err;  // past the option check
 }
 
 TEST(RobustCli, SeedsOutOfRangeAreUsageErrors) {

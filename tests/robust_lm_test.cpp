@@ -413,6 +413,14 @@ TEST(RobustNonFinite, ANonFiniteResultIsTheFindingExitOneWithTheLayer) {
   std::ofstream(f.ckpt / "vocab.json") << "{\"a";
   std::ofstream(f.ckpt / "merges.txt") << "#version: 0.2\n";
   expect_usage_error(run_bounded(generate), "generate with a broken tokenizer", "vocab.json");
+  // lm train --from the NaN model stops at its first step as diverged (exit 3, as its --allow-nonfinite
+  // help says) and says that no checkpoint was written (it said "the last checkpoint is kept").
+  const CommandResult trained = run_bounded("lm train --from " + shell_quoted(f.ckpt) + " --tokens " + shell_quoted(f.stream) +
+                                            " --batch 2 --seq-len 8 --steps 2 --quiet --allow-nonfinite --out " +
+                                            shell_quoted(f.dir / "nan-run"));
+  EXPECT_EQ(trained.status, 3) << trained.err;
+  EXPECT_NE(trained.err.find("training diverged at step 1"), std::string::npos) << trained.err;
+  EXPECT_NE(trained.err.find("no checkpoint was written"), std::string::npos) << trained.err;
   const CommandResult probed = run_bounded("probe " + shell_quoted(f.ckpt) + " --tokens " + shell_quoted(f.stream) +
                                            " --steps 2 --warmup 1 --lr-grid 1e-3,1e-2 --seq-len 8 --batch 2 --eval-windows 2"
                                            " --quiet --allow-nonfinite");
@@ -932,6 +940,10 @@ TEST(RobustOptions, OptionsThatWouldBeIgnoredOrOverriddenAreRefused) {
   expect_usage_error(run_bounded("lm init " + shell_quoted(f.dir / "h3") + " --d 32 --heads 3"), "--heads 3",
                      "--d 32 is not a multiple of --heads 3: give the head width with --head-dim");
   EXPECT_EQ(run_bounded("lm init " + shell_quoted(f.dir / "h3") + " --d 32 --heads 3 --head-dim 10").status, 0);  // control
+  // skipv1 at one layer named a source-layer range that is empty (1 ... L-1) and a flag not given.
+  expect_usage_error(run_bounded("lm init " + shell_quoted(f.dir / "s1") + " --variant skipv1 --layers 1"), "skipv1 --layers 1",
+                     "skipv1 reuses a source layer's values in the layers after it: it needs --layers 2 or more");
+  EXPECT_EQ(run_bounded("lm init " + shell_quoted(f.dir / "s2") + " --variant skipv1 --layers 2").status, 0);  // control
   // --seq-len 65 overrode --positions 64 (here 33 and 32: the stream's validation tenth is 60 tokens).
   const std::string train = "lm train --tokens " + shell_quoted(f.stream) + small;
   expect_usage_error(run_bounded(train + " --out " + shell_quoted(f.dir / "p") + " --positions 32 --seq-len 33"),
