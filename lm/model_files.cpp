@@ -338,6 +338,8 @@ ModelFiles open_model(const fs::path& dir) {
   if (fs::is_regular_file(dir / "model.safetensors")) {
     MappedSafeTensors file = map_file(dir / "model.safetensors");
     if (own_format(file.view())) return open_own(dir, std::move(file));
+  } else {  // a qkvlab checkpoint's manifest names its missing model.safetensors before config.json is read as Hugging Face's
+    verify_manifest_if_present(dir, false);
   }
   return open_hf(dir);
 }
