@@ -95,9 +95,11 @@ class FiniteGuard final : public lm::Recorder<float> {
   std::int64_t first = 0;  // the batch's first sequence
 
  private:
+  // The final norm's output comes with layer = L (after the last block), so it is named, not numbered.
   void note(int layer, Site site, bool nan, std::size_t b) {
-    found = "layer " + std::to_string(layer + 1) + "'s " + lm::to_string(site) + " holds " + (nan ? "nan" : "inf") +
-            " (sequence " + std::to_string(first + std::int64_t(b)) + ")";
+    const std::string where =
+        site == Site::final ? "the final norm's output" : "layer " + std::to_string(layer + 1) + "'s " + lm::to_string(site);
+    found = where + " holds " + (nan ? "nan" : "inf") + " (sequence " + std::to_string(first + std::int64_t(b)) + ")";
   }
   Analysis& inner_;
 };
@@ -552,10 +554,25 @@ lm::TokenSequences choose_sequences(const lm::TokenSequences& all, std::int64_t 
   return out;
 }
 
+namespace {
+
+// --k above the spectrum's dimension, min(T, width of the values the attention reads: H_kv·d_h, MLA's
+// H·d_h as lm/model_impl.hpp's attn_kv()), is refused: no k is reported that was not computed.
+void check_top_k(Kind kind, const Options& o, const lm::Config& c, int T) {
+  if (o.top_k <= 0 || (kind != Kind::spectrum && kind != Kind::all)) return;
+  const int width = (c.mla ? c.heads : c.kv_heads) * c.head_dim, m = std::min(T, width);
+  if (o.top_k > m)
+    throw UsageError("--k " + std::to_string(o.top_k) + ": the spectrum has " + std::to_string(m) +
+                     " eigenvalues (min(T, H_kv*d_h) = min(" + std::to_string(T) + ", " + std::to_string(width) + "))");
+}
+
+}  // namespace
+
 Report analyze(lm::Model<float>& model, Kind kind, const lm::TokenSequences& data, const Options& o,
                const std::function<void(std::int64_t, std::int64_t)>& progress) {
   if (data.sequences < 1 || data.length < 2) throw UsageError("analyses need at least one sequence of 2 tokens");
   if (o.query_block < 0) throw UsageError("--query-block " + std::to_string(o.query_block) + ": must be >= 0");
+  check_top_k(kind, o, model.config(), data.length);
   const int B = int(std::min<std::int64_t>(o.batch, data.sequences)), T = data.length;
   auto analysis = make(kind, model.config(), o);
   analysis->threads = o.threads;

@@ -1,6 +1,8 @@
 // `qkvlab analyze KIND CKPT`: the per-layer analyses of a trained model on
 // token sequences (analysis/analyze.hpp; definitions in docs/analysis.md).
+#include <algorithm>
 #include <chrono>
+#include <initializer_list>
 #include <iostream>
 
 #include "analysis/analyze.hpp"
@@ -32,20 +34,49 @@ struct AnalyzeArgs {
   Device device = Device::cpu;
   std::string dtype = "auto";
   bool quiet = false, allow_nonfinite = false;
+  // The options only some kinds read (refuse_unread_options), set by add_analyze_command.
+  const CLI::Option *definition_option = nullptr, *states_option = nullptr, *heads_option = nullptr,
+                    *layer_option = nullptr, *k_option = nullptr, *query_block_option = nullptr;
 };
 
-analysis::Options analysis_options(const AnalyzeArgs& a, analysis::Kind kind) {
+// An option given to a kind that does not read it is refused (one line, exit 2), never ignored: --of
+// by its value, the others by the kinds that read them (`all` reads what its four parts read).
+void refuse_unread_options(const AnalyzeArgs& a) {
+  const bool similarity = a.kind == "similarity" || a.kind == "all";
+  const bool hidden = a.of.empty() || a.of == "hidden";
+  if (!a.of.empty() && !(similarity && (a.of == "hidden" || a.of == "keys" || a.of == "values")) &&
+      !(a.kind == "heads" && (a.of == "outputs" || a.of == "patterns")))
+    throw UsageError("--of " + a.of + " does not apply to '" + a.kind +
+                     "' (similarity: hidden|keys|values; heads: outputs|patterns)");
+  const auto is = [&](std::initializer_list<const char*> kinds) {
+    return std::any_of(kinds.begin(), kinds.end(), [&](const char* k) { return a.kind == k; });
+  };
+  const struct {
+    const CLI::Option* option;
+    bool read;
+    const char* readers;
+  } rules[] = {
+      {a.definition_option, is({"entropy", "all"}), "entropy, all"},
+      {a.states_option, similarity && hidden, "similarity and all of hidden states"},
+      {a.heads_option, similarity && !hidden, "similarity and all --of keys|values"},
+      {a.layer_option, is({"heads", "tokens"}), "heads, tokens"},
+      {a.k_option, is({"spectrum", "all"}), "spectrum, all"},
+      {a.query_block_option, is({"entropy", "first-token", "all"}), "entropy, first-token, all"},
+  };
+  for (const auto& r : rules)
+    if (!r.read && r.option && r.option->count() > 0)
+      throw UsageError(r.option->get_name() + " does not apply to '" + a.kind + (a.of.empty() ? "" : " --of " + a.of) +
+                       "' (only to " + r.readers + ")");
+}
+
+analysis::Options analysis_options(const AnalyzeArgs& a) {
   using namespace analysis;
   Options o;
   o.entropy = a.definition == "row" ? EntropyDefinition::row : a.definition == "printed" ? EntropyDefinition::printed
                                                                                            : EntropyDefinition::column;
   o.states = a.states == "raw" ? States::raw : States::hf;
   o.heads = a.heads == "mean" ? HeadCombination::mean : HeadCombination::concat;
-  const bool similarity = kind == Kind::similarity || kind == Kind::all;
-  if (!a.of.empty() && !(similarity && (a.of == "hidden" || a.of == "keys" || a.of == "values")) &&
-      !(kind == Kind::heads && (a.of == "outputs" || a.of == "patterns")))
-    throw UsageError("--of " + a.of + " does not apply to '" + a.kind +
-                     "' (similarity: hidden|keys|values; heads: outputs|patterns)");
+  refuse_unread_options(a);
   o.of = a.of == "keys" ? Of::keys : a.of == "values" ? Of::values : Of::hidden;
   o.head_matrix = a.of == "patterns" ? HeadMatrixOf::patterns : HeadMatrixOf::outputs;
   o.layer = a.layer - 1, o.top_k = a.k, o.batch = a.batch, o.threads = a.threads, o.query_block = a.query_block;
@@ -80,7 +111,7 @@ int run_analyze(const AnalyzeArgs& a, const std::string& command_line) {
   refuse_files_in(a.input.corpus_directory(), {{"--out", &a.out}, {"--csv", &a.csv}, {"--figure", &a.figure}});
   const analysis::Kind kind = analysis::parse_kind(a.kind);
   refuse_overlapping_outputs(a, kind);
-  const analysis::Options options = analysis_options(a, kind);
+  const analysis::Options options = analysis_options(a);
   apply_threads(a.threads, BlasUse::per_worker);  // the CPU backend runs one product per worker
   const auto backend = engine::make_backend(a.device, a.threads);
   const auto model = lm::load_model(a.checkpoint, *backend, a.allow_nonfinite, a.dtype);
@@ -122,7 +153,9 @@ Command add_analyze_command(CLI::App& app, const std::string& command_line) {
               "queries at a time, so no layer's T x T patterns are formed (memory O(T d) plus one block per head);\n"
               "similarity, spectrum and first-token's norms reduce the states where the model runs (with --device\n"
               "cuda only per-sequence sums and Gram matrices reach the host);\n"
-              "heads --of patterns, tokens and cross-layer need whole patterns and form them layer by layer.");
+              "heads --of patterns, tokens and cross-layer need whole patterns and form them layer by layer.\n"
+              "An option a kind does not read (the kinds named in its help) is refused, as is a --seq-len with a\n"
+              "2-D token file and a --sequences above the sequences the source holds.");
   cmd->add_option("KIND", a->kind, "entropy|similarity|spectrum|first-token|heads|tokens|cross-layer|all")
       ->required()
       ->check(CLI::IsMember({"entropy", "similarity", "spectrum", "first-token", "heads", "tokens", "cross-layer", "all"}));
@@ -132,22 +165,22 @@ Command add_analyze_command(CLI::App& app, const std::string& command_line) {
   add_device_option(cmd, a->device);
   add_threads_option(cmd, a->threads);
   cmd->add_option("--batch", a->batch, "Sequences per forward pass")->check(integer_in(1, 4096))->capture_default_str();
-  cmd->add_option("--definition", a->definition, "entropy: column (the released script's), row, or printed (Eq. 11)")
+  a->definition_option = cmd->add_option("--definition", a->definition, "entropy, all: column (the released script's), row, or printed (Eq. 11)")
       ->check(CLI::IsMember({"column", "row", "printed"}))
       ->capture_default_str();
-  cmd->add_option("--states", a->states, "similarity of hidden states: hf (L + 1, as output_hidden_states) or raw")
+  a->states_option = cmd->add_option("--states", a->states, "similarity, all of hidden states: hf (L + 1, as output_hidden_states) or raw")
       ->check(CLI::IsMember({"hf", "raw"}))
       ->capture_default_str();
   cmd->add_option("--of", a->of, "similarity: hidden|keys|values (default hidden); heads: outputs|patterns (default outputs)")
       ->check(CLI::IsMember({"hidden", "keys", "values", "outputs", "patterns"}));
-  cmd->add_option("--heads", a->heads, "keys and values: heads concatenated or averaged")
+  a->heads_option = cmd->add_option("--heads", a->heads, "similarity, all --of keys|values: heads concatenated or averaged")
       ->check(CLI::IsMember({"concat", "mean"}))
       ->capture_default_str();
-  cmd->add_option("--layer", a->layer, "heads, tokens: the layer, 1 … L (default: the last)")->check(integer_in(1, 1 << 16));
-  cmd->add_option("--k", a->k, "spectrum: only the k largest eigenvalues, by Lanczos (0: all)")
+  a->layer_option = cmd->add_option("--layer", a->layer, "heads, tokens: the layer, 1 … L (default: the last)")->check(integer_in(1, 1 << 16));
+  a->k_option = cmd->add_option("--k", a->k, "spectrum, all: only the k largest eigenvalues, by Lanczos (0: all; at most min(T, H_kv*d_h))")
       ->check(integer_in(0, 1 << 20))
       ->capture_default_str();
-  cmd->add_option("--query-block", a->query_block,
+  a->query_block_option = cmd->add_option("--query-block", a->query_block,
                   "entropy, first-token, all: queries per block of the patterns reduced inside the attention "
                   "(0: form each layer's whole patterns and reduce them after; the same numbers)")
       ->check(integer_in(0, 1 << 20))
@@ -155,7 +188,7 @@ Command add_analyze_command(CLI::App& app, const std::string& command_line) {
   add_format_option(cmd, a->format);
   cmd->add_option("--out", a->out, "Write the tables to an HDF5 file");
   cmd->add_option("--csv", a->csv, "Write the tables as CSV (several: FILE's stem + -TABLE)");
-  cmd->add_option("--figure", a->figure, "Draw STEM.svg and STEM.png from the CSV (needs --csv)");
+  cmd->add_option("--figure", a->figure, "Draw STEM.svg and STEM.png from the CSV (needs --csv; all: STEM-TABLE.svg and .png per table)");
   add_allow_nonfinite_option(cmd, a->allow_nonfinite);
   add_dtype_option(cmd, a->dtype);
   cmd->add_flag("--quiet", a->quiet, "No progress on stderr");

@@ -22,12 +22,16 @@ void add_token_options(CLI::App* cmd, TokenOptions& o) {
   cmd->add_option("--corpus", o.corpus, "A prepared corpus: brown (see --data, --split)")->check(CLI::IsMember({"brown"}));
   cmd->add_option("--data", o.data, "Where 'qkvlab data brown' prepared the corpus")->capture_default_str();
   cmd->add_option("--split", o.split, "Corpus split")->check(CLI::IsMember({"train", "validation"}))->capture_default_str();
-  cmd->add_option("--sequences", o.sequences, "Sequences, chosen by --seed among all (0: all)")
-      ->check(integer64_in(0, 1LL << 40))
-      ->capture_default_str();
-  cmd->add_option("--seq-len", o.seq_len, "Tokens per sequence (a 1-D stream or a text is cut into pieces of this length; a 2-D file's rows are its sequences)")
-      ->check(integer_in(2, 1 << 20))
-      ->capture_default_str();
+  o.sequences_option = cmd->add_option("--sequences", o.sequences,
+                                        "Sequences, chosen by --seed among all (0: all; given, at most those the source holds; "
+                                        "by default up to this many)")
+                           ->check(integer64_in(0, 1LL << 40))
+                           ->capture_default_str();
+  o.seq_len_option = cmd->add_option("--seq-len", o.seq_len,
+                                     "Tokens per sequence: a 1-D stream or a text is cut into pieces of this length "
+                                     "(a 2-D file's rows are its sequences: another length is refused)")
+                         ->check(integer_in(2, 1 << 20))
+                         ->capture_default_str();
 }
 
 std::vector<std::int32_t> text_token_ids(const std::string& text_file, const std::string& checkpoint) {
@@ -46,6 +50,8 @@ corpus::TokenArray text_token_rows(const std::string& text_file, const std::stri
 }
 
 namespace {
+bool was_given(const CLI::Option* option) { return option && option->count() > 0; }
+
 std::filesystem::path token_file(const TokenOptions& o) {
   return o.tokens.empty() ? std::filesystem::path(o.data) / (o.split + "_tokens.npy") : std::filesystem::path(o.tokens);
 }
@@ -72,8 +78,15 @@ lm::TokenSequences read_token_sequences(const TokenOptions& o, const std::string
       !o.text.empty()   ? text_token_rows(o.text, checkpoint, o.seq_len)
       : o.tokens.empty() ? corpus::read_token_file(corpus::prepared_file(o.data, o.split + "_tokens.npy"))
                          : corpus::read_token_file(o.tokens);
-  return checked(analysis::choose_sequences(lm::token_sequences(t.ids, t.rows, t.cols, o.seq_len, 0), o.sequences, seed),
-                 model, source);
+  if (o.text.empty() && t.cols > 0 && t.cols != o.seq_len && was_given(o.seq_len_option))  // as lm eval
+    throw UsageError("--seq-len " + std::to_string(o.seq_len) + ": " + source + " is 2-D, its rows of " +
+                     std::to_string(t.cols) + " tokens are the sequences");
+  const lm::TokenSequences all = lm::token_sequences(t.ids, t.rows, t.cols, o.seq_len, 0);
+  if (was_given(o.sequences_option) && o.sequences > all.sequences)
+    throw UsageError("--sequences " + std::to_string(o.sequences) + ": " + source + " holds " +
+                     std::to_string(all.sequences) + " sequences of " + std::to_string(all.length) +
+                     " tokens (0: all of them)");
+  return checked(analysis::choose_sequences(all, o.sequences, seed), model, source);
 }
 
 FileList input_files(const TokenOptions& o) {

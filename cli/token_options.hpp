@@ -24,6 +24,9 @@ struct TokenOptions {
   std::string tokens, text, corpus, data = "data/brown", split = "validation";
   std::int64_t sequences = 64;
   int seq_len = 256;
+  // Set by add_token_options: whether --sequences and --seq-len were given (a given --seq-len with a
+  // 2-D token file, and a given --sequences beyond what the source holds, are refused).
+  const CLI::Option *sequences_option = nullptr, *seq_len_option = nullptr;
   // The directory the sequences are read from with --corpus (its files must not be outputs); empty otherwise.
   std::string corpus_directory() const { return corpus.empty() ? "" : data; }
 };
@@ -47,7 +50,9 @@ corpus::TokenArray text_token_rows(const std::string& text_file, const std::stri
 // UsageError), or, when `random_default`, `sequences` random sequences of `seq_len` tokens below its
 // vocabulary; otherwise one of them is required. A text file is encoded by `checkpoint`'s tokenizer.
 // Sequences longer than the model's positions, or an id outside its vocabulary, are a UsageError
-// naming the source (lm::check_sequences).
+// naming the source (lm::check_sequences), as are a given --seq-len with a 2-D token file (its rows are
+// the sequences) and a given --sequences N above the sequences the source holds (the default takes
+// up to N).
 lm::TokenSequences read_token_sequences(const TokenOptions& o, const std::string& checkpoint, std::uint64_t seed,
                                         const lm::Config& model, bool random_default);
 

@@ -105,12 +105,14 @@ void Model<S>::Impl::attention_reduced(int l, LayerActs& s, const KV& kv, int bl
 }
 
 // A layer attending over several key/value segments (cross-layer attention) has patterns over
-// segments·T keys and k, v of segments·H_kv heads: the analyses of one layer's T keys refuse it.
+// segments·T keys and k, v of segments·H_kv heads: the analyses of one layer's T keys refuse it,
+// whether they take the activations whole or reduced (a state request of k or v).
 template <class S>
 void Model<S>::Impl::refuse_segments(int l, const Recorder<S>* rec) const {
   const LayerPlan& p = plan[std::size_t(l)];
   if (!rec || p.segments == 1) return;
-  if (rec->wants(Site::pattern, l) || rec->wants(Site::k, l) || rec->wants(Site::v, l) || rec->pattern_block(l) > 0)
+  const auto reads = [&](Site s) { return rec->wants(s, l) || rec->state_request(s, l).any(); };
+  if (rec->wants(Site::pattern, l) || reads(Site::k) || reads(Site::v) || rec->pattern_block(l) > 0)
     throw UsageError(to_string(config.variant.kind) + ": layer " + std::to_string(l + 1) + " attends over " +
                      std::to_string(p.segments) + " key/value segments (its own and layer " +
                      std::to_string(config.variant.source_layer) +

@@ -357,6 +357,8 @@ ModelFiles open_model(const fs::path& dir) {
   if (present(dir / "model.safetensors")) {  // a FIFO or a directory: "not a regular file"
     MappedSafeTensors file = map_file(dir / "model.safetensors");
     if (own_format(file.view())) return open_own(dir, std::move(file));
+  } else {  // a qkvlab checkpoint's manifest names its missing model.safetensors before config.json is read as Hugging Face's
+    verify_manifest_if_present(dir, false);
   }
   return open_hf(dir);
 }

@@ -13,7 +13,9 @@
 //     model.safetensors or the shards listed by model.safetensors.index.json
 //     (model.safetensors wins when both exist, as in transformers), with the
 //     tensor names and layouts of lm/hf.hpp, each name with or without the
-//     family's prefix.
+//     family's prefix. A directory without model.safetensors whose manifest.json is a
+//     qkvlab checkpoint's is checked against it first (verify_manifest_if_present), so
+//     a checkpoint missing its model.safetensors is named as such, not read as Hugging Face's.
 // Every safetensors file is memory-mapped (engine::MappedSafeTensors) and its
 // header validated against the file's size; then every tensor the
 // configuration implies is found and its shape and dtype (F32, F16, BF16, F64)

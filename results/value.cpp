@@ -1,5 +1,6 @@
 #include "results/value.hpp"
 
+#include <cmath>
 #include <cstdio>
 #include <stdexcept>
 
@@ -83,6 +84,18 @@ std::string short_number(double x) {
   return buf;
 }
 
+namespace {
+
+// A scalar as the text shows it: a finite number to 6 digits, a string bare, the rest (a non-finite
+// number included: null) as in the JSON, so the text never says nan or inf where the JSON says null.
+std::string shown_text(const Value& v) {
+  if (v.kind() == Value::Kind::number && std::isfinite(v.number())) return short_number(v.number());
+  if (v.kind() == Value::Kind::string) return v.string();
+  return v.json_compact();
+}
+
+}  // namespace
+
 void Value::write_json(std::string& out, int indent, int depth) const {
   const std::string pad = indent ? "\n" + std::string(std::size_t(indent) * (depth + 1), ' ') : "";
   const std::string end = indent ? "\n" + std::string(std::size_t(indent) * depth, ' ') : "";
@@ -164,17 +177,13 @@ void Value::write_text(std::string& out, const std::string& prefix) const {
       std::string shown;
       if (v.kind_ == Kind::array) {
         for (std::size_t j = 0; j < v.items_.size(); ++j)
-          shown += (j ? " " : "") + (v.items_[j].kind_ == Kind::number ? short_number(v.items_[j].x_) : [&] {
+          shown += (j ? " " : "") + (v.items_[j].kind_ == Kind::string ? [&] {
             std::string s;
             v.items_[j].write_json(s, 0, 0);
             return s;
-          }());
-      } else if (v.kind_ == Kind::number) {
-        shown = short_number(v.x_);
-      } else if (v.kind_ == Kind::string) {
-        shown = v.s_;
+          }() : shown_text(v.items_[j]));
       } else {
-        v.write_json(shown, 0, 0);
+        shown = shown_text(v);
       }
       out += name + std::string(name.size() < 28 ? 28 - name.size() : 1, ' ') + shown + "\n";
     } else {

@@ -276,6 +276,9 @@ TEST(Analyze, MatricesCarryTheirSpreadOverSequences) {
       const lm::TokenSequences one{{data.ids.begin() + b * T, data.ids.begin() + (b + 1) * T}, 1, T};
       const Report r = analyze(*m.model, kind, one, o);
       EXPECT_TRUE(r.cosine->std.array().isNaN().all()) << "control: one sequence has no spread";
+      // The text says what the JSON says of it: null, never nan.
+      EXPECT_EQ(r.to_value().text().find("nan"), std::string::npos) << r.to_value().text();
+      EXPECT_NE(r.to_value().text().find("matrix_std.[0]              null null"), std::string::npos) << r.to_value().text();
       each.push_back(r.cosine->mean);
     }
     RowMatrix mean = RowMatrix::Zero(each[0].rows(), each[0].cols()), sq = mean;
@@ -562,6 +565,81 @@ TEST(StatesReduced, TopKIsTheSpectrumsHead) {
   }
 }
 
+// ResFormer's cross-layer attention (resformer-cross): layers 2 … L attend over two key/value segments,
+// their own and layer 1's, so their keys and values are not one layer's. The analyses that read them
+// reduced where the model runs (similarity --of keys|values, spectrum) are refused as those of the
+// patterns are (they read the two-segment rows as one layer's: the numbers moved with --batch, and a
+// sequence's mixed in its neighbours' tokens). Controls: the same model's hidden states are measured,
+// the same at batch 1 and 3; vanilla and cla-kv models' keys, values and spectra too.
+TEST(Analyze, ResFormerCrossRefusesItsKeysAndValuesAsItsPatterns) {
+  const auto data = random_tokens(5, 8, 32);
+  Options keys, values, mean_values;
+  keys.of = Of::keys, values.of = Of::values, mean_values.of = Of::values, mean_values.heads = HeadCombination::mean;
+  const std::vector<std::pair<Kind, Options>> reads_kv = {
+      {Kind::spectrum, {}}, {Kind::similarity, keys}, {Kind::similarity, values}, {Kind::similarity, mean_values}};
+  // Every number of a report at batch 1 and at batch 3, as its JSON's numbers.
+  const auto at_batches = [&](lm::Model<float>& model, Kind kind, Options o) {
+    std::vector<std::vector<double>> out;
+    for (int batch : {1, 3}) {
+      o.batch = batch;
+      const Report r = analyze(model, kind, data, o);
+      std::vector<double> x;
+      for (const LayerSummary& l : r.similarity) x.push_back(l.summary.value);
+      for (const SpectrumLayer& l : r.spectrum) x.insert(x.end(), l.eigenvalues.begin(), l.eigenvalues.end());
+      out.push_back(x);
+    }
+    EXPECT_FALSE(out[0].empty());
+    EXPECT_LE(relative(out[0], out[1]), 1e-6) << to_string(kind) << ": batch 1 against 3";
+  };
+  for (lm::VariantKind variant : {lm::VariantKind::resformer_cross, lm::VariantKind::vanilla, lm::VariantKind::cla_kv}) {
+    SCOPED_TRACE(lm::to_string(variant));
+    lm::Config c = lm::family_defaults(lm::Family::gpt2, 3, 16, 4, 32, 64);
+    c.variant.kind = variant;
+    engine::CpuBackend<float> backend(1);
+    lm::Model<float> model(c, backend);
+    model.initialize(9);
+    for (const auto& [kind, o] : reads_kv) {
+      if (variant != lm::VariantKind::resformer_cross) {
+        at_batches(model, kind, o);
+        continue;
+      }
+      try {
+        analyze(model, kind, data, o);
+        ADD_FAILURE() << to_string(kind) << " of resformer-cross was measured";
+      } catch (const UsageError& e) {
+        EXPECT_NE(std::string(e.what()).find("layer 2 attends over 2 key/value segments"), std::string::npos) << e.what();
+      }
+    }
+    at_batches(model, Kind::similarity, Options{});  // hidden states
+  }
+}
+
+// --k above the spectrum's dimension, min(T, H_kv·d_h), is refused before the work: it gave that many
+// eigenvalues under the definition "top k (Lanczos)". Controls: k at the dimension is measured and
+// recorded, T below the values' width (16) and above it.
+TEST(StatesReduced, TopKAboveTheDimensionIsRefused) {
+  TinyModel m;
+  for (const auto& [T, m_] : {std::pair{6, 6}, std::pair{20, 16}}) {
+    SCOPED_TRACE("T=" + std::to_string(T));
+    const auto data = random_tokens(2, T, 32);
+    Options o;
+    o.top_k = m_ + 1;
+    for (Kind kind : {Kind::spectrum, Kind::all}) {
+      try {
+        analyze(*m.model, kind, data, o);
+        ADD_FAILURE() << to_string(kind) << " with --k " << o.top_k << " was measured";
+      } catch (const UsageError& e) {
+        EXPECT_EQ(std::string(e.what()), "--k " + std::to_string(m_ + 1) + ": the spectrum has " + std::to_string(m_) +
+                                             " eigenvalues (min(T, H_kv*d_h) = min(" + std::to_string(T) + ", 16))");
+      }
+    }
+    o.top_k = m_;
+    const Report r = analyze(*m.model, Kind::spectrum, data, o);
+    EXPECT_EQ(r.spectrum.at(0).eigenvalues.size(), std::size_t(m_));
+    EXPECT_EQ(r.definition["eigenvalues"].string(), "top " + std::to_string(m_) + " (Lanczos)");
+  }
+}
+
 // The reductions on the CPU backend sum in an order fixed by the shape: the same bits at 1 and 3
 // backend threads, for every analysis they feed (the heads averaged too). Control: one token moved.
 TEST(StatesReduced, TheSameBitsAtOneAndThreeBackendThreads) {
@@ -595,6 +673,21 @@ TEST(StatesReduced, ANaNInAStateIsReportedNotMeasured) {
   m.model->set_parameters(values);
   EXPECT_EQ(analyze(*m.model, Kind::spectrum, data, Options{}).nonfinite, "layer 2's v holds nan (sequence 0)");
   EXPECT_EQ(analyze(*m.model, Kind::similarity, data, Options{}).nonfinite, "layer 2's resid_post holds nan (sequence 0)");
+}
+
+// A NaN that reaches only the final norm's output (the last layer's values: the hf states read layer L's
+// output after the final norm) names that output, not a layer L + 1 (it said "layer 4's final" of a
+// 3-layer model). Control: the spectrum, which reads layer 3's values, names them.
+TEST(StatesReduced, ANaNFirstSeenAfterTheFinalNormIsNamedSo) {
+  TinyModel m;
+  const auto data = random_tokens(2, 9, 32);
+  std::vector<float> values = m.model->parameter_values();
+  for (const auto& spec : m.model->parameters().layout.specs())
+    if (spec.name.find("h.2.attn.v.") != std::string::npos) values[spec.offset] = NAN;
+  m.model->set_parameters(values);
+  EXPECT_EQ(analyze(*m.model, Kind::similarity, data, Options{}).nonfinite,
+            "the final norm's output holds nan (sequence 0)");
+  EXPECT_EQ(analyze(*m.model, Kind::spectrum, data, Options{}).nonfinite, "layer 3's v holds nan (sequence 0)");
 }
 
 }  // namespace

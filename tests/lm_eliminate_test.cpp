@@ -278,7 +278,7 @@ TEST(LmEliminateCommand, OutputLoadsInEvalAnalyzeAndExport) {
     ASSERT_EQ(eval.status, 0) << eval.err;
     EXPECT_NEAR(json_number(engine::parse_json(eval.out), "loss"), loss, 1e-12 * loss) << norm;  // the same passes
     const auto analyze = run_qkvlab("analyze entropy " + shell_quoted(out) + " --tokens " + shell_quoted(dir / "t.npy") +
-                                    " --sequences 0 --seq-len 12 --quiet");
+                                    " --sequences 0 --quiet");
     EXPECT_EQ(analyze.status, 0) << analyze.err;
     const auto exported = run_qkvlab("lm export " + shell_quoted(out) + " --hf " + shell_quoted(dir / ("hf-" + norm)));
     if (norm == "none") {  // the HF layouts have no model without norms

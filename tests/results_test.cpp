@@ -660,6 +660,23 @@ TEST(ResultValue, JsonLineBreaksOnlyWhereMarked) {
   EXPECT_EQ(o.json_compact() + "\n", o.json(0));  // the same, to embed: no newline of its own
 }
 
+// The text says what the JSON says of a number that is not finite: null (it printed nan and inf, the
+// JSON null). Control: finite numbers keep their 6 digits, strings in an array stay quoted.
+TEST(ResultValue, TextShowsNullWhereTheJsonDoes) {
+  using qkvlab::results::Value;
+  const double nan = std::numeric_limits<double>::quiet_NaN(), inf = std::numeric_limits<double>::infinity();
+  Value o = Value::object();
+  o.set("std", nan);
+  o.set("se", -inf);
+  o.set("mean", 0.1234567);
+  o.set("row", Value::array({Value(nan), Value(2.5), Value(inf), Value("s")}));
+  EXPECT_EQ(o.text(), "std                         null\n"
+                      "se                          null\n"
+                      "mean                        0.123457\n"
+                      "row                         null 2.5 null \"s\"\n");
+  EXPECT_EQ(o.json(0), "{\"std\":null,\"se\":null,\"mean\":0.1234567,\"row\":[null, 2.5, null, \"s\"]}\n");
+}
+
 // A figure over replicates: each curve's mean over the seeds with ± se, a replicate's own band left
 // out, a reference line kept; replicates of different shape or x values give nothing.
 TEST(ReplicatedPlot, MeanAndStandardErrorPointByPoint) {

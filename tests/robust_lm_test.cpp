@@ -1000,6 +1000,66 @@ TEST(RobustOptions, OptionsThatWouldBeIgnoredOrOverriddenAreRefused) {
   EXPECT_EQ(run_bounded("lm export " + shell_quoted(f.ckpt) + " --hf " + shell_quoted(f.dir / "hf")).status, 0);  // re-export
 }
 
+// analyze: an option its kind does not read is refused in one line, exit 2, as --of is (entropy --layer,
+// entropy --k, heads --definition, similarity --of keys --states raw, --heads for hidden states,
+// spectrum and cross-layer --query-block were run, exit 0, and ignored). Controls: each option with a
+// kind that reads it runs, and `all` with its defaults. The token options, as lm eval's: a given
+// --seq-len with a 2-D file (its rows are the sequences: --seq-len 4 gave 8) and a given --sequences
+// above what the source holds (5 of 4 gave 4) are refused; controls: the file's own rows, all of them,
+// and a 1-D stream cut by --seq-len.
+TEST(RobustOptions, AnalyzeRefusesOptionsItsKindDoesNotRead) {
+  Fixture f;
+  const auto analyze = [&](const std::string& kind, const std::string& options) {
+    return run_bounded("analyze " + kind + " " + f.model_args() + " --quiet " + options);
+  };
+  using Case = std::tuple<std::string, std::string, std::string, std::string, std::string>;  // refused, says, a reader
+  for (const auto& [kind, options, says, reader, read] : std::vector<Case>{
+           {"entropy", "--layer 2", "--layer does not apply to 'entropy' (only to heads, tokens)", "tokens", "--layer 2"},
+           {"entropy", "--k 3", "--k does not apply to 'entropy' (only to spectrum, all)", "spectrum", "--k 3"},
+           {"heads", "--definition row", "--definition does not apply to 'heads' (only to entropy, all)", "entropy",
+            "--definition row"},
+           {"similarity", "--of keys --states raw",
+            "--states does not apply to 'similarity --of keys' (only to similarity and all of hidden states)", "similarity",
+            "--states raw"},
+           {"similarity", "--heads mean",
+            "--heads does not apply to 'similarity' (only to similarity and all --of keys|values)", "similarity",
+            "--of values --heads mean"},
+           {"spectrum", "--query-block 1", "--query-block does not apply to 'spectrum' (only to entropy, first-token, all)",
+            "first-token", "--query-block 1"},
+           {"cross-layer", "--query-block 1", "--query-block does not apply to 'cross-layer'", "all", "--query-block 1"}}) {
+    expect_usage_error(analyze(kind, options), kind + " " + options, says);
+    EXPECT_EQ(analyze(reader, read).status, 0) << reader << " " << read;
+  }
+  EXPECT_EQ(analyze("all", "").status, 0);
+  expect_usage_error(analyze("entropy", "--seq-len 4"), "2-D --seq-len",
+                     "--seq-len 4: " + f.tokens.string() + " is 2-D, its rows of 8 tokens are the sequences");
+  EXPECT_EQ(analyze("entropy", "--seq-len 8").status, 0);  // control: the rows' own length, as lm eval takes it
+  expect_usage_error(analyze("entropy", "--sequences 5"), "--sequences 5",
+                     "--sequences 5: " + f.tokens.string() + " holds 4 sequences of 8 tokens (0: all of them)");
+  for (const char* options : {"", "--sequences 4", "--sequences 0"}) EXPECT_EQ(analyze("entropy", options).status, 0) << options;
+  const std::string stream = "analyze entropy " + shell_quoted(f.ckpt) + " --tokens " + shell_quoted(f.stream) + " --quiet --seq-len 8";
+  EXPECT_EQ(run_bounded(stream + " --sequences 75").status, 0);  // 600 tokens: 75 pieces of 8
+  expect_usage_error(run_bounded(stream + " --sequences 76"), "stream --sequences 76", "holds 75 sequences of 8 tokens");
+}
+
+// A qkvlab checkpoint without its model.safetensors is named by its manifest (it was read as a Hugging
+// Face directory: 'config.json: no "model_type"'), as one without its config.json is. Control: the copy
+// with both runs.
+TEST(RobustMessages, ACheckpointMissingItsWeightsIsNamedByItsManifest) {
+  Fixture f;
+  const auto analyze = [&](const fs::path& ck) {
+    return run_bounded("analyze entropy " + shell_quoted(ck) + " --tokens " + shell_quoted(f.tokens) + " --quiet");
+  };
+  for (const char* file : {"model.safetensors", "config.json"}) {
+    const fs::path ck = f.dir / (std::string("without-") + file);
+    fs::copy(f.ckpt, ck);
+    EXPECT_EQ(analyze(ck).status, 0) << file;
+    fs::remove(ck / file);
+    expect_usage_error(analyze(ck), std::string("without ") + file,
+                       (ck / "manifest.json").string() + ": lists \"" + file + "\", which is not a file in " + ck.string());
+  }
+}
+
 // ---- budgets, and messages that name what is wrong ------------------------------------------------
 
 // An .npy of |u1 ids of the given shape ("5," or "0, 7"), sparse: the header, then a hole of `elements` bytes.

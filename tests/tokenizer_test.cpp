@@ -533,10 +533,11 @@ TEST(CheckpointTokenizer, EveryTextSequenceStartsWithTheTokenizersBos) {
     return at == std::string::npos ? r.out : r.out.substr(at, r.out.find(eval ? "," : "\"checkpoint\"", at) - at);
   };
   const std::string text_file = " --text " + shell_quoted(dir / "text.txt");
-  for (const std::string& command : {"lm eval " + m + " --seq-len 4", "analyze first-token " + m + " --seq-len 4 --sequences 0"}) {
-    const std::string by_text = output(command + text_file);
+  // The text and the stream are cut by --seq-len; the 2-D file's rows are its sequences (another --seq-len with it is refused).
+  for (const std::string& command : {"lm eval " + m, "analyze first-token " + m + " --sequences 0"}) {
+    const std::string by_text = output(command + " --seq-len 4" + text_file);
     EXPECT_EQ(by_text, output(command + " --tokens " + shell_quoted(dir / "rows.npy"))) << command;
-    EXPECT_NE(by_text, output(command + " --tokens " + shell_quoted(dir / "stream.npy"))) << command;
+    EXPECT_NE(by_text, output(command + " --seq-len 4 --tokens " + shell_quoted(dir / "stream.npy"))) << command;
   }
 }
 
