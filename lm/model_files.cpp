@@ -201,8 +201,12 @@ bool buffer_tensor(const Config& c, const std::string& key, const std::string& n
 
 ModelFiles open_hf(const fs::path& dir) {
   const fs::path config_path = dir / "config.json";
-  if (!fs::is_regular_file(config_path))
-    fail(dir, "no config.json, and model.safetensors is not a qkvlab checkpoint");
+  if (!fs::is_regular_file(config_path)) {
+    if (fs::is_regular_file(dir / "checkpoint" / "model.safetensors"))  // an lm train run's directory
+      fail(dir, "a training run's directory: its model is " + (dir / "checkpoint").string());
+    fail(dir, fs::exists(dir / "model.safetensors") ? "no config.json, and model.safetensors is not a qkvlab checkpoint"
+                                                    : "no model.safetensors and no config.json: not a model's directory");
+  }
   const HfConfig hf = parse_hf_config(read_json_file(config_path), config_path.string());
   ModelFiles files;
   files.dir = dir;

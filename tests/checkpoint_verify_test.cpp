@@ -37,6 +37,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using namespace qkvlab;
+using test_support::expect_usage_error;
 using test_support::run_qkvlab;
 using test_support::ScratchDir;
 using test_support::shell_quoted;
@@ -809,6 +810,43 @@ TEST_F(CheckpointVerify, HuggingFaceDirectoriesAndTheirManifests) {
   const auto e = run_qkvlab("lm export " + shell_quoted(checkpoint("gpt2")) + " --hf " + shell_quoted(into));
   EXPECT_EQ(e.status, 2) << e.err;
   EXPECT_NE(e.err.find("export into an empty directory"), std::string::npos) << e.err;
+}
+
+// Review r12: --against checks the second model's vocabulary and positions before either model runs
+// (`--checkpoint A --against B` of vocabularies 64 and 32 said "token id 53 ... outside the model's
+// vocabulary of 32", the intended message only in the other order; a shorter model was not named);
+// --tolerance 1 admits any output (an all-zero model passed) and is refused; a training run's
+// directory names its checkpoint; the skip reasons say what is true of the model (MLA's RoPE
+// extension named lemma3.1 and prop4.2 as running; Q-identity's VO freedom blamed a W_Q it does not
+// involve). Controls: each model against itself passes, --tolerance 0.999 runs.
+TEST_F(CheckpointVerify, AgainstAndReasonsNameWhatIsTrueOfTheModels) {
+  const fs::path gpt2 = checkpoint("gpt2"), small = path() / "gpt2-vocab-32", short_ = path() / "gpt2-positions-8";
+  const std::string shape = " --layers 2 --d 32 --heads 4 --bias ";
+  ASSERT_EQ(run_qkvlab("lm init" + shape + "--vocab 32 --positions 32 " + shell_quoted(small)).status, 0);
+  ASSERT_EQ(run_qkvlab("lm init" + shape + "--vocab 64 --positions 8 " + shell_quoted(short_)).status, 0);
+  const auto against = [&](const fs::path& b, const fs::path& a, const std::string& more = "") {
+    return run_qkvlab("verify --quiet --checkpoint " + shell_quoted(b) + " --against " + shell_quoted(a) + more);
+  };
+  for (const auto& [b, a] : {std::pair{gpt2, small}, std::pair{small, gpt2}})
+    expect_usage_error(against(b, a), "vocabularies", "--against: the checkpoints have different vocabularies");
+  expect_usage_error(against(gpt2, short_), "positions",
+                     "--against " + short_.string() + ": sequences of 16 tokens are longer than its 8 positions");
+  expect_usage_error(against(gpt2, gpt2, " --tolerance 1"), "--tolerance 1", "--tolerance: must be a number from 0 to below 1");
+  EXPECT_EQ(against(gpt2, gpt2, " --tolerance 0.999").status, 0);
+  EXPECT_EQ(against(small, small).status, 0);
+  expect_usage_error(run_qkvlab("verify --quiet --checkpoint " + shell_quoted(path() / "gpt2")), "run directory",
+                     "a training run's directory: its model is " + gpt2.string());
+  const fs::path mla = path() / "llama-mla", qi = path() / "gpt2-q-identity";
+  ASSERT_EQ(run_qkvlab("lm init --family llama --mla --d-c 16 --d-r 4 --layers 2 --d 32 --heads 4 --vocab 64 --positions 32 " +
+                       shell_quoted(mla)).status, 0);
+  ASSERT_EQ(run_qkvlab("lm init --variant q-identity" + shape + "--vocab 64 --positions 32 " + shell_quoted(qi)).status, 0);
+  const Verified on_mla = verify_json("--checkpoint " + shell_quoted(mla));
+  EXPECT_NE(skip_reason(on_mla.json, "qwe.ext.rope").find("multi-head latent attention"), std::string::npos)
+      << skip_reason(on_mla.json, "qwe.ext.rope");
+  const Verified on_qi = verify_json("--checkpoint " + shell_quoted(qi));
+  EXPECT_NE(skip_reason(on_qi.json, "qwe.freedom.vo").find("a limit of the check, not of the statement"), std::string::npos)
+      << skip_reason(on_qi.json, "qwe.freedom.vo");
+  EXPECT_NE(skip_reason(on_qi.json, "qwe.lemma3.1").find("no W_Q"), std::string::npos);  // control: W_Q's freedom has none
 }
 
 TEST_F(CheckpointVerify, UsageErrors) {

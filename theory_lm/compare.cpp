@@ -148,7 +148,8 @@ std::vector<int> match_heads(const std::vector<std::vector<bool>>& close) {
 // with a head of A whose pattern no head of B's has, and those heads. Patterns are invariant under
 // head-wise reparametrizations and under a change of the residual stream's basis (`lm eliminate`),
 // so where B computes A's function through the same heads they agree at every layer, and the first
-// layer where they do not is where B departs from A (later layers read its output and differ too).
+// layer where they differ beyond the tolerance is where B's departure from A shows (later layers read
+// its output and differ too; a change under the tolerance in an earlier layer can grow to it).
 // They see a change in a head that the logits barely feel. A layer whose patterns match in another
 // order but whose values were not permuted alike is not named (the logits, and the layers after it,
 // see it). Needs the same layers and heads; returns what was compared (the report's "patterns",
@@ -186,7 +187,8 @@ std::string compare_patterns(const ModelWeights& B, const ModelWeights& A, const
         mismatches.push("layer " + std::to_string(l + 1) + " head " + std::to_string(h + 1) +
                         ": attention pattern differs (rel_err " + results::format_number(e) + " > " +
                         results::format_number(tol) + " on sequence " + std::to_string(sequence + 1) +
-                        ", in any order of the heads; the first layer whose attention differs)");
+                        ", in any order of the heads; the first layer whose attention differs beyond the tolerance: a "
+                        "smaller change in an earlier layer can grow to it)");
       }
       break;
     }
@@ -263,6 +265,13 @@ CompareResult compare_against(const std::filesystem::path& B, const ModelWeights
                               const lm::TokenSequences& tokens, const results::Value& tokens_value,
                               const CompareOptions& options, int threads, const std::string& command_line) {
   const ModelWeights weights_A = read_weights(A);
+  // Before either model runs: the tokens were checked against B's vocabulary and positions only.
+  if (weights_A.config.vocab != weights_B.config.vocab)
+    throw UsageError("--against: the checkpoints have different vocabularies (" + std::to_string(weights_B.config.vocab) +
+                     " and " + std::to_string(weights_A.config.vocab) + "): their logits cannot be compared");
+  if (tokens.length > weights_A.config.positions)
+    throw UsageError("--against " + A.string() + ": sequences of " + std::to_string(tokens.length) +
+                     " tokens are longer than its " + std::to_string(weights_A.config.positions) + " positions");
   CompareResult r = compare_checkpoints(weights_B, record_activations(B, tokens, threads), weights_A,
                                         record_activations(A, tokens, threads), options);
   results::Value v = results::Value::object();

@@ -59,9 +59,13 @@ std::string not_applicable(const std::string& id, const lm::Config& c) {
   if (id == "qwe.ext.qknorm") return "the model has no QK-norm (no lm family has one)";
   if (id == "qwe.ext.rope" && !c.rope()) return "the model has no RoPE (learned positions)";
   if (id == "qwe.ext.gqa" && c.kv_heads == c.heads) return "the model has no grouped-query attention (H_kv = H)";
+  if ((id == "qwe.ext.rope" || id == "qwe.ext.gqa") && !attention_inapplicable(c).empty()) return attention_inapplicable(c);
   if (id == "qwe.ext.rope" || id == "qwe.ext.gqa")
     return "its freedom runs on the checkpoint as qwe.lemma3.1 and qwe.prop4.2, with M in the rotations' commutant "
            "(RoPE) and one block per key head (GQA), and their controls (a generic M, blocks differing in a group)";
+  if (id == "qwe.freedom.vo" && c.variant.kind == lm::VariantKind::q_identity)  // the statement holds W_Q aside
+    return "the checkpoint form reads each head from its attn.q, which a Q-identity model does not store (a limit of "
+           "the check, not of the statement: W_V N, N^-1 W_O involves no W_Q)";
   if (id == "qwe.freedom.vo") return attention_inapplicable(c);
   if (id == "resformer.eq4") {
     if (!attention_inapplicable(c).empty()) return attention_inapplicable(c);
@@ -176,7 +180,7 @@ CheckpointPlan plan_checkpoint(std::shared_ptr<const CheckpointData> data, const
     const std::size_t before = out.plan.configurations.size();
     if (id == "qwe.lemma3.1" || id == "qwe.prop4.1" || id == "qwe.prop4.2" || id == "qwe.freedom.vo") {
       if (attention_reason.empty()) b.attention(*claim);
-      else out.skipped.push_back({id, attention_reason});
+      else out.skipped.push_back({id, id == "qwe.freedom.vo" ? not_applicable(id, c) : attention_reason});
       if (attention_reason.empty() && !c.q_identity_layers.empty())
         out.skipped.push_back({id, "on layers " + identity_query_layers(c) +
                                        ": W_Q = I there (q-identity, `lm eliminate`); the checkpoint forms read a layer's W_Q"});
