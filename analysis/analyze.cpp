@@ -563,7 +563,8 @@ void check_top_k(Kind kind, const Options& o, const lm::Config& c, int T) {
   const int width = (c.mla ? c.heads : c.kv_heads) * c.head_dim, m = std::min(T, width);
   if (o.top_k > m)
     throw UsageError("--k " + std::to_string(o.top_k) + ": the spectrum has " + std::to_string(m) +
-                     " eigenvalues (min(T, H_kv*d_h) = min(" + std::to_string(T) + ", " + std::to_string(width) + "))");
+                     " eigenvalues (min(T, " + (c.mla ? "H*d_h" : "H_kv*d_h") + ") = min(" + std::to_string(T) + ", " +
+                     std::to_string(width) + "))");
 }
 
 }  // namespace

@@ -126,8 +126,8 @@ Command add_reproduce_command(CLI::App& app, const std::string& command_line) {
     for (std::size_t j = i + 1; j < modes.size(); ++j) modes[i]->excludes(modes[j]);
   for (auto* mode : {list, recipes, docs}) figure->excludes(mode);
   cmd->add_option("--outputs", a->outputs, "The figures' directories, for --verdicts and --docs")->capture_default_str();
-  cmd->add_option("--out", a->out, "Output directory, the figure's own: new or its earlier outputs; one with the "
-                                   "cache, the corpus, a figure's folder or another README.md is refused "
+  cmd->add_option("--out", a->out, "Output directory, the figure's own: new or its earlier outputs; one inside the "
+                                   "cache or the corpus, one holding the corpus, a figure's folder or another README.md is refused "
                                    "[default: outputs/reproduce/FIGURE]");
   cmd->add_option("--work", a->work, "Checkpoint cache, shared by the figures")->capture_default_str();
   cmd->add_option("--data", a->data, "Where 'qkvlab data brown' prepared the corpus")->capture_default_str();

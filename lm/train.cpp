@@ -427,19 +427,21 @@ void start_from(Session& run, const fs::path& dir) {
   run.from = initial_checkpoint_fields(dir, from);
 }
 
-// The run directory, created here when it is new (with the parents it needed); a run refused before
-// it wrote anything (no checkpoint to resume, a token outside the vocabulary) removes what it created,
-// the lock and the directories, which hold nothing else then: a refusal leaves nothing behind.
+// The run directory, created here when it is new (with the parents it needed). A run refused after it
+// took the directory's lock and before it wrote anything (no checkpoint to resume, a token outside the
+// vocabulary) removes what it created, the lock and the directories, which hold nothing else then: a
+// refusal leaves nothing behind. A run that did not get the lock removes nothing (another holds it).
 class RunDirectory {
  public:
   explicit RunDirectory(const fs::path& dir)
-      : dir_(absolute(dir)), top_(first_missing(dir_)), lock_existed_(fs::exists(dir_ / ".qkvlab-lock")) {
+      : dir_(resolved(dir)), top_(first_missing(dir_)), lock_existed_(present(dir_ / ".qkvlab-lock")) {
     fs::create_directories(dir);
   }
   RunDirectory(const RunDirectory&) = delete;
   RunDirectory& operator=(const RunDirectory&) = delete;
+  void locked() { locked_ = true; }  // the lock is this run's
   ~RunDirectory() {
-    if (lock_existed_ || std::uncaught_exceptions() == exceptions_) return;
+    if (!locked_ || lock_existed_ || std::uncaught_exceptions() == exceptions_) return;
     std::error_code error;
     for (fs::directory_iterator it(dir_, error), end; !error && it != end; it.increment(error))
       if (it->path().filename() != ".qkvlab-lock") return;
@@ -449,20 +451,22 @@ class RunDirectory {
   }
 
  private:
-  // The absolute path, without a trailing separator.
-  static fs::path absolute(const fs::path& dir) {
-    const fs::path d = fs::absolute(dir).lexically_normal();
+  // The path as the file system resolves it (symbolic links in its existing part followed), without a
+  // trailing separator.
+  static fs::path resolved(const fs::path& dir) {
+    const fs::path d = fs::weakly_canonical(fs::absolute(dir));
     return d.has_filename() ? d : d.parent_path();
   }
-  // The outermost directory of absolute `dir`'s path that does not exist yet (empty when `dir` exists).
+  static bool present(const fs::path& p) { return fs::exists(fs::symlink_status(p)); }  // a dangling link too
+  // The outermost directory of resolved `dir`'s path that does not exist yet (empty when `dir` exists).
   static fs::path first_missing(const fs::path& dir) {
     fs::path top;
-    for (fs::path d = dir; !fs::exists(d) && d != d.parent_path(); d = d.parent_path()) top = d;
+    for (fs::path d = dir; !present(d) && d != d.parent_path(); d = d.parent_path()) top = d;
     return top;
   }
   fs::path dir_;
   fs::path top_;
-  bool lock_existed_;
+  bool lock_existed_, locked_ = false;
   int exceptions_ = std::uncaught_exceptions();
 };
 
@@ -493,8 +497,9 @@ results::Value train_language_model(const RunOptions& o, const TrainData& data, 
     throw UsageError("the training and validation streams need more than the sequence length, " +
                      std::to_string(o.seq) + " tokens, each (" + std::to_string(data.train.size()) + " and " +
                      std::to_string(data.validation.size()) + ")");
-  const RunDirectory directory(o.out);  // declared before the lock, so released after it
+  RunDirectory directory(o.out);  // declared before the lock, so released after it
   const DirectoryLock lock(o.out, "lm train");  // one writer per run directory, for the whole run
+  directory.locked();
   if (!o.resume)  // a fresh run never writes over another's files (nor a corpus's baselines.json)
     for (const std::string& name : run_file_names())
       if (fs::exists(o.out / name))

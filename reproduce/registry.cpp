@@ -154,8 +154,9 @@ std::string readme_heading(const fs::path& dir) {
 }
 
 // The output directory may hold only this figure's files: not the corpus's or the cache's directory,
-// a directory inside them or one that contains them where they exist (a new directory's default
-// data/brown is not there to harm); not another figure's outputs (its FIGURE.json)
+// a directory inside them, or one that contains the corpus where it exists (a new directory's default
+// data/brown is not there to harm; the cache, which reproduce itself makes, may lie inside it:
+// `cd new && reproduce F --out .` puts it at ./outputs/reproduce/work and runs again); not another figure's outputs (its FIGURE.json)
 // nor a directory holding a figure's folder (FIGURE/FIGURE.json: the --outputs of --verdicts and
 // --docs, outputs/, the repository), nor one whose README.md is not this figure's (its first line
 // "# FIGURE"): this figure's README.md and tables would replace theirs. Its own earlier outputs may
@@ -164,10 +165,10 @@ void refuse_output_directory(const Context& c, const std::string& name, const fs
   const auto refuse = [&](const std::string& why) {
     throw UsageError("--out " + out.string() + " " + why + ": give " + name + " a directory of its own");
   };
-  for (const auto& [dir, what] : {std::pair{c.options.data, "the corpus (--data)"}, std::pair{c.options.work, "the checkpoint cache (--work)"}}) {
+  for (const auto& [dir, what] : {std::pair{c.options.data, "the corpus (--data)"}, std::pair{c.options.work, "the checkpoint cache (--work)"}})
     if (is_within(out, dir)) refuse("is inside " + std::string(what) + " " + dir.string());
-    if (fs::exists(dir) && is_within(dir, out)) refuse("contains " + std::string(what) + " " + dir.string());
-  }
+  if (fs::exists(c.options.data) && is_within(c.options.data, out))
+    refuse("contains the corpus (--data) " + c.options.data.string());
   for (const Figure& f : figures()) {
     if (f.name != name && fs::exists(out / (f.name + ".json")))
       refuse("holds " + f.name + "'s outputs (" + f.name + ".json), which " + name + "'s README.md and tables would replace");

@@ -186,6 +186,18 @@ TEST(LmTrain, ARefusedRunLeavesNoDirectoryItCreated) {
   EXPECT_THROW(train_language_model(nothing_to_resume, data, backend, {}), UsageError);
   EXPECT_TRUE(fs::is_directory(dir.path / "mine"));
   EXPECT_TRUE(fs::is_empty(dir.path / "mine")) << "the refused run's lock stayed";
+  // A path through a symbolic link and '..' is the directory the file system made (real/zz, not ./zz).
+  fs::create_directories(dir.path / "real" / "sub");
+  fs::create_directory_symlink(dir.path / "real" / "sub", dir.path / "link");
+  nothing_to_resume.out = dir.path / "link" / ".." / "zz";
+  EXPECT_THROW(train_language_model(nothing_to_resume, data, backend, {}), UsageError);
+  EXPECT_FALSE(fs::exists(dir.path / "real" / "zz")) << "the refused run's directory stayed beside the link's target";
+  // A lock this run did not take is not its to remove: a dangling link named .qkvlab-lock stays.
+  fs::create_directories(dir.path / "dangling");
+  fs::create_symlink(dir.path / "nowhere", dir.path / "dangling" / ".qkvlab-lock");
+  nothing_to_resume.out = dir.path / "dangling";
+  EXPECT_THROW(train_language_model(nothing_to_resume, data, backend, {}), UsageError);
+  EXPECT_TRUE(fs::is_symlink(dir.path / "dangling" / ".qkvlab-lock"));
 }
 
 // A run started from a checkpoint (--from) records it in run.json: the path as given, the checksum of its

@@ -570,6 +570,10 @@ TEST(Reproduce, RefusesAnOutputDirectoryHoldingTheCacheTheCorpusOrAnotherReadme)
   // default data/brown resolved inside it) holds nothing to harm: accepted (it was refused).
   const auto absent = quick(dir / "fresh" / "data" / "brown", dir / "fresh" / "work", 2);
   EXPECT_NO_THROW(reproduce::run_figure(absent, table, dir / "fresh"));
+  // Run again once the cache exists inside it (reproduce makes it there): the figure's own outputs
+  // and its cache, accepted (it was refused as "contains the checkpoint cache").
+  fs::create_directories(dir / "fresh" / "work");
+  EXPECT_NO_THROW(reproduce::run_figure(absent, table, dir / "fresh"));
 }
 
 // A smoke run (--steps N: every training's steps replaced) is judged as any run, but its verdict says
