@@ -37,9 +37,7 @@ int run_eval(const EvalArgs& a) {
   if (a.tokens.empty() == a.text.empty()) throw UsageError("give one of --tokens FILE and --text FILE");
   const corpus::TokenArray tokens = a.text.empty() ? corpus::read_token_file(a.tokens, {a.sequences, a.seq_len})
                                                    : text_token_rows(a.text, a.checkpoint, a.seq_len);  // what is evaluated
-  if (a.seq_len_given && a.text.empty() && tokens.cols > 0 && tokens.cols != a.seq_len)
-    throw UsageError("--seq-len " + std::to_string(a.seq_len) + ": " + a.tokens + " is 2-D, its rows of " +
-                     std::to_string(tokens.cols) + " tokens are the sequences");
+  if (a.text.empty()) require_row_length(a.seq_len_given, a.seq_len, tokens.cols, a.tokens);
   const lm::TokenSequences data = lm::token_sequences(tokens.ids, tokens.rows, tokens.cols, a.seq_len, a.sequences);
   const std::string source = a.text.empty() ? a.tokens : a.text;
   apply_threads(a.threads, BlasUse::per_worker);  // the CPU backend runs one product per worker

@@ -63,6 +63,12 @@ lm::TokenSequences checked(lm::TokenSequences s, const lm::Config& model, const 
 }
 }  // namespace
 
+void require_row_length(bool seq_len_given, int seq_len, std::int64_t cols, const std::string& source) {
+  if (seq_len_given && cols > 0 && cols != seq_len)
+    throw UsageError("--seq-len " + std::to_string(seq_len) + ": " + source + " is 2-D, its rows of " + std::to_string(cols) +
+                     " tokens are the sequences");
+}
+
 lm::TokenSequences read_token_sequences(const TokenOptions& o, const std::string& checkpoint, std::uint64_t seed,
                                         const lm::Config& model, bool random_default) {
   const int given = int(!o.tokens.empty()) + int(!o.text.empty()) + int(!o.corpus.empty());
@@ -78,9 +84,7 @@ lm::TokenSequences read_token_sequences(const TokenOptions& o, const std::string
       !o.text.empty()   ? text_token_rows(o.text, checkpoint, o.seq_len)
       : o.tokens.empty() ? corpus::read_token_file(corpus::prepared_file(o.data, o.split + "_tokens.npy"))
                          : corpus::read_token_file(o.tokens);
-  if (o.text.empty() && t.cols > 0 && t.cols != o.seq_len && was_given(o.seq_len_option))  // as lm eval
-    throw UsageError("--seq-len " + std::to_string(o.seq_len) + ": " + source + " is 2-D, its rows of " +
-                     std::to_string(t.cols) + " tokens are the sequences");
+  if (o.text.empty()) require_row_length(was_given(o.seq_len_option), o.seq_len, t.cols, source);
   const lm::TokenSequences all = lm::token_sequences(t.ids, t.rows, t.cols, o.seq_len, 0);
   if (was_given(o.sequences_option) && o.sequences > all.sequences)
     throw UsageError("--sequences " + std::to_string(o.sequences) + ": " + source + " holds " +

@@ -46,12 +46,16 @@ std::vector<std::int32_t> text_token_ids(const std::string& text_file, const std
 // the file when it does not fill one.
 corpus::TokenArray text_token_rows(const std::string& text_file, const std::string& checkpoint, int seq_len);
 
+// A --seq-len given with a 2-D token file `source` of `cols` tokens a row (its rows are the sequences)
+// must be that length: another is a UsageError (lm eval and read_token_sequences alike).
+void require_row_length(bool seq_len_given, int seq_len, std::int64_t cols, const std::string& source);
+
 // The sequences for `model`: from the token file, text file or corpus (more than one given:
 // UsageError), or, when `random_default`, `sequences` random sequences of `seq_len` tokens below its
 // vocabulary; otherwise one of them is required. A text file is encoded by `checkpoint`'s tokenizer.
 // Sequences longer than the model's positions, or an id outside its vocabulary, are a UsageError
-// naming the source (lm::check_sequences), as are a given --seq-len with a 2-D token file (its rows are
-// the sequences) and a given --sequences N above the sequences the source holds (the default takes
+// naming the source (lm::check_sequences), as are a given --seq-len other than a 2-D token file's rows
+// (require_row_length) and a given --sequences N above the sequences the source holds (the default takes
 // up to N).
 lm::TokenSequences read_token_sequences(const TokenOptions& o, const std::string& checkpoint, std::uint64_t seed,
                                         const lm::Config& model, bool random_default);
