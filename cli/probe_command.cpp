@@ -74,6 +74,12 @@ int run_probe(const ProbeArgs& a, const std::string& command_line) {
                          std::to_string(model->config().vocab));
   if (a.options.seq_len > model->config().positions)
     throw UsageError("--seq-len " + std::to_string(a.options.seq_len) + " is longer than the model's positions");
+  // Consecutive windows (qkvlab's recipe): a count given above those the validation stream holds is
+  // refused, as --sequences is (the default takes up to 64; the output records the windows used).
+  const std::size_t held = (data.validation.size() - 1) / std::size_t(o.seq_len);
+  if (a.eval_windows && o.recipe == probes::ProbeRecipe::qkvlab && std::size_t(*a.eval_windows) > held)
+    throw UsageError("--eval-windows " + std::to_string(*a.eval_windows) + ": the validation stream holds " +
+                     std::to_string(held) + " windows of " + std::to_string(o.seq_len) + " tokens");
   const Progress show{"probe", Progress::wanted(a.quiet)};
   const probes::ProbeReport r = probes::run_probes(*model, data, o, [&](std::int64_t done, std::int64_t total) {
     show("steps", std::size_t(done), std::size_t(total));

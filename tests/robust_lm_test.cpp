@@ -340,6 +340,21 @@ TEST(RobustProbe, AMissingOutputDirectoryIsRefusedBeforeTheWork) {
   EXPECT_EQ(run_bounded(analyze + " --csv " + shell_quoted(f.dir / "a.csv")).status, 0);
 }
 
+// probe --eval-windows above the consecutive windows the validation stream holds used fewer, silently
+// (review r7); it is refused as --sequences is. The stream's validation tenth is 60 tokens: 7 windows
+// of 8. Controls: 7 runs and records 7; the released recipe's random windows take any count.
+TEST(RobustProbe, EvalWindowsBeyondTheValidationStreamAreRefused) {
+  Fixture f;
+  const std::string probe = "probe " + shell_quoted(f.ckpt) + " --tokens " + shell_quoted(f.stream) +
+                            " --lr-grid 1e-3 --seq-len 8 --batch 2 --quiet --format json --steps ";
+  expect_usage_error(run_bounded(probe + "2 --warmup 1 --eval-windows 8"), "--eval-windows 8",
+                     "--eval-windows 8: the validation stream holds 7 windows of 8 tokens");
+  const CommandResult seven = run_bounded(probe + "2 --warmup 1 --eval-windows 7");
+  EXPECT_EQ(seven.status, 0) << seven.err;
+  EXPECT_NE(seven.out.find("\"validation_windows\": 7"), std::string::npos) << seven.out;
+  EXPECT_EQ(run_bounded(probe + "20 --warmup 2 --eval-windows 8 --recipe released").status, 0);
+}
+
 // ---- non-finite weights and results ------------------------------------------------------------
 
 void reseal(const fs::path& ck, const std::string& file);
