@@ -37,10 +37,12 @@ struct GenerateArgs {
 
 // The prompt's ids: a 1-D token file (--tokens), or text (--prompt, --prompt-file) encoded by the
 // checkpoint's tokenizer (lm/tokenizer.hpp; a checkpoint without one is a usage error).
-std::vector<std::int32_t> prompt_ids(const GenerateArgs& a) {
+std::vector<std::int32_t> prompt_ids(const GenerateArgs& a, const std::optional<lm::Tokenizer>& tokenizer) {
   if (a.tokens.empty()) {
-    const std::vector<std::int32_t> ids = a.prompt_file.empty() ? lm::Tokenizer::load(a.checkpoint).encode(a.prompt)
-                                                                : text_token_ids(a.prompt_file, a.checkpoint);
+    const std::vector<std::int32_t> ids =  // without a tokenizer, load() names what is missing
+        !a.prompt_file.empty() ? text_token_ids(a.prompt_file, a.checkpoint)
+        : tokenizer            ? tokenizer->encode(a.prompt)
+                               : lm::Tokenizer::load(a.checkpoint).encode(a.prompt);
     if (ids.empty()) throw UsageError((a.prompt_file.empty() ? "--prompt" : a.prompt_file) + ": the prompt is empty");
     return ids;
   }
@@ -78,10 +80,10 @@ results::Value ids_value(const std::vector<std::int32_t>& ids) {
 
 int run_generate(const GenerateArgs& a) {
   require_device(a.device);
-  const std::vector<std::int32_t> prompt = prompt_ids(a);
   // The checkpoint's tokenizer, read before the decoding (a broken one is refused before the work).
   const std::optional<lm::Tokenizer> tokenizer =
       lm::has_tokenizer(a.checkpoint) ? std::optional(lm::Tokenizer::load(a.checkpoint)) : std::nullopt;
+  const std::vector<std::int32_t> prompt = prompt_ids(a, tokenizer);
   apply_threads(a.threads, BlasUse::per_worker);
   const auto backend = engine::make_backend(a.device, a.threads);
   const auto model = lm::load_model(a.checkpoint, *backend, a.allow_nonfinite, a.dtype);
