@@ -156,8 +156,8 @@ std::string readme_heading(const fs::path& dir) {
 // The output directory may hold only this figure's files: not the corpus's or the cache's directory,
 // a directory inside them, or one that contains the corpus where it exists (a new directory's default
 // data/brown is not there to harm; the cache, which reproduce itself makes, may lie inside it:
-// `cd new && reproduce F --out .` puts it at ./outputs/reproduce/work and runs again); not another figure's outputs (its FIGURE.json)
-// nor a directory holding a figure's folder (FIGURE/FIGURE.json: the --outputs of --verdicts and
+// `cd new && reproduce F --out .` puts it at ./outputs/reproduce/work and runs again); not another
+// figure's outputs (its FIGURE.json) nor a directory holding a figure's folder (FIGURE/FIGURE.json: the --outputs of --verdicts and
 // --docs, outputs/, the repository), nor one whose README.md is not this figure's (its first line
 // "# FIGURE"): this figure's README.md and tables would replace theirs. Its own earlier outputs may
 // be replaced. A UsageError before any work.
