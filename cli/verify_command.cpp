@@ -70,7 +70,9 @@ int run_checkpoint(VerifyArgs& a) {
     if (!o.ids.empty()) throw UsageError("--against compares two checkpoints: claim ids do not apply");
     if (!a.out.empty() || !a.junit.empty()) throw UsageError("--out and --junit write the claims' report, not --against's");
     refuse_given(a.claim_options, "applies to the claims' checks, not to --against's comparison");
-    const theory_lm::CompareOptions options{theory_lm::comparison_named(a.compare), a.tolerance};
+    theory_lm::CompareOptions options = theory_lm::default_against_options(theory_lm::comparison_named(a.compare),
+                                                                           a.checkpoint, a.against);
+    if (a.against_options[1]->count() > 0) options.tolerance = a.tolerance, options.tolerance_basis = "given (--tolerance)";
     const auto r = theory_lm::compare_against(a.checkpoint, weights, a.against, tokens, tokens_value(a.input, tokens, o.seed),
                                               options, o.threads, o.command_line);
     std::cout << (a.format == "json" ? r.value.json() : r.value.text());
@@ -147,7 +149,8 @@ Command add_verify_command(CLI::App& app, const std::string& command_line) {
       "config field equal), by gauge invariants (per head W_Q W_K^T, or under RoPE its per-frequency-pair\n"
       "parts, and W_V W_O; every other tensor equal); otherwise (an `lm eliminate` output) by the function\n"
       "alone; always by the logits on the tokens and every layer's attention patterns on the worst sequence.\n"
-      "Each relative error must be <= --tolerance (default 1e-4, about 1e3 float roundoffs). A function is\n"
+      "Each relative error must be <= --tolerance (default 1e-4, about 1e3 float roundoffs, or u kappa\n"
+      "where a model is an lm eliminate output of condition kappa, if larger). A function is\n"
       "compared on the given tokens only: the JSON's coverage counts the vocabulary ids and positions seen.\n"
       "Exit 1 names what differs (layer and head, the invariant and tensors, the pattern; or the logits'\n"
       "worst position).");

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
 
 #include "core/errors.hpp"
@@ -159,6 +161,15 @@ Elimination eliminate_queries(const Checkpoint& source, const std::vector<int>& 
   out.config = eliminated_config(source.config, sorted), out.metadata = source.metadata;
   // run_id marks a training run's own model (require_model_destination); this one records its source's.
   if (auto id = out.metadata.extract("run_id")) out.metadata["eliminated_from.run_id"] = id.mapped();
+  // The largest cond_2 of the eliminated W_Q's (with an earlier elimination's): the float rounding of
+  // the change of basis grows with it, and `verify --against` sizes its default tolerance by it.
+  double kappa = 1;
+  if (const auto earlier = out.metadata.find(kEliminatedKappa); earlier != out.metadata.end())
+    kappa = std::max(kappa, std::strtod(earlier->second.c_str(), nullptr));
+  for (const EliminatedLayer& l : r.layers) kappa = std::max(kappa, l.kappa);
+  char text[32];
+  std::snprintf(text, sizeof text, "%.17g", kappa);
+  out.metadata[kEliminatedKappa] = text;
   out.tokenizer_json = source.tokenizer_json;
   r.untied = source.config.tied;
   out.values = eliminated_values<float>(source, out.config, *bases);

@@ -33,6 +33,9 @@
 
 namespace qkvlab::lm {
 
+// The metadata entry of an eliminated model: the largest cond_2 of its eliminated W_Q's ("%.17g").
+inline constexpr const char* kEliminatedKappa = "eliminated.kappa";
+
 struct EliminatedLayer {
   int layer = 0;            // 1-based
   double kappa = 1;         // cond_2 of its W_Q (the basis T)

@@ -1,6 +1,9 @@
 #include "theory_lm/compare.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <initializer_list>
 #include <limits>
@@ -9,6 +12,8 @@
 
 #include "core/errors.hpp"
 #include "core/linalg.hpp"
+#include "engine/safetensors.hpp"
+#include "lm/eliminate.hpp"
 #include "lm/parameters.hpp"
 #include "results/table_grid.hpp"
 #include "theory_lm/verify_checkpoint.hpp"
@@ -245,6 +250,7 @@ CompareResult compare_checkpoints(const ModelWeights& B, const Activations& act_
                         : "function: the logits on the given tokens, and every layer's attention patterns on the worst "
                           "sequence");
   v.set("tolerance", o.tolerance);
+  v.set("tolerance_basis", o.tolerance_basis);
   if (gauge) compare_gauge(B, A, o.tolerance, v, mismatches);
   v.set("logits", compare_logits(B, act_B, A, act_A, o.tolerance, mismatches));
   v.set("coverage", coverage(A.config, act_A));
@@ -252,6 +258,32 @@ CompareResult compare_checkpoints(const ModelWeights& B, const Activations& act_
   v.set("mismatches", mismatches);
   v.set("ok", r.ok);
   return r;
+}
+
+namespace {
+
+// The eliminated.kappa an `lm eliminate` output records (1 for any other model).
+double recorded_kappa(const std::filesystem::path& dir) {
+  std::error_code error;
+  if (!std::filesystem::is_regular_file(dir / "model.safetensors", error)) return 1;
+  const auto metadata = engine::safetensors_metadata(dir / "model.safetensors");
+  if (!metadata) return 1;
+  const auto it = metadata->find(lm::kEliminatedKappa);
+  const double kappa = it == metadata->end() ? 1 : std::strtod(it->second.c_str(), nullptr);
+  return std::isfinite(kappa) && kappa > 1 ? kappa : 1;
+}
+
+}  // namespace
+
+CompareOptions default_against_options(Comparison method, const std::filesystem::path& B, const std::filesystem::path& A) {
+  const double kappa = std::max(recorded_kappa(B), recorded_kappa(A)), by_kappa = unit_roundoff<float>() * kappa;
+  CompareOptions o{method, 1e-4, "1e-4, about 1e3 unit roundoffs u of float"};
+  if (by_kappa > o.tolerance) {
+    char basis[160];
+    std::snprintf(basis, sizeof basis, "u kappa: an lm eliminate output's change of basis of condition %.6g", kappa);
+    o.tolerance = by_kappa, o.tolerance_basis = basis;
+  }
+  return o;
 }
 
 Comparison comparison_named(const std::string& name) {

@@ -44,7 +44,17 @@ Comparison comparison_named(const std::string& name);  // "auto", "gauge", "func
 struct CompareOptions {
   Comparison method = Comparison::automatic;
   double tolerance = 1e-4;  // ≈ 1e3 unit roundoffs of float, the weights' storage
+  std::string tolerance_basis = "given";  // what the tolerance was sized by (the output's tolerance_basis)
 };
+
+// The default tolerance of `--against` for checkpoints B and A: 1e-4 (about 1e3 unit roundoffs u of
+// float, the weights' storage), or, where either is an `lm eliminate` output whose change of basis has
+// condition κ (its metadata's eliminated.kappa), u κ if larger: a basis of condition κ stored in float
+// moves the attention patterns by up to about u κ. Measured on the committed norm-free model's layer-1
+// elimination (κ = 1.3e4, u κ = 7.9e-4) on 8 x 128 tokens: its rounding reaches 1.15e-4 in layer 4's
+// patterns (it failed the fixed 1e-4), while one key head of layer 2 scaled by 1.1 moves layer 2's by
+// 1.5e-3 (a mismatch at u κ, none at 10 u κ): u κ separates the two by about 7x and 2x.
+CompareOptions default_against_options(Comparison method, const std::filesystem::path& B, const std::filesystem::path& A);
 
 struct CompareResult {
   results::Value value;  // method, tolerance, invariants, tensors, logits, coverage, mismatches, ok
