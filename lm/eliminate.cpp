@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <memory>
 
 #include "core/errors.hpp"
@@ -161,11 +160,10 @@ Elimination eliminate_queries(const Checkpoint& source, const std::vector<int>& 
   out.config = eliminated_config(source.config, sorted), out.metadata = source.metadata;
   // run_id marks a training run's own model (require_model_destination); this one records its source's.
   if (auto id = out.metadata.extract("run_id")) out.metadata["eliminated_from.run_id"] = id.mapped();
-  // The largest cond_2 of the eliminated W_Q's (with an earlier elimination's): the float rounding of
-  // the change of basis grows with it, and `verify --against` sizes its default tolerance by it.
+  // The largest cond_2 of the eliminated W_Q's: the float rounding of the change of basis grows with it,
+  // and `verify --against` sizes its default tolerance by it (a source's own record is replaced: a
+  // model with Q-identity layers is not eliminated again).
   double kappa = 1;
-  if (const auto earlier = out.metadata.find(kEliminatedKappa); earlier != out.metadata.end())
-    kappa = std::max(kappa, std::strtod(earlier->second.c_str(), nullptr));
   for (const EliminatedLayer& l : r.layers) kappa = std::max(kappa, l.kappa);
   char text[32];
   std::snprintf(text, sizeof text, "%.17g", kappa);

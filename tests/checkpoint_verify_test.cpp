@@ -29,6 +29,7 @@
 #include "corpus/token_file.hpp"
 #include "engine/json.hpp"
 #include "lm/checkpoint.hpp"
+#include "lm/eliminate.hpp"
 #include "lm/parameters.hpp"
 #include "run_command.hpp"
 #include "scratch_dir.hpp"
@@ -892,6 +893,26 @@ TEST_F(CheckpointVerify, AgainstSizesItsToleranceByAnEliminationsCondition) {
   const Verified caught = verify_json("--checkpoint " + shell_quoted(path() / "free-layer-1-changed") + " --against " +
                                       shell_quoted(A) + tokens);
   EXPECT_EQ(caught.status, 1) << caught.err;
+  // A recorded condition lm eliminate would not record (1e300 would admit any output) is refused, naming it.
+  for (const char* kappa : {"1e300", "nan", "-5", "abc"}) {
+    lm::Checkpoint tampered = lm::load_checkpoint(B);
+    tampered.metadata[lm::kEliminatedKappa] = kappa;
+    const fs::path dir = path() / (std::string("free-layer-1-kappa-") + (kappa[0] == '-' ? "neg" : kappa));
+    lm::save_checkpoint(dir, tampered);
+    expect_usage_error(run_qkvlab("verify --quiet --checkpoint " + shell_quoted(dir) + " --against " + shell_quoted(A)), kappa,
+                       std::string("eliminated.kappa \"") + kappa + "\" is not a condition lm eliminate records");
+  }
+  // A record on a model without Q-identity layers is no elimination's: the tolerance stays 1e-4; and
+  // lm eliminate of such a model records its own kappa, not the source's (1e300 was copied).
+  lm::Checkpoint marked = lm::load_checkpoint(A);
+  marked.metadata[lm::kEliminatedKappa] = "1e300";
+  lm::save_checkpoint(path() / "free-marked", marked);
+  const Verified unmarked = verify_json("--checkpoint " + shell_quoted(path() / "free-marked") + " --against " + shell_quoted(A));
+  EXPECT_EQ(unmarked.status, 0) << unmarked.err;
+  EXPECT_NEAR(std::stod(member(member(unmarked.json, "comparison"), "tolerance").text), 1e-4, 1e-12);
+  ASSERT_EQ(run_qkvlab("lm eliminate " + shell_quoted(path() / "free-marked") + " --out " + shell_quoted(path() / "free-marked-1") +
+                       " --layers 1 --seq-len 16 --sequences 4 --quiet").status, 0);
+  EXPECT_NEAR(std::stod(lm::load_checkpoint(path() / "free-marked-1").metadata.at(lm::kEliminatedKappa)), 13319.4, 0.1);
 }
 
 // The committed trained tiny GPT-2s of outputs/lm/eliminate (L = 4, d = 64; LayerNorm, and

@@ -262,15 +262,24 @@ CompareResult compare_checkpoints(const ModelWeights& B, const Activations& act_
 
 namespace {
 
-// The eliminated.kappa an `lm eliminate` output records (1 for any other model).
+// The eliminated.kappa an `lm eliminate` output records (1 for any other model: one without Q-identity
+// layers is none, whatever its metadata says). One that is not a number from 1 to the largest condition
+// lm eliminate accepts (max_basis_condition) is not its record: a UsageError naming it (a tampered
+// 1e300 would admit any output).
 double recorded_kappa(const std::filesystem::path& dir) {
+  const std::filesystem::path file = dir / "model.safetensors";
   std::error_code error;
-  if (!std::filesystem::is_regular_file(dir / "model.safetensors", error)) return 1;
-  const auto metadata = engine::safetensors_metadata(dir / "model.safetensors");
+  if (!std::filesystem::is_regular_file(file, error)) return 1;
+  const auto metadata = engine::safetensors_metadata(file);
   if (!metadata) return 1;
-  const auto it = metadata->find(lm::kEliminatedKappa);
-  const double kappa = it == metadata->end() ? 1 : std::strtod(it->second.c_str(), nullptr);
-  return std::isfinite(kappa) && kappa > 1 ? kappa : 1;
+  const auto it = metadata->find(lm::kEliminatedKappa), layers = metadata->find("q_identity_layers");
+  if (it == metadata->end() || layers == metadata->end() || layers->second.empty()) return 1;
+  char* end = nullptr;
+  const double kappa = std::strtod(it->second.c_str(), &end);
+  if (it->second.empty() || *end != '\0' || !(kappa >= 1 && kappa <= max_basis_condition))
+    throw UsageError(file.string() + ": " + lm::kEliminatedKappa + " \"" + it->second + "\" is not a condition lm eliminate " +
+                     "records (a number from 1 to " + results::format_number(max_basis_condition) + ")");
+  return kappa;
 }
 
 }  // namespace
