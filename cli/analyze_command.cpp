@@ -154,8 +154,8 @@ Command add_analyze_command(CLI::App& app, const std::string& command_line) {
               "similarity, spectrum and first-token's norms reduce the states where the model runs (with --device\n"
               "cuda only per-sequence sums and Gram matrices reach the host);\n"
               "heads --of patterns, tokens and cross-layer need whole patterns and form them layer by layer.\n"
-              "An option a kind does not read (the kinds named in its help) is refused, as is a --seq-len with a\n"
-              "2-D token file and a --sequences above the sequences the source holds.");
+              "An option a kind does not read (the kinds named in its help) is refused, as are a --seq-len other than\n"
+              "a 2-D token file's rows and a --sequences above the sequences the source holds.");
   cmd->add_option("KIND", a->kind, "entropy|similarity|spectrum|first-token|heads|tokens|cross-layer|all")
       ->required()
       ->check(CLI::IsMember({"entropy", "similarity", "spectrum", "first-token", "heads", "tokens", "cross-layer", "all"}));
