@@ -3,6 +3,7 @@
 
 #include "core/json_text.hpp"
 
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -95,6 +96,19 @@ std::optional<std::string> empty_value(const CLI::App& app) {
     const std::vector<CLI::App*> parsed = command->get_subcommands();
     command = parsed.empty() ? nullptr : parsed.front();
   }
+  return std::nullopt;
+}
+
+std::optional<std::string> unexpected_option(const CLI::App& app) {
+  const CLI::App* command = &app;
+  std::string path = "qkvlab";
+  for (auto parsed = command->get_subcommands(); !parsed.empty(); parsed = command->get_subcommands()) {
+    command = parsed.front();
+    path += " " + command->get_name();
+  }
+  for (const std::string& word : command->remaining())
+    if (word.size() > 1 && word[0] == '-' && !std::isdigit(static_cast<unsigned char>(word[1])) && word[1] != '.')
+      return "'" + word.substr(0, word.find('=')) + "' is not an option of '" + path + "' (see '" + path + " --help')";
   return std::nullopt;
 }
 

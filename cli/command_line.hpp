@@ -31,4 +31,9 @@ std::optional<std::string> unknown_subcommand(CLI::App& app, int argc, char** ar
 // empty text aside); nullopt when there is none.
 std::optional<std::string> empty_value(const CLI::App& app);
 
+// The message for an option the command run does not have, reported before any other parse error:
+// `kv --threads 1 DIR` read 1 as DIR and said "Directory does not exist: 1"; nullopt when every option
+// given was the command's.
+std::optional<std::string> unexpected_option(const CLI::App& app);
+
 }  // namespace qkvlab::cli

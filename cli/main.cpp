@@ -14,7 +14,7 @@
 
 int main(int argc, char** argv) {
   using qkvlab::cli::describe, qkvlab::cli::empty_value, qkvlab::cli::flushed, qkvlab::cli::is_usage_error,
-      qkvlab::cli::one_line, qkvlab::cli::unknown_subcommand;
+      qkvlab::cli::one_line, qkvlab::cli::unexpected_option, qkvlab::cli::unknown_subcommand;
   std::string command_line = argv[0];
   for (int i = 1; i < argc; ++i) command_line += std::string(" ") + argv[i];
 
@@ -62,6 +62,10 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return flushed(app.exit(e));
   } catch (const CLI::ParseError& e) {
+    if (const auto unexpected = unexpected_option(app)) {
+      std::cerr << "qkvlab: error: " << one_line(*unexpected) << "\n";
+      return 2;
+    }
     std::cerr << "qkvlab: error: " << one_line(e.what()) << " (see 'qkvlab --help')\n";
     return 2;
   }

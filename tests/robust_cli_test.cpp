@@ -257,6 +257,20 @@ TEST(RobustCli, UnknownSubcommandsAreNamed) {
   EXPECT_EQ(none.err.find("unknown command"), std::string::npos) << none.err;
 }
 
+// An option the command does not have is named before any other parse error: `kv --threads 1 DIR`
+// took 1 for DIR and said "Directory does not exist: 1".
+TEST(RobustCli, AnOptionTheCommandLacksIsNamedFirst) {
+  expect_usage_error(run_bounded("kv --threads 1 .", 60), "kv --threads 1 .",
+                     "'--threads' is not an option of 'qkvlab kv'");
+  expect_usage_error(run_bounded("lm eval --bogus=3", 60), "lm eval --bogus=3",
+                     "'--bogus' is not an option of 'qkvlab lm eval'");
+  // Controls: a negative number given as a value is the option's range error, not an unknown option;
+  // a known option's error is still its own.
+  expect_usage_error(run_bounded("kv --layers -3", 60), "kv --layers -3", "--layers");
+  EXPECT_EQ(run_bounded("kv --layers -3", 60).err.find("not an option"), std::string::npos);
+  expect_usage_error(run_bounded("kv --threads", 60), "kv --threads", "'--threads' is not an option");
+}
+
 // ---- absorb on a rescaled pair -------------------------------------------------------------
 
 TEST(RobustCli, AbsorbSaysNoForARescaledNoPairAndWritesNothing) {
