@@ -434,7 +434,7 @@ void start_from(Session& run, const fs::path& dir) {
 class RunDirectory {
  public:
   explicit RunDirectory(const fs::path& dir)
-      : dir_(resolved(dir)), top_(first_missing(dir_)), lock_existed_(present(dir_ / ".qkvlab-lock")) {
+      : dir_(resolved(dir)), created_(missing_prefixes(dir)), lock_existed_(present(dir_ / ".qkvlab-lock")) {
     fs::create_directories(dir);
   }
   RunDirectory(const RunDirectory&) = delete;
@@ -446,8 +446,9 @@ class RunDirectory {
     for (fs::directory_iterator it(dir_, error), end; !error && it != end; it.increment(error))
       if (it->path().filename() != ".qkvlab-lock") return;
     fs::remove(dir_ / ".qkvlab-lock", error);
-    if (top_.empty()) return;  // the directory was there before: it stays, as it was
-    for (fs::path d = dir_; fs::remove(d, error) && d != top_;) d = d.parent_path();  // stops at a non-empty one
+    // The directories this run made, deepest first; one that is not empty stays (the directory that was
+    // there before is not among them: it stays, as it was).
+    for (auto d = created_.rbegin(); d != created_.rend(); ++d) fs::remove(*d, error);
   }
 
  private:
@@ -458,14 +459,20 @@ class RunDirectory {
     return d.has_filename() ? d : d.parent_path();
   }
   static bool present(const fs::path& p) { return fs::exists(fs::symlink_status(p)); }  // a dangling link too
-  // The outermost directory of resolved `dir`'s path that does not exist yet (empty when `dir` exists).
-  static fs::path first_missing(const fs::path& dir) {
-    fs::path top;
-    for (fs::path d = dir; !present(d) && d != d.parent_path(); d = d.parent_path()) top = d;
-    return top;
+  // The directories that creating `dir` makes, outermost first, each as the file system will resolve it:
+  // every prefix of the path as given that does not exist yet ("n3/../n4" makes n3 and n4).
+  static std::vector<fs::path> missing_prefixes(const fs::path& dir) {
+    std::vector<fs::path> missing;
+    fs::path prefix;
+    for (const fs::path& part : fs::absolute(dir)) {
+      prefix /= part;
+      const fs::path d = resolved(prefix);
+      if (!present(d) && std::find(missing.begin(), missing.end(), d) == missing.end()) missing.push_back(d);
+    }
+    return missing;
   }
   fs::path dir_;
-  fs::path top_;
+  std::vector<fs::path> created_;
   bool lock_existed_, locked_ = false;
   int exceptions_ = std::uncaught_exceptions();
 };

@@ -170,7 +170,8 @@ TEST(LmTrain, RunsSurviveInterruptionsAndAreNotOverwritten) {
 }
 
 // A run refused before it writes anything leaves nothing behind: a resume with no checkpoint into a
-// new directory leaves no directory, nor the parents it created (it left one holding .qkvlab-lock).
+// new directory leaves no directory, nor the parents it created (it left one holding .qkvlab-lock), nor
+// any other directory its path made.
 // Control: an existing empty directory is the user's and stays, empty.
 TEST(LmTrain, ARefusedRunLeavesNoDirectoryItCreated) {
   ScratchDir dir;
@@ -192,6 +193,12 @@ TEST(LmTrain, ARefusedRunLeavesNoDirectoryItCreated) {
   nothing_to_resume.out = dir.path / "link" / ".." / "zz";
   EXPECT_THROW(train_language_model(nothing_to_resume, data, backend, {}), UsageError);
   EXPECT_FALSE(fs::exists(dir.path / "real" / "zz")) << "the refused run's directory stayed beside the link's target";
+  // Every directory the path as given makes is removed: "n3/../n4" makes n3 too (n3 stayed).
+  nothing_to_resume.out = dir.path / "n3" / ".." / "n4";
+  EXPECT_THROW(train_language_model(nothing_to_resume, data, backend, {}), UsageError);
+  EXPECT_FALSE(fs::exists(dir.path / "n3")) << "a directory the refused run made on its way stayed";
+  EXPECT_FALSE(fs::exists(dir.path / "n4"));
+  EXPECT_TRUE(fs::is_directory(dir.path / "real" / "sub"));  // control: what existed before stays
   // A lock this run did not take is not its to remove: a dangling link named .qkvlab-lock stays.
   fs::create_directories(dir.path / "dangling");
   fs::create_symlink(dir.path / "nowhere", dir.path / "dangling" / ".qkvlab-lock");
