@@ -33,6 +33,7 @@
 #include "lm/parameters.hpp"
 #include "run_command.hpp"
 #include "scratch_dir.hpp"
+#include "theory_lm/compare.hpp"
 
 namespace {
 
@@ -545,6 +546,20 @@ TEST_F(CheckpointVerify, AgainstJudgesNaNAndZeroTensorsByOneRule) {
     EXPECT_EQ(r.status, 1) << r.out << r.err;
     EXPECT_NE(r.out.find("layer 1 head 1: W_Q W_K^T differs"), std::string::npos) << r.out;
   }
+}
+
+// The worst position is where the logits differ most in norm. By each row's relative error, a reference
+// whose logits are all zero at some positions named one of them (0/0, or x/0 = inf at a small change).
+TEST(CompareLogits, TheWorstPositionIsTheLargestDifference) {
+  MatD A(4, 3), B(4, 3);
+  A << 0, 0, 0, 1, 2, 3, 0, 0, 0, 4, 5, 6;
+  B = A;
+  B(0, 1) = 1e-9;  // a tiny change where A is zero: infinite relative error
+  B(3, 2) += 2.0;  // the largest change
+  EXPECT_EQ(theory_lm::most_different_row(A, B), 3);
+  // Control: with that change gone, the tiny one at the zero row is the largest.
+  B(3, 2) = A(3, 2);
+  EXPECT_EQ(theory_lm::most_different_row(A, B), 0);
 }
 
 // The comparison says whether it compared the attention patterns: on the worst sequence when the

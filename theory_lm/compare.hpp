@@ -39,6 +39,10 @@
 namespace qkvlab::theory_lm {
 
 enum class Comparison { automatic, gauge, function };
+
+// The row of two (positions × vocabulary) logits where B's differs most from A's in norm: the largest
+// share of rel_err's numerator, the position reported as the worst (defined where A's row is all zero).
+Eigen::Index most_different_row(const MatD& A, const MatD& B);
 Comparison comparison_named(const std::string& name);  // "auto", "gauge", "function"
 
 struct CompareOptions {
