@@ -83,7 +83,9 @@ std::vector<Command> add_lm_export_commands(CLI::App& lm, const std::string&) {
   convert->add_option("--to", c->to, "The variant to convert into")->check(CLI::IsMember({"skipv1"}))->capture_default_str();
   convert->add_option("--method", c->method,
                       "released-avg (= mean-v, the paper's Mean V), released-topk, released-topk1, released-svd "
-                      "(= svd): the authors' released converter; mean-v-adjacent, mean-vo, top-v, top-vo: "
+                      "(= svd): the authors' released converter's functions as written; released-topk-as-run, "
+                      "released-svd-as-run: what its script saves (W_O kept: its loop copies the original over the "
+                      "function's; topk1 as run is topk as run); mean-v-adjacent, mean-vo, top-v, top-vo: "
                       "qkvlab's readings of App. B.1 (lm/convert.hpp)")
       ->check(CLI::IsMember(lm::conversion_names()))
       ->capture_default_str();

@@ -16,7 +16,10 @@ namespace qkvlab::lm {
 namespace {
 
 // What a method does; several names share one (lm/convert.hpp).
-enum class Rule { strided_mean, adjacent_mean, adjacent_mean_o, top_heads, top_heads_o, top_columns, top_columns_keep_o, svd };
+enum class Rule {
+  strided_mean, adjacent_mean, adjacent_mean_o, top_heads, top_heads_o, top_columns, top_columns_keep_o, top_columns_o_as_was,
+  svd, svd_o_as_was
+};
 
 Rule rule_of(Conversion method) {
   switch (method) {
@@ -28,6 +31,8 @@ Rule rule_of(Conversion method) {
     case Conversion::top_vo: return Rule::top_heads_o;
     case Conversion::released_topk: return Rule::top_columns;
     case Conversion::released_topk1: return Rule::top_columns_keep_o;
+    case Conversion::released_topk_as_run: return Rule::top_columns_o_as_was;
+    case Conversion::released_svd_as_run: return Rule::svd_o_as_was;
     case Conversion::svd:
     case Conversion::released_svd: break;
   }
@@ -36,8 +41,10 @@ Rule rule_of(Conversion method) {
 
 bool is_mean(Rule r) { return r == Rule::strided_mean || r == Rule::adjacent_mean || r == Rule::adjacent_mean_o; }
 // Reads W_O's rows alongside W_V's columns, which needs as many value heads as query heads.
-bool reads_o(Rule r) { return r == Rule::adjacent_mean_o || r == Rule::top_heads_o || r == Rule::top_columns ||
-                              r == Rule::top_columns_keep_o || r == Rule::svd; }
+bool reads_o(Rule r) {
+  return r == Rule::adjacent_mean_o || r == Rule::top_heads_o || r == Rule::top_columns || r == Rule::top_columns_keep_o ||
+         r == Rule::top_columns_o_as_was || r == Rule::svd || r == Rule::svd_o_as_was;
+}
 
 // One layer's value and output projections; the biases as 1 × n rows (zero when the model has none).
 struct Attention {
@@ -119,6 +126,13 @@ Attention low_rank(const Attention& a, int own, int dh) {
   return b;
 }
 
+// The released script's output: the method's value projection, W_O and b_O as they were (its loop
+// copies attn.c_proj.weight over the W_O the function wrote).
+Attention o_as_was(Attention b, const Attention& a) {
+  b.Wo = a.Wo, b.bo = a.bo;
+  return b;
+}
+
 Attention convert(const Attention& a, Rule rule, int own, int dh) {
   switch (rule) {
     case Rule::strided_mean: return mean_pool(a, own, dh, true, false);
@@ -128,6 +142,8 @@ Attention convert(const Attention& a, Rule rule, int own, int dh) {
     case Rule::top_heads_o: return top_heads(a, own, dh, true);
     case Rule::top_columns: return top_columns(a, own, dh, false);
     case Rule::top_columns_keep_o: return top_columns(a, own, dh, true);
+    case Rule::top_columns_o_as_was: return o_as_was(top_columns(a, own, dh, false), a);
+    case Rule::svd_o_as_was: return o_as_was(low_rank(a, own, dh), a);
     case Rule::svd: break;
   }
   return low_rank(a, own, dh);
@@ -149,7 +165,8 @@ void convert_layer(const Config& c, int n, Rule rule, int own, const Tensors& fr
 const std::vector<std::string>& conversion_names() {
   static const std::vector<std::string> names = {"mean-v",          "mean-vo",      "top-v",         "top-vo",
                                                  "svd",             "mean-v-adjacent", "released-avg", "released-topk",
-                                                 "released-topk1", "released-svd"};
+                                                 "released-topk1", "released-svd", "released-topk-as-run",
+                                                 "released-svd-as-run"};
   return names;
 }
 

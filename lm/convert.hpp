@@ -20,6 +20,13 @@
 //                   (Eckart–Young): W_V' = U_r Σ_r^½, W_O's rows 0 … r−1 = Σ_r^½ V_rᵀ, rows r … D−1
 //                   zero (…_svd, the paper's SVD); exact here, where the released code uses
 //                   torch.svd_lowrank (randomized, q = r, niter = 2)
+//   released-topk-as-run, released-svd-as-run
+//                   what the released script saves: its loop over the state dict meets a layer's
+//                   attn.c_proj.weight after attn.c_attn.weight, and copies it as it was over the W_O
+//                   the function had just written (…_topk lines 181 and 191–192, …_topk1 236 and 246–247,
+//                   …_svd the same), so W_V' is the method's and W_O, b_O stay as they were (b_V' the
+//                   selected columns', or zero for the SVD); …_topk1 as run is …_topk as run. The four
+//                   released-* names above are the functions as written, W_O included
 //   mean-v          the same conversion as released-avg (the paper's baseline of Fig. 10)
 //   svd             the same conversion as released-svd
 // qkvlab's other readings of App. B.1 (no released counterpart):
@@ -53,7 +60,9 @@ enum class Conversion {
   released_avg,
   released_topk,
   released_topk1,
-  released_svd
+  released_svd,
+  released_topk_as_run,
+  released_svd_as_run
 };
 const std::vector<std::string>& conversion_names();    // every method's name, in the enum's order
 Conversion parse_conversion(const std::string& name);  // UsageError naming the methods

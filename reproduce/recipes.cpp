@@ -42,8 +42,9 @@ const std::vector<Typed>& typed() {
 
 }  // namespace
 
-// Q-identity's "higher learning rate": the paper's numbers were lost from its text, so twice the
-// preset's peak and a floor of peak/100 (its text says a higher peak and a deeper decay); its wider
+// Q-identity's "higher learning rate": the paper's text gives no numbers, so twice the preset's
+// peak and a floor of peak/100 (its text says a higher peak and a deeper decay; the released configs
+// say the baseline's rate and weight decay 2^-5, docs/lm-comparisons.md); its wider
 // MLP reallocates the d² of W_Q per layer (r = 4d + d/2, --mlp-ratio 4.5).
 const std::vector<SweepRecipe>& sweep_recipes() {
   static const std::vector<SweepRecipe> list = {

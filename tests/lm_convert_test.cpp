@@ -251,6 +251,29 @@ TEST(LmConvert, ReleasedSvdIsTheReleasedFactorizationOfTheRankHalfApproximation)
   EXPECT_EQ(convert_to_skipv1(src, Conversion::svd).values, svd.values);
 }
 
+// What the released script saves: its loop copies each layer's attn.c_proj.weight, met after
+// attn.c_attn.weight, over the W_O the function wrote, so W_V′ is the method's and W_O stays as it was
+// (topk and topk1 then save the same model).
+TEST(LmConvert, TheReleasedScriptAsRunKeepsWO) {
+  const Checkpoint src = vanilla();
+  const Checkpoint topk = convert_to_skipv1(src, Conversion::released_topk_as_run);
+  const Checkpoint svd = convert_to_skipv1(src, Conversion::released_svd_as_run);
+  const Checkpoint topk_function = convert_to_skipv1(src, Conversion::released_topk);
+  const Checkpoint svd_function = convert_to_skipv1(src, Conversion::released_svd);
+  for (int n = 1; n < 3; ++n) {
+    const std::string wv = layer_tensor(n, "attn.v.weight"), wo = layer_tensor(n, "attn.o.weight");
+    const std::string bo = layer_tensor(n, "attn.o.bias");
+    for (const auto& [as_run, function] : {std::pair{&topk, &topk_function}, std::pair{&svd, &svd_function}}) {
+      EXPECT_EQ(tensor(*as_run, wv), tensor(*function, wv));  // the method's own value projection
+      EXPECT_EQ(tensor(*as_run, wo), tensor(src, wo));        // W_O as it was
+      EXPECT_EQ(tensor(*as_run, bo), tensor(src, bo));
+      EXPECT_GT(relative(tensor(*function, wo), tensor(src, wo)), 0.1);  // control: the function changes it
+    }
+  }
+  expect_rest_kept(src, topk);
+  expect_rest_kept(src, svd);
+}
+
 TEST(LmConvert, RefusesWhatItCannotConvert) {
   Checkpoint resformer = vanilla();
   resformer.config.variant.kind = VariantKind::resformer;
