@@ -7,7 +7,8 @@
 #   --root DIR       the qkvlab checkout (default: this script's ../..)
 #   --build-dir DIR  where everything is built (default /tmp/cuda-emulation-build)
 #   --test FILE      a test source to build and run instead of tests/gpu_agreement_test.cpp
-#                    (repeatable; relative to the root). Linked with qkvlab_core and
+#                    (repeatable; relative to the root; one with kernels of its own, __global__,
+#                    is converted by convert_cu.py first, as gpu/*.cu are). Linked with qkvlab_core and
 #                    qkvlab_engine, lm_gpu_test also with what qkvlab_lm links (qkvlab_corpus,
 #                    qkvlab_results), analysis_gpu_test with qkvlab_analysis and those, the
 #                    others with qkvlab_synthetic and qkvlab_results.
@@ -144,6 +145,10 @@ for t in "${tests[@]}"; do
   [[ $source == /* ]] || source="$root/$t"
   name=$(basename "$source" .cpp)
   echo "== building $name"
+  if grep -q '__global__' "$source"; then  # kernels of its own (emulator_test.cpp): CUDA code, converted
+    python3 "$here/convert_cu.py" "$source" "$build/src/test_$name.cpp"
+    source="$build/src/test_$name.cpp"
+  fi
   $cxx "${flags[@]}" -DQKVLAB_HAVE_CUDA=1 -DQKVLAB_SOURCE_DIR="\"$root\"" -DQKVLAB_BINARY="\"$cmake_dir/qkvlab\"" \
     "${includes[@]}" -c "$source" -o "$build/obj/test_$name.o"
   $cxx -pthread "$build/obj/test_$name.o" "${gpu_objects[@]}" "$build/obj/cuda_runtime.o" "${project_libs[@]}" \

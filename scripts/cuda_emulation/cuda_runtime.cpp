@@ -60,6 +60,10 @@ void poison_shared() {
   if (dynamic_bytes) std::memset(dynamic_memory.data(), 0xFF, dynamic_bytes);
 }
 
+std::string dims(dim3 d) {
+  return "(" + std::to_string(d.x) + ", " + std::to_string(d.y) + ", " + std::to_string(d.z) + ")";
+}
+
 // ---- The threads of a block ---------------------------------------------------------------
 // Each thread of a block is a fiber (Boost.Context: a stack of its own, switched to without a
 // system call) on the launching host thread. The scheduler resumes the block's fibers one at a
@@ -68,7 +72,9 @@ void poison_shared() {
 // random order, drawn anew for every phase, so a read of shared memory that another thread
 // writes in the same phase (a missing __syncthreads) sees its value in some orders and the 0xFF
 // poison or the old value in others: the kernel's results go wrong, as they would on a GPU. A
-// fiber that returns leaves the barrier, as early-exited threads do on a GPU. No OS thread waits
+// fiber that returns leaves the barrier, as early-exited threads do on a GPU; those still running
+// must all wait at the same __syncthreads() call, or the launch fails (a divergent barrier, which
+// is undefined on a GPU). No OS thread waits
 // on another, so a loaded machine slows the emulation down no more than any other program
 // (real threads meeting at std::barriers did: 204 s against 13 s for lm_gpu_test's CI cases).
 class Block {
@@ -78,6 +84,7 @@ class Block {
     const unsigned n = block.x * block.y * block.z;
     while (fibers_.size() < n) fibers_.push_back(std::make_unique<Fiber>(*this));
     body_ = &body;
+    divergence_.clear();
     blockDim = block;
     gridDim = grid;
     for (unsigned z = 0; z < grid.z; ++z)
@@ -91,9 +98,15 @@ class Block {
   }
 
   // __syncthreads: back to the scheduler, which resumes this fiber in the next phase.
-  void barrier() { fibers_[running_]->yield(); }
+  void barrier(const std::source_location& site) {
+    fibers_[running_]->site = site;
+    fibers_[running_]->yield();
+  }
 
   bool in_kernel() const { return body_ != nullptr; }
+
+  // The first divergent barrier of the last run ("" if none): which block, which calls.
+  const std::string& divergence() const { return divergence_; }
 
  private:
   // Made once and kept: after the kernel returns, a fiber waits for the next block.
@@ -113,6 +126,7 @@ class Block {
     void yield() { back = std::move(back).resume(); }
     boost::context::fiber self, back;  // this thread's kernel; the scheduler that resumed it
     bool finished = false;
+    std::source_location site;  // the __syncthreads() it waits at
   };
 
   void run_block(unsigned n, dim3 block) {
@@ -126,13 +140,40 @@ class Block {
         fibers_[i]->resume();
       }
       std::erase_if(waiting, [&](unsigned i) { return fibers_[i]->finished; });
+      if (divergence_.empty()) check_sites(waiting);
     }
+  }
+
+  // Every thread still running must wait at the same __syncthreads() call (threads that returned
+  // have left the barrier, as on Volta and later). Else the first divergence is kept, naming the
+  // calls with how many threads wait at each and the lowest of them.
+  void check_sites(const std::vector<unsigned>& running) {
+    auto site_of = [&](unsigned i) -> const std::source_location& { return fibers_[i]->site; };
+    auto same = [](const std::source_location& a, const std::source_location& b) {
+      return a.line() == b.line() && a.column() == b.column() &&
+             (a.file_name() == b.file_name() || std::strcmp(a.file_name(), b.file_name()) == 0);
+    };
+    if (std::all_of(running.begin(), running.end(), [&](unsigned i) { return same(site_of(i), site_of(running[0])); }))
+      return;
+    std::vector<unsigned> waiting = running;
+    std::sort(waiting.begin(), waiting.end());
+    std::string calls;
+    while (!waiting.empty()) {
+      const std::source_location site = site_of(waiting[0]);
+      const unsigned first = waiting[0];
+      const auto count = std::erase_if(waiting, [&](unsigned i) { return same(site_of(i), site); });
+      calls += std::string(calls.empty() ? "" : ", ") + site.file_name() + ":" + std::to_string(site.line()) + ":" +
+               std::to_string(site.column()) + " (" + std::to_string(count) + " threads, the first " +
+               std::to_string(first) + ")";
+    }
+    divergence_ = "block " + dims(blockIdx) + ": its threads wait at different __syncthreads() calls: " + calls;
   }
 
   std::vector<std::unique_ptr<Fiber>> fibers_;
   unsigned running_ = 0;  // the fiber resumed last
   const std::function<void()>* body_ = nullptr;
   std::mt19937 order_{20261126};  // seeded: the same run gives the same orders
+  std::string divergence_;
 };
 
 Block& block() {
@@ -142,10 +183,6 @@ Block& block() {
 }
 
 std::mutex launch_mutex;  // one kernel at a time, whichever host thread launches it
-
-std::string dims(dim3 d) {
-  return "(" + std::to_string(d.x) + ", " + std::to_string(d.y) + ", " + std::to_string(d.z) + ")";
-}
 
 }  // namespace
 
@@ -206,6 +243,8 @@ void run_kernel(const LaunchConfig& config, const char* name, const void* kernel
   dynamic_memory.assign((dynamic_bytes + sizeof(std::max_align_t) - 1) / sizeof(std::max_align_t), {});
 
   block().run(config, body);
+  // A divergent barrier: on a GPU a hang or a wrong result (compute-sanitizer's synccheck reports it).
+  if (!block().divergence().empty()) fail(cudaErrorLaunchFailure, what + ": " + block().divergence());
 
   // Static shared memory is known only once the kernel has declared it: the
   // check comes after the run, and is reported by cudaGetLastError all the same.
@@ -230,12 +269,13 @@ using cuda_emu::fail;
 
 // ---- __syncthreads ---------------------------------------------------------------------------
 
-void __syncthreads() {
+void __syncthreads(std::source_location site) {
   if (!cuda_emu::block().in_kernel()) {
-    std::fprintf(stderr, "cuda_emulation: __syncthreads() outside a kernel\n");
+    std::fprintf(stderr, "cuda_emulation: __syncthreads() outside a kernel (%s:%u)\n", site.file_name(),
+                 unsigned(site.line()));
     std::abort();
   }
-  cuda_emu::block().barrier();
+  cuda_emu::block().barrier(site);
 }
 
 // ---- Device ------------------------------------------------------------------------------------

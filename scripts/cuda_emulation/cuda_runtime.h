@@ -3,8 +3,8 @@
 // this directory first on the include path, after build.sh has rewritten
 //   kernel<<<grid, block, shmem, stream>>>(args)
 // into a call of cuda_emu::launch, `extern __shared__ T x[];` into a pointer to
-// the launch's dynamic shared memory, and `__shared__ T x[...];` into a static
-// array that cuda_emu::note_shared records (convert_cu.py).
+// the launch's dynamic shared memory, and every other `__shared__ T x...;` into
+// a static that cuda_emu::note_shared records (convert_cu.py).
 //
 // Execution model (cuda_runtime.cpp):
 // - one kernel at a time, synchronously: a launch returns when the kernel is done;
@@ -13,6 +13,8 @@
 //   __syncthreads() they run one after another in a seeded random order, drawn
 //   anew at every barrier, so a missing barrier in a shared-memory reduction
 //   gives wrong results as it would on a GPU;
+// - threads of a block waiting at different __syncthreads() calls are reported
+//   as a launch error (cudaErrorLaunchFailure) naming the calls;
 // - __shared__ arrays are function-local statics: shared by the threads of a
 //   block, reused by the next block (blocks do not overlap), and filled with
 //   0xFF bytes (NaN for float and double) before each block, like the
@@ -28,6 +30,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <source_location>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -42,10 +45,10 @@
 // __noinline__ is not defined: libstdc++ spells __attribute__((__noinline__)) itself.
 #define __launch_bounds__(...)
 #define __align__(n) alignas(n)
-// A __shared__ variable is a static: one per kernel (or device function), shared
-// by the threads of the block that is running. convert_cu.py adds a
-// cuda_emu::note_shared call after each declaration it can parse.
-#define __shared__ static
+// __shared__ is not defined: convert_cu.py rewrites every __shared__ declaration
+// (a static, one per kernel or device function, shared by the threads of the
+// block that is running, and a cuda_emu::note_shared call) or refuses it, so
+// none compiles as a plain static that nothing poisons or counts.
 // __restrict__ is a g++ keyword already.
 
 // ---- Types -------------------------------------------------------------------------
@@ -223,7 +226,9 @@ void* dynamic_shared();
 // the launch's shared memory, and it is refilled with 0xFF before each block.
 void note_shared_bytes(void* address, std::size_t bytes, bool poison);
 template <class T> void note_shared(T& object) {
-  note_shared_bytes(static_cast<void*>(&object), sizeof(T), std::is_trivially_copyable_v<T>);
+  using Element = std::remove_cv_t<std::remove_all_extents_t<T>>;  // volatile __shared__ arrays too
+  note_shared_bytes(const_cast<void*>(static_cast<const volatile void*>(&object)), sizeof(T),
+                    std::is_trivially_copyable_v<Element>);
 }
 
 cudaError_t set_max_dynamic_shared(const void* kernel, int bytes);
@@ -257,8 +262,10 @@ inline thread_local dim3 gridDim;
 constexpr int warpSize = 32;
 
 // Waits until every (not yet returned) thread of the block has reached it: the
-// fiber yields to the block's scheduler (cuda_runtime.cpp).
-void __syncthreads();
+// fiber yields to the block's scheduler (cuda_runtime.cpp). `site` is the call's
+// place in the source: threads that wait at different calls are a divergent
+// barrier, a launch error here (undefined behaviour on a GPU).
+void __syncthreads(std::source_location site = std::source_location::current());
 inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 inline void __threadfence_block() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 
