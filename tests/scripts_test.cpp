@@ -125,3 +125,68 @@ TEST(ScriptOptions, OnlyMustBeARegularExpression) {
   EXPECT_TRUE(fs::exists(out / "gpt2" / "b-s1" / "run.json"));
   EXPECT_FALSE(fs::exists(out / "gpt2" / "a-s2"));
 }
+
+// accounting_table.py took --help for the binary's path (FileNotFoundError traceback); ledger.py on
+// empty input was a JSONDecodeError traceback. Each is a usage line now (exit 2; --help exit 0).
+// Control: a verify report of one claim gives its table.
+TEST(ScriptOptions, PythonScriptsRefuseBadArgumentsInOneLine) {
+  ScratchDir dir;
+  const std::string accounting = "python3 " + shell_quoted(kSource / "scripts" / "accounting_table.py") + " ";
+  const std::string ledger = "python3 " + shell_quoted(kSource / "scripts" / "ledger.py") + " ";
+  CommandResult r = run_command(accounting + "--help");
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("scripts/accounting_table.py [path/to/qkvlab]"), std::string::npos);
+  expect_refused(run_command(accounting + shell_quoted(dir / "none")),
+                 "accounting_table.py: " + (dir / "none").string() +
+                     " is not an executable (usage: scripts/accounting_table.py [path/to/qkvlab])", "accounting");
+  expect_refused(run_command(accounting + "a b"), "accounting_table.py: a b: usage: scripts/accounting_table.py [path/to/qkvlab]",
+                 "accounting a b");
+  const std::string usage = "usage: build/qkvlab verify --format json --quiet | python3 scripts/ledger.py";
+  r = run_command(ledger + "</dev/null");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(lines(r.err), 1) << r.err;
+  EXPECT_EQ(r.err.rfind("ledger.py: standard input is not JSON", 0), 0u) << r.err;
+  expect_refused(run_command("echo '[]' | " + ledger),
+                 "ledger.py: standard input is not a report of qkvlab verify --format json (needs seed, checks, "
+                 "controls, ladders, summary)", "ledger []");
+  expect_refused(run_command(ledger + "x </dev/null"), "ledger.py: x: " + usage, "ledger x");
+  std::ofstream(dir / "report.json")
+      << R"({"seed": 1, "checks": [{"id": "c", "pass": true, "normalized_err": 1.5, "precision": "double", "rel_err": 1e-16}],
+            "controls": [{"id": "c", "failed_as_expected": true, "rel_err": 0.5}], "ladders": [],
+            "summary": {"passed": 1, "checks": 1, "controls_failed_as_expected": 1, "controls": 1, "ok": true}})";
+  r = run_command(ledger + "< " + shell_quoted(dir / "report.json"));
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("| c | 1/1 | - / 1.5 / - / - | - | 1/1 | 0.5 |"), std::string::npos) << r.out;
+}
+
+// uptraining_table.py on one seed (a reproduce cache holds one) was a ZeroDivisionError traceback; its
+// spreads are now "n/a" and no Δ is bold (no standard error to judge by). Controls: the committed
+// three seeds still give numbers for every spread; an OUT that is not a directory is a usage line.
+TEST(ScriptOptions, UptrainingTableOfOneSeedSaysNa) {
+  ScratchDir dir;
+  const fs::path committed = kSource / "outputs" / "lm" / "uptraining", one = dir / "one";
+  fs::create_directories(one);
+  std::ifstream initial(committed / "initial.csv");
+  std::ofstream seed1(one / "initial.csv");
+  for (std::string line; std::getline(initial, line);)
+    if (line.rfind("seed,", 0) == 0 || line.rfind("1,", 0) == 0) seed1 << line << "\n";
+  seed1.close();
+  for (const auto& run : fs::directory_iterator(committed)) {
+    const std::string name = run.path().filename().string();
+    if (run.is_directory() && name.size() > 3 && name.substr(name.size() - 3) == "-s1")
+      fs::copy(run.path(), one / name, fs::copy_options::recursive);
+  }
+  const std::string table = "python3 " + shell_quoted(kSource / "scripts" / "uptraining_table.py") + " ";
+  CommandResult r = run_command(table + shell_quoted(one));
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("| mean-v (released-avg) | 5.2670 ± n/a | — | 5.2072 ± n/a |"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| released-topk | 5.2529 ± n/a | −0.0141 ± n/a |"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("**−"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("**+"), std::string::npos) << r.out;
+  r = run_command(table + shell_quoted(committed));
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out.find("n/a"), std::string::npos) << r.out;
+  expect_refused(run_command(table + shell_quoted(dir / "none")),
+                 "uptraining_table.py: " + (dir / "none").string() +
+                     " is not a directory (usage: python3 scripts/uptraining_table.py [OUT])", "none");
+}
