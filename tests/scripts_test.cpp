@@ -126,6 +126,25 @@ TEST(ScriptOptions, OnlyMustBeARegularExpression) {
   EXPECT_FALSE(fs::exists(out / "gpt2" / "a-s2"));
 }
 
+// The fuzz scripts took RUNS unchecked (a target name there became -runs=NAME after the build) and
+// any TARGET; both are refused before anything is compiled (a run needs clang's libFuzzer: not here).
+// Their summary line's arithmetic is awk's: bc, which neither setup.sh nor a fresh Debian installs,
+// ended them with exit 127 after the first target (read here; the run is in the commit message).
+TEST(ScriptOptions, FuzzScriptsCheckRunsAndTargetsAndNeedNoBc) {
+  for (const auto& [name, other] : {std::pair{std::string("fuzz_readers.sh"), std::string("ckpt_hf_config_fuzzer")},
+                                    std::pair{std::string("fuzz_checkpoints.sh"), std::string("reader_npy_fuzzer")}}) {
+    const std::string prefix = name == "fuzz_readers.sh" ? "reader" : "ckpt";
+    expect_refused(script(name, "reader_npy_fuzzer"),
+                   name + ": RUNS must be an integer from 1 to 999999999, got 'reader_npy_fuzzer'", name);
+    expect_refused(script(name, "0"), name + ": RUNS must be an integer from 1 to 999999999, got '0'", name);
+    expect_refused(script(name, "10 " + other),
+                   name + ": TARGET '" + other + "' is not one of fuzz/" + prefix + "_*_fuzzer.cpp (named without .cpp)", name);
+    const std::string text = read_file(kSource / "scripts" / name);
+    EXPECT_EQ(text.find("| bc"), std::string::npos) << name;
+    EXPECT_NE(text.find("awk -v"), std::string::npos) << name;
+  }
+}
+
 // accounting_table.py took --help for the binary's path (FileNotFoundError traceback); ledger.py on
 // empty input was a JSONDecodeError traceback. Each is a usage line now (exit 2; --help exit 0).
 // Control: a verify report of one claim gives its table.
