@@ -7,8 +7,10 @@
 //
 //   lm_bench [--family gpt2|llama] [--layers L] [--d D] [--heads H] [--seq T] [--batch B]
 //            [--vocab V] [--threads N] [--steps S] [--warmup W] [--dtype f32|bf16] [--eval]
-// Prints one JSON object; exit status 2 on a bad option (--steps below 1 too), 1 when a step's
-// loss is not finite (nothing printed on stdout).
+// Prints one JSON object; exit status 2, in one line on stderr, on a bad option (unknown, without
+// a value, a value that is not an integer in its range: sizes and --steps positive, --warmup at
+// least 0, --threads 0 to 256; sizes that make no model), 1 when a step's loss is not finite
+// (nothing printed on stdout).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>

@@ -6,13 +6,37 @@ exact count, the command that gives it and how it compares.
     scripts/accounting_table.py [path/to/qkvlab]     (default build/qkvlab)
 
 Prints a Markdown table; docs/accounting.md holds its output and says which
-counting rule and dtype reproduce each printed number.
+counting rule and dtype reproduce each printed number. Another argument, or one
+that is not an executable, is refused in one line (exit status 2) before any
+command runs; a qkvlab command that fails is named in one line (exit status 1).
 """
 import json
+import shutil
 import subprocess
 import sys
 
-QKVLAB = sys.argv[1] if len(sys.argv) > 1 else "build/qkvlab"
+USAGE = "usage: scripts/accounting_table.py [path/to/qkvlab]"
+
+
+def fail(message, status):
+    print(f"accounting_table.py: {message}", file=sys.stderr)
+    sys.exit(status)
+
+
+def qkvlab_binary(args):
+    """The program named by the one optional argument (default build/qkvlab)."""
+    if args in (["-h"], ["--help"]):
+        print(__doc__.strip())
+        sys.exit(0)
+    if len(args) > 1 or (args and args[0].startswith("-")):
+        fail(f"{' '.join(args)}: {USAGE}", 2)
+    binary = args[0] if args else "build/qkvlab"
+    if shutil.which(binary) is None:
+        fail(f"{binary} is not an executable ({USAGE})", 2)
+    return binary
+
+
+QKVLAB = qkvlab_binary(sys.argv[1:])
 
 # Configurations (flags of qkvlab params / kv).
 GPT2_355M = "--family gpt2 --layers 24 --d 1024 --heads 16 --vocab 50257 --positions 1024 --tied --bias"
@@ -36,9 +60,14 @@ NANOGPT = "--family gpt2 --layers 12 --heads 12 --vocab 50304 --positions 1024 -
 
 
 def run(command, args):
-    out = subprocess.run([QKVLAB, command] + args.split() + ["--format", "json"], check=True,
-                         capture_output=True, text=True).stdout
-    return json.loads(out)
+    argv = [QKVLAB, command] + args.split() + ["--format", "json"]
+    done = subprocess.run(argv, capture_output=True, text=True)
+    try:
+        if done.returncode == 0:
+            return json.loads(done.stdout)
+    except ValueError:
+        pass
+    fail(f"`{' '.join(argv)}` failed (exit {done.returncode}): {(done.stderr.strip() or 'no JSON').splitlines()[0]}", 1)
 
 
 def params(args):

@@ -11,9 +11,14 @@
 # build-fuzz/artifacts/. The corpus grows in build-fuzz/corpus/<target>/ across runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/options.sh
 runs=${1:-1000000}
 shift || true
 targets=("$@")
+integer_option RUNS "$runs" 1 999999999
+for t in "${targets[@]}"; do  # RUNS first: a target name there is refused by the line above
+  [[ $t == ckpt_*_fuzzer && -f fuzz/$t.cpp ]] || usage_error "TARGET '$t' is not one of fuzz/ckpt_*_fuzzer.cpp (named without .cpp)"
+done
 ((${#targets[@]})) || targets=(ckpt_safetensors_fuzzer ckpt_safetensors_view_fuzzer ckpt_mapped_safetensors_fuzzer
                                ckpt_hf_index_fuzzer ckpt_hf_config_fuzzer)
 out=build-fuzz
@@ -76,11 +81,10 @@ for t in "${targets[@]}"; do
     status=1
   fi
   end=$(date +%s.%N)
-  executed=$(grep -o 'stat::number_of_executed_units: [0-9]*' "$out/$t.log" | grep -o '[0-9]*$' || echo 0)
+  executed=$({ grep -o 'stat::number_of_executed_units: [0-9]*' "$out/$t.log" || true; } | awk '{n += $2} END {print n + 0}')
   cov=$(grep -o 'cov: [0-9]*' "$out/$t.log" | tail -1 | grep -o '[0-9]*$' || echo ?)
   corpus=$(ls "$out/corpus/$t" | wc -l)
-  seconds=$(echo "$end - $start" | bc)
-  printf "%-32s %10s %9.1f %9.0f %8s %8s  %s\n" "$t" "$executed" "$seconds" "$(echo "$executed / $seconds" | bc -l)" \
-         "$cov" "$corpus" "$result"
+  awk -v t="$t" -v n="$executed" -v a="$start" -v b="$end" -v cov="$cov" -v corpus="$corpus" -v result="$result" \
+    'BEGIN {printf "%-32s %10s %9.1f %9.0f %8s %8s  %s\n", t, n, b - a, n / (b - a), cov, corpus, result}'
 done
 exit $status

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Fuzzes the matrix readers, the tags.json reader of probe --target pos and the reader of a
-# prepared corpus's manifest.json (docs/robustness.md): builds the libFuzzer targets
+# Fuzzes the matrix readers, the token and tag file reader (corpus/token_file.hpp: .npy and
+# .bin), the tags.json reader of probe --target pos and the reader of a prepared corpus's
+# manifest.json (docs/robustness.md, docs/fuzzing-checkpoints.md): builds the libFuzzer targets
 # fuzz/reader_*_fuzzer.cpp with Debian's clang (-fsanitize=fuzzer,address,undefined) into
-# build-fuzz/, makes seeds (.npy files of every dtype and order, HDF5 files of float and
-# integer datasets, contiguous and chunked, written by h5py, tags.json files, a manifest
-# whose records match the target's sums), then runs each target for a fixed number of
-# executions and prints one summary line per target.
+# build-fuzz/, makes seeds (.npy files of every dtype and order, integer token files of every
+# dtype, shape, order and format version, HDF5 files of float and integer datasets, contiguous
+# and chunked, written by h5py, tags.json files, a manifest whose records match the target's
+# sums), then runs each target for a fixed number of executions and prints one summary line
+# per target (its arithmetic by awk: no bc needed).
 #
 #   scripts/fuzz_readers.sh [RUNS] [TARGET ...]     RUNS default 1000000; TARGET e.g. reader_npy_fuzzer
 #
@@ -21,10 +23,18 @@
 # build-fuzz/artifacts/ (for the HDF5 target also the inputs on which libhdf5 failed in the child). The corpus grows in build-fuzz/corpus/<target>/ across runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/options.sh
 runs=${1:-1000000}
 shift || true
 targets=("$@")
-((${#targets[@]})) || targets=(reader_npy_fuzzer reader_hdf5_matrix_fuzzer reader_tags_fuzzer reader_corpus_manifest_fuzzer)
+integer_option RUNS "$runs" 1 999999999
+for t in "${targets[@]}"; do  # RUNS first: a target name there is refused by the line above
+  [[ $t == reader_*_fuzzer && -f fuzz/$t.cpp ]] || usage_error "TARGET '$t' is not one of fuzz/reader_*_fuzzer.cpp (named without .cpp)"
+done
+integer_option FUZZ_PROCESSES "${FUZZ_PROCESSES:-1}" 1 256
+[[ -z ${FUZZ_MAX_SECONDS:-} ]] || integer_option FUZZ_MAX_SECONDS "$FUZZ_MAX_SECONDS" 1 999999999
+((${#targets[@]})) || targets=(reader_npy_fuzzer reader_token_file_fuzzer reader_hdf5_matrix_fuzzer reader_tags_fuzzer
+                               reader_corpus_manifest_fuzzer)
 out=build-fuzz
 cxx=${FUZZ_CXX:-clang++}
 python=$([ -x /usr/bin/python3 ] && echo /usr/bin/python3 || echo python3)
@@ -32,7 +42,7 @@ common=(-std=c++20 -O1 -g -fno-omit-frame-pointer -I. -isystem /usr/include/eige
 sanitizers=${FUZZ_SANITIZE:-address,undefined}
 sanitize=(-fsanitize="$sanitizers" -fno-sanitize-recover=undefined)
 sources=(core/npy.cpp core/atomic_file.cpp core/limits.cpp results/hdf5_matrix.cpp core/json_text.cpp core/text_file.cpp
-         engine/json.cpp probes/tags.cpp corpus/manifest.cpp)
+         engine/json.cpp probes/tags.cpp corpus/manifest.cpp corpus/token_file.cpp)
 
 mkdir -p "$out/obj-$sanitizers" "$out/artifacts" "$out/seeds"
 objects=()
@@ -50,7 +60,7 @@ done
 
 # Seeds: small valid files of each kind the readers accept, and a few they refuse.
 seeds="$out/seeds"
-rm -rf "$seeds" && mkdir -p "$seeds/npy" "$seeds/hdf5" "$seeds/tags" "$seeds/manifest"
+rm -rf "$seeds" && mkdir -p "$seeds/npy" "$seeds/tokens" "$seeds/hdf5" "$seeds/tags" "$seeds/manifest"
 "$python" - "$seeds" <<'EOF'
 import struct, sys
 import h5py
@@ -66,6 +76,21 @@ npy("v2", np.ones((2, 2)), version=(2, 0))
 npy("empty", np.zeros((0, 3)))
 npy("int", np.arange(4, dtype="<i8").reshape(2, 2))   # refused: dtype
 npy("three_d", np.zeros((2, 2, 2)))                    # refused: 3-D
+# Token and tag files (corpus/token_file.cpp's own parser): every integer dtype, 1-D and 2-D, both
+# orders, versions 1 to 3, and ones refused (a float dtype, an id past 2^31 - 1, -1: a tag, not a token).
+def tokens(name, a, version=(1, 0)):
+    with open(f"{seeds}/tokens/{name}.npy", "wb") as f:
+        np.lib.format.write_array(f, a, version=version)
+for dt in ["|i1", "|u1", "<i2", "<u2", "<i4", "<u4", "<i8", "<u8"]:
+    tokens(dt[1:], np.arange(12, dtype=dt).reshape(3, 4))
+tokens("flat", np.arange(7, dtype="<i4"))
+tokens("fortran", np.asfortranarray(np.arange(12, dtype="<u2").reshape(3, 4)))
+tokens("v2", np.arange(6, dtype="<i4"), version=(2, 0))
+tokens("v3", np.arange(6, dtype="<i4"), version=(3, 0))
+tokens("tag", np.array([3, -1, 0], dtype="<i4"))
+tokens("big", np.array([2**31], dtype="<i8"))
+tokens("float", np.arange(4, dtype="<f4"))
+tokens("empty", np.zeros(0, dtype="<i4"))
 def h5(name, **kw):
     with h5py.File(f"{seeds}/hdf5/{name}.h5", "w") as f:
         f.create_dataset("W", **kw)
@@ -108,6 +133,7 @@ status=0
 printf "%-28s %10s %9s %9s %8s %8s  %s\n" target runs seconds exec/s cov corpus result
 for t in "${targets[@]}"; do
   case $t in
+    *token*) kind=tokens ;;
     *npy*) kind=npy ;;
     *tags*) kind=tags ;;
     *manifest*) kind=manifest ;;
@@ -153,11 +179,10 @@ for t in "${targets[@]}"; do
   child=$(grep -cE 'ERROR: [A-Za-z]+Sanitizer|WARNING: (Memory|Thread)Sanitizer|: runtime error: ' "$out/$t.log" || true)
   [ "$kind" = hdf5 ] && result="$result; child reports: $child"
   end=$(date +%s.%N)
-  executed=$(grep -o 'stat::number_of_executed_units: [0-9]*' "$out/$t.log" | grep -o '[0-9]*$' | paste -sd+ | bc)
+  executed=$({ grep -o 'stat::number_of_executed_units: [0-9]*' "$out/$t.log" || true; } | awk '{n += $2} END {print n + 0}')
   cov=$(grep -o 'cov: [0-9]*' "$out/$t.log.1" | tail -1 | grep -o '[0-9]*$' || echo ?)
   corpus=$(ls "$out/corpus/$t" | wc -l)
-  seconds=$(echo "$end - $start" | bc)
-  printf "%-28s %10s %9.1f %9.0f %8s %8s  %s\n" "$t" "$executed" "$seconds" "$(echo "$executed / $seconds" | bc -l)" \
-         "$cov" "$corpus" "$result"
+  awk -v t="$t" -v n="$executed" -v a="$start" -v b="$end" -v cov="$cov" -v corpus="$corpus" -v result="$result" \
+    'BEGIN {printf "%-28s %10s %9.1f %9.0f %8s %8s  %s\n", t, n, b - a, n / (b - a), cov, corpus, result}'
 done
 exit $status

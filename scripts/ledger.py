@@ -2,18 +2,46 @@
 """Summarizes `qkvlab verify --format json` per claim id, as the verdict table of docs/claims.md.
 
 Usage: build/qkvlab verify --format json --quiet | python3 scripts/ledger.py
+
+It takes no arguments (--help prints this); an argument, or standard input that is not such a
+report, is refused in one line, exit status 2.
 """
 import json
 import sys
 from collections import defaultdict
+
+USAGE = "usage: build/qkvlab verify --format json --quiet | python3 scripts/ledger.py"
+
+
+def refuse(message):
+    print(f"ledger.py: {message}", file=sys.stderr)
+    sys.exit(2)
 
 
 def fmt(x):
     return "-" if x is None else f"{x:.2g}"
 
 
+def read_report(args):
+    """The verify report on stdin, its lists and summary checked for shape."""
+    if args in (["-h"], ["--help"]):
+        print(__doc__.strip())
+        sys.exit(0)
+    if args:
+        refuse(f"{' '.join(args)}: {USAGE}")
+    try:
+        report = json.load(sys.stdin)
+        ok = isinstance(report, dict) and all(isinstance(report.get(k), list) for k in ("checks", "controls", "ladders"))
+        ok = ok and isinstance(report.get("summary"), dict) and "seed" in report
+    except ValueError as e:
+        refuse(f"standard input is not JSON ({e}): {USAGE}")
+    if not ok:
+        refuse(f"standard input is not a report of qkvlab verify --format json (needs seed, checks, controls, ladders, summary)")
+    return report
+
+
 def main():
-    report = json.load(sys.stdin)
+    report = read_report(sys.argv[1:])
     checks, controls, slopes = defaultdict(list), defaultdict(list), defaultdict(list)
     for c in report["checks"]:
         checks[c["id"]].append(c)

@@ -21,19 +21,23 @@
 # device and starting point), every row's numbers and verdict are that group's, and a row is
 # written to --json only when it is in the table. A claim whose runs are missing, share no seed or
 # do not form two groups is a row "not run", and the exit status 2; --json is then left as it was.
+# A bad option (a missing value, another --paper) is refused in one line, exit status 2, first.
 set -euo pipefail
 here=$(dirname "${BASH_SOURCE[0]}")
 
 paper=resformer qkvlab=build/qkvlab runs=outputs/lm json=""
+source "$here/options.sh"
 while [[ $# -gt 0 ]]; do
   case "$1" in
+    --paper|--qkvlab|--runs|--json) need "$@" ;;&
     --paper) paper=$2; shift 2 ;;
     --qkvlab) qkvlab=$2; shift 2 ;;
     --runs) runs=$2; shift 2 ;;
     --json) json=$2; shift 2 ;;
-    *) echo "lm_ablations.sh: unknown argument $1" >&2; exit 2 ;;
+    *) usage_error "unknown argument $1" ;;
   esac
 done
+one_of --paper "$paper" resformer skipv1
 
 # figure|claim|reference run|compared run|sense (less: compared below reference); runs as FAMILY/NAME
 resformer=(
@@ -75,7 +79,6 @@ skipv1_measured=(
 case $paper in
   resformer) claims=("${resformer[@]}"); label=ResFormer ;;
   skipv1) claims=("${skipv1[@]}" "${skipv1_measured[@]}"); label=SkipV1Former ;;
-  *) echo "lm_ablations.sh: --paper resformer|skipv1, not $paper" >&2; exit 2 ;;
 esac
 
 # The finished runs of FAMILY/NAME: NAME-sSEED[-HASH]/ with run.json; the rest named on stderr.

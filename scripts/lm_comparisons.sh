@@ -14,12 +14,16 @@
 # train (FAMILY/NAME-sSEED: --preset PRESET FLAGS) and exits. Needs `qkvlab data brown`.
 # A failed training is named (FAMILY/NAME-sSEED: FAILED); its family's FAMILY-compare.json is then
 # left as it was (a comparison missing a recipe is not written), the other families are compared, and
-# the exit status is 1.
+# the exit status is 1. A bad option (a missing value, --device other than cpu|cuda, --jobs outside
+# 1–256, --threads outside 0–256, an --only that is not a regular expression) is refused in one line,
+# exit status 2, before anything runs.
 set -euo pipefail
 
 qkvlab=build/qkvlab device=cpu out=outputs/lm only=. data=data/brown jobs=1 threads=0 list=0
+source "$(dirname "${BASH_SOURCE[0]}")/options.sh"
 while [[ $# -gt 0 ]]; do
   case "$1" in
+    --qkvlab|--device|--out|--only|--data|--jobs|--threads) need "$@" ;;&
     --qkvlab) qkvlab=$2; shift 2 ;;
     --device) device=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
@@ -28,9 +32,13 @@ while [[ $# -gt 0 ]]; do
     --jobs) jobs=$2; shift 2 ;;
     --threads) threads=$2; shift 2 ;;
     --list) list=1; shift ;;
-    *) echo "lm_comparisons.sh: unknown argument $1" >&2; exit 2 ;;
+    *) usage_error "unknown argument $1" ;;
   esac
 done
+one_of --device "$device" cpu cuda
+integer_option --jobs "$jobs" 1 256
+integer_option --threads "$threads" 0 256
+regex_option --only "$only"
 
 # The recipes, a line each: family|preset|name|seeds|flags (on top of the preset). They are defined
 # once, in reproduce/recipes.cpp, which the figures of `qkvlab reproduce` train from too.

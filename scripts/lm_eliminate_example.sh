@@ -17,17 +17,19 @@
 # failed step is named, the exit status is non-zero, and DIR keeps its earlier results.
 set -euo pipefail
 qkvlab=build/qkvlab data=data/brown out=outputs/lm/eliminate train=1
+source "$(dirname "${BASH_SOURCE[0]}")/options.sh"
 while [[ $# -gt 0 ]]; do
   case "$1" in
+    --qkvlab|--data|--out) need "$@" ;;&
     --qkvlab) qkvlab=$2; shift 2 ;;
     --data) data=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --skip-training) train=0; shift ;;
     -h|--help) sed -n '2,/^set /{/^set /d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
-    *) echo "lm_eliminate_example.sh: unknown argument $1" >&2; exit 2 ;;
+    *) usage_error "unknown argument $1" ;;
   esac
 done
-command -v "$qkvlab" >/dev/null || { echo "lm_eliminate_example.sh: $qkvlab is not an executable (--qkvlab BIN)" >&2; exit 2; }
+command -v "$qkvlab" >/dev/null || usage_error "$qkvlab is not an executable (--qkvlab BIN)"
 work=$(mktemp -d)
 stage=""
 trap 'rm -rf "$work" ${stage:+"$stage"}' EXIT

@@ -16,10 +16,15 @@
 # --jobs J on C cores, C/J keeps the cores from being oversubscribed).
 # One invocation's results are one generation: a stamp (UTC time and PID) in initial.csv's
 # generation column and in each run's file `generation`, which uptraining_table.py checks.
+# A bad option (a missing value, --device other than cpu|cuda, --jobs outside 1–256, --threads
+# outside 0–256, a --qkvlab that is not an executable) is refused in one line, exit status 2,
+# before anything runs.
 set -euo pipefail
 qkvlab=build/qkvlab device=cpu data=data/brown out=outputs/lm/uptraining jobs=1 threads=0 vanilla=outputs/lm/gpt2
+source "$(dirname "${BASH_SOURCE[0]}")/options.sh"
 while [[ $# -gt 0 ]]; do
   case "$1" in
+    --qkvlab|--device|--data|--out|--jobs|--threads|--vanilla) need "$@" ;;&
     --qkvlab) qkvlab=$2; shift 2 ;;
     --device) device=$2; shift 2 ;;
     --data) data=$2; shift 2 ;;
@@ -27,9 +32,13 @@ while [[ $# -gt 0 ]]; do
     --jobs) jobs=$2; shift 2 ;;
     --threads) threads=$2; shift 2 ;;
     --vanilla) vanilla=$2; shift 2 ;;
-    *) echo "lm_uptraining.sh: unknown argument $1" >&2; exit 2 ;;
+    *) usage_error "unknown argument $1" ;;
   esac
 done
+one_of --device "$device" cpu cuda
+integer_option --jobs "$jobs" 1 256
+integer_option --threads "$threads" 0 256
+command -v "$qkvlab" >/dev/null || usage_error "$qkvlab is not an executable (--qkvlab BIN)"
 trap 'kill $(jobs -p) 2>/dev/null; exit 143' TERM INT
 checkpoints=("$vanilla"/vanilla-s*/checkpoint)
 [[ -d ${checkpoints[0]} ]] || { echo "lm_uptraining.sh: no $vanilla/vanilla-sSEED[-HASH]/checkpoint: nothing to convert" >&2; exit 2; }

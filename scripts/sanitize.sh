@@ -10,18 +10,22 @@
 #
 #   scripts/sanitize.sh [--build-dir DIR] [--jobs N]     DIR default build/sanitize; N default 2
 #
-# Exit status 0 when every test passes with no sanitizer report.
+# Exit status 0 when every test passes with no sanitizer report; 2, in one line and before any build,
+# on a bad option (a missing value, --jobs outside 1–256).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build="$root/build/sanitize"
 jobs=2
+source "$root/scripts/options.sh"
 while (($#)); do
   case $1 in
+    --build-dir|--jobs) need "$@" ;;&
     --build-dir) build=$2; shift 2 ;;
     --jobs) jobs=$2; shift 2 ;;
-    *) echo "sanitize.sh: unknown argument $1" >&2; exit 2 ;;
+    *) usage_error "unknown argument $1" ;;
   esac
 done
+integer_option --jobs "$jobs" 1 256
 
 launcher=()
 if command -v ccache >/dev/null 2>&1; then

@@ -8,6 +8,8 @@ validation loss of each run OUT/METHOD-STEPS-sSEED/run.json. Cells: mean ± samp
 deviation over the seeds; Δ: the paired difference over the seeds, mean ± its standard error
 (standard deviation / sqrt(n)), bold when |Δ| > 2 se (a guide; the figures' verdicts use Student's
 t). Every method needs the same seeds in every column; anything missing is an error, not a blank.
+With one seed (a reproduce cache holds one) there is no spread: each cell's and Δ's is "n/a" and
+no Δ is bold. OUT not a directory, or another argument, is refused in one line, exit status 2.
 
 The runs and initial.csv must be one generation of lm_uptraining.sh (a failed or stopped run of it
 must not leave two mixed): its stamp (initial.csv's generation column, each run's file `generation`;
@@ -31,19 +33,23 @@ BASE, CONTROL = "released-avg", "vanilla"
 
 
 def spread(values):
+    """Mean and sample standard deviation; None for the deviation of one value."""
     mean = sum(values) / len(values)
-    std = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
-    return mean, std
+    if len(values) < 2:
+        return mean, None
+    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1))
 
 
 def cell(values):
     mean, std = spread(values)
-    return f"{mean:.4f} ± {std:.4f}"
+    return f"{mean:.4f} ± {'n/a' if std is None else f'{std:.4f}'}"
 
 
 def delta(a, b):
-    """a − b paired by seed: mean ± se, bold beyond 2 se."""
+    """a − b paired by seed: mean ± se, bold beyond 2 se (never with one seed: no se)."""
     mean, std = spread([x - y for x, y in zip(a, b)])
+    if std is None:
+        return f"{mean:+.4f} ± n/a".replace("-", "−")
     se = std / math.sqrt(len(a))
     text = f"{mean:+.4f} ± {se:.4f}".replace("-", "−")
     return f"**{text}**" if abs(mean) > 2 * se else text
@@ -97,12 +103,24 @@ class Generation:
             self.same(path, "the conversions' directory", os.path.dirname(source))
 
 
-def read(out):
+def read_initial(path):
+    """initial.csv: the loss as converted by method and seed, and the generation stamps of its rows."""
     initial, stamps = {}, set()
-    with open(os.path.join(out, "initial.csv"), newline="") as f:
-        for row in csv.DictReader(f):
-            initial.setdefault(row["method"], {})[int(row["seed"])] = float(row["initial_validation_loss"])
-            stamps.add(row.get("generation"))
+    try:
+        with open(path, newline="") as f:
+            for row in csv.DictReader(f):
+                initial.setdefault(row["method"], {})[int(row["seed"])] = float(row["initial_validation_loss"])
+                stamps.add(row.get("generation"))
+    except (OSError, KeyError, ValueError, TypeError) as e:
+        sys.exit(f"uptraining_table.py: {path}: not lm_uptraining.sh's initial.csv ({e!r})")
+    missing = [m for m in [CONTROL] + [method for method, _ in ROWS] if m not in initial]
+    if missing:
+        sys.exit(f"uptraining_table.py: {path}: no rows of {', '.join(missing)}")
+    return initial, stamps
+
+
+def read(out):
+    initial, stamps = read_initial(os.path.join(out, "initial.csv"))
     if len(stamps) != 1:
         refuse(os.path.join(out, "initial.csv"), f"rows of generations {sorted(map(str, stamps))}")
     generation = Generation(stamps.pop())
@@ -128,8 +146,25 @@ def read(out):
     return losses
 
 
+def out_directory(args):
+    """OUT, the one optional argument (default outputs/lm/uptraining)."""
+    usage = "usage: python3 scripts/uptraining_table.py [OUT]"
+    if args in (["-h"], ["--help"]):
+        print(__doc__.strip())
+        sys.exit(0)
+    out = args[0] if len(args) == 1 and not args[0].startswith("-") else None
+    if len(args) > 1 or (args and out is None):
+        print(f"uptraining_table.py: {' '.join(args)}: {usage}", file=sys.stderr)
+        sys.exit(2)
+    out = out or "outputs/lm/uptraining"
+    if not os.path.isdir(out):
+        print(f"uptraining_table.py: {out} is not a directory ({usage})", file=sys.stderr)
+        sys.exit(2)
+    return out
+
+
 def main():
-    losses = read(sys.argv[1] if len(sys.argv) > 1 else "outputs/lm/uptraining")
+    losses = read(out_directory(sys.argv[1:]))
     print("| start | as converted | Δ vs mean-v | after 120 steps | after 240 steps | Δ vs mean-v, 240 | Δ vs control, 240 |")
     print("|---|---|---|---|---|---|---|")
     base, control = losses[BASE], losses[CONTROL]
