@@ -277,7 +277,7 @@ std::string tokens_npy_bytes(const std::vector<std::int32_t>& ids, std::int64_t 
   bytes += header;
   const std::size_t at = bytes.size();
   bytes.resize(at + ids.size() * 4);
-  std::memcpy(bytes.data() + at, ids.data(), ids.size() * 4);
+  if (!ids.empty()) std::memcpy(bytes.data() + at, ids.data(), ids.size() * 4);  // no ids: data() may be null
   return bytes;
 }
 

@@ -376,6 +376,11 @@ TEST(TokenFile, WriterRoundTrip) {
   EXPECT_EQ(b.cols, 3);
   EXPECT_EQ((read_file(dir / "b.npy").size() - 24) % 64, 0u);  // the header padded to 64 bytes, then 24 of data
   EXPECT_THROW(write_tokens_npy(dir / "c.npy", ids, 4, 2), std::invalid_argument);
+  // No ids: the header alone (it copied none from a null data(), undefined behaviour that
+  // fuzz/reader_token_file_fuzzer found under UBSan).
+  const std::string empty = tokens_npy_bytes({}, 0, 0);
+  EXPECT_EQ(empty.size() % 64, 0u);
+  EXPECT_EQ(empty.back(), '\n');
 }
 
 // Each malformed file gives a UsageError whose message starts with the file's name and says why;
