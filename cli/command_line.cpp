@@ -106,9 +106,11 @@ std::optional<std::string> unexpected_option(const CLI::App& app) {
     command = parsed.front();
     path += " " + command->get_name();
   }
-  for (const std::string& word : command->remaining())
+  for (const std::string& word : command->remaining()) {
+    if (word == "--") break;  // what follows is positional
     if (word.size() > 1 && word[0] == '-' && !std::isdigit(static_cast<unsigned char>(word[1])) && word[1] != '.')
       return "'" + word.substr(0, word.find('=')) + "' is not an option of '" + path + "' (see '" + path + " --help')";
+  }
   return std::nullopt;
 }
 

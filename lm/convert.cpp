@@ -186,6 +186,9 @@ Checkpoint convert_to_skipv1(const Checkpoint& source, Conversion method, double
   const Rule rule = rule_of(method);
   if (c.variant.kind != VariantKind::vanilla) throw UsageError("only a vanilla model converts to SkipV1");
   if (c.mla) throw UsageError("an MLA model does not convert (its values are a latent)");
+  if ((rule == Rule::top_columns_o_as_was || rule == Rule::svd_o_as_was) && c.bias)
+    throw UsageError(to_string(method) + " is the released script's output, which has no biases (its loader drops "
+                     "c_attn.bias); this model has biases: use the method as written");
   if (reads_o(rule) && c.kv_heads != c.heads)
     throw UsageError(to_string(method) + " needs one key/value head per query head (this model has grouped-query attention)");
   Checkpoint out;

@@ -24,9 +24,12 @@
 //                   what the released script saves: its loop over the state dict meets a layer's
 //                   attn.c_proj.weight after attn.c_attn.weight, and copies it as it was over the W_O
 //                   the function had just written (…_topk lines 181 and 191–192, …_topk1 236 and 246–247,
-//                   …_svd the same), so W_V' is the method's and W_O, b_O stay as they were (b_V' the
-//                   selected columns', or zero for the SVD); …_topk1 as run is …_topk as run. The four
-//                   released-* names above are the functions as written, W_O included
+//                   …_svd the same), so W_V' is the method's and W_O stays as it was; …_topk1 as run
+//                   is …_topk as run. Models with biases are refused (the released ones have none, and
+//                   its loader drops c_attn.bias). With W_O kept, the sign of each of the SVD's columns
+//                   changes the function: …-svd-as-run is one of the models the script can save (Eigen's
+//                   signs; the script's come from an unseeded torch.svd_lowrank). The four released-*
+//                   names above are the functions as written, W_O included
 //   mean-v          the same conversion as released-avg (the paper's baseline of Fig. 10)
 //   svd             the same conversion as released-svd
 // qkvlab's other readings of App. B.1 (no released counterpart):

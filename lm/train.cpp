@@ -434,9 +434,7 @@ void start_from(Session& run, const fs::path& dir) {
 class RunDirectory {
  public:
   explicit RunDirectory(const fs::path& dir)
-      : dir_(resolved(dir)), created_(missing_prefixes(dir)), lock_existed_(present(dir_ / ".qkvlab-lock")) {
-    fs::create_directories(dir);
-  }
+      : created_(create(dir)), dir_(fs::canonical(dir)), lock_existed_(present(dir_ / ".qkvlab-lock")) {}
   RunDirectory(const RunDirectory&) = delete;
   RunDirectory& operator=(const RunDirectory&) = delete;
   void locked() { locked_ = true; }  // the lock is this run's
@@ -452,27 +450,27 @@ class RunDirectory {
   }
 
  private:
-  // The path as the file system resolves it (symbolic links in its existing part followed), without a
-  // trailing separator.
-  static fs::path resolved(const fs::path& dir) {
-    const fs::path d = fs::weakly_canonical(fs::absolute(dir));
-    return d.has_filename() ? d : d.parent_path();
-  }
   static bool present(const fs::path& p) { return fs::exists(fs::symlink_status(p)); }  // a dangling link too
-  // The directories that creating `dir` makes, outermost first, each as the file system will resolve it:
-  // every prefix of the path as given that does not exist yet ("n3/../n4" makes n3 and n4).
-  static std::vector<fs::path> missing_prefixes(const fs::path& dir) {
-    std::vector<fs::path> missing;
+  // Makes `dir` a component at a time, as the file system resolves each prefix of the path as given
+  // ("n3/../n4" makes n3 and n4; "nx/../link/../q", link -> real/sub, makes nx and real/q), and returns
+  // the directories it made, outermost first.
+  static std::vector<fs::path> create(const fs::path& dir) {
+    std::vector<fs::path> made;
     fs::path prefix;
-    for (const fs::path& part : fs::absolute(dir)) {
-      prefix /= part;
-      const fs::path d = resolved(prefix);
-      if (!present(d) && std::find(missing.begin(), missing.end(), d) == missing.end()) missing.push_back(d);
+    try {
+      for (const fs::path& part : fs::absolute(dir)) {
+        prefix /= part;
+        if (!part.empty() && fs::create_directory(prefix)) made.push_back(fs::canonical(prefix));
+      }
+    } catch (const fs::filesystem_error&) {  // a component that is a file, or not writable: none made stays
+      std::error_code ignored;
+      for (auto d = made.rbegin(); d != made.rend(); ++d) fs::remove(*d, ignored);
+      throw;
     }
-    return missing;
+    return made;
   }
-  fs::path dir_;
   std::vector<fs::path> created_;
+  fs::path dir_;  // as the file system resolves it
   bool lock_existed_, locked_ = false;
   int exceptions_ = std::uncaught_exceptions();
 };

@@ -198,7 +198,13 @@ TEST(LmTrain, ARefusedRunLeavesNoDirectoryItCreated) {
   EXPECT_THROW(train_language_model(nothing_to_resume, data, backend, {}), UsageError);
   EXPECT_FALSE(fs::exists(dir.path / "n3")) << "a directory the refused run made on its way stayed";
   EXPECT_FALSE(fs::exists(dir.path / "n4"));
+  // ... as the file system resolves it: through nx/.. then link/.. the run's directory is real/q.
+  nothing_to_resume.out = dir.path / "nx" / ".." / "link" / ".." / "q";
+  EXPECT_THROW(train_language_model(nothing_to_resume, data, backend, {}), UsageError);
+  EXPECT_FALSE(fs::exists(dir.path / "real" / "q")) << "the refused run's directory (and lock) stayed";
+  EXPECT_FALSE(fs::exists(dir.path / "nx"));
   EXPECT_TRUE(fs::is_directory(dir.path / "real" / "sub"));  // control: what existed before stays
+  EXPECT_TRUE(fs::is_symlink(dir.path / "link"));
   // A lock this run did not take is not its to remove: a dangling link named .qkvlab-lock stays.
   fs::create_directories(dir.path / "dangling");
   fs::create_symlink(dir.path / "nowhere", dir.path / "dangling" / ".qkvlab-lock");

@@ -269,6 +269,9 @@ TEST(RobustCli, AnOptionTheCommandLacksIsNamedFirst) {
   expect_usage_error(run_bounded("kv --layers -3", 60), "kv --layers -3", "--layers");
   EXPECT_EQ(run_bounded("kv --layers -3", 60).err.find("not an option"), std::string::npos);
   expect_usage_error(run_bounded("kv --threads", 60), "kv --threads", "'--threads' is not an option");
+  // Control: '--' ends the options; what follows it is positional, and a known option's error stays its own.
+  expect_usage_error(run_bounded("kv --layers abc -- .", 60), "kv --layers abc -- .", "--layers");
+  EXPECT_EQ(run_bounded("kv --layers abc -- .", 60).err.find("not an option"), std::string::npos);
 }
 
 // ---- absorb on a rescaled pair -------------------------------------------------------------
