@@ -126,10 +126,10 @@ Attention low_rank(const Attention& a, int own, int dh) {
   return b;
 }
 
-// The released script's output: the method's value projection, W_O and b_O as they were (its loop
-// copies attn.c_proj.weight over the W_O the function wrote).
+// The released script's output: the method's value projection, W_O as it was (its loop copies
+// attn.c_proj.weight over the W_O the function wrote); the biases as the method makes them.
 Attention o_as_was(Attention b, const Attention& a) {
-  b.Wo = a.Wo, b.bo = a.bo;
+  b.Wo = a.Wo;
   return b;
 }
 
@@ -186,9 +186,6 @@ Checkpoint convert_to_skipv1(const Checkpoint& source, Conversion method, double
   const Rule rule = rule_of(method);
   if (c.variant.kind != VariantKind::vanilla) throw UsageError("only a vanilla model converts to SkipV1");
   if (c.mla) throw UsageError("an MLA model does not convert (its values are a latent)");
-  if ((rule == Rule::top_columns_o_as_was || rule == Rule::svd_o_as_was) && c.bias)
-    throw UsageError(to_string(method) + " is the released script's output, which has no biases (its loader drops "
-                     "c_attn.bias); this model has biases: use the method as written");
   if (reads_o(rule) && c.kv_heads != c.heads)
     throw UsageError(to_string(method) + " needs one key/value head per query head (this model has grouped-query attention)");
   Checkpoint out;

@@ -25,8 +25,9 @@
 //                   attn.c_proj.weight after attn.c_attn.weight, and copies it as it was over the W_O
 //                   the function had just written (…_topk lines 181 and 191–192, …_topk1 236 and 246–247,
 //                   …_svd the same), so W_V' is the method's and W_O stays as it was; …_topk1 as run
-//                   is …_topk as run. Models with biases are refused (the released ones have none, and
-//                   its loader drops c_attn.bias). With W_O kept, the sign of each of the SVD's columns
+//                   is …_topk as run. Biases as in the functions as written (b_V with W_V's columns,
+//                   the SVD's folded into b_O), which the released script never meets: its models have
+//                   none, and its loader would drop c_attn.bias. With W_O kept, the sign of each of the SVD's columns
 //                   changes the function: …-svd-as-run is one of the models the script can save (Eigen's
 //                   signs; the script's come from an unseeded torch.svd_lowrank). The four released-*
 //                   names above are the functions as written, W_O included

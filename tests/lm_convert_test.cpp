@@ -253,13 +253,12 @@ TEST(LmConvert, ReleasedSvdIsTheReleasedFactorizationOfTheRankHalfApproximation)
 
 // What the released script saves: its loop copies each layer's attn.c_proj.weight, met after
 // attn.c_attn.weight, over the W_O the function wrote, so W_V′ is the method's and W_O stays as it was
-// (topk and topk1 then save the same model). The released models have no biases, and its loader drops
-// c_attn.bias: a model with biases is refused.
+// (topk and topk1 then save the same model). Without biases, as the released models; with them, as the
+// functions as written treat them.
 TEST(LmConvert, TheReleasedScriptAsRunKeepsWO) {
-  EXPECT_THROW(convert_to_skipv1(vanilla(), Conversion::released_topk_as_run), UsageError);
-  EXPECT_THROW(convert_to_skipv1(vanilla(), Conversion::released_svd_as_run), UsageError);
-  EXPECT_NO_THROW(convert_to_skipv1(vanilla(), Conversion::released_topk));  // control: as written, it converts
-  const Checkpoint src = vanilla(Family::gpt2, 4, false);
+  for (const bool bias : {false, true}) {
+  SCOPED_TRACE(bias ? "biases" : "no biases");
+  const Checkpoint src = vanilla(Family::gpt2, 4, bias);
   const Checkpoint topk = convert_to_skipv1(src, Conversion::released_topk_as_run);
   const Checkpoint svd = convert_to_skipv1(src, Conversion::released_svd_as_run);
   const Checkpoint topk_function = convert_to_skipv1(src, Conversion::released_topk);
@@ -270,10 +269,14 @@ TEST(LmConvert, TheReleasedScriptAsRunKeepsWO) {
       EXPECT_EQ(tensor(*as_run, wv), tensor(*function, wv));  // the method's own value projection
       EXPECT_EQ(tensor(*as_run, wo), tensor(src, wo));        // W_O as it was
       EXPECT_GT(relative(tensor(*function, wo), tensor(src, wo)), 0.1);  // control: the function changes it
+      if (bias)  // the biases as the method makes them
+        for (const char* b : {"attn.v.bias", "attn.o.bias"})
+          EXPECT_EQ(tensor(*as_run, layer_tensor(n, b)), tensor(*function, layer_tensor(n, b))) << b;
     }
   }
   expect_rest_kept(src, topk);
   expect_rest_kept(src, svd);
+  }
 }
 
 TEST(LmConvert, RefusesWhatItCannotConvert) {
