@@ -98,8 +98,14 @@ int run_verify(VerifyArgs& a) {
   if (!a.precisions.empty()) {
     o.precisions.clear();
     std::vector<std::string> names;  // the parsed precisions' names: double and f64 are one
-    for (const auto& p : a.precisions)
-      o.precisions.push_back(parse_precision(p)), names.emplace_back(precision_name(o.precisions.back()));
+    for (const auto& p : a.precisions) {
+      try {
+        o.precisions.push_back(parse_precision(p));
+      } catch (const UsageError& e) {
+        throw UsageError(std::string("--precision: ") + e.what());
+      }
+      names.emplace_back(precision_name(o.precisions.back()));
+    }
     require_distinct("--precision", names);
   }
   require_report_files({{"--out", &a.out}, {"--junit", &a.junit}}, {a.checkpoint, a.against, a.input.corpus_directory()},
@@ -132,10 +138,12 @@ Command add_verify_command(CLI::App& app, const std::string& command_line) {
       "Each identity runs at every precision; its error normalized by u*kappa must stay within the budget,\n"
       "and each negative control must fail (rel_err >= 1e-3). Statistical checks (qwe.scale8.2, qwe.sec8.3.1.*) run\n"
       "in double and pass when |statistic - expected| <= budget * std_err (docs/claims.md).\n"
-      "A claim runs on the configurations its statement and controls have (resformer.eq5: L >= 2; the attention\n"
-      "claims qwe.obs3.1, lemma3.1, prop4.*, thm4.3, freedom.vo, ext.*: n >= 2; qwe.ext.rope: an even head width\n"
-      "d/H; qwe.ext.qknorm: d/H >= 2); a sweep that gives a claim none skips it with the reason.\n"
-      "Exit 0 iff all checks pass and all controls fail; 2 on a usage error.\n"
+      "A claim runs on the configurations its statement and controls have (resformer.eq5, qwe.thm4.3: L >= 2;\n"
+      "qwe.obs3.1: d >= 4; the attention claims qwe.obs3.1, lemma3.1, prop4.*, thm4.3, freedom.vo, ext.*: n >= 2;\n"
+      "qwe.ext.rope: an even head width d/H; qwe.ext.qknorm: d/H >= 2); a sweep that gives a claim none skips it\n"
+      "with the reason. A claim uses only the sizes it has: one without heads (layers) ignores --heads (--layers).\n"
+      "Exit 0 iff all checks pass and all controls fail; 1 otherwise (no check ran included); 2 on a usage error;\n"
+      "3 on any other error, a report file that cannot be written included.\n"
       "\n"
       "--checkpoint DIR (qkvlab's own or a Hugging Face GPT-2/Llama/Mistral directory): the claims that apply\n"
       "to the model run on its own weights (float as stored, promoted to each precision) and on the activations\n"
@@ -187,8 +195,12 @@ Command add_verify_command(CLI::App& app, const std::string& command_line) {
   list_option("--d", a->d, theory::default_d,
               "Model widths d (at least 2), comma-separated; claims with widths of their own (docs/claims.md: "
               "qwe.ext.* 8,16) keep them unless --d is given", integer_in(2, INT_MAX));
-  list_option("--heads", a->heads, theory::default_heads, "Head counts H (each must divide every d)");
-  list_option("--layers", a->layers, theory::default_layers, "Depths L (qwe.thm4.3 defaults to 4,32, resformer.eq5 to 3,6)");
+  list_option("--heads", a->heads, theory::default_heads,
+              "Head counts H of the claims with heads (each must divide every d; a claim without heads, e.g. "
+              "qwe.prop4.1, qwe.lemma8.2, ignores the list)");
+  list_option("--layers", a->layers, theory::default_layers,
+              "Depths L of the claims with layers (qwe.thm4.3 defaults to 4,32, resformer.eq5 to 3,6; a claim "
+              "without layers ignores the list)");
   list_option("--seq", a->seq, theory::default_seq, "Sequence lengths n");
   for (const char* name : {"--d", "--heads", "--layers", "--seq"}) a->sweep_options.push_back(cmd->get_option(name));
   add_list_option(cmd, "--precision", a->precisions,

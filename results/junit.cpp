@@ -89,9 +89,20 @@ void write_case(std::ostream& out, const std::string& classname, const std::stri
       << ">\n    </testcase>\n";
 }
 
-void write_suite(std::ostream& out, const std::string& id, const Suite& suite) {
+// Every suite's <properties>: the seed, command line and version that reproduce the run.
+void write_properties(std::ostream& out, const Report& report) {
+  out << "    <properties>\n";
+  for (const auto& [name, value] : {std::pair<const char*, std::string>{"seed", std::to_string(report.seed)},
+                                    {"command_line", report.command_line},
+                                    {"version", report.version}})
+    out << "      <property name=\"" << name << "\" value=\"" << xml(value) << "\"/>\n";
+  out << "    </properties>\n";
+}
+
+void write_suite(std::ostream& out, const std::string& id, const Suite& suite, const Report& report) {
   out << "  <testsuite name=\"" << xml(id) << "\" tests=\"" << suite.checks.size() + suite.controls.size()
       << "\" failures=\"" << suite.failures() << "\" errors=\"" << suite.errors() << "\">\n";
+  write_properties(out, report);
   for (const CheckRecord* c : suite.checks) {
     const bool error = c->status == "error";
     const std::string message = c->pass ? "" : !error ? check_failure(*c) : c->note.empty() ? "error" : c->note;
@@ -120,15 +131,17 @@ std::string junit_document(const Report& report) {
       << errors << "\" skipped=\"" << report.skipped.size() << "\">\n";
   if (no_checks) {
     out << "  <testsuite name=\"qkvlab verify\" tests=\"1\" failures=\"0\" errors=\"1\">\n";
+    write_properties(out, report);
     write_case(out, "qkvlab verify", "no check ran", "no check ran: the report is not ok",
                report.skipped.empty() ? "no claim was selected" : "every claim selected was skipped (suite skipped)",
                true);
     out << "  </testsuite>\n";
   }
-  for (const auto& [id, suite] : suites_by_claim(report)) write_suite(out, id, suite);
+  for (const auto& [id, suite] : suites_by_claim(report)) write_suite(out, id, suite, report);
   if (!report.skipped.empty()) {
     out << "  <testsuite name=\"skipped\" tests=\"" << report.skipped.size() << "\" skipped=\"" << report.skipped.size()
         << "\">\n";
+    write_properties(out, report);
     for (const SkippedClaim& s : report.skipped)
       out << "    <testcase classname=\"skipped\" name=\"" << xml(s.id) << "\">\n      <skipped message=\"" << xml(s.reason)
           << "\"/>\n    </testcase>\n";

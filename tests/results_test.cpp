@@ -494,6 +494,34 @@ TEST_F(ResultsFiles, JunitParsesWithCountsAndEscaping) {
   EXPECT_EQ(check.status, 0) << check.out;
 }
 
+// Every testsuite carries the seed, command line and version as <properties>, so a failure seen
+// through JUnit alone can be rerun (they were in JSON and HDF5 only). Control: the no-check and
+// skipped suites carry them too, and the command line's quotes are escaped.
+const char* const kJunitPropertiesCheck = R"PY(
+import sys, xml.etree.ElementTree as ET
+root = ET.parse(sys.argv[1]).getroot()
+suites = root.findall("testsuite")
+assert suites, ET.tostring(root)
+for s in suites:
+    props = {p.get("name"): p.get("value") for p in s.findall("properties/property")}
+    assert props == {"seed": "18446744073709551615", "command_line": 'qkvlab verify --claims "qwe.*"',
+                     "version": "0.1.0"}, (s.get("name"), props)
+    assert list(s)[0].tag == "properties", s.get("name")
+)PY";
+
+TEST_F(ResultsFiles, JunitSuitesRecordTheSeedAndCommandLine) {
+  Report skipped_only = sample_report();
+  skipped_only.checks.clear(), skipped_only.controls.clear(), skipped_only.ladders.clear();
+  skipped_only.skipped = {{"resformer.eq5", "its statement needs L >= 2 layers"}};
+  Report with_skip = sample_report();
+  with_skip.skipped = skipped_only.skipped;
+  for (const auto& [name, report] : {std::pair{"all.xml", with_skip}, {"skipped.xml", skipped_only}}) {
+    write_junit((dir_ / name).string(), report);
+    const Command check = run_python(kJunitPropertiesCheck, dir_ / name);
+    EXPECT_EQ(check.status, 0) << name << ": " << check.out;
+  }
+}
+
 // The root's counts are the sums of its suites', skipped claims included; a report without checks
 // (every selected claim skipped: not ok, exit 1) carries an error case, so the XML says what the
 // exit status says. Control: the report with its checks has no such case.

@@ -572,5 +572,48 @@ TEST(RobustVerify, AClaimRunsOnlyTheDepthsItsStatementHas) {
   EXPECT_EQ(run_bounded("verify resformer.eq4 --d 8 --seq 4 --quiet --layers 1", 60).status, 0);
 }
 
+// A size at which a claim's control cannot fail is not one of the claim's configurations (review r16):
+// qwe.obs3.1 at d = 2 (its common null vector leaves rank-1 products, Q K^T symmetric: swapping them
+// changed nothing, 8/16 controls passed, exit 1 on a true claim; at d = 3 the change is one random
+// number, 0.2% of draws), qwe.thm4.3 at L = 1 (no layer to
+// unshare: 0/0 controls and exit 0). Both are now skipped with the reason (exit 1: no check ran).
+// Controls: d = 8 and L = 2 of the same sweeps run, every control failing, exit 0.
+TEST(RobustVerify, ASizeAtWhichAControlCannotFailSkipsTheClaim) {
+  const std::string obs = "verify qwe.obs3.1 --heads 1 --seq 2 --quiet --format json --d ";
+  const CommandResult two = run_bounded(obs + "2", 60);
+  EXPECT_EQ(two.status, 1) << two.err;
+  EXPECT_NE(two.out.find("\"skipped\""), std::string::npos) << two.out;
+  EXPECT_NE(two.out.find("it needs d >= 4: the common null vector"), std::string::npos) << two.out;
+  EXPECT_EQ(two.out.find("\"failed_as_expected\": false"), std::string::npos) << two.out;
+  const CommandResult wider = run_bounded(obs + "2,8", 60);
+  EXPECT_EQ(wider.status, 0) << wider.out;
+  EXPECT_EQ(wider.out.find("d=2 "), std::string::npos);
+  EXPECT_NE(wider.out.find("d=8 "), std::string::npos);
+
+  const std::string thm = "verify qwe.thm4.3 --d 8 --heads 2 --seq 4 --quiet --format json --layers ";
+  const CommandResult one = run_bounded(thm + "1", 60);
+  EXPECT_EQ(one.status, 1) << one.out;
+  EXPECT_NE(one.out.find("it needs L >= 2 layers: its control unshares"), std::string::npos) << one.out;
+  const CommandResult deeper = run_bounded(thm + "1,2", 60);
+  EXPECT_EQ(deeper.status, 0) << deeper.out;
+  EXPECT_EQ(deeper.out.find("L=1"), std::string::npos);
+  EXPECT_NE(deeper.out.find("unshared layers with one T"), std::string::npos) << deeper.out;
+}
+
+// --precision's message names the option like every other option's (it said "unknown precision 'quad'");
+// the help footer gives exit 3 as the README does, and --heads/--layers say a claim without them ignores
+// them (as verify does). Control: a known precision runs.
+TEST(RobustVerify, PrecisionErrorsNameTheOptionAndTheHelpGivesEveryExitStatus) {
+  expect_usage_error(run_bounded("verify qwe.prop4.1 --precision quad", 60), "--precision quad",
+                     "--precision: unknown precision 'quad'");
+  EXPECT_EQ(run_bounded("verify qwe.prop4.1 --d 4 --seq 2 --precision double --quiet", 60).status, 0);
+  const CommandResult help = run_bounded("verify --help", 60);
+  EXPECT_EQ(help.status, 0);
+  EXPECT_NE(help.out.find("3 on any other error, a report file that cannot be written included"), std::string::npos)
+      << help.out;
+  EXPECT_NE(help.out.find("a claim without heads, e.g. qwe.prop4.1, qwe.lemma8.2, ignores the list"), std::string::npos)
+      << help.out;
+}
+
 }  // namespace
 }  // namespace qkvlab

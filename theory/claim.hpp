@@ -51,7 +51,9 @@ struct SweepPoint {
 // The least sizes the claim's statement, or its negative controls, have; a configuration of the sweep
 // below them is not one of the claim's, and a sweep with none skips the claim, saying why
 // (theory/verify.cpp):
-// min_layers: the least depth L (Eq. 5 combines n ≥ 2 layers);
+// min_d: the least width d (qwe.obs3.1: its common left null vector leaves Q Kᵀ d − 1 dimensions, and
+//   the swapped-products control changes only its antisymmetric part: none at d = 2, one number at d = 3);
+// min_layers: the least depth L (Eq. 5 combines n ≥ 2 layers; qwe.thm4.3's control unshares layers);
 // min_seq: the least sequence length n (a control that changes only the attention scores cannot change
 //   one position's output: its softmax is 1 whatever the score);
 // min_head_width: the least head width d/H (per-head QK-norm fixes a width-1 head up to sign, so the
@@ -59,8 +61,10 @@ struct SweepPoint {
 // even_head_width: d/H even (RoPE rotates pairs of coordinates).
 struct Dims {
   bool heads = true, layers = false, seq = true, mask = true, width = true;
-  int min_layers = 1, min_seq = 1, min_head_width = 1;
+  int min_d = 2, min_layers = 1, min_seq = 1, min_head_width = 1;
   bool even_head_width = false;
+  const char* why_d = "";       // the claim's own reason for min_d (reported with the skip)
+  const char* why_layers = "";  // and for min_layers; empty: its statement needs them
 };
 
 // A control's verdict: it must fail (rel_err ≥ control_threshold), or, for a

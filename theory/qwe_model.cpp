@@ -170,17 +170,16 @@ struct Theorem43 {
     note_singular(o, T);
     o.rel_err = reduced_model_error<S>(forward<S>(m, tokens), forward<S>(reduced, tokens), same_basis(T, c.layers),
                                        {&reduced.block(0).attn.W_Q});
-    if (c.layers > 1) {
-      auto unshared = random_model<S>(rng, shape(c), Skip::both, c.mask, false, false);
-      unshared.blocks[0] = m.blocks[0];
-      // The model without W_Q built from unshared layers: one T, every W_Q' set to I. Beyond
-      // layer 1 T^-1 W_Q^i != I, so the logits change.
-      auto r = change_model_basis<S>(unshared, T);
-      for (int i = 0; i < c.layers; ++i) r.block(i).attn.W_Q = Mat<S>::Identity(c.d, c.d);
-      o.controls.push_back(control_by_error(
-          "unshared layers with one T and W_Q' = I in every layer: the logits change",
-          rel_err<S>(forward<S>(unshared, tokens).logits, forward<S>(r, tokens).logits)));
-    }
+    // Dims::min_layers = 2: there is a layer beyond the first to unshare.
+    auto unshared = random_model<S>(rng, shape(c), Skip::both, c.mask, false, false);
+    unshared.blocks[0] = m.blocks[0];
+    // The model without W_Q built from unshared layers: one T, every W_Q' set to I. Beyond
+    // layer 1 T^-1 W_Q^i != I, so the logits change.
+    auto r = change_model_basis<S>(unshared, T);
+    for (int i = 0; i < c.layers; ++i) r.block(i).attn.W_Q = Mat<S>::Identity(c.d, c.d);
+    o.controls.push_back(control_by_error(
+        "unshared layers with one T and W_Q' = I in every layer: the logits change",
+        rel_err<S>(forward<S>(unshared, tokens).logits, forward<S>(r, tokens).logits)));
     return o;
   }
 };
@@ -235,7 +234,14 @@ void register_model_claims(std::vector<Claim>& claims) {
   claims.push_back({.id = "qwe.thm4.3",
                     .statement = "weight-shared layers telescope: B'^L(X T) = B^L(X) T, shared W_Q' = I",
                     .kind = Kind::identity,
-                    .dims = Dims{.heads = true, .layers = true, .seq = true, .mask = false, .min_seq = 2},
+                    .dims = Dims{.heads = true,
+                                 .layers = true,
+                                 .seq = true,
+                                 .mask = false,
+                                 .min_layers = 2,
+                                 .min_seq = 2,
+                                 .why_layers = "its control unshares the layers beyond the first (one layer is "
+                                               "Lemma 8.6, no sharing to break)"},
                     .budget = default_budget,
                     .defaults = {.layers = {4, 32}, .seq = {8}},
                     .run = dispatch<Theorem43>()});

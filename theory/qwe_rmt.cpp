@@ -4,7 +4,7 @@
 //
 // qwe.sec8.3.1 (identity, every precision). A = U Σ Vᵀ is built from orthogonal
 // U, V (orthogonal_factor of Gaussians, orthogonal to rounding at the working
-// precision) and a chosen Σ, singular values log-evenly spaced on [1/8, 1]: the
+// precision) and a chosen Σ, singular values log-evenly spaced on [1/16, 1/2]: the
 // SVD is then exact by construction at every precision, where a Jacobi SVD at 50
 // digits would cost ~0.1 s per matrix and add its own error. Checked, as the
 // largest per-column relative error over inputs with ‖x‖ from 1e-3 to 1e3 (ε = 1):
@@ -13,7 +13,10 @@
 // rounded product U Σ Vᵀ). The limits s → 1 (‖u‖² ≪ d ε) and s → 1/m(u)
 // (‖u‖² ≫ d ε) are approximations: their errors are reported in the note only.
 // Controls: s(u) replaced by 1 (the linear-regime assumption); a non-orthogonal
-// factor, A = M Σ Vᵀ with Gaussian M, in place of U.
+// factor, A = M Σ Vᵀ with M's singular values on [2, 8], in place of U. Both fail by
+// construction on the input of norm 1e3 (n ≥ 2): there m(u) ≤ σ_max = 1/2, so s(u) ≈ 1/m ≥ 2,
+// and M's gains ≥ 2. (With σ_max = 1, as before, and a Gaussian M, u near the top singular
+// vector, or a direction M keeps the length of, made a control pass by chance at d = 2.)
 //
 // Statistical claims (double; A has i.i.d. N(0, v/d) entries, v = 1/4, edge 1):
 // - qwe.sec8.3.1.mp: the squared singular values' moments m_k = (1/d) tr (AᵀA)^k, k = 1, 2,
@@ -63,16 +66,27 @@ constexpr int mp_draws_min = 32, mp_draws_work = 16384, mp_min_d = 64;
 constexpr int edge_points = 5, edge_min_d = 512, edge_draws_min = 32, edge_draws_work = 32768;
 constexpr int defect_samples = 4096;
 
+// The control's factor in place of U: U_M diag(σ) V_Mᵀ with σ log-spaced on [2, 8] (U_M, V_M
+// orthogonal). Its gains ‖M y‖/‖y‖ ≥ 2 make R(M y) and M R(y) differ by ≥ 0.8 wherever
+// ‖y‖²/d ≫ ε, by construction (a Gaussian M has gains near 1 along some y, by chance).
+template <class S> Mat<S> non_orthogonal_factor(Rng& rng, int d) {
+  const Mat<S> U_M = orthogonal_factor<S>(draw<S>(rng, d, d, 1.0));
+  const Mat<S> V_M = orthogonal_factor<S>(draw<S>(rng, d, d, 1.0));
+  Vec<S> gain(d);
+  for (int i = 0; i < d; ++i) gain(i) = S(2 * std::pow(4.0, d == 1 ? 0.0 : double(i) / (d - 1)));
+  return U_M * gain.asDiagonal() * V_M.transpose();
+}
+
 // qwe.sec8.3.1, the identity half (see the file comment).
 struct MetricDefect {
   template <class S> static Outcome run(const SweepPoint& c, Rng& rng) {
     const int d = c.d, n = c.seq;
     const Mat<S> U = orthogonal_factor<S>(draw<S>(rng, d, d, 1.0));
     const Mat<S> V = orthogonal_factor<S>(draw<S>(rng, d, d, 1.0));
-    const Mat<S> M = draw<S>(rng, d, d, 1.0 / std::sqrt(double(d)));
+    const Mat<S> M = non_orthogonal_factor<S>(rng, d);
     const MatD X_draw = multiscale_inputs(rng, d, n);
     Vec<S> sigma(d);
-    for (int i = 0; i < d; ++i) sigma(i) = S(std::pow(8.0, d == 1 ? 0.0 : -1.0 + double(i) / (d - 1)));
+    for (int i = 0; i < d; ++i) sigma(i) = S(std::pow(8.0, d == 1 ? 0.0 : -1.0 + double(i) / (d - 1)) / 2);
     const Mat<S> Sigma = sigma.asDiagonal(), X = cast<S>(X_draw);
     const Mat<S> A = U * Sigma * V.transpose();
 

@@ -76,8 +76,10 @@ void check_sizes(const std::vector<const Claim*>& claims, const VerifyOptions& o
 // Why configuration `c` is not one of a claim's (Dims: its least sizes), or "" when it is.
 std::string left_out(const Dims& dims, const SweepPoint& c) {
   const int width = c.d / c.heads;
+  if (c.d < dims.min_d) return "it needs d >= " + std::to_string(dims.min_d) + ": " + dims.why_d;
   if (c.layers < dims.min_layers)
-    return "its statement needs L >= " + std::to_string(dims.min_layers) + " layers";
+    return *dims.why_layers == '\0' ? "its statement needs L >= " + std::to_string(dims.min_layers) + " layers"
+                                   : "it needs L >= " + std::to_string(dims.min_layers) + " layers: " + dims.why_layers;
   if (c.seq < dims.min_seq)
     return "its controls need n >= " + std::to_string(dims.min_seq) +
            " positions (one position attends only to itself, whatever the scores)";
