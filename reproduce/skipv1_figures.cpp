@@ -35,7 +35,8 @@ void skipv1_fig10(Session& s, Output& out) {
   // mean-v is the released average (released-avg) and svd the released SVD (released-svd); the
   // released column top-k conversions and qkvlab's own readings beside them (lm/convert.hpp).
   for (const char* method :
-       {"mean-v", "mean-v-adjacent", "mean-vo", "top-v", "top-vo", "released-topk", "released-topk1", "svd"})
+       {"mean-v", "mean-v-adjacent", "mean-vo", "top-v", "top-vo", "released-topk", "released-topk1", "svd",
+        "released-topk-as-run", "released-svd-as-run"})
     eval(method, lm::convert_to_skipv1(vanilla, lm::parse_conversion(method)));
   eval("vanilla (not converted)", vanilla);
   out.value.set("validation_tokens", std::int64_t(data.sequences) * (data.length - 1));
