@@ -89,15 +89,17 @@ def kernel_start(text, end):
     return i
 
 
-def split_top_level(text):
-    """Splits on commas outside (), [], {}."""
-    parts, depth, current = [], 0, ""
+def split_top_level(text, angles=False):
+    """Splits on commas outside (), [], {} and, with angles, outside <> at depth 0."""
+    parts, depth, angle, current = [], 0, 0, ""
     for c in text:
         if c in "([{":
             depth += 1
         elif c in ")]}":
             depth -= 1
-        if c == "," and depth == 0:
+        elif angles and depth == 0 and c in "<>":
+            angle += 1 if c == "<" else -1
+        if c == "," and depth == 0 and angle == 0:
             parts.append(current)
             current = ""
         else:
@@ -158,25 +160,6 @@ def line_of(text, position):
     return text.count("\n", 0, position) + 1
 
 
-def split_declarators(text):
-    """Splits on commas outside (), [], {} and, outside those, <>."""
-    parts, depth, angle, current = [], 0, 0, ""
-    for c in text:
-        if c in "([{":
-            depth += 1
-        elif c in ")]}":
-            depth -= 1
-        elif depth == 0 and c in "<>":
-            angle += 1 if c == "<" else -1
-        if c == "," and depth == 0 and angle == 0:
-            parts.append(current)
-            current = ""
-        else:
-            current += c
-    parts.append(current)
-    return parts
-
-
 def in_function(text, mask, position):
     """Whether position lies inside a function body (a brace that opens no namespace, class or
     extern "C" block), which is where a __shared__ variable becomes a function-local static."""
@@ -220,7 +203,7 @@ def static_shared(declaration, line):
     if "=" in rest or "(" in re.sub(r"\[[^\[\]]*\]", "", rest).replace("__align__(", "").replace("alignas(", ""):
         raise ConversionError(line, "a __shared__ declaration with an initializer or a function declarator "
                                     "(CUDA allows neither)")
-    parts = split_declarators(rest)
+    parts = split_top_level(rest, angles=True)
     first = DECLARATOR.search(parts[0])
     type_ = parts[0][:first.start()] if first else ""
     if not first or not re.search(r"\w", type_):
