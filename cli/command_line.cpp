@@ -3,6 +3,7 @@
 
 #include "core/json_text.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstdio>
@@ -112,6 +113,22 @@ std::optional<std::string> unexpected_option(const CLI::App& app) {
       return "'" + word.substr(0, word.find('=')) + "' is not an option of '" + path + "' (see '" + path + " --help')";
   }
   return std::nullopt;
+}
+
+std::string command_line_of(int argc, char** argv) {
+  auto plain = [](unsigned char c) { return std::isalnum(c) || std::strchr("_./:=,+@%-", c) != nullptr; };
+  std::string line;
+  for (int i = 0; i < argc; ++i) {
+    const std::string word = argv[i];
+    std::string quoted = word;
+    if (word.empty() || !std::all_of(word.begin(), word.end(), plain)) {
+      quoted = "'";
+      for (char c : word) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);  // ' closes, \' is one, ' reopens
+      quoted += "'";
+    }
+    line += (i == 0 ? "" : " ") + quoted;
+  }
+  return line;
 }
 
 }  // namespace qkvlab::cli

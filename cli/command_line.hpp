@@ -15,6 +15,10 @@ namespace qkvlab::cli {
 // writing it failed (a full disk, a closed pipe), so a redirected report is never lost with exit 0.
 int flushed(int status);
 
+// The program's arguments as a shell reads them back: a word with a character outside
+// [A-Za-z0-9_./:=,+@%-] (a space, a quote, a glob) single-quoted, so the recorded command reruns as written.
+std::string command_line_of(int argc, char** argv);
+
 // The message as one line: newlines become spaces, other control bytes and invalid UTF-8 \xNN.
 std::string one_line(const std::string& text);
 

@@ -15,8 +15,7 @@
 int main(int argc, char** argv) {
   using qkvlab::cli::describe, qkvlab::cli::empty_value, qkvlab::cli::flushed, qkvlab::cli::is_usage_error,
       qkvlab::cli::one_line, qkvlab::cli::unexpected_option, qkvlab::cli::unknown_subcommand;
-  std::string command_line = argv[0];
-  for (int i = 1; i < argc; ++i) command_line += std::string(" ") + argv[i];
+  const std::string command_line = qkvlab::cli::command_line_of(argc, argv);
 
   CLI::App app{"qkvlab: numerical checks of the theory of modern attention architectures"};
   app.set_version_flag("--version", std::string("qkvlab ") + QKVLAB_VERSION);

@@ -430,7 +430,8 @@ void start_from(Session& run, const fs::path& dir) {
 // The run directory, created here when it is new (with the parents it needed). A run refused after it
 // took the directory's lock and before it wrote anything (no checkpoint to resume, a token outside the
 // vocabulary) removes what it created, the lock and the directories, which hold nothing else then: a
-// refusal leaves nothing behind. A run that did not get the lock removes nothing (another holds it).
+// refusal leaves nothing behind. A run that did not get the lock removes only the empty directories it
+// made on the way (the lock, and the directory holding it, are another's).
 class RunDirectory {
  public:
   explicit RunDirectory(const fs::path& dir)
@@ -439,13 +440,13 @@ class RunDirectory {
   RunDirectory& operator=(const RunDirectory&) = delete;
   void locked() { locked_ = true; }  // the lock is this run's
   ~RunDirectory() {
-    if (!locked_ || lock_existed_ || std::uncaught_exceptions() == exceptions_) return;
+    if (std::uncaught_exceptions() == exceptions_) return;  // not refused
     std::error_code error;
     for (fs::directory_iterator it(dir_, error), end; !error && it != end; it.increment(error))
-      if (it->path().filename() != ".qkvlab-lock") return;
-    fs::remove(dir_ / ".qkvlab-lock", error);
-    // The directories this run made, deepest first; one that is not empty stays (the directory that was
-    // there before is not among them: it stays, as it was).
+      if (it->path().filename() != ".qkvlab-lock") return;  // it wrote something: all stays
+    if (locked_ && !lock_existed_) fs::remove(dir_ / ".qkvlab-lock", error);  // only a lock it took
+    // The directories this run made, deepest first; one that is not empty (another run's lock in it)
+    // stays, and the directories that were there before are not among them.
     for (auto d = created_.rbegin(); d != created_.rend(); ++d) fs::remove(*d, error);
   }
 

@@ -12,6 +12,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "core/atomic_file.hpp"
 #include "core/errors.hpp"
 #include "core/rng.hpp"
 #include "corpus/token_file.hpp"
@@ -211,6 +212,21 @@ TEST(LmTrain, ARefusedRunLeavesNoDirectoryItCreated) {
   nothing_to_resume.out = dir.path / "dangling";
   EXPECT_THROW(train_language_model(nothing_to_resume, data, backend, {}), UsageError);
   EXPECT_TRUE(fs::is_symlink(dir.path / "dangling" / ".qkvlab-lock"));
+  // A run that did not get the lock still removes the empty directories it made on the way to it
+  // (ny and nz stayed); the lock and the directory holding it are another's and stay.
+  nothing_to_resume.out = dir.path / "ny" / ".." / "dangling";
+  EXPECT_THROW(train_language_model(nothing_to_resume, data, backend, {}), UsageError);
+  EXPECT_FALSE(fs::exists(dir.path / "ny"));
+  EXPECT_TRUE(fs::is_symlink(dir.path / "dangling" / ".qkvlab-lock"));
+  fs::create_directories(dir.path / "held");
+  {
+    const DirectoryLock other(dir.path / "held", "another run");
+    nothing_to_resume.out = dir.path / "nz" / ".." / "held";
+    EXPECT_NE(test_support::usage_error([&] { train_language_model(nothing_to_resume, data, backend, {}); }).find("in use"),
+              std::string::npos);
+    EXPECT_FALSE(fs::exists(dir.path / "nz"));
+    EXPECT_TRUE(fs::exists(dir.path / "held" / ".qkvlab-lock"));  // control: the other run's lock stays
+  }
 }
 
 // A run started from a checkpoint (--from) records it in run.json: the path as given, the checksum of its

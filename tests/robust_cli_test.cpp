@@ -274,6 +274,19 @@ TEST(RobustCli, AnOptionTheCommandLacksIsNamedFirst) {
   EXPECT_EQ(run_bounded("kv --layers abc -- .", 60).err.find("not an option"), std::string::npos);
 }
 
+// The recorded command line reruns as written: a word with a space or a quote is single-quoted
+// (`--junit "a b.xml"` was recorded as `--junit a b.xml`); plain words are recorded as they are.
+TEST(RobustCli, TheRecordedCommandLineIsShellQuoted) {
+  ScratchDir dir;
+  const std::string junit = (dir.path() / "a b'c.xml").string();
+  const CommandResult r =
+      run_bounded("verify qwe.lemma3.1 --d 8 --trials 1 --format json --junit " + shell_quoted(junit), 120);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::string recorded = "--junit '" + (dir.path() / "a b'\\\\''c.xml").string() + "'";  // JSON escapes the backslash
+  EXPECT_NE(r.out.find(recorded), std::string::npos) << r.out.substr(0, 400);
+  EXPECT_NE(r.out.find("verify qwe.lemma3.1 --d 8 --trials 1 --format json"), std::string::npos);  // control: plain
+}
+
 // ---- absorb on a rescaled pair -------------------------------------------------------------
 
 TEST(RobustCli, AbsorbSaysNoForARescaledNoPairAndWritesNothing) {
