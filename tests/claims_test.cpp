@@ -214,6 +214,19 @@ TEST(Controls, FreedomVoNeedsAHeadWidthOfTwo) {
   EXPECT_FALSE(o.controls[1].failed_as_expected) << o.controls[1].name;
   c.heads = 2;  // control: at width 2 it fails
   EXPECT_TRUE(run_claim(claim, c, Precision::f64).controls[1].failed_as_expected);
+  // verify skips it there with the reason, and runs it at width 2.
+  for (int heads : {4, 2}) {
+    VerifyOptions o;
+    o.ids = {"qwe.freedom.vo"}, o.d = {4}, o.heads = {heads};
+    const VerifyPlan plan = plan_verify(select_claims(o.ids), o);
+    ASSERT_EQ(plan.skipped.size(), heads == 4 ? 1u : 0u) << heads;
+    EXPECT_EQ(plan.configurations.empty(), heads == 4) << heads;
+    if (heads == 4) {
+      EXPECT_NE(plan.skipped[0].reason.find("head width d/H >= 2: a width-1 N_h is a scalar, so N^-T = N^-1"),
+                std::string::npos)
+          << plan.skipped[0].reason;
+    }
+  }
 }
 
 TEST_P(IdentityClaim, ErrorTracksUnitRoundoffDownThePrecisionLadder) {
