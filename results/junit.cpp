@@ -76,17 +76,21 @@ std::string check_failure(const CheckRecord& c) {
 }
 
 // A testcase element; `failure` is empty when the case passed. An error (the
-// check threw) is JUnit's <error>, distinct from a <failure> (a measurement).
+// check threw) is JUnit's <error>, distinct from a <failure> (a measurement). A passing case
+// with `system_out` (a control on fresh positions: its note) carries it as <system-out>.
 void write_case(std::ostream& out, const std::string& classname, const std::string& name, const std::string& failure,
-                const std::string& note, bool error = false) {
+                const std::string& note, bool error = false, const std::string& system_out = "") {
   out << "    <testcase classname=\"" << xml(classname) << "\" name=\"" << xml(name) << "\"";
-  if (failure.empty()) {
+  if (failure.empty() && system_out.empty()) {
     out << "/>\n";
     return;
   }
+  out << ">\n";
   const char* element = error ? "error" : "failure";
-  out << ">\n      <" << element << " message=\"" << xml(failure) << "\">" << xml(note) << "</" << element
-      << ">\n    </testcase>\n";
+  if (!failure.empty())
+    out << "      <" << element << " message=\"" << xml(failure) << "\">" << xml(note) << "</" << element << ">\n";
+  else out << "      <system-out>" << xml(system_out) << "</system-out>\n";
+  out << "    </testcase>\n";
 }
 
 // Every suite's <properties>: the seed, command line and version that reproduce the run.
@@ -110,7 +114,8 @@ void write_suite(std::ostream& out, const std::string& id, const Suite& suite, c
   }
   for (const ControlRecord* c : suite.controls) {
     const std::string failure = c->failed_as_expected ? "" : "control did not fail: rel_err=" + format_number(c->rel_err);
-    write_case(out, id + ".controls", c->name + ": " + c->config + " [" + c->precision + "]", failure, c->note);
+    write_case(out, id + ".controls", c->name + ": " + c->config + " [" + c->precision + "]", failure, c->note, false,
+               c->positions ? c->note : "");
   }
   out << "  </testsuite>\n";
 }

@@ -40,6 +40,9 @@ struct ControlRecord {
   std::optional<double> rel_err;
   bool failed_as_expected = false;
   std::string note;
+  // The positions it ran on when not its check's (a fresh draw of 8 below n = 8: the note says so,
+  // with its n); 0: the check's input.
+  int positions = 0;
 };
 
 // Slope of log(rel_err) against log(u) over the precisions run for one

@@ -54,7 +54,20 @@ void print_context(std::ostream& out, const Report& report) {
   if (!report.context.keys().empty()) out << report.context.text() << '\n';
 }
 
+// The claims whose controls ran on fresh positions (below n = 8 those acting through the scores run on 8):
+// each record's note gives its n.
+static void print_fresh_positions(std::ostream& out, const Report& report) {
+  std::vector<std::pair<std::string, int>> seen;
+  for (const ControlRecord& c : report.controls)
+    if (c.positions && std::find(seen.begin(), seen.end(), std::pair(c.id, c.positions)) == seen.end())
+      seen.emplace_back(c.id, c.positions);
+  for (const auto& [id, n] : seen)
+    out << "controls of " << id << " ran on " << n << " fresh positions (n=" << n << ") where the check's n is below "
+        << n << " (each record's note says which)\n";
+}
+
 void print_skipped_and_summary(std::ostream& out, const Report& report) {
+  print_fresh_positions(out, report);
   for (const SkippedClaim& s : report.skipped) out << "skipped " << s.id << ": " << s.reason << '\n';
   print_summary(out, report.summary());
 }

@@ -14,6 +14,8 @@
 #include "core/rng.hpp"
 #include "core/types.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <functional>
 #include <optional>
 #include <string>
@@ -57,7 +59,8 @@ struct SweepPoint {
 // min_seq: the least sequence length n (a control that changes only the attention scores cannot change
 //   one position's output: its softmax is 1 whatever the score);
 // min_head_width: the least head width d/H (per-head QK-norm fixes a width-1 head up to sign, so the
-//   generic M_h of its control is a scalar the norm removes);
+//   generic M_h of its control is a scalar the norm removes; qwe.freedom.vo: a width-1 N_h is a scalar,
+//   so its N^-T control is N^-1, the claim itself);
 // even_head_width: d/H even (RoPE rotates pairs of coordinates).
 struct Dims {
   bool heads = true, layers = false, seq = true, mask = true, width = true;
@@ -65,6 +68,7 @@ struct Dims {
   bool even_head_width = false;
   const char* why_d = "";       // the claim's own reason for min_d (reported with the skip)
   const char* why_layers = "";  // and for min_layers; empty: its statement needs them
+  const char* why_head_width = "";  // and for min_head_width
 };
 
 // A control's verdict: it must fail (rel_err ≥ control_threshold), or, for a
@@ -76,6 +80,7 @@ struct ControlOutcome {
   std::optional<double> rel_err;
   bool failed_as_expected = false;
   std::string note;
+  int positions = 0;  // the fresh positions it ran on (control_input, on_control_input); 0: the check's input
 };
 
 ControlOutcome control_by_error(std::string name, double rel_err);
@@ -135,6 +140,34 @@ template <class Impl> std::function<Outcome(const SweepPoint&, Precision, Rng&)>
 // Draws at the working precision: N(0, 1/fan_in) entries, drawn in double.
 template <class S> Mat<S> draw(Rng& rng, Eigen::Index rows, Eigen::Index cols, double stddev) {
   return cast<S>(rng.gaussian(rows, cols, stddev));
+}
+
+// The input of the controls that perturb only the attention scores: X itself from n = 8 positions, below
+// that a fresh draw of 8 (control_seq rows). Such a control changes the output through each row's softmax,
+// by a random multiple of that row's score differences; at n = 2 that is one row (causal) and one
+// difference, and the control's rel_err fell under 1e-3 by chance in 1-3% of draws (d <= 4). Over 8 rows
+// it fails unless the perturbation itself is near the identity. A control run on such a fresh draw says so
+// (on_control_input): verify records its n and a note.
+inline constexpr int control_positions = 8;
+inline int control_seq(const SweepPoint& c) { return std::max(c.seq, control_positions); }
+template <class S> Mat<S> control_input(Rng& rng, const SweepPoint& c, const Mat<S>& X) {
+  return c.seq >= control_positions ? X : draw<S>(rng, control_positions, c.d, 1.0);
+}
+inline ControlOutcome on_control_input(ControlOutcome o, const SweepPoint& c) {
+  if (c.seq < control_positions) o.positions = control_positions;
+  return o;
+}
+
+// U_M diag(σ) V_Mᵀ with σ log-spaced on [2, 8] (U_M, V_M orthogonal): every gain ‖M y‖/‖y‖ ≥ 2, so
+// ‖(M − I) y‖ ≥ ‖y‖ for every y, by construction (a Gaussian block has gains near 1 along some y, and
+// can lie near the identity or near a claim's freedom, by chance). The controls' wrong blocks:
+// qwe.sec8.3.1 (in place of U), qwe.ext.* (a block the claim's freedom does not allow).
+template <class S> Mat<S> non_orthogonal_factor(Rng& rng, int d) {
+  const Mat<S> U_M = orthogonal_factor<S>(draw<S>(rng, d, d, 1.0));
+  const Mat<S> V_M = orthogonal_factor<S>(draw<S>(rng, d, d, 1.0));
+  Vec<S> gain(d);
+  for (int i = 0; i < d; ++i) gain(i) = S(2 * std::pow(4.0, d == 1 ? 0.0 : double(i) / (d - 1)));
+  return U_M * gain.asDiagonal() * V_M.transpose();
 }
 
 // A Gaussian change of basis (entries N(0, 1/d)).

@@ -10,16 +10,6 @@ namespace {
 
 template <class S> Mat<S> draw_input(Rng& rng, const SweepPoint& c) { return draw<S>(rng, c.seq, c.d, 1.0); }
 
-// The input of the controls that perturb only the attention scores: X itself from n = 8 positions, below
-// that a fresh draw of 8. Such a control changes the output through each row's softmax, by a random
-// multiple of that row's score differences; at n = 2 that is one row (causal) and one difference, and
-// the control's rel_err fell under 1e-3 by chance in 1-3% of draws (d <= 4). Over 8 rows it fails unless
-// the perturbation itself is near the identity.
-constexpr int control_positions = 8;
-template <class S> Mat<S> control_input(Rng& rng, const SweepPoint& c, const Mat<S>& X) {
-  return c.seq >= control_positions ? X : draw<S>(rng, control_positions, c.d, 1.0);
-}
-
 // qwe.obs3.1: SA(X; W) = F(X W_Q, X W_K, X W_V). Two consequences are checked:
 // F, built from the three products alone, reproduces SA (bitwise: the same
 // operations); and when W_Q, W_K, W_V share a left null vector v (vᵀW = 0),
@@ -44,16 +34,19 @@ struct Observation31 {
                          rel_err<S>(standard, self_attention<S>(Mat<S>(X + a * v.transpose()), w, c.mask)));
     o.controls.push_back(control_by_error("X moved along a direction outside the common null space",
                                           rel_err<S>(standard, self_attention<S>(Mat<S>(X + a * off_null), w, c.mask))));
-    o.controls.push_back(control_by_error(
-        "query and key products swapped",
-        rel_err<S>(standard_c, attention_from_projections<S>(Kc, Qc, Vc, c.heads, c.mask, w.scale()))));
+    o.controls.push_back(on_control_input(
+        control_by_error("query and key products swapped",
+                         rel_err<S>(standard_c, attention_from_projections<S>(Kc, Qc, Vc, c.heads, c.mask, w.scale()))),
+        c));
     if (c.heads > 1) {
       const Eigen::Index dh = w.head_dim();
       Mat<S> K_shifted(Kc.rows(), Kc.cols());
       K_shifted << Kc.rightCols(Kc.cols() - dh), Kc.leftCols(dh);  // head h's keys from head h+1
-      o.controls.push_back(control_by_error(
-          "key head blocks misaligned",
-          rel_err<S>(standard_c, attention_from_projections<S>(Qc, K_shifted, Vc, c.heads, c.mask, w.scale()))));
+      o.controls.push_back(on_control_input(
+          control_by_error("key head blocks misaligned",
+                           rel_err<S>(standard_c,
+                                      attention_from_projections<S>(Qc, K_shifted, Vc, c.heads, c.mask, w.scale()))),
+          c));
     }
     return o;
   }
@@ -81,8 +74,10 @@ struct Lemma31 {
     auto only_eliminated = w;  // T⁻¹ applied to the eliminated weight alone
     eliminated(only_eliminated, e) = eliminated(r, e);
     const Mat<S> Xc = control_input<S>(rng, c, X);
-    o.controls.push_back(control_by_error("T^-1 applied to the eliminated weight only",
-                                          rel_err<S>(mha<S>(Xc, w, c.mask), mha<S>(Xc * T.T, only_eliminated, c.mask))));
+    o.controls.push_back(on_control_input(
+        control_by_error("T^-1 applied to the eliminated weight only",
+                         rel_err<S>(mha<S>(Xc, w, c.mask), mha<S>(Xc * T.T, only_eliminated, c.mask))),
+        c));
 
     auto ns = w;
     eliminated(ns, e) = near_singular<S>(rng, c.d);
@@ -112,8 +107,10 @@ struct Proposition41 {
     auto merged = w;
     merged.score_scale = to_double(w.scale());
     const Mat<S> Xc = control_input<S>(rng, c, X);
-    o.controls.push_back(control_by_error("two-matrix form applied to " + std::to_string(w.heads) + " heads",
-                                          rel_err<S>(mha<S>(Xc, w, c.mask), two_matrix_head<S>(Xc, merged, c.mask))));
+    o.controls.push_back(on_control_input(
+        control_by_error("two-matrix form applied to " + std::to_string(w.heads) + " heads",
+                         rel_err<S>(mha<S>(Xc, w, c.mask), two_matrix_head<S>(Xc, merged, c.mask))),
+        c));
     return o;
   }
 };
@@ -138,11 +135,13 @@ struct Proposition42 {
     o.singular = B.singular();
     o.rel_err = rel_err<S>(self_attention<S>(X, w, c.mask), transformed(X, B, true));
     const Mat<S> Xc = control_input<S>(rng, c, X), reference_c = self_attention<S>(Xc, w, c.mask);
-    o.controls.push_back(control_by_error("B applied to W_Q only", rel_err<S>(reference_c, transformed(Xc, B, false))));
+    o.controls.push_back(on_control_input(
+        control_by_error("B applied to W_Q only", rel_err<S>(reference_c, transformed(Xc, B, false))), c));
     if (c.heads > 1)
-      o.controls.push_back(control_by_error(
-          "full (not block-diagonal) B",
-          rel_err<S>(reference_c, transformed(Xc, random_basis<S>(rng, c.d), true))));
+      o.controls.push_back(on_control_input(
+          control_by_error("full (not block-diagonal) B",
+                           rel_err<S>(reference_c, transformed(Xc, random_basis<S>(rng, c.d), true))),
+          c));
     return o;
   }
 };

@@ -74,9 +74,50 @@ template <class S> ControlOutcome changed(std::string name, const AttentionProbe
   return control_by_error(std::move(name), output_deviation<S>(p, p.X, w_new, {}).rel_err);
 }
 
-// A control: M_h (one block per key head) applied as the claim's freedom must change out(X; w).
-template <class S> ControlOutcome qk_control(std::string name, const AttentionProbe<S>& p, const std::vector<Mat<S>>& M) {
-  return changed<S>(std::move(name), p, with_qk_freedom<S>(p.w, inverted<S>(M)));
+// The probe of the controls that change only the scores: control_input's positions (claim.hpp), X
+// itself from n = 8, below that a fresh draw of 8 (at n = 2 such a control changes one softmax row,
+// and passed by chance).
+template <class S> AttentionProbe<S> control_probe(Rng& rng, const SweepPoint& c, const AttentionProbe<S>& p) {
+  return AttentionProbe<S>(control_input<S>(rng, c, p.X), p.w, p.mask);
+}
+
+// A control that changes only the scores, on the control probe pc: out(X; w_new) must differ from out(X; w).
+template <class S>
+ControlOutcome scores_changed(std::string name, const AttentionProbe<S>& pc, const SweepPoint& c,
+                              const GroupedAttention<S>& w_new) {
+  return on_control_input(changed<S>(std::move(name), pc, w_new), c);
+}
+
+// A control: M_h (one block per key head) applied as the claim's freedom must change out(X; w), on pc.
+template <class S>
+ControlOutcome qk_control(std::string name, const AttentionProbe<S>& pc, const SweepPoint& c,
+                          const std::vector<Mat<S>>& M) {
+  return scores_changed<S>(std::move(name), pc, c, with_qk_freedom<S>(pc.w, inverted<S>(M)));
+}
+
+// The controls' wrong blocks: gains on [2, 8] (non_orthogonal_factor, claim.hpp), so ‖(G − I) y‖ ≥ ‖y‖
+// and G is no scaled orthogonal or complex scaling (its gains are distinct): a Gaussian block lies near
+// the identity, or near the claim's freedom, by chance (at d_h = 1 it is one number near 1).
+template <class S> std::vector<Mat<S>> gain_blocks(Rng& rng, int count, Eigen::Index dh) {
+  std::vector<Mat<S>> blocks;
+  for (int g = 0; g < count; ++g) blocks.push_back(non_orthogonal_factor<S>(rng, int(dh)));
+  return blocks;
+}
+
+template <class S> Mat<S> haar_orthogonal(Rng& rng, Eigen::Index m) {
+  return orthogonal_factor<S>(draw<S>(rng, m, m, 1.0));
+}
+
+// A block whose contragredient is minus its inverse on every coordinate pair: N = Q J Q^T with Q Haar and J
+// a quarter turn of each pair (2i, 2i + 1) (a fixed last coordinate when d_h is odd). N is orthogonal, so
+// N^-T = N and N N^-T = Q J^2 Q^T = -I on the pairs: the N^-T control changes the output by construction
+// (a Gaussian N_h is nearly symmetric, N N^-T near I, by chance: at d_h = 2 its antisymmetric part is one
+// number, and the control's rel_err fell to 8.4e-4 in 600 draws at d = 2, n = 2).
+template <class S> Mat<S> quarter_turn(Rng& rng, Eigen::Index dh) {
+  Mat<S> J = Mat<S>::Identity(dh, dh);
+  for (Eigen::Index i = 0; i + 1 < dh; i += 2) J.block(i, i, 2, 2) << S(0), S(-1), S(1), S(0);
+  const Mat<S> Q = haar_orthogonal<S>(rng, dh);
+  return Q * J * Q.transpose();
 }
 
 // qwe.freedom.vo: MHA(X; W_V N, N⁻¹ W_O) = MHA(X; W) and SA(X; W_V N) = SA(X) N for
@@ -93,23 +134,30 @@ struct FreedomVO {
     sa.W_O = Mat<S>::Identity(c.d, c.d);
     auto sa_N = with_vo_freedom<S>(sa, N);
     sa_N.W_O = sa.W_O;
-    std::vector<Mat<S>> blocks, inverses;
-    for (const auto& b : N) blocks.push_back(b.T), inverses.push_back(b.T_inv);
-    const Mat<S> N_full = block_diagonal<S>(blocks), N_inv_full = block_diagonal<S>(inverses);
+    std::vector<Mat<S>> blocks;
+    for (const auto& b : N) blocks.push_back(b.T);
+    const Mat<S> N_full = block_diagonal<S>(blocks);
     o.rel_err = std::max(o.rel_err, rel_err<S>(Mat<S>(grouped_attention<S>(X, sa, c.mask) * N_full),
                                                grouped_attention<S>(X, sa_N, c.mask)));
     auto only_values = w;
     only_values.W_V = w.W_V * N_full;
     o.controls.push_back(changed<S>("N applied to W_V only", p, only_values));
-    auto contragredient = only_values;  // W_O^h ↦ N_h⁻ᵀ W_O^h: the QK pair's rule in place of N⁻¹
-    contragredient.W_O = N_inv_full.transpose() * w.W_O;
+    std::vector<Mat<S>> turns;
+    for (int h = 0; h < c.heads; ++h) turns.push_back(quarter_turn<S>(rng, w.head_dim()));
+    const Mat<S> turn_full = block_diagonal<S>(turns);
+    auto contragredient = w;  // W_V^h N_h, W_O^h ↦ N_h⁻ᵀ W_O^h = N_h W_O^h: the QK pair's rule in place of N⁻¹
+    contragredient.W_V = w.W_V * turn_full;
+    contragredient.W_O = turn_full * w.W_O;
     o.controls.push_back(changed<S>("N^-T (Prop. 4.2's contragredient) in place of N^-1 on W_O", p, contragredient));
     if (c.heads > 1) {
+      // Heads with equal attention would not see N's off-diagonal blocks (sum_h N_:h (N^-1)_h: = I): the
+      // control acts through the heads' score differences, so it runs on the control probe.
+      const AttentionProbe<S> pc = control_probe<S>(rng, c, p);
       const auto full = inverted<S>(random_blocks<S>(rng, 1, c.d)).front();
       auto mixed = w;
       mixed.W_V = w.W_V * full.T;
       mixed.W_O = full.T_inv * w.W_O;
-      o.controls.push_back(changed<S>("full (not block-diagonal) N", p, mixed));
+      o.controls.push_back(scores_changed<S>("full (not block-diagonal) N", pc, c, mixed));
     }
     return o;
   }
@@ -151,22 +199,23 @@ struct ExtRope {
     for (int h = 0; h < c.heads; ++h) blocks.push_back(rope_commutant<S>(rng, dh, coinciding));
     Outcome o = surviving_freedoms<S>(rng, p, bases_of<S>(blocks));
 
+    const AttentionProbe<S> pc = control_probe<S>(rng, c, p);
     o.controls.push_back(
-        qk_control<S>("generic M_h (Prop. 4.2's freedom without RoPE)", p, random_blocks<S>(rng, c.heads, dh)));
+        qk_control<S>("generic M_h (Prop. 4.2's freedom without RoPE)", pc, c, gain_blocks<S>(rng, c.heads, dh)));
     if (dh == 2) return o;  // one pair: each control below would be a complex scaling of it
     if (coinciding) {
       auto distinct = w;
       distinct.rope = rope_frequencies(dh, 1e4);
       o.controls.push_back(qk_control<S>("this complex-linear M under distinct frequencies (theta = 1e4)",
-                                         AttentionProbe<S>(p.X, distinct, c.mask), blocks));
+                                         AttentionProbe<S>(pc.X, distinct, c.mask), c, blocks));
       return o;
     }
     std::vector<Mat<S>> interleaved, full;
     for (int h = 0; h < c.heads; ++h) interleaved.push_back(interleaved_scaling<S>(rng, dh));
     for (int h = 0; h < c.heads; ++h) full.push_back(rope_commutant<S>(rng, dh, true));
     o.controls.push_back(
-        qk_control<S>("complex scalings of GPT-J's interleaved pairs (2i, 2i+1)", p, interleaved));
-    o.controls.push_back(qk_control<S>("complex-linear M mixing pairs of distinct frequencies", p, full));
+        qk_control<S>("complex scalings of GPT-J's interleaved pairs (2i, 2i+1)", pc, c, interleaved));
+    o.controls.push_back(qk_control<S>("complex-linear M mixing pairs of distinct frequencies", pc, c, full));
     return o;
   }
 };
@@ -185,16 +234,19 @@ struct ExtGqa {
     const auto M = bases_of<S>(random_blocks<S>(rng, kv, dh));
     Outcome o = surviving_freedoms<S>(rng, p, M);
 
-    auto queries_only = with_qk_freedom<S>(w, M);
+    // The controls' M_g, N_g are gain blocks G_g: each changes what it touches by at least its input.
+    const AttentionProbe<S> pc = control_probe<S>(rng, c, p);
+    const auto G = inverted<S>(gain_blocks<S>(rng, kv, dh));
+    auto queries_only = with_qk_freedom<S>(w, G);  // scores change by X W_Q^h (G_g - I) W_K^gT X^T
     queries_only.W_K = w.W_K;
-    o.controls.push_back(changed<S>("M_g on the queries only (W_K^g unchanged)", p, queries_only));
+    o.controls.push_back(scores_changed<S>("M_g on the queries only (W_K^g unchanged)", pc, c, queries_only));
     const int group = c.heads / kv;
     if (group < 2) return o;
     const Eigen::Index last = Eigen::Index(group - 1) * dh;  // the last query head of group 0
-    auto split = with_qk_freedom<S>(w, M);
-    split.W_Q.middleCols(last, dh) = w.W_Q.middleCols(last, dh) * random_blocks<S>(rng, 1, dh).front();
-    o.controls.push_back(changed<S>("a different M for one query head of the group", p, split));
-    auto one_output = with_vo_freedom<S>(w, M);
+    auto split = with_qk_freedom<S>(w, M);  // that head's M is G_0 M_0: its scores change by W_Q^h (G_0 - I) W_K^0T
+    split.W_Q.middleCols(last, dh) = w.W_Q.middleCols(last, dh) * G.front().T * M.front().T;
+    o.controls.push_back(scores_changed<S>("a different M for one query head of the group", pc, c, split));
+    auto one_output = with_vo_freedom<S>(w, G);  // that head's output is multiplied by G_0, not I
     one_output.W_O.middleRows(last, dh) = w.W_O.middleRows(last, dh);
     o.controls.push_back(changed<S>("N_g^-1 left off one query head's rows of W_O", p, one_output));
     return o;
@@ -231,8 +283,24 @@ template <class S> Vec<S> gains_with_product(Rng& rng, const Vec<S>& q_gain, int
   return k_gain;
 }
 
-template <class S> Mat<S> haar_orthogonal(Rng& rng, Eigen::Index m) {
-  return orthogonal_factor<S>(draw<S>(rng, m, m, 1.0));
+// Orthogonal blocks diag(O_1, O_2) on the product's two levels (the first `first` coordinates, the rest).
+template <class S> Mat<S> level_blocks(Rng& rng, Eigen::Index dh, Eigen::Index first) {
+  std::vector<Mat<S>> levels{haar_orthogonal<S>(rng, first)};
+  if (dh > first) levels.push_back(haar_orthogonal<S>(rng, dh - first));
+  return block_diagonal<S>(levels);
+}
+
+// An orthogonal M_h mixing the two levels by construction: diag(O_1, O_2) times a rotation by pi/4 in the
+// plane of the coordinates first - 1 and first. With D = diag(c_1 I, c_2 I), M D M^T - D has norm
+// |c_2 - c_1| / sqrt(2) >= 0.18 c_1 (the levels are e^0.3 apart); a Haar M_h lies near diag(O_1, O_2)
+// (which commutes with D) by chance, and at d_h = 2 that is one angle near 0 or pi.
+template <class S> Mat<S> level_mixing(Rng& rng, Eigen::Index dh, Eigen::Index first) {
+  Mat<S> rotation = Mat<S>::Identity(dh, dh);
+  using std::sqrt;
+  const S h = S(1) / sqrt(S(2));
+  rotation(first - 1, first - 1) = h, rotation(first - 1, first) = -h;
+  rotation(first, first - 1) = h, rotation(first, first) = h;
+  return level_blocks<S>(rng, dh, first) * rotation;
 }
 
 struct ExtQkNorm {
@@ -242,18 +310,16 @@ struct ExtQkNorm {
     w.q_gain = random_gains<S>(rng, c.d);
     w.k_gain = gains_with_product<S>(rng, w.q_gain, c.heads, dh);
     const AttentionProbe<S> p(draw_input<S>(rng, c), w, c.mask);
-    std::vector<Mat<S>> blocks, full;
-    for (int h = 0; h < c.heads; ++h) {
-      std::vector<Mat<S>> levels{haar_orthogonal<S>(rng, first)};
-      if (dh > first) levels.push_back(haar_orthogonal<S>(rng, dh - first));
-      blocks.push_back(block_diagonal<S>(levels));
-    }
+    std::vector<Mat<S>> blocks, mixing;
+    for (int h = 0; h < c.heads; ++h) blocks.push_back(level_blocks<S>(rng, dh, first));
     Outcome o = surviving_freedoms<S>(rng, p, bases_of<S>(blocks));
 
-    o.controls.push_back(qk_control<S>("generic invertible M_h (Prop. 4.2's freedom without QK-norm)", p,
-                                       random_blocks<S>(rng, c.heads, dh)));
-    for (int h = 0; h < c.heads; ++h) full.push_back(haar_orthogonal<S>(rng, dh));
-    o.controls.push_back(qk_control<S>("orthogonal M_h not commuting with diag(gamma_Q gamma_K)", p, full));
+    // The generic block has gains on [2, 8]: no scaled orthogonal matrix (the norm removes only a scale).
+    const AttentionProbe<S> pc = control_probe<S>(rng, c, p);
+    o.controls.push_back(qk_control<S>("generic invertible M_h (Prop. 4.2's freedom without QK-norm)", pc, c,
+                                       gain_blocks<S>(rng, c.heads, dh)));
+    for (int h = 0; h < c.heads; ++h) mixing.push_back(level_mixing<S>(rng, dh, first));
+    o.controls.push_back(qk_control<S>("orthogonal M_h not commuting with diag(gamma_Q gamma_K)", pc, c, mixing));
     return o;
   }
 };
@@ -267,7 +333,10 @@ void register_extension_claims(std::vector<Claim>& claims) {
                     .statement = "MHA(X; W_V N, N^-1 W_O) = MHA(X; W) and SA(X; W_V N) = SA(X) N for block-diagonal "
                                  "N (the W_V/W_O analogue of Prop. 4.2 conjectured in 4.1.2)",
                     .kind = Kind::identity,
-                    .dims = Dims{.min_seq = 2},
+                    .dims = Dims{.min_seq = 2,
+                                 .min_head_width = 2,
+                                 .why_head_width = "a width-1 N_h is a scalar, so N^-T = N^-1 and the control "
+                                                   "'N^-T in place of N^-1' is the claim itself (it cannot fail)"},
                     .budget = default_budget,
                     .run = dispatch<FreedomVO>()});
   claims.push_back({.id = "qwe.ext.rope",

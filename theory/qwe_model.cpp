@@ -170,16 +170,21 @@ struct Theorem43 {
     note_singular(o, T);
     o.rel_err = reduced_model_error<S>(forward<S>(m, tokens), forward<S>(reduced, tokens), same_basis(T, c.layers),
                                        {&reduced.block(0).attn.W_Q});
-    // Dims::min_layers = 2: there is a layer beyond the first to unshare.
-    auto unshared = random_model<S>(rng, shape(c), Skip::both, c.mask, false, false);
+    // Dims::min_layers = 2: there is a layer beyond the first to unshare. The control changes only the
+    // scores of layers 2..L, so it runs on control_seq positions (claim.hpp: at n = 2 it passed by chance).
+    ModelShape control_shape = shape(c);
+    control_shape.seq = control_seq(c);
+    auto unshared = random_model<S>(rng, control_shape, Skip::both, c.mask, false, false);
     unshared.blocks[0] = m.blocks[0];
+    const auto control_tokens = c.seq >= control_positions ? tokens : random_tokens(rng, control_positions, vocab);
     // The model without W_Q built from unshared layers: one T, every W_Q' set to I. Beyond
     // layer 1 T^-1 W_Q^i != I, so the logits change.
     auto r = change_model_basis<S>(unshared, T);
     for (int i = 0; i < c.layers; ++i) r.block(i).attn.W_Q = Mat<S>::Identity(c.d, c.d);
-    o.controls.push_back(control_by_error(
-        "unshared layers with one T and W_Q' = I in every layer: the logits change",
-        rel_err<S>(forward<S>(unshared, tokens).logits, forward<S>(r, tokens).logits)));
+    o.controls.push_back(on_control_input(
+        control_by_error("unshared layers with one T and W_Q' = I in every layer: the logits change",
+                         rel_err<S>(forward<S>(unshared, control_tokens).logits, forward<S>(r, control_tokens).logits)),
+        c));
     return o;
   }
 };

@@ -66,16 +66,8 @@ constexpr int mp_draws_min = 32, mp_draws_work = 16384, mp_min_d = 64;
 constexpr int edge_points = 5, edge_min_d = 512, edge_draws_min = 32, edge_draws_work = 32768;
 constexpr int defect_samples = 4096;
 
-// The control's factor in place of U: U_M diag(σ) V_Mᵀ with σ log-spaced on [2, 8] (U_M, V_M
-// orthogonal). Its gains ‖M y‖/‖y‖ ≥ 2 make R(M y) and M R(y) differ by ≥ 0.8 wherever
-// ‖y‖²/d ≫ ε, by construction (a Gaussian M has gains near 1 along some y, by chance).
-template <class S> Mat<S> non_orthogonal_factor(Rng& rng, int d) {
-  const Mat<S> U_M = orthogonal_factor<S>(draw<S>(rng, d, d, 1.0));
-  const Mat<S> V_M = orthogonal_factor<S>(draw<S>(rng, d, d, 1.0));
-  Vec<S> gain(d);
-  for (int i = 0; i < d; ++i) gain(i) = S(2 * std::pow(4.0, d == 1 ? 0.0 : double(i) / (d - 1)));
-  return U_M * gain.asDiagonal() * V_M.transpose();
-}
+// The control's factor in place of U is non_orthogonal_factor (claim.hpp): its gains ‖M y‖/‖y‖ ≥ 2 make
+// R(M y) and M R(y) differ by ≥ 0.8 wherever ‖y‖²/d ≫ ε, by construction.
 
 // qwe.sec8.3.1, the identity half (see the file comment).
 struct MetricDefect {

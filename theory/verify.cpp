@@ -84,7 +84,8 @@ std::string left_out(const Dims& dims, const SweepPoint& c) {
     return "its controls need n >= " + std::to_string(dims.min_seq) +
            " positions (one position attends only to itself, whatever the scores)";
   if (width < dims.min_head_width)
-    return "it needs a head width d/H >= " + std::to_string(dims.min_head_width);
+    return "it needs a head width d/H >= " + std::to_string(dims.min_head_width) +
+           (*dims.why_head_width == '\0' ? "" : std::string(": ") + dims.why_head_width);
   if (dims.even_head_width && width % 2 != 0) return "it needs an even head width d/H (RoPE rotates pairs)";
   return "";
 }
@@ -213,6 +214,18 @@ results::CheckRecord check_record(const Claim& claim, const std::string& config,
   return r;
 }
 
+// A control's record, under its check's configuration; one that ran on fresh positions (control_input)
+// says so in its note, with the n it ran at.
+results::ControlRecord control_record(const Claim& claim, const SweepPoint& config, const std::string& where,
+                                      const std::string& precision, const ControlOutcome& c) {
+  results::ControlRecord r{claim.id, c.name, where, precision, c.rel_err, c.failed_as_expected, c.note, c.positions};
+  if (c.positions == 0) return r;
+  const std::string n = std::to_string(c.positions);
+  r.note = (r.note.empty() ? "" : r.note + "; ") + "ran on " + n + " fresh positions (n=" + n + "), not on the check's n=" +
+           std::to_string(config.seq);
+  return r;
+}
+
 TaskResult run_task(const Claim& claim, const SweepPoint& config, const VerifyOptions& o) {
   TaskResult t;
   const std::string where = describe(claim, config);
@@ -240,8 +253,7 @@ TaskResult run_task(const Claim& claim, const SweepPoint& config, const VerifyOp
     }
     ladder.push_back({unit_roundoff(p), out.rel_err});
     t.checks.push_back(rec);
-    for (const auto& c : out.controls)
-      t.controls.push_back({claim.id, c.name, where, rec.precision, c.rel_err, c.failed_as_expected, c.note});
+    for (const auto& c : out.controls) t.controls.push_back(control_record(claim, config, where, rec.precision, c));
   }
   if (claim.kind == Kind::identity) t.ladder = results::LadderRecord{claim.id, where, ladder_slope(ladder)};
   return t;
