@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <vector>
 
 namespace qkvlab::cli {
 
@@ -115,19 +116,47 @@ std::optional<std::string> unexpected_option(const CLI::App& app) {
   return std::nullopt;
 }
 
-std::string command_line_of(int argc, char** argv) {
+namespace {
+
+// One argument as the shell reads it back. A control byte or a byte that starts no well-formed UTF-8
+// sequence would be written by the text outputs as the four characters \xNN, which single quotes keep
+// literally: such a word is ANSI-C quoted, $'…\xNN…', where the shell reads \xNN as the byte.
+std::string shell_word(const std::string& word) {
   auto plain = [](unsigned char c) { return std::isalnum(c) || std::strchr("_./:=,+@%-", c) != nullptr; };
-  std::string line;
-  for (int i = 0; i < argc; ++i) {
-    const std::string word = argv[i];
-    std::string quoted = word;
-    if (word.empty() || !std::all_of(word.begin(), word.end(), plain)) {
-      quoted = "'";
-      for (char c : word) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);  // ' closes, \' is one, ' reopens
-      quoted += "'";
-    }
-    line += (i == 0 ? "" : " ") + quoted;
+  if (!word.empty() && std::all_of(word.begin(), word.end(), plain)) return word;
+  // The word's pieces: a well-formed UTF-8 sequence or one byte; `raw` marks a control or stray byte.
+  struct Piece { std::string text; bool raw; };
+  std::vector<Piece> pieces;
+  for (std::size_t i = 0; i < word.size();) {
+    const auto c = static_cast<unsigned char>(word[i]);
+    const std::size_t n = c < 0x80 ? 1 : qkvlab::utf8_sequence_length(word, i);
+    const bool raw = n == 0 || c < 0x20 || c == 0x7f;
+    pieces.push_back({word.substr(i, n == 0 ? 1 : n), raw});
+    i += n == 0 ? 1 : n;
   }
+  const bool ansi = std::any_of(pieces.begin(), pieces.end(), [](const Piece& p) { return p.raw; });
+  std::string quoted = ansi ? "$'" : "'";
+  for (const Piece& p : pieces) {
+    if (p.raw) {
+      char hex[5];
+      std::snprintf(hex, sizeof hex, "\\x%02x", static_cast<unsigned char>(p.text[0]));
+      quoted += hex;
+    } else if (p.text == "'") {
+      quoted += ansi ? "\\'" : "'\\''";  // $'…': \' is a quote; '…': ' closes, \' is one, ' reopens
+    } else if (p.text == "\\" && ansi) {
+      quoted += "\\\\";
+    } else {
+      quoted += p.text;
+    }
+  }
+  return quoted + "'";
+}
+
+}  // namespace
+
+std::string command_line_of(int argc, char** argv) {
+  std::string line;
+  for (int i = 0; i < argc; ++i) line += (i == 0 ? "" : " ") + shell_word(argv[i]);
   return line;
 }
 

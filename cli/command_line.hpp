@@ -16,7 +16,8 @@ namespace qkvlab::cli {
 int flushed(int status);
 
 // The program's arguments as a shell reads them back: a word with a character outside
-// [A-Za-z0-9_./:=,+@%-] (a space, a quote, a glob) single-quoted, so the recorded command reruns as written.
+// [A-Za-z0-9_./:=,+@%-] (a space, a quote, a glob) single-quoted, one with a control byte or a byte
+// that is not UTF-8 $'…\xNN…', so the recorded command reruns as written.
 std::string command_line_of(int argc, char** argv);
 
 // The message as one line: newlines become spaces, other control bytes and invalid UTF-8 \xNN.

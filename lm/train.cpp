@@ -442,15 +442,19 @@ class RunDirectory {
   ~RunDirectory() {
     if (std::uncaught_exceptions() == exceptions_) return;  // not refused
     std::error_code error;
-    for (fs::directory_iterator it(dir_, error), end; !error && it != end; it.increment(error))
-      if (it->path().filename() != ".qkvlab-lock") return;  // it wrote something: all stays
-    if (locked_ && !lock_existed_) fs::remove(dir_ / ".qkvlab-lock", error);  // only a lock it took
-    // The directories this run made, deepest first; one that is not empty (another run's lock in it)
-    // stays, and the directories that were there before are not among them.
+    if (locked_ && !lock_existed_ && holds_only_the_lock()) fs::remove(dir_ / ".qkvlab-lock", error);  // its own
+    // The directories this run made, deepest first; one that is not empty (a file in it, another run's
+    // lock) stays, and the directories that were there before are not among them.
     for (auto d = created_.rbegin(); d != created_.rend(); ++d) fs::remove(*d, error);
   }
 
  private:
+  bool holds_only_the_lock() const {
+    std::error_code error;
+    for (fs::directory_iterator it(dir_, error), end; !error && it != end; it.increment(error))
+      if (it->path().filename() != ".qkvlab-lock") return false;
+    return true;
+  }
   static bool present(const fs::path& p) { return fs::exists(fs::symlink_status(p)); }  // a dangling link too
   // Makes `dir` a component at a time, as the file system resolves each prefix of the path as given
   // ("n3/../n4" makes n3 and n4; "nx/../link/../q", link -> real/sub, makes nx and real/q), and returns

@@ -82,9 +82,13 @@ class Generation:
             refuse(run_dir, f"generation {stamp or '(none)'}, initial.csv's {self.stamp or '(none)'}")
         try:
             training = dict(run["training"])
-            # qkvlab records argv joined by spaces, unquoted: the path is what lm_uptraining.sh puts
-            # between --from and --preset (spaces and quotes included)
-            source = os.path.normpath(re.search(r" --from (.+?) --preset ", run["command_line"]).group(1))
+            # the path as given to --from: run.json's "from" record; runs made before it existed have
+            # only the command line, then recorded unquoted (what lm_uptraining.sh puts between --from
+            # and --preset, spaces and quotes included)
+            given = run.get("from", {}).get("path")
+            if given is None:
+                given = re.search(r" --from (.+?) --preset ", run["command_line"]).group(1)
+            source = os.path.normpath(given)
             if training.pop("steps") != steps or run["seed"] != seed + 100:
                 refuse(path, f"steps {run['training']['steps']} and seed {run['seed']}, its name says {steps} "
                              f"and {seed + 100}")

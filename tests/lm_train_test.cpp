@@ -226,6 +226,11 @@ TEST(LmTrain, ARefusedRunLeavesNoDirectoryItCreated) {
               std::string::npos);
     EXPECT_FALSE(fs::exists(dir.path / "nz"));
     EXPECT_TRUE(fs::exists(dir.path / "held" / ".qkvlab-lock"));  // control: the other run's lock stays
+    std::ofstream(dir.path / "held" / "run.json") << "{}";  // a running run has files there: nz still goes
+    nothing_to_resume.out = dir.path / "nw" / ".." / "held";
+    EXPECT_THROW(train_language_model(nothing_to_resume, data, backend, {}), UsageError);
+    EXPECT_FALSE(fs::exists(dir.path / "nw"));
+    EXPECT_TRUE(fs::exists(dir.path / "held" / "run.json"));
   }
 }
 

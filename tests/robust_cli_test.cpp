@@ -285,6 +285,12 @@ TEST(RobustCli, TheRecordedCommandLineIsShellQuoted) {
   const std::string recorded = "--junit '" + (dir.path() / "a b'\\\\''c.xml").string() + "'";  // JSON escapes the backslash
   EXPECT_NE(r.out.find(recorded), std::string::npos) << r.out.substr(0, 400);
   EXPECT_NE(r.out.find("verify qwe.lemma3.1 --d 8 --trials 1 --format json"), std::string::npos);  // control: plain
+  // A byte that is not UTF-8 is written \xNN by the outputs, which '…' would keep literally: $'…\xNN…'.
+  const std::string odd = (dir.path() / "x\xffy.xml").string();
+  const CommandResult o = run_bounded("verify qwe.lemma3.1 --d 8 --trials 1 --format json --junit " + shell_quoted(odd), 120);
+  ASSERT_EQ(o.status, 0) << o.err;
+  const std::string ansi = "--junit $'" + (dir.path() / "x\\\\xffy.xml").string() + "'";  // JSON escapes the backslash
+  EXPECT_NE(o.out.find(ansi), std::string::npos) << o.out.substr(0, 400);
 }
 
 // ---- absorb on a rescaled pair -------------------------------------------------------------
