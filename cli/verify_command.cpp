@@ -20,6 +20,7 @@
 
 #include <filesystem>
 #include <iostream>
+#include <sstream>
 #include <tuple>
 
 namespace qkvlab::cli {
@@ -56,6 +57,21 @@ std::function<void(std::size_t, std::size_t)> progress(bool quiet) {
   return [show = Progress{"verify", true}](std::size_t done, std::size_t total) { show("configurations", done, total); };
 }
 
+// --checkpoint DIR --against REF: is DIR the same function as REF?
+int run_against(VerifyArgs& a, const theory_lm::ModelWeights& weights, const lm::TokenSequences& tokens) {
+  const auto& o = a.options;
+  if (!o.ids.empty()) throw UsageError("--against compares two checkpoints: claim ids do not apply");
+  if (!a.out.empty() || !a.junit.empty()) throw UsageError("--out and --junit write the claims' report, not --against's");
+  refuse_given(a.claim_options, "applies to the claims' checks, not to --against's comparison");
+  theory_lm::CompareOptions options =
+      theory_lm::default_against_options(theory_lm::comparison_named(a.compare), a.checkpoint, a.against);
+  if (a.against_options[1]->count() > 0) options.tolerance = a.tolerance, options.tolerance_basis = "given (--tolerance)";
+  const auto r = theory_lm::compare_against(a.checkpoint, weights, a.against, tokens, tokens_value(a.input, tokens, o.seed),
+                                            options, o.threads, o.command_line);
+  std::cout << (a.format == "json" ? r.value.json() : r.value.text());
+  return r.ok ? 0 : 1;
+}
+
 // --checkpoint DIR: the claims on the model's weights; with --against REF, the two compared.
 int run_checkpoint(VerifyArgs& a) {
   refuse_given(a.sweep_options, "does not apply with --checkpoint (the model's sizes are used)");
@@ -66,18 +82,7 @@ int run_checkpoint(VerifyArgs& a) {
   require_memory("--sequences " + std::to_string(a.input.sequences) + " --seq-len " + std::to_string(a.input.seq_len),
                  theory_lm::activation_bytes(weights.config, a.input.sequences, a.input.seq_len));
   const lm::TokenSequences tokens = read_token_sequences(a.input, a.checkpoint, o.seed, weights.config, true);
-  if (!a.against.empty()) {
-    if (!o.ids.empty()) throw UsageError("--against compares two checkpoints: claim ids do not apply");
-    if (!a.out.empty() || !a.junit.empty()) throw UsageError("--out and --junit write the claims' report, not --against's");
-    refuse_given(a.claim_options, "applies to the claims' checks, not to --against's comparison");
-    theory_lm::CompareOptions options = theory_lm::default_against_options(theory_lm::comparison_named(a.compare),
-                                                                           a.checkpoint, a.against);
-    if (a.against_options[1]->count() > 0) options.tolerance = a.tolerance, options.tolerance_basis = "given (--tolerance)";
-    const auto r = theory_lm::compare_against(a.checkpoint, weights, a.against, tokens, tokens_value(a.input, tokens, o.seed),
-                                              options, o.threads, o.command_line);
-    std::cout << (a.format == "json" ? r.value.json() : r.value.text());
-    return r.ok ? 0 : 1;
-  }
+  if (!a.against.empty()) return run_against(a, weights, tokens);
   const auto claims = with_hint([&] { return theory::select_claims(o.ids); }, "see 'qkvlab verify --list'");
   o.progress = progress(a.quiet);
   const auto report =
@@ -99,11 +104,7 @@ int run_verify(VerifyArgs& a) {
     o.precisions.clear();
     std::vector<std::string> names;  // the parsed precisions' names: double and f64 are one
     for (const auto& p : a.precisions) {
-      try {
-        o.precisions.push_back(parse_precision(p));
-      } catch (const UsageError& e) {
-        throw UsageError(std::string("--precision: ") + e.what());
-      }
+      o.precisions.push_back(parse_precision(p));  // a known name: the option's validator checked it
       names.emplace_back(precision_name(o.precisions.back()));
     }
     require_distinct("--precision", names);
@@ -124,6 +125,29 @@ int run_verify(VerifyArgs& a) {
   return report.summary().ok ? 0 : 1;
 }
 
+// An element of --precision: a name parse_precision knows.
+const CLI::Validator precision_value(
+    [](std::string& name) -> std::string {
+      try {
+        parse_precision(name);
+        return "";
+      } catch (const UsageError& e) {
+        return e.what();
+      }
+    },
+    "PRECISION");
+
+// `text` broken at spaces into lines of at most `width` characters (a longer word keeps its own line).
+std::string wrapped(const std::string& text, std::size_t width = 110) {
+  std::string out, line, word;
+  std::istringstream words(text);
+  while (words >> word) {
+    if (!line.empty() && line.size() + 1 + word.size() > width) out += line + "\n", line.clear();
+    line += (line.empty() ? "" : " ") + word;
+  }
+  return out + line + "\n";
+}
+
 }  // namespace
 
 Command add_verify_command(CLI::App& app, const std::string& command_line) {
@@ -131,18 +155,16 @@ Command add_verify_command(CLI::App& app, const std::string& command_line) {
   a->options.command_line = command_line;
   auto* cmd = app.add_subcommand("verify", "Check the papers' claims numerically over random weights");
   cmd->footer(
-      "Claims are selected by id or prefix (qwe.thm4 selects qwe.thm4.1-4.3); none selects all.\n"
+      std::string("Claims are selected by id or prefix (qwe.thm4 selects qwe.thm4.1-4.3); none selects all.\n"
       "The table has a line per claim: checks passed/total, the largest normalized error at each precision,\n"
       "the range of the ladder slopes, controls failed as expected/total and the verdict; --verbose prints\n"
       "a row per check and precision instead.\n"
       "Each identity runs at every precision; its error normalized by u*kappa must stay within the budget,\n"
       "and each negative control must fail (rel_err >= 1e-3). Statistical checks (qwe.scale8.2, qwe.sec8.3.1.*) run\n"
-      "in double and pass when |statistic - expected| <= budget * std_err (docs/claims.md).\n"
-      "A claim runs on the configurations its statement and controls have (resformer.eq5, qwe.thm4.3: L >= 2;\n"
-      "qwe.obs3.1: d >= 4; qwe.freedom.vo: head width d/H >= 2; the attention claims qwe.obs3.1, lemma3.1,\n"
-      "prop4.*, thm4.3, freedom.vo, ext.*: n >= 2;\n"
-      "qwe.ext.rope: an even head width d/H; qwe.ext.qknorm: d/H >= 2); a sweep that gives a claim none skips it\n"
-      "with the reason. A claim uses only the sizes it has: one without heads (layers) ignores --heads (--layers).\n"
+      "in double and pass when |statistic - expected| <= budget * std_err (docs/claims.md).\n") +
+      wrapped("A claim runs on the configurations its statement and controls have (" + theory::least_sizes() +
+              "); a sweep that gives a claim none skips it with the reason. A claim uses only the sizes it has: "
+              "one without heads (layers) ignores --heads (--layers).") +
       "Exit 0 iff all checks pass and all controls fail; 1 otherwise (no check ran included); 2 on a usage error;\n"
       "3 on any other error, a report file that cannot be written included.\n"
       "\n"
@@ -205,7 +227,8 @@ Command add_verify_command(CLI::App& app, const std::string& command_line) {
   list_option("--seq", a->seq, theory::default_seq, "Sequence lengths n");
   for (const char* name : {"--d", "--heads", "--layers", "--seq"}) a->sweep_options.push_back(cmd->get_option(name));
   add_list_option(cmd, "--precision", a->precisions,
-                  "Precisions, comma-separated: float, double, long_double, mp50 [default: all four]")
+                  "Precisions, comma-separated: float, double, long_double, mp50 [default: all four]",
+                  precision_value)
       ->allow_extra_args(false);
   add_threads_option(cmd, a->options.threads);
   cmd->add_flag("--verbose", a->verbose, "Table: a row per check and precision instead of a line per claim");

@@ -642,6 +642,40 @@ TEST(Validate, ConfigurationsBelowAClaimsLeastSizesAreLeftOutAndTheirClaimSkippe
   EXPECT_TRUE(wide.empty());
 }
 
+// verify --help's least sizes are generated from the claims' Dims (theory::least_sizes). Each group
+// "ids: requirement" it states is true: one size below the requirement skips every claim named, and the
+// requirement itself runs them (the control). A size with no claim named leaves every claim run.
+TEST(Validate, TheHelpsLeastSizesAreTheSizesBelowWhichEachClaimNamedIsSkipped) {
+  const auto ran = [](const std::string& id, int d, int heads, int layers, int seq) {
+    VerifyOptions o = small_options();
+    o.ids = {id}, o.d = {d}, o.heads = {heads}, o.layers = {layers}, o.seq = {seq};
+    return plan(o).skipped.empty();
+  };
+  std::istringstream groups(least_sizes());
+  std::string group;
+  int stated = 0;
+  while (std::getline(groups, group, ';')) {
+    const auto colon = group.find(": ");
+    ASSERT_NE(colon, std::string::npos) << group;
+    const std::string requirement = group.substr(colon + 2);
+    std::istringstream ids(group.substr(0, colon));
+    for (std::string id; std::getline(ids >> std::ws, id, ',');) {
+      ++stated;
+      if (requirement == "d >= 4") EXPECT_TRUE(!ran(id, 3, 1, 2, 4) && ran(id, 4, 1, 2, 4)) << id;
+      else if (requirement == "L >= 2") EXPECT_TRUE(!ran(id, 8, 2, 1, 4) && ran(id, 8, 2, 2, 4)) << id;
+      else if (requirement == "n >= 2") EXPECT_TRUE(!ran(id, 8, 2, 2, 1) && ran(id, 8, 2, 2, 2)) << id;
+      else if (requirement == "head width d/H >= 2") EXPECT_TRUE(!ran(id, 8, 8, 2, 4) && ran(id, 8, 4, 2, 4)) << id;
+      else if (requirement == "an even head width d/H") EXPECT_TRUE(!ran(id, 6, 2, 2, 4) && ran(id, 8, 2, 2, 4)) << id;
+      else ADD_FAILURE() << "a requirement this test does not know: " << requirement;
+    }
+  }
+  EXPECT_GE(stated, 14);
+  const std::string text = least_sizes();
+  for (const char* id : {"qwe.lemma8.5", "qwe.thm8.4", "skipv1.lemma1", "resformer.eq4"})  // control: no least size
+    EXPECT_EQ(text.find(std::string(id) + ":"), std::string::npos) << id;
+  for (const char* id : {"qwe.lemma8.5", "resformer.eq4"}) EXPECT_TRUE(ran(id, 6, 6, 1, 1)) << id;
+}
+
 // qwe.ext.qknorm's control "orthogonal M_h not commuting with diag(γ_Q γ_K)" mixes the product's two
 // levels, so it changes the scores by about the gap between them: the levels are kept a factor e^0.3
 // apart. Drawn independently they nearly coincided at seed 29 (rel_err 6.9e-4: the control did not fail).

@@ -333,4 +333,27 @@ std::string claim_list() {
   return out;
 }
 
+// The least sizes of every claim with one above the sweep's (Dims), grouped by requirement in
+// registry order: "qwe.obs3.1: d >= 4; qwe.thm4.3, resformer.eq5: L >= 2; …".
+std::string least_sizes() {
+  std::vector<std::pair<std::string, std::string>> groups;  // requirement, its claims' ids
+  auto add = [&](const std::string& requirement, const std::string& id) {
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == requirement; });
+    if (it == groups.end()) groups.emplace_back(requirement, id);
+    else it->second += ", " + id;
+  };
+  const Dims none;
+  for (const auto& c : all_claims()) {
+    if (c.dims.min_d > none.min_d) add("d >= " + std::to_string(c.dims.min_d), c.id);
+    if (c.dims.min_layers > none.min_layers) add("L >= " + std::to_string(c.dims.min_layers), c.id);
+    if (c.dims.min_seq > none.min_seq) add("n >= " + std::to_string(c.dims.min_seq), c.id);
+    if (c.dims.min_head_width > none.min_head_width)
+      add("head width d/H >= " + std::to_string(c.dims.min_head_width), c.id);
+    if (c.dims.even_head_width) add("an even head width d/H", c.id);
+  }
+  std::string out;
+  for (const auto& [requirement, ids] : groups) out += (out.empty() ? "" : "; ") + ids + ": " + requirement;
+  return out;
+}
+
 }  // namespace qkvlab::theory

@@ -56,6 +56,10 @@ std::string describe(const Claim& claim, const SweepPoint& config);
 // Every claim id with its one-line statement, a line each (`verify --list`).
 std::string claim_list();
 
+// The least sizes of the claims that have some (Dims), grouped by requirement, on one line for
+// `verify --help`: "qwe.obs3.1: d >= 4; qwe.thm4.3, resformer.eq5: L >= 2; …".
+std::string least_sizes();
+
 // The size lists set, each as "LABEL v1,v2,…" (labels of d, heads, layers, seq and trials,
 // the latter only when not 1) joined by `separator`; "the default sweep" when none is set.
 using SizeLabels = std::array<std::string, 5>;
