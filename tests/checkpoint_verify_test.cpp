@@ -17,6 +17,7 @@
 #include <Eigen/Dense>
 
 #include <algorithm>
+#include <complex>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -259,7 +260,10 @@ TEST_F(CheckpointVerify, Reproducible) {
 // RoPE. Blocks Q diag(s) with s in [0.5, 2] (cond <= 4), so that float storage keeps the
 // invariants to about 1e-6. Then, optionally, key head `perturb_head` of `perturb_layer`
 // perturbed by 1e-2 relative.
-void reparametrize(const fs::path& from, const fs::path& to, int perturb_layer = -1, int perturb_head = -1) {
+// mix_pairs: under RoPE, M_g is instead a complex-linear map of all the frequency pairs together, in the
+// rotations' commutant only where every pair has one frequency (θ = 1).
+void reparametrize(const fs::path& from, const fs::path& to, int perturb_layer = -1, int perturb_head = -1,
+                   bool mix_pairs = false) {
   lm::Checkpoint ck = lm::load_checkpoint(from);
   const lm::Config& c = ck.config;
   const auto layout = lm::parameter_layout(c, lm::make_plan(c));
@@ -283,6 +287,15 @@ void reparametrize(const fs::path& from, const fs::path& to, int perturb_layer =
   Rng rng(11, "checkpoint_verify/reparametrize");
   const int dh = c.head_dim, half = dh / 2, group = c.heads / c.kv_heads;
   auto block = [&](bool commutant) {
+    if (commutant && mix_pairs) {  // [[Re U, Im U], [-Im U, Re U]], U unitary times diag(s), s in [0.5, 2]
+      const Eigen::MatrixXcd G = rng.gaussian(half, half).cast<std::complex<double>>() +
+                                 std::complex<double>(0, 1) * rng.gaussian(half, half).cast<std::complex<double>>();
+      Eigen::MatrixXcd U = Eigen::HouseholderQR<Eigen::MatrixXcd>(G).householderQ();
+      for (int j = 0; j < half; ++j) U.col(j) *= 0.5 + 1.5 * rng.uniform();
+      MatD M(dh, dh);
+      M << U.real(), U.imag(), -U.imag(), U.real();
+      return M;
+    }
     if (commutant) {  // a I + b J on each frequency pair, |(a, b)| in [0.5, 2]
       MatD M = MatD::Zero(dh, dh);
       for (int i = 0; i < half; ++i) {
@@ -358,6 +371,24 @@ TEST_F(CheckpointVerify, AgainstFailsNamingLayerAndHead) {
     EXPECT_EQ(r.status, 1) << name << "\n" << r.out << r.err;
     EXPECT_NE(r.out.find(named), std::string::npos) << r.out;
     EXPECT_EQ(r.out.find("layer 1 head 1:"), std::string::npos) << r.out;  // only the perturbed heads are named
+  }
+}
+
+// At θ = 1 every RoPE pair has one frequency: a complex-linear map mixing the pairs keeps the function
+// (qwe.ext.rope), and the invariants are per frequency, not per pair (review r12: the gauge comparison
+// said "differs" for the same function). Control: the same mixing at θ = 10000, where the pairs'
+// frequencies differ, changes the function, and both comparisons say so.
+TEST_F(CheckpointVerify, AgainstGroupsRopePairsOfOneFrequency) {
+  for (const auto& [theta, same] : {std::pair{"1", true}, {"10000", false}}) {
+    const fs::path A = path() / ("theta" + std::string(theta)), B = path() / ("theta" + std::string(theta) + "-mixed");
+    const auto init = run_qkvlab("lm init " + shell_quoted(A) + " --family llama --layers 1 --d 16 --heads 2 --kv-heads 1"
+                                 " --vocab 64 --positions 32 --seed 3 --rope-theta " + theta);
+    ASSERT_EQ(init.status, 0) << init.err;
+    reparametrize(A, B, -1, -1, true);
+    for (const char* compare : {"gauge", "function"}) {
+      const auto v = verify_json("--checkpoint " + shell_quoted(B) + " --against " + shell_quoted(A) + " --compare " + compare);
+      EXPECT_EQ(v.status, same ? 0 : 1) << theta << " " << compare << "\n" << v.err;
+    }
   }
 }
 

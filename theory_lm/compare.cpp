@@ -67,15 +67,23 @@ std::vector<Invariant> head_invariants(const ModelWeights& w, int l, int h) {
   // column, W̃_Q b_Kᵀ, is left out (it would only dilute the relative error; under RoPE b_K is rotated
   // with the key and does count).
   if (!c.rope()) return {{"W_Q W_K^T", Q * K.topRows(K.rows() - 1).transpose()}, {"W_V W_O", VO}};
+  // Pair i's score at offset t is cos(t ω_i) qᵀC_i k + sin(t ω_i) qᵀS_i k. Pairs of one frequency
+  // (all of them at θ = 1) enter only through their sums, and a complex-linear map among them is a
+  // freedom (qwe.ext.rope): the invariants are C and S summed over each distinct ω_i.
   const int half = dh / 2;
-  MatD pairs(Q.rows() * dh, Q.rows());  // C_i and S_i stacked
+  const auto f = c.rope_frequencies();
+  std::vector<double> omegas;  // the distinct frequencies, in pair order
+  MatD sums = MatD::Zero(Q.rows() * dh, Q.rows());  // C and S of each distinct frequency stacked
   for (int i = 0; i < half; ++i) {
-    pairs.middleRows(Eigen::Index(2 * i) * Q.rows(), Q.rows()) =
+    const auto at = std::find(omegas.begin(), omegas.end(), f.omega(i, dh));
+    const Eigen::Index k = at - omegas.begin();
+    if (at == omegas.end()) omegas.push_back(f.omega(i, dh));
+    sums.middleRows(2 * k * Q.rows(), Q.rows()) +=
         Q.col(i) * K.col(i).transpose() + Q.col(i + half) * K.col(i + half).transpose();
-    pairs.middleRows(Eigen::Index(2 * i + 1) * Q.rows(), Q.rows()) =
+    sums.middleRows((2 * k + 1) * Q.rows(), Q.rows()) +=
         Q.col(i) * K.col(i + half).transpose() - Q.col(i + half) * K.col(i).transpose();
   }
-  return {{"W_Q R W_K^T per frequency pair", pairs}, {"W_V W_O", VO}};
+  return {{"W_Q R W_K^T per frequency pair", sums.topRows(2 * Eigen::Index(omegas.size()) * Q.rows())}, {"W_V W_O", VO}};
 }
 
 std::string columns(const std::string& tensor, int head, int dh) {
