@@ -114,8 +114,9 @@ int run_analyze(const AnalyzeArgs& a, const std::string& command_line) {
   const analysis::Options options = analysis_options(a);
   apply_threads(a.threads, BlasUse::per_worker);  // the CPU backend runs one product per worker
   const auto backend = engine::make_backend(a.device, a.threads);
-  const auto model = lm::load_model(a.checkpoint, *backend, a.allow_nonfinite, a.dtype);
-  const lm::TokenSequences data = read_token_sequences(a.input, a.checkpoint, a.seed, model->config(), false);
+  lm::ModelFiles files = lm::open_model(a.checkpoint);  // the tokens are checked against its config before the weights load
+  const lm::TokenSequences data = read_token_sequences(a.input, a.checkpoint, a.seed, files.config, false);
+  const auto model = lm::load_model(std::move(files), *backend, a.allow_nonfinite, a.dtype);
   const Progress show{"analyze", Progress::wanted(a.quiet)};
   const auto start = std::chrono::steady_clock::now();  // the analysis alone: the model and tokens are loaded
   const analysis::Report r = analysis::analyze(*model, kind, data, options, [&](std::int64_t done, std::int64_t total) {
@@ -182,7 +183,8 @@ Command add_analyze_command(CLI::App& app, const std::string& command_line) {
       ->capture_default_str();
   a->query_block_option = cmd->add_option("--query-block", a->query_block,
                   "entropy, first-token, all: queries per block of the patterns reduced inside the attention "
-                  "(0: form each layer's whole patterns and reduce them after; the same numbers)")
+                  "(0: form each layer's whole patterns and reduce them after; the same numbers as a block of at least "
+                  "T, and to float rounding as a smaller one: docs/analysis.md)")
       ->check(integer_in(0, 1 << 20))
       ->capture_default_str();
   add_format_option(cmd, a->format);

@@ -42,8 +42,9 @@ int run_eval(const EvalArgs& a) {
   const std::string source = a.text.empty() ? a.tokens : a.text;
   apply_threads(a.threads, BlasUse::per_worker);  // the CPU backend runs one product per worker
   const auto backend = engine::make_backend(a.device, a.threads);
-  const auto model = lm::load_model(a.checkpoint, *backend, a.allow_nonfinite, a.dtype);
-  lm::check_sequences(data, model->config(), source);
+  lm::ModelFiles files = lm::open_model(a.checkpoint);  // the tokens are checked against its config before the weights load
+  lm::check_sequences(data, files.config, source);
+  const auto model = lm::load_model(std::move(files), *backend, a.allow_nonfinite, a.dtype);
   const Progress show{"lm eval", Progress::wanted(a.quiet)};
   const lm::EvalResult r = lm::evaluate(*model, data, a.batch, [&](std::int64_t done, std::int64_t total) {
     show("sequences", std::size_t(done), std::size_t(total));

@@ -421,7 +421,11 @@ engine::WeightType weight_type_for(const ModelFiles& files, const std::string& d
 
 std::unique_ptr<Model<float>> load_model(const fs::path& dir, engine::Backend<float>& backend, bool allow_nonfinite,
                                          const std::string& dtype) {
-  ModelFiles files = open_model(dir);
+  return load_model(open_model(dir), backend, allow_nonfinite, dtype);
+}
+
+std::unique_ptr<Model<float>> load_model(ModelFiles files, engine::Backend<float>& backend, bool allow_nonfinite,
+                                         const std::string& dtype) {
   files.allow_nonfinite = allow_nonfinite;
   auto model = std::make_unique<Model<float>>(files.config, backend, weight_type_for(files, dtype));
   load_parameters(files, *model);

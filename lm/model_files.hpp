@@ -96,6 +96,10 @@ engine::WeightType weight_type_for(const ModelFiles& files, const std::string& d
 // refused unless allow_nonfinite), its matrices held as `dtype` says (weight_type_for).
 std::unique_ptr<Model<float>> load_model(const std::filesystem::path& dir, engine::Backend<float>& backend,
                                          bool allow_nonfinite = false, const std::string& dtype = "f32");
+// The same from a directory already opened (open_model), so that a command checks its inputs against
+// files.config (vocabulary, positions) before any weight is read.
+std::unique_ptr<Model<float>> load_model(ModelFiles files, engine::Backend<float>& backend, bool allow_nonfinite = false,
+                                         const std::string& dtype = "f32");
 
 extern template void load_parameters<float>(const ModelFiles&, Model<float>&);
 extern template void load_parameters<double>(const ModelFiles&, Model<double>&);

@@ -389,6 +389,28 @@ TEST(RobustNonFinite, WeightsHoldingNanOrInfAreRefusedNamingTheTensor) {
   EXPECT_FALSE(fs::exists(f.dir / "hf" / "model.safetensors"));
 }
 
+// The tokens are checked against the model's config.json or metadata before its weights are read
+// (review r26: a missing token file, an id outside the vocabulary, a sequence longer than the
+// positions were refused after the whole model loaded, 14.5 GB for Mistral-7B). With a NaN weight
+// that loading refuses, the token error is the one reported; control: the intact tokens reach the
+// weights, which are refused naming the tensor.
+TEST(RobustNonFinite, TheTokensAreCheckedBeforeTheWeightsAreRead) {
+  Fixture f;
+  const std::string tensor = first_tensor(f.ckpt, "wte");
+  poison(f.ckpt, tensor, std::numeric_limits<float>::quiet_NaN(), 7);
+  std::vector<std::int32_t> outside(16, 3);
+  outside[5] = 50;
+  corpus::write_tokens_npy(f.dir / "outside.npy", outside, 2, 8);
+  const std::string missing = shell_quoted(f.dir / "missing.npy"), beyond = shell_quoted(f.dir / "outside.npy");
+  for (const std::string& command : {"analyze entropy " + shell_quoted(f.ckpt) + " --quiet --sequences 2",
+                                     "lm eval " + shell_quoted(f.ckpt) + " --quiet"}) {
+    expect_usage_error(run_bounded(command + " --tokens " + missing), command, "missing.npy");
+    expect_usage_error(run_bounded(command + " --tokens " + beyond), command, "token id 50");
+    expect_usage_error(run_bounded(command + " --tokens " + shell_quoted(f.tokens)), command,
+                       "tensor \"" + tensor + "\" holds a non-finite weight");
+  }
+}
+
 TEST(RobustNonFinite, ANonFiniteResultIsTheFindingExitOneWithTheLayer) {
   Fixture f;
   // Every position's embedding NaN: every layer's pattern is NaN from layer 1 on.
