@@ -13,6 +13,7 @@
 #include "cli/validators.hpp"
 #include "core/errors.hpp"
 #include "core/limits.hpp"
+#include "lm/model_files.hpp"
 #include "cli/token_options.hpp"
 #include "theory/verify.hpp"
 #include "theory_lm/compare.hpp"
@@ -78,10 +79,11 @@ int run_checkpoint(VerifyArgs& a) {
   if (a.against.empty()) refuse_given(a.against_options, "applies only with --against REF");
   auto& o = a.options;
   apply_threads(o.threads, BlasUse::shared);
-  const theory_lm::ModelWeights weights = theory_lm::read_weights(a.checkpoint);
+  const lm::ModelFiles files = lm::open_model(a.checkpoint);  // the tokens are checked before the weights are read
   require_memory("--sequences " + std::to_string(a.input.sequences) + " --seq-len " + std::to_string(a.input.seq_len),
-                 theory_lm::activation_bytes(weights.config, a.input.sequences, a.input.seq_len));
-  const lm::TokenSequences tokens = read_token_sequences(a.input, a.checkpoint, o.seed, weights.config, true);
+                 theory_lm::activation_bytes(files.config, a.input.sequences, a.input.seq_len));
+  const lm::TokenSequences tokens = read_token_sequences(a.input, a.checkpoint, o.seed, files.config, true);
+  const theory_lm::ModelWeights weights = theory_lm::read_weights(files);
   if (!a.against.empty()) return run_against(a, weights, tokens);
   const auto claims = with_hint([&] { return theory::select_claims(o.ids); }, "see 'qkvlab verify --list'");
   o.progress = progress(a.quiet);

@@ -403,7 +403,8 @@ TEST(RobustNonFinite, TheTokensAreCheckedBeforeTheWeightsAreRead) {
   corpus::write_tokens_npy(f.dir / "outside.npy", outside, 2, 8);
   const std::string missing = shell_quoted(f.dir / "missing.npy"), beyond = shell_quoted(f.dir / "outside.npy");
   for (const std::string& command : {"analyze entropy " + shell_quoted(f.ckpt) + " --quiet --sequences 2",
-                                     "lm eval " + shell_quoted(f.ckpt) + " --quiet"}) {
+                                     "lm eval " + shell_quoted(f.ckpt) + " --quiet",
+                                     "verify --quiet --checkpoint " + shell_quoted(f.ckpt)}) {
     expect_usage_error(run_bounded(command + " --tokens " + missing), command, "missing.npy");
     expect_usage_error(run_bounded(command + " --tokens " + beyond), command, "token id 50");
     expect_usage_error(run_bounded(command + " --tokens " + shell_quoted(f.tokens)), command,

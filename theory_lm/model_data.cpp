@@ -28,9 +28,10 @@ MatD ModelWeights::augmented(int l, const std::string& what) const {
 
 const MatD& ModelWeights::unembedding() const { return config.tied ? at("wte") : at("lm_head.weight"); }
 
-ModelWeights read_weights(const std::filesystem::path& dir) {
-  const lm::ModelFiles files = lm::open_model(dir);
-  ModelWeights w{dir, files.format, files.config, {}};
+ModelWeights read_weights(const std::filesystem::path& dir) { return read_weights(lm::open_model(dir)); }
+
+ModelWeights read_weights(const lm::ModelFiles& files) {
+  ModelWeights w{files.dir, files.format, files.config, {}};
   const auto layout = lm::parameter_layout(files.config, lm::make_plan(files.config));
   lm::read_parameters(files, layout, [&](const engine::ParameterSpec& spec, const float* values) {
     const Eigen::Index rows = spec.shape.size() == 2 ? spec.shape[0] : 1, cols = spec.shape.back();

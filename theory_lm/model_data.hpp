@@ -20,6 +20,10 @@
 #include "lm/config.hpp"
 #include "lm/evaluate.hpp"
 
+namespace qkvlab::lm {
+struct ModelFiles;  // lm/model_files.hpp
+}
+
 namespace qkvlab::theory_lm {
 
 struct ModelWeights {
@@ -41,6 +45,7 @@ struct ModelWeights {
 };
 
 ModelWeights read_weights(const std::filesystem::path& dir);
+ModelWeights read_weights(const lm::ModelFiles& files);  // a directory already opened (lm::open_model)
 
 // Rows are positions, sequence after sequence: row b·T + t.
 struct Activations {
