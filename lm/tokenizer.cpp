@@ -18,8 +18,10 @@ Tokenizer Tokenizer::from_bpe(const corpus::Bpe& bpe, const std::string& name) {
   t->source = name;
   t->id_limit = std::size_t(bpe.size());
   for (std::int32_t id = 0; id < bpe.size(); ++id) t->add_token(tokenizer_detail::token_text(bpe, id), id, name);
-  for (const corpus::Merge& m : bpe.merges())
-    t->merges.emplace(corpus::pair_key(m.left, m.right), tokenizer_detail::MergeRank{std::int32_t(t->merges.size()), m.result});
+  for (std::size_t k = 0; k < bpe.merges().size(); ++k) {  // a pair listed again takes the later rank (add_merge)
+    const corpus::Merge& m = bpe.merges()[k];
+    t->merges.insert_or_assign(corpus::pair_key(m.left, m.right), tokenizer_detail::MergeRank{std::int32_t(k), m.result});
+  }
   t->steps.push_back(tokenizer_detail::byte_level(false, true, name));
   t->set_added({std::string(corpus::kEndOfText)});
   return Tokenizer(std::move(t));

@@ -54,12 +54,20 @@ void Tokenizer::Impl::add_token(const std::string& text, std::int32_t id, const 
   bytes[std::size_t(id)] = token_bytes(text), assigned[std::size_t(id)] = true;
 }
 
-void Tokenizer::Impl::add_merge(const std::string& left, const std::string& right, const std::string& where) {
+std::int32_t Tokenizer::Impl::assigned_id(std::int32_t id, const std::string& where) const {
+  if (id < 0 || std::size_t(id) >= assigned.size() || !assigned[std::size_t(id)])
+    throw UsageError(where + ": id " + std::to_string(id) + " is not a token of the tokenizer (its vocabulary and added "
+                     "tokens assign no such id)");
+  return id;
+}
+
+void Tokenizer::Impl::add_merge(const std::string& left, const std::string& right, std::int32_t rank,
+                                const std::string& where) {
   const auto l = vocab.find(left), r = vocab.find(right), m = vocab.find(left + right);
   if (l == vocab.end() || r == vocab.end() || m == vocab.end())
     throw UsageError(where + ": the merge " + json_quote(left + " " + right) +
                      " joins tokens (or makes one) not in the vocabulary");
-  merges.emplace(corpus::pair_key(l->second, r->second), MergeRank{std::int32_t(merges.size()), m->second});
+  merges.insert_or_assign(corpus::pair_key(l->second, r->second), MergeRank{rank, m->second});
 }
 
 // The initial symbols of a piece (already in GPT-2's characters): one per character.

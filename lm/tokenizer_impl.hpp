@@ -30,7 +30,8 @@ namespace tokenizer_detail {
 // GPT-2's pre-tokenizer pattern (ByteLevel's use_regex), as tokenizers writes it.
 constexpr std::string_view kGpt2Pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
-// A PCRE2 pattern in UTF mode with Unicode properties; bytes that are not UTF-8 match nothing.
+// A PCRE2 pattern in UTF mode with Unicode properties (a literal: its characters as they are); bytes that are
+// not UTF-8 match nothing.
 class Regex {
  public:
   Regex(std::string_view pattern, bool literal, const std::string& where);
@@ -74,7 +75,7 @@ struct Tokenizer::Impl {
   std::unordered_map<std::string, std::int32_t> vocab;  // model vocabulary and added tokens
   std::vector<std::string> bytes;                        // each id's decoded bytes
   std::vector<bool> assigned;                            // ids that name a token
-  std::unordered_map<std::uint64_t, tokenizer_detail::MergeRank> merges;// (left, right) → rank, result
+  std::unordered_map<std::uint64_t, tokenizer_detail::MergeRank> merges;  // (left, right) → rank, result
   std::vector<tokenizer_detail::PreStep> steps;
   std::unique_ptr<tokenizer_detail::Regex> added;  // the added tokens' contents, longest first; null when none
   std::vector<std::int32_t> prefix, suffix;  // the post-processor's special tokens
@@ -83,7 +84,11 @@ struct Tokenizer::Impl {
   std::size_t id_limit = 0;  // the entries of the files: ids beyond are refused before anything is sized by them
 
   void add_token(const std::string& text, std::int32_t id, const std::string& where);
-  void add_merge(const std::string& left, const std::string& right, const std::string& where);
+  // A merge of rank `rank` (its place in the list); a pair listed again takes the later rank, as
+  // tokenizers' BpeBuilder (a HashMap collected in order) and GPT-2's encoder.py (a dict) do.
+  void add_merge(const std::string& left, const std::string& right, std::int32_t rank, const std::string& where);
+  // `id` when the tokenizer assigns it to a token; a UsageError naming `where` otherwise.
+  std::int32_t assigned_id(std::int32_t id, const std::string& where) const;
   void set_added(const std::vector<std::string>& contents);
   // The pieces of one segment (no added token in it), through every pre-tokenizer step.
   std::vector<std::string> pieces(std::string_view segment) const;

@@ -1,5 +1,7 @@
 // tokenizer.json (lm/tokenizer_impl.hpp): read, every part checked to be implemented
 // (Tokenizer::from_json), and the toolkit's own written (tokenizer_json).
+#include <cstdlib>
+
 #include "core/errors.hpp"
 #include "core/json_text.hpp"
 #include "engine/json.hpp"
@@ -46,6 +48,9 @@ std::int32_t id_field(const Json& value, const std::string& where) {
   }
 }
 
+// A number that is 0 as tokenizers reads it (an f32): "dropout": 0.0 is no dropout there.
+bool is_zero(const Json& v) { return v.kind == Json::Kind::number && std::strtof(v.text.c_str(), nullptr) == 0.0f; }
+
 [[noreturn]] void unsupported(const std::string& where, const std::string& what) {
   throw UsageError(where + ": " + what + " is not implemented (implemented: BPE with ByteLevel; docs/lm.md, \"Tokenizers\")");
 }
@@ -54,7 +59,7 @@ void read_model(Tokenizer::Impl& t, const Json& model, const std::string& where)
   if (model.kind != Json::Kind::object) throw UsageError(where + ": not an object");
   const std::string type = member(model, "type") ? string_field(model, "type", where) : "BPE";  // old files: no type
   if (type != "BPE") unsupported(where, "the model type " + json_quote(type));
-  if (!is_null(member(model, "dropout"))) unsupported(where, "BPE dropout");
+  if (const Json* p = member(model, "dropout"); !is_null(p) && !is_zero(*p)) unsupported(where, "BPE dropout");
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"})
     if (const Json* v = member(model, key); !is_null(v) && !(v->kind == Json::Kind::string && v->text.empty()))
       unsupported(where, std::string("\"") + key + "\"");
@@ -75,10 +80,10 @@ void read_model(Tokenizer::Impl& t, const Json& model, const std::string& where)
       const auto space = m.text.find(' ');
       if (space == std::string::npos || m.text.find(' ', space + 1) != std::string::npos)
         throw UsageError(at + ": not a merge \"LEFT RIGHT\": " + json_quote(m.text));
-      t.add_merge(m.text.substr(0, space), m.text.substr(space + 1), at);
+      t.add_merge(m.text.substr(0, space), m.text.substr(space + 1), std::int32_t(k), at);
     } else if (m.kind == Json::Kind::array && m.items.size() == 2 && m.items[0].kind == Json::Kind::string &&
                m.items[1].kind == Json::Kind::string) {
-      t.add_merge(m.items[0].text, m.items[1].text, at);
+      t.add_merge(m.items[0].text, m.items[1].text, std::int32_t(k), at);
     } else {
       throw UsageError(at + ": not a merge (\"LEFT RIGHT\" or [\"LEFT\", \"RIGHT\"])");
     }
@@ -141,7 +146,8 @@ void read_template(Tokenizer::Impl& t, const Json& post, const std::string& wher
     const Json* ids = entry ? member(*entry, "ids") : nullptr;
     if (!ids || ids->kind != Json::Kind::array)
       throw UsageError(at + ": the special token " + json_quote(name) + " has no \"ids\" in \"special_tokens\"");
-    for (const Json& id : ids->items) (sequences ? t.suffix : t.prefix).push_back(id_field(id, at));
+    const std::string field = where + ".special_tokens[" + json_quote(name) + "].ids";
+    for (const Json& id : ids->items) (sequences ? t.suffix : t.prefix).push_back(t.assigned_id(id_field(id, field), field));
   }
   if (sequences != 1) throw UsageError(where + ": \"single\" must hold the sequence once");
 }
@@ -193,7 +199,8 @@ void read_root(Tokenizer::Impl& t, const Json& root, const std::string& name) {
   const Json* pre = member(root, "pre_tokenizer");
   if (is_null(pre)) unsupported(name + ": pre_tokenizer", "a tokenizer without a ByteLevel pre-tokenizer");
   read_pre_tokenizer(t, *pre, name + ": pre_tokenizer");
-  if (!t.steps.back().byte_level) unsupported(name + ": pre_tokenizer", "a pre-tokenizer that does not end with ByteLevel");
+  if (t.steps.empty() || !t.steps.back().byte_level)  // empty: a Sequence of none
+    unsupported(name + ": pre_tokenizer", "a pre-tokenizer that does not end with ByteLevel");
   const Json* decoder = member(root, "decoder");
   if (is_null(decoder) || string_field(*decoder, "type", name + ": decoder") != "ByteLevel")
     unsupported(name + ": decoder", "a decoder other than ByteLevel");

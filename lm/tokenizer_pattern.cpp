@@ -17,7 +17,9 @@ namespace tokenizer_detail {
 Regex::Regex(std::string_view pattern, bool literal, const std::string& where) {
   int error = 0;
   PCRE2_SIZE offset = 0;
-  const std::uint32_t options = PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF | (literal ? PCRE2_LITERAL : 0u);
+  // A literal (Split's {"String": ...}, tokenizers' regex::escape of it) takes no UCP: PCRE2 refuses it with
+  // LITERAL, and a literal has no \p{...} or \w for it to change.
+  const std::uint32_t options = PCRE2_UTF | PCRE2_MATCH_INVALID_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);
   code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), options, &error, &offset, nullptr);
   if (!code_) {
     PCRE2_UCHAR message[256];

@@ -304,6 +304,151 @@ TEST(Tokenizer, RefusesWhatIsNotImplemented) {
   refused(R"("version")", R"(,"version")", "tok.json: JSON");
 }
 
+// --- review r25: small byte-level files ----------------------------------------------------------
+
+// A byte-level tokenizer.json: the 256 byte tokens (GPT-2's numbers: 'e' = 68, 'i' = 72, 'l' = 75,
+// 's' = 82, '|' = 91, the space Ġ = 220), `tokens` from 256 on, <|endoftext|> added after them; the merges
+// "A B" in order; the given pre-tokenizer, post-processor, model fields and top-level fields.
+struct SmallFile {
+  std::vector<std::string> tokens, merges;
+  std::string pre = R"({"type": "ByteLevel", "add_prefix_space": false, "use_regex": true})";
+  std::string post = "null", model = "", root = "";
+
+  std::string json() const {
+    std::string vocab, list;
+    for (int b = 0; b < 256; ++b)
+      vocab += json_quote(corpus::bytes_to_token_text(std::string(1, char(b)))) + ": " +
+               std::to_string(corpus::gpt2_byte_rank(static_cast<unsigned char>(b))) + ", ";
+    for (std::size_t k = 0; k < tokens.size(); ++k)
+      vocab += json_quote(tokens[k]) + ": " + std::to_string(256 + k) + (k + 1 < tokens.size() ? ", " : "");
+    if (tokens.empty()) vocab.resize(vocab.size() - 2);
+    for (const std::string& m : merges) list += (list.empty() ? "" : ", ") + json_quote(m);
+    return "{" + root + R"("added_tokens": [{"id": )" + std::to_string(256 + tokens.size()) +
+           R"(, "content": "<|endoftext|>", "special": true}], "normalizer": null, "pre_tokenizer": )" + pre +
+           R"(, "post_processor": )" + post + R"(, "decoder": {"type": "ByteLevel"}, "model": {"type": "BPE", )" + model +
+           R"("vocab": {)" + vocab + R"(}, "merges": [)" + list + "]}}";
+  }
+};
+
+const std::string kByteLevelNoRegex = R"({"type": "ByteLevel", "add_prefix_space": false, "use_regex": false})";
+
+// An empty pre-tokenizer Sequence, also one inside another, holds no ByteLevel: refused in one line,
+// exit 2 (every reader crashed on it: the last of no steps). Control: the empty Sequence beside a
+// ByteLevel loads and encodes ("is" → 72 82).
+TEST(Tokenizer, AnEmptyPreTokenizerSequenceIsRefused) {
+  SmallFile f;
+  const std::string empty = R"({"type": "Sequence", "pretokenizers": []})";
+  for (const std::string& pre : {empty, R"({"type": "Sequence", "pretokenizers": [)" + empty + "]}"}) {
+    f.pre = pre;
+    const std::string e = usage_error([&] { Tokenizer::from_json(f.json(), "tok.json"); });
+    EXPECT_NE(e.find("tok.json: pre_tokenizer: a pre-tokenizer that does not end with ByteLevel"), std::string::npos) << e;
+    EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+    ScratchDir dir;
+    write_file(dir / "tokenizer.json", f.json());
+    const std::string args = "lm tokenize " + shell_quoted(dir.path()) + " --prompt is";
+    expect_usage_error(run_qkvlab(args), args, "does not end with ByteLevel");
+  }
+  f.pre = R"({"type": "Sequence", "pretokenizers": [)" + empty + ", " + kByteLevelNoRegex + "]}";
+  EXPECT_EQ(Tokenizer::from_json(f.json(), "tok.json").encode("is"), (Ids{72, 82}));
+}
+
+// A TemplateProcessing's special-token ids must be ids the tokenizer assigns (they were bounded only by
+// 2^30, and `lm tokenize` printed 999999): refused in one line naming the field. Control: the
+// <|endoftext|> id (256) is put first.
+TEST(Tokenizer, ATemplateIdTheTokenizerDoesNotAssignIsRefused) {
+  SmallFile f;
+  const auto with_id = [&](const std::string& id) {
+    f.post = R"({"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}},
+      {"Sequence": {"id": "A", "type_id": 0}}], "pair": [], "special_tokens": {"<s>": {"id": "<s>", "ids": [)" + id +
+             R"(], "tokens": ["<s>"]}}})";
+    return f.json();
+  };
+  for (const char* id : {"999999", "1073741824", "257"}) {  // 257: one past the 257 entries
+    const std::string e = usage_error([&] { Tokenizer::from_json(with_id(id), "tok.json"); });
+    EXPECT_NE(e.find(std::string("tok.json: post_processor.special_tokens[\"<s>\"].ids: id ") + id +
+                     " is not a token of the tokenizer"), std::string::npos) << e;
+    EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+  }
+  ScratchDir dir;
+  write_file(dir / "tokenizer.json", with_id("999999"));
+  const std::string args = "lm tokenize " + shell_quoted(dir.path()) + " --prompt is";
+  expect_usage_error(run_qkvlab(args), args, "special_tokens[\"<s>\"].ids: id 999999");
+  EXPECT_EQ(Tokenizer::from_json(with_id("256"), "tok.json").encode("is"), (Ids{256, 72, 82}));  // control
+}
+
+// Split with {"String": ...} matches the string literally, as tokenizers does (it escapes it into a
+// regex); every String pattern was refused ("does not compile": PCRE2 takes no UCP with LITERAL).
+// The merge "i s" → 256. "is s|is" under the literal "s|i" Isolated: "is " | "s|i" | "s" →
+// [256, 220], [82, 91, 72], [82]; Removed drops the middle. Control: {"Regex": "s|i"} is an
+// alternation, every i and s its own piece: [72, 82, 220, 82, 91, 72, 82].
+TEST(Tokenizer, SplitWithAStringPatternMatchesItLiterally) {
+  SmallFile f;
+  f.tokens = {"is"}, f.merges = {"i s"};
+  const auto split = [&](const std::string& pattern, const std::string& behavior) {
+    f.pre = R"({"type": "Sequence", "pretokenizers": [{"type": "Split", "pattern": )" + pattern +
+            R"(, "behavior": ")" + behavior + R"(", "invert": false}, )" + kByteLevelNoRegex + "]}";
+    return Tokenizer::from_json(f.json(), "tok.json").encode("is s|is");
+  };
+  EXPECT_EQ(split(R"({"String": "s|i"})", "Isolated"), (Ids{256, 220, 82, 91, 72, 82}));
+  EXPECT_EQ(split(R"({"String": "s|i"})", "Removed"), (Ids{256, 220, 82}));
+  EXPECT_EQ(split(R"({"Regex": "s|i"})", "Isolated"), (Ids{72, 82, 220, 82, 91, 72, 82}));  // control
+}
+
+// A merge listed twice takes its later rank, as tokenizers (BpeBuilder collects the ranked merges into
+// a HashMap, the last insert winning) and GPT-2's encoder.py (a dict) do; it kept the first. Merges
+// "l l" → 256, "e l" → 257, "l l" again: in "ell", (e, l) at rank 1 goes before (l, l) at rank 2 →
+// [257, 75]. Control: without the repeat (l, l) is rank 0 → [68, 256]. Both readers: tokenizer.json
+// and vocab.json + merges.txt.
+TEST(Tokenizer, AMergeListedTwiceTakesItsLaterRank) {
+  for (const bool repeated : {true, false}) {
+    const Ids want = repeated ? Ids{257, 75} : Ids{68, 256};
+    SmallFile f;
+    f.tokens = {"ll", "el"}, f.merges = {"l l", "e l"};
+    if (repeated) f.merges.push_back("l l");
+    EXPECT_EQ(Tokenizer::from_json(f.json(), "tok.json").encode("ell"), want) << repeated;
+    ScratchDir dir;
+    std::string vocab = "{", merges = "#version: 0.2\n";
+    for (int b = 0; b < 256; ++b)
+      vocab += json_quote(corpus::bytes_to_token_text(std::string(1, char(b)))) + ": " +
+               std::to_string(corpus::gpt2_byte_rank(static_cast<unsigned char>(b))) + ", ";
+    write_file(dir / "vocab.json", vocab + R"("ll": 256, "el": 257, "<|endoftext|>": 258})");
+    for (const std::string& m : f.merges) merges += m + "\n";
+    write_file(dir / "merges.txt", merges);
+    EXPECT_EQ(Tokenizer::load(dir.path()).encode("ell"), want) << repeated;
+  }
+}
+
+// "dropout": 0.0 (or 0, or null) is no dropout in tokenizers: read, the same ids as without it. A
+// nonzero dropout stays refused (0.1; 1e-30, not 0 as an f32).
+TEST(Tokenizer, AZeroDropoutIsNoDropout) {
+  SmallFile f;
+  f.tokens = {"is"}, f.merges = {"i s"};
+  for (const char* zero : {"0.0", "0", "-0.0", "null"}) {
+    f.model = std::string(R"("dropout": )") + zero + ", ";
+    EXPECT_EQ(Tokenizer::from_json(f.json(), "tok.json").encode("is"), (Ids{256})) << zero;
+  }
+  for (const char* some : {"0.1", "1e-30"}) {
+    f.model = std::string(R"("dropout": )") + some + ", ";
+    const std::string e = usage_error([&] { Tokenizer::from_json(f.json(), "tok.json"); });
+    EXPECT_NE(e.find("tok.json: model: BPE dropout is not implemented"), std::string::npos) << some << ": " << e;
+  }
+}
+
+// "truncation" and "padding" are for batches of one model's inputs; transformers turns both off on every
+// call that does not ask for them, and qkvlab encodes whole texts it cuts itself (docs/lm.md,
+// "Tokenizers"): read and not applied. "is is is" gives all 5 ids, neither cut to max_length 2 nor
+// padded to 8 (the control: the same ids as with both null).
+TEST(Tokenizer, TruncationAndPaddingAreNotApplied) {
+  SmallFile f;
+  f.tokens = {"is"}, f.merges = {"i s"};
+  const Ids plain = Tokenizer::from_json(f.json(), "tok.json").encode("is is is");
+  EXPECT_EQ(plain, (Ids{256, 220, 256, 220, 256}));
+  f.root = R"("truncation": {"max_length": 2, "strategy": "LongestFirst", "stride": 0, "direction": "Right"},
+    "padding": {"strategy": {"Fixed": 8}, "direction": "Right", "pad_to_multiple_of": null, "pad_id": 0,
+    "pad_type_id": 0, "pad_token": "!"}, )";
+  EXPECT_EQ(Tokenizer::from_json(f.json(), "tok.json").encode("is is is"), plain);
+}
+
 // --- qkvlab lm tokenize ---------------------------------------------------------------------------
 
 TEST(TokenizeCommand, IdsTextJsonAndDecode) {
