@@ -62,13 +62,16 @@ std::vector<Command> add_lm_compare_commands(CLI::App& lm, const std::string&) {
       ->capture_default_str();
   cmd->add_option("--baseline", a->options.baseline, "The runs the others are measured against: a run name (a run directory's, less -sSEED: "
                                               "resformer-l05) or a variant; each group gets the one of its family, products, "
-                                              "kind of device and corpus whose model is nearest its own (gqa for gqa-skipv1)")
+                                              "kind of device, corpus and budget whose model is nearest its own (gqa for gqa-skipv1); "
+                                              "a nearest of another model (width, depth, heads, ffn, ...) gives no verdict, "
+                                              "its baseline_note naming what differs")
       ->capture_default_str();
   cmd->add_option("--claim", a->claim, "less|greater: judge each group's paired difference from the baseline as claimed "
                                        "below (above) it, by the rule of docs/figures.md (beyond Student's t quantile 0.975 standard errors over >= 2 seeds); "
                                        "adds a verdict to each group")
       ->check(CLI::IsMember({"less", "greater"}));
-  cmd->add_option("--csv", a->csv, "Write the relative training-loss curves (mean and std per group) as CSV");
+  cmd->add_option("--csv", a->csv, "Write the relative training-loss curves (mean and std per group, each to its own end: "
+                                "empty cells past a shorter curve's) as CSV");
   cmd->add_option("--figure", a->figure, "Draw them to STEM.svg and STEM.png (needs --csv)");
   add_format_option(cmd, a->format);
   return {{cmd, [a] {

@@ -47,7 +47,8 @@ void add_model_options(CLI::App* cmd, ModelOptions& o) {
           "N|learned|rope[,N]"))
       ->capture_default_str();
   g->add_flag("--tied", o.tied, "Tie the head to the token embedding (U = E^T)");
-  g->add_flag("--bias", o.bias, "Biases on linear maps (and LayerNorm, gpt2)");
+  g->add_flag("--bias", o.bias, "Biases on linear maps (and LayerNorm, gpt2), but none on MLA's latent and rotary "
+                                "projections (dkv, uk, uv, kr, qr; q and o have theirs)");
   g->add_option("--gelu", o.gelu, "GELU form (gpt2): tanh (Hugging Face's gelu_new) or erf (exact)")
       ->check(CLI::IsMember({"tanh", "erf"}))
       ->capture_default_str();

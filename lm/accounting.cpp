@@ -161,9 +161,10 @@ KvAccount count_kv(const Config& c) {
     scan(p.keys, c.mla ? "latent" : "keys");
     scan(p.values, c.mla ? "latent" : "values");
     scan(p.direct, c.mla ? "latent" : "values");
-    for (auto& [key, heads] : reused) {
+    for (auto& [key, heads] : reused) {  // numbered from 1, layers and heads alike (docs/lm.md's numbering)
       std::sort(heads.begin(), heads.end());
       heads.erase(std::unique(heads.begin(), heads.end()), heads.end());
+      for (int& h : heads) ++h;
       cache.reused.push_back(Reuse{key.first, key.second + 1, heads});
     }
     a.layers.push_back(std::move(cache));

@@ -50,7 +50,7 @@ ParameterAccount count_parameters(const Config& config);
 struct Reuse {
   std::string what;        // "keys" or "values" (MLA: "latent")
   int layer = 0;           // 1-based: the layer that owns (and caches) them
-  std::vector<int> heads;  // that layer's own heads (MLA: latent slots), 0-based
+  std::vector<int> heads;  // that layer's own heads (MLA: latent slots), 1-based as docs/lm.md numbers heads 1 … H_kv
 };
 
 struct LayerCache {

@@ -7,7 +7,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string_view>
@@ -192,9 +194,12 @@ void require_whole_log(const fs::path& file, const Curve& log, const std::string
     if (log.steps[i] != std::int64_t(i) + 1)
       throw UsageError(file.string() + ": row " + std::to_string(i + 1) + " is step " + std::to_string(log.steps[i]) +
                        " where step " + std::to_string(i + 1) + " belongs: a log spliced from two runs");
-  if (std::int64_t(log.steps.size()) != steps || log.cut)
-    throw UsageError(file.string() + ": " + std::to_string(log.steps.size()) + " whole rows where the run's " +
+  if (std::int64_t(log.steps.size()) != steps || log.cut) {  // a last row without its newline is not a whole one
+    const bool cut_row = log.cut && !log.steps.empty();
+    throw UsageError(file.string() + ": " + std::to_string(log.steps.size() - (cut_row ? 1 : 0)) + " whole rows" +
+                     (cut_row ? " and a last row cut before its newline" : "") + " where the run's " +
                      std::to_string(steps) + " steps belong: a log cut short");
+  }
 }
 
 Run read_run(const fs::path& dir) {
@@ -267,23 +272,55 @@ struct Group {
   }
 };
 
-// How many of the model's fields differ between a and b (absent in one: differs), leaving out those
-// that say which variant a model is, and its parameter count.
-int model_distance(const Group& a, const Group& b) {
-  static const std::set<std::string> variant_fields = {"model.variant",  "model.alpha",      "model.beta",
-                                                       "model.lambda",   "model.skip_ratio", "model.source_layer",
-                                                       "model.strategy", "model.parameters"};
+// The model's fields that say which variant a model is (the variant and its options) and its
+// parameter count, which the variant changes: a baseline may differ from its group in these only.
+const std::set<std::string> kVariantFields = {"model.variant",    "model.alpha",        "model.beta",
+                                              "model.lambda",     "model.skip_ratio",   "model.source_layer",
+                                              "model.strategy",   "model.parameters"};
+
+// The fields of `names` (all of the model's but the variant's own, when empty) in which a and b differ;
+// a field one of them lacks differs.
+std::vector<std::string> differing_fields(const Group& a, const Group& b, const std::vector<std::string>& names = {}) {
   const auto& fa = a.runs.front()->fields;
   const auto& fb = b.runs.front()->fields;
-  auto counts = [&](const std::string& name) { return name.starts_with("model.") && !variant_fields.count(name); };
-  int distance = 0;
-  for (const auto& [name, value] : fa)
-    if (counts(name)) {
-      const auto it = fb.find(name);
-      distance += it == fb.end() || it->second != value;
-    }
-  for (const auto& [name, value] : fb) distance += counts(name) && !fa.count(name);
-  return distance;
+  std::set<std::string> candidates(names.begin(), names.end());
+  if (names.empty())
+    for (const auto* f : {&fa, &fb})
+      for (const auto& [name, value] : *f)
+        if (name.starts_with("model.") && !kVariantFields.count(name)) candidates.insert(name);
+  std::vector<std::string> differ;
+  for (const std::string& name : candidates)
+    if (fa.count(name) != fb.count(name) || a.field(name) != b.field(name)) differ.push_back(name);
+  return differ;
+}
+
+// How many of the model's fields differ between a and b, leaving out the variant's own.
+int model_distance(const Group& a, const Group& b) { return int(differing_fields(a, b).size()); }
+
+// "ffn 512 (here 576), d 8 (here 32)": each field as b has it, then as g has it (absent: none;
+// products absent: float32).
+std::string described(const Group& g, const Group& b, const std::vector<std::string>& fields) {
+  auto value = [](const Group& x, const std::string& field) {
+    if (!x.runs.front()->fields.count(field)) return std::string(field == "training.products" ? "float32" : "none");
+    return shown(x.field(field));
+  };
+  std::string text;
+  for (const std::string& field : fields) {
+    const std::string name = field == "run.data" ? "corpus" : field.substr(field.find('.') + 1);
+    text += (text.empty() ? "" : ", ") + name + " " + value(b, field) + " (here " + value(g, field) + ")";
+  }
+  return text;
+}
+
+// Where g's baseline b is another model, not only another variant (another width, depth, head
+// count, ffn, vocabulary, positions, ...: a field outside kVariantFields differs): the note naming
+// those fields, and the parameter counts. Empty when b is g's model but for the variant.
+std::string other_model_note(const Group& g, const Group& b) {
+  std::vector<std::string> fields = differing_fields(g, b);
+  if (fields.empty()) return "";
+  if (!differing_fields(g, b, {"model.parameters"}).empty()) fields.push_back("model.parameters");
+  return "the baseline " + b.label + " is another model, not only another variant: " + described(g, b, fields) +
+         "; the difference is of the two models, not of the variant alone, so it gets no verdict";
 }
 
 // What sets a training's budget and the shape of its data (run.json's training object): the steps,
@@ -300,15 +337,14 @@ const std::vector<std::string> kBudget = {"training.steps", "training.batch", "t
 // checkpoint if g was (uptrained runs against the runs trained on from the unconverted checkpoint, not
 // against fresh starts), then one from g's own starting point, then one of that name (skipv1 for
 // skipv1-pooling, though both are of the variant skipv1), then one trained as g was in every setting.
-// Null when there is none (`why` then says what the named runs lack, when there are some); a
-// UsageError when two are equally near.
+// Null when there is none, `why` then naming each run of that name or variant with what it differs in
+// (or saying there is none); a UsageError when two are equally near. The nearest may still be another
+// model (other_model_note).
 const Group* baseline_of(const Group& g, const std::vector<Group>& groups, const std::string& baseline, std::string& why) {
   auto named = [&](const Group& b) { return b.name == baseline || b.variant == baseline; };
-  auto fits = [&](const Group& b) {
-    auto same = [&](const std::string& field) { return b.field(field) == g.field(field); };
-    return named(b) && b.family == g.family && same("training.products") && same("run.device") && same("run.data") &&
-           std::all_of(kBudget.begin(), kBudget.end(), same);
-  };
+  std::vector<std::string> setting = {"model.family", "training.products", "run.device", "run.data"};
+  setting.insert(setting.end(), kBudget.begin(), kBudget.end());
+  auto fits = [&](const Group& b) { return named(b) && differing_fields(g, b, setting).empty(); };
   auto rank = [&](const Group& b) {
     const std::string from = b.field("run.from");
     return std::tuple{model_distance(g, b), from.empty() != g.field("run.from").empty(), from != g.field("run.from"),
@@ -322,21 +358,12 @@ const Group* baseline_of(const Group& g, const std::vector<Group>& groups, const
       throw UsageError("two baselines fit " + g.label + " equally: " + base->label + " and " + b.label +
                        "; name one by its runs' directories (--baseline NAME for NAME-sSEED)");
   why.clear();
-  if (!base)  // the named runs of g's family, products, device kind and corpus, but of another budget
-    for (const Group& b : groups) {
-      auto same = [&](const std::string& field) { return b.field(field) == g.field(field); };
-      if (!named(b) || b.family != g.family || !same("training.products") || !same("run.device") || !same("run.data"))
-        continue;
-      std::string differs;
-      for (const std::string& field : kBudget)
-        if (!same(field))
-          differs += (differs.empty() ? "" : ", ") + field.substr(field.find('.') + 1) + " " + b.field(field) + " (here " +
-                     g.field(field) + ")";
-      why += (why.empty() ? "" : "; ") + b.label + " was trained with other " + differs;
-    }
-  if (!why.empty())
-    why = "no '" + baseline + "' run was trained as this group was (steps, batch, seq_len, accum): " + why +
-          ", so no difference is measured";
+  if (base) return base;
+  for (const Group& b : groups)  // the named runs, each with what it differs in
+    if (named(b)) why += (why.empty() ? "" : "; ") + b.label + " has " + described(g, b, differing_fields(g, b, setting));
+  why = why.empty() ? "no run is named or of the variant '" + baseline + "', so no difference is measured"
+                    : "no '" + baseline + "' run has this group's family, products, kind of device, corpus and budget "
+                      "(steps, batch, seq_len, accum): " + why + ", so no difference is measured";
   return base;
 }
 
@@ -366,6 +393,142 @@ std::vector<double> baseline_curve(const Run& base, std::size_t length, int wind
   if (s.size() < length) throw UsageError(base.dir.string() + ": the baseline run is shorter than the runs compared with it");
   s.resize(length);
   return s;
+}
+
+// A group's relative training-loss curve: the mean and standard deviation over its paired seeds at each step.
+struct RelativeCurve {
+  std::string label;
+  std::vector<double> mean, std;
+};
+
+// The curves as one table: steps 1 … the longest curve's end (each run's log has a row for every step,
+// require_whole_log), each curve's mean and std to its own end and NaN past it (groups of other budgets
+// have curves of other lengths; the figure leaves the NaN points out, so each curve is drawn whole).
+results::Table curves_table(const std::vector<RelativeCurve>& curves) {
+  std::size_t longest = 0;
+  for (const RelativeCurve& c : curves) longest = std::max(longest, c.mean.size());
+  results::Table t{"relative_train_loss", {}};
+  std::vector<double> steps(longest);
+  for (std::size_t i = 0; i < longest; ++i) steps[i] = double(i + 1);
+  t.columns.push_back({"step", steps});
+  const auto padded = [&](std::vector<double> v) {
+    v.resize(longest, std::numeric_limits<double>::quiet_NaN());
+    return v;
+  };
+  for (const RelativeCurve& c : curves) {
+    t.columns.push_back({c.label + " mean", padded(c.mean)});
+    t.columns.push_back({c.label + " std", padded(c.std)});
+  }
+  return t;
+}
+
+// The table as CSV in results' form (a header line, each number %.17g), but with an empty cell where
+// it holds no number: past a curve's end, and the spread of a single paired seed.
+std::string curves_csv(const results::Table& t) {
+  std::string text;
+  for (std::size_t j = 0; j < t.columns.size(); ++j) text += (j ? "," : "") + t.columns[j].name;
+  text += "\n";
+  for (std::size_t i = 0; i < t.columns.front().values.size(); ++i) {
+    for (std::size_t j = 0; j < t.columns.size(); ++j) {
+      const double x = t.columns[j].values[i];
+      char cell[32] = "";
+      if (!std::isnan(x)) std::snprintf(cell, sizeof cell, "%.17g", x);
+      text += (j ? "," : "") + std::string(cell);
+    }
+    text += "\n";
+  }
+  return text;
+}
+
+// --csv and --figure: the curves, all or none.
+void write_curves(const std::vector<RelativeCurve>& curves, const CompareOptions& o) {
+  const results::Table table = curves_table(curves);
+  StagedFiles files;
+  files.add_bytes(*o.csv, "CSV", curves_csv(table));
+  if (o.figure) {
+    results::Figure fig{"Training loss relative to " + o.baseline + " (" + (o.smoothing == Smoothing::forward ? "forward " : "") +
+                            "moving average of " + std::to_string(o.window) + " steps)",
+                        "step", "loss - baseline loss (nats)", false, false, {}, {}};
+    for (std::size_t c = 1; c < table.columns.size(); c += 2)
+      fig.series.push_back({"step", table.columns[c].name, "", table.columns[c].name, "lines", ""});
+    fig.extra.push_back("set key bottom left");
+    results::stage_figure(files, fig, table, *o.figure);
+  }
+  files.commit();
+}
+
+// The runs of g paired with the baseline's run of their seed: the final losses' differences and the
+// relative curves are of these only (a seed the baseline lacks is measured against nothing).
+std::vector<std::pair<const Run*, const Run*>> paired_runs(const Group& g, const Group* base) {
+  std::vector<std::pair<const Run*, const Run*>> paired;
+  if (!base || base == &g) return paired;
+  for (const Run* r : g.runs)
+    for (const Run* b : base->runs)
+      if (b->seed == r->seed) paired.push_back({r, b});
+  return paired;
+}
+
+// g's relative curve against its paired baseline runs (none when nothing is paired).
+std::optional<RelativeCurve> relative_curve(const Group& g, const std::vector<std::pair<const Run*, const Run*>>& paired,
+                                            const CompareOptions& o) {
+  if (paired.empty()) return std::nullopt;
+  std::size_t length = SIZE_MAX;
+  for (const auto& [r, b] : paired) length = std::min(length, r->train.values.size());
+  std::vector<std::vector<double>> relative;
+  for (const auto& [r, b] : paired) {
+    const auto mine = moving_average(r->train.values, o.window, o.smoothing);
+    const auto ref = baseline_curve(*b, length, o.window, o.smoothing);
+    std::vector<double> rel(length);
+    for (std::size_t i = 0; i < length; ++i) rel[i] = mine[i] - ref[i];
+    relative.push_back(std::move(rel));
+  }
+  RelativeCurve c{g.label, std::vector<double>(length), std::vector<double>(length)};
+  for (std::size_t i = 0; i < length; ++i) {
+    std::vector<double> at;
+    for (const auto& rel : relative) at.push_back(rel[i]);
+    c.mean[i] = mean(at), c.std[i] = stddev(at);
+  }
+  return c;
+}
+
+// One group's entry of the comparison; its relative curve, if any, appended to `curves`.
+results::Value group_value(const Group& g, const std::vector<Group>& groups, const CompareOptions& o,
+                           std::vector<RelativeCurve>& curves) {
+  std::string note;
+  const Group* base = baseline_of(g, groups, o.baseline, note);
+  if (base && base != &g) note = other_model_note(g, *base);
+  const auto paired = paired_runs(g, base);
+  std::vector<double> finals, deltas;
+  results::Value seeds = results::Value::array();
+  for (const Run* r : g.runs) finals.push_back(r->final_validation), seeds.push(r->seed);
+  for (const auto& [r, b] : paired) deltas.push_back(r->final_validation - b->final_validation);
+  results::Value v = results::Value::object();
+  v.set("label", g.label);
+  v.set("family", g.family);
+  v.set("variant", g.variant);
+  v.set("runs", std::int64_t(g.runs.size()));
+  v.set("seeds", seeds);
+  // A spread of one run and a difference without a paired baseline run are not measured: null, not nan.
+  const auto measured = [](bool defined, double x) { return defined ? results::Value(x) : results::Value(); };
+  v.set("final_validation_loss_mean", mean(finals));
+  v.set("final_validation_loss_std", measured(finals.size() > 1, stddev(finals)));
+  v.set("baseline", base ? results::Value(base->label) : results::Value());
+  v.set("delta_vs_baseline_mean", measured(!deltas.empty(), mean(deltas)));
+  v.set("delta_vs_baseline_se", measured(deltas.size() > 1, stddev(deltas) / std::sqrt(double(deltas.size()))));
+  v.set("paired_seeds", std::int64_t(deltas.size()));
+  if (!note.empty()) v.set("baseline_note", note);
+  if (o.claim && base && base != &g && note.empty()) {  // a verdict on the variant: against its own model only
+    const results::Claim claim{g.label + " trains " + (*o.claim == results::Sense::less ? "lower" : "higher") + " than " +
+                                   base->label,
+                               "final validation loss, " + g.label + " − " + base->label + ", paired by seed (nats)", *o.claim};
+    v.set("verdict", results::judge(claim, results::Rule{}, {results::over_replicates(g.label, deltas)}).to_value());
+  }
+  if (auto curve = relative_curve(g, paired, o)) {
+    v.set("final_relative_train_loss", curve->mean.back());
+    v.set("relative_curve_seeds", std::int64_t(paired.size()));  // the paired seeds, as for the deltas
+    curves.push_back(std::move(*curve));
+  }
+  return v;
 }
 
 }  // namespace
@@ -421,93 +584,12 @@ results::Value compare_runs(const std::vector<fs::path>& dirs, const CompareOpti
   out.set("smoothing", to_string(o.smoothing));
   out.set("baseline", o.baseline);
   results::Value list = results::Value::array();
-  results::Table curves{"relative_train_loss", {}};
-  for (const Group& g : groups) {
-    std::string no_baseline;
-    const Group* base = baseline_of(g, groups, o.baseline, no_baseline);
-    std::vector<double> finals, deltas;
-    std::vector<std::vector<double>> relative;
-    // The runs paired with the baseline's run of their seed: the final losses' differences and the
-    // relative curves are of these only (a seed the baseline lacks is measured against nothing).
-    std::vector<std::pair<const Run*, const Run*>> paired;
-    results::Value seeds = results::Value::array();
-    for (const Run* r : g.runs) {
-      finals.push_back(r->final_validation);
-      seeds.push(r->seed);
-      if (!base || base == &g) continue;
-      for (const Run* b : base->runs)
-        if (b->seed == r->seed) paired.push_back({r, b}), deltas.push_back(r->final_validation - b->final_validation);
-    }
-    std::size_t length = SIZE_MAX;
-    for (const auto& [r, b] : paired) length = std::min(length, r->train.values.size());
-    for (const auto& [r, b] : paired) {
-      const auto mine = moving_average(r->train.values, o.window, o.smoothing);
-      const auto ref = baseline_curve(*b, length, o.window, o.smoothing);
-      std::vector<double> rel(length);
-      for (std::size_t i = 0; i < length; ++i) rel[i] = mine[i] - ref[i];
-      relative.push_back(std::move(rel));
-    }
-    results::Value v = results::Value::object();
-    v.set("label", g.label);
-    v.set("family", g.family);
-    v.set("variant", g.variant);
-    v.set("runs", std::int64_t(g.runs.size()));
-    v.set("seeds", seeds);
-    // A spread of one run and a difference without a paired baseline run are not measured: null, not nan.
-    const auto measured = [](bool defined, double x) { return defined ? results::Value(x) : results::Value(); };
-    v.set("final_validation_loss_mean", mean(finals));
-    v.set("final_validation_loss_std", measured(finals.size() > 1, stddev(finals)));
-    v.set("baseline", base ? results::Value(base->label) : results::Value());
-    v.set("delta_vs_baseline_mean", measured(!deltas.empty(), mean(deltas)));
-    v.set("delta_vs_baseline_se", measured(deltas.size() > 1, stddev(deltas) / std::sqrt(double(deltas.size()))));
-    v.set("paired_seeds", std::int64_t(deltas.size()));
-    if (!no_baseline.empty()) v.set("baseline_note", no_baseline);
-    if (o.claim && base && base != &g) {
-      const results::Claim claim{g.label + " trains " + (*o.claim == results::Sense::less ? "lower" : "higher") + " than " +
-                                     base->label,
-                                 "final validation loss, " + g.label + " − " + base->label + ", paired by seed (nats)", *o.claim};
-      v.set("verdict", results::judge(claim, results::Rule{}, {results::over_replicates(g.label, deltas)}).to_value());
-    }
-    if (!relative.empty()) {
-      std::vector<double> m(length), s(length), last;
-      for (std::size_t i = 0; i < length; ++i) {
-        std::vector<double> at;
-        for (const auto& rel : relative) at.push_back(rel[i]);
-        m[i] = mean(at), s[i] = stddev(at);
-      }
-      v.set("final_relative_train_loss", m.back());
-      v.set("relative_curve_seeds", std::int64_t(relative.size()));  // the paired seeds, as for the deltas
-      if (curves.columns.empty()) {
-        const Run& first = *paired.front().first;
-        std::vector<double> steps(first.train.steps.begin(), first.train.steps.begin() + std::ptrdiff_t(length));
-        curves.columns.push_back({"step", steps});
-      }
-      const std::size_t common = std::min(length, curves.columns.front().values.size());
-      m.resize(common), s.resize(common);
-      for (auto& c : curves.columns) c.values.resize(common);
-      curves.columns.push_back({g.label + " mean", m});
-      curves.columns.push_back({g.label + " std", s});
-    }
-    list.push(v);
-  }
+  std::vector<RelativeCurve> curves;
+  for (const Group& g : groups) list.push(group_value(g, groups, o, curves));
   out.set("groups", list);
-  if (o.csv && curves.columns.empty())
+  if (o.csv && curves.empty())
     throw UsageError("--csv: no group has a run paired by seed with a baseline run, so there are no relative curves to write");
-  if (o.csv) {
-    StagedFiles files;  // the CSV and its figure: all or none
-    results::stage_csv(files, *o.csv, curves);
-    if (o.figure) {
-      results::Figure fig{"Training loss relative to " + o.baseline + " (" +
-                              (o.smoothing == Smoothing::forward ? "forward " : "") + "moving average of " +
-                              std::to_string(o.window) + " steps)",
-                          "step", "loss - baseline loss (nats)", false, false, {}, {}};
-      for (std::size_t c = 1; c < curves.columns.size(); c += 2)
-        fig.series.push_back({"step", curves.columns[c].name, "", curves.columns[c].name, "lines", ""});
-      fig.extra.push_back("set key bottom left");
-      results::stage_figure(files, fig, curves, *o.figure);
-    }
-    files.commit();
-  }
+  if (o.csv) write_curves(curves, o);
   return out;
 }
 

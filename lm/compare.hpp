@@ -15,12 +15,15 @@
 // variant (vanilla by default), of the group's family, products (float32 runs are
 // never measured against bf16 runs, nor the reverse), kind of device, corpus and budget (training
 // steps, batch, seq_len and accum: a learning rate may differ; with no such baseline the group gets
-// no difference and a "baseline_note" saying why): the one whose model is nearest the group's, every field but the variant's own
-// (variant, α, β, λ, ρ, source layer, strategy) compared (gqa-skipv1 against gqa,
+// no difference and a "baseline_note" naming each run of that name or variant and what it differs in):
+// the one whose model is nearest the group's, every field but the variant's own
+// (variant, α, β, λ, ρ, source layer, strategy, and the parameter count) compared (gqa-skipv1 against gqa,
 // mla-skipv1 against mla, skipv1 with RoPE against vanilla with RoPE), then one
 // of that name (skipv1 for skipv1-pooling, both of the variant skipv1), then one
 // trained as the group was. Two equally near are a UsageError, as is a --baseline
-// or --claim with no run of that name or variant.
+// or --claim with no run of that name or variant. A nearest baseline of another model (a field
+// outside the variant's own differs: width, depth, heads, ffn, vocabulary, positions, ...) keeps the
+// difference but gives no verdict, and the "baseline_note" names the fields that differ.
 //
 // Relative loss curves (ResFormer §4.1.2): each run's training loss is
 // smoothed by a moving average over `window` steps, trailing (the default: the
@@ -29,7 +32,8 @@
 // the papers' released relative-loss plots, there with window 100), and the baseline's smoothed curve of
 // the same seed is subtracted step by step; a group's curve is the mean over the
 // seeds paired with the baseline's (those of the differences; "relative_curve_seeds"
-// counts them), with the standard deviation as a band. (The validation losses logged during training
+// counts them), with the standard deviation as a band. The CSV holds each curve to its own end (groups
+// of other budgets have curves of other lengths), an empty cell past it. (The validation losses logged during training
 // are read, to refuse a cut log, but not compared as curves: only the final one is.)
 #pragma once
 

@@ -94,7 +94,8 @@ for name, base in (("GQA", GQA), ("MLA", MLA)):
     for variant, label in (("vanilla", "Transformer-" + name), ("skipv1", "SkipV1Former-" + name)):
         args = f"{base} --variant {variant}"
         p = params(args)
-        row(f"SkipV1Former Table 2, {label}, params", {"GQA": {"vanilla": "334.7 M", "skipv1": "328.9 M"},
+        bias_free = " (MLA's dkv, uk, uv, kr, qr bias-free under --bias)" if name == "MLA" else ""
+        row(f"SkipV1Former Table 2, {label}, params{bias_free}", {"GQA": {"vanilla": "334.7 M", "skipv1": "328.9 M"},
                                               "MLA": {"vanilla": "337.4 M", "skipv1": "334.4 M"}}[name][variant],
             f"{p['total']:,} ({m(p['total'])})", f"qkvlab params {args}")
         for dtype in ("f32", "bf16"):

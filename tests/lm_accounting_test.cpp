@@ -121,9 +121,18 @@ TEST(LmAccounting, ReusedHeadsAreCountedOnceAtTheirOwner) {
     ASSERT_EQ(a.layers[n].reused.size(), 1u);
     EXPECT_EQ(a.layers[n].reused[0].what, "values");
     EXPECT_EQ(a.layers[n].reused[0].layer, 1);
-    EXPECT_EQ(a.layers[n].reused[0].heads, (std::vector<int>{2, 3}));
+    // Numbered from 1 as the layer is (it was 2, 3: layers from 1, heads from 0): SkipV1's injected value
+    // heads are H' + 1 … H_kv (docs/lm.md), here 3 and 4.
+    EXPECT_EQ(a.layers[n].reused[0].heads, (std::vector<int>{3, 4}));
     EXPECT_EQ(a.layers[n].values, 2 * 16);
   }
+  // kv's output numbers them so too (from_layer 1, heads 3 and 4), in JSON and in the table.
+  const results::Value v = lm::kv_value(llama(4, 64, 4, 4, lm::VariantKind::skipv1), "f32", std::nullopt);
+  const results::Value& reuse = v["layers"].items().at(1)["per_layer"]["reused"].items().at(0);
+  EXPECT_EQ(v["layers"].items().at(1)["layers"].string(), "2-4");
+  EXPECT_EQ(reuse["from_layer"].number(), 1);
+  EXPECT_EQ(reuse["heads"].items().at(0).number(), 3);
+  EXPECT_EQ(reuse["heads"].items().at(1).number(), 4);
   // Control (a planted bug): counting every head a layer attends to, reused ones included, is MHA's count.
   std::int64_t attended = 0;
   for (const auto& l : a.layers) {

@@ -21,6 +21,7 @@
 #include "lm/compare.hpp"
 #include "lm/run_log.hpp"
 #include "lm/train.hpp"
+#include "results/figure.hpp"
 #include "run_command.hpp"
 
 namespace qkvlab::lm {
@@ -1111,8 +1112,168 @@ TEST(LmCompare, ALogCutOrSplicedIsRefused) {
   };
   refused(whole.substr(0, whole.rfind('\n', whole.size() - 2) + 1), "a log cut short");             // the last row gone
   refused(whole.substr(0, whole.size() - 1), "a log cut short");                                      // its newline gone
+  // The count is of whole rows: a last row without its newline is not one (it was counted: "5 whole rows
+  // where the run's 5 steps belong"). Control: with the row gone, 4 whole rows and nothing cut.
+  refused(whole.substr(0, whole.size() - 1), ": 4 whole rows and a last row cut before its newline where the run's 5 steps");
+  refused(whole.substr(0, whole.rfind('\n', whole.size() - 2) + 1), ": 4 whole rows where the run's 5 steps belong");
   const std::size_t row3 = whole.find("\n3,") + 1;
   refused(whole.substr(0, row3) + whole.substr(whole.find('\n', row3) + 1), "spliced");              // step 3 gone
+}
+
+// A run directory of write_run with the model's field `name` set to `value` (a JSON number), as lm
+// train records d, ffn, head_dim, parameters, ...
+void set_model_field(const fs::path& run, const std::string& name, const std::string& value) {
+  std::string json = read_file(run / "run.json");
+  json.replace(json.find(R"("model": {)"), 10, R"("model": {")" + name + R"(": )" + value + ", ");
+  std::ofstream(run / "run.json", std::ios::trunc) << json;
+}
+
+// The nearest baseline may be another model: SkipV1 of width 32 against vanilla of width 8 (the only
+// vanilla given) was judged "agrees" with "SkipV1 trains lower than vanilla", nothing saying the
+// models differ. Now its difference stays, with a baseline_note naming each field that differs (as the
+// baseline has it, then as the group has it) and the parameter counts, and there is no verdict.
+// Control: like for like (SkipV1 of width 8, the variant's own parameter count) gets its verdict and
+// no note. The labels are the same in both (the label names the variant, not the width).
+TEST(LmCompare, ABaselineOfAnotherModelIsNamedAndGetsNoVerdict) {
+  ScratchDir dir;
+  const std::string trained = R"("steps": 3)";
+  const auto compared = [&](const std::string& name, int d, int parameters) {
+    std::vector<fs::path> runs;
+    for (int seed : {1, 2, 3}) {
+      const std::string s = std::to_string(seed);
+      write_run(runs.emplace_back(dir.path / name / ("vanilla-s" + s)), "vanilla", trained, seed, 3.0 + 0.01 * seed);
+      set_model_field(runs.back(), "d", "8"), set_model_field(runs.back(), "parameters", "1000");
+      write_run(runs.emplace_back(dir.path / name / ("skipv1-s" + s)), "skipv1", trained, seed, 2.0 + 0.02 * seed);
+      set_model_field(runs.back(), "d", std::to_string(d));
+      set_model_field(runs.back(), "parameters", std::to_string(parameters));
+    }
+    CompareOptions o;
+    o.claim = results::Sense::less;
+    const results::Value c = compare_runs(runs, o);
+    for (const auto& g : c["groups"].items())
+      if (g["variant"].string() == "skipv1") return std::pair{g, c.text()};
+    ADD_FAILURE() << "no skipv1 group";
+    return std::pair{results::Value(), std::string()};
+  };
+  const auto [wide, wide_text] = compared("wide", 32, 16000);
+  EXPECT_EQ(wide["baseline"].string(), "gpt2 vanilla");
+  EXPECT_NEAR(number_or_nan(wide["delta_vs_baseline_mean"]), -0.98, 1e-12);  // measured, as before
+  EXPECT_EQ(wide.find("verdict"), nullptr) << "a verdict on the variant from another model's runs";
+  ASSERT_NE(wide.find("baseline_note"), nullptr);
+  const std::string note = wide["baseline_note"].string();
+  for (const char* says : {"gpt2 vanilla is another model", "d 8 (here 32)", "parameters 1000 (here 16000)", "no verdict"})
+    EXPECT_NE(note.find(says), std::string::npos) << says << ": " << note;
+  for (const char* own : {"skip_ratio", "source_layer", "strategy", "alpha"})  // the variant's own fields differ by design
+    EXPECT_EQ(note.find(own), std::string::npos) << own << ": " << note;
+  EXPECT_NE(wide_text.find("d 8 (here 32)"), std::string::npos) << "the table too";
+  const auto [same, same_text] = compared("same", 8, 900);
+  EXPECT_EQ(same["label"].string(), wide["label"].string());
+  EXPECT_EQ(same.find("baseline_note"), nullptr) << same["baseline_note"].string();
+  ASSERT_NE(same.find("verdict"), nullptr);
+  EXPECT_EQ(same["verdict"]["verdict"].string(), "agrees");
+}
+
+// A group left without a baseline by another corpus, kind of device or products had no baseline_note
+// (only another budget got one), so under --claim it had no verdict and no word why. Now the note names
+// each run of the baseline's name or variant and what it differs in (as it has it, then as the group
+// has it); with no such run at all it says so. Control: the same corpus, device and products: a
+// baseline, a verdict, no note.
+TEST(LmCompare, AGroupWithoutABaselineSaysWhatDiffers) {
+  ScratchDir dir;
+  const std::string trained = R"("steps": 2)", cpu = "cpu (1 thread, OpenBLAS)", cuda = "cuda (NVIDIA H100 80GB HBM3, cuBLAS)";
+  const std::string a = R"({"train": "11", "validation": "22"})", b = R"({"train": "33", "validation": "22"})";
+  struct Setting {
+    std::string name, training, device, hashes, says;
+  };
+  const std::vector<Setting> settings = {
+      {"corpus", trained, cpu, b, "gpt2 vanilla has corpus tokens train=11 validation=22 (here tokens train=33 validation=22)"},
+      {"device", trained, cuda, a, "gpt2 vanilla has device cpu (here cuda)"},
+      {"products", R"("steps": 2, "products": "bf16")", cpu, a, "gpt2 vanilla has products float32 (here bf16)"},
+      {"same", trained, cpu, a, ""}};
+  for (const Setting& s : settings) {
+    std::vector<fs::path> runs;
+    for (int seed : {1, 2}) {
+      const std::string n = std::to_string(seed);
+      write_run(runs.emplace_back(dir.path / s.name / ("vanilla-s" + n)), "vanilla", trained, seed, 3.0 + 0.01 * seed, 4, cpu,
+                "second-half", "", "", R"x("brown (data/brown)")x", a);
+      write_run(runs.emplace_back(dir.path / s.name / ("resformer-s" + n)), "resformer", s.training, seed, 2.0, 4, s.device,
+                "second-half", "", "", R"x("brown (data/brown)")x", s.hashes);
+    }
+    CompareOptions o;
+    o.claim = results::Sense::less;
+    const results::Value c = compare_runs(runs, o);
+    const results::Value& g = c["groups"].items().at(1);
+    ASSERT_EQ(g["variant"].string(), "resformer");
+    if (s.says.empty()) {  // control
+      EXPECT_EQ(g["baseline"].string(), "gpt2 vanilla");
+      EXPECT_EQ(g.find("baseline_note"), nullptr);
+      EXPECT_NE(g.find("verdict"), nullptr);
+      continue;
+    }
+    EXPECT_EQ(g["baseline"].kind(), results::Value::Kind::null) << s.name;
+    EXPECT_EQ(g.find("verdict"), nullptr) << s.name;
+    ASSERT_NE(g.find("baseline_note"), nullptr) << s.name << " has no note";
+    EXPECT_NE(g["baseline_note"].string().find(s.says), std::string::npos) << g["baseline_note"].string();
+    EXPECT_NE(g["baseline_note"].string().find("so no difference is measured"), std::string::npos);
+  }
+  // No run of the baseline's name or variant at all: each group says so.
+  const results::Value alone = compare_runs({dir.path / "same" / "resformer-s1"}, {});
+  EXPECT_EQ(alone["groups"].items().at(0)["baseline_note"].string(),
+            "no run is named or of the variant 'vanilla', so no difference is measured");
+}
+
+// Groups of other budgets, each against a baseline of its own budget, have relative curves of other
+// lengths: --csv cut every curve to the first paired group's length (a 6-step group's curve ended at step
+// 3, where the JSON's final_relative_train_loss is its step 6's). Now each curve runs to its own end, an
+// empty cell past a shorter one's, and the figure is drawn from the whole table.
+TEST(LmCompare, TheCsvHoldsEachCurveToItsOwnEnd) {
+  ScratchDir dir;
+  std::vector<fs::path> runs;
+  for (const auto& [steps, variant_final] : {std::pair{3, 2.5}, std::pair{6, 2.0}})
+    for (int seed : {1, 2}) {
+      const std::string training = R"("steps": )" + std::to_string(steps), tag = std::to_string(steps) + "-s" + std::to_string(seed);
+      write_run(runs.emplace_back(dir.path / ("vanilla" + tag)), "vanilla", training, seed, 3.0);
+      write_run(runs.emplace_back(dir.path / ("resformer" + tag)), "resformer", training, seed, variant_final);
+    }
+  CompareOptions o;
+  o.window = 1;
+  o.csv = dir.path / "rel.csv";
+  const results::Value c = compare_runs(runs, o);
+  std::map<std::string, double> last;  // the label's final relative loss
+  for (const auto& g : c["groups"].items())
+    if (g["variant"].string() == "resformer") last[g["label"].string()] = g["final_relative_train_loss"].number();
+  ASSERT_EQ(last.size(), 2u);
+  EXPECT_DOUBLE_EQ(last.at("gpt2 resformer alpha=0.5 beta=0.5 steps=6"), -1.0);
+  // Each curve is the resformer − vanilla difference, final minus final at every step (the logs' slopes
+  // cancel, up to the logs' 6 digits), its two seeds alike (std 0).
+  const std::string csv = read_file(*o.csv);
+  const std::string three = "gpt2 resformer alpha=0.5 beta=0.5 steps=3", six = "gpt2 resformer alpha=0.5 beta=0.5 steps=6";
+  std::istringstream lines(csv);
+  std::string line;
+  std::getline(lines, line);
+  EXPECT_EQ(line, "step," + three + " mean," + three + " std," + six + " mean," + six + " std");
+  int rows = 0;
+  for (; std::getline(lines, line); ++rows) {
+    std::vector<std::string> cells;
+    std::stringstream fields(line + ",");  // the trailing comma keeps a last empty cell
+    for (std::string cell; std::getline(fields, cell, ',');) cells.push_back(cell);
+    ASSERT_EQ(cells.size(), 5u) << line;
+    EXPECT_EQ(cells[0], std::to_string(rows + 1));
+    if (rows < 3) {
+      EXPECT_NEAR(std::stod(cells[1]), -0.5, 1e-9) << line;
+      EXPECT_EQ(cells[2], "0") << line;
+    } else {
+      EXPECT_EQ(cells[1] + cells[2], "") << "past the 3-step curve's end: " << line;
+    }
+    EXPECT_NEAR(std::stod(cells[3]), -1.0, 1e-9) << line;
+    EXPECT_EQ(cells[4], "0") << line;
+  }
+  EXPECT_EQ(rows, 6) << "the 6-step curve was cut to the 3-step one's length:\n" << csv;
+  if (!results::gnuplot_available()) GTEST_SKIP() << "gnuplot is not installed: the figure is not drawn";
+  o.figure = dir.path / "rel";
+  compare_runs(runs, o);
+  EXPECT_TRUE(fs::exists(dir.path / "rel.svg"));
+  EXPECT_EQ(read_file(*o.csv), csv);
 }
 
 // `lm train --preset P --family F` takes family F's tying and biases, as the preset of that family

@@ -1164,11 +1164,19 @@ TEST(RobustMessages, UsageErrorsNameTheValueInOneLineWithExitTwo) {
                      "must be a positive integer, got '9223372036854775807' (too large: at most 2147483647)");
   expect_usage_error(run_bounded("kv " + shell_quoted(f.ckpt) + " --seq-len 99999999999999999999999"), "kv --seq-len 10^23",
                      "(too large: at most 2147483647)");
-  EXPECT_EQ(run_bounded("kv --seq-len 2147483647").status, 0);  // control: the bound itself (a model of flags)
+  // control: the bound itself (a model of flags with RoPE, which has no table of positions)
+  EXPECT_EQ(run_bounded("kv --family llama --seq-len 2147483647").status, 0);
   // A checkpoint's cache for more tokens than its positions was priced (exit 0); control: its positions.
   expect_usage_error(run_bounded("kv " + shell_quoted(f.ckpt) + " --seq-len 17"), "kv CKPT --seq-len 17",
                      "is longer than " + f.ckpt.string() + "'s 16 positions");
   EXPECT_EQ(run_bounded("kv " + shell_quoted(f.ckpt) + " --seq-len 16").status, 0);
+  // So is a model of flags with a learned table of 16 positions (exit 0 with a total); controls: its 16
+  // positions, and RoPE's 16 (no table) at 17.
+  const std::string flags = "kv --family gpt2 --layers 2 --d 16 --heads 2 --vocab 50 ";
+  expect_usage_error(run_bounded(flags + "--positions 16 --seq-len 17"), "kv --positions 16 --seq-len 17",
+                     "--seq-len 17 is longer than the model's learned table of 16 positions (--positions)");
+  EXPECT_EQ(run_bounded(flags + "--positions 16 --seq-len 16").status, 0);
+  EXPECT_EQ(run_bounded(flags + "--positions rope,16 --seq-len 17").status, 0);
   // A skip ratio as given (it was "0.29999999999999999"), and one that differs from 0.5 in the 7th digit as that.
   for (const std::string ratio : {"0.3", "0.5000001"})
     expect_usage_error(run_bounded("lm convert " + shell_quoted(f.ckpt) + " --out " + shell_quoted(f.dir / "c") + " --skip-ratio " + ratio),
