@@ -7,7 +7,8 @@ The runs must form exactly two groups of lm compare (one model, training, device
 each): the reference group, its own baseline, holding N_REF runs, and the compared group, measured
 against it, holding N_CMP. Prints the compared group's paired difference, its standard error
 ("null" with one seed), its paired seeds and its verdict ("measured" without --claim), all of that
-one group; otherwise prints the reason and exits 1.
+one group; otherwise (lm compare's baseline_note included: the reference is another model) prints the
+reason and exits 1.
 """
 import json
 import sys
@@ -25,6 +26,8 @@ def row(comparison, n_ref, n_cmp):
     if ref[0]["runs"] != n_ref or cmp[0]["runs"] != n_cmp:
         raise ValueError("the groups hold %d and %d runs of %d and %d" % (ref[0]["runs"], cmp[0]["runs"], n_ref, n_cmp))
     g = cmp[0]
+    if g.get("baseline_note"):  # lm compare measured it against another model, or could not measure it
+        raise ValueError(g["baseline_note"])
     if g["delta_vs_baseline_mean"] is None:
         raise ValueError("no common seed")
     se = g["delta_vs_baseline_se"]

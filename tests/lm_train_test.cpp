@@ -964,8 +964,8 @@ TEST(LmComparisons, APartialSweepOfBaselineRunsGetsItsComparison) {
 
 // scripts/ablation_row.py reads one row from lm compare's JSON: the compared group's numbers and
 // verdict, never another group's, and "measured" without a verdict. Controls: three groups, a
-// compared group not measured against the reference, and runs left out of the groups are refused
-// with the reason.
+// compared group not measured against the reference or measured against another model (its
+// baseline_note), and runs left out of the groups are refused with the reason.
 TEST(LmAblations, TheRowIsTheComparedGroupsOrARefusal) {
   using test_support::CommandResult, test_support::run_command, test_support::shell_quoted;
   ScratchDir dir;
@@ -996,6 +996,11 @@ TEST(LmAblations, TheRowIsTheComparedGroupsOrARefusal) {
   r = row(reference + "," + compared("gpt2 skipv1", ""), 2, 4);
   EXPECT_EQ(r.status, 1);
   EXPECT_EQ(r.out, "the groups hold 2 and 3 runs of 2 and 4\n");
+  // lm compare's note on a baseline of another model (review r25): the row is refused with it, not
+  // printed as "measured"
+  r = row(reference + "," + compared("gpt2 skipv1", R"x(, "baseline_note": "the baseline gpt2 skipv1 is another model: d 8 (here 32)")x"), 2, 3);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.out, "the baseline gpt2 skipv1 is another model: d 8 (here 32)\n");
 }
 
 // scripts/lm_uptraining.sh writes each result whole or not at all, with a stub qkvlab: when training
