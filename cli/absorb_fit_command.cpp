@@ -1,6 +1,7 @@
 // `qkvlab absorb fit`: the empirical half of qwe.cor8.4.1 (synthetic/absorb_fit_check.hpp):
 // options, their validation, the run, the output. Exit 0 when the statement holds for
-// every seed, 1 when not (the output names the seed), 2 on a usage error (nothing written).
+// every seed, 1 when not (the output names the seed), 2 on a usage error (nothing written), 3 when a
+// fit diverges (a loss that is not finite).
 #include "cli/format_option.hpp"
 #include "cli/commands.hpp"
 #include "cli/matrix_argument.hpp"
@@ -107,7 +108,8 @@ Command add_absorb_fit_command(CLI::App& absorb, const std::string& command_line
       "--out writes HDF5 (groups fits, restarts, traces; pair 0 representable, 1 generic, 2 given; decision 0 yes,\n"
       "1 no, 2 undecided; root attributes seed and command_line).\n"
       "Exit status: 0 the statement holds for every seed, 1 it fails for some seed (named in the output),\n"
-      "2 usage error (one line on stderr, nothing written).");
+      "2 usage error (one line on stderr, nothing written), 3 a fit diverged (a loss that is not finite; one line,\n"
+      "nothing written).");
   a->drawn_options.push_back(cmd->add_option("--d", a->d, "Input dimension d")->check(integer_in(1, 64))->capture_default_str());
   a->drawn_options.push_back(cmd->add_option("--m", a->m, "Width m (default 2d)")->check(integer_in(1, 512)));
   a->drawn_options.push_back(cmd->add_option("--pair", a->pair, "Which pairs to fit")

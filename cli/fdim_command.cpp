@@ -34,7 +34,8 @@ template <class E> E named(const std::map<std::string, E>& m, const std::string&
 
 // An option the network would not use is refused, not ignored (the report would echo a network it
 // did not count): a size of an end or part that is absent (the MLP's width without a block, the heads
-// without attention), --causal without attention, W_Q = I where there is no W_Q.
+// without attention), a block's part without blocks (--layers 0: the MLP, the skips, the biases and
+// the norm where no end has them), --causal without attention, W_Q = I where there is no W_Q.
 void refuse_unused(const FdimArgs& a) {
   using namespace fdim;
   const Network& c = a.config;
@@ -53,6 +54,13 @@ void refuse_unused(const FdimArgs& a) {
   if (c.causal && !attention) throw UsageError("--causal needs attention (--mixer attention, --layers >= 1): nothing else mixes positions");
   if (a.query == "identity" && !attention)
     throw UsageError("--query identity needs attention (--mixer attention, --layers >= 1): there is no W_Q");
+  const bool blocks = c.layers > 0, final_norm = c.readout != Readout::none;
+  const std::string a_block = "a block (--layers >= 1)";
+  for (const char* option : {"--mixer", "--mlp", "--skips", "--skip-kind"}) need(option, blocks, a_block);
+  for (const char* option : {"--norm", "--norm-gain", "--norm-bias"})
+    need(option, blocks || final_norm, a_block + " or a readout (its final norm)");
+  need("--bias", blocks || c.embed == Embed::linear || c.readout == Readout::linear,
+       a_block + ", --embed linear or --readout linear");
 }
 
 int run_fdim(FdimArgs a) {
@@ -110,10 +118,10 @@ Command add_fdim_command(CLI::App& app, const std::string&) {
   auto* head_dim = count("--head-dim", c.head_dim, "Head dimension d_h");
   count("--seq", c.seq, "Sequence length T");
   count("--inputs", c.inputs, "Random input sequences N (the rank must saturate in N; the report shows it)");
-  cmd->add_option("--skips", a->skips, "Skip connections")
+  auto* skips = cmd->add_option("--skips", a->skips, "Skip connections")
       ->check(CLI::IsMember({"both", "attention", "none"}))
       ->capture_default_str();
-  cmd->add_option("--skip-kind", a->skip_kind,
+  auto* skip_kind = cmd->add_option("--skip-kind", a->skip_kind,
                   "What each skip adds: X itself, X A (learned, A d x d), X U V (identity units with trainable U, "
                   "V) or X + X U V (lowrank, U d x r, V r x d); needs --norm none or rmsnorm, no --bias")
       ->check(CLI::IsMember({"identity", "learned", "units", "lowrank"}))
@@ -121,7 +129,7 @@ Command add_fdim_command(CLI::App& app, const std::string&) {
   auto* rank = cmd->add_option("--skip-rank", c.skip_rank, "Rank r of --skip-kind lowrank (1 ... d)")
                    ->check(positive_integer)
                    ->capture_default_str();
-  cmd->add_option("--norm", a->norm,
+  auto* norm = cmd->add_option("--norm", a->norm,
                   "Pre-norm in each block (and a final norm before a readout); dyt: gamma * tanh(alpha x) + beta "
                   "with a learned scalar alpha")
       ->check(CLI::IsMember({"none", "layernorm", "rmsnorm", "dyt"}))
@@ -129,10 +137,10 @@ Command add_fdim_command(CLI::App& app, const std::string&) {
   auto* eps = cmd->add_option("--norm-eps", c.norm_eps, "The epsilon of LayerNorm and RMSNorm (0: scale-invariant)")
                   ->check(non_negative_real)
                   ->capture_default_str();
-  cmd->add_option("--mixer", a->mixer, "What mixes positions in each block: attention, or none (MLP blocks alone)")
+  auto* mixer = cmd->add_option("--mixer", a->mixer, "What mixes positions in each block: attention, or none (MLP blocks alone)")
       ->check(CLI::IsMember({"attention", "none"}))
       ->capture_default_str();
-  cmd->add_option("--mlp", a->mlp,
+  auto* mlp = cmd->add_option("--mlp", a->mlp,
                   "MLP after attention: relu, gelu, tanh, relu2 (ReLU squared), or gated g(gates) * values with g = "
                   "relu (reglu), silu (swiglu), gelu (geglu) or the logistic (glu)")
       ->check(CLI::IsMember({"none", "relu", "gelu", "tanh", "relu2", "reglu", "swiglu", "geglu", "glu"}))
@@ -148,9 +156,9 @@ Command add_fdim_command(CLI::App& app, const std::string&) {
       ->check(CLI::IsMember({"linear", "tied", "none"}))
       ->capture_default_str();
   auto* dout = count("--dout", c.dout, "Output dimension (--readout linear)");
-  cmd->add_flag("--bias", c.bias, "Biases on every linear map");
-  cmd->add_flag("--norm-gain", c.norm_gain, "A learned gain in every norm");
-  cmd->add_flag("--norm-bias", c.norm_bias, "DyT's learned offset beta in every norm (--norm dyt)");
+  auto* bias = cmd->add_flag("--bias", c.bias, "Biases on every linear map");
+  auto* norm_gain = cmd->add_flag("--norm-gain", c.norm_gain, "A learned gain in every norm");
+  auto* norm_bias = cmd->add_flag("--norm-bias", c.norm_bias, "DyT's learned offset beta in every norm (--norm dyt)");
   cmd->add_flag("--causal", c.causal, "Causal mask on the attention (default: bidirectional; needs attention)");
   cmd->add_option("--query", a->query, "free W_Q, or W_Q = I (q-identity) in --query-layers")
       ->check(CLI::IsMember({"free", "identity"}))
@@ -162,7 +170,8 @@ Command add_fdim_command(CLI::App& app, const std::string&) {
   cmd->add_flag("--no-certify", a->no_certify, "Floating-point rank only (no MPFI certificate)");
   add_format_option(cmd, a->format);
   cmd->add_flag("--quiet", a->quiet, "No progress line");
-  return {cmd, [a, given = std::vector<CLI::Option*>{eps, rank, vocab, din, dout, ffn, heads, head_dim}] {
+  return {cmd, [a, given = std::vector<CLI::Option*>{eps, rank, vocab, din, dout, ffn, heads, head_dim, mixer, mlp, skips,
+                                                     skip_kind, norm, norm_gain, norm_bias, bias}] {
             for (const CLI::Option* o : given)
               if (o->count() > 0) a->given.insert(o->get_name());
             return run_fdim(*a);

@@ -40,8 +40,8 @@ int run_lnorm(const LnormArgs& a, bool out_given, const std::string& command_lin
 Command add_lnorm_command(CLI::App& app, const std::string& command_line) {
   auto a = std::make_shared<LnormArgs>();
   auto* cmd = app.add_subcommand("lnorm", "Linearity defect of the LayerNorm conjugate f against input scale (Remark 6)");
-  cmd->footer("Writes lnorm.h5, lnorm.csv, lnorm.svg and lnorm.png into --out-dir (figures need gnuplot).\n"
-              "Exit 2 on a usage error.");
+  cmd->footer("Writes lnorm.h5, lnorm.csv, lnorm.svg and lnorm.png into --out-dir (figures need gnuplot: without\n"
+              "it, a warning, and the figures of an earlier run there are removed). Exit 2 on a usage error.");
   auto* out = cmd->add_option("--out-dir", a->out_dir, "Existing output directory (the default is created)")
                   ->capture_default_str();
   cmd->add_option("--seed", a->seed, "Seed of every random draw")->check(seed_value)->capture_default_str();

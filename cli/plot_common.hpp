@@ -15,12 +15,17 @@
 
 namespace qkvlab::cli {
 
-// An --out-dir given on the command line must exist; the default is created.
+// An --out-dir given on the command line must exist; the default is created (one that cannot be, a
+// UsageError naming --out-dir).
 inline std::filesystem::path prepare_out_dir(const std::string& dir, bool given) {
   const std::filesystem::path p(dir);
   if (std::filesystem::is_directory(p)) return p;
   if (given || std::filesystem::exists(p)) require_directory("--out-dir", p);
-  std::filesystem::create_directories(p);
+  std::error_code error;
+  std::filesystem::create_directories(p, error);
+  if (error)
+    throw UsageError("--out-dir: cannot create the default directory " + p.string() + " (" + error.message() +
+                     "): give an existing one");
   return p;
 }
 

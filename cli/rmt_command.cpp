@@ -31,8 +31,9 @@ int run_rmt(const RmtArgs& a, bool out_given, const std::string& command_line) {
   StagedFiles files;
   results::stage_tables_hdf5(files, dir / "rmt.h5", curves.tables(), a.seed, command_line);
   for (const auto& p : curves.panels) results::stage_csv(files, dir / (p.table.name + ".csv"), p.table);
-  for (const auto& p : curves.panels)
-    if (!results::stage_figure(files, p.figure, p.table, dir / p.table.name)) break;
+  std::vector<std::filesystem::path> stems;
+  for (const auto& p : curves.panels) stems.push_back(dir / p.table.name);
+  results::stage_figures(files, curves.panels, stems);  // without gnuplot: the older figures removed, a warning
   files.commit();
   return 0;
 }
@@ -44,7 +45,8 @@ Command add_rmt_command(CLI::App& app, const std::string& command_line) {
   auto* cmd = app.add_subcommand("rmt", "Curves of the metric defect and the random-matrix picture (§8.3.1)");
   cmd->footer(
       "Writes rmt.h5 and, per panel, NAME.csv, NAME.svg and NAME.png into --out-dir, for NAME in\n"
-      "defect_scale, mp_histogram, edge_excess, m2_spread (figures need gnuplot). Exit 2 on a usage error.");
+      "defect_scale, mp_histogram, edge_excess, m2_spread (figures need gnuplot: without it, a warning, and\n"
+      "the figures of an earlier run there are removed). Exit 2 on a usage error.");
   auto* out = cmd->add_option("--out-dir", a->out_dir, "Existing output directory (the default is created)")
                   ->capture_default_str();
   cmd->add_option("--seed", a->seed, "Seed of every random draw")->check(seed_value)->capture_default_str();

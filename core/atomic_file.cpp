@@ -183,7 +183,7 @@ void write_all(int fd, std::string_view bytes) {
 StagedFiles::~StagedFiles() {
   for (const Staged& s : staged_) {
     if (s.memory >= 0) ::close(s.memory);
-    else if (!committed_) ::unlink(s.temporary.c_str());
+    else if (!committed_ && !s.temporary.empty()) ::unlink(s.temporary.c_str());
   }
 }
 
@@ -222,6 +222,13 @@ void StagedFiles::add(const fs::path& path, std::string_view kind, const std::fu
   staged_.push_back({path, temporary, std::string(kind)});
 }
 
+void StagedFiles::withdraw(const fs::path& path, std::string_view kind) {
+  if (committed_) throw std::logic_error("StagedFiles: withdraw after commit");
+  if (own_descriptor(path) >= 0 || streamed(path, kind)) return;  // written into, never replaced: nothing to remove
+  refuse_second_staging(kind, path);
+  staged_.push_back({path, {}, std::string(kind), -1, -1, true});
+}
+
 void StagedFiles::add_streamed(const fs::path& path, std::string_view kind, int descriptor,
                                const std::function<void(int fd)>& fill) {
   const int memory = ::memfd_create("qkvlab-output", MFD_CLOEXEC);
@@ -248,7 +255,7 @@ fs::path resolved_output_path(const fs::path& path) {
 void StagedFiles::refuse_second_staging(std::string_view kind, const fs::path& path) const {
   const fs::path target = resolved_output_path(path);
   for (const Staged& s : staged_)
-    if (!s.temporary.empty() && resolved_output_path(s.target) == target)
+    if ((!s.temporary.empty() || s.withdrawn) && resolved_output_path(s.target) == target)
       refuse(kind, path, "it is also the " + s.kind + " output (" + s.target.string() + "): give each output its own file");
   std::error_code error;
   for (const auto& [input, option] : inputs_)
@@ -273,13 +280,16 @@ void StagedFiles::commit() {
     const Staged& s = staged_[k];
     try {
       if (s.memory >= 0) deliver(s.memory, s.descriptor, s.target);
-      else if (::rename(s.temporary.c_str(), s.target.c_str()) != 0)
+      else if (s.withdrawn) {
+        if (::unlink(s.target.c_str()) != 0 && errno != ENOENT)
+          throw std::runtime_error("cannot remove the older file (" + errno_text(errno) + ")");
+      } else if (::rename(s.temporary.c_str(), s.target.c_str()) != 0)
         throw std::runtime_error("cannot rename the temporary file (" + errno_text(errno) + ")");
     } catch (const std::exception& e) {
       std::string done;
       for (std::size_t j = 0; j < k; ++j) done += (j ? ", " : "") + staged_[j].target.string();
       for (std::size_t j = k; j < staged_.size(); ++j)
-        if (staged_[j].memory < 0) ::unlink(staged_[j].temporary.c_str());
+        if (staged_[j].memory < 0 && !staged_[j].temporary.empty()) ::unlink(staged_[j].temporary.c_str());
       committed_ = true;
       fail(s.kind, s.target, e.what() + (done.empty() ? std::string() : "; already written: " + done));
     }
@@ -304,7 +314,7 @@ void StagedFiles::sync_directories() const {
 std::vector<fs::path> StagedFiles::temporaries() const {
   std::vector<fs::path> out;
   for (const Staged& s : staged_)
-    if (s.memory < 0) out.push_back(s.temporary);
+    if (s.memory < 0 && !s.withdrawn) out.push_back(s.temporary);
   return out;
 }
 

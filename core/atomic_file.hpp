@@ -22,6 +22,10 @@
 // of one set staged at the path of a first (two outputs given one name), and a
 // file staged at the path of an input the set protects.
 //
+// A set may also withdraw a target it does not write this time (a figure that could not be drawn):
+// commit() removes the older file there, in its turn among the renames, so it never outlives the
+// files written beside it. Refused like a staged file; a FIFO or device is left as it is.
+//
 // Temporary names are ".qkvlab-tmp.<pid>.<target name>.XXXXXX". A killed run
 // leaves such files behind; the first staging into a directory removes the ones
 // there whose process has ended (regular files owned by this user, never
@@ -51,6 +55,9 @@ class StagedFiles {
   void add(const std::filesystem::path& path, std::string_view kind, const std::function<void(int fd)>& fill);
   void add_bytes(const std::filesystem::path& path, std::string_view kind, std::string_view bytes);
 
+  // Removes the regular file at `path`, if any, when the set is committed (see above), not before.
+  void withdraw(const std::filesystem::path& path, std::string_view kind);
+
   // `input`, a file the command reads (its `option`'s, e.g. "--tokens"): staging a file at its path
   // later is a UsageError, so an output whose name is derived from another (analyze all's
   // STEM-TABLE.csv, a figure's STEM.svg) never replaces an input. An empty path is ignored.
@@ -74,6 +81,7 @@ class StagedFiles {
     std::string kind;
     int memory = -1;      // a streamed target's bytes (memfd), open until destruction
     int descriptor = -1;  // for "-", /dev/stdout, /dev/fd/N: that descriptor
+    bool withdrawn = false;  // withdraw()'s: the target is removed, nothing written
   };
   std::vector<Staged> staged_;
   std::vector<std::pair<std::filesystem::path, std::string>> inputs_;  // protect()'s

@@ -33,7 +33,7 @@ void validate(const Network& c) {
   for (int l : c.identity_layers)
     need(l >= 1 && l <= c.layers, "--query-layers: layer " + std::to_string(l) + " is not in 1.." +
                                       std::to_string(c.layers));
-  need(c.identity_layers.empty() || c.heads * c.head_dim == c.d,
+  need(c.identity_layers.empty() || (long long)c.heads * c.head_dim == c.d,
        "--query identity needs --heads x --head-dim = --d (W_Q = I is d x d)");
   need(c.readout != Readout::tied || c.embed != Embed::none, "--readout tied needs --embed tokens or linear");
   need(!c.norm_gain || c.norm != Norm::none, "--norm-gain needs --norm layernorm, rmsnorm or dyt");
@@ -169,6 +169,25 @@ Layout layout(const Network& c) {
   out.readout = b.add_if(c.readout == Readout::linear, "D", c.d, c.dout);
   out.readout_bias = b.add_if(c.readout == Readout::linear && c.bias, "b_D", 1, c.dout);
   return out;
+}
+
+double parameter_count(const Network& c) {
+  const double d = c.d, dh = c.head_dim, b = c.bias ? 1 : 0, hidden = (c.gated() ? 2.0 : 1.0) * c.ffn;
+  const double norm = (c.norm == Norm::dyt ? 1 : 0) + (c.norm_gain ? d : 0) + (c.norm_bias ? d : 0);
+  const double skip = c.skip_kind == SkipKind::identity ? 0
+                      : c.skip_kind == SkipKind::learned ? d * d
+                      : 2 * d * (c.skip_kind == SkipKind::lowrank ? c.skip_rank : d);
+  double P = (c.embed == Embed::none ? 0 : double(c.input_dim()) * d) + (c.embed == Embed::linear ? b * d : 0) +
+             (c.pos_emb ? double(c.seq) * d : 0);
+  for (int l = 0; l < c.layers; ++l) {
+    const double query = c.identity_query(l) ? 0 : d * dh + b * dh;
+    if (c.attention())
+      P += norm + double(c.heads) * (query + 2 * (d * dh + b * dh) + dh * d) + b * d + (c.attention_skip() ? skip : 0);
+    if (c.mlp != Mlp::none) P += norm + (d + b) * hidden + double(c.ffn) * d + b * d + (c.mlp_skip() ? skip : 0);
+  }
+  if (c.readout != Readout::none && c.norm != Norm::none) P += norm;
+  if (c.readout == Readout::linear) P += (d + b) * c.dout;
+  return P;
 }
 
 }  // namespace qkvlab::fdim

@@ -110,4 +110,8 @@ struct Layout {
 
 Layout layout(const Network& c);
 
+// layout(c).size in closed form, in double: a configuration too large to build (a tensor per head)
+// or to count in an Eigen::Index is sized without building it, so it is refused before any allocation.
+double parameter_count(const Network& c);
+
 }  // namespace qkvlab::fdim

@@ -218,11 +218,14 @@ Span gauge_span(const Network& c, const Layout& L, const VecD& theta) {
 
 FloatRank float_rank(const MatD& J) {
   FloatRank f;
-  if (J.size() == 0) return f;
+  if (J.size() == 0) {  // no singular values: not even a tolerance
+    f.tolerance = std::numeric_limits<double>::quiet_NaN();
+    return f;
+  }
   const VecD s = Eigen::BDCSVD<MatD>(J).singularValues();
   f.tolerance = double(std::max(J.rows(), J.cols())) * std::numeric_limits<double>::epsilon() * s[0];
   while (f.rank < s.size() && s[f.rank] > f.tolerance) ++f.rank;
-  if (f.rank == 0) return f;
+  if (f.rank == 0) return f;  // no s_r: the ratios stay undefined (null in the report)
   f.gap = f.rank < s.size() ? s[f.rank - 1] / s[f.rank] : std::numeric_limits<double>::infinity();
   f.relative = s[f.rank - 1] / s[0];
   f.over_tolerance = s[f.rank - 1] / f.tolerance;
@@ -266,14 +269,20 @@ int saturating_inputs(const Network& c) {
 
 Count count(const Network& c, bool certify, const ProgressFn& progress) {
   validate(c);
+  // J and the SVD's working copies, in double (and the free network's too, counted while J is held),
+  // and the layout (at most one tensor, ~128 bytes, per parameter); refused before the layout (a
+  // tensor per head) is built or the inputs are drawn.
+  Network free = c;
+  free.identity_layers.clear();
+  const double parameters = parameter_count(c) + (c.identity_layers.empty() ? 0 : parameter_count(free));
+  const double outputs = double(c.seq) * double(c.output_dim()) * double(c.inputs);
+  require_memory("qkvlab fdim's Jacobian (--inputs x --seq x outputs by parameters)",
+                 (4.0 * 8.0 * outputs + 128.0) * parameters);
   const Layout L = layout(c);
   Count n;
   n.config = c;
   n.parameters = L.size;
   n.outputs = (long long)c.seq * c.output_dim() * c.inputs;
-  // J and the SVD's working copies, in double; refused before the inputs are drawn.
-  require_memory("qkvlab fdim's Jacobian (--inputs x --seq x outputs by parameters)",
-                 4.0 * 8.0 * double(n.outputs) * double(n.parameters));
   const Point p = draw_point(c, L);
   Stopwatch clock;
   const MatD J = columns<double>(c, L, p.theta, p, iota(L.size), "Jacobian columns", progress);
@@ -301,8 +310,6 @@ Count count(const Network& c, bool certify, const ProgressFn& progress) {
   }
   n.certified = n.lower.holds && n.upper.holds && n.lower.value == n.upper.value;
   if (!c.identity_layers.empty()) {
-    Network free = c;
-    free.identity_layers.clear();
     const Count f = count(free, certify, progress);
     n.free_rank = f.rank.rank;
     n.free_certified = f.certified;

@@ -18,17 +18,21 @@
 #include "results/value.hpp"
 
 #include <functional>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
 
 namespace qkvlab::fdim {
 
+// At rank 0 there is no s_r: gap, relative and over_tolerance are NaN (null in the report), and so is
+// the tolerance of an empty J (no s_1).
 struct FloatRank {
+  static constexpr double kUndefined = std::numeric_limits<double>::quiet_NaN();
   int rank = 0;
   double tolerance = 0;                // numpy's: max(m, P) · u · s_1
-  double gap = 0, relative = 0;        // s_r / s_{r+1} (∞ at full rank or s_{r+1} = 0), s_r / s_1
-  double over_tolerance = 0;           // s_r / tolerance (BDCSVD deflates to exact zeros past the cut)
+  double gap = kUndefined, relative = kUndefined;  // s_r / s_{r+1} (∞ at full rank or s_{r+1} = 0), s_r / s_1
+  double over_tolerance = kUndefined;  // s_r / tolerance (BDCSVD deflates to exact zeros past the cut)
   std::vector<double> around_cut;      // s_{r−2} … s_{r+3}, where they exist
 };
 FloatRank float_rank(const MatD& J);

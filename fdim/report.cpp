@@ -21,15 +21,27 @@ Value object(std::initializer_list<std::pair<const char*, Value>> fields) {
   return v;
 }
 
+// The network as counted: every field always present (their names are the report's contract), null
+// where the part it sizes or shapes is absent (the heads without attention, --ffn without an MLP in
+// a block, --vocab, --din and --dout without their ends, --skip-rank unless low-rank, --norm-eps
+// unless LayerNorm or RMSNorm, the blocks' mixer and skips at --layers 0).
 Value config_value(const Network& c) {
-  return object({{"layers", c.layers}, {"d", c.d}, {"heads", c.heads}, {"head_dim", c.head_dim},
-                 {"seq", c.seq}, {"inputs", c.inputs}, {"mixer", mixer_name(c.mixer)}, {"skips", skips_name(c.skips)},
-                 {"skip_kind", skip_kind_name(c.skip_kind)}, {"skip_rank", c.skip_rank}, {"norm", norm_name(c.norm)},
-                 {"mlp", mlp_name(c.mlp)}, {"ffn", c.ffn}, {"embed", embed_name(c.embed)}, {"vocab", c.vocab},
-                 {"din", c.din}, {"pos_emb", c.pos_emb}, {"readout", readout_name(c.readout)}, {"dout", c.dout},
-                 {"bias", c.bias}, {"norm_gain", c.norm_gain}, {"norm_bias", c.norm_bias}, {"causal", c.causal},
+  const auto when = [](bool applies, Value v) { return applies ? v : Value(); };
+  const bool blocks = c.layers > 0, attention = blocks && c.attention();
+  const bool eps = c.norm == Norm::layernorm || c.norm == Norm::rmsnorm;
+  return object({{"layers", c.layers}, {"d", c.d}, {"heads", when(attention, c.heads)},
+                 {"head_dim", when(attention, c.head_dim)}, {"seq", c.seq}, {"inputs", c.inputs},
+                 {"mixer", when(blocks, mixer_name(c.mixer))}, {"skips", when(blocks, skips_name(c.skips))},
+                 {"skip_kind", when(blocks, skip_kind_name(c.skip_kind))},
+                 {"skip_rank", when(blocks && c.skip_kind == SkipKind::lowrank, c.skip_rank)},
+                 {"norm", norm_name(c.norm)}, {"mlp", mlp_name(c.mlp)},
+                 {"ffn", when(blocks && c.mlp != Mlp::none, c.ffn)}, {"embed", embed_name(c.embed)},
+                 {"vocab", when(c.embed == Embed::tokens, c.vocab)}, {"din", when(c.embed == Embed::linear, c.din)},
+                 {"pos_emb", c.pos_emb}, {"readout", readout_name(c.readout)},
+                 {"dout", when(c.readout == Readout::linear, c.dout)}, {"bias", c.bias}, {"norm_gain", c.norm_gain},
+                 {"norm_bias", c.norm_bias}, {"causal", c.causal},
                  {"query", c.identity_layers.empty() ? "free" : "identity"},
-                 {"query_layers", Value::array_of(c.identity_layers)}, {"norm_eps", c.norm_eps},
+                 {"query_layers", Value::array_of(c.identity_layers)}, {"norm_eps", when(eps, c.norm_eps)},
                  {"seed", std::uint64_t(c.seed)}});
 }
 

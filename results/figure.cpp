@@ -274,10 +274,38 @@ std::vector<std::filesystem::path> figure_files(const std::filesystem::path& ste
   return {stem.string() + ".svg", stem.string() + ".png"};
 }
 
+namespace {
+
+// Without gnuplot: each stem's older STEM.svg and STEM.png are withdrawn from `files` (removed at
+// its commit, so no figure outlives the numbers written with it), and one warning names them all.
+void withdraw_figures(StagedFiles& files, const std::vector<std::filesystem::path>& stems) {
+  std::string names;
+  bool older = false;
+  for (const std::filesystem::path& stem : stems) {
+    names += (names.empty() ? "" : ", ") + stem.string() + ".svg/.png";
+    for (const std::filesystem::path& f : figure_files(stem)) {
+      older = older || std::filesystem::is_regular_file(f);
+      files.withdraw(f, "figure");
+    }
+  }
+  std::cerr << "qkvlab: warning: gnuplot not found; wrote the numbers but not " << names << " (install gnuplot-nox)"
+            << (older ? "; the older figures there are removed" : "") << "\n";
+}
+
+}  // namespace
+
+bool stage_figures(StagedFiles& files, const std::vector<Plot>& plots, const std::vector<std::filesystem::path>& stems) {
+  if (!gnuplot_available()) {
+    withdraw_figures(files, stems);
+    return false;
+  }
+  for (std::size_t i = 0; i < plots.size(); ++i) stage_figure(files, plots[i].figure, plots[i].table, stems.at(i));
+  return true;
+}
+
 bool stage_figure(StagedFiles& files, const Figure& figure, const Table& table, const std::filesystem::path& stem) {
   if (!gnuplot_available()) {
-    std::cerr << "qkvlab: warning: gnuplot not found; wrote the numbers but not " << stem.string()
-              << ".svg/.png (install gnuplot-nox)\n";
+    withdraw_figures(files, {stem});
     return false;
   }
   check_shape(table);

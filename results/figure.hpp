@@ -6,7 +6,9 @@
 // by running gnuplot on a generated script that holds the table's numbers, to SVG
 // and PNG (pngcairo, else png). Every file is written atomically, and a command's
 // files all or none: each writer has a stage_* form that adds its files to a
-// StagedFiles set committed at the end (core/atomic_file.hpp). gnuplot writes to
+// StagedFiles set committed at the end (core/atomic_file.hpp); without gnuplot the
+// numbers are written and the figures' older files removed with them (a warning,
+// not an error). gnuplot writes to
 // its standard output, a descriptor of the staged file: it opens no path of the
 // output directory, and it is killed when qkvlab dies (PR_SET_PDEATHSIG).
 #pragma once
@@ -86,8 +88,12 @@ std::vector<std::filesystem::path> figure_files(const std::filesystem::path& ste
 
 // Renders `figure` from the table into figure_files(stem), staged into
 // `files`. Returns false, having printed a one-line warning on stderr, when
-// gnuplot is missing; throws std::runtime_error when gnuplot fails.
+// gnuplot is missing: then the figure files already there are withdrawn from
+// `files` (removed when it is committed), so a figure never outlives the numbers
+// written with it; throws std::runtime_error when gnuplot fails.
 bool stage_figure(StagedFiles& files, const Figure& figure, const Table& table, const std::filesystem::path& stem);
+// stage_figure for plots[i] at stems[i], with one warning for them all when gnuplot is missing.
+bool stage_figures(StagedFiles& files, const std::vector<Plot>& plots, const std::vector<std::filesystem::path>& stems);
 // Stages tables[i] as CSV into files[i].csv and figures[i], drawn from it, at files[i].figure, where
 // those are given.
 void stage_tables(StagedFiles& staged, const std::vector<TableFiles>& files, const std::vector<Table>& tables,

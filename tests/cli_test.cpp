@@ -543,6 +543,85 @@ TEST_F(Cli, RmtAndLnormCheckTheirFilesBeforeTheWork) {
   EXPECT_TRUE(fs::exists(dir_ / "l" / "lnorm.csv"));
 }
 
+// Without gnuplot a figure set appears whole or not at all: the numbers are written, and the figures
+// an earlier run left under the same names are removed with them (review r23: they stayed beside the
+// new numbers), with one warning saying so. rmt (four panels), lnorm and transfer --figure, run with
+// a PATH that has no gnuplot. Control: with a gnuplot on the PATH (a stand-in that writes a fixed
+// figure) the same runs replace the old figures.
+TEST_F(Cli, WithoutGnuplotNoEarlierFigureOutlivesTheNewNumbers) {
+  const fs::path bin = dir_ / "bin";
+  fs::create_directory(bin);
+  write_file(bin / "gnuplot", "#!/bin/sh\n/bin/cat > /dev/null\necho new-figure\n");
+  fs::permissions(bin / "gnuplot", fs::perms::owner_all);
+  const std::vector<std::string> rmt_stems = {"defect_scale", "mp_histogram", "edge_excess", "m2_spread"};
+  const struct {
+    std::string args;
+    std::vector<fs::path> stems;
+    int status;
+  } runs[] = {{"lnorm --quiet --d 4 --out-dir " + quoted(outputs_), {outputs_ / "lnorm"}, 0},
+              {"rmt --quiet --d-max 64 --out-dir " + quoted(outputs_), {}, 0},
+              {"transfer --quiet --d 3 --steps 5 --batch 4 --figure " + quoted(outputs_ / "f"), {outputs_ / "f"}, -1}};
+  for (bool gnuplot : {false, true}) {
+    for (auto run : runs) {
+      if (run.stems.empty())
+        for (const std::string& stem : rmt_stems) run.stems.push_back(outputs_ / stem);
+      for (const fs::path& stem : run.stems)
+        for (const char* extension : {".svg", ".png"}) write_file(stem.string() + extension, "old-figure\n");
+      const std::string path = gnuplot ? bin.string() : (dir_ / "nowhere").string();
+      const RunResult r = qkvlab::test_support::run_command("env PATH=" + quoted(fs::path(path)) + " " +
+                                                            qkvlab::test_support::shell_quoted(QKVLAB_BINARY) + " " + run.args);
+      SCOPED_TRACE(run.args + (gnuplot ? " (with gnuplot)" : " (without gnuplot)"));
+      if (run.status >= 0) EXPECT_EQ(r.status, run.status) << r.err;
+      else EXPECT_TRUE(r.status == 0 || r.status == 1) << r.err;  // transfer's verdict
+      EXPECT_EQ(qkvlab::test_support::lines(r.err), gnuplot ? 0 : 1) << r.err;
+      if (!gnuplot) {
+        EXPECT_NE(r.err.find("gnuplot not found; wrote the numbers"), std::string::npos) << r.err;
+        EXPECT_NE(r.err.find("the older figures there are removed"), std::string::npos) << r.err;
+      }
+      for (const fs::path& stem : run.stems)
+        for (const char* extension : {".svg", ".png"}) {
+          const fs::path figure = stem.string() + extension;
+          if (gnuplot) EXPECT_EQ(read_file(figure), "new-figure\n") << figure;
+          else EXPECT_FALSE(fs::exists(figure)) << figure;
+        }
+    }
+    EXPECT_TRUE(fs::exists(outputs_ / "lnorm.csv") && fs::exists(outputs_ / "m2_spread.csv") && fs::exists(outputs_ / "f.csv"));
+  }
+  for (const auto& entry : fs::directory_iterator(outputs_))
+    EXPECT_EQ(entry.path().string().find(".qkvlab-tmp."), std::string::npos) << entry.path();
+}
+
+// rmt's and lnorm's default --out-dir is created; where it cannot be (a file named outputs in the
+// working directory) that is a usage error naming --out-dir, one line, as a bad --out-dir is (review
+// r23: a raw "outputs/lnorm: Not a directory"). Control: without the file the default is created.
+TEST_F(Cli, ADefaultOutDirThatCannotBeCreatedNamesTheOption) {
+  write_file(dir_ / "outputs-file", "x");
+  fs::create_directory(dir_ / "w");
+  fs::copy_file(dir_ / "outputs-file", dir_ / "w" / "outputs");
+  for (const char* command : {"lnorm --quiet --d 4", "rmt --quiet --d-max 64"}) {
+    const RunResult r = qkvlab::test_support::run_command("cd " + quoted(dir_ / "w") + " && " +
+                                                          qkvlab::test_support::shell_quoted(QKVLAB_BINARY) + " " + command);
+    qkvlab::test_support::expect_usage_error(r, command, "--out-dir: cannot create the default directory outputs/");
+  }
+  fs::remove(dir_ / "w" / "outputs");
+  const RunResult ok = qkvlab::test_support::run_command("cd " + quoted(dir_ / "w") + " && " +
+                                                         qkvlab::test_support::shell_quoted(QKVLAB_BINARY) + " lnorm --quiet --d 4");
+  EXPECT_EQ(ok.status, 0) << ok.err;
+  EXPECT_TRUE(fs::exists(dir_ / "w" / "outputs" / "lnorm" / "lnorm.csv"));
+}
+
+// absorb fit's help lists every exit status it has: 3 when a fit diverges (review r23: only 0, 1, 2
+// were listed). Control: a fit at lr 1e300 does exit 3, with one line and no output file.
+TEST_F(Cli, AbsorbFitHelpListsTheDivergedFitsExitStatus) {
+  const RunResult help = qkvlab("absorb fit --help");
+  EXPECT_EQ(help.status, 0);
+  EXPECT_NE(help.out.find("3 a fit diverged"), std::string::npos) << help.out;
+  const RunResult r = qkvlab("absorb fit --d 2 --restarts 1 --steps 20 --seeds 1 --lr 1e300 --out " + quoted(outputs_ / "fit.h5"));
+  EXPECT_EQ(r.status, 3) << r.err;
+  EXPECT_EQ(qkvlab::test_support::lines(r.err), 1) << r.err;
+  EXPECT_FALSE(fs::exists(outputs_ / "fit.h5"));
+}
+
 // The help states the ranges that are accepted (rmt --d-max >= 64, lnorm --d >= 2, absorb fit
 // --min-sine in [0, 1], icl depth --layers in [1, 16]); a value outside is refused with that range.
 TEST_F(Cli, HelpRangesAreTheAcceptedOnes) {

@@ -671,3 +671,115 @@ TEST(Fdim, OptionsTheNetworkWouldNotUseAreRefused) {
   const auto identity = run_qkvlab(base + "--layers 1 --query identity --format json");
   EXPECT_NE(identity.out.find("\"query\": \"identity\""), std::string::npos) << identity.out.substr(0, 400);
 }
+
+// parameter_count, the closed form the memory check reads before anything is built, is layout's
+// size on every kind of part (ends, norms, MLPs, gates, learned skips, biases, W_Q = I layers).
+// Control: it tells a configuration from one with a part more (the comparison can fail).
+TEST(Fdim, ParameterCountInClosedFormIsTheLayoutsSize) {
+  int compared = 0;
+  for (int layers : {0, 1, 2})
+    for (Mlp mlp : {Mlp::none, Mlp::tanh, Mlp::reglu})
+      for (SkipKind kind : {SkipKind::identity, SkipKind::learned, SkipKind::units, SkipKind::lowrank})
+        for (Norm norm : {Norm::none, Norm::layernorm, Norm::rmsnorm, Norm::dyt})
+          for (Embed embed : {Embed::none, Embed::tokens, Embed::linear})
+            for (Readout readout : {Readout::none, Readout::tied, Readout::linear})
+              for (int flags = 0; flags < 16; ++flags) {
+                Network c = stack(layers);
+                c.mlp = mlp, c.ffn = 3, c.skip_kind = kind, c.skip_rank = 2, c.norm = norm, c.embed = embed;
+                c.readout = readout, c.vocab = 5, c.din = 3, c.dout = 2, c.bias = flags & 1, c.pos_emb = flags & 2;
+                c.norm_gain = (flags & 4) && norm != Norm::none, c.norm_bias = (flags & 4) && norm == Norm::dyt;
+                if ((flags & 8) && layers > 0) c.identity_layers = {1};
+                c.mixer = mlp != Mlp::none && (flags & 8) && c.identity_layers.empty() ? Mixer::none : Mixer::attention;
+                try {
+                  validate(c);
+                } catch (const qkvlab::UsageError&) {
+                  continue;
+                }
+                ++compared;
+                EXPECT_EQ(parameter_count(c), double(layout(c).size)) << compared;
+                Network more = c;
+                more.pos_emb = !c.pos_emb;
+                EXPECT_NE(parameter_count(c), double(layout(more).size)) << compared;
+              }
+  EXPECT_GT(compared, 1000);
+}
+
+// A network too large to count is refused before its layout (a tensor per head) is built (review
+// r23: --heads 3000000 --head-dim 1 built 1.1 GB of tensors before the memory check; --heads and
+// --head-dim 2147483647 grew past 7.8 GB): exit 2 with one line at the program's baseline memory,
+// also under a 2 GB address-space bound. Control: 3 heads count.
+TEST(Fdim, HugeHeadCountsAreRefusedBeforeAnythingIsBuilt) {
+  const auto [kib, status] =
+      peak_kib({QKVLAB_BINARY, "fdim", "--no-certify", "--quiet", "--heads", "3000000", "--head-dim", "1"});
+  EXPECT_EQ(status, 2);
+  EXPECT_GT(kib, 0);
+  EXPECT_LT(kib, 200 * 1024);
+  for (const std::string heads : {"3000000 --head-dim 1", "2147483647 --head-dim 2147483647"}) {
+    const auto r = qkvlab::test_support::run_command("ulimit -v 2000000; timeout -s KILL 60 " +
+                                                     qkvlab::test_support::shell_quoted(QKVLAB_BINARY) +
+                                                     " fdim --no-certify --quiet --threads 1 --heads " + heads);
+    EXPECT_EQ(r.status, 2) << heads << ": " << r.err;
+    EXPECT_EQ(lines(r.err), 1) << r.err;
+    EXPECT_NE(r.err.find("GB"), std::string::npos) << r.err;
+  }
+  EXPECT_EQ(run_qkvlab("fdim --no-certify --quiet --heads 3 --head-dim 1").status, 0);
+}
+
+// At rank 0 there is no s_r: the ratios at the cut are undefined, null in the report, not 0 (review
+// r23: LayerNorm at d = 1, whose Jacobian is exactly 0, reported 0); an empty J has no tolerance
+// either. Control: at rank 1 they are numbers (s_r/s_1 = 1), and at full rank s_r/s_r+1 is infinite.
+TEST(Fdim, RankZeroHasNoRatiosAtTheCut) {
+  const FloatRank zero = float_rank(qkvlab::MatD::Zero(6, 4));
+  EXPECT_EQ(zero.rank, 0);
+  EXPECT_EQ(zero.tolerance, 0);
+  EXPECT_TRUE(std::isnan(zero.gap) && std::isnan(zero.relative) && std::isnan(zero.over_tolerance));
+  EXPECT_TRUE(std::isnan(float_rank(qkvlab::MatD(3, 0)).tolerance));
+  qkvlab::MatD one = qkvlab::MatD::Zero(6, 4);
+  one(0, 0) = 2;
+  const FloatRank r1 = float_rank(one);
+  EXPECT_EQ(r1.rank, 1);
+  EXPECT_EQ(r1.relative, 1);
+  EXPECT_TRUE(std::isinf(r1.gap));
+  EXPECT_GT(r1.over_tolerance, 1);
+  const auto r = run_qkvlab("fdim --quiet --d 1 --heads 1 --head-dim 1 --norm layernorm --seq 3 --inputs 6 --format json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("\"rank\": 0,"), std::string::npos) << r.out;
+  for (const char* field : {"s_r_over_s_r1", "s_r_over_s_1", "s_r_over_tolerance"})
+    EXPECT_NE(r.out.find("\"" + std::string(field) + "\": null"), std::string::npos) << field << ": " << r.out;
+  const auto control = run_qkvlab("fdim --quiet --no-certify --d 2 --heads 1 --head-dim 2 --seq 3 --format json");
+  ASSERT_EQ(control.status, 0) << control.err;
+  EXPECT_EQ(control.out.find("\"s_r_over_s_1\": null"), std::string::npos) << control.out;
+}
+
+// At --layers 0 (the ends alone) the blocks' options are refused, not echoed (review r23: --mlp,
+// --norm, --bias, --skips, --skip-kind were accepted and listed in `config`); `config` shows null
+// for what does not apply. Controls: a final norm before a readout, a bias on a linear end and the
+// blocks' options at --layers 1 count, and `config` shows the sizes that apply.
+TEST(Fdim, TheEndsAloneRefuseTheBlocksOptionsAndEchoOnlyWhatApplies) {
+  const std::string base = "fdim --no-certify --quiet --d 4 --seq 3 --inputs 4 --layers 0 ";
+  for (const auto& [args, option] : std::vector<std::pair<std::string, std::string>>{
+           {"--mlp relu", "--mlp"}, {"--norm layernorm", "--norm"}, {"--norm layernorm --norm-eps 0.1", "--norm"},
+           {"--norm dyt --norm-gain", "--norm"}, {"--norm-gain", "--norm-gain"}, {"--bias", "--bias"},
+           {"--skips none", "--skips"}, {"--skip-kind learned", "--skip-kind"}, {"--mixer none", "--mixer"}}) {
+    const auto r = run_qkvlab(base + args);
+    qkvlab::test_support::expect_usage_error(r, args, option + " needs a block (--layers >= 1)");
+  }
+  for (const std::string args : {"--norm layernorm --norm-eps 0.1 --readout linear --dout 3", "--bias --embed linear --din 3",
+                                 "--norm dyt --norm-gain --norm-bias --embed tokens --readout tied"}) {
+    const auto r = run_qkvlab(base + args);
+    EXPECT_EQ(r.status, 0) << args << ": " << r.err;
+  }
+  const auto ends = run_qkvlab(base + "--embed linear --din 3 --format json");
+  ASSERT_EQ(ends.status, 0) << ends.err;
+  for (const char* field : {"heads", "head_dim", "mixer", "skips", "skip_kind", "skip_rank", "ffn", "vocab", "dout", "norm_eps"})
+    EXPECT_NE(ends.out.find("\"" + std::string(field) + "\": null"), std::string::npos) << field;
+  EXPECT_NE(ends.out.find("\"din\": 3"), std::string::npos) << ends.out;
+  const auto block = run_qkvlab(
+      "fdim --no-certify --quiet --d 4 --seq 3 --inputs 4 --layers 1 --mlp tanh --ffn 3 --skip-kind lowrank --skip-rank 2 "
+      "--norm rmsnorm --norm-eps 0.5 --embed tokens --vocab 5 --readout linear --dout 2 --heads 2 --head-dim 2 --format json");
+  ASSERT_EQ(block.status, 0) << block.err;
+  for (const char* field : {"\"heads\": 2", "\"head_dim\": 2", "\"mixer\": \"attention\"", "\"skips\": \"both\"",
+                            "\"skip_kind\": \"lowrank\"", "\"skip_rank\": 2", "\"ffn\": 3", "\"vocab\": 5", "\"din\": null",
+                            "\"dout\": 2", "\"norm_eps\": 0.5"})
+    EXPECT_NE(block.out.find(field), std::string::npos) << field << ": " << block.out;
+}

@@ -521,6 +521,38 @@ TEST(StagedFiles, ASetNotCommittedLeavesNothing) {
   EXPECT_EQ(read_text(dir / "a.csv"), "old a");
 }
 
+// A withdrawn target (a figure not drawn this time) is removed when the set commits, in its turn,
+// and not before: a set destroyed uncommitted leaves it. A missing one is no error, a FIFO is left
+// as it is, and a symbolic link is refused like a staged file. Control: without withdraw() the
+// older file stays beside the new one.
+TEST(StagedFiles, AWithdrawnTargetIsRemovedAtCommitOnly) {
+  ScratchDir dir;
+  write_text(dir / "f.svg", "old");
+  {
+    StagedFiles files;
+    files.add_bytes(dir / "f.csv", "CSV", "new");
+    files.withdraw(dir / "f.svg", "figure");
+    EXPECT_TRUE(fs::exists(dir / "f.svg"));
+    EXPECT_EQ(files.temporaries().size(), 1u);
+  }
+  EXPECT_EQ(directory_names(dir.path()), std::vector<std::string>{"f.svg"});
+  StagedFiles files;
+  files.add_bytes(dir / "f.csv", "CSV", "new");
+  files.withdraw(dir / "f.svg", "figure");
+  files.withdraw(dir / "f.png", "figure");  // none there
+  ASSERT_EQ(::mkfifo((dir / "pipe.svg").c_str(), 0600), 0);
+  files.withdraw(dir / "pipe.svg", "figure");
+  fs::create_symlink(dir / "nowhere", dir / "link.svg");
+  EXPECT_THROW(files.withdraw(dir / "link.svg", "figure"), qkvlab::UsageError);
+  files.commit();
+  EXPECT_EQ(directory_names(dir.path()), (std::vector<std::string>{"f.csv", "link.svg", "pipe.svg"}));
+  write_text(dir / "f.svg", "old");
+  StagedFiles control;
+  control.add_bytes(dir / "f.csv", "CSV", "newer");
+  control.commit();
+  EXPECT_EQ(read_text(dir / "f.svg"), "old");
+}
+
 // Two outputs of one set given one file: the second is refused (a UsageError naming both kinds),
 // by name or through another spelling of its directory, and the set leaves nothing; it was renamed
 // over the first, which was lost without a word. Control: two names commit both.
