@@ -96,10 +96,19 @@ void refuse_overlapping_outputs(const AnalyzeArgs& a, analysis::Kind kind) {
   refuse_overlapping_files(outputs, input_files(a.input));
 }
 
-void write_files(const AnalyzeArgs& a, const analysis::Report& r, const std::string& command_line) {
+// The HDF5 file's "context": what the tables were measured on, the fields of the JSON output that do not
+// depend on the run's threads or speed (the weights' type among them: a bf16 run's file says so).
+std::string hdf5_context(const results::Value& v) {
+  results::Value context = results::Value::object();
+  for (const char* key : {"analysis", "definition", "sequences", "seq_len", "checkpoint", "tokens", "dtype", "error_model"})
+    if (const results::Value* field = v.find(key)) context.set(key, *field);
+  return context.json_compact();
+}
+
+void write_files(const AnalyzeArgs& a, const analysis::Report& r, const results::Value& v, const std::string& command_line) {
   StagedFiles files;  // every output of the run: all or none
   protect_inputs(files, a.input);
-  if (!a.out.empty()) results::stage_tables_hdf5(files, a.out, r.tables, a.seed, command_line);
+  if (!a.out.empty()) results::stage_tables_hdf5(files, a.out, r.tables, a.seed, command_line, hdf5_context(v));
   results::stage_tables(files, results::table_files(a.csv, a.figure, analysis::table_names(r.kind)), r.tables, r.figures);
   files.commit();
 }
@@ -135,7 +144,7 @@ int run_analyze(const AnalyzeArgs& a, const std::string& command_line) {
   v.set("seconds", seconds);  // as lm eval's: the forward passes and measures, not the loading
   v.set("tokens_per_second", double(r.sequences) * double(r.seq_len) / seconds);
   v.set("command_line", command_line);
-  write_files(a, r, command_line);
+  write_files(a, r, v, command_line);
   std::cout << (a.format == "json" ? v.json() : v.text());
   return 0;
 }

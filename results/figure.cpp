@@ -211,7 +211,7 @@ void write_csv(const std::filesystem::path& path, const Table& table) {
 }
 
 void stage_tables_hdf5(StagedFiles& files, const std::filesystem::path& path, const std::vector<Table>& tables,
-                       std::uint64_t seed, const std::string& command_line) {
+                       std::uint64_t seed, const std::string& command_line, const std::string& context) {
   for (const auto& t : tables) check_shape(t);
   std::string image;
   try {
@@ -219,6 +219,7 @@ void stage_tables_hdf5(StagedFiles& files, const std::filesystem::path& path, co
     MemoryFile file;
     write_attribute(file.get(), "seed", H5T_NATIVE_UINT64, &seed);
     write_string_attribute(file.get(), "command_line", string_type().get(), command_line);
+    if (!context.empty()) write_string_attribute(file.get(), "context", string_type().get(), context);
     for (const auto& t : tables) {
       Handle group(H5Gcreate2(file.get(), t.name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Gclose,
                    "cannot create group " + t.name);

@@ -46,8 +46,10 @@ void write_csv(const std::filesystem::path& path, const Table& table);
 void stage_csv(StagedFiles& files, const std::filesystem::path& path, const Table& table);
 void write_tables_hdf5(const std::filesystem::path& path, const std::vector<Table>& tables, std::uint64_t seed,
                        const std::string& command_line);
+// context: a JSON object (compact) of what the tables were measured on, written as the root's
+// string attribute "context" when not empty (verify's report files carry theirs the same way).
 void stage_tables_hdf5(StagedFiles& files, const std::filesystem::path& path, const std::vector<Table>& tables,
-                       std::uint64_t seed, const std::string& command_line);
+                       std::uint64_t seed, const std::string& command_line, const std::string& context = "");
 
 // One curve: columns x and y of the figure's table, or, when `expression` is set, a
 // gnuplot function of x (e.g. "0.5*x**(-2.0/3)") drawn over the plotted range.

@@ -38,6 +38,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <functional>
 #include <limits>
 #include <map>
@@ -293,6 +294,32 @@ void write_corpus(const fs::path& dir, int tags, std::int32_t bad_tag = -2, cons
   for (int t = 0; t < tags; ++t) names += (t ? ", \"T" : "\"T") + std::to_string(t) + "\"";
   std::ofstream(dir / "tags.json") << (tags_json.empty() ? names + "]\n" : tags_json);
   test_support::write_corpus_manifest(dir);
+}
+
+// analyze --out records what the tables were measured on in the HDF5 root's "context" attribute,
+// the weights' type among it (review r26: a bf16 run's file could not be told from a float32 run's).
+// The attribute is a JSON string stored inline, so its bytes are in the file. Control: --dtype f32
+// writes "f32", and neither file carries the run's speed or threads (the same bits at any count).
+TEST(RobustOutputs, AnalyzesHdf5FileRecordsTheWeightsTypeAndDefinition) {
+  Fixture f;
+  const auto context_of = [&](const std::string& dtype) {
+    const fs::path out = f.dir / ("a-" + dtype + ".h5");
+    const CommandResult r = run_bounded("analyze entropy " + f.model_args() + " --sequences 2 --quiet --dtype " + dtype +
+                                        " --definition row --out " + shell_quoted(out));
+    EXPECT_EQ(r.status, 0) << r.err;
+    std::ifstream in(out, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string bf16 = context_of("bf16"), f32 = context_of("f32");
+  EXPECT_NE(bf16.find("\"dtype\":\"bf16\""), std::string::npos);
+  EXPECT_NE(f32.find("\"dtype\":\"f32\""), std::string::npos);
+  EXPECT_EQ(f32.find("\"dtype\":\"bf16\""), std::string::npos);
+  for (const std::string* file : {&bf16, &f32}) {
+    EXPECT_NE(file->find("\"seq_len\":8"), std::string::npos);
+    EXPECT_NE(file->find("row"), std::string::npos);
+    EXPECT_EQ(file->find("tokens_per_second"), std::string::npos);
+    EXPECT_EQ(file->find("threads"), std::string::npos);
+  }
 }
 
 TEST(RobustProbe, TagIdsAreCheckedAgainstTagsJson) {
