@@ -4,6 +4,7 @@
 #include "cli/commands.hpp"
 #include "cli/icl_train_options.hpp"
 #include "cli/validators.hpp"
+#include "core/errors.hpp"
 
 #include <iostream>
 #include <memory>
@@ -38,8 +39,10 @@ int run_depth_command(const DepthArgs& a, const std::string& command_line) {
   c.eval_samples = a.common.eval_samples, c.seed = a.common.seed, c.threads = a.common.threads;
   validate(c);
   prepare(a.common);
-  require_train_memory(a.common, a.common.d, a.common.n, 2.0 * double(a.layers.size()), 0);
+  require_train_memory(a.common, a.common.d, a.common.n, 2.0 * double(a.layers.size()), 0, depth_held_out_bytes(c));
   const std::vector<DepthRun> runs = run_depth(c, progress_of("icl depth", "runs", a.common.quiet));
+  for (const DepthRun& r : runs)  // icl train's outcome: exit 3, nothing written
+    if (!r.diverged.empty()) throw NumericalError(r.diverged);
   write_outputs(a.common, depth_tables(c, runs), command_line);  // first: a failed write prints nothing
   std::cout << (a.common.format == "json" ? depth_json(c, runs).json_line() : depth_text(c, runs));
   return 0;

@@ -20,9 +20,10 @@ constexpr bool kGpuPath = false;
 
 const char* const kIclTrainExit =
     "Exit status: 0 success, 2 usage error (one line on stderr, nothing written),\n"
-    "3 a numerical failure or another error. A run has diverged (exit 3) when its loss or gradient is not\n"
-    "finite, or (icl train, icl sweep) when its held-out loss on the first 2000 held-out prompts ends more than 10 times\n"
-    "both its loss there before training and the zero predictor's E|y|^2 = |W0|_F^2 + d^2 + d sigma^2.";
+    "3 a numerical failure or another error. A run has diverged (exit 3, nothing written) when its loss or gradient\n"
+    "is not finite, or when its held-out loss on the first 2000 held-out prompts ends more than 10 times both its\n"
+    "loss there before training and the zero predictor's E|y|^2 = |W0|_F^2 + d^2 + d sigma^2 (the one rule of\n"
+    "icl train, sweep, anchor and depth).";
 
 void add_common_options(CLI::App* cmd, CommonArgs& a, CommonOptions use) {
   if (use.task) {
@@ -78,8 +79,8 @@ void prepare(const CommonArgs& a) {
   apply_threads(a.threads, BlasUse::per_worker);
 }
 
-void require_train_memory(const CommonArgs& a, int d, int n, double runs, long theory_prompts) {
-  double bytes = trained_memory_bytes(d, n, a.batch, a.eval_samples, a.threads, runs);
+void require_train_memory(const CommonArgs& a, int d, int n, double runs, long theory_prompts, double held_out_bytes) {
+  double bytes = trained_memory_bytes(d, n, a.batch, a.eval_samples, a.threads, runs) + held_out_bytes;
   if (theory_prompts > 0) bytes += theory_memory_bytes(Task{d, n, 0.0, {}}, {theory_prompts, a.seed, a.threads});
   require_memory("--d " + std::to_string(d) + " --n " + std::to_string(n) + " --batch " + std::to_string(a.batch) +
                      " --eval-samples " + std::to_string(a.eval_samples) +

@@ -34,8 +34,9 @@ void add_common_options(CLI::App* cmd, CommonArgs& a, CommonOptions use);
 // work, and sets the threads: the runs are what runs in parallel, each product on its run's thread.
 void prepare(const CommonArgs& a);
 
-// Refuses sizes whose runs (and the Monte Carlo of the bounds, theory_prompts > 0) would not fit the memory budget.
-void require_train_memory(const CommonArgs& a, int d, int n, double runs, long theory_prompts);
+// Refuses sizes whose runs (and the Monte Carlo of the bounds, theory_prompts > 0, and what a command
+// keeps beyond the runs, held_out_bytes) would not fit the memory budget.
+void require_train_memory(const CommonArgs& a, int d, int n, double runs, long theory_prompts, double held_out_bytes = 0);
 
 // progress(done, total) on stderr as "WHAT done/total".
 std::function<void(int, int)> progress_of(const std::string& name, const std::string& what, bool quiet);

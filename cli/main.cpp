@@ -8,11 +8,14 @@
 #include "cli/fdim_command.hpp"
 #include "core/errors.hpp"
 
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <new>
 
-int main(int argc, char** argv) {
+namespace {
+
+int run(int argc, char** argv) {
   using qkvlab::cli::describe, qkvlab::cli::empty_value, qkvlab::cli::flushed, qkvlab::cli::is_usage_error,
       qkvlab::cli::one_line, qkvlab::cli::unexpected_option, qkvlab::cli::unknown_subcommand;
   const std::string command_line = qkvlab::cli::command_line_of(argc, argv);
@@ -89,4 +92,17 @@ int main(int argc, char** argv) {
     std::cerr << "qkvlab: error: " << one_line(e.what()) << "\n";
     return 3;
   }
+}
+
+}  // namespace
+
+// The process ends through std::_Exit once stdout and stderr are flushed, not through exit's handlers:
+// those include OpenBLAS's, which joins its server threads, and under an address-space limit too small
+// for a thread's BLAS buffer (ulimit -v 200000) that thread retries its allocation forever, so every
+// exit, "out of memory" (exit 3) and a refusal (exit 2) included, hung in the join. By now every file
+// was committed or removed (StagedFiles) and closed; the pool's threads need no join.
+int main(int argc, char** argv) {
+  const int status = run(argc, argv);
+  std::cout.flush(), std::cerr.flush();
+  std::_Exit(status);
 }

@@ -47,14 +47,22 @@ probes::ProbeData probe_data(const ProbeArgs& a) {
   return probes::stream_probe_data(std::move(train), std::move(validation));
 }
 
+// --figure STEM as in every command that draws one (plot_common.hpp): its numbers go beside it to
+// STEM.csv, or, when --csv names that same file, only there.
+std::string figure_data(const ProbeArgs& a) {
+  const std::string data = figure_table(a.figure);
+  return !a.csv.empty() && same_file(data, a.csv) ? a.csv : data;
+}
+
 int run_probe(const ProbeArgs& a, const std::string& command_line) {
   require_device(a.device);
-  if (!a.figure.empty() && a.csv.empty()) throw UsageError("--figure needs --csv (the figure is drawn from it)");
   refuse_files_in(a.checkpoint, {{"--out", &a.out}, {"--csv", &a.csv}, {"--figure", &a.figure}});
   if (!a.corpus.empty()) refuse_files_in(a.data, {{"--out", &a.out}, {"--csv", &a.csv}, {"--figure", &a.figure}});
   FileList outputs{{"--out", a.out}, {"--csv", a.csv}};
-  if (!a.figure.empty())
+  if (!a.figure.empty()) {
     for (const auto& f : results::figure_files(a.figure)) outputs.emplace_back("--figure", f.string());
+    if (const std::string data = figure_data(a); data != a.csv) outputs.emplace_back("--figure", data);
+  }
   require_output_directories(outputs);
   refuse_overlapping_files(outputs, {{"--tokens", a.tokens}, {"--text", a.text}, {"--val-tokens", a.val_tokens}});
   probes::ProbeOptions o = a.options;
@@ -94,7 +102,10 @@ int run_probe(const ProbeArgs& a, const std::string& command_line) {
   files.protect(a.tokens, "--tokens"), files.protect(a.text, "--text"), files.protect(a.val_tokens, "--val-tokens");
   if (!a.out.empty()) results::stage_tables_hdf5(files, a.out, {r.table}, o.seed, command_line);
   if (!a.csv.empty()) results::stage_csv(files, a.csv, r.table);
-  if (!a.figure.empty()) results::stage_figure(files, r.figure, r.table, a.figure);
+  if (!a.figure.empty()) {
+    if (const std::string data = figure_data(a); data != a.csv) results::stage_csv(files, data, r.table);
+    results::stage_figure(files, r.figure, r.table, a.figure);
+  }
   files.commit();
   std::cout << (a.format == "json" ? v.json() : v.text());
   return 0;
@@ -145,7 +156,8 @@ Command add_probe_command(CLI::App& app, const std::string& command_line) {
   add_format_option(cmd, a->format);
   cmd->add_option("--out", a->out, "Write the per-layer table to an HDF5 file");
   cmd->add_option("--csv", a->csv, "Write the per-layer table as CSV");
-  cmd->add_option("--figure", a->figure, "Draw STEM.svg and STEM.png from the CSV (needs --csv)");
+  cmd->add_option("--figure", a->figure, "Draw STEM.svg and STEM.png, their numbers (the per-layer table) to STEM.csv "
+                                         "(needs gnuplot)");
   add_allow_nonfinite_option(cmd, a->allow_nonfinite);
   cmd->add_flag("--quiet", a->quiet, "No progress on stderr");
   return {cmd, [a, command_line] {

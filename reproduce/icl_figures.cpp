@@ -56,16 +56,23 @@ void icl_depth(Session& s, Output& out) {
       col.push_back(r.layers);
       for (std::size_t k = 1; k < t.columns.size(); ++k) t.columns[k].values.push_back(std::nan(""));
     }
-    (r.skipv1 ? t.columns[2] : t.columns[1]).values.back() = r.trained.value;
-    (r.skipv1 ? t.columns[4] : t.columns[3]).values.back() = r.trained.se;
+    // A diverged run (icl train's rule) has no loss: NaN in the table (no point drawn), null in the JSON
+    // with why, so the verdict leaves this seed out of its L (verdicts.cpp: over_seeds).
+    const bool kept = r.diverged.empty();
+    const double loss = kept ? r.trained.value : std::nan(""), se = kept ? r.trained.se : std::nan("");
+    (r.skipv1 ? t.columns[2] : t.columns[1]).values.back() = loss;
+    (r.skipv1 ? t.columns[4] : t.columns[3]).values.back() = se;
     if (r.layers == 1 && !r.skipv1)  // at L = 1 SkipV1 is MHA
-      t.columns[2].values.back() = r.trained.value, t.columns[4].values.back() = r.trained.se;
+      t.columns[2].values.back() = loss, t.columns[4].values.back() = se;
     Value v = Value::object();
-    v.set("layers", r.layers), v.set("model", r.skipv1 ? "skipv1" : "mha"), v.set("loss", r.trained.value);
-    v.set("se", r.trained.se);
+    v.set("layers", r.layers), v.set("model", r.skipv1 ? "skipv1" : "mha");
+    v.set("loss", kept ? Value(loss) : Value()), v.set("se", kept ? Value(se) : Value());
+    if (!kept) v.set("diverged", r.diverged);
     list.push(v);
-    out.notes += "- L = " + std::to_string(r.layers) + ", " + (r.skipv1 ? "SkipV1" : "MHA") + ": held-out loss " +
-                 fixed(r.trained.value, 4) + " ± " + fixed(r.trained.se, 4) + "\n";
+    out.notes += "- L = " + std::to_string(r.layers) + ", " + (r.skipv1 ? "SkipV1" : "MHA") + ": " +
+                 (kept ? "held-out loss " + fixed(loss, 4) + " ± " + fixed(se, 4)
+                       : "no loss (" + r.diverged + "; left out of the verdict at this L)") +
+                 "\n";
   }
   out.value.set("runs", list);
   // The task and the number of held-out prompts, so the verdict can scale the loss difference by the

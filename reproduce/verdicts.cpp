@@ -419,6 +419,8 @@ const FigureClaim& claim_of(const std::string& figure) {
 // A figure replicated over seeds (figure_kit.hpp: Entry::seeds) holds each run's results under
 // "seed S": the quantity is measured in each run as in a single one, and each element's replicates
 // are its values in the runs (paired: the runs share the sequences, and each run's models share its seed).
+// A run that recorded no value for an element (null: an icl-depth run that diverged) is left out of
+// that element's replicates, whose count n (the element's `replicates`) then says how many remain.
 std::vector<Element> over_seeds(const FigureClaim& c, const Value& results) {
   std::vector<std::string> labels;
   std::vector<std::vector<double>> values;
@@ -433,7 +435,7 @@ std::vector<Element> over_seeds(const FigureClaim& c, const Value& results) {
       if (e[i].label != labels[i])  // elements pair by what they measure, not by their place in a run's list
         throw std::logic_error("seed " + std::to_string(std::int64_t(num(seed))) + " measures \"" + e[i].label +
                                "\" where the first seed measures \"" + labels[i] + "\"");
-      values[i].push_back(e[i].value);
+      if (!std::isnan(e[i].value)) values[i].push_back(e[i].value);
     }
   }
   std::vector<Element> e;

@@ -371,6 +371,19 @@ TEST(IclCli, BadInputExitsTwoWithOneLine) {
   EXPECT_NE(overflow.out.find("--sigma"), std::string::npos) << overflow.out;
 }
 
+// The overflow refusal names the prior mean's norm as it is: |W_0|_F = 2e+200 for 1e200 I at d = 4 (only
+// its square overflows; it printed inf). Control: a scale whose norm is small (6 for 3 I) with a sigma
+// whose square overflows prints that norm.
+TEST(IclCli, OverflowRefusalPrintsTheFiniteNormOfW0) {
+  const ShellRun large = run("icl theory --w0 identity --w0-scale 1e200 2>&1");
+  EXPECT_EQ(large.status, 2) << large.out;
+  EXPECT_NE(large.out.find("|W_0|_F = 2e+200"), std::string::npos) << large.out;
+  EXPECT_EQ(large.out.find("inf"), std::string::npos) << large.out;
+  const ShellRun small = run("icl theory --w0 identity --w0-scale 3 --sigma 1e160 2>&1");
+  EXPECT_EQ(small.status, 2) << small.out;
+  EXPECT_NE(small.out.find("sigma = 1e+160 with |W_0|_F = 6:"), std::string::npos) << small.out;
+}
+
 // --w0-scale means W_0 = c I with any finite c in every icl subcommand: lemmas takes c < 0 as theory and
 // train do, and its header compares sigma_d(W_0) = |c|; at sigma = 0 the default is c = 1, as the help says.
 TEST(IclCli, LemmasW0ScaleIsAnyFiniteCAndItsDefaultIsTheHelps) {

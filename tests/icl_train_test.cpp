@@ -600,4 +600,117 @@ TEST(IclCli, JsonHasTheDocumentedFields) {
   EXPECT_NE(std::system((check + json.string() + " no_such_field >/dev/null").c_str()), 0);  // control
 }
 
+// The tables print a large value as the number it is (results::short_number from 1e6 up): a held-out loss
+// of 1e32 ± 4e30 was printed cut to 31 characters, "1000000000000000005366162204393" (a hundredth of it at
+// 4e32). Control: an ordinary value keeps its four decimals.
+TEST(IclReport, LargeValuesPrintAsTheNumbersTheyAre) {
+  const auto depth_row = [](double loss, double se) {
+    DepthConfig c;
+    c.task = Task{4, 16, 0.5, {}}, c.layers = {1};
+    DepthRun r;
+    r.layers = 1, r.trained.value = loss, r.trained.se = se;
+    LayerProbe p;
+    p.layer = 1, p.gd = {1, 0.047, 4.97}, p.model_loss = loss, p.cosine = 0.5, p.relative_distance = 2;
+    r.probes = {p};
+    return depth_text(c, {r});
+  };
+  const std::string large = depth_row(1e32, 4e30);
+  EXPECT_NE(large.find("1  mha      1e+32 (4e+30)"), std::string::npos) << large;
+  EXPECT_NE(large.find("layer 1: 1e+32, GD-1 4.9700"), std::string::npos) << large;
+  const std::string ordinary = depth_row(16.9375, 0.0123);  // control
+  EXPECT_NE(ordinary.find("1  mha      16.9375 (0.0123)"), std::string::npos) << ordinary;
+  AnchorConfig c;
+  c.task = Task{4, 16, 0.5, {}};
+  AnchorResult r;
+  r.analytic = best_one_step_gd(4, 16, 0.5);
+  r.runs.resize(1);
+  r.runs[0].trained.value = 4e30, r.runs[0].trained.se = 1e29;
+  const std::string anchor = anchor_text(c, r);
+  EXPECT_NE(anchor.find("trained 4e+30 +- 1e+29"), std::string::npos) << anchor;
+  EXPECT_NE(anchor.find("L(eta*) = 4.9529"), std::string::npos) << anchor;  // control
+}
+
+// icl depth and icl anchor apply icl train's divergence rule (train.hpp: divergence): a run whose held-out
+// loss ends more than 10 times above both its start and E|y|^2 is refused, exit 3, nothing written, not
+// printed as a loss with exit 0 (depth at lr 0.5 ended at 7.4e15, anchor at lr 5 at 1.7e5 against 4.95).
+// Control: the same runs at the default lr exit 0 and write their table.
+TEST(IclCli, DepthAndAnchorApplyTrainsDivergenceRule) {
+  const qkvlab::test_support::ScratchDir scratch;
+  const std::string csv = (scratch / "t.csv").string();
+  for (const auto& [args, lr] : std::vector<std::pair<std::string, std::string>>{
+           {"icl depth --layers 1,2 --steps 20 --eval-samples 200 --threads 1 --quiet", "0.5"},
+           {"icl anchor --steps 20 --restarts 1 --eval-samples 200 --threads 1 --quiet", "5"}}) {
+    const CliRun diverged = run(args + " --lr " + lr + " --csv '" + csv + "'");
+    EXPECT_EQ(diverged.status, 3) << args << ": " << diverged.out;
+    EXPECT_EQ(std::count(diverged.err.begin(), diverged.err.end(), '\n'), 1) << diverged.err;
+    EXPECT_NE(diverged.err.find("training diverged: "), std::string::npos) << diverged.err;
+    EXPECT_NE(diverged.err.find("more than 10 times both its loss before training"), std::string::npos) << diverged.err;
+    EXPECT_EQ(diverged.out, "") << args;
+    EXPECT_FALSE(std::filesystem::exists(csv)) << args;
+    const CliRun normal = run(args + " --csv '" + csv + "'");  // control
+    EXPECT_EQ(normal.status, 0) << args << ": " << normal.err;
+    EXPECT_TRUE(std::filesystem::exists(csv)) << args;
+    std::filesystem::remove(csv);
+  }
+}
+
+// run_depth marks a diverged run (for reproduce icl-depth, which records it as diverged) rather than
+// throwing, with icl train's message; the runs that did not diverge carry no mark (control).
+TEST(IclDepth, ADivergedRunIsMarkedWithTrainsRule) {
+  DepthConfig c;
+  c.task = Task{4, 16, 0.5, {}}, c.layers = {1, 2}, c.eval_samples = 200, c.train.steps = 20, c.train.batch = 64;
+  c.train.lr = 0.5, c.train.log_every = 1;
+  const std::vector<DepthRun> hot = run_depth(c);
+  ASSERT_EQ(hot.size(), 3u);
+  bool any = false;
+  for (const DepthRun& r : hot)
+    if (!r.diverged.empty()) {
+      any = true;
+      EXPECT_EQ(r.diverged.rfind("training diverged: ", 0), 0u) << r.diverged;
+      EXPECT_GT(r.trained.value, 10 * 17.0);
+    }
+  EXPECT_TRUE(any);
+  c.train.lr = 5e-3;
+  for (const DepthRun& r : run_depth(c)) EXPECT_EQ(r.diverged, "") << r.layers;
+}
+
+// icl depth's memory check counts the held-out prompts it keeps (about 1.5 KB each at d = 4, n = 16),
+// so --eval-samples past the budget is refused before the work (exit 2, one line); the old estimate of
+// 16 bytes a prompt let 1,000,000 prompts start under 1 GB and end "out of memory" (exit 3). Control:
+// 20,000 prompts fit and run under the same limit.
+TEST(IclCli, DepthRefusesHeldOutPromptsPastTheMemoryBudget) {
+  const auto limited = [](const std::string& samples) {
+    return qkvlab::test_support::run_command(
+        "ulimit -v 1000000; timeout -s KILL 120 " + qkvlab::test_support::shell_quoted(QKVLAB_BINARY) +
+        " icl depth --layers 1 --steps 1 --threads 1 --quiet --eval-samples " + samples);
+  };
+  const CliRun big = limited("1000000");
+  EXPECT_EQ(big.status, 2) << big.err;
+  EXPECT_EQ(std::count(big.err.begin(), big.err.end(), '\n'), 1) << big.err;
+  EXPECT_NE(big.err.find("--eval-samples 1000000 needs about"), std::string::npos) << big.err;
+  EXPECT_EQ(big.out, "");
+  const CliRun fits = limited("20000");
+  EXPECT_EQ(fits.status, 0) << fits.err;
+}
+
+// Under an address-space limit too small for OpenBLAS's own server thread to get its buffer (ulimit -v
+// 200000), that thread retries forever and exit's handlers joined it: "out of memory" was printed, then
+// the process hung (killed at the timeout: 137), and so did a refusal. Now the process ends through
+// std::_Exit: exit 3 with its one line, exit 2 for the refusal. Control: without the limit the run succeeds.
+TEST(IclCli, OutOfMemoryExitsThreeInsteadOfHanging) {
+  const std::string args = "icl depth --layers 1 --steps 1 --threads 1 --quiet --eval-samples ";
+  const auto limited = [&](const std::string& samples) {
+    return qkvlab::test_support::run_command("ulimit -v 200000; timeout -s KILL 60 " +
+                                             qkvlab::test_support::shell_quoted(QKVLAB_BINARY) + " " + args + samples);
+  };
+  const CliRun out_of_memory = limited("70000");  // within the budget (154 MB): runs, then cannot allocate
+  EXPECT_EQ(out_of_memory.status, 3) << out_of_memory.err;
+  EXPECT_EQ(out_of_memory.err, "qkvlab: error: out of memory\n");
+  const CliRun refused = limited("100000");  // past the budget: refused before the work
+  EXPECT_EQ(refused.status, 2) << refused.err;
+  EXPECT_NE(refused.err.find("more than the budget of"), std::string::npos) << refused.err;
+  const CliRun free = qkvlab::test_support::run_bounded(args + "70000", 120);
+  EXPECT_EQ(free.status, 0) << free.err;
+}
+
 }  // namespace

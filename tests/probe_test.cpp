@@ -1,18 +1,28 @@
 // probes/: the probe's gradient against central differences; an untrained probe started
 // from the model is the model's own head at the last layer (and not at the one before);
-// training lowers a random probe's loss; the least-squares slope against a hand computation.
+// training lowers a random probe's loss; the least-squares slope against a hand computation; the
+// command's --figure.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
 #include <vector>
 
 #include "core/errors.hpp"
 #include "core/rng.hpp"
+#include "corpus/token_file.hpp"
 #include "engine/cpu_backend.hpp"
 #include "lm/model.hpp"
 #include "probes/layerwise.hpp"
 #include "probes/probe.hpp"
 #include "probes/probe_data.hpp"
+#include "results/figure.hpp"
+#include "tests/run_command.hpp"
+#include "tests/scratch_dir.hpp"
 
 namespace qkvlab::probes {
 namespace {
@@ -210,6 +220,40 @@ TEST(ProbeData, OneStreamValidatesOnItsLastTenthUnlessAStreamIsGiven) {
   const ProbeData given = stream_probe_data(stream, std::vector<std::int32_t>{7, 8, 9});
   EXPECT_EQ(given.train, stream);  // control: nothing is cut when the validation stream is given
   EXPECT_EQ(given.validation, (std::vector<std::int32_t>{7, 8, 9}));
+}
+
+// probe --figure STEM means what it means in icl and transfer (cli/plot_common.hpp): the figure and its
+// numbers beside it, STEM.csv, without --csv (it was refused: "--figure needs --csv"); with --csv naming
+// another file both are written, with --csv STEM.csv that one file. A clash of STEM.csv with --out is
+// refused before the probes train (control: exit 2).
+TEST(ProbeCli, FigureAloneWritesItsNumbersBesideIt) {
+  const test_support::ScratchDir dir;
+  const auto ckpt = dir / "ckpt", stream = dir / "stream.npy";
+  ASSERT_EQ(test_support::run_bounded("lm init " + test_support::shell_quoted(ckpt) +
+                                      " --family gpt2 --layers 2 --d 16 --heads 2 --vocab 50 --positions 16")
+                .status,
+            0);
+  corpus::write_tokens_npy(stream, random_stream(600, 50, "probe_test/cli"), 600, 0);
+  const std::string probe = "probe " + test_support::shell_quoted(ckpt) + " --tokens " + test_support::shell_quoted(stream) +
+                            " --steps 2 --warmup 1 --lr-grid 1e-3 --seq-len 8 --batch 2 --eval-windows 2 --quiet";
+  const std::string stem = (dir / "fig").string(), other = (dir / "other.csv").string();
+  const auto read = [](const std::string& path) {
+    std::ifstream in(path);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const test_support::CommandResult alone = test_support::run_bounded(probe + " --figure '" + stem + "'");
+  ASSERT_EQ(alone.status, 0) << alone.err;
+  EXPECT_EQ(read(stem + ".csv").rfind("layer,loss", 0), 0u);
+  if (results::gnuplot_available()) {
+    EXPECT_TRUE(std::filesystem::exists(stem + ".svg"));
+  }
+  std::filesystem::remove(stem + ".csv");
+  const test_support::CommandResult both = test_support::run_bounded(probe + " --csv '" + other + "' --figure '" + stem + "'");
+  ASSERT_EQ(both.status, 0) << both.err;
+  EXPECT_EQ(read(stem + ".csv"), read(other));
+  const test_support::CommandResult clash = test_support::run_bounded(probe + " --out '" + stem + ".csv' --figure '" + stem + "'");
+  EXPECT_EQ(clash.status, 2) << clash.err;
+  EXPECT_EQ(std::count(clash.err.begin(), clash.err.end(), '\n'), 1) << clash.err;
 }
 
 }  // namespace

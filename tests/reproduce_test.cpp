@@ -986,6 +986,39 @@ results::Value icl_sweep_figure(double a1_difference, double a1_se, double shift
   return j;
 }
 
+// icl-depth: a run that diverged (icl train's rule) is recorded with a null loss and left out of its
+// depth's replicates, whose n then counts the seeds that converged; with the old record (its loss, 8.1e7
+// at seed 2, L = 4) the element was -9.6e5 ± 9.6e5. Control: every seed recorded gives n = 3.
+results::Value icl_depth_run_figure(double mha, double skipv1, bool mha_diverged = false) {
+  results::Value runs = results::Value::array(), task = results::Value::object(), r = results::Value::object(),
+                 j = results::Value::object();
+  for (const auto& [model, loss] : {std::pair<const char*, double>{"mha", mha}, {"skipv1", skipv1}}) {
+    results::Value run = results::Value::object();
+    const bool gone = mha_diverged && std::string(model) == "mha";
+    run.set("layers", std::int64_t(2)), run.set("model", model);
+    run.set("loss", gone ? results::Value() : results::Value(loss)), run.set("se", gone ? results::Value() : results::Value(0.01));
+    if (gone) run.set("diverged", "training diverged: mha at L = 2 ends at held-out loss 81288848");
+    runs.push(run);
+  }
+  task.set("d", std::int64_t(4)), task.set("n", std::int64_t(16)), task.set("sigma", 0.5), task.set("w0_scale", 0.0);
+  r.set("runs", runs), r.set("task", task), r.set("eval_samples", std::int64_t(20000)), j.set("results", r);
+  return j;
+}
+
+TEST(ReproduceVerdicts, IclDepthLeavesADivergedRunOutOfItsSeeds) {
+  const results::Verdict kept =
+      reproduce::judge_figure("icl-depth", over_seeds({icl_depth_run_figure(3.0, 2.0), icl_depth_run_figure(2.9, 2.0, true),
+                                                       icl_depth_run_figure(3.1, 2.0)}));
+  ASSERT_EQ(kept.elements.size(), 1u);
+  EXPECT_EQ(kept.elements[0].replicates, 2);
+  EXPECT_NEAR(kept.elements[0].value, (-1.0 - 1.1) / 2 / 17, 1e-15);
+  EXPECT_EQ(kept.verdict, "agrees");
+  const results::Verdict all = reproduce::judge_figure(  // control: no run diverged
+      "icl-depth", over_seeds({icl_depth_run_figure(3.0, 2.0), icl_depth_run_figure(2.9, 2.0), icl_depth_run_figure(3.1, 2.0)}));
+  EXPECT_EQ(all.elements[0].replicates, 3);
+  EXPECT_NEAR(all.elements[0].value, (-1.0 - 0.9 - 1.1) / 3 / 17, 1e-15);
+}
+
 TEST(ReproduceVerdicts, IclSweepJudgesEachCopyWidthOverItsZeroPredictorLoss) {
   const auto seeds = [](double a1, double spread) {
     return over_seeds({icl_sweep_figure(a1 - spread, 0.009, -0.01), icl_sweep_figure(a1, 0.009),

@@ -22,7 +22,7 @@ void validate(const Task& task) {
     std::snprintf(buf, sizeof buf,
                   "sigma = %g with |W_0|_F = %g: the loss scale E|y|^2 = |W_0|_F^2 + d^2 + d sigma^2 overflows a double "
                   "(it must stay below 1.8e308)",
-                  task.sigma, task.prior_mean().norm());
+                  task.sigma, task.prior_mean().stableNorm());
     throw UsageError(buf);
   }
 }
@@ -36,7 +36,7 @@ std::string scale_note(const Task& task) {
   std::snprintf(buf, sizeof buf,
                 " at sigma = %g, |W_0|_F = %g (a scale whose products overflow double precision: lower --sigma or "
                 "--w0-scale)",
-                task.sigma, task.prior_mean().norm());
+                task.sigma, task.prior_mean().stableNorm());
   return buf;
 }
 

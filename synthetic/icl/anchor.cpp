@@ -55,10 +55,14 @@ AnchorResult run_anchor(const AnchorConfig& c, const std::function<void(int, int
     engine::CpuBackend<double> backend(1);  // one run per thread
     LinearAttentionStack model(backend, {c.task.d, c.task.n, 1, 1, VariantKind::vanilla}, init);
     AnchorRun& run = r.runs[std::size_t(i)];
-    run.curve = train_on_fresh_prompts(model, c.task, data, c.train);
     const Predictor predict = trained_predictor(model, make_concat_batch);
+    // The untrained model's loss on the first held-out prompts, against which divergence is judged.
+    const double initial = held_out_loss(c.task, predict, divergence_prompts(c.eval_samples), c.seed, eval_stream).value;
+    run.curve = train_on_fresh_prompts(model, c.task, data, c.train);
     run.selection_loss = held_out_loss(c.task, predict, c.eval_samples, c.seed, "icl/anchor/select").value;
     run.trained = held_out_loss(c.task, predict, c.eval_samples, c.seed, eval_stream);
+    if (const std::string why = divergence(c.task, "restart " + std::to_string(i), run.trained.per_prompt, initial); !why.empty())
+      throw NumericalError(why);  // icl train's rule and outcome: exit 3, nothing written
     run.gap_to_gd = paired_difference(run.trained, r.gd_monte_carlo);
     std::lock_guard lock(mutex);
     if (progress) progress(++done, c.restarts);

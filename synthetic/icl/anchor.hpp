@@ -55,7 +55,8 @@ struct AnchorResult {
   double relative_gap() const { return (runs[std::size_t(best)].trained.value - analytic.loss) / analytic.loss; }
 };
 
-// progress(done, total) after each finished restart (may be empty).
+// progress(done, total) after each finished restart (may be empty). A restart that diverges
+// (train.hpp: divergence, icl train's rule) throws NumericalError naming it.
 AnchorResult run_anchor(const AnchorConfig& config, const std::function<void(int, int)>& progress = {});
 
 }  // namespace qkvlab::icl

@@ -68,8 +68,8 @@ std::vector<DepthRun> run_depth(const DepthConfig& c, const std::function<void(i
   std::vector<DepthRun> runs;
   int max_layers = 0;
   for (int L : c.layers) {
-    runs.push_back({L, false, {}, {}, {}});
-    if (L >= 2) runs.push_back({L, true, {}, {}, {}});
+    runs.push_back({L, false, {}, {}, {}, {}});
+    if (L >= 2) runs.push_back({L, true, {}, {}, {}, {}});
     max_layers = std::max(max_layers, L);
   }
   // The held-out prompts, and the best GD step for each number of steps on them.
@@ -91,6 +91,9 @@ std::vector<DepthRun> run_depth(const DepthConfig& c, const std::function<void(i
     engine::CpuBackend<double> backend(1);  // one run per thread
     const VariantKind variant = run.skipv1 ? VariantKind::skipv1 : VariantKind::vanilla;
     LinearAttentionStack model(backend, {c.task.d, c.task.n, run.layers, c.heads, variant}, init);
+    // The untrained model's loss on the first held-out prompts, against which divergence is judged.
+    const std::vector<Prompt> first(eval.begin(), eval.begin() + divergence_prompts(int(eval.size())));
+    const double initial = mean_loss(model.query_states(make_concat_batch(first)).back().rightCols(c.task.d), first);
     run.curve = train_on_fresh_prompts(model, c.task, data, c.train);
     // Layer-l predictions on the held-out prompts, in chunks.
     std::vector<MatD> layer_pred(std::size_t(run.layers), MatD(Eigen::Index(eval.size()), c.task.d));
@@ -118,6 +121,8 @@ std::vector<DepthRun> run_depth(const DepthConfig& c, const std::function<void(i
           per_prompt.push_back((y_hat.row(Eigen::Index(b)).transpose() - eval[b].y_query).squaredNorm());
     }
     run.trained = estimate(std::move(per_prompt));
+    run.diverged = divergence(c.task, (run.skipv1 ? "skipv1" : "mha") + std::string(" at L = ") + std::to_string(run.layers),
+                              run.trained.per_prompt, initial);
     std::lock_guard lock(mutex);
     if (progress) progress(++done, int(runs.size()));
   });

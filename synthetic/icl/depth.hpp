@@ -51,6 +51,9 @@ struct DepthRun {
   LossEstimate trained;
   Curve curve;
   std::vector<LayerProbe> probes;  // l = 1 … layers
+  // Empty, or why the run diverged (train.hpp: divergence, icl train's rule): then `trained` is no
+  // loss to report. `icl depth` refuses such a run (exit 3); `reproduce icl-depth` records it as diverged.
+  std::string diverged;
 };
 
 // One run per (L, model): MHA for every L, SkipV1 for L ≥ 2 (at L = 1 it is MHA).

@@ -2,6 +2,7 @@
 
 #include "core/errors.hpp"
 #include "engine/trainer.hpp"
+#include "results/value.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -48,6 +49,20 @@ Curve train_adam(engine::Backend<double>& backend, engine::ParameterSet<double>&
 
 bool diverged(const Task& task, double trained_loss, double initial_loss) {
   return !(trained_loss <= kDivergedFactor * std::max(zero_predictor_loss(task), initial_loss));
+}
+
+int divergence_prompts(int eval_samples) { return std::min(eval_samples, kDivergenceProbe); }
+
+std::string divergence(const Task& task, const std::string& what, const std::vector<double>& trained, double initial) {
+  const int probe = divergence_prompts(int(trained.size()));
+  double loss = 0;
+  for (int k = 0; k < probe; ++k) loss += trained[std::size_t(k)] / probe;
+  if (!diverged(task, loss, initial)) return "";
+  using results::short_number;
+  return "training diverged: " + what + " ends at held-out loss " + short_number(loss) + " on the first " +
+         std::to_string(probe) + " held-out prompts, more than " + std::to_string(int(kDivergedFactor)) +
+         " times both its loss before training (" + short_number(initial) + ") and the zero predictor's E|y|^2 = " +
+         short_number(zero_predictor_loss(task));
 }
 
 LossEstimate estimate(std::vector<double> per_prompt) {

@@ -93,6 +93,19 @@ LossEstimate held_out_loss(const Task& task, const Predictor& predict, int sampl
 inline constexpr double kDivergedFactor = 10;
 bool diverged(const Task& task, double trained_loss, double initial_loss);
 
+// Held-out prompts (the first of the evaluation set) on which a run's loss before and after training
+// is compared to detect divergence: min(eval_samples, kDivergenceProbe).
+inline constexpr int kDivergenceProbe = 2000;
+int divergence_prompts(int eval_samples);
+
+// The one divergence check of every trained icl experiment (icl train, sweep, anchor, depth):
+// `trained` holds the run's per-prompt held-out losses in the order drawn, `initial` the untrained
+// model's mean loss on the first divergence_prompts(trained.size()) of the same prompts. Empty when
+// `diverged` says no; else why, naming the run `what`: "training diverged: WHAT ends at held-out loss
+// ... on the first 2000 held-out prompts, more than 10 times both its loss before training (...) and
+// the zero predictor's E|y|^2 = ...".
+std::string divergence(const Task& task, const std::string& what, const std::vector<double>& trained, double initial);
+
 // A trained model as a Predictor: model.predict(make_batch(prompts)).
 // The model must outlive the Predictor.
 template <class Model, class MakeBatch>

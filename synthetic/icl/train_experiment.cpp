@@ -65,19 +65,15 @@ TrainExperimentResult run_train_experiment(const TrainExperimentConfig& c,
     run.trained_parameters = long(model.params().layout.count());
     const Predictor predict = trained_predictor(model, make_token_batch);
     // The untrained model's loss on the first held-out prompts, against which divergence is judged.
-    const int probe = std::min(c.eval_samples, kDivergenceProbe);
-    const double initial = held_out_loss(c.task, predict, probe, c.seed, base + "eval").value;
+    const double initial =
+        held_out_loss(c.task, predict, divergence_prompts(c.eval_samples), c.seed, base + "eval").value;
     run.curve = train_on_fresh_prompts(model, c.task, data, c.train);
     run.selection_loss = held_out_loss(c.task, predict, c.eval_samples, c.seed, base + "select").value;
     run.loss = held_out_loss(c.task, predict, c.eval_samples, c.seed, base + "eval");
-    double trained = 0;  // the same first prompts (held_out_loss draws them in order)
-    for (int k = 0; k < probe; ++k) trained += run.loss.per_prompt[std::size_t(k)] / probe;
-    if (diverged(c.task, trained, initial))
-      throw NumericalError("training diverged: " + variant_name(run.model) + " restart " + std::to_string(run.restart) +
-                           " ends at held-out loss " + std::to_string(trained) + " on the first " + std::to_string(probe) +
-                           " held-out prompts, more than " + std::to_string(int(kDivergedFactor)) +
-                           " times both its loss before training (" + std::to_string(initial) +
-                           ") and the zero predictor's E|y|^2 = " + std::to_string(zero_predictor_loss(c.task)));
+    // The same first prompts (held_out_loss draws them in order).
+    if (const std::string why = divergence(c.task, variant_name(run.model) + " restart " + r_tag, run.loss.per_prompt, initial);
+        !why.empty())
+      throw NumericalError(why);
     std::lock_guard lock(mutex);
     if (progress) progress(++done, M * c.restarts);
   });

@@ -54,10 +54,6 @@ struct TrainExperimentConfig {
 };
 void validate(const TrainExperimentConfig& config);  // throws UsageError
 
-// Held-out prompts (the first of the evaluation set) on which a run's loss before and after training
-// is compared to detect divergence (train.hpp: diverged).
-inline constexpr int kDivergenceProbe = 2000;
-
 struct TrainRun {
   VariantKind model = VariantKind::vanilla;
   int restart = 0;

@@ -29,9 +29,13 @@ std::string text_num(double v) {
   return buf;
 }
 
+// A number in the tables: `digits` decimals below 1e6 in magnitude (at most 7 + 1 + digits characters);
+// from 1e6 up as results::short_number writes it (%.6g, 4e+30), so a large value prints as the number it
+// is, never cut to a buffer's width.
 std::string fixed(double v, int digits = 4) {
+  if (std::abs(finite(v)) >= 1e6) return results::short_number(v);
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.*f", digits, finite(v));
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
   return buf;
 }
 
@@ -86,6 +90,19 @@ double trained_memory_bytes(int d, int n, int batch, int eval_samples, int threa
   const double tokens = 2.0 * n + 1, workers = std::min<double>(worker_count(threads), runs);
   return workers * 30 * 8 * double(batch) * tokens * 3 * d + runs * 8 * 2 * double(eval_samples) +
          workers * 2000.0 * d * tokens * 3 * d * 8;
+}
+
+double depth_held_out_bytes(const DepthConfig& c) {
+  const double d = c.task.d, n = c.task.n, prompts = c.eval_samples;
+  // A Prompt: W* (d x d), X and Y (d x n), x_{n+1} and y_{n+1}, five heap blocks (about 32 bytes of
+  // allocator overhead each) and the 104 bytes of the struct in the vector.
+  const double prompt = 8 * (d * d + 2 * d * n + 2 * d) + 5 * 32 + 104;
+  const double max_layers = *std::max_element(c.layers.begin(), c.layers.end());
+  const double runs = double(c.layers.size()) * 2, workers = std::min<double>(worker_count(c.threads), runs);
+  const double searchers = std::min<double>(worker_count(c.threads), max_layers);
+  // Per prompt, d doubles for: GD's last iterate at each step count (kept), the step search's iterates
+  // (at most max_layers per searching worker) and each running worker's layer predictions.
+  return prompts * (prompt + 8 * d * max_layers * (1 + searchers + workers));
 }
 
 // ---------------------------------------------------------------- train

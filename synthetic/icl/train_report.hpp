@@ -31,6 +31,9 @@ struct ExperimentTables {
 // held-out losses (kept per prompt for paired differences) and a held-out chunk's
 // probes. `runs` run on min(threads, runs) workers.
 double trained_memory_bytes(int d, int n, int batch, int eval_samples, int threads, double runs);
+// What `icl depth` keeps beyond that: its held-out prompts themselves (about 1.5 KB each at d = 4,
+// n = 16), GD's predictions on them, and each worker's layer predictions.
+double depth_held_out_bytes(const DepthConfig& config);
 
 // icl train (experiments 2 and 3).
 ExperimentTables train_tables(const TrainExperimentResult& r);
