@@ -8,6 +8,7 @@
 #include "cli/fdim_command.hpp"
 #include "core/errors.hpp"
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
@@ -104,5 +105,6 @@ int run(int argc, char** argv) {
 int main(int argc, char** argv) {
   const int status = run(argc, argv);
   std::cout.flush(), std::cerr.flush();
+  std::fflush(nullptr);  // every C stream too
   std::_Exit(status);
 }
