@@ -222,10 +222,30 @@ void StagedFiles::add(const fs::path& path, std::string_view kind, const std::fu
   staged_.push_back({path, temporary, std::string(kind)});
 }
 
+namespace {
+
+// An existing `path` can be unlinked by this process: its directory is writable and searchable, and
+// in a sticky directory (/tmp) the file or the directory is this user's. Checked when the removal is
+// staged, so that commit() does not fail on it after other targets were replaced.
+void require_removable(std::string_view kind, const fs::path& path) {
+  struct stat file {}, directory {};
+  if (::lstat(path.c_str(), &file) != 0) return;  // nothing there: nothing to remove
+  const fs::path dir = directory_of(path);
+  const bool sticky = ::stat(dir.c_str(), &directory) == 0 && (directory.st_mode & S_ISVTX) != 0;
+  const uid_t me = ::geteuid();
+  if (::access(dir.c_str(), W_OK | X_OK) != 0 ||
+      (sticky && me != 0 && file.st_uid != me && directory.st_uid != me))
+    refuse(kind, path, "the older file cannot be removed (its directory " + dir.string() +
+                     " does not let this user remove it), and it would outlive the new numbers");
+}
+
+}  // namespace
+
 void StagedFiles::withdraw(const fs::path& path, std::string_view kind) {
   if (committed_) throw std::logic_error("StagedFiles: withdraw after commit");
   if (own_descriptor(path) >= 0 || streamed(path, kind)) return;  // written into, never replaced: nothing to remove
   refuse_second_staging(kind, path);
+  require_removable(kind, path);
   staged_.push_back({path, {}, std::string(kind), -1, -1, true});
 }
 

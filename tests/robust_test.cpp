@@ -553,6 +553,46 @@ TEST(StagedFiles, AWithdrawnTargetIsRemovedAtCommitOnly) {
   EXPECT_EQ(read_text(dir / "f.svg"), "old");
 }
 
+// A withdrawn target whose directory does not let this user remove it is refused when the removal is
+// staged, before anything is committed (review r27: commit() failed on the unlink after the CSV had
+// been replaced, and the old figure outlived the new numbers). The set runs in a child without root's
+// override (as uid 65534 when run as root), in a directory it can read but not write. Control: in a
+// directory it can write, the same withdrawal is staged.
+TEST(StagedFiles, AWithdrawalThatCouldNotBeCommittedIsRefusedWhenStaged) {
+  ScratchDir dir;
+  fs::create_directories(dir / "locked");
+  fs::create_directories(dir / "open");
+  write_text(dir / "locked" / "f.svg", "old");
+  write_text(dir / "open" / "f.svg", "old");
+  fs::permissions(dir.path(), fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                                  fs::perms::others_read | fs::perms::others_exec);
+  fs::permissions(dir / "locked", fs::perms::owner_read | fs::perms::owner_exec | fs::perms::group_read |
+                                      fs::perms::group_exec | fs::perms::others_read | fs::perms::others_exec);
+  fs::permissions(dir / "open", fs::perms::all);
+  const auto staged = [&](const fs::path& target) {  // 0: staged, 2: refused, else another outcome
+    const pid_t child = ::fork();
+    if (child == 0) {
+      if (::geteuid() == 0 && ::setuid(65534) != 0) ::_exit(9);
+      try {
+        StagedFiles files;
+        files.withdraw(target, "figure");
+        ::_exit(0);
+      } catch (const qkvlab::UsageError&) {
+        ::_exit(2);
+      } catch (...) {
+        ::_exit(3);
+      }
+    }
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  };
+  EXPECT_EQ(staged(dir / "locked" / "f.svg"), 2);
+  EXPECT_EQ(staged(dir / "open" / "f.svg"), 0);
+  EXPECT_EQ(staged(dir / "locked" / "none.svg"), 0);  // nothing there: nothing to remove
+  fs::permissions(dir / "locked", fs::perms::all);
+}
+
 // Two outputs of one set given one file: the second is refused (a UsageError naming both kinds),
 // by name or through another spelling of its directory, and the set leaves nothing; it was renamed
 // over the first, which was lost without a word. Control: two names commit both.
