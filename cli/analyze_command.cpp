@@ -115,7 +115,6 @@ void write_files(const AnalyzeArgs& a, const analysis::Report& r, const results:
 
 int run_analyze(const AnalyzeArgs& a, const std::string& command_line) {
   require_device(a.device);
-  if (!a.figure.empty() && a.csv.empty()) throw UsageError("--figure needs --csv (the figure is drawn from it)");
   refuse_files_in(a.checkpoint, {{"--out", &a.out}, {"--csv", &a.csv}, {"--figure", &a.figure}});
   refuse_files_in(a.input.corpus_directory(), {{"--out", &a.out}, {"--csv", &a.csv}, {"--figure", &a.figure}});
   const analysis::Kind kind = analysis::parse_kind(a.kind);
@@ -199,12 +198,13 @@ Command add_analyze_command(CLI::App& app, const std::string& command_line) {
   add_format_option(cmd, a->format);
   cmd->add_option("--out", a->out, "Write the tables to an HDF5 file");
   cmd->add_option("--csv", a->csv, "Write the tables as CSV (several: FILE's stem + -TABLE)");
-  cmd->add_option("--figure", a->figure, "Draw STEM.svg and STEM.png from the CSV (needs --csv; all: STEM-TABLE.svg and .png per table)");
+  cmd->add_option("--figure", a->figure, "Draw STEM.svg and STEM.png from the CSV, which is STEM.csv unless --csv names a file (all: STEM-TABLE.svg, .png and .csv per table)");
   add_allow_nonfinite_option(cmd, a->allow_nonfinite);
   add_dtype_option(cmd, a->dtype);
   cmd->add_flag("--quiet", a->quiet, "No progress on stderr");
   return {cmd, [a, command_line] {
             a->figure = figure_stem(a->figure);
+            default_csv_beside_figure(a->csv, a->figure);
             return run_analyze(*a, command_line);
           }};
 }

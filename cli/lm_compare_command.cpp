@@ -23,7 +23,6 @@ struct CompareArgs {
 int run_compare(const CompareArgs& a) {
   lm::CompareOptions o = a.options;
   o.smoothing = lm::parse_smoothing(a.smoothing);
-  if (!a.figure.empty() && a.csv.empty()) throw UsageError("--figure needs --csv (the figure is drawn from it)");
   if (!a.csv.empty()) o.csv = a.csv;
   if (!a.figure.empty()) o.figure = a.figure;
   if (!a.claim.empty()) o.claim = a.claim == "less" ? results::Sense::less : results::Sense::greater;
@@ -72,10 +71,11 @@ std::vector<Command> add_lm_compare_commands(CLI::App& lm, const std::string&) {
       ->check(CLI::IsMember({"less", "greater"}));
   cmd->add_option("--csv", a->csv, "Write the relative training-loss curves (mean and std per group, each to its own end: "
                                 "empty cells past a shorter curve's) as CSV");
-  cmd->add_option("--figure", a->figure, "Draw them to STEM.svg and STEM.png (needs --csv)");
+  cmd->add_option("--figure", a->figure, "Draw them to STEM.svg and STEM.png, their numbers to STEM.csv unless --csv names a file");
   add_format_option(cmd, a->format);
   return {{cmd, [a] {
              a->figure = figure_stem(a->figure);
+             default_csv_beside_figure(a->csv, a->figure);
              return run_compare(*a);
            }}};
 }

@@ -46,6 +46,11 @@ inline std::string figure_stem(const std::string& figure) {
   return stem.string();
 }
 inline std::string figure_table(const std::string& stem) { return stem + ".csv"; }
+// --figure STEM without --csv: the figure is drawn from its numbers, written to figure_table(STEM) (several
+// tables: STEM-TABLE.csv each), as --figure means in every command that draws one.
+inline void default_csv_beside_figure(std::string& csv, const std::string& figure) {
+  if (csv.empty() && !figure.empty()) csv = figure_table(figure_stem(figure));
+}
 
 // A progress line on stderr (only when stderr is a terminal and not --quiet):
 // "qkvlab NAME: WHAT done/total  rate/s  time left  EXTRA", redrawn at most

@@ -1231,6 +1231,27 @@ TEST(LmCompare, AGroupWithoutABaselineSaysWhatDiffers) {
 // lengths: --csv cut every curve to the first paired group's length (a 6-step group's curve ended at step
 // 3, where the JSON's final_relative_train_loss is its step 6's). Now each curve runs to its own end, an
 // empty cell past a shorter one's, and the figure is drawn from the whole table.
+// lm compare --figure STEM alone writes its numbers to STEM.csv, as --figure means in transfer, probe
+// and the icl commands (it was refused: "--figure needs --csv"); the bytes are --csv's. Control: with
+// --csv naming another file, the numbers go there and no STEM.csv is written.
+TEST(LmCompare, FigureAloneWritesItsNumbersBesideIt) {
+  using test_support::run_command, test_support::shell_quoted;
+  ScratchDir dir;
+  std::string runs;
+  for (int seed : {1, 2}) {
+    write_run(dir.path / ("vanilla-s" + std::to_string(seed)), "vanilla", R"("steps": 3)", seed, 3.0);
+    write_run(dir.path / ("resformer-s" + std::to_string(seed)), "resformer", R"("steps": 3)", seed, 2.5);
+    runs += " " + shell_quoted(dir.path / ("vanilla-s" + std::to_string(seed))) + " " +
+            shell_quoted(dir.path / ("resformer-s" + std::to_string(seed)));
+  }
+  const std::string compare = shell_quoted(QKVLAB_BINARY) + " lm compare" + runs + " --window 1 --format json";
+  ASSERT_EQ(run_command(compare + " --figure " + shell_quoted(dir.path / "fig.svg")).status, 0);
+  ASSERT_EQ(run_command(compare + " --csv " + shell_quoted(dir.path / "given.csv") + " --figure " +
+                        shell_quoted(dir.path / "other")).status, 0);
+  EXPECT_EQ(read_file(dir.path / "fig.csv"), read_file(dir.path / "given.csv"));
+  EXPECT_FALSE(fs::exists(dir.path / "other.csv"));
+}
+
 TEST(LmCompare, TheCsvHoldsEachCurveToItsOwnEnd) {
   ScratchDir dir;
   std::vector<fs::path> runs;

@@ -322,6 +322,28 @@ TEST(RobustOutputs, AnalyzesHdf5FileRecordsTheWeightsTypeAndDefinition) {
   }
 }
 
+// analyze --figure STEM alone writes its numbers to STEM.csv (all: STEM-TABLE.csv per table), as
+// --figure means in transfer, probe, the icl commands and lm compare (it was refused: "--figure needs
+// --csv"); the bytes are --csv's. Control: with --csv naming another file, no STEM.csv is written.
+TEST(RobustOutputs, AnalyzesFigureAloneWritesItsNumbersBesideIt) {
+  Fixture f;
+  const std::string analyze = "analyze entropy " + f.model_args() + " --sequences 2 --quiet";
+  ASSERT_EQ(run_bounded(analyze + " --figure " + shell_quoted(f.dir / "fig")).status, 0);
+  ASSERT_EQ(run_bounded(analyze + " --csv " + shell_quoted(f.dir / "given.csv") + " --figure " + shell_quoted(f.dir / "other"))
+                .status, 0);
+  const auto bytes = [](const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  EXPECT_FALSE(bytes(f.dir / "fig.csv").empty());
+  EXPECT_EQ(bytes(f.dir / "fig.csv"), bytes(f.dir / "given.csv"));
+  EXPECT_FALSE(fs::exists(f.dir / "other.csv"));
+  ASSERT_EQ(run_bounded("analyze all " + f.model_args() + " --sequences 2 --quiet --figure " + shell_quoted(f.dir / "all"))
+                .status, 0);
+  for (const char* table : {"entropy", "first_token", "similarity", "spectrum"})
+    EXPECT_TRUE(fs::exists(f.dir / ("all-" + std::string(table) + ".csv"))) << table;
+}
+
 TEST(RobustProbe, TagIdsAreCheckedAgainstTagsJson) {
   Fixture f;
   const auto probe = [&](const fs::path& data) {
