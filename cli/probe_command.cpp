@@ -54,6 +54,24 @@ std::string figure_data(const ProbeArgs& a) {
   return !a.csv.empty() && same_file(data, a.csv) ? a.csv : data;
 }
 
+// The streams and sizes against the model's configuration: ids inside its vocabulary, --seq-len within
+// its positions, and --eval-windows within the consecutive windows the validation stream holds
+// (qkvlab's recipe; refused as --sequences is: the default takes up to 64, the output records those used).
+void check_probe_data(const ProbeArgs& a, const probes::ProbeOptions& o, const probes::ProbeData& data,
+                      const lm::Config& config) {
+  for (const auto* s : {&data.train, &data.validation})
+    for (std::int32_t id : *s)
+      if (id >= config.vocab)
+        throw UsageError("token id " + std::to_string(id) + " is outside the model's vocabulary of " +
+                         std::to_string(config.vocab));
+  if (a.options.seq_len > config.positions)
+    throw UsageError("--seq-len " + std::to_string(a.options.seq_len) + " is longer than the model's positions");
+  const std::size_t held = (data.validation.size() - 1) / std::size_t(o.seq_len);
+  if (a.eval_windows && o.recipe == probes::ProbeRecipe::qkvlab && std::size_t(*a.eval_windows) > held)
+    throw UsageError("--eval-windows " + std::to_string(*a.eval_windows) + ": the validation stream holds " +
+                     std::to_string(held) + " windows of " + std::to_string(o.seq_len) + " tokens");
+}
+
 int run_probe(const ProbeArgs& a, const std::string& command_line) {
   require_device(a.device);
   refuse_files_in(a.checkpoint, {{"--out", &a.out}, {"--csv", &a.csv}, {"--figure", &a.figure}});
@@ -74,20 +92,9 @@ int run_probe(const ProbeArgs& a, const std::string& command_line) {
   const probes::ProbeData data = probe_data(a);
   apply_threads(a.threads, BlasUse::per_worker);  // the CPU backend runs one product per worker
   const auto backend = engine::make_backend(a.device, a.threads);
-  const auto model = lm::load_model(a.checkpoint, *backend, a.allow_nonfinite);
-  for (const auto* s : {&data.train, &data.validation})
-    for (std::int32_t id : *s)
-      if (id >= model->config().vocab)
-        throw UsageError("token id " + std::to_string(id) + " is outside the model's vocabulary of " +
-                         std::to_string(model->config().vocab));
-  if (a.options.seq_len > model->config().positions)
-    throw UsageError("--seq-len " + std::to_string(a.options.seq_len) + " is longer than the model's positions");
-  // Consecutive windows (qkvlab's recipe): a count given above those the validation stream holds is
-  // refused, as --sequences is (the default takes up to 64; the output records the windows used).
-  const std::size_t held = (data.validation.size() - 1) / std::size_t(o.seq_len);
-  if (a.eval_windows && o.recipe == probes::ProbeRecipe::qkvlab && std::size_t(*a.eval_windows) > held)
-    throw UsageError("--eval-windows " + std::to_string(*a.eval_windows) + ": the validation stream holds " +
-                     std::to_string(held) + " windows of " + std::to_string(o.seq_len) + " tokens");
+  lm::ModelFiles model_files = lm::open_model(a.checkpoint);  // the tokens are checked against its config first
+  check_probe_data(a, o, data, model_files.config);
+  const auto model = lm::load_model(std::move(model_files), *backend, a.allow_nonfinite);
   const Progress show{"probe", Progress::wanted(a.quiet)};
   const probes::ProbeReport r = probes::run_probes(*model, data, o, [&](std::int64_t done, std::int64_t total) {
     show("steps", std::size_t(done), std::size_t(total));

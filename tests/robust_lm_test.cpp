@@ -453,7 +453,8 @@ TEST(RobustNonFinite, TheTokensAreCheckedBeforeTheWeightsAreRead) {
   const std::string missing = shell_quoted(f.dir / "missing.npy"), beyond = shell_quoted(f.dir / "outside.npy");
   for (const std::string& command : {"analyze entropy " + shell_quoted(f.ckpt) + " --quiet --sequences 2",
                                      "lm eval " + shell_quoted(f.ckpt) + " --quiet",
-                                     "verify --quiet --checkpoint " + shell_quoted(f.ckpt)}) {
+                                     "verify --quiet --checkpoint " + shell_quoted(f.ckpt),
+                                     "probe " + shell_quoted(f.ckpt) + " --quiet --seq-len 4 --lr-grid 1e-3 --steps 2 --warmup 1"}) {
     expect_usage_error(run_bounded(command + " --tokens " + missing), command, "missing.npy");
     expect_usage_error(run_bounded(command + " --tokens " + beyond), command, "token id 50");
     expect_usage_error(run_bounded(command + " --tokens " + shell_quoted(f.tokens)), command,
