@@ -96,7 +96,6 @@ class Session {
 
 // ---- small renderings ----------------------------------------------------------------------------------
 
-std::string fixed(double x, int digits);                       // "%.*f"
 std::string list_text(const std::vector<double>& x, int digits);  // fixed(x_i), space-separated
 double mean_of(const std::vector<double>& x);                   // NaN when empty
 

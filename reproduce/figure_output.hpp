@@ -40,4 +40,7 @@ struct Output {
 // against lm/accounting's count, and prefill and decode throughput against context and batch.
 void skipv1_fig6c_7(const Options& options, engine::Backend<float>& backend, Output& out, const ProgressFn& progress);
 
+// x with `digits` decimals ("%.*f"), every digit of a large x kept (session.cpp).
+std::string fixed(double x, int digits);
+
 }  // namespace qkvlab::reproduce

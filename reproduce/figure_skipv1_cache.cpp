@@ -60,12 +60,6 @@ std::vector<CacheVariant> cache_variants() {
           {"mla+skipv1", "mla", with(K::skipv1, mla), true}};
 }
 
-std::string fixed(double x, int digits) {
-  char buf[48];
-  std::snprintf(buf, sizeof buf, "%.*f", digits, x);
-  return buf;
-}
-
 // The cache's bytes per token as allocated for B = 1 and `capacity` positions.
 double measured_bytes_per_token(lm::Model<float>& model, int capacity) {
   model.begin_cache(1, capacity, 1);

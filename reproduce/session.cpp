@@ -73,10 +73,10 @@ Value Session::runs() const {
   return v;
 }
 
-std::string fixed(double x, int digits) {
-  char buf[48];
-  std::snprintf(buf, sizeof buf, "%.*f", digits, x);
-  return buf;
+std::string fixed(double x, int digits) {  // every digit of a large x (%.*f of 1e40 has 41 before the point)
+  std::string out(std::size_t(std::snprintf(nullptr, 0, "%.*f", digits, x)), '\0');
+  std::snprintf(out.data(), out.size() + 1, "%.*f", digits, x);
+  return out;
 }
 
 std::string list_text(const std::vector<double>& x, int digits) {

@@ -17,6 +17,7 @@
 #include "core/errors.hpp"
 #include "corpus/token_file.hpp"
 #include "engine/make_backend.hpp"
+#include "reproduce/figure_output.hpp"
 #include "reproduce/reproduce.hpp"
 #include "results/figure.hpp"
 #include "tests/run_command.hpp"
@@ -1095,4 +1096,13 @@ TEST(ReproduceVerdicts, IclTheoryJudgesOnlyWhereTheBoundIsProved) {
   for (const auto& e : v.elements) EXPECT_EQ(e.label.find("3I"), std::string::npos) << e.label;
   EXPECT_NE(v.rule_text().find("by construction"), std::string::npos);
   EXPECT_EQ(reproduce::judge_figure("icl-theory", icl_theory_figure(0, 0)).verdict, "inconclusive");
+}
+
+// The notes' numbers keep every digit: fixed() wrote "%.*f" into 48 bytes, so from about 1e40 a value
+// lost its last digits (review r24, as the icl tables did). Control: an ordinary value is unchanged.
+TEST(ReproduceNotes, FixedKeepsEveryDigitOfALargeValue) {
+  using qkvlab::reproduce::fixed;
+  EXPECT_EQ(fixed(1e40, 2), "10000000000000000303786028427003666890752.00");
+  EXPECT_EQ(fixed(-1e60, 0), "-999999999999999949387135297074018866963645011013410073083904");
+  EXPECT_EQ(fixed(16.9375, 4), "16.9375");
 }
