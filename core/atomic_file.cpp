@@ -137,6 +137,22 @@ pid_t pid_of(std::string_view name) {
   return pid;
 }
 
+// An existing `path` can be removed or replaced (renamed over) by this process: its directory is
+// writable and searchable, and in a sticky directory (/tmp) the file or the directory is this user's.
+// Checked when the file is staged, so that commit() does not fail on it after other targets were
+// replaced (review r27, r28: the new CSV beside the old figure). `verb`: "removed" or "replaced".
+void require_replaceable(std::string_view kind, const fs::path& path, const char* verb) {
+  struct stat file {}, directory {};
+  if (::lstat(path.c_str(), &file) != 0) return;  // nothing there: nothing to remove
+  const fs::path dir = directory_of(path);
+  const bool sticky = ::stat(dir.c_str(), &directory) == 0 && (directory.st_mode & S_ISVTX) != 0;
+  const uid_t me = ::geteuid();
+  if (::access(dir.c_str(), W_OK | X_OK) != 0 ||
+      (sticky && me != 0 && file.st_uid != me && directory.st_uid != me))
+    refuse(kind, path, std::string("the older file cannot be ") + verb + " (its directory " + dir.string() +
+                           " does not let this user change it), and it would outlive the new numbers");
+}
+
 }  // namespace
 
 void require_writable_target(const fs::path& path, std::string_view kind) {
@@ -194,6 +210,7 @@ void StagedFiles::add(const fs::path& path, std::string_view kind, const std::fu
   if (path.filename().empty()) fail(kind, path, "no file name");
   const fs::path directory = directory_of(path);
   refuse_second_staging(kind, path);
+  require_replaceable(kind, path, "replaced");
   clean_once(directory);
   std::string name = path.filename().string().substr(0, 96);
   std::string pattern =
@@ -222,30 +239,12 @@ void StagedFiles::add(const fs::path& path, std::string_view kind, const std::fu
   staged_.push_back({path, temporary, std::string(kind)});
 }
 
-namespace {
-
-// An existing `path` can be unlinked by this process: its directory is writable and searchable, and
-// in a sticky directory (/tmp) the file or the directory is this user's. Checked when the removal is
-// staged, so that commit() does not fail on it after other targets were replaced.
-void require_removable(std::string_view kind, const fs::path& path) {
-  struct stat file {}, directory {};
-  if (::lstat(path.c_str(), &file) != 0) return;  // nothing there: nothing to remove
-  const fs::path dir = directory_of(path);
-  const bool sticky = ::stat(dir.c_str(), &directory) == 0 && (directory.st_mode & S_ISVTX) != 0;
-  const uid_t me = ::geteuid();
-  if (::access(dir.c_str(), W_OK | X_OK) != 0 ||
-      (sticky && me != 0 && file.st_uid != me && directory.st_uid != me))
-    refuse(kind, path, "the older file cannot be removed (its directory " + dir.string() +
-                     " does not let this user remove it), and it would outlive the new numbers");
-}
-
-}  // namespace
 
 void StagedFiles::withdraw(const fs::path& path, std::string_view kind) {
   if (committed_) throw std::logic_error("StagedFiles: withdraw after commit");
   if (own_descriptor(path) >= 0 || streamed(path, kind)) return;  // written into, never replaced: nothing to remove
   refuse_second_staging(kind, path);
-  require_removable(kind, path);
+  require_replaceable(kind, path, "removed");
   staged_.push_back({path, {}, std::string(kind), -1, -1, true});
 }
 

@@ -553,43 +553,56 @@ TEST(StagedFiles, AWithdrawnTargetIsRemovedAtCommitOnly) {
   EXPECT_EQ(read_text(dir / "f.svg"), "old");
 }
 
-// A withdrawn target whose directory does not let this user remove it is refused when the removal is
-// staged, before anything is committed (review r27: commit() failed on the unlink after the CSV had
-// been replaced, and the old figure outlived the new numbers). The set runs in a child without root's
-// override (as uid 65534 when run as root), in a directory it can read but not write. Control: in a
-// directory it can write, the same withdrawal is staged.
-TEST(StagedFiles, AWithdrawalThatCouldNotBeCommittedIsRefusedWhenStaged) {
+// A target whose directory does not let this user remove or replace it is refused when it is staged,
+// before anything is committed (reviews r27, r28: commit() failed on the unlink or the rename after the
+// CSV had been replaced, and the old figure outlived the new numbers). The set runs in a child without
+// root's override (as uid 65534 when run as root): a directory it can read but not write, and (as root
+// only, which can give the file to another user) a sticky directory holding another user's file.
+// Controls: a directory it can write, and a name with no file there.
+TEST(StagedFiles, ATargetThatCouldNotBeCommittedIsRefusedWhenStaged) {
   ScratchDir dir;
-  fs::create_directories(dir / "locked");
-  fs::create_directories(dir / "open");
-  write_text(dir / "locked" / "f.svg", "old");
-  write_text(dir / "open" / "f.svg", "old");
+  const bool root = ::geteuid() == 0;
+  for (const char* sub : {"locked", "open", "sticky"}) {
+    fs::create_directories(dir / sub);
+    write_text(dir / sub / "f.svg", "old");
+  }
   fs::permissions(dir.path(), fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
                                   fs::perms::others_read | fs::perms::others_exec);
   fs::permissions(dir / "locked", fs::perms::owner_read | fs::perms::owner_exec | fs::perms::group_read |
                                       fs::perms::group_exec | fs::perms::others_read | fs::perms::others_exec);
   fs::permissions(dir / "open", fs::perms::all);
-  const auto staged = [&](const fs::path& target) {  // 0: staged, 2: refused, else another outcome
+  fs::permissions(dir / "sticky", fs::perms::all | fs::perms::sticky_bit);
+  enum Op { withdraw, add };
+  const auto staged = [&](Op op, const fs::path& target) {  // 0: staged, 2: refused, else another outcome
     const pid_t child = ::fork();
     if (child == 0) {
-      if (::geteuid() == 0 && ::setuid(65534) != 0) ::_exit(9);
+      if (root && ::setuid(65534) != 0) ::_exit(9);
+      int status = 0;
       try {
         StagedFiles files;
-        files.withdraw(target, "figure");
-        ::_exit(0);
+        if (op == withdraw) files.withdraw(target, "figure");
+        else files.add_bytes(target, "figure", "new");
       } catch (const qkvlab::UsageError&) {
-        ::_exit(2);
+        status = 2;
       } catch (...) {
-        ::_exit(3);
+        status = 3;
       }
+      ::_exit(status);
     }
     int status = 0;
     ::waitpid(child, &status, 0);
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   };
-  EXPECT_EQ(staged(dir / "locked" / "f.svg"), 2);
-  EXPECT_EQ(staged(dir / "open" / "f.svg"), 0);
-  EXPECT_EQ(staged(dir / "locked" / "none.svg"), 0);  // nothing there: nothing to remove
+  for (Op op : {withdraw, add}) {
+    EXPECT_EQ(staged(op, dir / "open" / "f.svg"), 0) << op;
+    if (root) {
+      EXPECT_EQ(staged(op, dir / "sticky" / "f.svg"), 2) << op;  // root's file, uid 65534's run
+      EXPECT_EQ(staged(op, dir / "sticky" / "none.svg"), 0) << op;
+    }
+  }
+  EXPECT_EQ(staged(withdraw, dir / "locked" / "f.svg"), 2);
+  EXPECT_EQ(staged(withdraw, dir / "locked" / "none.svg"), 0);  // nothing there: nothing to remove
+  EXPECT_EQ(read_text(dir / "sticky" / "f.svg"), "old");
   fs::permissions(dir / "locked", fs::perms::all);
 }
 
