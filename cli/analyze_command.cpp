@@ -34,6 +34,7 @@ struct AnalyzeArgs {
   Device device = Device::cpu;
   std::string dtype = "auto";
   bool quiet = false, allow_nonfinite = false;
+  std::string csv_option = "--csv";  // the CSV's name in messages (default_csv_beside_figure)
   // The options only some kinds read (refuse_unread_options), set by add_analyze_command.
   const CLI::Option *definition_option = nullptr, *states_option = nullptr, *heads_option = nullptr,
                     *layer_option = nullptr, *k_option = nullptr, *query_block_option = nullptr;
@@ -88,7 +89,7 @@ analysis::Options analysis_options(const AnalyzeArgs& a) {
 void refuse_overlapping_outputs(const AnalyzeArgs& a, analysis::Kind kind) {
   FileList outputs{{"--out", a.out}};
   for (const auto& t : results::table_files(a.csv, a.figure, analysis::table_names(kind))) {
-    outputs.emplace_back("--csv", t.csv);
+    outputs.emplace_back(a.csv_option, t.csv);
     if (!t.figure.empty())
       for (const auto& f : results::figure_files(t.figure)) outputs.emplace_back("--figure", f.string());
   }
@@ -115,8 +116,8 @@ void write_files(const AnalyzeArgs& a, const analysis::Report& r, const results:
 
 int run_analyze(const AnalyzeArgs& a, const std::string& command_line) {
   require_device(a.device);
-  refuse_files_in(a.checkpoint, {{"--out", &a.out}, {"--csv", &a.csv}, {"--figure", &a.figure}});
-  refuse_files_in(a.input.corpus_directory(), {{"--out", &a.out}, {"--csv", &a.csv}, {"--figure", &a.figure}});
+  refuse_files_in(a.checkpoint, {{"--out", &a.out}, {a.csv_option.c_str(), &a.csv}, {"--figure", &a.figure}});
+  refuse_files_in(a.input.corpus_directory(), {{"--out", &a.out}, {a.csv_option.c_str(), &a.csv}, {"--figure", &a.figure}});
   const analysis::Kind kind = analysis::parse_kind(a.kind);
   refuse_overlapping_outputs(a, kind);
   const analysis::Options options = analysis_options(a);
@@ -204,7 +205,7 @@ Command add_analyze_command(CLI::App& app, const std::string& command_line) {
   cmd->add_flag("--quiet", a->quiet, "No progress on stderr");
   return {cmd, [a, command_line] {
             a->figure = figure_stem(a->figure);
-            default_csv_beside_figure(a->csv, a->figure);
+            a->csv_option = default_csv_beside_figure(a->csv, a->figure);
             return run_analyze(*a, command_line);
           }};
 }

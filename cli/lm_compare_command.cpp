@@ -17,6 +17,7 @@ namespace {
 struct CompareArgs {
   std::vector<std::string> runs;
   std::string csv, figure, format = "table", smoothing = "trailing", claim;
+  std::string csv_option = "--csv";  // the CSV's name in messages (default_csv_beside_figure)
   lm::CompareOptions options;
 };
 
@@ -27,8 +28,8 @@ int run_compare(const CompareArgs& a) {
   if (!a.figure.empty()) o.figure = a.figure;
   if (!a.claim.empty()) o.claim = a.claim == "less" ? results::Sense::less : results::Sense::greater;
   const std::vector<std::filesystem::path> dirs(a.runs.begin(), a.runs.end());
-  for (const std::string& run : a.runs) refuse_files_in(run, {{"--csv", &a.csv}, {"--figure", &a.figure}});
-  FileList outputs{{"--csv", a.csv}};
+  for (const std::string& run : a.runs) refuse_files_in(run, {{a.csv_option.c_str(), &a.csv}, {"--figure", &a.figure}});
+  FileList outputs{{a.csv_option, a.csv}};
   if (!a.figure.empty())
     for (const auto& f : results::figure_files(a.figure)) outputs.emplace_back("--figure", f.string());  // a stem already
   require_output_directories(outputs);
@@ -75,7 +76,7 @@ std::vector<Command> add_lm_compare_commands(CLI::App& lm, const std::string&) {
   add_format_option(cmd, a->format);
   return {{cmd, [a] {
              a->figure = figure_stem(a->figure);
-             default_csv_beside_figure(a->csv, a->figure);
+             a->csv_option = default_csv_beside_figure(a->csv, a->figure);
              return run_compare(*a);
            }}};
 }

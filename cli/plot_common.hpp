@@ -47,9 +47,12 @@ inline std::string figure_stem(const std::string& figure) {
 }
 inline std::string figure_table(const std::string& stem) { return stem + ".csv"; }
 // --figure STEM without --csv: the figure is drawn from its numbers, written to figure_table(STEM) (several
-// tables: STEM-TABLE.csv each), as --figure means in every command that draws one.
-inline void default_csv_beside_figure(std::string& csv, const std::string& figure) {
-  if (csv.empty() && !figure.empty()) csv = figure_table(figure_stem(figure));
+// tables: STEM-TABLE.csv each), as --figure means in every command that draws one. Returns the name the
+// CSV goes by in messages: "--csv", or "--figure's CSV" where the user gave none.
+inline std::string default_csv_beside_figure(std::string& csv, const std::string& figure) {
+  if (!csv.empty() || figure.empty()) return "--csv";
+  csv = figure_table(figure_stem(figure));
+  return "--figure's CSV";
 }
 
 // A progress line on stderr (only when stderr is a terminal and not --quiet):

@@ -70,12 +70,16 @@ std::optional<std::vector<const Column*>> columns_of(const std::vector<Plot>& re
 }
 
 // The mean over the replicates of each point of `columns`, with its se.
-std::vector<Element> point_means(const std::vector<const Column*>& columns) {
+// Each point's mean over the replicates that have a value there: a replicate's NaN (a run recorded
+// as diverged) is left out, not averaged in, and `partial` says that some point was left short.
+std::vector<Element> point_means(const std::vector<const Column*>& columns, bool& partial) {
   std::vector<Element> out;
   for (std::size_t k = 0; k < columns.front()->values.size(); ++k) {
     std::vector<double> at;
-    for (const Column* c : columns) at.push_back(c->values[k]);
-    out.push_back(over_replicates("", at));
+    for (const Column* c : columns)
+      if (!std::isnan(c->values[k])) at.push_back(c->values[k]);
+    partial = partial || (!at.empty() && at.size() < columns.size());
+    out.push_back(at.empty() ? Element{"", std::nan(""), std::nan(""), 0, 0} : over_replicates("", at));
   }
   return out;
 }
@@ -94,7 +98,7 @@ std::optional<Plot> over_replicates(const std::vector<Plot>& replicates, const s
   const Plot& first = replicates.front();
   Plot out{Table{first.table.name + "-" + over, {}}, first.figure};
   out.figure.series.clear();
-  bool bands = false;
+  bool bands = false, partial = false;
   auto add = [&](Column c) {
     if (!out.table.find(c.name)) out.table.columns.push_back(std::move(c));
   };
@@ -122,14 +126,14 @@ std::optional<Plot> over_replicates(const std::vector<Plot>& replicates, const s
       for (const Column* y : *ys)
         if (y->values != ys->front()->values) return std::nullopt;
       Column mean{s.z, {}};
-      for (const Element& e : point_means(*zs)) mean.values.push_back(e.value);
+      for (const Element& e : point_means(*zs, partial)) mean.values.push_back(e.value);
       add(x), add(*ys->front()), add(mean);
       out.figure.series.push_back(s);
       continue;
     }
     const std::string y = mean_name(*ys, s);
     Column mean{y, {}}, low{y + " - se", {}}, high{y + " + se", {}}, se{y + " se", {}};
-    for (const Element& e : point_means(*ys))
+    for (const Element& e : point_means(*ys, partial))
       mean.values.push_back(e.value), low.values.push_back(e.value - e.se), high.values.push_back(e.value + e.se),
           se.values.push_back(e.se);
     bands = true;
@@ -149,7 +153,8 @@ std::optional<Plot> over_replicates(const std::vector<Plot>& replicates, const s
     out.figure.series.push_back({s.x, y, "", title, own != std::string::npos ? style : style + " " + lc, ""});
   }
   if (out.table.columns.empty()) return std::nullopt;
-  out.figure.title += " (mean" + std::string(bands ? " ± se" : "") + " over " + std::to_string(replicates.size()) + " " + over + ")";
+  out.figure.title += " (mean" + std::string(bands ? " ± se" : "") + " over " + std::to_string(replicates.size()) + " " + over +
+                      (partial ? "; a point's mean leaves out the " + over + " without a value there" : "") + ")";
   return out;
 }
 

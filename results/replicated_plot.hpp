@@ -1,6 +1,7 @@
 // A figure drawn over replicates (the seeds of a figure of `qkvlab reproduce`): each curve's mean
 // over the replicates with a band of ± one standard error of that mean (results/verdict.hpp's
-// over_replicates, point by point), from the replicates' plots of one shape.
+// over_replicates, point by point), from the replicates' plots of one shape. A point where a replicate
+// has no value (NaN: a run recorded as diverged) is the mean of the others, and the title says so.
 //
 // The replicates' tables must have the same columns (names and lengths), their figures the same
 // series (titles and styles) and each curve's x column the same values; otherwise there is nothing to

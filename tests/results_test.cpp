@@ -705,6 +705,27 @@ TEST(ResultValue, TextShowsNullWhereTheJsonDoes) {
   EXPECT_EQ(o.json(0), "{\"std\":null,\"se\":null,\"mean\":0.1234567,\"row\":[null, 2.5, null, \"s\"]}\n");
 }
 
+// A replicate without a value at a point (NaN: a run recorded as diverged, icl-depth) is left out of
+// that point's mean, which is the others' mean and se, and the title says a point is short (review r28:
+// the NaN was averaged in and the whole depth vanished from the figure). Control: with every value
+// there, the mean is over all three and the title says nothing of it.
+TEST(ReplicatedPlot, APointLeavesOutAReplicateWithoutAValue) {
+  auto replicate = [](double at2) {
+    Table t{"depth", {{"L", {1, 2}}, {"loss", {1, at2}}}};
+    Figure f{"depth", "L", "loss", false, false, {{"L", "loss", "", "MHA", "linespoints", ""}}, {}};
+    return Plot{t, f};
+  };
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const auto p = over_replicates({replicate(2), replicate(nan), replicate(4)}, "seeds");
+  ASSERT_TRUE(p.has_value());
+  EXPECT_NEAR(p->table.columns[1].values[1], 3.0, 1e-12);
+  EXPECT_NEAR(p->table.columns[3].values[1] - p->table.columns[1].values[1], std::sqrt(2.0) / std::sqrt(2.0), 1e-12);
+  EXPECT_NE(p->figure.title.find("leaves out the seeds without a value"), std::string::npos) << p->figure.title;
+  const auto all = over_replicates({replicate(2), replicate(3), replicate(4)}, "seeds");
+  EXPECT_NEAR(all->table.columns[1].values[1], 3.0, 1e-12);
+  EXPECT_EQ(all->figure.title.find("leaves out"), std::string::npos) << all->figure.title;
+}
+
 // A figure over replicates: each curve's mean over the seeds with ± se, a replicate's own band left
 // out, a reference line kept; replicates of different shape or x values give nothing.
 TEST(ReplicatedPlot, MeanAndStandardErrorPointByPoint) {

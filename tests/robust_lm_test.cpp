@@ -342,6 +342,12 @@ TEST(RobustOutputs, AnalyzesFigureAloneWritesItsNumbersBesideIt) {
                 .status, 0);
   for (const char* table : {"entropy", "first_token", "similarity", "spectrum"})
     EXPECT_TRUE(fs::exists(f.dir / ("all-" + std::string(table) + ".csv"))) << table;
+  // A clash names the option the user gave (review r28: "--csv" where none was typed); control: --csv's own.
+  const std::string clash = shell_quoted(f.dir / "g.csv");
+  expect_usage_error(run_bounded(analyze + " --figure " + shell_quoted(f.dir / "g") + " --out " + clash), "figure",
+                     "--figure's CSV " + (f.dir / "g.csv").string() + " is also --out's file");
+  expect_usage_error(run_bounded(analyze + " --csv " + clash + " --out " + clash), "csv",
+                     "--csv " + (f.dir / "g.csv").string() + " is also --out's file");
 }
 
 TEST(RobustProbe, TagIdsAreCheckedAgainstTagsJson) {
