@@ -15,6 +15,7 @@
 #include "cli/validators.hpp"
 #include "engine/make_backend.hpp"
 #include "lm/checkpoint.hpp"
+#include "lm/model_files.hpp"
 #include "lm/train.hpp"
 
 namespace qkvlab::cli {
@@ -31,6 +32,17 @@ struct LmTrainArgs {
   bool quiet = false;
 };
 
+// --from's model configuration. A resumed run takes it from its own checkpoint (or the one before it,
+// where a write was cut), so that it needs nothing at --from by then (docs/lm.md: the run records the
+// checkpoint it started from, not what the path holds later); a fresh run reads --from's.
+lm::Config from_configuration(const LmTrainArgs& a) {
+  if (a.run.resume)
+    for (const char* own : {"checkpoint", "checkpoint.previous"})
+      if (const std::filesystem::path dir = std::filesystem::path(a.out) / own; std::filesystem::exists(dir / "model.safetensors"))
+        return lm::open_model(dir).config;
+  return lm::load_checkpoint(a.from, false, a.run.allow_nonfinite).config;
+}
+
 lm::RunOptions run_options(const LmTrainArgs& a, const CLI::App& cmd, const std::string& command_line) {
   lm::RunOptions o = lm::find_preset(a.preset).options;
   const lm::Config preset = o.model;
@@ -38,7 +50,7 @@ lm::RunOptions run_options(const LmTrainArgs& a, const CLI::App& cmd, const std:
   if (!a.from.empty()) {  // the model is the checkpoint's: its configuration, then its values
     if (lm::to_metadata(o.model) != lm::to_metadata(preset))
       throw UsageError("--from " + a.from + ": the model is the checkpoint's; model flags (--d, --heads, …) do not apply");
-    o.model = lm::load_checkpoint(a.from, false, a.run.allow_nonfinite).config;
+    o.model = from_configuration(a);
     o.init_from = a.from;
   }
   auto given = [&cmd](const char* flag) { return cmd.count(flag) > 0; };

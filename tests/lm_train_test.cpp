@@ -1302,6 +1302,32 @@ TEST(LmCompare, TheCsvHoldsEachCurveToItsOwnEnd) {
   EXPECT_EQ(read_file(*o.csv), csv);
 }
 
+// A run started --from CKPT resumes with nothing at CKPT any more (docs/lm.md): its model is its own
+// checkpoint's (review r29: the command read --from's configuration first and refused "no
+// model.safetensors" once the path was moved). Control: a fresh run --from a path with no model is
+// refused.
+TEST(LmTrainCommand, AResumeFromNeedsNothingAtTheFromPath) {
+  using test_support::run_qkvlab, test_support::shell_quoted;
+  ScratchDir dir;
+  std::vector<std::int32_t> ids = toy_data().train;
+  corpus::write_tokens_npy(dir.path / "t.npy", ids, 1, std::int64_t(ids.size()));
+  const auto init = run_qkvlab("lm init " + shell_quoted(dir.path / "init0") +
+                               " --layers 1 --d 16 --heads 2 --vocab 64 --positions 8");
+  ASSERT_EQ(init.status, 0) << init.err;
+  const std::string train = "lm train --seq-len 8 --batch 2 --steps 4 --checkpoint-every 2 --quiet --tokens " +
+                            shell_quoted(dir.path / "t.npy") + " --from " + shell_quoted(dir.path / "init0") + " --out ";
+  const auto first = run_qkvlab(train + shell_quoted(dir.path / "run"));
+  ASSERT_EQ(first.status, 0) << first.err;
+  fs::remove(dir.path / "run" / "run.json");  // as a run stopped after its last checkpoint
+  fs::rename(dir.path / "init0", dir.path / "moved");
+  const auto resumed = run_qkvlab(train + shell_quoted(dir.path / "run") + " --resume");
+  EXPECT_EQ(resumed.status, 0) << resumed.err;
+  EXPECT_TRUE(fs::exists(dir.path / "run" / "run.json"));
+  const auto fresh = run_qkvlab(train + shell_quoted(dir.path / "fresh"));
+  EXPECT_EQ(fresh.status, 2);
+  EXPECT_NE(fresh.err.find("init0"), std::string::npos) << fresh.err;
+}
+
 // `lm train --preset P --family F` takes family F's tying and biases, as the preset of that family
 // has them (tiny + --family llama is tiny-llama's model); --tied and --bias still override.
 TEST(LmTrainCommand, FamilyOverAPresetTakesThatFamilysTyingAndBiases) {
