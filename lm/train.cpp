@@ -13,6 +13,8 @@
 #include <cstring>
 #include <exception>
 #include <fstream>
+#include <map>
+#include <set>
 #include <span>
 
 #include "core/atomic_file.hpp"
@@ -34,6 +36,23 @@ namespace qkvlab::lm {
 namespace fs = std::filesystem;
 
 namespace {
+
+// "d 16 there, 8 here; …": each field of the configurations (canonical: a field the model does
+// not read at its default) where `there` (a checkpoint's) and `here` (this run's) differ.
+std::string configuration_differences(const Config& there, const Config& here) {
+  const auto a = to_metadata(canonical(there)), b = to_metadata(canonical(here));
+  std::set<std::string> keys;
+  for (const auto* m : {&a, &b})
+    for (const auto& [key, value] : *m) keys.insert(key);
+  std::string text;
+  const auto of = [](const std::map<std::string, std::string>& m, const std::string& key) {
+    const auto it = m.find(key);
+    return it == m.end() ? std::string("none") : it->second;
+  };
+  for (const std::string& key : keys)
+    if (of(a, key) != of(b, key)) text += (text.empty() ? "" : "; ") + key + " " + of(a, key) + " there, " + of(b, key) + " here";
+  return text;
+}
 
 constexpr const char* kTrainLogHeader = "step,loss,lr,grad_norm,seconds";
 
@@ -356,7 +375,8 @@ struct Session {
       throw UsageError("cannot resume: no checkpoint in " + dir.string());
     const Checkpoint ck = load_checkpoint(dir, true, o.allow_nonfinite);
     if (to_metadata(canonical(ck.config)) != to_metadata(canonical(o.model)))
-      throw UsageError("cannot resume: " + dir.string() + " holds a model of another configuration");
+      throw UsageError("cannot resume: " + dir.string() + " holds a model of another configuration (" +
+                       configuration_differences(ck.config, o.model) + ")");
     const auto identity = run_identity(o, data);
     for (const auto& [key, value] : identity) {
       const auto it = ck.metadata.find(key);
@@ -422,7 +442,8 @@ void start_from(Session& run, const fs::path& dir) {
   if (!run.from.empty()) return;
   const Checkpoint from = load_checkpoint(dir, false, run.o.allow_nonfinite);
   if (to_metadata(from.config) != to_metadata(run.o.model))
-    throw UsageError(dir.string() + " holds a model of another configuration than this run's");
+    throw UsageError(dir.string() + " holds a model of another configuration than this run's (" +
+                     configuration_differences(from.config, run.o.model) + ")");
   if (run.resumed_metadata.empty()) run.model.set_parameters(from.values);
   run.from = initial_checkpoint_fields(dir, from);
 }

@@ -716,8 +716,12 @@ TEST(RobustCheckpoint, ARunWithAnUnreadFieldResumesWithoutTheFlag) {
   lm::RunOptions wider = tiny_run(c.dir / "old");
   wider.model.ffn *= 2, wider.resume = true;
   fs::remove(c.dir / "old" / "run.json");
-  EXPECT_NE(test_support::usage_error([&] { train_language_model(wider, c.data, c.backend, {}); }).find("another configuration"),
-            std::string::npos);
+  const std::string refused = test_support::usage_error([&] { train_language_model(wider, c.data, c.backend, {}); });
+  EXPECT_NE(refused.find("another configuration"), std::string::npos) << refused;
+  // it names the field that differs, with both values (review r29), and no field that does not
+  const std::string ffn = "ffn " + std::to_string(wider.model.ffn / 2) + " there, " + std::to_string(wider.model.ffn) + " here";
+  EXPECT_NE(refused.find(ffn), std::string::npos) << refused;
+  EXPECT_EQ(refused.find("; "), std::string::npos) << refused;
 }
 
 // lm init, convert and eliminate write a model into its directory in place: a kill between the
