@@ -1,5 +1,6 @@
 #include "lm/run_log.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <fstream>
@@ -76,6 +77,22 @@ Curve read_log(const fs::path& file, int column) {
   return c;
 }
 
+namespace {
+
+// A row a reader of the log accepts (read_log: lm compare, reproduce): the header's number of fields,
+// each after the step a finite number; otherwise a UsageError starting with `where`.
+void require_whole_row(const LogRow& r, std::size_t columns, const std::string& where) {
+  if (r.fields.size() != columns)
+    throw UsageError(where + " has " + std::to_string(r.fields.size()) + " fields where the header has " +
+                     std::to_string(columns) + ": " + json_quote(r.text.substr(0, 40)));
+  for (std::size_t k = 1; k < columns; ++k)
+    if (!parse_finite(r.fields[k]))
+      throw UsageError(where + "'s column " + std::to_string(k + 1) + " is not a finite number: " +
+                       json_quote(r.fields[k].substr(0, 40)) + " (an edited log: the resume would write one no reader accepts)");
+}
+
+}  // namespace
+
 void truncate_log(const fs::path& file, std::int64_t step, LogRows rows) {
   auto log = read_log_lines(file);
   if (!log) return;
@@ -84,6 +101,7 @@ void truncate_log(const fs::path& file, std::int64_t step, LogRows rows) {
     throw UsageError(cannot + "no whole header line (the log was cut as it was started)");
   if (log->cut) log->rows.pop_back();  // the row being appended when the run stopped
   std::string kept = log->header + "\n";
+  const std::size_t columns = std::size_t(std::count(log->header.begin(), log->header.end(), ',')) + 1;
   std::int64_t count = 0, last = 0;
   for (const LogRow& r : log->rows) {
     if (r.text.empty()) continue;
@@ -98,6 +116,7 @@ void truncate_log(const fs::path& file, std::int64_t step, LogRows rows) {
       throw UsageError(cannot + line + " is step " + std::to_string(*row) + " after step " + std::to_string(last) +
                        ": the log lost or repeated rows that the checkpoint (step " + std::to_string(step) + ") has");
     last = *row;
+    require_whole_row(r, columns, cannot + line);
     kept += r.text + "\n";
   }
   if (rows == LogRows::every_step && count != step)

@@ -50,7 +50,8 @@ double finite_number(const std::string& text, const std::filesystem::path& file,
 // without its newline (the row being appended when the run stopped, after every whole row) is
 // dropped. The kept rows must be the ones the checkpoint at `step` had: train.csv's a row for every
 // step 1 … step (LogRows::every_step), validation.csv's at ascending steps. A log without a whole
-// header, a row whose step is not an integer, or rows missing or out of order are a UsageError
+// header, a row whose step is not an integer, a kept row without the header's count of fields or with
+// a value that is not a finite number, or rows missing or out of order are a UsageError
 // naming the file and the line: the resume would write a log that no reader accepts.
 enum class LogRows { every_step, ascending };
 void truncate_log(const std::filesystem::path& file, std::int64_t step, LogRows rows);

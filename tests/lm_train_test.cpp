@@ -322,6 +322,12 @@ TEST(RunLog, AResumeKeepsTheCheckpointsRowsAndRefusesALogThatLostSome) {
                                   std::string("step,loss\n1,1\n2,1\n2,1\n3,1\n")})
     EXPECT_THROW(truncated(lost, LogRows::every_step), UsageError) << lost;
   EXPECT_THROW(truncated("step,loss\n2,1\n2,1\n", LogRows::ascending), UsageError);
+  // An edited row a reader refuses (review r29: the resume kept it, and lm compare then refused the
+  // run): a value not a finite number, or another count of fields than the header's.
+  for (const std::string& edited : {std::string("2,nan"), std::string("2,abc"), std::string("2,inf"), std::string("2"),
+                                    std::string("2,"), std::string("2,1,5")})
+    EXPECT_THROW(truncated("step,loss\n1,1\n" + edited + "\n3,1\n", LogRows::every_step), UsageError) << edited;
+  EXPECT_EQ(truncated("step,loss\n1,1\n2,-0.5e-3\n3,1\n", LogRows::every_step), "step,loss\n1,1\n2,-0.5e-3\n3,1\n");
   try {
     truncated("step,loss\n1,1\n3,1\n", LogRows::every_step);
   } catch (const UsageError& e) {
