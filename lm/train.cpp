@@ -121,12 +121,15 @@ std::vector<std::int32_t> read_stream(const fs::path& path) {
   return std::move(a.ids);  // a 2-D file is taken row after row as one stream
 }
 
+// `source`: the tokens' files (TrainData::source), named with an id outside the vocabulary.
 results::Value baselines_value(const std::vector<std::int32_t>& train, const std::vector<std::int32_t>& validation,
-                               int vocab) {
+                               int vocab, const std::string& source) {
   for (const auto* stream : {&train, &validation})
-    for (std::int32_t id : *stream)
-      if (id < 0 || id >= vocab)
-        throw UsageError("token id " + std::to_string(id) + " is outside the vocabulary of " + std::to_string(vocab));
+    for (std::size_t i = 0; i < stream->size(); ++i)
+      if ((*stream)[i] < 0 || (*stream)[i] >= vocab)
+        throw UsageError(source + ": token id " + std::to_string((*stream)[i]) + " at position " + std::to_string(i) +
+                         " of the " + (stream == &train ? "training" : "validation") +
+                         " stream is outside the model's vocabulary of " + std::to_string(vocab));
   const corpus::Baselines b = corpus::ngram_baselines(train, validation, vocab);
   results::Value v = results::Value::object();
   v.set("unigram_nats", b.unigram_nats);
@@ -541,7 +544,7 @@ results::Value train_language_model(const RunOptions& o, const TrainData& data, 
   run.model.initialize(o.seed);
   const std::int64_t start = run.restore();
   if (o.init_from) start_from(run, *o.init_from);
-  const results::Value baselines = baselines_value(data.train, data.validation, o.model.vocab);
+  const results::Value baselines = baselines_value(data.train, data.validation, o.model.vocab, data.source);
   write_bytes_atomically(o.out / "baselines.json", "JSON", baselines.json());
   if (start > 0) {
     truncate_log(o.out / "train.csv", start, LogRows::every_step);

@@ -1308,6 +1308,29 @@ TEST(LmCompare, TheCsvHoldsEachCurveToItsOwnEnd) {
   EXPECT_EQ(read_file(*o.csv), csv);
 }
 
+// A token id outside the model's vocabulary is refused naming the file, the id, its position and the
+// stream (review r29: "token id 64 is outside the vocabulary of 64" named none of them). Control: the
+// same stream with that id replaced trains.
+TEST(LmTrainCommand, AnIdOutsideTheVocabularyIsNamedWithItsFileAndPosition) {
+  using test_support::run_qkvlab, test_support::shell_quoted;
+  ScratchDir dir;
+  std::vector<std::int32_t> ids = toy_data().train;
+  ids[5] = 64;
+  corpus::write_tokens_npy(dir.path / "oov.npy", ids, 1, std::int64_t(ids.size()));
+  ids[5] = 63;
+  corpus::write_tokens_npy(dir.path / "ok.npy", ids, 1, std::int64_t(ids.size()));
+  const auto train = [&](const char* file) {
+    return run_qkvlab("lm train --layers 1 --d 16 --heads 2 --vocab 64 --seq-len 8 --batch 2 --steps 1 --quiet --tokens " +
+                      shell_quoted(dir.path / file) + " --out " + shell_quoted(dir.path / (std::string(file) + ".run")));
+  };
+  const auto refused = train("oov.npy");
+  EXPECT_EQ(refused.status, 2);
+  EXPECT_NE(refused.err.find("oov.npy"), std::string::npos) << refused.err;
+  EXPECT_NE(refused.err.find("token id 64 at position 5 of the training stream is outside the model's vocabulary of 64"),
+            std::string::npos) << refused.err;
+  EXPECT_EQ(train("ok.npy").status, 0);
+}
+
 // A run started --from CKPT resumes with nothing at CKPT any more (docs/lm.md): its model is its own
 // checkpoint's (review r29: the command read --from's configuration first and refused "no
 // model.safetensors" once the path was moved). Control: a fresh run --from a path with no model is
