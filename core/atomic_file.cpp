@@ -150,7 +150,8 @@ void require_replaceable(std::string_view kind, const fs::path& path, const char
   if (::access(dir.c_str(), W_OK | X_OK) != 0 ||
       (sticky && me != 0 && file.st_uid != me && directory.st_uid != me))
     refuse(kind, path, std::string("the older file cannot be ") + verb + " (its directory " + dir.string() +
-                           " does not let this user change it), and it would outlive the new numbers");
+                           " does not let this user change it)" +
+                           (std::string(verb) == "removed" ? ", and it would outlive the new numbers" : ""));
 }
 
 }  // namespace

@@ -588,7 +588,8 @@ results::Value compare_runs(const std::vector<fs::path>& dirs, const CompareOpti
   for (const Group& g : groups) list.push(group_value(g, groups, o, curves));
   out.set("groups", list);
   if (o.csv && curves.empty())
-    throw UsageError("--csv: no group has a run paired by seed with a baseline run, so there are no relative curves to write");
+    throw UsageError(std::string(o.figure ? "--figure" : "--csv") +
+                     ": no group has a run paired by seed with a baseline run, so there are no relative curves to write");
   if (o.csv) write_curves(curves, o);
   return out;
 }

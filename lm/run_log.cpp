@@ -91,11 +91,11 @@ void require_whole_row(const LogRow& r, std::size_t columns, const std::string& 
                        json_quote(r.fields[k].substr(0, 40)) + " (an edited log: the resume would write one no reader accepts)");
 }
 
-}  // namespace
 
-void truncate_log(const fs::path& file, std::int64_t step, LogRows rows) {
+// The bytes truncate_logs writes for one log (nullopt: it cannot be opened); refusals as documented there.
+std::optional<std::string> kept_rows(const fs::path& file, std::int64_t step, LogRows rows) {
   auto log = read_log_lines(file);
-  if (!log) return;
+  if (!log) return std::nullopt;
   const std::string cannot = file.string() + ": cannot resume: ";
   if (log->cut && log->rows.empty())
     throw UsageError(cannot + "no whole header line (the log was cut as it was started)");
@@ -122,7 +122,16 @@ void truncate_log(const fs::path& file, std::int64_t step, LogRows rows) {
   if (rows == LogRows::every_step && count != step)
     throw UsageError(cannot + "its rows end at step " + std::to_string(last) + " where the checkpoint is at step " +
                      std::to_string(step) + ": the log lost rows");
-  write_bytes_atomically(file, "CSV", kept);
+  return kept;
+}
+
+}  // namespace
+
+void truncate_logs(std::int64_t step, const std::vector<std::pair<fs::path, LogRows>>& logs) {
+  std::vector<std::optional<std::string>> kept;
+  for (const auto& [file, rows] : logs) kept.push_back(kept_rows(file, step, rows));  // every log checked first
+  for (std::size_t i = 0; i < logs.size(); ++i)
+    if (kept[i]) write_bytes_atomically(logs[i].first, "CSV", *kept[i]);
 }
 
 std::optional<double> logged_value(const fs::path& file, std::int64_t step, int column) {

@@ -1,6 +1,6 @@
 // The training logs of `qkvlab lm train` (lm/train.hpp: train.csv, validation.csv), read in one
 // place: by lm compare and reproduce's figures (`read_log`, the whole curve), and by a resumed run
-// (`truncate_log`, cutting the rows past its checkpoint; `logged_value`, the loss of a step whose
+// (`truncate_logs`, cutting the rows past its checkpoint; `logged_value`, the loss of a step whose
 // final validation was cut). A log is a header line, then one row per logged step, its fields
 // separated by commas, the first the step (a decimal integer, the whole field), the others numbers.
 // No stoll/stod: errors name the file, the line and the row's start (control bytes escaped).
@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace qkvlab::lm {
@@ -53,8 +54,9 @@ double finite_number(const std::string& text, const std::filesystem::path& file,
 // header, a row whose step is not an integer, a kept row without the header's count of fields or with
 // a value that is not a finite number, or rows missing or out of order are a UsageError
 // naming the file and the line: the resume would write a log that no reader accepts.
+// Every log is checked before any is rewritten: a refused resume leaves them all as they were.
 enum class LogRows { every_step, ascending };
-void truncate_log(const std::filesystem::path& file, std::int64_t step, LogRows rows);
+void truncate_logs(std::int64_t step, const std::vector<std::pair<std::filesystem::path, LogRows>>& logs);
 
 // Column `column` (0-based) of the row for `step`, the first such row where that column is a finite
 // number; nullopt when the log (or the file) has none.

@@ -547,8 +547,7 @@ results::Value train_language_model(const RunOptions& o, const TrainData& data, 
   const results::Value baselines = baselines_value(data.train, data.validation, o.model.vocab, data.source);
   write_bytes_atomically(o.out / "baselines.json", "JSON", baselines.json());
   if (start > 0) {
-    truncate_log(o.out / "train.csv", start, LogRows::every_step);
-    truncate_log(o.out / "validation.csv", start, LogRows::ascending);
+    truncate_logs(start, {{o.out / "train.csv", LogRows::every_step}, {o.out / "validation.csv", LogRows::ascending}});
   }
   Log train_log(o.out / "train.csv", kTrainLogHeader, start > 0);
   Log val_log(o.out / "validation.csv", "step,loss,windows,tokens", start > 0);

@@ -309,7 +309,7 @@ TEST(RunLog, AResumeKeepsTheCheckpointsRowsAndRefusesALogThatLostSome) {
   const fs::path f = dir.path / "train.csv";
   auto truncated = [&](const std::string& text, LogRows rows) {
     std::ofstream(f, std::ios::binary) << text;
-    truncate_log(f, 3, rows);
+    truncate_logs(3, {{f, rows}});
     return read_file(f);
   };
   const std::string whole = "step,loss\n1,1\n2,1\n3,1\n";
@@ -328,6 +328,17 @@ TEST(RunLog, AResumeKeepsTheCheckpointsRowsAndRefusesALogThatLostSome) {
                                     std::string("2,"), std::string("2,1,5")})
     EXPECT_THROW(truncated("step,loss\n1,1\n" + edited + "\n3,1\n", LogRows::every_step), UsageError) << edited;
   EXPECT_EQ(truncated("step,loss\n1,1\n2,-0.5e-3\n3,1\n", LogRows::every_step), "step,loss\n1,1\n2,-0.5e-3\n3,1\n");
+  // Both logs are checked before either is rewritten (review r30: a refused validation.csv left train.csv
+  // cut at the checkpoint); control: with both whole, both are cut.
+  const fs::path v = dir.path / "validation.csv";
+  std::ofstream(f, std::ios::binary) << whole << "4,1\n";
+  std::ofstream(v, std::ios::binary) << "step,loss\n2,nan\n";
+  EXPECT_THROW(truncate_logs(3, {{f, LogRows::every_step}, {v, LogRows::ascending}}), UsageError);
+  EXPECT_EQ(read_file(f), whole + "4,1\n");
+  std::ofstream(v, std::ios::binary) << "step,loss\n2,1\n4,1\n";
+  truncate_logs(3, {{f, LogRows::every_step}, {v, LogRows::ascending}});
+  EXPECT_EQ(read_file(f), whole);
+  EXPECT_EQ(read_file(v), "step,loss\n2,1\n");
   try {
     truncated("step,loss\n1,1\n3,1\n", LogRows::every_step);
   } catch (const UsageError& e) {
@@ -1256,6 +1267,14 @@ TEST(LmCompare, FigureAloneWritesItsNumbersBesideIt) {
                         shell_quoted(dir.path / "other")).status, 0);
   EXPECT_EQ(read_file(dir.path / "fig.csv"), read_file(dir.path / "given.csv"));
   EXPECT_FALSE(fs::exists(dir.path / "other.csv"));
+  // No curve to write: the refusal names the option given (review r30), --figure here, --csv there.
+  const std::string vanilla = shell_quoted(QKVLAB_BINARY) + " lm compare " + shell_quoted(dir.path / "vanilla-s1") + " " +
+                              shell_quoted(dir.path / "vanilla-s2") + " --window 1";
+  const auto by_figure = run_command(vanilla + " --figure " + shell_quoted(dir.path / "none"));
+  EXPECT_EQ(by_figure.status, 2);
+  EXPECT_EQ(by_figure.err.find("qkvlab: error: --figure: no group has a run paired"), 0u) << by_figure.err;
+  const auto by_csv = run_command(vanilla + " --csv " + shell_quoted(dir.path / "none.csv"));
+  EXPECT_EQ(by_csv.err.find("qkvlab: error: --csv: no group has a run paired"), 0u) << by_csv.err;
 }
 
 TEST(LmCompare, TheCsvHoldsEachCurveToItsOwnEnd) {
