@@ -438,7 +438,8 @@ TEST(RobustNonFinite, WeightsHoldingNanOrInfAreRefusedNamingTheTensor) {
   ASSERT_EQ(run_bounded(eval).status, 0);
   const std::string tensor = first_tensor(f.ckpt, "wte");
   poison(f.ckpt, tensor, std::numeric_limits<float>::quiet_NaN(), 7);
-  for (const std::string& args : {analyze, eval, "probe " + shell_quoted(f.ckpt) + " --tokens " + shell_quoted(f.stream) + " --quiet",
+  // probe at a --seq-len within the model's 16 positions: its sizes are checked before the weights are read
+  for (const std::string& args : {analyze, eval, "probe " + shell_quoted(f.ckpt) + " --tokens " + shell_quoted(f.stream) + " --quiet --seq-len 8",
                                   "lm export " + shell_quoted(f.ckpt) + " --hf " + shell_quoted(f.dir / "hf")})
     expect_usage_error(run_bounded(args), args, "tensor \"" + tensor + "\" holds a non-finite weight (nan at element 7)");
   EXPECT_FALSE(fs::exists(f.dir / "hf" / "model.safetensors"));
